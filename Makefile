@@ -1,0 +1,36 @@
+# ddpdoctor: every target sets itself up in .venv, so each one works on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build of torch by default: never pull multi-GB CUDA wheels in CI.
+# On a GPU node: make check TORCH_SPEC=torch TORCH_INDEX=https://download.pytorch.org/whl/cu124
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+PYTEST_ARGS ?=
+
+.PHONY: setup check test lint bench docs clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+setup: $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[test]"
+
+check: setup
+	$(VENV)/bin/ddpdoctor check
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check ddpdoctor tests bench
+
+docs: setup
+	$(PY) -m ddpdoctor.docgen
+
+bench: setup
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

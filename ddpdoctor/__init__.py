@@ -1,0 +1,3 @@
+"""ddpdoctor: a command-line doctor for PyTorch distributed training."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,41 @@
+"""`ddpdoctor parse TOOL FILE --json`: a cluster tool's text output as JSON."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from ddpdoctor.cli.app import app
+from ddpdoctor.model import ExitCode
+
+
+@app.command(
+    help="Turn a tool's text output (nvidia-smi, ibstat, nccl-tests, ...) into JSON. FILE '-' reads stdin. "
+    "TOOL 'list' prints the known tools. Contracts in docs/parse.md."
+)
+def parse(
+    tool: str = typer.Argument(
+        ..., help="Tool whose output FILE holds, e.g. nvidia-smi-q, ibstat; 'list' for all."
+    ),
+    file: str = typer.Argument("-", help="File to read ('-' for stdin)."),
+    json_out: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only output format)."),
+) -> None:
+    from ddpdoctor.parsers import load_parse_tools, to_jsonable
+    from ddpdoctor.render import print_json
+
+    tools = load_parse_tools()
+    if tool == "list":
+        typer.echo("\n".join(tools))
+        raise typer.Exit(0)
+    if tool not in tools:
+        typer.echo(f"error: unknown tool {tool!r}; known: {', '.join(tools)}", err=True)
+        raise typer.Exit(ExitCode.USAGE)
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        typer.echo(f"error: cannot read {file}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    print_json(to_jsonable(tools[tool](data.decode("utf-8", errors="replace"))))
+    raise typer.Exit(0)

@@ -1,0 +1,147 @@
+"""Runs the check areas concurrently, each bounded by a wall-clock deadline."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ddpdoctor.model import Evidence, Finding, Report, Severity, define
+from ddpdoctor.sources import ENV_FACT, HOST_FACT, Sources, fact_or_none, redact_env
+
+# Slack on top of --timeout for the engine's own bookkeeping: the total stays within timeout + 1 s.
+JOIN_SLACK_S = 0.5
+
+PROBE_TIMEOUT = define(
+    "core.probe.timeout",
+    "Probe timed out",
+    "A probe did not finish within --timeout. Its area is unchecked: that is never reported as a pass.",
+    "Find which tool hangs (often nvidia-smi on a GPU in a bad state, or a stale NFS mount) and fix it, "
+    "or raise --timeout.",
+)
+PROBE_CRASHED = define(
+    "core.probe.crashed",
+    "Probe failed unexpectedly",
+    "A probe raised an unexpected error, so its area is unchecked. This is a ddpdoctor bug worth reporting.",
+    "Report it with `ddpdoctor snapshot DIR` attached; meanwhile run the area's tools by hand.",
+)
+
+
+@dataclass
+class Context:
+    """What a probe may use: the sources, the (redacted) environment and command options."""
+
+    sources: Sources
+    env: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def deadline(self) -> float:
+        return self.sources.deadline
+
+    def remaining(self) -> float:
+        return max(self.sources.deadline - time.monotonic(), 0.0)
+
+
+@dataclass(frozen=True)
+class Area:
+    """A group of checks: `collect` gathers facts through the sources, `judge` is pure."""
+
+    name: str
+    title: str
+    collect: Callable[[Context], Any]
+    judge: Callable[[Any], list[Finding]]
+    order: int = 50
+
+
+def load_environment(sources: Sources) -> dict[str, str]:
+    env = fact_or_none(sources, ENV_FACT, lambda: redact_env(os.environ))
+    return dict(env) if isinstance(env, dict) else {}
+
+
+def load_hostname(sources: Sources) -> str:
+    host = fact_or_none(sources, HOST_FACT, socket.gethostname)
+    return str(host) if host else "unknown"
+
+
+def _crash_finding(area: Area, exc: BaseException) -> Finding:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+    f = PROBE_CRASHED.finding(
+        Severity.ERROR,
+        f"The {area.title} probe failed: {type(exc).__name__}: {exc}",
+        evidence=[Evidence(f"ddpdoctor area {area.name}", tb.strip())],
+    )
+    return dataclasses.replace(f, area=area.name)
+
+
+def run_area(area: Area, ctx: Context) -> list[Finding]:
+    """Collect and judge one area; an exception becomes an error finding, never a traceback."""
+    try:
+        facts = area.collect(ctx)
+        findings = list(area.judge(facts))
+    except Exception as exc:  # noqa: BLE001 - never crash on the machine we diagnose
+        return [_crash_finding(area, exc)]
+    # The engine's area name wins over the id prefix: reports group by the area that ran the check.
+    return [f if f.area == area.name else dataclasses.replace(f, area=area.name) for f in findings]
+
+
+def run_checks(
+    sources: Sources,
+    areas: Sequence[Area],
+    timeout_s: float,
+    options: Mapping[str, Any] | None = None,
+    source_label: str = "live",
+) -> Report:
+    """Run every area concurrently; an area still running at the deadline becomes an error finding."""
+    start = time.monotonic()
+    sources.deadline = start + timeout_s
+    ctx = Context(sources=sources, env=load_environment(sources), options=dict(options or {}))
+    host = load_hostname(sources)
+    results: dict[str, list[Finding]] = {}
+    lock = threading.Lock()
+
+    def work(area: Area) -> None:
+        found = run_area(area, ctx)
+        with lock:
+            results[area.name] = found
+
+    # Daemon threads: a probe stuck in a C call must not keep the process alive after the report.
+    threads = [threading.Thread(target=work, args=(a,), name=f"probe-{a.name}", daemon=True) for a in areas]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(sources.deadline + JOIN_SLACK_S - time.monotonic(), 0.0))
+    findings: list[Finding] = []
+    with lock:
+        for area in areas:
+            if area.name in results:
+                findings.extend(results[area.name])
+            else:
+                f = PROBE_TIMEOUT.finding(
+                    Severity.ERROR,
+                    f"The {area.title} probe did not finish within {timeout_s:g}s; its checks did not run.",
+                    evidence=[Evidence(f"ddpdoctor area {area.name}", f"still running after {timeout_s:g}s")],
+                )
+                findings.append(dataclasses.replace(f, area=area.name))
+    return Report(
+        host=host,
+        findings=findings,
+        duration_s=time.monotonic() - start,
+        source=source_label,
+        areas=[a.name for a in areas],
+    )
+
+
+def select_areas(all_areas: Iterable[Area], only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[Area]:
+    """Filter areas by name; unknown names raise ValueError (a usage error)."""
+    areas = list(all_areas)
+    names = {a.name for a in areas}
+    unknown = sorted((set(only) | set(skip)) - names)
+    if unknown:
+        raise ValueError(f"unknown area(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    return [a for a in areas if (not only or a.name in only) and a.name not in skip]

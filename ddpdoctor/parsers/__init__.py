@@ -1,0 +1,28 @@
+"""Pure text parsers, one module per tool. Each module that backs `ddpdoctor parse` exposes
+`PARSE_TOOLS = {"tool-name": function(text) -> JSON-able}`; they are discovered here."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Callable
+
+
+def load_parse_tools() -> dict[str, Callable[[str], Any]]:
+    tools: dict[str, Callable[[str], Any]] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        tools.update(getattr(module, "PARSE_TOOLS", {}))
+    return dict(sorted(tools.items()))
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, tuples and nested containers to plain JSON types."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value

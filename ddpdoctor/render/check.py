@@ -1,0 +1,81 @@
+"""Human report of `ddpdoctor check`: findings grouped by area, worst first."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ddpdoctor.model import Finding, Report, Severity
+from ddpdoctor.render import console
+
+STYLES = {
+    Severity.OK: ("OK", "green"),
+    Severity.INFO: ("INFO", "cyan"),
+    Severity.SKIP: ("SKIP", "dim"),
+    Severity.WARN: ("WARN", "yellow"),
+    Severity.ERROR: ("ERROR", "magenta"),
+    Severity.FAIL: ("FAIL", "bold red"),
+}
+
+
+def severity_text(sev: Severity) -> Text:
+    label, style = STYLES[sev]
+    return Text(label, style=style)
+
+
+def _visible(f: Finding, verbose: bool) -> bool:
+    return verbose or f.severity not in (Severity.OK,)
+
+
+def render_check_report(
+    report: Report, verbose: bool = False, strict: bool = False, area_titles: dict[str, str] | None = None
+) -> None:
+    con = console()
+    titles = area_titles or {}
+    by_area: dict[str, list[Finding]] = defaultdict(list)
+    for f in report.findings:
+        by_area[f.area].append(f)
+    order = report.areas + [a for a in by_area if a not in report.areas]
+    con.print(
+        Text(f"ddpdoctor check on {report.host} ({report.source}, {report.duration_s:.1f}s)", style="bold")
+    )
+    for area in order:
+        findings = sorted(by_area.get(area, []), key=lambda f: -f.severity)
+        shown = [f for f in findings if _visible(f, verbose)]
+        hidden = len(findings) - len(shown)
+        table = Table(show_header=False, box=None, pad_edge=False, expand=False)
+        table.add_column(width=5, no_wrap=True)
+        table.add_column(ratio=1)
+        for f in shown:
+            body = Text.assemble((f.title, "bold"), ": ", f.summary)
+            if f.fix and f.severity >= Severity.WARN:
+                body.append("\n  fix: ", style="bold")
+                body.append(f.fix)
+            if verbose:
+                for ev in f.evidence:
+                    body.append("\n  evidence: ", style="dim")
+                    body.append(ev.source, style="dim")
+                    if ev.excerpt:
+                        body.append("\n    " + ev.excerpt.replace("\n", "\n    "), style="dim")
+                body.append(f"\n  id: {f.id}", style="dim")
+            table.add_row(severity_text(f.severity), body)
+        if hidden:
+            table.add_row(
+                Text("OK", style="green"), Text(f"{hidden} more checks passed (-v to show)", style="dim")
+            )
+        if not findings:
+            table.add_row(Text("-", style="dim"), Text("no findings", style="dim"))
+        worst = max((f.severity for f in findings), default=Severity.OK)
+        con.print(
+            Panel(
+                table, title=escape(titles.get(area, area)), title_align="left", border_style=STYLES[worst][1]
+            )
+        )
+    counts = {s: sum(1 for f in report.findings if f.severity == s) for s in Severity}
+    summary = ", ".join(f"{counts[s]} {s.label}" for s in reversed(Severity) if counts[s])
+    code = report.exit_code(strict)
+    con.print(Text(f"Summary: {summary or 'no findings'} -> exit {int(code)}", style="bold"))

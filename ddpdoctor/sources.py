@@ -1,0 +1,192 @@
+"""Where probes get their facts: the live machine, a recording of it, or a snapshot directory.
+
+Everything a probe reads goes through a Sources object: commands (by Command id) and facts (named
+JSON-able values such as the environment or NVML readings). A snapshot directory holds
+`<command-id>.txt` for each command and `<fact>.json` for each fact; a missing file means "not
+available there", so a directory built by hand from pasted outputs works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+from ddpdoctor.runner import Command, CommandResult, run_argv
+
+
+class NotAvailable(Exception):
+    """A fact that this source cannot provide (e.g. absent from a snapshot)."""
+
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^/@\s:]+(?::[^/@\s]*)?)@")
+REDACTED = "<redacted>"
+
+
+def redact_value(name: str, value: str) -> str:
+    if SECRET_NAME.search(name):
+        return REDACTED
+    return URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", value)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Environment with secret-looking values replaced: safe to store or print."""
+    return {k: redact_value(k, v) for k, v in env.items()}
+
+
+def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Remove credentials in URLs and any literal value of a secret-named environment variable."""
+    text = URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+    for name, value in (env if env is not None else os.environ).items():
+        if SECRET_NAME.search(name) and len(value) >= 4:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+_FACTS: dict[str, str] = {}
+
+
+def define_fact(name: str, description: str) -> str:
+    """Declare a fact name (stored as DIR/<name>.json in snapshots, documented in docs/snapshot.md)."""
+    _FACTS[name] = description
+    return name
+
+
+def all_facts() -> dict[str, str]:
+    return dict(_FACTS)
+
+
+ENV_FACT = define_fact("env", "The process environment, secret-looking values redacted")
+HOST_FACT = define_fact("host", "The host name")
+
+
+class Sources(Protocol):
+    deadline: float
+
+    def run(self, cmd: Command) -> CommandResult: ...
+
+    def fact(self, name: str, produce: Callable[[], Any]) -> Any: ...
+
+    @property
+    def is_live(self) -> bool: ...
+
+
+class LiveSources:
+    """The machine we are running on."""
+
+    is_live = True
+
+    def __init__(self, deadline: float | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.deadline = deadline if deadline is not None else time.monotonic() + 3600
+        self.env = env
+
+    def remaining(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.01)
+
+    def run(self, cmd: Command) -> CommandResult:
+        return run_argv(cmd.argv, timeout_s=min(cmd.timeout_s, self.remaining()), env=self.env)
+
+    def fact(self, name: str, produce: Callable[[], Any]) -> Any:
+        return produce()
+
+
+class RecordingSources(LiveSources):
+    """Live sources that keep every command output and fact, for `ddpdoctor snapshot`."""
+
+    def __init__(self, deadline: float | None = None) -> None:
+        super().__init__(deadline)
+        self._lock = threading.Lock()
+        self.commands: dict[str, CommandResult] = {}
+        self.facts: dict[str, Any] = {}
+
+    def run(self, cmd: Command) -> CommandResult:
+        result = super().run(cmd)
+        with self._lock:
+            self.commands[cmd.id] = result
+        return result
+
+    def fact(self, name: str, produce: Callable[[], Any]) -> Any:
+        value = produce()
+        with self._lock:
+            self.facts[name] = value
+        return value
+
+    def write(self, directory: Path) -> list[Path]:
+        directory.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
+        env = os.environ
+        for cid, res in sorted(self.commands.items()):
+            if not res.found:
+                continue  # absence is recorded by the file being absent
+            path = directory / f"{cid}.txt"
+            path.write_text(redact_text(res.stdout, env))
+            written.append(path)
+            if res.returncode != 0 or res.stderr or res.timed_out:
+                meta = {
+                    "argv": list(res.argv),
+                    "returncode": res.returncode,
+                    "timed_out": res.timed_out,
+                    "stderr": redact_text(res.stderr, env),
+                }
+                meta_path = directory / f"{cid}.meta.json"
+                meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+                written.append(meta_path)
+        for name, value in sorted(self.facts.items()):
+            path = directory / f"{name}.json"
+            path.write_text(redact_text(json.dumps(value, indent=2, sort_keys=True, default=str), env) + "\n")
+            written.append(path)
+        return written
+
+
+class ReplaySources:
+    """A snapshot directory instead of the live machine."""
+
+    is_live = False
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.deadline = time.monotonic() + 3600
+
+    def run(self, cmd: Command) -> CommandResult:
+        path = self.directory / f"{cmd.id}.txt"
+        if not path.is_file():
+            return CommandResult(
+                argv=cmd.argv, found=False, error=f"{cmd.id}.txt not in snapshot {self.directory}"
+            )
+        stdout = path.read_bytes().decode("utf-8", errors="replace")
+        meta_path = self.directory / f"{cmd.id}.meta.json"
+        returncode: int | None = 0
+        stderr, timed_out = "", False
+        if meta_path.is_file():
+            try:
+                meta = json.loads(meta_path.read_text())
+                returncode = meta.get("returncode", 0)
+                stderr = meta.get("stderr", "")
+                timed_out = bool(meta.get("timed_out", False))
+            except (ValueError, AttributeError):
+                pass
+        return CommandResult(
+            argv=cmd.argv, returncode=returncode, stdout=stdout, stderr=stderr, timed_out=timed_out
+        )
+
+    def fact(self, name: str, produce: Callable[[], Any]) -> Any:
+        path = self.directory / f"{name}.json"
+        if not path.is_file():
+            raise NotAvailable(f"{name}.json not in snapshot {self.directory}")
+        try:
+            return json.loads(path.read_text())
+        except ValueError as exc:
+            raise NotAvailable(f"{name}.json in {self.directory} is not valid JSON: {exc}") from exc
+
+
+def fact_or_none(sources: Sources, name: str, produce: Callable[[], Any]) -> Any:
+    """A fact, or None where the source cannot provide it (e.g. absent from a hand-built snapshot)."""
+    try:
+        return sources.fact(name, produce)
+    except NotAvailable:
+        return None

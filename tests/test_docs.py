@@ -1,0 +1,29 @@
+"""docs/checks.md and docs/snapshot.md are generated from the code; keep them in sync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor import docgen
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.mark.parametrize("name", sorted(docgen.GENERATED))
+def test_generated_docs_are_current(name: str) -> None:
+    expected = docgen.GENERATED[name]()
+    actual = (DOCS / name).read_text()
+    assert actual == expected, f"docs/{name} is stale: run `python -m ddpdoctor.docgen`"
+
+
+def test_every_finding_id_is_documented() -> None:
+    from ddpdoctor.checks import load_areas
+    from ddpdoctor.model import all_specs
+
+    load_areas()
+    text = (DOCS / "checks.md").read_text()
+    for spec_id in all_specs():
+        if not spec_id.startswith("test."):
+            assert f"`{spec_id}`" in text

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from ddpdoctor.runner import run_argv
+
+
+def test_missing_binary_is_a_result() -> None:
+    res = run_argv(["ddpdoctor-no-such-binary-xyz", "--help"], timeout_s=5)
+    assert not res.found
+    assert not res.ok
+    assert "command not found" in res.describe_failure()
+
+
+def test_nonzero_exit_is_a_result() -> None:
+    res = run_argv(
+        [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"], timeout_s=20
+    )
+    assert res.found and res.returncode == 3 and not res.ok
+    assert "exited with 3" in res.describe_failure()
+    assert "boom" in res.describe_failure()
+
+
+def test_output_captured() -> None:
+    res = run_argv([sys.executable, "-c", "print('hello')"], timeout_s=20)
+    assert res.ok and res.stdout == "hello\n"
+
+
+def test_hung_binary_is_killed_with_its_children(tmp_path: Path) -> None:
+    # A fake tool that starts a child and then sleeps forever, like a hung nvidia-smi.
+    tool = tmp_path / "hung-tool"
+    pidfile = tmp_path / "child.pid"
+    tool.write_text(f"#!/bin/sh\nsleep 1000 &\necho $! > {pidfile}\nsleep 1000\n")
+    tool.chmod(0o755)
+    start = time.monotonic()
+    res = run_argv([str(tool)], timeout_s=1.0)
+    elapsed = time.monotonic() - start
+    assert res.timed_out and not res.ok
+    assert "timed out" in res.describe_failure()
+    assert elapsed < 10  # bounded: the exact bound is the timeout, checked loosely against a busy CI box
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child) and time.monotonic() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    alive = psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE
+    assert not alive, "the hung tool's child survived the timeout"
+
+
+def test_invalid_utf8_output_does_not_raise() -> None:
+    res = run_argv(
+        [sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'\\xff\\xfeok')"], timeout_s=20
+    )
+    assert res.ok and res.stdout.endswith("ok")
+
+
+def test_no_shell_true_anywhere() -> None:
+    root = Path(__file__).resolve().parent.parent / "ddpdoctor"
+    offenders = [str(p) for p in root.rglob("*.py") if "shell=True" in p.read_text()]
+    assert offenders == []
