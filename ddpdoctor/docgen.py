@@ -69,10 +69,26 @@ A directory can be built by hand from outputs pasted in a bug report: save the o
 """
 
 
-def render_checks_md() -> str:
+# Modules outside ddpdoctor/checks/ that declare findings, commands or facts (imported before rendering,
+# so the docs do not depend on what happened to be imported first).
+DECLARING_MODULES = ("ddpdoctor.expect", "ddpdoctor.prolog")
+EXTRA_TITLES = {"expect": "Expectations (`check --expect`, `bench-nccl --expect`)"}
+
+
+def load_declarations() -> dict[str, str]:
+    """Import every declaring module; area titles by name."""
+    import importlib
+
     from ddpdoctor.checks import load_areas
 
     titles = {a.name: a.title for a in load_areas()}
+    for module in DECLARING_MODULES:
+        importlib.import_module(module)
+    return {**EXTRA_TITLES, **titles}
+
+
+def render_checks_md() -> str:
+    titles = load_declarations()
     by_area = defaultdict(list)
     for spec in all_specs().values():
         if spec.id.startswith(TEST_PREFIX):
@@ -90,9 +106,7 @@ def render_checks_md() -> str:
 
 
 def render_snapshot_md() -> str:
-    from ddpdoctor.checks import load_areas
-
-    load_areas()
+    load_declarations()
     out = [SNAPSHOT_HEADER, "## Command ids\n", "| file | command | what |", "|---|---|---|"]
     for cid, cmd in sorted(all_commands().items()):
         if cid.startswith(TEST_PREFIX):

@@ -24,7 +24,8 @@ class NotAvailable(Exception):
 
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
-URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^/@\s:]+(?::[^/@\s]*)?)@")
+# The password may itself contain "@": the credentials run to the last "@" before the host.
+URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^/@\s:]+(?::[^/\s]*)?)@")
 REDACTED = "<redacted>"
 
 
@@ -42,10 +43,39 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     """Remove credentials in URLs and any literal value of a secret-named environment variable."""
     text = URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
-    for name, value in (env if env is not None else os.environ).items():
-        if SECRET_NAME.search(name) and len(value) >= 4:
-            text = text.replace(value, REDACTED)
+    secrets = [
+        value
+        for name, value in (env if env is not None else os.environ).items()
+        if SECRET_NAME.search(name) and len(value) >= 4 and value.lower() not in _NOT_SECRET_VALUES
+    ]
+    # Longest first: a secret that contains a shorter one must not be left half replaced.
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
     return text
+
+
+# Flag-like values of secret-named variables (AUTH_MODE=none) are not secrets; replacing the word
+# everywhere would only garble reports.
+_NOT_SECRET_VALUES = frozenset(
+    {"true", "false", "none", "null", "unset", "auto", "default", "enabled", "disabled"}
+)
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
+    """A JSON-able value with every string redacted (redact_text), and string values under
+    environment-variable-like keys with secret names (an environment dict) replaced."""
+    if isinstance(value, str):
+        return redact_text(value, env)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            secret_key = isinstance(k, str) and _ENV_NAME.fullmatch(k) and SECRET_NAME.search(k)
+            out[k] = REDACTED if secret_key and isinstance(v, str) and v else redact_data(v, env)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [redact_data(v, env) for v in value]
+    return value
 
 
 _FACTS: dict[str, str] = {}
@@ -76,6 +106,12 @@ class Sources(Protocol):
     def is_live(self) -> bool: ...
 
 
+class _Once:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: CommandResult | None = None
+
+
 class LiveSources:
     """The machine we are running on."""
 
@@ -84,12 +120,30 @@ class LiveSources:
     def __init__(self, deadline: float | None = None, env: Mapping[str, str] | None = None) -> None:
         self.deadline = deadline if deadline is not None else time.monotonic() + 3600
         self.env = env
+        self._cache_lock = threading.Lock()
+        self._cache: dict[str, _Once] = {}
 
     def remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.01)
 
     def run(self, cmd: Command) -> CommandResult:
-        return run_argv(cmd.argv, timeout_s=min(cmd.timeout_s, self.remaining()), env=self.env)
+        """Run a command once per Sources: areas asking for the same command id share one run."""
+        with self._cache_lock:
+            once = self._cache.get(cmd.id)
+            first = once is None
+            if first:
+                once = self._cache[cmd.id] = _Once()
+        assert once is not None
+        if first:
+            try:
+                once.result = run_argv(cmd.argv, timeout_s=min(cmd.timeout_s, self.remaining()), env=self.env)
+            finally:
+                once.done.set()
+        elif not once.done.wait(self.remaining()):
+            return CommandResult(argv=cmd.argv, timed_out=True, error=f"`{cmd.display}` still running at the deadline")
+        if once.result is None:  # the first caller raised (e.g. KeyboardInterrupt)
+            return CommandResult(argv=cmd.argv, error=f"`{cmd.display}` did not complete")
+        return once.result
 
     def fact(self, name: str, produce: Callable[[], Any]) -> Any:
         return produce()

@@ -66,3 +66,25 @@ def test_no_shell_true_anywhere() -> None:
     root = Path(__file__).resolve().parent.parent / "ddpdoctor"
     offenders = [str(p) for p in root.rglob("*.py") if "shell=True" in p.read_text()]
     assert offenders == []
+
+
+def test_live_sources_run_each_command_once(tmp_path: Path) -> None:
+    import threading
+
+    from ddpdoctor.runner import Command
+    from ddpdoctor.sources import LiveSources
+
+    counter = tmp_path / "count"
+    tool = tmp_path / "counting-tool"
+    tool.write_text(f"#!/bin/sh\necho x >> {counter}\nsleep 0.3\necho done\n")
+    tool.chmod(0o755)
+    cmd = Command("test-counting", (str(tool),), "test only")
+    sources = LiveSources()
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(sources.run(cmd))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 4 and all(r.ok and r.stdout == "done\n" for r in results)
+    assert counter.read_text().count("x") == 1

@@ -1,0 +1,776 @@
+"""Starts the ranks, watches them with a wall-clock deadline, and never leaves one behind.
+
+Ranks are forked by a zygote process (`ddpdoctor.bench.zygote`) that has imported torch but never
+touched CUDA: start costs one torch import, and no rank is forked after CUDA init (the launcher
+itself never imports torch). The zygote and its ranks form their own process group, killed as one.
+Each rank reports (op, size) over its own pipe; a step that outlives `step_timeout_s` — process-group
+init included, which PyTorch's own watchdog does not cover — gets the stuck ranks' Python stacks
+(faulthandler on SIGUSR1) and then every rank is killed. A rank that raises or dies by a signal is
+reported as the root cause; the other ranks' failures are its consequences.
+
+Under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID set) nothing is spawned: `join_as_rank`
+runs the job in this process as that rank.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_ready
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from ddpdoctor.bench.plan import FAULT_ENV, Job, RankSpec, parse_fault_hook
+from ddpdoctor.ports import pick_free_port
+
+MASTER_ADDR = "127.0.0.1"
+PORT_ATTEMPTS = 3
+# After the first failure, how long to keep listening before judging: the root cause's own report
+# (an exception or an exit status) often arrives just after its peers' complaints.
+FAILURE_GRACE_S = 1.0
+STACK_WAIT_S = 1.5
+EXIT_WAIT_S = 5.0
+LOG_TAIL_CHARS = 3000
+
+_ADDR_IN_USE = re.compile(r"EADDRINUSE|address already in use|errno\s*[:=]?\s*98\b", re.IGNORECASE)
+# Messages a rank raises when a *peer* went away or stalled: consequences, not causes.
+_PEER_FAILURE = re.compile(
+    r"connection (closed|reset) by peer|broken pipe|ECONNRESET|EPIPE|remote process exited|ncclRemoteError|"
+    r"timed out|timeout|Connection refused|communicator was aborted|DistNetworkError|"
+    r"Socket Timeout|recvBytes|sendBytes|read error|Gloo connectFullMesh failed",
+    re.IGNORECASE,
+)
+
+EventCallback = Callable[[int, Mapping[str, Any]], None]
+LAUNCHER_RANK = -1  # a failure of the zygote itself, before any rank ran
+
+
+@dataclass
+class RankState:
+    rank: int
+    pid: Optional[int] = None
+    host: str = ""
+    step: int = 0
+    op: str = "start"
+    size: int = 0
+    since: float = 0.0  # monotonic time the current step began
+    done: bool = False
+    result: Any = None
+    exitcode: Optional[int] = None
+
+
+@dataclass
+class RankFailure:
+    """What went wrong on one rank. `kind`: exception, signal, exit or stuck."""
+
+    rank: int
+    kind: str
+    op: str
+    size: int
+    host: str = ""
+    pid: Optional[int] = None
+    exc_type: str = ""
+    message: str = ""
+    traceback: str = ""
+    signal: str = ""
+    exitcode: Optional[int] = None
+    at: float = 0.0
+    peer_failure: bool = False
+    stack: str = ""
+    status: str = ""
+    log_tail: str = ""
+    step: int = 0
+
+    @property
+    def in_collective(self) -> bool:
+        """Its dumped stack shows it waiting inside torch.distributed (i.e. on its peers)."""
+        return "torch/distributed/" in self.stack
+
+    def describe(self) -> str:
+        if self.rank == LAUNCHER_RANK:
+            return f"the rank launcher exited ({self.exitcode}) before the ranks ran: {first_line(self.message)}"
+        where = f"rank {self.rank}" + (f" on {self.host}" if self.host else "") + f" in {self.op}"
+        if self.size:
+            where += f" ({self.size} bytes)"
+        if self.kind == "signal":
+            return f"{where}: killed by {self.signal}"
+        if self.kind == "exit":
+            return f"{where}: exited with code {self.exitcode} without reporting an error"
+        if self.kind == "stuck":
+            state = f" (process {self.status})" if self.status and self.status != "running" else ""
+            return f"{where}: no progress{state}"
+        return f"{where}: {self.exc_type}: {first_line(self.message)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "at"}
+
+
+@dataclass
+class LaunchResult:
+    """Outcome of one launch, keyed by rank, root cause first."""
+
+    world_size: int
+    backend: str
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    failures: list[RankFailure] = field(default_factory=list)
+    root_cause: Optional[RankFailure] = None
+    timed_out: bool = False
+    timeout_s: float = 0.0
+    interrupted: bool = False
+    master_port: int = 0
+    port_attempts: int = 0
+    env: dict[str, Any] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.failures
+            and not self.timed_out
+            and not self.interrupted
+            and all(s.done for s in self.ranks.values())
+        )
+
+    @property
+    def pids(self) -> list[int]:
+        return [s.pid for s in self.ranks.values() if s.pid is not None]
+
+    def results(self) -> dict[int, Any]:
+        return {r: s.result for r, s in sorted(self.ranks.items()) if s.done}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "root_cause": self.root_cause.to_dict() if self.root_cause else None,
+            "failures": [f.to_dict() for f in self.failures],
+            "timed_out": self.timed_out,
+            "timeout_s": self.timeout_s,
+            "interrupted": self.interrupted,
+            "master_port": self.master_port,
+        }
+
+
+class LaunchRefused(Exception):
+    """The launch cannot work as asked (e.g. a pinned MASTER_PORT that is taken); nothing was started."""
+
+
+def first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def is_peer_failure(message: str) -> bool:
+    """True when an exception text says a peer vanished or stalled (a consequence, not a cause)."""
+    return bool(_PEER_FAILURE.search(message))
+
+
+def pick_root_cause(failures: list[RankFailure]) -> Optional[RankFailure]:
+    """The failure that explains the others.
+
+    Order: a rank that died by a signal or exited without a report; a rank that raised something
+    other than a lost-peer error; a stuck rank that is stopped, behind the others, or stuck outside
+    any collective (its peers wait inside one for it); then the earliest failure.
+    """
+    stuck_steps = [f.step for f in failures if f.kind == "stuck"]
+    latest = max(stuck_steps, default=0)
+
+    def straggler(f: RankFailure) -> bool:
+        return (
+            f.status in ("stopped", "tracing-stop")
+            or f.step < latest
+            or (bool(f.stack) and not f.in_collective)
+        )
+
+    def priority(f: RankFailure) -> tuple[int, float, int]:
+        if f.kind in ("signal", "exit"):
+            p = 0
+        elif f.kind == "exception" and not f.peer_failure:
+            p = 1
+        elif f.kind == "stuck" and straggler(f):
+            p = 2
+        elif f.kind == "exception":
+            p = 3
+        else:
+            p = 4
+        return (p, f.at, f.rank)
+
+    return min(failures, key=priority) if failures else None
+
+
+def signal_name(exitcode: int) -> str:
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def _process_status(pid: Optional[int]) -> str:
+    if pid is None:
+        return ""
+    try:
+        import psutil
+
+        return str(psutil.Process(pid).status())
+    except Exception:  # noqa: BLE001 - gone or not visible
+        return "gone"
+
+
+def _kill_tree(pid: Optional[int]) -> None:
+    """SIGKILL a rank and anything it started (NCCL/gloo helpers, compilers)."""
+    if pid is None:
+        return
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        victims = proc.children(recursive=True) + [proc]
+    except Exception:  # noqa: BLE001 - already gone
+        victims = []
+    for v in victims:
+        try:
+            v.kill()
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_dead(pids: list[int], timeout_s: float = EXIT_WAIT_S) -> None:
+    """Wait until every pid is gone or a zombie (reaped by whoever inherited it)."""
+    import psutil
+
+    end = time.monotonic() + timeout_s
+    while pids and time.monotonic() < end:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.Error:
+                pass
+        pids = alive
+        if pids:
+            time.sleep(0.02)
+
+
+def _tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-limit:].decode("utf-8", errors="replace").strip()
+
+
+def _child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
+def launch_local(
+    job: Job,
+    *,
+    nproc: int,
+    backend: str,
+    step_timeout_s: float,
+    total_timeout_s: Optional[float] = None,
+    master_port: Optional[int] = None,
+    on_event: Optional[EventCallback] = None,
+    env: Optional[Mapping[str, str]] = None,
+    pg_timeout_s: Optional[float] = None,
+) -> LaunchResult:
+    """Run `job` on `nproc` local ranks bound to 127.0.0.1.
+
+    `master_port` pinned: used as is (a taken port is refused, see `refuse_taken_port`); otherwise a
+    free port is picked and the launch retried on a clash. Never raises for a rank's failure: the
+    LaunchResult says what happened. KeyboardInterrupt stops every rank and is reported as
+    `interrupted`.
+    """
+    if nproc < 1:
+        raise ValueError("nproc must be at least 1")
+    if master_port is not None:
+        refuse_taken_port(master_port)
+    attempts = 0
+    start = time.monotonic()
+    deadline = start + total_timeout_s if total_timeout_s else None
+    while True:
+        attempts += 1
+        port = master_port if master_port is not None else pick_free_port(MASTER_ADDR)
+        result = _launch_once(
+            job,
+            nproc=nproc,
+            backend=backend,
+            port=port,
+            step_timeout_s=step_timeout_s,
+            deadline=deadline,
+            on_event=on_event,
+            env=_child_env(env or {}),
+            pg_timeout_s=pg_timeout_s or default_pg_timeout(step_timeout_s),
+        )
+        result.port_attempts = attempts
+        clash = result.root_cause is not None and bool(_ADDR_IN_USE.search(result.root_cause.message))
+        if clash and master_port is None and attempts < PORT_ATTEMPTS:
+            continue  # someone took the port between the pick and rank 0's bind: try another
+        result.duration_s = time.monotonic() - start
+        return result
+
+
+def default_pg_timeout(step_timeout_s: float) -> float:
+    """The process group's own timeout: longer than the watchdog's, so the watchdog names the
+    stuck rank before PyTorch turns the hang into errors on the healthy ranks."""
+    return max(step_timeout_s * 2, step_timeout_s + 10)
+
+
+def refuse_taken_port(port: int) -> None:
+    """Raise LaunchRefused naming the holder when a pinned MASTER_PORT is already bound."""
+    from ddpdoctor.ports import find_port_holder
+
+    holder = find_port_holder(port)
+    if holder is not None:
+        raise LaunchRefused(holder.describe())
+
+
+def _launch_once(
+    job: Job,
+    *,
+    nproc: int,
+    backend: str,
+    port: int,
+    step_timeout_s: float,
+    deadline: Optional[float],
+    on_event: Optional[EventCallback],
+    env: dict[str, str],
+    pg_timeout_s: float,
+) -> LaunchResult:
+    result = LaunchResult(world_size=nproc, backend=backend, master_port=port, timeout_s=step_timeout_s)
+    workdir = Path(tempfile.mkdtemp(prefix="ddpdoctor-bench-"))
+    pipes = [os.pipe() for _ in range(nproc)]
+    write_fds = [w for _, w in pipes]
+    conns = {rank: Connection(r, writable=False) for rank, (r, _) in enumerate(pipes)}
+    specs = [
+        RankSpec(
+            rank=rank,
+            world_size=nproc,
+            local_rank=rank,
+            backend=backend,
+            master_addr=MASTER_ADDR,
+            master_port=port,
+            pg_timeout_s=pg_timeout_s,
+            job=job,
+            env={},
+            log_path=str(workdir / f"rank{rank}.log"),
+            stack_path=str(workdir / f"rank{rank}.stack"),
+        )
+        for rank in range(nproc)
+    ]
+    zygote: Optional[subprocess.Popen[bytes]] = None
+    try:
+        with open(workdir / "zygote.log", "wb") as zlog:
+            zygote = subprocess.Popen(
+                [sys.executable, "-m", "ddpdoctor.bench.zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=zlog,
+                pass_fds=write_fds,
+                env=env,
+                # Own session: Ctrl-C in the terminal reaches only us, and one killpg ends every rank.
+                start_new_session=True,
+            )
+        for w in write_fds:
+            os.close(w)
+        write_fds = []
+        now = time.monotonic()
+        for rank in range(nproc):
+            result.ranks[rank] = RankState(rank=rank, since=now)
+        assert zygote.stdin is not None
+        zygote.stdin.write(pickle.dumps({"specs": specs, "fds": [w for _, w in pipes]}))
+        zygote.stdin.close()
+        _watch(result, zygote, conns, step_timeout_s, deadline, on_event, workdir)
+    except KeyboardInterrupt:
+        result.interrupted = True
+    finally:
+        for w in write_fds:
+            os.close(w)
+        _stop_all(zygote, result)
+        for conn in conns.values():
+            conn.close()
+        _cleanup(workdir)
+    return result
+
+
+def _stop_all(zygote: Optional[subprocess.Popen[bytes]], result: LaunchResult) -> None:
+    """SIGKILL the zygote's process group and every rank we know of, then reap the zygote."""
+    if zygote is None:
+        return
+    if zygote.poll() is None or any(s.exitcode is None for s in result.ranks.values()):
+        try:
+            os.killpg(zygote.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for s in result.ranks.values():
+            if s.exitcode is None:
+                _kill_tree(s.pid)
+        _wait_dead([s.pid for s in result.ranks.values() if s.exitcode is None and s.pid])
+    try:
+        zygote.wait(EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        zygote.kill()
+        zygote.wait()
+    if zygote.stdout is not None:
+        zygote.stdout.close()
+
+
+def _cleanup(workdir: Path) -> None:
+    for p in workdir.glob("*"):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    try:
+        workdir.rmdir()
+    except OSError:
+        pass
+
+
+def _handle_message(result: LaunchResult, msg: Mapping[str, Any], on_event: Optional[EventCallback]) -> None:
+    rank = int(msg.get("rank", -1))
+    state = result.ranks.get(rank)
+    if state is None:
+        return
+    kind = msg.get("kind")
+    if kind == "hello":
+        state.host = str(msg.get("host", ""))
+        state.pid = int(msg.get("pid") or 0) or state.pid
+    elif kind == "step":
+        state.step = int(msg.get("step", 0))
+        state.op = str(msg.get("op", ""))
+        state.size = int(msg.get("size", 0))
+        state.since = time.monotonic()
+    elif kind == "row":
+        result.rows.append(dict(msg["row"]))
+    elif kind == "env":
+        result.env = dict(msg.get("env") or {})
+    elif kind == "done":
+        state.done = True
+        state.result = msg.get("result")
+    elif kind == "error" and not state.done:
+        message = str(msg.get("message", ""))
+        result.failures.append(
+            RankFailure(
+                rank=rank,
+                kind="exception",
+                op=state.op,
+                size=state.size,
+                host=state.host,
+                pid=state.pid,
+                exc_type=str(msg.get("exc_type", "")),
+                message=message,
+                traceback=str(msg.get("traceback", "")),
+                at=time.monotonic(),
+                peer_failure=is_peer_failure(message),
+            )
+        )
+    if on_event is not None:
+        on_event(rank, msg)
+
+
+def _drain(conn: Connection, result: LaunchResult, on_event: Optional[EventCallback]) -> bool:
+    """Handle every message waiting on a rank's pipe; False once the rank has closed it."""
+    try:
+        while conn.poll():
+            _handle_message(result, conn.recv(), on_event)
+    except (EOFError, OSError):
+        return False
+    return True
+
+
+def _watch(
+    result: LaunchResult,
+    zygote: subprocess.Popen[bytes],
+    conns: dict[int, Connection],
+    step_timeout_s: float,
+    deadline: Optional[float],
+    on_event: Optional[EventCallback],
+    workdir: Path,
+) -> None:
+    open_conns = dict(conns)
+    exited: set[int] = set()
+    assert zygote.stdout is not None
+    zfd: Optional[int] = zygote.stdout.fileno()
+    pending = b""
+    first_failure_at: Optional[float] = None
+    while True:
+        by_conn = {c: r for r, c in open_conns.items()}
+        ready = wait_ready(list(by_conn) + ([zfd] if zfd is not None else []), timeout=0.1)
+        for obj in ready:
+            if obj in by_conn and not _drain(obj, result, on_event):
+                open_conns.pop(by_conn[obj], None)
+        if zfd is not None and zfd in ready:
+            data = os.read(zfd, 65536)
+            if not data:
+                zfd = None
+                zygote.wait(EXIT_WAIT_S)
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                parts = line.decode(errors="replace").split()
+                if len(parts) != 3 or not parts[1].lstrip("-").isdigit() or not parts[2].lstrip("-").isdigit():
+                    continue
+                rank, value = int(parts[1]), int(parts[2])
+                if rank not in result.ranks:
+                    continue
+                if parts[0] == "pid":
+                    result.ranks[rank].pid = value
+                elif parts[0] == "exit":
+                    conn = open_conns.pop(rank, None)
+                    if conn is not None:
+                        _drain(conn, result, on_event)
+                    exited.add(rank)
+                    _record_exit(result, rank, value, workdir)
+            if zfd is None and len(exited) < len(result.ranks):
+                _record_launcher_failure(result, zygote, workdir)
+        now = time.monotonic()
+        if result.failures and first_failure_at is None:
+            first_failure_at = now
+        if all(s.done for s in result.ranks.values()):
+            _wait_exits(zygote)
+            break
+        if first_failure_at is not None and (now - first_failure_at >= FAILURE_GRACE_S or zfd is None):
+            break
+        stuck = [
+            s for s in result.ranks.values() if not s.done and s.rank not in exited and now - s.since > step_timeout_s
+        ]
+        over_total = deadline is not None and now > deadline
+        if first_failure_at is None and (stuck or over_total):
+            result.timed_out = True
+            waiting = [s for s in result.ranks.values() if not s.done and s.rank not in exited]
+            _report_stuck(result, waiting, workdir)
+            break
+    for f in result.failures:
+        if f.kind == "exception":
+            f.log_tail = _tail(workdir / f"rank{f.rank}.log")
+    result.root_cause = pick_root_cause(result.failures)
+
+
+def _record_launcher_failure(result: LaunchResult, zygote: subprocess.Popen[bytes], workdir: Path) -> None:
+    if any(f.rank == LAUNCHER_RANK for f in result.failures) or any(s.done for s in result.ranks.values()):
+        return
+    log = _tail(workdir / "zygote.log")
+    result.failures.append(
+        RankFailure(
+            rank=LAUNCHER_RANK,
+            kind="exit",
+            op="start",
+            size=0,
+            host=socket.gethostname(),
+            pid=zygote.pid,
+            exitcode=zygote.returncode,
+            message=first_line(log.splitlines()[-1] if log else "") or "the rank launcher exited early",
+            at=time.monotonic(),
+            log_tail=log,
+        )
+    )
+
+
+def _record_exit(result: LaunchResult, rank: int, exitcode: Optional[int], workdir: Path) -> None:
+    state = result.ranks[rank]
+    state.exitcode = exitcode
+    if state.done or exitcode is None:
+        return
+    if any(f.rank == rank for f in result.failures):
+        return  # it reported its exception before exiting
+    failure = RankFailure(
+        rank=rank,
+        kind="signal" if exitcode < 0 else "exit",
+        op=state.op,
+        size=state.size,
+        host=state.host,
+        pid=state.pid,
+        exitcode=exitcode,
+        signal=signal_name(exitcode) if exitcode < 0 else "",
+        at=time.monotonic(),
+        log_tail=_tail(workdir / f"rank{rank}.log"),
+    )
+    result.failures.append(failure)
+
+
+def _wait_exits(zygote: subprocess.Popen[bytes]) -> None:
+    """Every rank reported done: give them a moment to exit on their own (the zygote exits last)."""
+    try:
+        zygote.wait(EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _report_stuck(result: LaunchResult, waiting: list[RankState], workdir: Path) -> None:
+    """Dump the Python stacks of the ranks still in a step, then record them as stuck."""
+    now = time.monotonic()
+    statuses = {s.rank: _process_status(s.pid) for s in waiting}
+    for s in waiting:
+        try:
+            os.kill(s.pid, signal.SIGUSR1)  # type: ignore[arg-type]
+            if statuses[s.rank] in ("stopped", "tracing-stop"):
+                os.kill(s.pid, signal.SIGCONT)  # type: ignore[arg-type]  # so it can run the dump
+        except (ProcessLookupError, PermissionError, TypeError):
+            pass
+    end = time.monotonic() + STACK_WAIT_S
+    stacks: dict[int, str] = {}
+    while time.monotonic() < end:
+        stacks = {s.rank: _tail(workdir / f"rank{s.rank}.stack", 6000) for s in waiting}
+        if all(stacks.values()):
+            time.sleep(0.1)  # let the last lines land
+            stacks = {s.rank: _tail(workdir / f"rank{s.rank}.stack", 6000) for s in waiting}
+            break
+        time.sleep(0.05)
+    for s in waiting:
+        result.failures.append(
+            RankFailure(
+                rank=s.rank,
+                kind="stuck",
+                op=s.op,
+                size=s.size,
+                step=s.step,
+                host=s.host,
+                pid=s.pid,
+                at=s.since,
+                status=statuses[s.rank],
+                stack=stacks.get(s.rank, ""),
+                message=f"no progress for {now - s.since:.1f}s (limit {result.timeout_s:g}s)",
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Joining an external launch (torchrun, srun).
+
+
+@dataclass(frozen=True)
+class ExternalRank:
+    """This process's place in a launch started by someone else."""
+
+    launcher: str  # "torchrun" or "slurm"
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: Optional[str]
+    master_port: Optional[int]
+
+
+def detect_external_launch(env: Mapping[str, str]) -> Optional[ExternalRank]:
+    """torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; srun sets SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID.
+
+    A Slurm allocation alone (sbatch script, salloc shell) has SLURM_JOB_ID but no SLURM_PROCID
+    with SLURM_NTASKS > 1 for a single task: that is not a multi-rank launch.
+    """
+
+    def as_int(name: str) -> Optional[int]:
+        try:
+            return int(env[name])
+        except (KeyError, ValueError):
+            return None
+
+    port = as_int("MASTER_PORT")
+    addr = env.get("MASTER_ADDR") or None
+    rank, world = as_int("RANK"), as_int("WORLD_SIZE")
+    if rank is not None and world is not None:
+        return ExternalRank("torchrun", rank, world, as_int("LOCAL_RANK") or 0, addr, port)
+    rank, world = as_int("SLURM_PROCID"), as_int("SLURM_NTASKS")
+    if rank is not None and world is not None and world > 1 and env.get("SLURM_STEP_ID") is not None:
+        return ExternalRank("slurm", rank, world, as_int("SLURM_LOCALID") or 0, addr, port)
+    return None
+
+
+class _JoinedReporter:
+    """Progress for a joined rank: re-arms the in-process watchdog at every step."""
+
+    def __init__(
+        self, step_timeout_s: float, on_event: Optional[EventCallback], state: RankState, result: LaunchResult
+    ) -> None:
+        self.timeout, self.on_event, self.state, self.result = step_timeout_s, on_event, state, result
+
+    def step(self, op: str, size: int) -> None:
+        import faulthandler
+
+        self.state.op, self.state.size, self.state.since = op, size, time.monotonic()
+        faulthandler.cancel_dump_traceback_later()
+        # On expiry: every thread's stack to stderr, then exit 1; the external launcher tears down the rest.
+        faulthandler.dump_traceback_later(self.timeout, exit=True)
+        if self.on_event:
+            self.on_event(self.state.rank, {"kind": "step", "op": op, "size": size})
+
+    def row(self, row: dict[str, Any]) -> None:
+        self.result.rows.append(row)
+        if self.on_event:
+            self.on_event(self.state.rank, {"kind": "row", "row": row})
+
+
+def join_as_rank(
+    job: Job,
+    ext: ExternalRank,
+    *,
+    backend: str,
+    step_timeout_s: float,
+    on_event: Optional[EventCallback] = None,
+) -> LaunchResult:
+    """Run `job` in this process as rank `ext.rank` of an external launch (imports torch)."""
+    import faulthandler
+
+    from ddpdoctor.bench import worker
+
+    result = LaunchResult(world_size=ext.world_size, backend=backend, timeout_s=step_timeout_s)
+    state = RankState(rank=ext.rank, pid=os.getpid(), host=socket.gethostname(), since=time.monotonic())
+    result.ranks[ext.rank] = state
+    reporter = _JoinedReporter(step_timeout_s, on_event, state, result)
+    fault = parse_fault_hook(os.environ.get(FAULT_ENV))
+    start = time.monotonic()
+    try:
+        reporter.step("init", 0)
+        device = worker.select_device(backend, ext.local_rank)
+        worker.init_group(backend, ext.rank, ext.world_size, default_pg_timeout(step_timeout_s), device)
+        result.env = worker.describe_environment(backend, device)
+        state.result = worker.run_job(job, backend, device, reporter, fault)
+        state.done = True
+        faulthandler.cancel_dump_traceback_later()
+        worker.dist.barrier()
+        worker.dist.destroy_process_group()
+    except KeyboardInterrupt:
+        result.interrupted = True
+    except Exception as exc:  # noqa: BLE001 - reported, never a traceback
+        import traceback as tb
+
+        message = str(exc)
+        result.failures.append(
+            RankFailure(
+                rank=ext.rank,
+                kind="exception",
+                op=state.op,
+                size=state.size,
+                host=state.host,
+                pid=state.pid,
+                exc_type=type(exc).__name__,
+                message=message[:4000],
+                traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-6000:],
+                peer_failure=is_peer_failure(message),
+            )
+        )
+        result.root_cause = result.failures[0]
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    result.duration_s = time.monotonic() - start
+    return result

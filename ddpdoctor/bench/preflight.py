@@ -1,0 +1,299 @@
+"""Before launching ranks: which backend and how many ranks, and the pitfalls refused up front.
+
+Facts come from nvidia-smi (through the runner), CUDA_VISIBLE_DEVICES, MASTER_PORT and torch's
+build metadata (read without importing torch); `plan_launch` judges them with no I/O.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.runner import Command, CommandResult, define_command
+from ddpdoctor.visible_devices import VisibleDevices, parse_visible_devices
+
+NVIDIA_SMI_GPUS = define_command(
+    "bench-nvidia-smi-gpus",
+    (
+        "nvidia-smi",
+        "--query-gpu=index,uuid,name,compute_mode,pcie.link.gen.max,pcie.link.width.max,driver_version",
+        "--format=csv,noheader,nounits",
+    ),
+    "GPUs, compute mode, PCIe generation/width and driver, for bench-nccl and the nccl smoke test",
+)
+NVIDIA_SMI_APPS = define_command(
+    "bench-nvidia-smi-apps",
+    ("nvidia-smi", "--query-compute-apps=gpu_uuid,pid,process_name", "--format=csv,noheader"),
+    "Processes already running on each GPU (an Exclusive_Process GPU admits only one)",
+)
+NVIDIA_SMI_NVLINK = define_command(
+    "bench-nvidia-smi-nvlink",
+    ("nvidia-smi", "nvlink", "-s"),
+    "NVLink links and speeds per GPU, for the expected bus bandwidth",
+)
+
+DEFAULT_GLOO_NPROC = 4
+
+NCCL_OVERSUBSCRIBED = define(
+    "bench.nccl.oversubscribed",
+    "More NCCL ranks than visible GPUs",
+    "NCCL needs one GPU per rank: two ranks on one GPU deadlock or fail with 'Duplicate GPU detected'.",
+    "Use --nproc at most the number of visible GPUs (check CUDA_VISIBLE_DEVICES), or --backend gloo.",
+)
+NCCL_NO_CUDA = define(
+    "bench.nccl.no_cuda",
+    "NCCL requested without usable CUDA",
+    "The NCCL backend runs on GPUs only; without a CUDA build of torch and a visible GPU it cannot start.",
+    "Run on a GPU node with a CUDA build of torch (`python -c 'import torch; print(torch.version.cuda)'`), "
+    "or use --backend gloo to test the CPU path.",
+)
+EXCLUSIVE_PROCESS = define(
+    "bench.gpu.exclusive_process",
+    "GPU in Exclusive_Process mode is already in use",
+    "A GPU in Exclusive_Process compute mode accepts one process; a second one fails with "
+    "'CUDA-capable device(s) is/are busy or unavailable'.",
+    "Stop the process holding the GPU, or set the default mode: `sudo nvidia-smi -i N -c DEFAULT`.",
+)
+DUPLICATE_DEVICES = define(
+    "bench.cuda_visible_devices.duplicate",
+    "Duplicate CUDA_VISIBLE_DEVICES entries",
+    "The same GPU listed twice makes two ranks share it: NCCL fails with 'Duplicate GPU detected'.",
+    "List each GPU once in CUDA_VISIBLE_DEVICES.",
+)
+MASTER_PORT_IN_USE = define(
+    "bench.master_port.in_use",
+    "MASTER_PORT already in use",
+    "Rank 0 must bind MASTER_PORT for the rendezvous; a port held by another process fails the launch "
+    "(EADDRINUSE), often a leftover of an earlier job.",
+    "Stop the process holding the port, or unset MASTER_PORT so that bench-nccl picks a free one.",
+)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    name: str
+    compute_mode: str
+    pcie_gen: Optional[int]
+    pcie_width: Optional[int]
+    driver: str
+
+
+@dataclass
+class LaunchFacts:
+    """What the launch decision needs; gathered by `gather_launch_facts`."""
+
+    gpus: list[GpuInfo] = field(default_factory=list)
+    gpu_query: Optional[CommandResult] = None
+    apps: dict[str, list[str]] = field(default_factory=dict)  # GPU uuid -> "pid name"
+    visible: VisibleDevices = field(default_factory=lambda: parse_visible_devices(None))
+    torch_version: Optional[str] = None
+    torch_cuda: Optional[str] = None
+    master_port: Optional[int] = None
+    master_port_holder: Optional[str] = None
+    master_port_invalid: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class LaunchDecision:
+    backend: str
+    nproc: int
+    gpu_indices: tuple[int, ...] = ()
+    refusals: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _int(text: str) -> Optional[int]:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def parse_gpu_query(text: str) -> list[GpuInfo]:
+    """Rows of NVIDIA_SMI_GPUS; N/A and garbage become None, short rows are skipped."""
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 7 or _int(parts[0]) is None:
+            continue
+        gpus.append(
+            GpuInfo(
+                index=int(parts[0]),
+                uuid=parts[1],
+                name=parts[2],
+                compute_mode=parts[3],
+                pcie_gen=_int(parts[4]),
+                pcie_width=_int(parts[5]),
+                driver=parts[6],
+            )
+        )
+    return gpus
+
+
+def parse_compute_apps(text: str) -> dict[str, list[str]]:
+    apps: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].startswith(("GPU-", "MIG-")):
+            apps.setdefault(parts[0], []).append(" ".join(parts[1:3]))
+    return apps
+
+
+def read_torch_build() -> tuple[Optional[str], Optional[str]]:
+    """(torch version, CUDA version it was built for) from torch/version.py, without importing torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None, None
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    path = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    namespace: dict[str, Any] = {}
+    try:
+        code = compile(path.read_text(), str(path), "exec")
+        exec(code, namespace)  # noqa: S102 - torch's own generated metadata file, no imports of torch
+    except (OSError, SyntaxError, Exception):  # noqa: BLE001
+        return None, None
+    version, cuda = namespace.get("__version__"), namespace.get("cuda")
+    return (str(version) if version else None, str(cuda) if cuda else None)
+
+
+def gather_launch_facts(
+    run: Callable[[Command], CommandResult],
+    env: Mapping[str, str],
+    find_holder: Optional[Callable[[int], Any]] = None,
+) -> LaunchFacts:
+    """Equivalent: nvidia-smi --query-gpu=...; nvidia-smi --query-compute-apps=...; ss -ltnp sport = :$MASTER_PORT."""
+    facts = LaunchFacts(visible=parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES")))
+    facts.gpu_query = run(NVIDIA_SMI_GPUS)
+    if facts.gpu_query.ok:
+        facts.gpus = parse_gpu_query(facts.gpu_query.stdout)
+    if any(g.compute_mode.lower().startswith("exclusive") for g in facts.gpus):
+        apps = run(NVIDIA_SMI_APPS)
+        if apps.ok:
+            facts.apps = parse_compute_apps(apps.stdout)
+    facts.torch_version, facts.torch_cuda = read_torch_build()
+    raw_port = env.get("MASTER_PORT")
+    if raw_port:
+        port = _int(raw_port)
+        if port is None or not 0 < port < 65536:
+            facts.master_port_invalid = raw_port
+        else:
+            facts.master_port = port
+            if find_holder is None:
+                from ddpdoctor.ports import find_port_holder as find_holder
+            holder = find_holder(port)
+            facts.master_port_holder = holder.describe() if holder is not None else None
+    return facts
+
+
+def visible_gpus(facts: LaunchFacts) -> list[GpuInfo]:
+    """The GPUs CUDA will show this process, in CUDA order (CUDA_VISIBLE_DEVICES applied)."""
+    vis = facts.visible
+    if not vis.is_set:
+        return list(facts.gpus)
+    by_index = {str(g.index): g for g in facts.gpus}
+    out = []
+    for entry, kind in zip(vis.entries, vis.kinds):
+        if kind == "index":
+            g = by_index.get(entry.lstrip("0") or "0")
+        elif kind == "uuid":
+            g = next((x for x in facts.gpus if x.uuid.startswith(entry)), None)
+        else:  # MIG: a slice of a GPU we cannot map here; count it
+            g = GpuInfo(-1, entry, "MIG device", "Default", None, None, "")
+        if g is None:
+            break  # CUDA stops at the first entry that matches no device
+        out.append(g)
+    return out
+
+
+def plan_launch(facts: LaunchFacts, backend: str, nproc: Optional[int], cpu_count: Optional[int] = None) -> LaunchDecision:
+    """Pick backend and rank count, and the refusals that stop the launch (pure)."""
+    gpus = visible_gpus(facts)
+    cuda_build = facts.torch_cuda is not None
+    usable = cuda_build and len(gpus) > 0
+    evidence = [
+        Evidence(
+            facts.gpu_query.display if facts.gpu_query else "nvidia-smi",
+            (facts.gpu_query.excerpt() or facts.gpu_query.describe_failure()) if facts.gpu_query else "",
+        ),
+        Evidence("CUDA_VISIBLE_DEVICES", str(facts.visible.raw) if facts.visible.is_set else "(unset)"),
+        Evidence("torch/version.py", f"torch {facts.torch_version}, cuda {facts.torch_cuda}"),
+    ]
+    refusals: list[Finding] = []
+    notes: list[str] = []
+    if facts.master_port_holder:
+        refusals.append(
+            MASTER_PORT_IN_USE.finding(
+                Severity.FAIL,
+                f"MASTER_PORT={facts.master_port} is pinned but taken: {facts.master_port_holder}",
+                evidence=[Evidence(f"ss -ltnp sport = :{facts.master_port}", facts.master_port_holder)],
+                data={"port": facts.master_port},
+            )
+        )
+    chosen = backend
+    if backend == "auto":
+        chosen = "nccl" if usable else "gloo"
+        if not usable:
+            why = "torch is a CPU-only build" if not cuda_build else "no GPU is visible"
+            notes.append(f"backend gloo on CPU ({why})")
+    if chosen == "gloo":
+        n = nproc or max(2, min(DEFAULT_GLOO_NPROC, cpu_count or DEFAULT_GLOO_NPROC))
+        return LaunchDecision("gloo", n, (), tuple(refusals), tuple(notes))
+    # NCCL from here on.
+    if not usable:
+        if not cuda_build:
+            why = f"this torch ({facts.torch_version or 'not found'}) is a CPU-only build"
+        elif facts.visible.hides_all:
+            why = f"CUDA_VISIBLE_DEVICES={facts.visible.raw!r} hides every GPU"
+        elif facts.gpu_query is not None and not facts.gpu_query.ok:
+            why = f"no GPU found ({facts.gpu_query.describe_failure()})"
+        else:
+            why = "no GPU is visible"
+        refusals.append(NCCL_NO_CUDA.finding(Severity.FAIL, f"--backend nccl needs CUDA, but {why}", evidence=evidence))
+        return LaunchDecision("nccl", nproc or 0, (), tuple(refusals), tuple(notes))
+    n = nproc or len(gpus)
+    if facts.visible.duplicates:
+        refusals.append(
+            DUPLICATE_DEVICES.finding(
+                Severity.FAIL,
+                f"CUDA_VISIBLE_DEVICES={facts.visible.raw!r} lists {', '.join(facts.visible.duplicates)} more than once",
+                evidence=evidence,
+            )
+        )
+    if n > len(gpus):
+        refusals.append(
+            NCCL_OVERSUBSCRIBED.finding(
+                Severity.FAIL,
+                f"--nproc {n} with NCCL but only {len(gpus)} GPU(s) visible: two ranks would share a GPU",
+                evidence=evidence,
+                data={"nproc": n, "gpus": len(gpus)},
+            )
+        )
+    for g in gpus[:n]:
+        if g.compute_mode.lower().startswith("exclusive"):
+            busy = facts.apps.get(g.uuid, [])
+            if busy or n > len(gpus):
+                holder = f"already used by {', '.join(busy)}" if busy else "and would be shared by two ranks"
+                refusals.append(
+                    EXCLUSIVE_PROCESS.finding(
+                        Severity.FAIL,
+                        f"GPU {g.index} ({g.name}) is in {g.compute_mode} mode {holder}",
+                        evidence=evidence,
+                        data={"gpu": g.index},
+                    )
+                )
+    return LaunchDecision("nccl", n, tuple(g.index for g in gpus[:n]), tuple(refusals), tuple(notes))
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

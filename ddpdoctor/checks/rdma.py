@@ -1,0 +1,1107 @@
+"""RDMA: InfiniBand / RoCE ports, NCCL's IB settings, GPUDirect RDMA, memlock, and the PCIe fabric (ACS, links).
+
+Multi-node jobs that crawl are very often a port that is Down, a rate that negotiated lower than its
+peers, NCCL silently falling back to TCP sockets, or GPUDirect RDMA missing. Sysfs is preferred (it is
+what the tools read); ibstat, ibv_devinfo and ibstatus fill what it lacks (or stand in for it in a
+snapshot built from pasted outputs). Everything read is recorded in snapshots.
+
+Reusable by other areas: `RdmaSummary` / `Hca` / `HcaPort` (model, firmware, rate, link layer per port),
+built by `summarize_rdma(facts)` or gathered with `collect_rdma_summary(sources)`; the same summary is
+in the data of the `rdma.hca.inventory` finding (`Hca.from_dict` reads it back from a JSON report).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from ddpdoctor.checks.system import ULIMIT_A
+from ddpdoctor.engine import Area, Context
+from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.parsers.ibstat import IbStatus, Number, parse_ibstat
+from ddpdoctor.parsers.ibstatus import parse_ibstatus
+from ddpdoctor.parsers.ibv_devinfo import parse_board_ids, parse_ibv_devinfo
+from ddpdoctor.parsers.lspci import PciDevice, parse_lspci
+from ddpdoctor.parsers.modules import module_names
+from ddpdoctor.parsers.ulimit import parse_ulimit
+from ddpdoctor.runner import CommandResult, define_command
+from ddpdoctor.sources import Sources, define_fact, fact_or_none
+from ddpdoctor.sysfs_ib import IB_SYSFS_FACT, as_list, read_infiniband_sysfs, to_ib_status
+
+IBSTAT = define_command(
+    "ibstat", ("ibstat",), "RDMA devices: CA type, firmware, port state, physical state, rate, link layer"
+)
+IBV_DEVINFO = define_command(
+    "ibv_devinfo",
+    ("ibv_devinfo", "-v"),
+    "RDMA devices as libibverbs (and so NCCL) sees them: firmware, board id, port state, width x speed",
+)
+IBSTATUS = define_command(
+    "ibstatus", ("ibstatus",), "Port state, physical state, rate and link layer per RDMA port"
+)
+LSPCI_VVV = define_command(
+    "lspci-vvv",
+    ("lspci", "-vvv"),
+    "PCI devices in detail: ACS control on bridges, link speed/width of GPUs and NICs (capabilities need root)",
+    timeout_s=20,
+)
+LSMOD = define_command("lsmod", ("lsmod",), "Loaded kernel modules (read when /proc/modules is not)")
+MODULES_FACT = define_fact(
+    "kernel-modules", "Text of /proc/modules and the names in /sys/module (nvidia_peermem, ib_core, mlx5_ib)"
+)
+
+# RDMA registration pins memory: the 64 KiB kernel default, 8 MiB or Docker's 64 MiB all end in
+# "ibv_reg_mr ... Cannot allocate memory". Below this the check fails; unlimited is what NCCL wants.
+MEMLOCK_FAIL_BYTES = 1024**3
+GPUDIRECT_MODULES = ("nvidia_peermem", "nv_peer_mem")
+SOCKETS = "multi-node NCCL traffic will use TCP sockets"
+
+NO_RDMA = define(
+    "rdma.devices.absent",
+    "RDMA devices",
+    "Without an InfiniBand/RoCE device NCCL uses TCP sockets between nodes: it works, at a fraction of "
+    "the bandwidth.",
+    "If the node has InfiniBand/RoCE adapters: load the drivers (`modprobe mlx5_ib`, or install "
+    "MOFED/rdma-core), and in containers pass `--device=/dev/infiniband` and add the IPC_LOCK capability.",
+)
+ADAPTER_WITHOUT_RDMA = define(
+    "rdma.adapter.no_rdma_device",
+    "RDMA adapter without RDMA device",
+    "An InfiniBand/RoCE-capable adapter is on the PCI bus but no RDMA device exists: its RDMA driver "
+    "(mlx5_ib, ib_core) is not loaded, or this container cannot see /sys/class/infiniband. NCCL will use "
+    "TCP sockets.",
+    "Load the RDMA driver (`modprobe mlx5_ib`; install MOFED/DOCA-OFED or rdma-core), and run containers "
+    "with `--device=/dev/infiniband --cap-add=IPC_LOCK` (Kubernetes: the RDMA device plugin).",
+)
+INVENTORY = define(
+    "rdma.hca.inventory",
+    "RDMA adapters",
+    "The RDMA adapters (HCAs) of this node, with model, firmware, rate and link layer per port: nodes of "
+    "one job should match.",
+)
+PORT_STATE = define(
+    "rdma.port.state",
+    "RDMA port state",
+    "A port that is not Active/LinkUp carries no traffic. NCCL skips it, so ranks on this node get fewer "
+    "NICs than their peers (slow), or none (TCP sockets); a listed HCA that is down makes NCCL fail.",
+    "Polling: no link; reseat or replace the cable/transceiver and check the switch port. LinkUp but "
+    "Down/Init/Armed: the subnet manager has not configured the port; check opensm (`sminfo`). Disabled: "
+    "enable the port. RoCE: bring the Ethernet interface up (`ip link set DEV up`).",
+)
+PORT_RATE = define(
+    "rdma.port.rate_mismatch",
+    "RDMA port rate",
+    "A port that negotiated a lower rate than the other ports of the same adapter model drags every "
+    "collective down to its speed (rings are as fast as their slowest link).",
+    "Check the cable/transceiver and the switch port of the slow port (`mlxlink -d DEV` shows the "
+    "negotiated speed and errors); replace a bad cable, or reseat it.",
+)
+FIRMWARE = define(
+    "rdma.firmware.mismatch",
+    "RDMA firmware",
+    "Adapters of the same model running different firmware behave differently (and some versions have "
+    "known RDMA bugs): mixed versions usually mean an interrupted or partial update.",
+    "Update every adapter of the model to one firmware version (`mlxfwmanager --query`, then "
+    "`mlxfwmanager -u`), then reboot or reset the adapters.",
+)
+ROCE = define(
+    "rdma.roce.gid_index",
+    "RoCE ports",
+    "On RoCE (RDMA over Ethernet) NCCL must pick the right GID: RoCE v2 over the routed IPv4/IPv6 "
+    "address. A wrong NCCL_IB_GID_INDEX, or nodes picking different ones, ends in hangs or timeouts.",
+    "Find the RoCE v2 GID index of each port with `show_gids` and set `NCCL_IB_GID_INDEX` to it on every "
+    "node if NCCL does not pick it by itself (recent NCCL does: see NCCL_IB_ROCE_VERSION_NUM).",
+)
+NCCL_IB_HCA = define(
+    "rdma.nccl_ib_hca.no_match",
+    "NCCL_IB_HCA",
+    "NCCL_IB_HCA selects the adapters NCCL uses (`mlx5_0:1,mlx5_1:1`; `^` excludes, `=` asks for exact "
+    "names, otherwise names are prefixes). An entry naming no device or port selects nothing: with all "
+    "entries wrong NCCL falls back to TCP sockets.",
+    "Set NCCL_IB_HCA to devices and ports that exist here (`ibstat -l`, `ibv_devinfo -l`), e.g. "
+    "`NCCL_IB_HCA==mlx5_0:1,mlx5_1:1`, or unset it to use every active port.",
+)
+NCCL_IB_DISABLED = define(
+    "rdma.nccl_ib_disable",
+    "NCCL_IB_DISABLE",
+    "NCCL_IB_DISABLE=1 (or NCCL_NET=Socket) makes NCCL ignore the RDMA adapters: all inter-node traffic "
+    "goes over TCP sockets, many times slower.",
+    "Unset NCCL_IB_DISABLE (and NCCL_NET) unless you mean to test sockets.",
+)
+TOOL_ERRORS = define(
+    "rdma.tools.errors",
+    "RDMA tool errors",
+    "An IB tool failed on a device while listing them (e.g. `ibpanic: stat of IB device 'mlx5_8' failed`): "
+    "a device that vanished or whose driver is resetting.",
+    "Check `dmesg` for mlx5/PCIe errors on that device and `ibstat DEV`; a device that keeps failing needs a "
+    "driver reload or a node drain.",
+)
+UVERBS = define(
+    "rdma.uverbs.missing",
+    "RDMA device nodes",
+    "RDMA devices exist in sysfs but /dev/infiniband (uverbs nodes) is missing: processes here cannot open "
+    "them, so NCCL falls back to TCP sockets. Typical in a container started without the devices.",
+    "Run the container with `--device=/dev/infiniband` (or `--privileged`) and `--cap-add=IPC_LOCK`; in "
+    "Kubernetes use the RDMA shared device plugin.",
+)
+GPUDIRECT = define(
+    "rdma.gpudirect.module",
+    "GPUDirect RDMA",
+    "Without the GPUDirect RDMA peer-memory module (nvidia_peermem, or nv_peer_mem on old MOFED) NCCL "
+    "stages every inter-node transfer through host memory: lower bandwidth, more CPU. (NCCL >= 2.19 can "
+    "use DMA-BUF instead, with the open GPU kernel modules on Linux >= 5.12.)",
+    "Load it: `modprobe nvidia_peermem` (shipped with the NVIDIA driver >= 470; needs MOFED/ib_core "
+    "loaded first), and add it to /etc/modules-load.d/ so it survives reboots.",
+)
+MEMLOCK = define(
+    "rdma.memlock",
+    "Locked-memory limit (memlock)",
+    "RDMA registers (pins) memory; the memlock limit caps how much. The kernel default of 64 KiB, or 8-64 "
+    "MiB in many images, ends in `ibv_reg_mr ... failed with error Cannot allocate memory` from NCCL.",
+    "Run `ulimit -l unlimited` in the job script (check it inside the job: under srun/mpirun/containers "
+    "it can differ); for containers `docker run --ulimit memlock=-1`; for Slurm and containerd set "
+    "`LimitMEMLOCK=infinity` in the slurmd.service / containerd.service units (systemd ignores "
+    "/etc/security/limits.conf) and restart them.",
+)
+PCIE_UNREADABLE = define(
+    "rdma.pcie.unreadable",
+    "PCIe fabric not readable",
+    "lspci is missing or could not read PCIe capabilities, so the ACS and link-width checks did not run.",
+    "Install pciutils and run `ddpdoctor check` as root (lspci shows capabilities to root only), or run "
+    "`sudo lspci -vvv | grep ACSCtl` by hand.",
+)
+ACS = define(
+    "rdma.pcie.acs",
+    "PCIe ACS",
+    "ACS (Access Control Services) with SrcValid+/ReqRedir+ on PCIe bridges redirects peer-to-peer traffic "
+    "through the CPU root complex: GPU-to-GPU and GPUDirect RDMA get slow, and NCCL can hang. It is the "
+    "classic cause of NCCL P2P hangs on PCIe machines.",
+    "Disable ACS on the bridges (as root, at every boot): `setpci -s BDF ECAP_ACS+0x6.w=0000` for each "
+    "bridge listed, or disable ACS in the BIOS; with the IOMMU on, boot with `iommu=pt`. In a VM, ACS is "
+    "what isolates passthrough devices: ask the provider instead.",
+)
+PCIE_LINK = define(
+    "rdma.pcie.link_downgraded",
+    "PCIe link of GPUs and NICs",
+    "A GPU or NIC whose PCIe link trained below its capability (fewer lanes, lower speed) caps host "
+    "transfers and GPUDirect RDMA bandwidth.",
+    "Reseat the card or riser, check the slot's BIOS setting (lane bifurcation, Gen speed), and check "
+    "`dmesg | grep -i 'limited by'`. An idle GPU lowers its link speed to save power; check it under load "
+    "with `nvidia-smi -q -d PCIE`.",
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The typed summary other areas reuse
+
+
+@dataclass(frozen=True)
+class HcaPort:
+    port: int
+    state: Optional[str] = None  # Active, Down, Init, Armed (ibstat's words)
+    physical_state: Optional[str] = None  # LinkUp, Polling, Disabled, ...; None when no source had it
+    rate_gbps: Optional[Number] = None
+    link_layer: Optional[str] = None  # InfiniBand or Ethernet (RoCE)
+    source: str = ""  # where the state was read: "sysfs", "ibstat", "ibv_devinfo", "ibstatus"
+
+    @property
+    def active(self) -> bool:
+        return self.state == "Active" and self.physical_state in (None, "LinkUp")
+
+    @property
+    def is_roce(self) -> bool:
+        return self.link_layer == "Ethernet"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "state": self.state,
+            "physical_state": self.physical_state,
+            "rate_gbps": self.rate_gbps,
+            "link_layer": self.link_layer,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Hca:
+    name: str
+    model: Optional[str] = None  # CA type / hca_type, e.g. MT4129 (ConnectX-7)
+    firmware: Optional[str] = None
+    board_id: Optional[str] = None
+    numa_node: Optional[int] = None
+    pci_slot: Optional[str] = None
+    ports: tuple[HcaPort, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model,
+            "firmware": self.firmware,
+            "board_id": self.board_id,
+            "numa_node": self.numa_node,
+            "pci_slot": self.pci_slot,
+            "ports": [p.to_dict() for p in self.ports],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Hca:
+        """Read back `to_dict()` (e.g. from the data of rdma.hca.inventory in a JSON report)."""
+        ports = tuple(
+            HcaPort(
+                port=int(p["port"]),
+                state=p.get("state"),
+                physical_state=p.get("physical_state"),
+                rate_gbps=p.get("rate_gbps"),
+                link_layer=p.get("link_layer"),
+                source=p.get("source") or "",
+            )
+            for p in data.get("ports") or []
+        )
+        return cls(
+            name=str(data["name"]),
+            model=data.get("model"),
+            firmware=data.get("firmware"),
+            board_id=data.get("board_id"),
+            numa_node=data.get("numa_node"),
+            pci_slot=data.get("pci_slot"),
+            ports=ports,
+        )
+
+
+@dataclass
+class RdmaSummary:
+    hcas: list[Hca] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # which sources listed devices
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (tool, error line)
+
+    @property
+    def ports(self) -> list[tuple[Hca, HcaPort]]:
+        return [(h, p) for h in self.hcas for p in h.ports]
+
+    @property
+    def active_ports(self) -> list[tuple[Hca, HcaPort]]:
+        return [(h, p) for h, p in self.ports if p.active]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hcas": [h.to_dict() for h in self.hcas],
+            "sources": list(self.sources),
+            "errors": [{"tool": t, "line": line} for t, line in self.errors],
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Collect (the I/O edge)
+
+
+@dataclass
+class RdmaFacts:
+    sysfs: Optional[Mapping[str, Any]] = None
+    ibstat: Optional[CommandResult] = None
+    ibv_devinfo: Optional[CommandResult] = None
+    ibstatus: Optional[CommandResult] = None
+    lspci: Optional[CommandResult] = None
+    modules: Optional[Mapping[str, Any]] = None
+    lsmod: Optional[CommandResult] = None
+    ulimit: Optional[CommandResult] = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def read_kernel_modules(root: Path = Path("/")) -> dict[str, Any]:
+    """Equivalent: cat /proc/modules; ls /sys/module."""
+    root = Path(root)
+    try:
+        text: Optional[str] = (root / "proc/modules").read_text(errors="replace")
+    except OSError:
+        text = None
+    try:
+        names: Optional[list[str]] = sorted(os.listdir(root / "sys/module"))[:10000]
+    except OSError:
+        names = None
+    return {"proc_modules": text, "sys_module": names}
+
+
+def _collect_devices(sources: Sources) -> RdmaFacts:
+    return RdmaFacts(
+        sysfs=fact_or_none(sources, IB_SYSFS_FACT, read_infiniband_sysfs),
+        ibstat=sources.run(IBSTAT),
+        ibv_devinfo=sources.run(IBV_DEVINFO),
+        ibstatus=sources.run(IBSTATUS),
+    )
+
+
+def collect_rdma(ctx: Context) -> RdmaFacts:
+    facts = _collect_devices(ctx.sources)
+    facts.lspci = ctx.sources.run(LSPCI_VVV)
+    facts.modules = fact_or_none(ctx.sources, MODULES_FACT, read_kernel_modules)
+    mods = facts.modules if isinstance(facts.modules, Mapping) else {}
+    if not (mods.get("proc_modules") or mods.get("sys_module")):
+        facts.lsmod = ctx.sources.run(LSMOD)
+    facts.ulimit = ctx.sources.run(ULIMIT_A)
+    # A hand-written env.json may hold numbers: NCCL reads strings.
+    facts.env = {k: str(v) for k, v in ctx.env.items() if k.startswith("NCCL_")}
+    return facts
+
+
+def collect_rdma_summary(sources: Sources) -> RdmaSummary:
+    """The HCA summary of this node (or snapshot): sysfs first, ibstat/ibv_devinfo/ibstatus for the rest."""
+    return summarize_rdma(_collect_devices(sources))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Judge (pure)
+
+
+def _tool_text(result: Optional[CommandResult]) -> str:
+    if result is None or not result.found:
+        return ""
+    # ibstat's ibpanic and ibv_devinfo's errors go to stderr: parse both.
+    return result.stdout + ("\n" + result.stderr if result.stderr else "")
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def summarize_rdma(facts: RdmaFacts) -> RdmaSummary:
+    """Merge what sysfs and the tools said into one summary; for each field the first source that has it
+    wins, in the order sysfs, ibstat, ibv_devinfo, ibstatus."""
+    parsed: list[tuple[str, IbStatus]] = []
+    sysfs = facts.sysfs if isinstance(facts.sysfs, Mapping) else None
+    if sysfs is not None:
+        parsed.append(("sysfs", to_ib_status(sysfs)))
+    devinfo_text = _tool_text(facts.ibv_devinfo)
+    parsed.append(("ibstat", parse_ibstat(_tool_text(facts.ibstat))))
+    parsed.append(("ibv_devinfo", parse_ibv_devinfo(devinfo_text)))
+    parsed.append(("ibstatus", parse_ibstatus(_tool_text(facts.ibstatus))))
+    boards = parse_board_ids(devinfo_text)
+    sys_devices = {d.get("name"): d for d in as_list((sysfs or {}).get("devices")) if isinstance(d, Mapping)}
+
+    summary = RdmaSummary()
+    names: list[str] = []
+    for source, status in parsed:
+        summary.errors.extend((source, line) for line in status.errors)
+        if status.devices:
+            summary.sources.append(source)
+        for d in status.devices:
+            if d.name not in names:
+                names.append(d.name)
+    for name in names:
+        devs = [(src, d) for src, st in parsed for d in st.devices if d.name == name]
+        port_numbers = sorted({p.port for _, d in devs for p in d.ports})
+        ports = []
+        for number in port_numbers:
+            found = [(src, p) for src, d in devs for p in d.ports if p.port == number]
+            state_src = next((src for src, p in found if p.state is not None), found[0][0])
+            ports.append(
+                HcaPort(
+                    port=number,
+                    state=_first(*(p.state for _, p in found)),
+                    physical_state=_first(*(p.physical_state for _, p in found)),
+                    rate_gbps=_first(*(p.rate_gbps for _, p in found)),
+                    link_layer=_first(*(p.link_layer for _, p in found)),
+                    source=state_src,
+                )
+            )
+        raw = sys_devices.get(name) or {}
+        numa = raw.get("numa_node")
+        summary.hcas.append(
+            Hca(
+                name=name,
+                model=_first(*(d.type for _, d in devs)),
+                firmware=_first(*(d.firmware for _, d in devs)),
+                board_id=_first(
+                    raw.get("board_id") if isinstance(raw.get("board_id"), str) else None, boards.get(name)
+                ),
+                numa_node=numa if isinstance(numa, int) else None,
+                pci_slot=raw.get("pci_slot") if isinstance(raw.get("pci_slot"), str) else None,
+                ports=tuple(ports),
+            )
+        )
+    return summary
+
+
+@dataclass(frozen=True)
+class HcaFilter:
+    """NCCL_IB_HCA parsed: `[^][=]dev[:port],dev[:port],...`."""
+
+    raw: str
+    exclude: bool = False
+    exact: bool = False
+    entries: tuple[tuple[str, Optional[int]], ...] = ()
+    invalid: tuple[str, ...] = ()  # entries whose port is not a number
+
+    def entry_matches(self, entry: tuple[str, Optional[int]], device: str, port: Optional[int]) -> bool:
+        name, want_port = entry
+        named = device == name if self.exact else device.startswith(name)
+        return named and (want_port is None or port is None or want_port == port)
+
+    def selects(self, device: str, port: int) -> bool:
+        """Whether NCCL would use this device port under this filter."""
+        hit = any(self.entry_matches(e, device, port) for e in self.entries)
+        return not hit if self.exclude else hit
+
+
+def parse_nccl_ib_hca(value: Optional[str]) -> Optional[HcaFilter]:
+    """`mlx5_0:1,mlx5_1`, `^mlx5_2`, `=mlx5_1:1`, `^=mlx5_3` -> HcaFilter; None when unset or empty."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    exclude = text.startswith("^")
+    text = text[1:] if exclude else text
+    exact = text.startswith("=")
+    text = text[1:] if exact else text
+    entries: list[tuple[str, Optional[int]]] = []
+    invalid: list[str] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        name, sep, port = item.partition(":")
+        if sep and not port.strip().isdigit():
+            invalid.append(item)
+            continue
+        entries.append((name.strip(), int(port) if sep else None))
+    return HcaFilter(raw=value, exclude=exclude, exact=exact, entries=tuple(entries), invalid=tuple(invalid))
+
+
+def _ib_disabled(env: Mapping[str, str]) -> Optional[str]:
+    if env.get("NCCL_IB_DISABLE", "").strip() == "1":
+        return "NCCL_IB_DISABLE=1"
+    if env.get("NCCL_NET", "").strip().lower() == "socket":
+        return f"NCCL_NET={env['NCCL_NET']}"
+    return None
+
+
+def _rate(value: Optional[Number]) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def _port_text(p: HcaPort) -> str:
+    return f"State: {p.state or '?'}, Physical state: {p.physical_state or '?'}, Rate: {_rate(p.rate_gbps)}, Link layer: {p.link_layer or '?'}"
+
+
+SOURCE_DISPLAY = {
+    "sysfs": "/sys/class/infiniband",
+    "ibstat": "ibstat",
+    "ibv_devinfo": "ibv_devinfo -v",
+    "ibstatus": "ibstatus",
+}
+
+
+def _source_label(source: str, hca: Hca, port: Optional[HcaPort] = None) -> str:
+    if source == "sysfs":
+        return f"/sys/class/infiniband/{hca.name}" + (f"/ports/{port.port}" if port else "")
+    return SOURCE_DISPLAY.get(source, source)
+
+
+def _tool_evidence(facts: RdmaFacts) -> list[Evidence]:
+    out = []
+    for result in (facts.ibstat, facts.ibv_devinfo, facts.ibstatus):
+        if result is None:
+            continue
+        why = result.describe_failure()
+        out.append(Evidence(result.display, result.excerpt(6) or why or "(no output)"))
+    return out
+
+
+def check_no_rdma(facts: RdmaFacts, pci: Sequence[PciDevice]) -> list[Finding]:
+    sysfs = facts.sysfs if isinstance(facts.sysfs, Mapping) else None
+    evidence = []
+    if sysfs is not None:
+        where = sysfs.get("class_dir") or "/sys/class/infiniband"
+        state = "has no devices" if sysfs.get("class_dir_present") else "does not exist"
+        evidence.append(Evidence(str(where), f"{where} {state}"))
+    evidence += _tool_evidence(facts)
+    nothing_read = sysfs is None and all(
+        r is None or not r.found for r in (facts.ibstat, facts.ibv_devinfo, facts.ibstatus)
+    )
+    if nothing_read:
+        summary = f"RDMA not checked: no sysfs reading and no ibstat/ibv_devinfo/ibstatus output; {SOCKETS} if it has none"
+    else:
+        summary = f"No RDMA (InfiniBand/RoCE) devices: {SOCKETS}"
+    findings = [NO_RDMA.finding(Severity.SKIP, summary, evidence=evidence)]
+    adapters = [d for d in pci if d.kind == "nic"]
+    if adapters:
+        listed = ", ".join(f"{d.slot} {d.description[:60]}" for d in adapters[:4])
+        findings.append(
+            ADAPTER_WITHOUT_RDMA.finding(
+                Severity.WARN,
+                f"{len(adapters)} InfiniBand/RoCE-capable adapter(s) on the PCI bus ({listed}) but no RDMA device: {SOCKETS}",
+                evidence=[
+                    Evidence(
+                        "lspci -vvv",
+                        "\n".join(f"{d.slot} {d.class_name}: {d.description}" for d in adapters[:8]),
+                    )
+                ],
+                data={"adapters": [d.slot for d in adapters]},
+            )
+        )
+    else:
+        names, where = loaded_modules(facts)
+        if names is not None and "mlx5_core" in names and "mlx5_ib" not in names:
+            findings.append(
+                ADAPTER_WITHOUT_RDMA.finding(
+                    Severity.WARN,
+                    f"mlx5_core (the ConnectX Ethernet driver) is loaded but mlx5_ib is not: no RDMA device, {SOCKETS}",
+                    evidence=[
+                        Evidence(
+                            where,
+                            "mlx5_core loaded; mlx5_ib, ib_core: "
+                            + ("ib_core loaded" if "ib_core" in names else "not loaded"),
+                        )
+                    ],
+                    data={"modules": sorted(n for n in names if n.startswith(("mlx5", "ib_")))},
+                )
+            )
+    return findings
+
+
+def _group_text(summary: RdmaSummary) -> str:
+    groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+    for h in summary.hcas:
+        for p in h.ports or (HcaPort(port=0),):
+            key = (h.model or "?", h.firmware or "?", p.state or "?", _rate(p.rate_gbps), p.link_layer or "?")
+            groups[key].append(f"{h.name}:{p.port}" if len(h.ports) > 1 else h.name)
+    parts = []
+    for (model, fw, state, rate, layer), names in groups.items():
+        shown = ", ".join(names[:6]) + (f" (+{len(names) - 6})" if len(names) > 6 else "")
+        parts.append(f"{shown}: {model} fw {fw}, {state}, {rate} Gb/s {layer}")
+    return "; ".join(parts)
+
+
+def check_inventory(summary: RdmaSummary) -> Finding:
+    n_ports, n_active = len(summary.ports), len(summary.active_ports)
+    return INVENTORY.finding(
+        Severity.INFO,
+        f"{len(summary.hcas)} RDMA device(s), {n_active} of {n_ports} port(s) Active ({_group_text(summary)})",
+        evidence=[
+            Evidence(SOURCE_DISPLAY.get(s, s), ", ".join(h.name for h in summary.hcas[:16]))
+            for s in summary.sources
+        ],
+        data=summary.to_dict(),
+    )
+
+
+def _port_fix(hca: Hca, p: HcaPort) -> str:
+    where = f"{hca.name} port {p.port}"
+    if p.is_roce:
+        return (
+            f"Bring the Ethernet interface of {where} up: find it with `ibdev2netdev`, then "
+            "`ip link set DEV up`; check the cable and the switch port."
+        )
+    if p.physical_state in ("Polling", "Sleep"):
+        return (
+            f"No physical link on {where}: reseat or replace the cable/transceiver and check that the switch "
+            f"port is up (`mlxlink -d {hca.name} -p {p.port}` shows the cable and errors)."
+        )
+    if p.physical_state == "Disabled":
+        return f"{where} is disabled: enable it (`mlxlink -d {hca.name} -p {p.port} --port_state UP`, or on the switch)."
+    if p.physical_state == "LinkUp":
+        return (
+            f"The link of {where} is up but the subnet manager has not configured it ({p.state}): check that "
+            "opensm (or the UFM/switch SM) runs on this fabric (`sminfo`), then `ibstat` again."
+        )
+    return PORT_STATE.fix
+
+
+def check_ports(
+    summary: RdmaSummary, hca_filter: Optional[HcaFilter], disabled_by: Optional[str]
+) -> list[Finding]:
+    findings = []
+    for hca, p in summary.ports:
+        if p.active:
+            continue
+        used = disabled_by is None and (hca_filter is None or hca_filter.selects(hca.name, p.port))
+        if disabled_by:
+            note = f"; not used by NCCL ({disabled_by})"
+        elif not used:
+            note = f"; not used by NCCL (NCCL_IB_HCA={hca_filter.raw if hca_filter else ''})"
+        elif hca_filter is not None:
+            note = "; selected by NCCL_IB_HCA"
+        else:
+            note = "; NCCL_IB_HCA unset, so NCCL would use it"
+        layer = " (RoCE)" if p.is_roce else ""
+        findings.append(
+            PORT_STATE.finding(
+                Severity.FAIL if used else Severity.WARN,
+                f"{hca.name} port {p.port}{layer} is {p.state or '?'} / {p.physical_state or '?'} (expected Active / LinkUp){note}",
+                evidence=[
+                    Evidence(_source_label(p.source, hca, p), f"{hca.name} port {p.port}: {_port_text(p)}")
+                ],
+                fix=_port_fix(hca, p),
+                data={
+                    "device": hca.name,
+                    "port": p.port,
+                    "state": p.state,
+                    "physical_state": p.physical_state,
+                    "used_by_nccl": used,
+                },
+            )
+        )
+    if not findings and summary.ports:
+        findings.append(
+            PORT_STATE.finding(
+                Severity.OK,
+                f"All {len(summary.ports)} RDMA port(s) are Active / LinkUp",
+                evidence=[
+                    Evidence(_source_label(p.source, h, p), f"{h.name} port {p.port}: {_port_text(p)}")
+                    for h, p in summary.ports[:8]
+                ],
+            )
+        )
+    return findings
+
+
+def check_rates(summary: RdmaSummary) -> list[Finding]:
+    groups: dict[tuple[Optional[str], Optional[str]], list[tuple[Hca, HcaPort]]] = defaultdict(list)
+    for h, p in summary.active_ports:
+        if p.rate_gbps is not None:
+            groups[(h.model, p.link_layer)].append((h, p))
+    findings = []
+    for (model, layer), members in groups.items():
+        best = max(float(p.rate_gbps or 0) for _, p in members)
+        for h, p in members:
+            if float(p.rate_gbps or 0) < best:
+                findings.append(
+                    PORT_RATE.finding(
+                        Severity.WARN,
+                        f"{h.name} port {p.port} negotiated {_rate(p.rate_gbps)} of {best:g} Gb/s "
+                        f"(other {' '.join(x for x in (model, layer) if x) or 'same-model'} ports run at {best:g})",
+                        evidence=[
+                            Evidence(
+                                _source_label(p.source, h, p),
+                                f"{h2.name} port {p2.port}: Rate {_rate(p2.rate_gbps)}",
+                            )
+                            for h2, p2 in members[:8]
+                        ],
+                        data={
+                            "device": h.name,
+                            "port": p.port,
+                            "rate_gbps": p.rate_gbps,
+                            "expected_gbps": best,
+                        },
+                    )
+                )
+    return findings
+
+
+def check_firmware(summary: RdmaSummary) -> list[Finding]:
+    by_model: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for h in summary.hcas:
+        if h.model and h.firmware:
+            by_model[h.model][h.firmware].append(h.name)
+    findings = []
+    for model, versions in by_model.items():
+        if len(versions) > 1:
+            text = "; ".join(f"{fw} on {', '.join(names)}" for fw, names in sorted(versions.items()))
+            findings.append(
+                FIRMWARE.finding(
+                    Severity.WARN,
+                    f"{model} adapters run {len(versions)} firmware versions: {text}",
+                    evidence=[Evidence("ibstat / /sys/class/infiniband/*/fw_ver", text)],
+                    data={"model": model, "versions": {fw: names for fw, names in versions.items()}},
+                )
+            )
+    return findings
+
+
+def check_roce(summary: RdmaSummary, env: Mapping[str, str]) -> list[Finding]:
+    roce = [(h, p) for h, p in summary.ports if p.is_roce]
+    if not roce:
+        return []
+    names = ", ".join(f"{h.name}:{p.port}" for h, p in roce[:8]) + (
+        f" (+{len(roce) - 8})" if len(roce) > 8 else ""
+    )
+    gid = env.get("NCCL_IB_GID_INDEX")
+    gid_text = (
+        f"NCCL_IB_GID_INDEX={gid}; make sure it is the RoCE v2 index on every node (`show_gids`)"
+        if gid
+        else "NCCL_IB_GID_INDEX is unset: NCCL picks the GID; if nodes pick differently, set it to the RoCE v2 index from `show_gids`"
+    )
+    return [
+        ROCE.finding(
+            Severity.INFO,
+            f"{len(roce)} RoCE port(s) (link layer Ethernet): {names}. {gid_text}",
+            evidence=[
+                Evidence(_source_label(p.source, h, p), f"{h.name} port {p.port}: Link layer: {p.link_layer}")
+                for h, p in roce[:8]
+            ],
+            data={"ports": [f"{h.name}:{p.port}" for h, p in roce], "nccl_ib_gid_index": gid},
+        )
+    ]
+
+
+def check_nccl_ib_hca(
+    summary: RdmaSummary, hca_filter: Optional[HcaFilter], disabled_by: Optional[str] = None
+) -> list[Finding]:
+    if hca_filter is None:
+        return []
+    evidence = [Evidence("environment NCCL_IB_HCA", hca_filter.raw)] + [
+        Evidence(
+            "devices",
+            ", ".join(
+                f"{h.name} (ports {', '.join(str(p.port) for p in h.ports) or '?'})" for h in summary.hcas
+            ),
+        )
+    ]
+    problems: list[str] = [f"'{item}' has a port that is not a number" for item in hca_filter.invalid]
+    prefix_wide: list[str] = []
+    for name, port in hca_filter.entries:
+        named = [h for h in summary.hcas if (h.name == name if hca_filter.exact else h.name.startswith(name))]
+        label = f"{name}:{port}" if port is not None else name
+        if not named:
+            problems.append(f"'{label}' names no device")
+        elif port is not None and not any(p.port == port for h in named for p in h.ports):
+            problems.append(f"'{label}': {', '.join(h.name for h in named)} has no port {port}")
+        elif not hca_filter.exact and len(named) > 1 and not hca_filter.exclude:
+            prefix_wide.append(f"'{name}' also selects {', '.join(h.name for h in named if h.name != name)}")
+    findings = []
+    if problems:
+        # An exclusion of nothing, or a filter NCCL ignores because IB is off, does not break the job.
+        sev = Severity.WARN if hca_filter.exclude or disabled_by else Severity.FAIL
+        what = "excludes nothing" if hca_filter.exclude else "selects nothing"
+        findings.append(
+            NCCL_IB_HCA.finding(
+                sev,
+                f"NCCL_IB_HCA={hca_filter.raw}: " + "; ".join(problems) + f" (that entry {what})",
+                evidence=evidence,
+                data={"problems": problems},
+            )
+        )
+    if prefix_wide:
+        findings.append(
+            NCCL_IB_HCA.finding(
+                Severity.WARN,
+                f"NCCL_IB_HCA={hca_filter.raw} matches names as prefixes: "
+                + "; ".join(prefix_wide)
+                + " (prefix with '=' for exact names)",
+                evidence=evidence,
+                fix="Use exact names: `NCCL_IB_HCA==mlx5_0:1,mlx5_1:1` (the leading '=' turns off prefix matching).",
+            )
+        )
+    if not findings:
+        selected = [f"{h.name}:{p.port}" for h, p in summary.ports if hca_filter.selects(h.name, p.port)]
+        findings.append(
+            NCCL_IB_HCA.finding(
+                Severity.OK,
+                f"NCCL_IB_HCA={hca_filter.raw} selects {', '.join(selected) or 'no port'}",
+                evidence=evidence,
+            )
+        )
+    return findings
+
+
+def check_ib_disabled(summary: RdmaSummary, disabled_by: Optional[str]) -> list[Finding]:
+    active = summary.active_ports
+    if disabled_by is None or not active:
+        return []
+    return [
+        NCCL_IB_DISABLED.finding(
+            Severity.WARN,
+            f"{disabled_by} while {len(active)} RDMA port(s) are Active: {SOCKETS}",
+            evidence=[Evidence(f"environment {disabled_by.split('=')[0]}", disabled_by)],
+        )
+    ]
+
+
+def check_tool_errors(summary: RdmaSummary) -> list[Finding]:
+    lines = [(tool, line) for tool, line in summary.errors if tool != "sysfs"]
+    if not lines:
+        return []
+    return [
+        TOOL_ERRORS.finding(
+            Severity.WARN,
+            f"{lines[0][0]}: {lines[0][1]}" + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
+            evidence=[Evidence(tool, line) for tool, line in lines[:8]],
+            data={"errors": [{"tool": t, "line": line} for t, line in lines]},
+        )
+    ]
+
+
+def check_uverbs(sysfs: Optional[Mapping[str, Any]], summary: RdmaSummary) -> list[Finding]:
+    if not isinstance(sysfs, Mapping) or not as_list(sysfs.get("devices")):
+        return []
+    nodes = sysfs.get("dev_infiniband")
+    nodes = nodes if isinstance(nodes, list) else None
+    if nodes and any(str(n).startswith("uverbs") for n in nodes):
+        return []
+    seen = "absent" if nodes is None else f"has no uverbs nodes ({', '.join(map(str, nodes)) or 'empty'})"
+    return [
+        UVERBS.finding(
+            Severity.WARN,
+            f"{len(summary.hcas)} RDMA device(s) in sysfs but /dev/infiniband is {seen}: {SOCKETS}",
+            evidence=[Evidence("ls /dev/infiniband", str(nodes))],
+        )
+    ]
+
+
+def loaded_modules(facts: RdmaFacts) -> tuple[Optional[set[str]], str]:
+    """Module names (dashes as underscores) and where they were read; None when no source was readable."""
+    mods = facts.modules if isinstance(facts.modules, Mapping) else {}
+    if isinstance(mods.get("proc_modules"), str) and mods["proc_modules"].strip():
+        return {n.replace("-", "_") for n in module_names(mods["proc_modules"])}, "/proc/modules"
+    if facts.lsmod is not None and facts.lsmod.found and facts.lsmod.stdout.strip():
+        return {n.replace("-", "_") for n in module_names(facts.lsmod.stdout)}, "lsmod"
+    if isinstance(mods.get("sys_module"), list) and mods["sys_module"]:
+        return {str(n).replace("-", "_") for n in mods["sys_module"]}, "/sys/module"
+    return None, ""
+
+
+def check_gpudirect(facts: RdmaFacts, pci: Sequence[PciDevice]) -> list[Finding]:
+    names, where = loaded_modules(facts)
+    sysfs = facts.sysfs if isinstance(facts.sysfs, Mapping) else {}
+    markers = [str(m) for m in as_list(sysfs.get("gdr_markers"))]
+    loaded = sorted(set(GPUDIRECT_MODULES) & (names or set()))
+    if loaded or markers:
+        shown = ", ".join(loaded) or ", ".join(f"/{m}" for m in markers)
+        return [
+            GPUDIRECT.finding(
+                Severity.OK,
+                f"GPUDirect RDMA peer-memory module loaded ({shown})",
+                evidence=[Evidence(where or "sysfs", shown)],
+            )
+        ]
+    has_gpu = any(d.kind == "gpu" and "nvidia" in d.description.lower() for d in pci)
+    if names is None:
+        return [
+            GPUDIRECT.finding(
+                Severity.INFO,
+                "Could not tell whether nvidia_peermem is loaded: no module list (/proc/modules, lsmod, "
+                "/sys/module) was available",
+                evidence=[Evidence("/proc/modules, lsmod, /sys/module", "not available")],
+            )
+        ]
+    if "nvidia" not in names and not has_gpu:
+        return [
+            GPUDIRECT.finding(
+                Severity.SKIP,
+                "No NVIDIA GPU driver loaded: GPUDirect RDMA does not apply",
+                evidence=[Evidence(where, "no nvidia module")],
+            )
+        ]
+    return [
+        GPUDIRECT.finding(
+            Severity.WARN,
+            "RDMA devices and the NVIDIA driver are present but nvidia_peermem is not loaded: inter-node "
+            "transfers are staged through host memory (unless NCCL uses DMA-BUF)",
+            evidence=[Evidence(where, f"{len(names)} modules; none of {', '.join(GPUDIRECT_MODULES)}")],
+        )
+    ]
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}" if n % scale == 0 else f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def check_memlock(result: Optional[CommandResult], disabled_by: Optional[str]) -> list[Finding]:
+    evidence = [Evidence(result.display if result else "ulimit -a", result.excerpt(20) if result else "")]
+    limits = parse_ulimit(result.stdout) if result is not None and result.stdout else None
+    memlock = limits.get("l") if limits else None
+    if memlock is None:
+        why = (result.describe_failure() if result else "") or "no 'max locked memory' line"
+        # Absent (not installed, or not in the snapshot): the system area reports the unreadable limits.
+        sev = Severity.SKIP if result is None or not result.found else Severity.ERROR
+        return [MEMLOCK.finding(sev, f"Could not read the memlock limit: {why}", evidence=evidence)]
+    if memlock.unlimited:
+        return [
+            MEMLOCK.finding(
+                Severity.OK, "memlock is unlimited", evidence=evidence, data={"memlock_bytes": None}
+            )
+        ]
+    size = memlock.bytes() or 0
+    data = {"memlock_bytes": size}
+    if size < MEMLOCK_FAIL_BYTES:
+        sev = Severity.WARN if disabled_by else Severity.FAIL
+        note = f" ({disabled_by}, so NCCL will not register memory now)" if disabled_by else ""
+        return [
+            MEMLOCK.finding(
+                sev,
+                f"memlock (max locked memory) is {_size(size)} with RDMA devices present: NCCL's ibv_reg_mr will fail with 'Cannot allocate memory'{note}",
+                evidence=evidence,
+                data=data,
+            )
+        ]
+    return [
+        MEMLOCK.finding(
+            Severity.INFO,
+            f"memlock is limited to {_size(size)}; unlimited (`ulimit -l unlimited`) is what NCCL expects",
+            evidence=evidence,
+            data=data,
+        )
+    ]
+
+
+def _describe(d: PciDevice) -> str:
+    return f"{d.slot} {d.description[:50]}".strip() if d.slot else "(slot not shown)"
+
+
+def check_pcie(result: Optional[CommandResult]) -> tuple[list[Finding], list[PciDevice]]:
+    """ACS on bridges above GPUs/NICs and downgraded GPU/NIC links, from `lspci -vvv`."""
+    if result is None or not result.found or not result.stdout.strip():
+        why = (result.describe_failure() if result else "") or "no output"
+        return [
+            PCIE_UNREADABLE.finding(
+                Severity.SKIP,
+                f"ACS and PCIe link checks skipped: {why}",
+                evidence=[Evidence("lspci -vvv", why)],
+            )
+        ], []
+    devices = parse_lspci(result.stdout)
+    findings: list[Finding] = []
+    acs_known = [d for d in devices if d.acs_control is not None]
+    acs_on = [d for d in acs_known if d.acs_redirecting and (d.kind == "bridge" or d.slot is None)]
+    targets = [d for d in devices if d.kind in ("gpu", "nic")]
+    partial = not any(d.slot and d.kind != "bridge" for d in devices)
+    if targets:
+        relevant = [b for b in acs_on if b.slot is None or any(b.is_above(t) for t in targets)]
+    else:
+        relevant = acs_on if partial else []
+    unreadable = [d for d in devices if not d.capabilities_readable]
+    if relevant:
+        slots = [d.slot or "?" for d in relevant]
+        setpci = "; ".join(f"setpci -s {s} ECAP_ACS+0x6.w=0000" for s in slots[:4] if s != "?")
+        findings.append(
+            ACS.finding(
+                Severity.WARN,
+                f"ACS is enabled on {len(relevant)} PCIe bridge(s)"
+                + (
+                    f" ({', '.join(slots[:6])}{' ...' if len(slots) > 6 else ''})"
+                    if any(s != "?" for s in slots)
+                    else ""
+                )
+                + ": GPU peer-to-peer and GPUDirect RDMA traffic goes through the root complex (slow, NCCL hangs)",
+                evidence=[
+                    Evidence(
+                        "lspci -vvv",
+                        f"{_describe(d)}: ACSCtl "
+                        + " ".join(f"{k}{'+' if v else '-'}" for k, v in (d.acs_control or {}).items()),
+                    )
+                    for d in relevant[:6]
+                ],
+                fix=ACS.fix + (f" Here: `{setpci}`." if setpci else ""),
+                data={"bridges": slots, "controls_on": {d.slot or "?": d.acs_redirecting for d in relevant}},
+            )
+        )
+    elif acs_known:
+        findings.append(
+            ACS.finding(
+                Severity.OK,
+                f"ACS is on for {len(acs_on)} PCIe port(s), none of them above a GPU or RDMA NIC"
+                if acs_on
+                else f"ACS redirection is off on the {len(acs_known)} PCIe port(s) that report ACS controls",
+                evidence=[
+                    Evidence(
+                        "lspci -vvv",
+                        f"{len(acs_known)} ACSCtl lines, {len(acs_on)} with SrcValid+/ReqRedir+/CmpltRedir+",
+                    )
+                ],
+            )
+        )
+    elif unreadable:
+        findings.append(
+            PCIE_UNREADABLE.finding(
+                Severity.SKIP,
+                f"lspci could not read PCIe capabilities ({len(unreadable)} device(s) '<access denied>'): run as root for the ACS and link checks",
+                evidence=[Evidence("lspci -vvv", "Capabilities: <access denied>")],
+            )
+        )
+    else:
+        findings.append(
+            ACS.finding(
+                Severity.OK,
+                f"No PCIe port reports ACS controls ({len(devices)} PCI device(s) listed)",
+                evidence=[Evidence("lspci -vvv", f"{len(devices)} devices, no ACSCtl lines")],
+            )
+        )
+    findings += _check_links(targets)
+    return findings, devices
+
+
+def _link_text(d: PciDevice) -> str:
+    cap, sta = d.link_capability, d.link_status
+    parts = []
+    if sta and sta.width is not None:
+        parts.append(f"x{sta.width}" + (f" of x{cap.width}" if cap and cap.width is not None else ""))
+    if sta and sta.speed_gts is not None:
+        parts.append(
+            f"{sta.speed_gts:g}"
+            + (f" of {cap.speed_gts:g}" if cap and cap.speed_gts is not None else "")
+            + " GT/s"
+        )
+    return ", ".join(parts)
+
+
+def _check_links(targets: Iterable[PciDevice]) -> list[Finding]:
+    warn, idle, fine = [], [], 0
+    for d in targets:
+        sta = d.link_status
+        if sta is None:
+            continue
+        if sta.width_downgraded or (d.kind == "nic" and sta.speed_downgraded):
+            warn.append(d)
+        elif sta.speed_downgraded:
+            idle.append(d)  # GPUs drop link speed when idle: only a hint
+        else:
+            fine += 1
+    findings = []
+    if warn:
+        findings.append(
+            PCIE_LINK.finding(
+                Severity.WARN,
+                "PCIe link below capability: "
+                + "; ".join(f"{_describe(d)} ({_link_text(d)})" for d in warn[:6]),
+                evidence=[Evidence("lspci -vvv", f"{d.slot} LnkSta: {_link_text(d)}") for d in warn[:6]],
+                data={"devices": [d.slot for d in warn]},
+            )
+        )
+    if idle:
+        findings.append(
+            PCIE_LINK.finding(
+                Severity.INFO,
+                "GPU PCIe link speed below capability (normal for an idle GPU; check under load with `nvidia-smi -q -d PCIE`): "
+                + "; ".join(f"{_describe(d)} ({_link_text(d)})" for d in idle[:6]),
+                evidence=[Evidence("lspci -vvv", f"{d.slot} LnkSta: {_link_text(d)}") for d in idle[:6]],
+                data={"devices": [d.slot for d in idle]},
+            )
+        )
+    if not warn and not idle and fine:
+        findings.append(
+            PCIE_LINK.finding(
+                Severity.OK,
+                f"{fine} GPU/NIC PCIe link(s) at full width and speed",
+                evidence=[Evidence("lspci -vvv", "LnkSta (ok)")],
+            )
+        )
+    return findings
+
+
+def check_rdma(facts: RdmaFacts) -> list[Finding]:
+    pcie_findings, pci = check_pcie(facts.lspci)
+    summary = summarize_rdma(facts)
+    if not summary.hcas:
+        return check_no_rdma(facts, pci) + pcie_findings
+    env = facts.env or {}
+    hca_filter = parse_nccl_ib_hca(env.get("NCCL_IB_HCA"))
+    disabled_by = _ib_disabled(env)
+    findings = [check_inventory(summary)]
+    findings += check_ports(summary, hca_filter, disabled_by)
+    findings += check_rates(summary)
+    findings += check_firmware(summary)
+    findings += check_roce(summary, env)
+    findings += check_nccl_ib_hca(summary, hca_filter, disabled_by)
+    findings += check_ib_disabled(summary, disabled_by)
+    findings += check_tool_errors(summary)
+    findings += check_uverbs(facts.sysfs, summary)
+    findings += check_gpudirect(facts, pci)
+    findings += check_memlock(facts.ulimit, disabled_by)
+    return findings + pcie_findings
+
+
+AREA = Area(name="rdma", title="RDMA and PCIe fabric", collect=collect_rdma, judge=check_rdma, order=70)

@@ -1,0 +1,373 @@
+"""`ddpdoctor bench-nccl`: collective bandwidth with nccl-tests' numbers, correctness on, a launch that cannot hang."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ddpdoctor.cli.app import app
+from ddpdoctor.model import ExitCode
+
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_BYTES_NCCL = "1G"
+DEFAULT_MAX_BYTES_GLOO = "32M"  # gloo on CPU moves ~1 GB/s: 1 GiB x 25 iterations x 7 ops takes minutes
+
+BENCH_EXIT_CODES = (
+    "Exit codes: 0 every result correct and every verdict passed; 1 wrong elements, busbw below --min-busbw, "
+    "a regression against --baseline, or a rank that failed or hung; 2 usage error or a launch refused before "
+    "start (nothing ran); 3 the ranks could not be started; 130 interrupted."
+)
+
+
+def _split_ops(values: str) -> list[str]:
+    from ddpdoctor.bench.math import OPS
+
+    ops = [o.strip() for o in values.split(",") if o.strip()]
+    aliases = {"alltoall": "all_to_all", "allreduce": "all_reduce", "allgather": "all_gather",
+               "reducescatter": "reduce_scatter", "send_recv": "sendrecv"}
+    ops = [aliases.get(o, o) for o in ops]
+    unknown = [o for o in ops if o not in OPS]
+    if unknown or not ops:
+        raise ValueError(f"unknown op(s): {', '.join(unknown) or '(none)'}; known: {', '.join(OPS)}")
+    return list(dict.fromkeys(ops))
+
+
+def _usage(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(int(ExitCode.USAGE))
+
+
+@app.command(
+    "bench-nccl",
+    help="Benchmark collectives (all_reduce, all_gather, ...) with nccl-tests' algbw/busbw and a correctness "
+    "check, one rank per GPU (NCCL) or on CPU (gloo). Under torchrun or srun, joins as a rank.\n\n"
+    + BENCH_EXIT_CODES,
+)
+def bench_nccl(
+    nproc: Optional[int] = typer.Option(
+        None, "--nproc", min=1, help="Ranks to start (default: one per visible GPU with NCCL, 4 on CPU)."
+    ),
+    backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo (auto: NCCL when CUDA is usable)."),
+    ops: str = typer.Option(
+        "all_reduce,all_gather,reduce_scatter,broadcast,reduce,all_to_all,sendrecv",
+        "--ops",
+        help="Comma-separated collectives to run.",
+    ),
+    min_bytes: str = typer.Option("8", "--min-bytes", help="Smallest size (K/M/G = powers of 1024, as nccl-tests)."),
+    max_bytes: Optional[str] = typer.Option(
+        None, "--max-bytes", help=f"Largest size (default {DEFAULT_MAX_BYTES_NCCL} with NCCL, {DEFAULT_MAX_BYTES_GLOO} with gloo)."
+    ),
+    step_factor: int = typer.Option(2, "--step-factor", min=2, help="Multiply the size by this each step."),
+    iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per size."),
+    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before timing."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16."),
+    check_values: bool = typer.Option(
+        True, "--check/--no-check", help="Verify every result against the expected values (#wrong)."
+    ),
+    timeout: float = typer.Option(
+        DEFAULT_TIMEOUT_S,
+        "--timeout",
+        min=1.0,
+        help="Most seconds any one step may take (process-group init, or one op at one size); then the "
+        "stuck ranks' stacks are printed and every rank is killed.",
+    ),
+    json_file: Optional[str] = typer.Option(None, "--json", help="Write rows + environment as JSON to FILE ('-': stdout)."),
+    csv_file: Optional[Path] = typer.Option(None, "--csv", help="Write rows + environment as CSV to FILE."),
+    min_busbw: Optional[float] = typer.Option(
+        None, "--min-busbw", min=0.0, help="Exit 1 when the all_reduce peak busbw (GB/s) is below this."
+    ),
+    baseline: Optional[Path] = typer.Option(
+        None, "--baseline", help="An earlier --json file: exit 1 when an op's peak busbw regressed."
+    ),
+    baseline_tolerance: float = typer.Option(
+        0.10, "--baseline-tolerance", min=0.0, max=1.0, help="Allowed drop against --baseline (0.10 = 10%)."
+    ),
+) -> None:
+    from ddpdoctor.bench.math import DTYPE_SIZES
+    from ddpdoctor.bench.sizes import parse_size, size_sequence
+
+    if backend not in ("auto", "nccl", "gloo"):
+        raise _usage(f"--backend must be auto, nccl or gloo, not {backend!r}")
+    if dtype not in DTYPE_SIZES:
+        raise _usage(f"--dtype must be one of {', '.join(DTYPE_SIZES)}, not {dtype!r}")
+    try:
+        op_list = _split_ops(ops)
+        lo = parse_size(min_bytes)
+        hi_given = parse_size(max_bytes) if max_bytes is not None else None
+        if hi_given is not None:
+            size_sequence(lo, hi_given, step_factor)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    if min_busbw is not None and "all_reduce" not in op_list:
+        raise _usage("--min-busbw judges all_reduce: include it in --ops")
+    baseline_rows = None
+    if baseline is not None:
+        from ddpdoctor.bench.results import load_baseline_rows
+
+        try:
+            baseline_rows = load_baseline_rows(json.loads(baseline.read_text()))
+        except (OSError, ValueError) as exc:
+            raise _usage(f"cannot read --baseline {baseline}: {exc}") from None
+
+    from ddpdoctor.bench.launcher import detect_external_launch
+
+    ext = detect_external_launch(os.environ)
+    options = dict(
+        op_list=op_list, lo=lo, hi_given=hi_given, step_factor=step_factor, iters=iters, warmup=warmup,
+        dtype=dtype, check=check_values, timeout=timeout, json_file=json_file, csv_file=csv_file,
+        min_busbw=min_busbw, baseline_rows=baseline_rows, baseline_tolerance=baseline_tolerance,
+    )
+    if ext is not None:
+        code = _run_joined(ext, backend, nproc, options)
+    else:
+        code = _run_local(backend, nproc, options)
+    raise typer.Exit(code)
+
+
+def _plan(decision_backend: str, options: dict[str, Any]):
+    from ddpdoctor.bench.plan import BenchPlan
+    from ddpdoctor.bench.sizes import parse_size, size_sequence
+
+    hi = options["hi_given"]
+    if hi is None:
+        hi = parse_size(DEFAULT_MAX_BYTES_NCCL if decision_backend == "nccl" else DEFAULT_MAX_BYTES_GLOO)
+        hi = max(hi, options["lo"])
+    sizes = size_sequence(options["lo"], hi, options["step_factor"])
+    return BenchPlan(
+        ops=tuple(options["op_list"]),
+        sizes=tuple(sizes),
+        dtype=options["dtype"],
+        iters=options["iters"],
+        warmup=options["warmup"],
+        check=options["check"],
+    )
+
+
+def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
+    from ddpdoctor.bench.launcher import LaunchRefused, launch_local
+    from ddpdoctor.bench.preflight import cpu_count, gather_launch_facts, plan_launch
+    from ddpdoctor.render.bench import BenchProgress, render_notes, render_refusals
+    from ddpdoctor.runner import run_argv
+
+    if os.environ.get("MASTER_PORT") and not os.environ["MASTER_PORT"].strip().isdigit():
+        raise _usage(f"MASTER_PORT={os.environ['MASTER_PORT']!r} is not a port number")
+    facts = gather_launch_facts(lambda c: run_argv(c.argv, c.timeout_s), os.environ)
+    decision = plan_launch(facts, backend, nproc, cpu_count())
+    if decision.refusals:
+        render_refusals(decision.refusals)
+        _write_outputs(
+            options, rows=[], env=_environment(facts, {}, decision.backend, decision.nproc), config={},
+            summaries=[], verdicts=[], launch=None, refusals=[f.to_dict() for f in decision.refusals],
+            code=int(ExitCode.USAGE), expected=None, ratios=[],
+        )
+        return int(ExitCode.USAGE)
+    render_notes(decision.notes)
+    plan = _plan(decision.backend, options)
+    try:
+        with BenchProgress(plan.steps) as progress:
+            result = launch_local(
+                plan,
+                nproc=decision.nproc,
+                backend=decision.backend,
+                step_timeout_s=options["timeout"],
+                master_port=facts.master_port,
+                on_event=progress.on_event,
+            )
+    except LaunchRefused as exc:  # the pinned port was taken between the check and the launch
+        typer.echo(f"refused before launch: MASTER_PORT: {exc}", err=True)
+        return int(ExitCode.USAGE)
+    expected, interconnect = _expected(decision, facts, result.world_size)
+    return _report(options, plan, result, _environment(facts, result.env, decision.backend, decision.nproc),
+                   expected, interconnect, show=True)
+
+
+def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
+    from ddpdoctor.bench.launcher import join_as_rank
+    from ddpdoctor.bench.preflight import read_torch_build
+    from ddpdoctor.render.bench import BenchProgress
+
+    if nproc is not None and nproc != ext.world_size:
+        raise _usage(f"--nproc {nproc} disagrees with the {ext.launcher} world size {ext.world_size}; drop --nproc")
+    if not ext.master_addr or not ext.master_port:
+        raise _usage(
+            f"launched by {ext.launcher} as rank {ext.rank}, but MASTER_ADDR/MASTER_PORT are not set; under srun: "
+            "export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1) MASTER_PORT=29500"
+        )
+    chosen = backend
+    if backend == "auto":
+        _, cuda = read_torch_build()
+        chosen = "nccl" if cuda and os.path.exists("/dev/nvidiactl") else "gloo"
+    plan = _plan(chosen, options)
+    with BenchProgress(plan.steps if ext.rank == 0 else 0) as progress:
+        result = join_as_rank(
+            plan, ext, backend=chosen, step_timeout_s=options["timeout"],
+            on_event=progress.on_event if ext.rank == 0 else None,
+        )
+    env = dict(result.env)
+    env.setdefault("host", socket.gethostname())
+    env["world_size"] = ext.world_size
+    env["launcher"] = ext.launcher
+    return _report(options, plan, result, env, None, None, show=ext.rank == 0)
+
+
+def _environment(facts: Any, rank_env: dict[str, Any], backend: str, nproc: int) -> dict[str, Any]:
+    from ddpdoctor.bench.preflight import visible_gpus
+
+    env: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "backend": backend,
+        "world_size": nproc,
+        "torch": facts.torch_version,
+        "torch_cuda": facts.torch_cuda,
+        "nccl": None,
+        "driver": next((g.driver for g in facts.gpus if g.driver), None),
+        "gpus": [g.name for g in visible_gpus(facts)][:nproc] if backend == "nccl" else [],
+        "cuda_visible_devices": facts.visible.raw,
+        "launcher": "ddpdoctor",
+    }
+    env.update({k: v for k, v in rank_env.items() if v not in (None, [], "") and k != "devices"})
+    return env
+
+
+def _expected(decision: Any, facts: Any, world_size: int) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """Expected all_reduce busbw for the GPUs of this run (NCCL, one node)."""
+    if decision.backend != "nccl" or world_size < 2:
+        return None, None
+    from ddpdoctor.bench.expected import expected_busbw, nvlink_interconnect, parse_nvlink_speeds, pcie_interconnect
+    from ddpdoctor.bench.preflight import NVIDIA_SMI_NVLINK, visible_gpus
+    from ddpdoctor.runner import run_argv
+
+    gpus = visible_gpus(facts)[:world_size]
+    nvlink = run_argv(NVIDIA_SMI_NVLINK.argv, NVIDIA_SMI_NVLINK.timeout_s)
+    ic = None
+    if nvlink.ok:
+        ic = nvlink_interconnect(parse_nvlink_speeds(nvlink.stdout), [g.index for g in gpus])
+    if ic is None and gpus:
+        slowest = min(gpus, key=lambda g: (g.pcie_gen or 0) * (g.pcie_width or 0))
+        ic = pcie_interconnect(slowest.pcie_gen, slowest.pcie_width, slowest.name)
+    if ic is None:
+        return None, None
+    rng = expected_busbw(ic)
+    return (rng.to_dict() if rng else None), ic.label
+
+
+def _report(
+    options: dict[str, Any],
+    plan: Any,
+    result: Any,
+    env: dict[str, Any],
+    expected: Optional[dict[str, Any]],
+    interconnect: Optional[str],
+    show: bool,
+) -> int:
+    from ddpdoctor.bench.results import (
+        compare_baseline,
+        exit_code_for,
+        judge_baseline,
+        judge_correctness,
+        judge_min_busbw,
+        summarize,
+    )
+    from ddpdoctor.render.bench import render_bench_header, render_bench_summary, render_bench_table, render_launch_failure
+
+    rows = result.rows
+    summaries = summarize(rows, plan.ops)
+    verdicts = []
+    if plan.check:
+        verdicts.append(judge_correctness(rows))
+    if options["min_busbw"] is not None and result.ok:
+        verdicts.append(judge_min_busbw(summaries, options["min_busbw"]))
+    ratios = []
+    if options["baseline_rows"] is not None and result.ok:
+        ratios = compare_baseline(rows, options["baseline_rows"], plan.ops, options["baseline_tolerance"])
+        verdicts.append(judge_baseline(ratios, options["baseline_tolerance"]))
+    launch_failed = not result.ok and not result.interrupted
+    code = exit_code_for(verdicts, launch_failed, result.interrupted)
+    if launch_failed and result.root_cause is not None and result.root_cause.rank == -1:
+        code = int(ExitCode.INCONCLUSIVE)  # the ranks never started: no verdict on the interconnect
+    config = {
+        "backend": result.backend,
+        "world_size": result.world_size,
+        "ops": list(plan.ops),
+        "sizes": list(plan.sizes),
+        "dtype": plan.dtype,
+        "iters": plan.iters,
+        "warmup": plan.warmup,
+        "check": plan.check,
+        "timeout_s": options["timeout"],
+    }
+    if show:
+        json_to_stdout = options["json_file"] == "-"
+        if not json_to_stdout:
+            render_bench_header(env, config)
+            render_bench_table(rows, plan.ops)
+            render_bench_summary(summaries, expected, interconnect, ratios, verdicts)
+        if not result.ok:
+            render_launch_failure(result)
+        _write_outputs(
+            options, rows=rows, env=env, config=config, summaries=summaries, verdicts=verdicts,
+            launch=result.to_dict(), refusals=[], code=code, expected=expected, ratios=ratios,
+        )
+    return code
+
+
+def _write_outputs(
+    options: dict[str, Any],
+    *,
+    rows: list[dict[str, Any]],
+    env: dict[str, Any],
+    config: dict[str, Any],
+    summaries: list[Any],
+    verdicts: list[Any],
+    launch: Optional[dict[str, Any]],
+    refusals: list[dict[str, Any]],
+    code: int,
+    expected: Optional[dict[str, Any]],
+    ratios: list[Any],
+) -> None:
+    from ddpdoctor import __version__
+    from ddpdoctor.bench.results import JSON_SCHEMA, ROW_FIELDS, csv_rows
+    from ddpdoctor.render import print_json
+
+    json_file, csv_file = options.get("json_file"), options.get("csv_file")
+    if json_file:
+        data = {
+            "schema": JSON_SCHEMA,
+            "tool": {"name": "ddpdoctor", "version": __version__},
+            "environment": env,
+            "config": config,
+            "rows": [{**{k: r.get(k) for k in ROW_FIELDS}, **({"skipped": r["skipped"]} if r.get("skipped") else {})}
+                     for r in rows],
+            "summary": [s.to_dict() for s in summaries],
+            "expected_all_reduce_busbw": expected,
+            "baseline": [r.to_dict() for r in ratios],
+            "verdicts": [v.to_dict() for v in verdicts],
+            "launch": launch,
+            "refusals": refusals,
+            "exit_code": code,
+        }
+        if json_file == "-":
+            print_json(data)
+        else:
+            try:
+                Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
+            except OSError as exc:
+                typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
+    if csv_file:
+        try:
+            with open(csv_file, "w", newline="") as fh:
+                flat = csv_rows(rows, env)
+                fields = list(flat[0]) if flat else list(ROW_FIELDS)
+                writer = csv.DictWriter(fh, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(flat)
+        except OSError as exc:
+            typer.echo(f"error: cannot write --csv {csv_file}: {exc.strerror or exc}", err=True)
+    sys.stdout.flush()

@@ -1,0 +1,65 @@
+"""Cluster mode glue for the CLI: `check --cluster` runs here (check.py hands over to it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import typer
+
+from ddpdoctor.model import ExitCode
+
+
+def _usage(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(int(ExitCode.USAGE))
+
+
+def run_cluster_command(
+    *,
+    fmt: str,
+    only: Sequence[str],
+    skip: Sequence[str],
+    extra_areas: Sequence[Any],
+    timeout: float,
+    join_timeout: float,
+    hosts: Optional[str],
+    options: Mapping[str, Any],
+    strict: bool,
+    verbose: bool,
+    replay: Optional[Path] = None,
+    prolog: bool = False,
+) -> None:
+    """Run `check --cluster` on this rank; always ends with typer.Exit. ValueError means a usage error."""
+    from ddpdoctor.checks import load_areas
+    from ddpdoctor.cluster.hostlist import expand_hostlist
+    from ddpdoctor.cluster.session import ClusterOptions, print_rank_message, run_cluster_check
+    from ddpdoctor.engine import select_areas
+
+    if replay is not None:
+        raise _usage("--cluster checks the live nodes; --replay cannot be combined with it")
+    if prolog:
+        raise _usage("--prolog checks one node; run it without --cluster")
+    if fmt not in ("table", "json"):
+        raise _usage("--cluster supports --format table and json")
+    opts = ClusterOptions(
+        areas=[*select_areas(load_areas(), only, skip), *extra_areas],
+        check_timeout_s=timeout,
+        join_timeout_s=join_timeout,
+        options=dict(options),
+        expected_hosts=expand_hostlist(hosts) if hosts else (),
+    )
+    outcome = run_cluster_check(opts)  # ClusterUsageError is a ValueError: check.py makes it exit 2
+    if outcome.report is None:
+        print_rank_message(outcome)
+        raise typer.Exit(outcome.exit_code)
+    report = outcome.report
+    if fmt == "json":
+        from ddpdoctor.render import print_json
+
+        print_json(report.to_dict(strict))
+    else:
+        from ddpdoctor.render.cluster import render_cluster_report
+
+        render_cluster_report(report, verbose=verbose, strict=strict)
+    raise typer.Exit(int(report.exit_code(strict)))

@@ -1,0 +1,65 @@
+"""`ddpdoctor expect --write FILE`: an expectations file from this (healthy) node, as a starting point."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ddpdoctor.cli.app import app
+from ddpdoctor.model import ExitCode
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+@app.command(
+    help="Write an expectations file (TOML) from what this node shows: GPU model and count, driver, CUDA, "
+    "NCCL, NVLink, HCAs, kernel modules, /dev/shm. Review it, then use it with `check --expect FILE` "
+    "(and `bench-nccl --expect FILE`). Format in docs/ci.md."
+)
+def expect(
+    write: Path = typer.Option(..., "--write", help="File to write ('-' prints it)."),
+    replay: Optional[Path] = typer.Option(
+        None,
+        "--replay",
+        help="Read the facts from a snapshot directory instead of this machine.",
+        exists=True,
+        file_okay=False,
+        dir_okay=True,
+    ),
+    name: Optional[str] = typer.Option(None, "--name", help="A name for this node type (default: the host)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite FILE if it exists."),
+    timeout: float = typer.Option(
+        DEFAULT_TIMEOUT_S, "--timeout", min=0.1, help="Bound, in seconds, on each probe."
+    ),
+) -> None:
+    from ddpdoctor.engine import load_hostname
+    from ddpdoctor.expect import expectations_from_facts, gather_node_facts, render_expectations_toml
+    from ddpdoctor.sources import LiveSources, ReplaySources
+
+    to_stdout = str(write) == "-"
+    if not to_stdout and write.exists() and not force:
+        typer.echo(f"error: {write} exists (use --force to overwrite)", err=True)
+        raise typer.Exit(ExitCode.USAGE)
+    sources = ReplaySources(replay) if replay is not None else LiveSources()
+    sources.deadline = time.monotonic() + timeout
+    host = load_hostname(sources) if replay is not None else socket.gethostname()
+    facts = gather_node_facts(sources)
+    tables, notes = expectations_from_facts(facts)
+    origin = f"snapshot {replay}" if replay is not None else f"host {host}"
+    text = render_expectations_toml(tables, notes, name or host, origin)
+    if to_stdout:
+        typer.echo(text, nl=False)
+    else:
+        try:
+            write.write_text(text)
+        except OSError as exc:
+            typer.echo(f"error: cannot write {write}: {exc.strerror or exc}", err=True)
+            raise typer.Exit(ExitCode.USAGE) from None
+        typer.echo(
+            f"wrote {write}" + (f" ({len(notes)} facts unavailable, see its comments)" if notes else "")
+        )
+    raise typer.Exit(0)

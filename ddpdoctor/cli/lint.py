@@ -1,0 +1,55 @@
+"""`ddpdoctor lint PATH...`: static checks of DDP training scripts (ast only; scripts are never run)."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from ddpdoctor.cli.app import app
+from ddpdoctor.cli.check import split_names
+from ddpdoctor.model import ExitCode
+
+LINT_EXIT_HELP = "Exit codes: 0 no findings; 1 findings (or a file that does not parse); 2 usage error."
+
+
+@app.command(
+    help="Find DDP pitfalls in training scripts before they cost a cluster: fork-started CUDA, the GPU "
+    "picked from the global rank, hard-coded ports, set_epoch forgotten, every rank saving, and more. "
+    "Files and directories (*.py, honouring .gitignore). Silence a line with `# noqa: DDPxxx`. "
+    "Rules in docs/lint.md.\n\n" + LINT_EXIT_HELP
+)
+def lint(
+    paths: List[str] = typer.Argument(..., help="Files or directories to lint."),
+    select: Optional[List[str]] = typer.Option(
+        None, "--select", help="Only these rule ids or prefixes (comma-separated), e.g. DDP003,DDP01."
+    ),
+    ignore: Optional[List[str]] = typer.Option(
+        None, "--ignore", help="Skip these rule ids or prefixes (comma-separated)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (same as --format json)."),
+    fmt: str = typer.Option("text", "--format", help="Output format: text, json or github (annotations)."),
+) -> None:
+    from ddpdoctor.lint import lint_paths, select_rules
+    from ddpdoctor.render.lint import FORMATS, render_lint_report
+
+    fmt = fmt.lower()
+    if fmt not in FORMATS:
+        typer.echo(f"error: unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", err=True)
+        raise typer.Exit(ExitCode.USAGE)
+    if json_out:
+        if fmt not in ("text", "json"):
+            typer.echo(f"error: --json conflicts with --format {fmt}", err=True)
+            raise typer.Exit(ExitCode.USAGE)
+        fmt = "json"
+    try:
+        rules = select_rules(split_names(select), split_names(ignore))
+        report = lint_paths(paths, rules)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    except FileNotFoundError as exc:
+        typer.echo(f"error: no such file or directory: {exc}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    render_lint_report(report, fmt)
+    raise typer.Exit(report.exit_code)

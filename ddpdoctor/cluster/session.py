@@ -1,0 +1,362 @@
+"""`check --cluster` on every rank: join, run the local checks, gather to rank 0, judge, report.
+
+Every wait is bounded: joining by --join-timeout, the local checks by --timeout, the gather by the
+collective timeout. A rank that never joins or goes silent is named in the report instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Mapping, Optional, Sequence
+
+from ddpdoctor.cluster.collectives import gather_json
+from ddpdoctor.cluster.facts import make_facts_area
+from ddpdoctor.cluster.judge import GATHER_FAILED, judge_cluster
+from ddpdoctor.cluster.launch import LaunchError, LaunchInfo, detect_launch
+from ddpdoctor.cluster.membership import (
+    LOST_AFTER_S,
+    NEVER_JOINED,
+    PLAN_KEY,
+    POLL_INTERVAL_S,
+    READY,
+    READY_SLACK_S,
+    SILENT,
+    Channel,
+    Heartbeat,
+    WaitOutcome,
+    identity_key,
+    name_absent,
+    open_store,
+    payload_key,
+    ready_key,
+    wait_for_ranks,
+)
+from ddpdoctor.cluster.report import (
+    LOST,
+    MISSING,
+    NO_DATA,
+    REPORTED,
+    ClusterReport,
+    NodeIdentity,
+    NodeResult,
+    finding_from_dict,
+)
+from ddpdoctor.engine import Area, run_checks
+from ddpdoctor.model import Evidence, ExitCode, Finding, Severity
+from ddpdoctor.sources import LiveSources, redact_data
+
+DEFAULT_JOIN_TIMEOUT_S = 120.0
+DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
+
+
+class ClusterUsageError(ValueError):
+    """Not started by a launcher, or an inconsistent launcher environment."""
+
+
+@dataclass
+class ClusterOptions:
+    areas: Sequence[Area]
+    check_timeout_s: float
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S
+    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S
+    lost_after_s: float = LOST_AFTER_S
+    options: Mapping[str, Any] = field(default_factory=dict)
+    expected_hosts: Sequence[str] = ()  # --hosts; under srun SLURM_JOB_NODELIST is used when empty
+
+
+@dataclass
+class ClusterOutcome:
+    rank: int
+    report: Optional[ClusterReport]  # only on rank 0
+    exit_code: int
+    message: str = ""  # for stderr on ranks other than 0
+
+
+def require_launch(env: Mapping[str, str]) -> LaunchInfo:
+    try:
+        info = detect_launch(env)
+    except LaunchError as exc:
+        raise ClusterUsageError(str(exc)) from None
+    if info is None:
+        raise ClusterUsageError(
+            "check --cluster runs under a launcher: start it with torchrun (RANK, WORLD_SIZE, MASTER_ADDR, "
+            "MASTER_PORT) or srun (SLURM_PROCID, SLURM_NTASKS); see docs/cluster.md"
+        )
+    return info
+
+
+def make_identity(info: LaunchInfo) -> NodeIdentity:
+    return NodeIdentity(
+        rank=info.rank,
+        hostname=socket.gethostname(),
+        node_rank=info.node_rank,
+        local_rank=info.local_rank,
+        pid=os.getpid(),
+        launcher=info.launcher,
+    )
+
+
+def run_local(opts: ClusterOptions, identity: NodeIdentity) -> dict[str, Any]:
+    """This node's checks and key facts, bounded by --timeout like `ddpdoctor check`."""
+    facts: dict[str, Any] = {}
+    areas = [*opts.areas, make_facts_area(facts)]
+    report = run_checks(LiveSources(), areas, timeout_s=opts.check_timeout_s, options=opts.options)
+    # Findings quote commands, environment values and tool output: redact before anything leaves the node.
+    return redact_data(
+        {
+            "identity": identity.to_dict(),
+            "facts": facts,
+            "findings": [f.to_dict() for f in report.findings],
+            "duration_s": report.duration_s,
+        }
+    )
+
+
+def _store_failure(info: LaunchInfo, exc: BaseException) -> str:
+    where = f"{info.master_addr}:{info.master_port}"
+    if info.rank == 0 and not info.use_agent_store:
+        from ddpdoctor.ports import find_port_holder
+
+        holder = find_port_holder(info.master_port)
+        extra = f"; {holder.describe()}" if holder else ""
+        return f"rank 0 could not host the TCP store at {where}: {exc}{extra}"
+    return f"rank {info.rank} could not reach the TCP store at {where}: {exc}"
+
+
+def gather_over_gloo(
+    channel: Channel, info: LaunchInfo, payload: Any, timeout_s: float
+) -> tuple[Optional[list[Any]], str]:
+    """Payloads to rank 0 over a gloo group built on the same store; (payloads or None, error)."""
+    import torch.distributed as dist
+
+    store = dist.PrefixStore("gloo", channel.store)
+    try:
+        store.set_timeout(timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            "gloo",
+            store=store,
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        return gather_json(payload, dst=0), ""
+    except Exception as exc:  # noqa: BLE001 - a gloo failure is a finding, not a crash
+        return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    finally:
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001, S110 - best effort on the way out
+            pass
+
+
+def collect_from_store(channel: Channel, ranks: Sequence[int], deadline: float) -> dict[int, Any]:
+    """Rank 0: payloads that ranks put into the store, until all came or the deadline."""
+    got: dict[int, Any] = {}
+    while True:
+        for r in ranks:
+            if r not in got:
+                value = channel.get_json(payload_key(r))
+                if value is not None:
+                    got[r] = value
+        if len(got) == len(ranks) or time.monotonic() >= deadline:
+            return got
+        time.sleep(POLL_INTERVAL_S)
+
+
+def build_nodes(
+    outcome: WaitOutcome,
+    payloads: Mapping[int, Any],
+    info: LaunchInfo,
+    expected_hosts: Sequence[str],
+    host_source: str,
+    no_data_detail: str,
+) -> list[NodeResult]:
+    """One NodeResult per node leader that reported, plus one per rank or expected host that did not."""
+    joined = {r: w.identity for r, w in outcome.watches.items() if w.identity is not None}
+    missing = outcome.ranks_in(NEVER_JOINED)
+    missing_labels, absent_hosts = name_absent(missing, joined, expected_hosts, info.world_size, host_source)
+    nodes: list[tuple[tuple[int, int], NodeResult]] = []
+    for rank, watch in sorted(outcome.watches.items()):
+        ident = watch.identity
+        order = (ident.node_rank if ident and ident.node_rank is not None else rank, rank)
+        if watch.state == NEVER_JOINED:
+            label, detail = missing_labels[rank]
+            nodes.append((order, NodeResult(label=label, status=MISSING, detail=detail)))
+            continue
+        assert ident is not None
+        label = ident.label if ident.local_rank == 0 else f"{ident.label} rank {rank}"
+        if watch.state == SILENT:
+            nodes.append((order, NodeResult(label=label, status=LOST, identity=ident, detail=watch.detail)))
+            continue
+        payload = payloads.get(rank)
+        if isinstance(payload, dict):
+            nodes.append(
+                (
+                    order,
+                    NodeResult(
+                        label=label,
+                        status=REPORTED,
+                        identity=ident,
+                        facts=dict(payload.get("facts") or {}),
+                        findings=[
+                            finding_from_dict(f) for f in payload.get("findings") or [] if isinstance(f, dict)
+                        ],
+                        duration_s=float(payload.get("duration_s") or 0.0),
+                    ),
+                )
+            )
+        elif ident.local_rank == 0 and watch.state == READY:
+            nodes.append(
+                (order, NodeResult(label=label, status=NO_DATA, identity=ident, detail=no_data_detail))
+            )
+    tail = (10**9, 10**9)
+    nodes += [
+        (tail, NodeResult(label=label, status=MISSING, detail=detail)) for label, detail in absent_hosts
+    ]
+    return [n for _, n in sorted(nodes, key=lambda item: item[0])]
+
+
+def _gather_failed_finding(error: str) -> Finding:
+    return GATHER_FAILED.finding(
+        Severity.ERROR,
+        f"Every rank joined but the gloo gather failed: {error}",
+        evidence=[Evidence("torch.distributed.init_process_group('gloo') + gather", error)],
+        data={"error": error},
+    )
+
+
+def run_cluster_check(opts: ClusterOptions, env: Optional[Mapping[str, str]] = None) -> ClusterOutcome:
+    """Run on every rank; rank 0's outcome carries the cluster report. Raises ClusterUsageError."""
+    info = require_launch(os.environ if env is None else env)
+    start = time.monotonic()
+    identity = make_identity(info)
+    try:
+        channel = Channel(open_store(info, opts.join_timeout_s))
+        channel.set_json(identity_key(info.rank), identity.to_dict())
+    except Exception as exc:  # noqa: BLE001 - an unreachable master is the finding itself
+        return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), _store_failure(info, exc))
+
+    heartbeat = Heartbeat(channel, info.rank).start() if info.rank != 0 else None
+    try:
+        payload = run_local(opts, identity) if info.local_rank == 0 else None
+        channel.set(ready_key(info.rank), "1")
+    except Exception as exc:  # noqa: BLE001 - store gone: rank 0 died
+        return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), f"lost rank 0: {exc}")
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+
+    if info.rank != 0:
+        return _follow_plan(channel, info, opts, payload, start)
+    return _lead(channel, info, opts, identity, payload, start)
+
+
+def _follow_plan(
+    channel: Channel, info: LaunchInfo, opts: ClusterOptions, payload: Any, start: float
+) -> ClusterOutcome:
+    """Ranks other than 0: wait for rank 0's plan, then send the payload over gloo or the store."""
+    deadline = (
+        start
+        + opts.join_timeout_s
+        + opts.check_timeout_s
+        + READY_SLACK_S
+        + opts.lost_after_s
+        + opts.collective_timeout_s
+    )
+    try:
+        if channel.wait_for(PLAN_KEY, deadline) is None:
+            return ClusterOutcome(
+                info.rank,
+                None,
+                int(ExitCode.INCONCLUSIVE),
+                f"rank 0 did not publish a plan within {deadline - start:.0f}s",
+            )
+        plan_data = channel.get_json(PLAN_KEY) or {}
+        if plan_data.get("mode") == "gather":
+            _, error = gather_over_gloo(channel, info, payload, opts.collective_timeout_s)
+            if not error:
+                return ClusterOutcome(info.rank, None, int(ExitCode.HEALTHY))
+            channel.set_json(payload_key(info.rank), payload)
+            return ClusterOutcome(
+                info.rank,
+                None,
+                int(ExitCode.INCONCLUSIVE),
+                f"gloo gather failed ({error}); sent the report over the store",
+            )
+        if info.rank not in (plan_data.get("ranks") or []):
+            return ClusterOutcome(
+                info.rank,
+                None,
+                int(ExitCode.INCONCLUSIVE),
+                "rank 0 gave up waiting for this rank (it joined or finished too late)",
+            )
+        channel.set_json(payload_key(info.rank), payload)
+        return ClusterOutcome(info.rank, None, int(ExitCode.HEALTHY))
+    except Exception as exc:  # noqa: BLE001 - rank 0 went away mid-way
+        return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), f"lost rank 0: {exc}")
+
+
+def _lead(
+    channel: Channel,
+    info: LaunchInfo,
+    opts: ClusterOptions,
+    identity: NodeIdentity,
+    payload: Any,
+    start: float,
+) -> ClusterOutcome:
+    """Rank 0: wait for everyone (bounded), gather, judge, and return the cluster report."""
+    outcome = wait_for_ranks(
+        channel,
+        info.world_size,
+        identity,
+        join_deadline=start + opts.join_timeout_s,
+        check_timeout_s=opts.check_timeout_s,
+        lost_after_s=opts.lost_after_s,
+    )
+    ready = outcome.ranks_in(READY)
+    payloads: dict[int, Any] = {0: payload}
+    extra_findings: list[Finding] = []
+    no_data_detail = "its report did not arrive"
+    if outcome.complete:
+        channel.set_json(PLAN_KEY, {"mode": "gather", "ranks": ready})
+        gathered, error = gather_over_gloo(channel, info, payload, opts.collective_timeout_s)
+        if gathered is not None:
+            payloads = dict(enumerate(gathered))
+        else:
+            extra_findings.append(_gather_failed_finding(error))
+            no_data_detail = (
+                f"gloo gather failed and the report did not arrive over the store either ({error})"
+            )
+            others = [r for r in ready if r != 0]
+            # A rank may sit in the failed collective for up to its timeout before it falls back.
+            fallback_deadline = time.monotonic() + opts.collective_timeout_s + READY_SLACK_S
+            payloads.update(collect_from_store(channel, others, fallback_deadline))
+    else:
+        channel.set_json(PLAN_KEY, {"mode": "store", "ranks": ready})
+        others = [r for r in ready if r != 0]
+        payloads.update(collect_from_store(channel, others, time.monotonic() + opts.collective_timeout_s))
+    expected = list(opts.expected_hosts) or list(info.expected_hosts)
+    source = "--hosts" if opts.expected_hosts else "SLURM_JOB_NODELIST"
+    nodes = build_nodes(outcome, payloads, info, expected, source, no_data_detail)
+    findings = extra_findings + judge_cluster(nodes, opts.join_timeout_s)
+    report = ClusterReport(
+        launcher=info.launcher,
+        world_size=info.world_size,
+        nodes=nodes,
+        findings=findings,
+        duration_s=time.monotonic() - start,
+        areas=[a.name for a in opts.areas],
+    )
+    return ClusterOutcome(0, report, int(report.exit_code()))
+
+
+def print_rank_message(outcome: ClusterOutcome) -> None:
+    """Ranks other than 0 stay silent on stdout (srun merges every task's stdout); problems go to stderr."""
+    if outcome.message:
+        sys.stderr.write(f"ddpdoctor rank {outcome.rank}: {outcome.message}\n")

@@ -1,0 +1,181 @@
+"""The knowledge base of `ddpdoctor explain`: failure signatures loaded once from ddpdoctor/data/signatures.json.
+
+A signature has literal `keywords` (case-sensitive, for the prefilter) and regex `patterns` (case-insensitive,
+run only on lines the prefilter let through). The format is documented in docs/explain.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Mapping
+
+from ddpdoctor.model import Severity
+
+KB_SCHEMA = "ddpdoctor.explain.signatures/1"
+ROLES = ("root", "symptom", "consequence", "hint", "context")
+# A keyword must not start with one of these bytes. The prefilter is one regex (a trie of all keywords);
+# Python's regex engine skips ahead using the set of first characters, so keywords that start with a
+# lowercase letter, a digit or a space would make it test nearly every byte of a 1 GB log.
+_SLOW_FIRST_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789 \t")
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    title: str
+    component: str
+    role: str
+    severity: Severity
+    precedence: int
+    fallback: bool
+    context_lines: int
+    keywords: tuple[str, ...]
+    patterns: tuple[re.Pattern[str], ...]
+    cause: str
+    fix: str
+    references: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "component": self.component,
+            "role": self.role,
+            "severity": self.severity.label,
+            "cause": self.cause,
+            "fix": self.fix,
+            "references": list(self.references),
+        }
+
+
+@dataclass(frozen=True)
+class DiagnosisSpec:
+    """A diagnosis that reasoning derives from several events (e.g. SeqNum differing across ranks)."""
+
+    id: str
+    title: str
+    severity: Severity
+    cause: str
+    fix: str
+    references: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KnowledgeBase:
+    signatures: tuple[Signature, ...]
+    diagnoses: Mapping[str, DiagnosisSpec]
+    prefilter: re.Pattern[bytes]
+    # Each distinct keyword and the indexes of the signatures that list it.
+    keyword_sigs: Mapping[bytes, tuple[int, ...]]
+    max_keyword_len: int
+    by_id: Mapping[str, Signature] = field(default_factory=dict)
+
+    def candidates(self, line: bytes) -> list[int]:
+        """Indexes of signatures worth testing on `line` (one of their keywords occurs in it), in KB order."""
+        found: set[int] = set()
+        for kw, idxs in self.keyword_sigs.items():
+            if kw in line:
+                found.update(idxs)
+        return sorted(found)
+
+
+class KnowledgeBaseError(ValueError):
+    """The signatures file is malformed (a packaging or editing bug, caught by the tests)."""
+
+
+def trie_regex(words: list[bytes]) -> bytes:
+    """One regex matching any of `words`, factored as a trie so each position is tested once per branch."""
+    trie: dict[int, Any] = {}
+    end = -1
+    for w in words:
+        node = trie
+        for byte in w:
+            node = node.setdefault(byte, {})
+        node[end] = {}
+
+    def build(node: dict[int, Any]) -> bytes:
+        alts = [re.escape(bytes([b])) + build(sub) for b, sub in sorted(node.items()) if b != end]
+        if not alts:
+            return b""
+        if len(alts) == 1 and end not in node:
+            return alts[0]
+        body = b"(?:" + b"|".join(alts) + b")"
+        return body + b"?" if end in node else body
+
+    return build(trie)
+
+
+def parse_knowledge_base(doc: Mapping[str, Any]) -> KnowledgeBase:
+    """Validate and compile a signatures document (the parsed JSON)."""
+    if doc.get("schema") != KB_SCHEMA:
+        raise KnowledgeBaseError(f"unknown knowledge-base schema {doc.get('schema')!r}")
+    sigs: list[Signature] = []
+    for raw in doc.get("signatures", []):
+        sid = raw.get("id", "?")
+        try:
+            role = raw["role"]
+            if role not in ROLES:
+                raise KnowledgeBaseError(f"{sid}: role {role!r} not in {ROLES}")
+            keywords = tuple(raw["keywords"])
+            if not keywords or not raw["patterns"]:
+                raise KnowledgeBaseError(f"{sid}: needs keywords and patterns")
+            for kw in keywords:
+                if kw.encode()[0] in _SLOW_FIRST_BYTES:
+                    raise KnowledgeBaseError(f"{sid}: keyword {kw!r} starts with a slow first byte")
+            patterns = tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in raw["patterns"])
+            sigs.append(
+                Signature(
+                    id=sid,
+                    title=raw["title"],
+                    component=raw["component"],
+                    role=role,
+                    severity=Severity.parse(raw["severity"]),
+                    precedence=int(raw.get("precedence", 1)),
+                    fallback=bool(raw.get("fallback", False)),
+                    context_lines=int(raw.get("context_lines", 0)),
+                    keywords=keywords,
+                    patterns=patterns,
+                    cause=raw["cause"],
+                    fix=raw["fix"],
+                    references=tuple(raw.get("references", [])),
+                )
+            )
+        except (KeyError, TypeError, re.error) as exc:
+            raise KnowledgeBaseError(f"signature {sid}: {exc}") from exc
+    ids = [s.id for s in sigs]
+    if len(ids) != len(set(ids)):
+        raise KnowledgeBaseError("duplicate signature ids")
+    diagnoses = {
+        d["id"]: DiagnosisSpec(
+            id=d["id"],
+            title=d["title"],
+            severity=Severity.parse(d["severity"]),
+            cause=d["cause"],
+            fix=d["fix"],
+            references=tuple(d.get("references", [])),
+        )
+        for d in doc.get("diagnoses", [])
+    }
+    literals = sorted({kw.encode() for s in sigs for kw in s.keywords})
+    keyword_sigs: dict[bytes, tuple[int, ...]] = {}
+    for lit in literals:
+        keyword_sigs[lit] = tuple(i for i, s in enumerate(sigs) if lit in {k.encode() for k in s.keywords})
+    return KnowledgeBase(
+        signatures=tuple(sigs),
+        diagnoses=diagnoses,
+        prefilter=re.compile(trie_regex(literals)),
+        keyword_sigs=keyword_sigs,
+        max_keyword_len=max(len(lit) for lit in literals),
+        by_id={s.id: s for s in sigs},
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def load_knowledge_base() -> KnowledgeBase:
+    """The packaged knowledge base, parsed and compiled once per process."""
+    text = resources.files("ddpdoctor").joinpath("data", "signatures.json").read_text(encoding="utf-8")
+    return parse_knowledge_base(json.loads(text))

@@ -1,0 +1,398 @@
+"""Reasoning: recognised events -> one root cause, its consequences, and notes. Pure: no I/O.
+
+Order of preference for the root cause (docs/explain.md explains why):
+  1. root-role signatures: hardware/kernel first (precedence 0: OOM kill, Xid, ECC, fabric), then the rest
+     (precedence 1), earliest by timestamp where lines carry one, else by input order and line;
+  2. a desync or op mismatch derived from watchdog timeouts (SeqNum/OpType/NumelIn across ranks);
+  3. generic NCCL WARN lines (precedence 2): the earliest WARN explains a later 'unhandled system error';
+  4. an all-ranks-stuck hang derived from watchdog timeouts (same SeqNum everywhere);
+  5. symptoms (timeouts, generic NCCL errors, connection resets), then consequences (ChildFailedError).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ddpdoctor.explain.kb import KnowledgeBase
+from ddpdoctor.explain.normalize import rank_from_filename
+from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
+from ddpdoctor.model import ExitCode, Severity
+
+EXPLAIN_SCHEMA = "ddpdoctor.explain/1"
+EVIDENCE_DEFAULT = 3
+_ROLE_ORDER = {"root": 0, "symptom": 3, "consequence": 4, "hint": 5, "context": 6}
+_WATCHDOG_SIGS = ("watchdog.timeout", "watchdog.blocking_wait")
+_OOM_SIGS = ("oom.kernel", "oom.slurm", "dataloader.worker_killed")
+
+
+@dataclass
+class Occurrence:
+    file: str
+    line: int
+    text: str
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": f"{self.file}:{self.line}",
+            "file": self.file,
+            "line": self.line,
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "host": self.host,
+            "excerpt": self.text,
+        }
+
+
+@dataclass
+class Diagnosis:
+    id: str
+    title: str
+    severity: Severity
+    role: str
+    component: str
+    cause: str
+    fix: str
+    references: list[str]
+    first: Occurrence | None
+    evidence: list[Occurrence]
+    count: int
+    ranks: list[int] = field(default_factory=list)
+    local_ranks: list[int] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    derived: bool = False
+    reasoning: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    sort_key: tuple[Any, ...] = ()
+
+    def to_dict(self, all_evidence: bool = False) -> dict[str, Any]:
+        evidence = self.evidence if all_evidence else self.evidence[:EVIDENCE_DEFAULT]
+        return {
+            "id": self.id,
+            "title": self.title,
+            "severity": self.severity.label,
+            "role": "derived" if self.derived else self.role,
+            "component": self.component,
+            "ranks": self.ranks,
+            "local_ranks": self.local_ranks,
+            "hosts": self.hosts,
+            "count": self.count,
+            "first": self.first.to_dict() if self.first else None,
+            "evidence": [e.to_dict() for e in evidence],
+            "reasoning": self.reasoning,
+            "cause": self.cause,
+            "fix": self.fix,
+            "references": self.references,
+            "data": self.data,
+        }
+
+
+@dataclass
+class Explanation:
+    inputs: list[InputStats]
+    root: Diagnosis | None
+    consequences: list[Diagnosis]
+    notes: list[Diagnosis]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.root is not None and self.root.severity >= Severity.WARN:
+            return ExitCode.FAILED
+        return ExitCode.HEALTHY
+
+    def to_dict(self, show_all: bool = False) -> dict[str, Any]:
+        from ddpdoctor import __version__
+
+        return {
+            "schema": EXPLAIN_SCHEMA,
+            "tool": {"name": "ddpdoctor", "version": __version__},
+            "exit_code": int(self.exit_code),
+            "inputs": [
+                {"name": s.name, "bytes": s.bytes, "lines": s.lines, "long_lines": s.long_lines, "error": s.error}
+                for s in self.inputs
+            ],
+            "root_cause": self.root.to_dict(show_all) if self.root else None,
+            "consequences": [d.to_dict(show_all) for d in self.consequences],
+            "notes": [d.to_dict(show_all) for d in self.notes] if show_all else [],
+        }
+
+
+# ---------------------------------------------------------------------- attribution
+@dataclass
+class _PidInfo:
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    nranks: int = -1  # size of the communicator the rank came from (the largest is the world)
+
+
+def _pid_map(events: Iterable[Event], summary: Iterable[SummaryEntry]) -> dict[int, _PidInfo]:
+    pids: dict[int, _PidInfo] = defaultdict(_PidInfo)
+    for ev in events:
+        if ev.pid is None:
+            continue
+        info = pids[ev.pid]
+        if ev.sig == "context.nccl_comm_init":
+            nranks = int(ev.fields.get("nranks", -1))
+            if nranks > info.nranks:
+                info.rank, info.nranks = int(ev.fields["comm_rank"]), nranks
+        elif ev.local_rank is not None and info.local_rank is None:
+            info.local_rank = ev.local_rank
+        if ev.host and not info.host:
+            info.host = ev.host
+    for entry in summary:
+        if entry.pid is None:
+            continue
+        info = pids[entry.pid]
+        if entry.rank is not None:
+            info.rank, info.nranks = entry.rank, max(info.nranks, 1 << 30)
+        if entry.local_rank is not None:
+            info.local_rank = entry.local_rank
+        info.host = entry.host or info.host
+    return dict(pids)
+
+
+def _attribute(ev: Event, pids: dict[int, _PidInfo], file_ranks: dict[int, int | None]) -> None:
+    """Fill rank/local_rank/host from the pid map and the file name where the line itself is silent."""
+    if ev.pid is not None and ev.pid in pids:
+        info = pids[ev.pid]
+        if ev.rank is None and info.rank is not None:
+            ev.rank = info.rank
+        if ev.local_rank is None:
+            ev.local_rank = info.local_rank
+        ev.host = ev.host or info.host
+    if ev.sig == "oom.slurm" and ev.rank is None and ev.fields.get("task", "").isdigit():
+        ev.rank = int(ev.fields["task"])
+    if ev.rank is None and ev.local_rank is None and ev.pid is None:
+        ev.rank = file_ranks.get(ev.file_index)
+
+
+def _ts_key(ts: float | None) -> tuple[int, float]:
+    return (1, 0.0) if ts is None else (0, ts)
+
+
+def _event_key(ev: Event) -> tuple[Any, ...]:
+    return (*_ts_key(ev.ts), ev.file_index, ev.line)
+
+
+def _occurrence(ev: Event) -> Occurrence:
+    return Occurrence(ev.file, ev.line, ev.text, ev.rank, ev.local_rank, ev.host)
+
+
+# ---------------------------------------------------------------------- per-signature diagnoses
+def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -> dict[str, Diagnosis]:
+    by_sig: dict[str, list[Event]] = defaultdict(list)
+    for ev in events:
+        by_sig[ev.sig].append(ev)
+    out: dict[str, Diagnosis] = {}
+    for sig_id, evs in by_sig.items():
+        sig = kb.by_id[sig_id]
+        evs.sort(key=_event_key)
+        first = evs[0]
+        # Evidence: the first line of each rank, first rank first, then the rest in time/input order.
+        seen: set[Any] = set()
+        per_rank, rest = [], []
+        for ev in evs:
+            who = (ev.rank, ev.local_rank, ev.host, ev.pid, ev.file_index)
+            (rest if who in seen else per_rank).append(ev)
+            seen.add(who)
+        out[sig_id] = Diagnosis(
+            id=sig.id,
+            title=sig.title,
+            severity=sig.severity,
+            role=sig.role,
+            component=sig.component,
+            cause=sig.cause,
+            fix=sig.fix,
+            references=list(sig.references),
+            first=_occurrence(first),
+            evidence=[_occurrence(e) for e in per_rank + rest],
+            count=counts.get(sig_id, len(evs)),
+            ranks=sorted({e.rank for e in evs if e.rank is not None}),
+            local_ranks=sorted({e.local_rank for e in evs if e.local_rank is not None and e.rank is None}),
+            hosts=sorted({e.host for e in evs if e.host}),
+            data=_merge_fields(evs),
+            sort_key=(_ROLE_ORDER[sig.role], sig.precedence, *_event_key(first)),
+        )
+    return out
+
+
+def _merge_fields(evs: list[Event]) -> dict[str, Any]:
+    """The first event's named fields (exit codes, SeqNum, pids...), as recorded."""
+    return dict(evs[0].fields) if evs else {}
+
+
+# ---------------------------------------------------------------------- watchdog analysis
+def _watchdog_diagnosis(kb: KnowledgeBase, events: list[Event], known_ranks: set[int]) -> Diagnosis | None:
+    """Compare watchdog timeouts across ranks: SeqNum differs -> desync; OpType/NumelIn differs -> op
+    mismatch; all equal -> the collective itself hung (network, GPU, or a rank that never reported)."""
+    groups: dict[str, dict[int, Event]] = defaultdict(dict)
+    for ev in sorted((e for e in events if e.sig in _WATCHDOG_SIGS and "seq" in e.fields), key=_event_key):
+        if ev.rank is None:
+            continue
+        sub = ev.pg_rank is not None and ev.pg_rank != ev.rank
+        key = f"subgroup/{ev.fields.get('timeout_ms')}" if sub else "default"
+        groups[key].setdefault(ev.rank, ev)
+    if not groups:
+        return None
+    # The default group if it has reports, else the largest.
+    name = "default" if "default" in groups else max(groups, key=lambda k: len(groups[k]))
+    first_by_rank = groups[name]
+    ranks = sorted(first_by_rank)
+    seq = {r: int(first_by_rank[r].fields["seq"]) for r in ranks}
+    op = {r: first_by_rank[r].fields.get("optype", "?") for r in ranks}
+    numel = {r: first_by_rank[r].fields.get("numel_in") for r in ranks}
+    data: dict[str, Any] = {
+        "seq_by_rank": {str(r): seq[r] for r in ranks},
+        "optype_by_rank": {str(r): op[r] for r in ranks},
+        "numel_in_by_rank": {str(r): numel[r] for r in ranks if numel[r] is not None},
+    }
+
+    def odd_ones(values: dict[int, Any], lowest_wins: bool) -> list[int]:
+        common = Counter(values.values()).most_common()
+        if len(common) > 1 and common[0][1] > common[1][1]:
+            majority = common[0][0]
+            return [r for r in ranks if values[r] != majority]
+        if lowest_wins:
+            low = min(values.values())
+            return [r for r in ranks if values[r] == low]
+        return ranks
+
+    def fmt(rs: list[int]) -> str:
+        return ", ".join(str(r) for r in rs)
+
+    if len(set(seq.values())) > 1:
+        spec = kb.diagnoses["watchdog.desync"]
+        suspects = odd_ones(seq, lowest_wins=True)
+        parts = [f"rank {r}: SeqNum {seq[r]} {op[r]}" for r in ranks]
+        reasoning = (
+            f"The watchdog timeouts are at different collectives ({'; '.join(parts)}): "
+            f"rank(s) {fmt(suspects)} diverged from the others, so the ranks were not executing the same code path."
+        )
+    elif len(set(op.values())) > 1 or len({v for v in numel.values() if v is not None}) > 1:
+        spec = kb.diagnoses["watchdog.op_mismatch"]
+        key = {r: (op[r], numel[r]) for r in ranks}
+        suspects = odd_ones(key, lowest_wins=False)
+        parts = [f"rank {r}: {op[r]} NumelIn={numel[r]}" for r in ranks]
+        reasoning = (
+            f"All ranks timed out at SeqNum {seq[ranks[0]]} but with different collectives ({'; '.join(parts)}): "
+            f"rank(s) {fmt(suspects)} issued a different operation or size."
+        )
+    else:
+        spec = kb.diagnoses["watchdog.hang"]
+        missing = sorted(known_ranks - set(ranks))
+        suspects = missing
+        reasoning = (
+            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]}): "
+            "the code is in sync and the collective itself did not complete."
+        )
+        if missing:
+            reasoning += f" Rank(s) {fmt(missing)} never reported a timeout: look there first (dead or hung)."
+    evidence_events = sorted(first_by_rank.values(), key=lambda e: (e.rank not in suspects, _event_key(e)))
+    first = min(first_by_rank.values(), key=_event_key)
+    return Diagnosis(
+        id=spec.id,
+        title=spec.title,
+        severity=spec.severity,
+        role="derived",
+        component="ProcessGroupNCCL watchdog (cross-rank)",
+        cause=spec.cause,
+        fix=spec.fix,
+        references=list(spec.references),
+        first=_occurrence(first),
+        evidence=[_occurrence(e) for e in evidence_events],
+        count=len(first_by_rank),
+        ranks=suspects,
+        derived=True,
+        reasoning=reasoning,
+        data=data,
+        sort_key=(1, 1, *_event_key(first)),
+    )
+
+
+# ---------------------------------------------------------------------- root cause
+def _root_reasoning(root: Diagnosis, others: list[Diagnosis], summary: list[SummaryEntry]) -> str:
+    where = ""
+    if root.ranks:
+        where = f" on rank {', '.join(map(str, root.ranks[:8]))}"
+    elif root.local_ranks:
+        where = f" on local rank {', '.join(map(str, root.local_ranks[:8]))}"
+    if root.hosts:
+        where += f" (host {', '.join(root.hosts[:4])})"
+    first = f" first at {root.first.file}:{root.first.line}" if root.first else ""
+    text = f"{root.title}{where},{first}."
+    if root.id in _OOM_SIGS or root.id == "launch.sigkill":
+        killed = [e for e in summary if e.exitcode == -9]
+        if killed:
+            e = killed[0]
+            text += f" torchrun's failure summary lists rank {e.rank} (pid {e.pid}) with exit code -9 (SIGKILL)."
+    later = [d.id for d in others if d.role in ("symptom", "consequence") or d.derived]
+    if later:
+        text += f" The other errors ({', '.join(later[:8])}) are what the remaining ranks and the launcher report after it."
+    return text
+
+
+def _choose_root(diags: list[Diagnosis], derived: Diagnosis | None) -> Diagnosis | None:
+    tiers: list[list[Diagnosis]] = [
+        [d for d in diags if d.role == "root" and d.severity >= Severity.WARN and d.sort_key[1] <= 1],
+        [derived] if derived is not None and derived.id != "watchdog.hang" else [],
+        [d for d in diags if d.role == "root" and d.severity >= Severity.WARN],
+        [derived] if derived is not None else [],
+        [d for d in diags if d.role == "symptom" and d.severity >= Severity.WARN],
+        [d for d in diags if d.role == "consequence" and d.severity >= Severity.WARN],
+    ]
+    for tier in tiers:
+        if tier:
+            return min(tier, key=lambda d: d.sort_key)
+    return None
+
+
+def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
+    """The root cause, its consequences and notes for one scan of one or more logs."""
+    events = list(scan.events)
+    pids = _pid_map(events, scan.summary)
+    file_ranks = {i: rank_from_filename(s.name) for i, s in enumerate(scan.inputs)}
+    for ev in events:
+        _attribute(ev, pids, file_ranks)
+    known_ranks = {e.rank for e in events if e.rank is not None}
+    known_ranks |= {r for r in file_ranks.values() if r is not None}
+    known_ranks |= {e.rank for e in scan.summary if e.rank is not None}
+    reportable = [e for e in events if kb.by_id[e.sig].role != "context"]
+    diags = list(_diagnoses(kb, reportable, scan.counts).values())
+    derived = _watchdog_diagnosis(kb, reportable, known_ranks)
+    root = _choose_root(diags, derived)
+    _enrich_kill(root, diags, scan.summary, pids)
+    rest = [d for d in diags if d is not root]
+    if derived is not None and derived is not root:
+        rest.append(derived)
+    rest.sort(key=lambda d: d.sort_key)
+    consequences = [d for d in rest if d.severity >= Severity.WARN and d.role != "hint"]
+    notes = [d for d in rest if d not in consequences]
+    if root is not None and not root.reasoning:
+        root.reasoning = _root_reasoning(root, consequences, scan.summary)
+    elif root is not None and consequences:
+        root.reasoning += f" Later errors: {', '.join(d.id for d in consequences[:8])}."
+    return Explanation(inputs=scan.inputs, root=root, consequences=consequences, notes=notes)
+
+
+def _enrich_kill(
+    root: Diagnosis | None, diags: list[Diagnosis], summary: list[SummaryEntry], pids: dict[int, _PidInfo]
+) -> None:
+    """An OOM kill with no rank on its line: take the rank torchrun reported as killed (exit code -9)."""
+    if root is None or root.id not in _OOM_SIGS or root.ranks:
+        return
+    killed_ranks = sorted({e.rank for e in summary if e.exitcode == -9 and e.rank is not None})
+    if not killed_ranks:
+        sigkill = next((d for d in diags if d.id == "launch.sigkill"), None)
+        if sigkill is not None:
+            killed_ranks = sigkill.ranks
+            if not killed_ranks and sigkill.local_ranks:
+                root.local_ranks = sigkill.local_ranks
+    if killed_ranks:
+        root.ranks = killed_ranks
+        root.data["rank_from"] = "torchrun reported these ranks killed by SIGKILL (exit code -9)"
+

@@ -1,0 +1,393 @@
+"""Streaming scanner: log bytes in, recognised events out, in bounded memory.
+
+Input is read in chunks and never decoded as a whole. One prefilter regex (a trie of every signature
+keyword) runs over each chunk in C; only the few lines it hits are decoded (UTF-8, invalid bytes replaced),
+normalised and tested against the signatures' regexes. A line longer than MAX_LINE is never held whole:
+it is scanned in windows and its matches are kept as excerpts.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterable
+
+from ddpdoctor.explain.kb import KnowledgeBase, Signature
+from ddpdoctor.explain.normalize import LineInfo, normalize_line, parse_timestamp
+
+CHUNK_SIZE = 1 << 20
+MAX_LINE = 64 << 10  # a line longer than this is scanned in windows, never held whole
+WINDOW = 2048  # bytes kept around a match in an over-long line
+HEAD = 256  # bytes kept from the start of an over-long line (its prefixes)
+MAX_TEXT = 400  # characters of a line kept as evidence
+EVENTS_PER_KEY = 3  # events kept per (signature, file, rank/pid attribution); the rest are only counted
+KEYS_PER_SIGNATURE = 128
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
+_SUMMARY_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
+_SUMMARY_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
+_SUMMARY_EXIT = re.compile(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
+
+
+@dataclass
+class Event:
+    """One recognised line."""
+
+    sig: str
+    file: str
+    file_index: int
+    line: int
+    text: str  # the raw line (excerpt), for evidence
+    rank: int | None = None
+    local_rank: int | None = None
+    pg_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    ts: float | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class InputStats:
+    name: str
+    bytes: int = 0
+    lines: int = 0
+    long_lines: int = 0  # lines longer than MAX_LINE, scanned in windows
+    error: str | None = None
+
+
+@dataclass
+class SummaryEntry:
+    """One worker in torchrun's failure summary (Root Cause / Failures block)."""
+
+    file_index: int
+    line: int
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    exitcode: int | None = None
+    pid: int | None = None
+    ts: float | None = None
+    traceback: str = ""
+    root: bool = False  # listed under "Root Cause (first observed failure)"
+
+
+class Collector:
+    """Events from every input, bounded: the first few per signature and attribution, all counted."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.counts: Counter[str] = Counter()
+        self.summary: list[SummaryEntry] = []
+        self._kept: dict[tuple[Any, ...], int] = {}
+        self._keys_per_sig: Counter[str] = Counter()
+
+    def add(self, ev: Event) -> None:
+        self.counts[ev.sig] += 1
+        key = (ev.sig, ev.file_index, ev.rank, ev.local_rank, ev.pg_rank, ev.pid, ev.host)
+        n = self._kept.get(key)
+        if n is None:
+            if self._keys_per_sig[ev.sig] >= KEYS_PER_SIGNATURE:
+                return
+            self._keys_per_sig[ev.sig] += 1
+            n = 0
+        if n >= EVENTS_PER_KEY:
+            return
+        self._kept[key] = n + 1
+        self.events.append(ev)
+
+
+class StreamScanner:
+    """Scans one input stream: feed() bytes in any chunking, then close()."""
+
+    def __init__(self, kb: KnowledgeBase, collector: Collector, stats: InputStats, file_index: int) -> None:
+        self.kb = kb
+        self.collector = collector
+        self.stats = stats
+        self.file_index = file_index
+        self._carry = b""
+        self._newlines = 0  # newlines consumed before the current buffer position
+        self._long_head: bytes | None = None  # start of an over-long line being scanned in windows
+        self._context_left = 0  # lines still to read as torchrun's failure summary
+        self._entry: SummaryEntry | None = None
+        self._entry_is_root = False
+        self._last_line = (-1, frozenset())  # (line number, signatures recorded on it)
+
+    # ------------------------------------------------------------------ input
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        self.stats.bytes += len(data)
+        buf = self._carry + data if self._carry else data
+        end = buf.rfind(b"\n") + 1
+        if end:
+            self._scan(buf, end)
+            self._long_head = None
+        rest = buf[end:]
+        if len(rest) > MAX_LINE:
+            # An over-long line in progress: scan what we have, keep only enough to catch a keyword
+            # that straddles the cut.
+            if self._long_head is None:
+                self._long_head = rest[:HEAD]
+                self.stats.long_lines += 1
+            cut = len(rest) - self.kb.max_keyword_len
+            self._scan_fragment(rest, cut)
+            rest = rest[cut:]
+        self._carry = rest
+
+    def close(self) -> None:
+        if self._carry:
+            # The last line had no newline: scan it as a complete line.
+            buf, self._carry = self._carry + b"\n", b""
+            self._scan(buf, len(buf))
+        self._end_summary()
+        self.stats.lines = self._newlines
+
+    # ------------------------------------------------------------------ scanning
+    def _scan(self, buf: bytes, end: int) -> None:
+        """Scan the complete lines buf[0:end] (end is just after a newline)."""
+        search = self.kb.prefilter.search
+        pos = 0
+        cur = 0  # buf position whose line number is self._newlines + 1
+        while pos < end:
+            if self._context_left:
+                nl = buf.find(b"\n", pos, end)
+                self._newlines += buf.count(b"\n", cur, pos)
+                cur = pos
+                self._line(buf, pos, nl, pos, head=self._long_head if pos == 0 else None, context=True)
+                self._context_left = max(0, self._context_left - 1)
+                pos = nl + 1
+                continue
+            m = search(buf, pos, end)
+            if m is None:
+                break
+            hit = m.start()
+            ls = buf.rfind(b"\n", pos, hit) + 1 or pos
+            le = buf.find(b"\n", hit, end)
+            self._newlines += buf.count(b"\n", cur, ls)
+            cur = ls
+            self._line(buf, ls, le, hit, head=self._long_head if ls == 0 else None, context=False)
+            pos = le + 1
+        self._newlines += buf.count(b"\n", cur, end)
+
+    def _scan_fragment(self, rest: bytes, cut: int) -> None:
+        """Matches starting before `cut` in a piece of an over-long line."""
+        search = self.kb.prefilter.search
+        pos = 0
+        while True:
+            m = search(rest, pos)
+            if m is None or m.start() >= cut:
+                return
+            w0 = max(0, m.start() - WINDOW // 2)
+            w1 = min(len(rest), m.end() + WINDOW // 2)
+            self._window(rest[w0:w1], m.start() - w0, self._newlines + 1, self._long_head)
+            pos = max(w1, m.end())
+
+    def _line(self, buf: bytes, ls: int, le: int, hit: int, head: bytes | None, context: bool) -> None:
+        lineno = self._newlines + 1
+        if le - ls > MAX_LINE:
+            if head is None:
+                head = buf[ls : ls + HEAD]
+                self.stats.long_lines += 1
+            w0 = max(ls, hit - WINDOW // 2)
+            w1 = min(le, hit + WINDOW // 2)
+            self._window(buf[w0:w1], hit - w0, lineno, head if w0 > ls else None, context)
+        else:
+            self._window(buf[ls:le], hit - ls, lineno, head, context)
+
+    def _window(self, raw: bytes, hit: int, lineno: int, head: bytes | None, context: bool = False) -> None:
+        raw = raw.rstrip(b"\r")
+        if b"\r" in raw:
+            # Progress bars redraw with \r: keep the segment the match is in.
+            start = raw.rfind(b"\r", 0, max(hit, 0)) + 1
+            stop = raw.find(b"\r", max(hit, 0))
+            raw = raw[start : stop if stop >= 0 else len(raw)]
+            hit -= start
+        if head is not None:
+            sep = b" ... "
+            hit += len(head) + len(sep)
+            raw = head.split(b"\n")[0] + sep + raw
+        cands = self.kb.candidates(raw)
+        if not cands and not context:
+            return
+        text = raw.decode("utf-8", "replace")
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        anchor = len(raw[: max(hit, 0)].decode("utf-8", "replace"))
+        info = normalize_line(text, anchor)
+        if context:
+            self._summary_line(info, lineno)
+        if cands:
+            self._match(cands, info, text, lineno)
+
+    def _match(self, cands: Iterable[int], info: LineInfo, text: str, lineno: int) -> None:
+        matched: list[tuple[Signature, re.Match[str]]] = []
+        for i in cands:
+            sig = self.kb.signatures[i]
+            for rx in sig.patterns:
+                m = rx.search(info.message)
+                if m:
+                    matched.append((sig, m))
+                    break
+        if not matched:
+            return
+        if any(not s.fallback for s, _ in matched):
+            matched = [(s, m) for s, m in matched if not s.fallback]
+        last_no, last_sigs = self._last_line
+        if last_no != lineno:
+            last_sigs = frozenset()
+        for sig, m in matched:
+            if sig.id in last_sigs:
+                continue  # the same over-long line matched again in another window
+            last_sigs = last_sigs | {sig.id}
+            self.collector.add(self._event(sig, m, info, text, lineno))
+            if sig.context_lines and not self._context_left:
+                self._start_summary(sig, info)
+        self._last_line = (lineno, last_sigs)
+
+    def _event(self, sig: Signature, m: re.Match[str], info: LineInfo, text: str, lineno: int) -> Event:
+        fields = {k: v for k, v in m.groupdict().items() if v is not None}
+        rank, local_rank, host, pid = info.rank, info.local_rank, info.host, info.pid
+        entry = self._entry
+        if self._context_left and entry is not None:
+            # A line inside torchrun's failure summary belongs to the worker being described.
+            rank = entry.rank if rank is None else rank
+            local_rank = entry.local_rank if local_rank is None else local_rank
+            host = host or entry.host
+        if "pid" in fields and pid is None:
+            pid = int(fields["pid"])
+        if "local_rank" in fields and local_rank is None and rank is None:
+            local_rank = int(fields["local_rank"])
+        if "host" in fields and host is None:
+            host = fields["host"]
+        if len(text) > MAX_TEXT:
+            at = len(text) - len(info.message) + m.start()  # the match, in text coordinates
+            start = max(0, min(at - MAX_TEXT // 4, len(text) - MAX_TEXT))
+            text = ("..." if start else "") + text[start : start + MAX_TEXT] + "..."
+        return Event(
+            sig=sig.id,
+            file=self.stats.name,
+            file_index=self.file_index,
+            line=lineno,
+            text=text,
+            rank=rank,
+            local_rank=local_rank,
+            pg_rank=info.pg_rank,
+            host=host,
+            pid=pid,
+            ts=info.ts,
+            fields=fields,
+        )
+
+    # ------------------------------------------------------------------ torchrun failure summary
+    def _start_summary(self, sig: Signature, info: LineInfo) -> None:
+        self._end_summary()
+        self._context_left = sig.context_lines
+        self._entry_is_root = "Root Cause" in info.message
+
+    def _summary_line(self, info: LineInfo, lineno: int) -> None:
+        msg = info.message
+        if msg.strip().startswith("====") and self._entry is not None:
+            self._end_summary()
+            self._context_left = 0
+            return
+        if "Root Cause (first observed failure)" in msg:
+            self._flush_entry()
+            self._entry_is_root = True
+            return
+        if msg.strip() == "Failures:":
+            self._flush_entry()
+            self._entry_is_root = False
+            return
+        if _SUMMARY_ENTRY.match(msg):
+            self._flush_entry()
+            self._entry = SummaryEntry(file_index=self.file_index, line=lineno, root=self._entry_is_root)
+            return
+        m = _SUMMARY_FIELD.match(msg)
+        if not m or self._entry is None:
+            return
+        key, value = m.group(1), m.group(2)
+        entry = self._entry
+        if key == "host":
+            entry.host = value or None
+        elif key == "rank":
+            rm = _SUMMARY_RANK.match(value)
+            if rm:
+                entry.rank = int(rm.group(1))
+                entry.local_rank = int(rm.group(2)) if rm.group(2) else None
+        elif key == "exitcode":
+            em = _SUMMARY_EXIT.match(value)
+            if em:
+                entry.exitcode = int(em.group(1))
+                entry.pid = int(em.group(2)) if em.group(2) else None
+        elif key == "time":
+            entry.ts = parse_timestamp(value)
+        elif key == "traceback":
+            entry.traceback = value[:MAX_TEXT]
+
+    def _flush_entry(self) -> None:
+        if self._entry is not None and (self._entry.rank is not None or self._entry.pid is not None):
+            self.collector.summary.append(self._entry)
+        self._entry = None
+
+    def _end_summary(self) -> None:
+        self._flush_entry()
+
+
+@dataclass
+class ScanResult:
+    inputs: list[InputStats]
+    events: list[Event]
+    counts: dict[str, int]
+    summary: list[SummaryEntry]
+
+
+def scan_stream(
+    kb: KnowledgeBase,
+    stream: IO[bytes],
+    stats: InputStats,
+    file_index: int,
+    collector: Collector,
+    chunk_size: int = CHUNK_SIZE,
+) -> None:
+    """Scan a binary stream to its end. Read errors (a truncated .gz, an I/O error) end the scan of this
+    input and are recorded in stats.error; what was read before is kept."""
+    scanner = StreamScanner(kb, collector, stats, file_index)
+    try:
+        while True:
+            data = stream.read(chunk_size)
+            if not data:
+                break
+            scanner.feed(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        stats.error = f"read stopped early: {exc}"
+    scanner.close()
+
+
+def open_log(path: str) -> IO[bytes]:
+    """Open a log file for binary reading; gzip is recognised by its magic bytes, not the file name."""
+    f = open(path, "rb")  # noqa: SIM115 - the caller closes it
+    try:
+        magic = f.peek(2)[:2] if hasattr(f, "peek") else b""
+    except OSError:
+        magic = b""
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    return f
+
+
+def scan_inputs(kb: KnowledgeBase, named_streams: Iterable[tuple[str, IO[bytes]]]) -> ScanResult:
+    """Scan several inputs (name, binary stream) into one result."""
+    collector = Collector()
+    inputs: list[InputStats] = []
+    for index, (name, stream) in enumerate(named_streams):
+        stats = InputStats(name=name)
+        inputs.append(stats)
+        scan_stream(kb, stream, stats, index, collector)
+    return ScanResult(
+        inputs=inputs, events=collector.events, counts=dict(collector.counts), summary=collector.summary
+    )

@@ -1,0 +1,35 @@
+"""`ddpdoctor lint`: a static checker for PyTorch DDP training scripts.
+
+Scripts are parsed with `ast` and never imported or executed. Rules (DDP001...) live in `rules.py`;
+the walk that gathers what they judge in `facts.py`; file discovery in `discover.py`; running,
+`# noqa` and selection in `engine.py`. Rendering is in `ddpdoctor/render/lint.py`.
+"""
+
+from __future__ import annotations
+
+from ddpdoctor.lint.discover import discover_files
+from ddpdoctor.lint.engine import (
+    JSON_SCHEMA_VERSION,
+    SYNTAX_ERROR,
+    Diagnostic,
+    LintReport,
+    lint_file,
+    lint_paths,
+    lint_source,
+    select_rules,
+)
+from ddpdoctor.lint.rules import RULES, Rule
+
+__all__ = [
+    "JSON_SCHEMA_VERSION",
+    "RULES",
+    "SYNTAX_ERROR",
+    "Diagnostic",
+    "LintReport",
+    "Rule",
+    "discover_files",
+    "lint_file",
+    "lint_paths",
+    "lint_source",
+    "select_rules",
+]

@@ -1,0 +1,176 @@
+"""Which files `ddpdoctor lint PATH...` reads: *.py under directories, honouring .gitignore files.
+
+The .gitignore support covers the common patterns (globs, `**`, `/`-anchoring, trailing `/` for
+directories, `!` negation, comments); it is not a full reimplementation of git's matcher. Files named
+explicitly on the command line are always linted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+# Directories never worth linting (the same list ruff skips, plus __pycache__).
+SKIP_DIRS = frozenset(
+    {
+        ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints", ".mypy_cache",
+        ".nox", ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv",
+        ".vscode", "__pycache__", "__pypackages__", "_build", "buck-out", "build", "dist", "node_modules",
+        "site-packages", "venv",
+    }
+)
+
+
+@dataclass(frozen=True)
+class IgnoreRule:
+    base: Path  # the directory holding the .gitignore
+    regex: re.Pattern
+    negate: bool
+    dir_only: bool
+
+
+def _translate(pattern: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            if pattern.startswith("**", i):
+                if pattern.startswith("**/", i):
+                    out.append("(?:.*/)?")
+                    i += 3
+                else:
+                    out.append(".*")
+                    i += 2
+                continue
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            close = pattern.find("]", i + 2)
+            if close == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : close]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = close
+        elif c == "\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def parse_gitignore(text: str, base: Path) -> list[IgnoreRule]:
+    """The rules of one .gitignore file whose directory is `base`."""
+    rules: list[IgnoreRule] = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        if negate:
+            line = line[1:]
+        elif line.startswith("\\"):
+            line = line[1:]
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        if not line:
+            continue
+        anchored = "/" in line
+        line = line.lstrip("/")
+        prefix = "^" if anchored else "^(?:.*/)?"
+        try:
+            regex = re.compile(prefix + _translate(line) + "$")
+        except re.error:
+            continue  # a pattern we cannot read is skipped, never fatal
+        rules.append(IgnoreRule(base, regex, negate, dir_only))
+    return rules
+
+
+def is_ignored(path: Path, is_dir: bool, rules: Sequence[IgnoreRule]) -> bool:
+    """git's rule: the last matching pattern decides."""
+    ignored = False
+    for r in rules:
+        try:
+            rel = path.relative_to(r.base).as_posix()
+        except ValueError:
+            continue
+        if rel == "." or (r.dir_only and not is_dir):
+            continue
+        if r.regex.match(rel):
+            ignored = not r.negate
+    return ignored
+
+
+def _read_gitignore(directory: Path) -> list[IgnoreRule]:
+    try:
+        text = (directory / ".gitignore").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return parse_gitignore(text, directory)
+
+
+def _repo_root(start: Path) -> Optional[Path]:
+    for d in [start, *start.parents]:
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def _ancestor_rules(directory: Path) -> list[IgnoreRule]:
+    """The .gitignore files from the repository root down to `directory`'s parent."""
+    root = _repo_root(directory)
+    if root is None:
+        return []
+    chain = [d for d in [directory, *directory.parents] if d == root or root in d.parents]
+    rules: list[IgnoreRule] = []
+    for d in reversed(chain[1:]):
+        rules.extend(_read_gitignore(d))
+    return rules
+
+
+def _walk(top: Path) -> Iterable[Path]:
+    absolute = top.resolve()
+    inherited = _ancestor_rules(absolute)
+    rules_at: dict[str, list[IgnoreRule]] = {}
+    for dirpath, dirnames, filenames in os.walk(absolute):
+        here = Path(dirpath)
+        parent_rules = rules_at.get(str(here.parent), inherited) if here != absolute else inherited
+        rules = parent_rules + _read_gitignore(here)
+        rules_at[dirpath] = rules
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in SKIP_DIRS and not is_ignored(here / d, True, rules)
+        )
+        for name in sorted(filenames):
+            if name.endswith(".py") and not is_ignored(here / name, False, rules):
+                yield top / (here / name).relative_to(absolute)
+
+
+def discover_files(paths: Sequence[Path]) -> list[Path]:
+    """Expand files and directories into the Python files to lint, in a stable order, without duplicates.
+
+    Raises FileNotFoundError for a path that does not exist (a usage error for the command line).
+    """
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for p in paths:
+        if p.is_dir():
+            found: Iterable[Path] = _walk(p)
+        elif p.exists():
+            found = [p]
+        else:
+            raise FileNotFoundError(str(p))
+        for f in found:
+            key = f.resolve()
+            if key not in seen:
+                seen.add(key)
+                out.append(f)
+    return out

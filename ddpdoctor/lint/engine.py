@@ -1,0 +1,172 @@
+"""Run the rules over sources: parse, judge, apply `# noqa`, sort. Pure, apart from `lint_paths` reading files."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from ddpdoctor.lint.discover import discover_files
+from ddpdoctor.lint.facts import ModuleFacts
+from ddpdoctor.lint.rules import RULES, Rule
+
+JSON_SCHEMA_VERSION = "ddpdoctor.lint/1"
+# Reported whatever --select/--ignore say: the file could not be linted at all.
+SYNTAX_ERROR = "DDP000"
+
+_NOQA_RE = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    """One finding at a code location. Holds no source text: output never echoes the script."""
+
+    path: str
+    line: int
+    col: int
+    code: str
+    message: str
+    fix: str = ""
+    name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "col": self.col,
+            "code": self.code,
+            "name": self.name,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
+@dataclass
+class LintReport:
+    files: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    lines: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.diagnostics else 0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in self.diagnostics:
+            out[d.code] = out.get(d.code, 0) + 1
+        return dict(sorted(out.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        from ddpdoctor import __version__
+
+        return {
+            "schema": JSON_SCHEMA_VERSION,
+            "tool": {"name": "ddpdoctor", "version": __version__},
+            "files_checked": len(self.files),
+            "exit_code": self.exit_code,
+            "counts": self.counts(),
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+        }
+
+
+def select_rules(select: Sequence[str] = (), ignore: Sequence[str] = ()) -> list[Rule]:
+    """Rules chosen by ids or id prefixes ("DDP00", "ALL"), like ruff. Raises ValueError on unknown ids."""
+
+    def matches(code: str, rule_id: str) -> bool:
+        return code == "ALL" or rule_id.startswith(code)
+
+    for code in [*select, *ignore]:
+        if not any(matches(code.upper(), rid) for rid in RULES):
+            raise ValueError(f"unknown rule id {code!r}; known: {', '.join(sorted(RULES))}")
+    chosen = [r for r in RULES.values() if not select or any(matches(c.upper(), r.id) for c in select)]
+    return [r for r in chosen if not any(matches(c.upper(), r.id) for c in ignore)]
+
+
+def _noqa_codes(line: str) -> Optional[frozenset[str]]:
+    """None: no noqa on the line; empty set: bare `# noqa` (everything); else the listed codes."""
+    m = _NOQA_RE.search(line)
+    if not m:
+        return None
+    codes = m.group("codes")
+    if not codes:
+        return frozenset()
+    return frozenset(c.upper() for c in re.split(r"[\s,]+", codes) if c)
+
+
+def _suppressed(code: str, lines: Sequence[str], line_numbers: Iterable[int]) -> bool:
+    for n in line_numbers:
+        if 1 <= n <= len(lines) and "noqa" in lines[n - 1].lower():
+            codes = _noqa_codes(lines[n - 1])
+            if codes is not None and (not codes or code in codes):
+                return True
+    return False
+
+
+def _char_col(lines_b: Sequence[bytes], line: int, byte_offset: int) -> int:
+    """AST columns are UTF-8 byte offsets; report 1-based character columns like editors do."""
+    if 1 <= line <= len(lines_b):
+        text = lines_b[line - 1]
+        if not text.isascii():
+            return len(text[:byte_offset].decode("utf-8", "replace")) + 1
+    return byte_offset + 1
+
+
+def lint_source(source: Union[bytes, str], path: str = "<string>", rules: Optional[Sequence[Rule]] = None) -> list[Diagnostic]:
+    """Lint one script's text. Never imports or executes it: `ast.parse` only."""
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    chosen = list(RULES.values()) if rules is None else list(rules)
+    try:
+        tree = ast.parse(data, filename=path)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        col = exc.offset or 1
+        return [Diagnostic(path, line, col, SYNTAX_ERROR, f"syntax error: {exc.msg}", "fix the syntax", "syntax-error")]
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        return [Diagnostic(path, 1, 1, SYNTAX_ERROR, f"cannot parse: {type(exc).__name__}", "", "syntax-error")]
+    facts = ModuleFacts(tree, data)
+    raw: list[tuple[Rule, ast.AST, str]] = []
+    for rule in chosen:
+        for hit in rule.check(facts):
+            if isinstance(hit, tuple):
+                node, message = hit
+            else:
+                node, message = hit, rule.message
+            raw.append((rule, node, message))
+    if not raw:
+        return []
+    lines_b = data.splitlines()
+    lines = [b.decode("utf-8", "replace") for b in lines_b] if b"noqa" in data.lower() else []
+    out: set[Diagnostic] = set()
+    for rule, node, message in raw:
+        line = getattr(node, "lineno", 1)
+        end = getattr(node, "end_lineno", None) or line
+        if lines and _suppressed(rule.id, lines, {line, end}):
+            continue
+        col = _char_col(lines_b, line, getattr(node, "col_offset", 0))
+        out.add(Diagnostic(path, line, col, rule.id, message, rule.fix, rule.name))
+    return sorted(out)
+
+
+def lint_file(path: Path, rules: Optional[Sequence[Rule]] = None, display: Optional[str] = None) -> tuple[list[Diagnostic], int]:
+    """Lint one file; an unreadable file is reported, not raised. Returns (diagnostics, line count)."""
+    shown = display or str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        return [Diagnostic(shown, 1, 1, SYNTAX_ERROR, f"cannot read file: {reason}", "", "unreadable")], 0
+    return lint_source(data, shown, rules), data.count(b"\n")
+
+
+def lint_paths(paths: Sequence[Union[str, Path]], rules: Optional[Sequence[Rule]] = None) -> LintReport:
+    """Discover the Python files under `paths` (honouring .gitignore) and lint each of them."""
+    report = LintReport()
+    for file in discover_files([Path(p) for p in paths]):
+        diags, n_lines = lint_file(file, rules)
+        report.files.append(str(file))
+        report.diagnostics.extend(diags)
+        report.lines += n_lines
+    return report

@@ -1,0 +1,458 @@
+"""One pass over a parsed script: the facts the lint rules judge.
+
+The walk records every call with its context (enclosing function, whether a rank-0 check guards it,
+whether it sits under `if __name__ == "__main__":`, loop depth), the import aliases needed to resolve
+`dist.init_process_group` to `torch.distributed.init_process_group`, the functions defined and who
+calls them, and a few assignments (MASTER_PORT). Rules then read these indexes instead of walking the
+tree again, which keeps linting close to the speed of `ast.parse` itself.
+
+Nothing here imports or runs the script: it is `ast` only.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator, Optional
+
+# Statement types that hold nested statement blocks; anything else holds expressions only.
+_MATCH = getattr(ast, "Match", None)
+_TRY_STAR = getattr(ast, "TryStar", None)
+_TRY_TYPES = tuple(t for t in (ast.Try, _TRY_STAR) if t is not None)
+_FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+_EXIT_TYPES = (ast.Return, ast.Continue, ast.Break, ast.Raise)
+_EXIT_CALLS = frozenset({"exit", "_exit", "quit"})
+
+# --- rank guards -----------------------------------------------------------------------------------
+
+# Identifiers that name "am I the main process" flags or helpers (is_main_process(), master_process,
+# accelerator.is_main_process, trainer.is_global_zero, ...).
+_MAIN_FLAG_RE = re.compile(
+    r"^(?:(?:is|am)_(?:local_|global_|world_)?"
+    r"(?:main|master|chief|root|primary|leader|coordinator|first_rank|main_rank|rank_?zero|rank_?0|"
+    r"main_process|master_process|main_proc|master_proc|main_worker|master_node|global_zero|zero_rank)"
+    r"|(?:local_|global_)?(?:main_process|master_process|main_proc|master_proc|master_rank)"
+    r"|rank_?zero|rank_?0|global_zero)(?:_only)?$"
+)
+# Decorators that make a function run on rank 0 only (Lightning's rank_zero_only and look-alikes).
+_RANK_ZERO_DECORATOR_RE = re.compile(r"rank_?zero|rank_?0|main_process_only|master_only|on_main_process")
+_RANK_NAMES = frozenset(
+    {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "proc_id", "process_index", "local_process_index"}
+)
+
+ZERO = "zero"  # the branch runs on rank 0 only
+NONZERO = "nonzero"  # the branch runs on ranks other than 0 only
+
+
+def is_rank_identifier(name: str) -> bool:
+    """`rank`, `local_rank`, `ddp_rank`, `get_rank`, `gpu_id`, ...: names that hold or fetch a rank."""
+    low = name.lower()
+    if low in _RANK_NAMES:
+        return True
+    if "rank" not in low:
+        return False
+    return any(tok.endswith("rank") for tok in low.split("_"))
+
+
+def is_main_flag(name: str) -> bool:
+    return bool(_MAIN_FLAG_RE.match(name.lower()))
+
+
+def final_identifier(node: ast.AST) -> str:
+    """`a.b.c` -> "c", `f(x)` -> the callee's final identifier, `x` -> "x"; "" otherwise."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def _identifiers(node: ast.AST) -> Iterator[str]:
+    for n in ast.walk(node):
+        t = type(n)
+        if t is ast.Name:
+            yield n.id  # type: ignore[attr-defined]
+        elif t is ast.Attribute:
+            yield n.attr  # type: ignore[attr-defined]
+
+
+def mentions_rank(node: ast.AST) -> bool:
+    return any(is_rank_identifier(i) or is_main_flag(i) for i in _identifiers(node))
+
+
+def _zero_set(node: ast.AST) -> Optional[bool]:
+    """(0, -1) / [-1, 0]: True when the collection holds 0 and nothing above it."""
+    if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return None
+    values = []
+    for elt in node.elts:
+        if isinstance(elt, ast.UnaryOp) and isinstance(elt.op, ast.USub) and isinstance(elt.operand, ast.Constant):
+            values.append(-1)
+        elif isinstance(elt, ast.Constant) and type(elt.value) is int:
+            values.append(elt.value)
+        else:
+            return None
+    return 0 in values and max(values) == 0
+
+
+_SWAPPED = {ast.Gt: ast.Lt, ast.Lt: ast.Gt, ast.GtE: ast.LtE, ast.LtE: ast.GtE}
+
+
+def _classify_compare(node: ast.Compare) -> Optional[str]:
+    if len(node.ops) != 1:
+        return None
+    left, op, right = node.left, node.ops[0], node.comparators[0]
+    if isinstance(left, ast.Constant) and type(left.value) is int:
+        left, right = right, left
+        op = _SWAPPED.get(type(op), type(op))()
+    if not mentions_rank(left):
+        return None
+    if isinstance(right, ast.Constant) and type(right.value) is int:
+        value = right.value
+        if isinstance(op, (ast.Eq, ast.Is)) and value == 0:
+            return ZERO
+        if isinstance(op, (ast.NotEq, ast.IsNot)) and value == 0:
+            return NONZERO
+        if isinstance(op, ast.Gt) and value == 0 or isinstance(op, ast.GtE) and value == 1:
+            return NONZERO
+        if isinstance(op, ast.LtE) and value == 0 or isinstance(op, ast.Lt) and value == 1:
+            return ZERO
+        return None
+    if isinstance(op, (ast.In, ast.NotIn)) and _zero_set(right):
+        return ZERO if isinstance(op, ast.In) else NONZERO
+    return None
+
+
+def classify_guard(test: ast.AST) -> Optional[str]:
+    """Which ranks run the body of `if test:`: ZERO (rank 0 only), NONZERO (all but rank 0) or None.
+
+    Lenient on purpose for ZERO: `if not distributed or rank == 0` counts as a rank-0 guard, because the
+    rules use it to stay silent (a missed finding is better than a false one).
+    """
+    t = type(test)
+    if t is ast.Compare:
+        return _classify_compare(test)  # type: ignore[arg-type]
+    if t is ast.UnaryOp and isinstance(test.op, ast.Not):  # type: ignore[attr-defined]
+        inner = classify_guard(test.operand)  # type: ignore[attr-defined]
+        return {ZERO: NONZERO, NONZERO: ZERO}.get(inner or "")
+    if t is ast.BoolOp:
+        kinds = [classify_guard(v) for v in test.values]  # type: ignore[attr-defined]
+        if ZERO in kinds:
+            return ZERO
+        if isinstance(test.op, ast.Or) and NONZERO in kinds:  # type: ignore[attr-defined]
+            return NONZERO
+        return None
+    if t in (ast.Name, ast.Attribute, ast.Call):
+        ident = final_identifier(test)
+        if is_main_flag(ident):
+            return ZERO
+        if t is not ast.Call and is_rank_identifier(ident):
+            return NONZERO  # `if rank:` is true on every rank but 0
+        if t is ast.Call and is_rank_identifier(ident):
+            return NONZERO  # `if dist.get_rank():`
+    return None
+
+
+def is_main_guard(test: ast.AST) -> bool:
+    """`if __name__ == "__main__":` (either operand order)."""
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    a, b = test.left, test.comparators[0]
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, ast.Name) and x.id == "__name__" and isinstance(y, ast.Constant) and y.value == "__main__":
+            return True
+    return False
+
+
+def _ends_in_exit(body: list[ast.stmt]) -> bool:
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, _EXIT_TYPES):
+        return True
+    return (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and final_identifier(last.value) in _EXIT_CALLS
+    )
+
+
+# --- names ------------------------------------------------------------------------------------------
+
+
+def dotted(node: ast.AST) -> Optional[str]:
+    """`torch.distributed.init_process_group` -> that string; None for anything but a Name/Attribute chain."""
+    parts: list[str] = []
+    while type(node) is ast.Attribute:
+        parts.append(node.attr)  # type: ignore[attr-defined]
+        node = node.value  # type: ignore[attr-defined]
+    if type(node) is not ast.Name:
+        return None
+    parts.append(node.id)  # type: ignore[attr-defined]
+    parts.reverse()
+    return ".".join(parts)
+
+
+class Scope:
+    """A function body, or the module's top level."""
+
+    __slots__ = ("name", "node", "parent", "calls", "guarded", "params")
+
+    def __init__(self, name: str, node: ast.AST, parent: Optional[Scope], guarded: bool) -> None:
+        self.name = name
+        self.node = node
+        self.parent = parent
+        self.calls: list[CallSite] = []
+        self.guarded = guarded  # decorated to run on rank 0 only
+        self.params: frozenset[str] = frozenset()
+
+    @property
+    def is_module(self) -> bool:
+        return self.parent is None
+
+
+class CallSite:
+    """One call, where it is and what it resolves to."""
+
+    __slots__ = ("node", "raw", "attr", "scope", "guarded", "main_guard", "loop", "qual", "local")
+
+    def __init__(
+        self, node: ast.Call, raw: Optional[str], attr: str, scope: Scope, guarded: bool, main_guard: bool, loop: int
+    ) -> None:
+        self.node = node
+        self.raw = raw  # dotted callee as written, e.g. "dist.init_process_group"; None for `f()()`
+        self.attr = attr  # the callee's final identifier, e.g. "init_process_group"
+        self.scope = scope
+        self.guarded = guarded  # under a rank-0 check (or after an early exit of the other ranks)
+        self.main_guard = main_guard  # under `if __name__ == "__main__":`
+        self.loop = loop  # loop nesting depth within its function
+        self.qual = raw or ""  # resolved through the imports once the walk is done
+        self.local = False  # calls a function defined in this file (by name)
+
+    @property
+    def pos(self) -> tuple[int, int]:
+        return (self.node.lineno, self.node.col_offset)
+
+    def kwarg(self, name: str) -> Optional[ast.expr]:
+        for kw in self.node.keywords:
+            if kw.arg == name:
+                return kw.value
+        return None
+
+    def has_star_kwargs(self) -> bool:
+        return any(kw.arg is None for kw in self.node.keywords)
+
+    def arg(self, index: int, name: str) -> Optional[ast.expr]:
+        """The argument passed positionally at `index` or by keyword `name`."""
+        value = self.kwarg(name)
+        if value is not None:
+            return value
+        args = self.node.args
+        if index < len(args) and not any(isinstance(a, ast.Starred) for a in args[: index + 1]):
+            return args[index]
+        return None
+
+
+class ModuleFacts:
+    """Everything the rules need to know about one parsed file."""
+
+    def __init__(self, tree: ast.Module, source: bytes) -> None:
+        self.tree = tree
+        self.source = source
+        self.aliases: dict[str, str] = {}  # local name -> qualified name ("dist" -> "torch.distributed")
+        self.imported_modules: list[tuple[str, ast.stmt]] = []
+        self.module = Scope("<module>", tree, None, False)
+        self.scopes: list[Scope] = [self.module]
+        self.functions: dict[str, list[Scope]] = {}
+        self.calls: list[CallSite] = []
+        self.callers: dict[str, list[CallSite]] = {}
+        self.passed_refs: set[str] = set()  # names passed as arguments (spawn targets, callbacks)
+        self.attrs: set[str] = set()  # every attribute name seen (x.destroy_process_group -> ...)
+        self.names: set[str] = set()  # every bare name loaded
+        self.env_assigns: list[tuple[str, str, ast.expr, ast.stmt]] = []  # (base, KEY, value, stmt)
+        self.cuda_strings: list[tuple[ast.expr, Scope]] = []  # f"cuda:{x}", "cuda:%d" % x
+        self.contexts: dict[str, str] = {}  # ctx = mp.get_context("spawn") -> {"ctx": "spawn"}
+        self.memo: dict[str, object] = {}  # per-file answers shared between rules (uses_cuda, ...)
+        self._walk_block(tree.body, self.module, False, False, 0)
+        self._resolve()
+
+    # -- the walk --
+
+    def _walk_block(self, body: list[ast.stmt], scope: Scope, guarded: bool, main: bool, loop: int) -> None:
+        for stmt in body:
+            t = type(stmt)
+            if t is ast.If:
+                self._walk_expr(stmt.test, scope, guarded, main, loop)  # type: ignore[attr-defined]
+                if is_main_guard(stmt.test):  # type: ignore[attr-defined]
+                    self._walk_block(stmt.body, scope, guarded, True, loop)  # type: ignore[attr-defined]
+                    self._walk_block(stmt.orelse, scope, guarded, main, loop)  # type: ignore[attr-defined]
+                    continue
+                kind = classify_guard(stmt.test)  # type: ignore[attr-defined]
+                self._walk_block(stmt.body, scope, guarded or kind == ZERO, main, loop)  # type: ignore[attr-defined]
+                self._walk_block(stmt.orelse, scope, guarded or kind == NONZERO, main, loop)  # type: ignore[attr-defined]
+                # `if rank != 0: return` (or `if rank == 0: ... else: return`) guards the rest of the block.
+                if kind == NONZERO and _ends_in_exit(stmt.body):  # type: ignore[attr-defined]
+                    guarded = True
+                elif kind == ZERO and _ends_in_exit(stmt.orelse):  # type: ignore[attr-defined]
+                    guarded = True
+            elif t in _FUNC_TYPES:
+                self._walk_function(stmt, scope, guarded, main, loop)  # type: ignore[arg-type]
+            elif t is ast.ClassDef:
+                for e in stmt.bases + [k.value for k in stmt.keywords] + stmt.decorator_list:  # type: ignore[attr-defined]
+                    self._walk_expr(e, scope, guarded, main, loop)
+                self._walk_block(stmt.body, scope, guarded, main, loop)  # type: ignore[attr-defined]
+            elif t is ast.For or t is ast.AsyncFor:
+                self._walk_expr(stmt.target, scope, guarded, main, loop)  # type: ignore[attr-defined]
+                self._walk_expr(stmt.iter, scope, guarded, main, loop)  # type: ignore[attr-defined]
+                self._walk_block(stmt.body, scope, guarded, main, loop + 1)  # type: ignore[attr-defined]
+                self._walk_block(stmt.orelse, scope, guarded, main, loop)  # type: ignore[attr-defined]
+            elif t is ast.While:
+                self._walk_expr(stmt.test, scope, guarded, main, loop)  # type: ignore[attr-defined]
+                self._walk_block(stmt.body, scope, guarded, main, loop + 1)  # type: ignore[attr-defined]
+                self._walk_block(stmt.orelse, scope, guarded, main, loop)  # type: ignore[attr-defined]
+            elif t is ast.With or t is ast.AsyncWith:
+                for item in stmt.items:  # type: ignore[attr-defined]
+                    self._walk_expr(item.context_expr, scope, guarded, main, loop)
+                self._walk_block(stmt.body, scope, guarded, main, loop)  # type: ignore[attr-defined]
+            elif t in _TRY_TYPES:
+                self._walk_block(stmt.body, scope, guarded, main, loop)  # type: ignore[attr-defined]
+                for h in stmt.handlers:  # type: ignore[attr-defined]
+                    if h.type is not None:
+                        self._walk_expr(h.type, scope, guarded, main, loop)
+                    self._walk_block(h.body, scope, guarded, main, loop)
+                self._walk_block(stmt.orelse, scope, guarded, main, loop)  # type: ignore[attr-defined]
+                self._walk_block(stmt.finalbody, scope, guarded, main, loop)  # type: ignore[attr-defined]
+            elif _MATCH is not None and t is _MATCH:
+                self._walk_expr(stmt.subject, scope, guarded, main, loop)  # type: ignore[attr-defined]
+                for case in stmt.cases:  # type: ignore[attr-defined]
+                    self._walk_block(case.body, scope, guarded, main, loop)
+            elif t is ast.Import:
+                for a in stmt.names:  # type: ignore[attr-defined]
+                    self.imported_modules.append((a.name, stmt))
+                    if a.asname:
+                        self.aliases[a.asname] = a.name
+                    else:
+                        head = a.name.split(".", 1)[0]
+                        self.aliases.setdefault(head, head)
+            elif t is ast.ImportFrom:
+                if stmt.level or not stmt.module:  # type: ignore[attr-defined]
+                    continue  # relative imports: the user's own modules
+                mod = stmt.module  # type: ignore[attr-defined]
+                self.imported_modules.append((mod, stmt))
+                for a in stmt.names:  # type: ignore[attr-defined]
+                    if a.name != "*":
+                        self.aliases[a.asname or a.name] = f"{mod}.{a.name}"
+                        self.imported_modules.append((f"{mod}.{a.name}", stmt))
+            else:
+                if t is ast.Assign:
+                    self._note_assign(stmt)  # type: ignore[arg-type]
+                self._walk_expr(stmt, scope, guarded, main, loop)
+
+    def _walk_function(self, fn: ast.AST, scope: Scope, guarded: bool, main: bool, loop: int) -> None:
+        for d in fn.decorator_list:  # type: ignore[attr-defined]
+            self._walk_expr(d, scope, guarded, main, loop)
+        for d in fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None]:  # type: ignore[attr-defined]
+            self._walk_expr(d, scope, guarded, main, loop)
+        rank_zero = any(_RANK_ZERO_DECORATOR_RE.search(final_identifier(d).lower()) for d in fn.decorator_list)  # type: ignore[attr-defined]
+        inner = Scope(fn.name, fn, scope, rank_zero)  # type: ignore[attr-defined]
+        a = fn.args  # type: ignore[attr-defined]
+        inner.params = frozenset(
+            x.arg
+            for x in (getattr(a, "posonlyargs", []) + a.args + a.kwonlyargs + [a.vararg, a.kwarg])
+            if x is not None
+        )
+        self.scopes.append(inner)
+        self.functions.setdefault(fn.name, []).append(inner)  # type: ignore[attr-defined]
+        self._walk_block(fn.body, inner, rank_zero, False, 0)  # type: ignore[attr-defined]
+
+    def _walk_expr(self, root: ast.AST, scope: Scope, guarded: bool, main: bool, loop: int) -> None:
+        attrs = self.attrs
+        names = self.names
+        for n in ast.walk(root):
+            t = type(n)
+            if t is ast.Attribute:
+                attrs.add(n.attr)  # type: ignore[attr-defined]
+            elif t is ast.Name:
+                names.add(n.id)  # type: ignore[attr-defined]
+            elif t is ast.Call:
+                func = n.func  # type: ignore[attr-defined]
+                ft = type(func)
+                if ft is ast.Attribute:
+                    attr = func.attr
+                elif ft is ast.Name:
+                    attr = func.id
+                else:
+                    attr = ""
+                cs = CallSite(n, dotted(func), attr, scope, guarded, main, loop)  # type: ignore[arg-type]
+                scope.calls.append(cs)
+                self.calls.append(cs)
+                for a in n.args:  # type: ignore[attr-defined]
+                    if type(a) is ast.Name or type(a) is ast.Attribute:
+                        self.passed_refs.add(final_identifier(a))
+                for kw in n.keywords:  # type: ignore[attr-defined]
+                    v = kw.value
+                    if type(v) is ast.Name or type(v) is ast.Attribute:
+                        self.passed_refs.add(final_identifier(v))
+                if attr == "format" and ft is ast.Attribute and _is_cuda_prefix(func.value):
+                    self.cuda_strings.append((n, scope))  # type: ignore[arg-type]
+            elif t is ast.JoinedStr:
+                values = n.values  # type: ignore[attr-defined]
+                if values and _is_cuda_prefix(values[0]):
+                    self.cuda_strings.append((n, scope))  # type: ignore[arg-type]
+            elif t is ast.BinOp:
+                if isinstance(n.op, ast.Mod) and _is_cuda_prefix(n.left):  # type: ignore[attr-defined]
+                    self.cuda_strings.append((n, scope))  # type: ignore[arg-type]
+
+    def _note_assign(self, stmt: ast.Assign) -> None:
+        for target in stmt.targets:
+            if isinstance(target, ast.Subscript):
+                key = target.slice
+                base = dotted(target.value)
+                if base and isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    self.env_assigns.append((base, key.value, stmt.value, stmt))
+            elif isinstance(target, ast.Name) and isinstance(stmt.value, ast.Call):
+                if final_identifier(stmt.value) == "get_context" and stmt.value.args:
+                    method = stmt.value.args[0]
+                    if isinstance(method, ast.Constant) and isinstance(method.value, str):
+                        self.contexts[target.id] = method.value
+
+    def _resolve(self) -> None:
+        aliases = self.aliases
+        functions = self.functions
+        for cs in self.calls:
+            raw = cs.raw
+            if raw:
+                head, dot, rest = raw.partition(".")
+                target = aliases.get(head)
+                if target is not None:
+                    cs.qual = target + dot + rest
+                if cs.attr in functions and (target is None or head in ("self", "cls")):
+                    cs.local = True
+                    self.callers.setdefault(cs.attr, []).append(cs)
+
+    # -- queries --
+
+    def resolve(self, node: ast.AST) -> str:
+        """The qualified name of a Name/Attribute chain through this file's imports ("" if not a chain)."""
+        return self.resolve_dotted(dotted(node) or "")
+
+    def resolve_dotted(self, raw: str) -> str:
+        if not raw:
+            return ""
+        head, dot, rest = raw.partition(".")
+        target = self.aliases.get(head)
+        return target + dot + rest if target is not None else raw
+
+    def calls_named(self, *attrs: str) -> Iterator[CallSite]:
+        for cs in self.calls:
+            if cs.attr in attrs:
+                yield cs
+
+    def imports_prefix(self, *prefixes: str) -> bool:
+        return any(m == p or m.startswith(p + ".") for m, _ in self.imported_modules for p in prefixes)
+
+
+def _is_cuda_prefix(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuda:")

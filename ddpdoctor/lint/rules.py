@@ -1,0 +1,963 @@
+"""The lint rules: DDP pitfalls visible in a training script.
+
+Each rule is a small function over `ModuleFacts` registered with `@rule(...)`, which declares its stable
+id (DDPnnn), a short name, the default message, a one-line fix and the reason it matters. A rule yields
+the AST node to report at, optionally with a more specific message. Rules prefer silence to a false
+alarm: when an argument is an expression they cannot judge (`backend=args.backend`), they say nothing.
+docs/lint.md documents every rule with a bad and a good example; tests check both against this code.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Optional, Union
+
+from ddpdoctor.lint.facts import (
+    CallSite,
+    ModuleFacts,
+    Scope,
+    classify_guard,
+    dotted,
+    final_identifier,
+    is_rank_identifier,
+    mentions_rank,
+)
+
+Hit = Union[ast.AST, "tuple[ast.AST, str]"]
+DOCS_URL = "docs/lint.md"
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    message: str
+    fix: str
+    why: str
+    check: Callable[[ModuleFacts], Iterable[Hit]]
+
+    @property
+    def anchor(self) -> str:
+        return f"{DOCS_URL}#{self.id.lower()}"
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(id: str, name: str, message: str, fix: str, why: str) -> Callable:
+    """Register a rule function under a stable id."""
+
+    def register(fn: Callable[[ModuleFacts], Iterable[Hit]]) -> Callable[[ModuleFacts], Iterable[Hit]]:
+        if id in RULES:
+            raise ValueError(f"rule {id} declared twice")
+        RULES[id] = Rule(id=id, name=name, message=message, fix=fix, why=why, check=fn)
+        return fn
+
+    return register
+
+
+# --- shared helpers ---------------------------------------------------------------------------------
+
+_MP_MODULES = ("multiprocessing.", "torch.multiprocessing.")
+_SPAWN_FUNCS = frozenset(
+    {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.spawn.spawn"}
+)
+_CHECKPOINT_FUNCS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
+# torch.cuda calls that do not create a CUDA context (safe before a fork).
+_CUDA_NO_INIT = frozenset(
+    {"is_available", "device_count", "is_initialized", "manual_seed", "manual_seed_all", "empty_cache",
+     "is_bf16_supported", "get_arch_list", "nccl"}
+)
+_GLOBAL_RANK_ENV = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+# Collectives and the (position, keyword) of the tensors every rank must pass.
+_COLLECTIVES: dict[str, tuple[tuple[int, str], ...]] = {
+    "broadcast": ((0, "tensor"),),
+    "all_reduce": ((0, "tensor"),),
+    "reduce": ((0, "tensor"),),
+    "all_gather": ((1, "tensor"),),
+    "all_gather_into_tensor": ((0, "output_tensor"), (1, "input_tensor")),
+    "reduce_scatter_tensor": ((0, "output"), (1, "input")),
+    "all_to_all_single": ((0, "output"), (1, "input")),
+    "scatter": ((0, "tensor"),),
+    "gather": ((0, "tensor"),),
+}
+
+
+def const_value(node: Optional[ast.AST]) -> object:
+    """The value of a literal, or the sentinel `_UNKNOWN` for anything else (None means "no argument")."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        return node.value
+    return _UNKNOWN
+
+
+_UNKNOWN = object()
+
+
+def _is_const(node: Optional[ast.AST], value: object) -> bool:
+    return isinstance(node, ast.Constant) and node.value is value
+
+
+def uses_distributed(f: ModuleFacts) -> bool:
+    """The file takes part in torch.distributed (imports it, builds DDP, inits a process group)."""
+    if "uses_distributed" not in f.memo:
+        f.memo["uses_distributed"] = (
+            f.imports_prefix("torch.distributed", "torch.nn.parallel")
+            or "distributed" in f.attrs
+            or any(True for _ in f.calls_named("init_process_group", "DistributedDataParallel", "DistributedSampler"))
+        )
+    return bool(f.memo["uses_distributed"])
+
+
+def _cuda_string(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuda")
+
+
+def is_cuda_touch(cs: CallSite) -> bool:
+    """A call that creates the CUDA context: x.cuda(), torch.cuda.synchronize(), x.to("cuda"), device="cuda"."""
+    if cs.attr == "cuda" and cs.qual != "torch.cuda":
+        return True
+    if cs.qual.startswith("torch.cuda.") and cs.attr not in _CUDA_NO_INIT and cs.qual.count(".") == 2:
+        return True
+    if cs.attr == "to" and any(_cuda_string(a) for a in cs.node.args):
+        return True
+    return any(kw.arg == "device" and _cuda_string(kw.value) for kw in cs.node.keywords)
+
+
+def uses_cuda(f: ModuleFacts) -> bool:
+    if "uses_cuda" not in f.memo:
+        found = False
+        for cs in f.calls:
+            if cs.qual.startswith("torch.cuda.") or cs.attr == "cuda" or cs.kwarg("device_ids") is not None:
+                found = True
+            elif any(_cuda_string(a) for a in cs.node.args) or any(_cuda_string(k.value) for k in cs.node.keywords):
+                found = True
+            if found:
+                break
+        f.memo["uses_cuda"] = found or bool(f.cuda_strings)
+    return bool(f.memo["uses_cuda"])
+
+
+def _init_calls(f: ModuleFacts) -> list[CallSite]:
+    return list(f.calls_named("init_process_group"))
+
+
+def _is_set_device(cs: CallSite) -> bool:
+    q = cs.qual
+    return (
+        q.endswith("cuda.set_device")
+        or q == "torch.accelerator.set_device_index"
+        or (cs.attr == "set_device" and "cuda" in (cs.raw or ""))
+    )
+
+
+def _function_contains(f: ModuleFacts, name: str, pred: Callable[[CallSite], bool], depth: int, seen: set) -> bool:
+    """Some function called `name` (or one it calls, a few levels deep) makes a call matching `pred`."""
+    if depth > 4 or name in seen:
+        return False
+    seen.add(name)
+    for scope in f.functions.get(name, ()):
+        for cs in scope.calls:
+            if pred(cs) or (cs.local and _function_contains(f, cs.attr, pred, depth + 1, seen)):
+                return True
+    return False
+
+
+def _happens_before(
+    f: ModuleFacts, scope: Scope, pos: tuple[int, int], pred: Callable[[CallSite], bool], depth: int = 0
+) -> bool:
+    """A call matching `pred` runs before `pos` in `scope`: earlier in the same function (directly or in a
+    function it calls), or before the call into this function in some caller. Source order, a few levels."""
+    if depth > 5:
+        return True  # too deep to tell: stay silent
+    for cs in scope.calls:
+        if cs.pos >= pos:
+            continue
+        if pred(cs) or (cs.local and _function_contains(f, cs.attr, pred, 0, {scope.name})):
+            return True
+    if scope.is_module:
+        return False
+    return any(
+        _happens_before(f, c.scope, c.pos, pred, depth + 1) for c in f.callers.get(scope.name, ()) if c.scope is not scope
+    )
+
+
+def _rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
+    """Every path into `scope` passes a rank-0 check (or we cannot see who calls it: stay silent)."""
+    if scope.guarded:
+        return True
+    if scope.is_module or scope.name in f.passed_refs:
+        return False  # module code and spawn targets / callbacks run on every rank
+    if depth > 5:
+        return True
+    callers = [c for c in f.callers.get(scope.name, ()) if c.scope is not scope]
+    return all(c.guarded or _rank_zero_only(f, c.scope, depth + 1) for c in callers)
+
+
+def _runs_at_import(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
+    """Code in `scope` runs when the module is imported (no `__main__` guard on the way)."""
+    if scope.is_module:
+        return True
+    if depth > 5:
+        return False
+    return any(
+        not c.main_guard and _runs_at_import(f, c.scope, depth + 1)
+        for c in f.callers.get(scope.name, ())
+        if c.scope is not scope
+    )
+
+
+def _is_mp(cs: CallSite) -> bool:
+    return cs.qual.startswith(_MP_MODULES)
+
+
+def _is_process(f: ModuleFacts, cs: CallSite, *, pools: bool) -> bool:
+    if cs.attr not in (("Process", "Pool") if pools else ("Process",)):
+        return False
+    if _is_mp(cs):
+        return True
+    head = (cs.raw or "").split(".", 1)[0]
+    return head in f.contexts
+
+
+# --- rules ------------------------------------------------------------------------------------------
+
+
+@rule(
+    "DDP001",
+    "fork-start-cuda",
+    "processes are forked in a script that uses CUDA: a forked child cannot use CUDA",
+    'use the spawn start method: mp.set_start_method("spawn") or mp.get_context("spawn"), or torchrun',
+    "CUDA cannot be re-initialised in a forked child; the child fails on its first CUDA call.",
+)
+def check_fork_start_cuda(f: ModuleFacts) -> Iterator[Hit]:
+    cuda = uses_cuda(f)
+    other_method = False
+    for cs in f.calls_named("set_start_method", "get_context"):
+        if not _is_mp(cs):
+            continue
+        method = const_value(cs.arg(0, "method"))
+        if method == "fork":
+            if cuda:
+                yield cs.node, f'{cs.attr}("fork") in a script that uses CUDA: a forked child cannot use CUDA'
+        elif cs.attr == "set_start_method" and isinstance(method, str):
+            other_method = True
+    if other_method:
+        return
+    for scope in f.scopes:
+        touched = False
+        for cs in scope.calls:
+            if not touched:
+                touched = is_cuda_touch(cs)
+            elif _is_process(f, cs, pools=True):
+                head = (cs.raw or "").split(".", 1)[0]
+                if f.contexts.get(head, "fork") != "fork":
+                    continue
+                yield cs.node, (
+                    f"{cs.attr}() started with the default fork start method after CUDA was initialised "
+                    "in this function"
+                )
+
+
+# Global-rank taint (DDP002): which names hold the global rank, per function, in source order.
+
+
+def _env_key(f: ModuleFacts, node: ast.AST) -> Optional[str]:
+    """os.environ["RANK"], os.environ.get("RANK"), os.getenv("RANK") -> "RANK"."""
+    if isinstance(node, ast.Subscript):
+        if f.resolve(node.value) == "os.environ":
+            key = node.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return key.value
+        return None
+    if isinstance(node, ast.Call) and node.args:
+        callee = f.resolve(node.func)
+        if callee in ("os.environ.get", "os.getenv", "os.environ.__getitem__"):
+            key = node.args[0]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return key.value
+    return None
+
+
+def _is_composite_rank(value: ast.AST) -> bool:
+    """`node_rank * gpus_per_node + gpu`: the global rank built from the spawn index on a multi-node run."""
+    if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)):
+        return False
+    return any(isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mult) for side in (value.left, value.right))
+
+
+class _GlobalRankTaint:
+    def __init__(self, f: ModuleFacts) -> None:
+        self.f = f
+        self.self_attrs: set[str] = set()  # "self.global_rank" keys tainted in any method
+        self.hits: list[tuple[ast.AST, str]] = []
+
+    def tainted(self, node: Optional[ast.AST], env: set[str]) -> Optional[str]:
+        """The rank expression's name when `node` holds the global rank, else None."""
+        if node is None:
+            return None
+        t = type(node)
+        if t is ast.Name or t is ast.Attribute:
+            key = dotted(node)
+            if key and (key in env or key in self.self_attrs):
+                return key
+            return None
+        if t is ast.Subscript:
+            return "RANK" if _env_key(self.f, node) in _GLOBAL_RANK_ENV else None
+        if t is ast.Call:
+            ident = final_identifier(node)
+            if ident in ("int", "str") and len(node.args) == 1:  # type: ignore[attr-defined]
+                return self.tainted(node.args[0], env)  # type: ignore[attr-defined]
+            if ident in ("get_rank", "get_global_rank"):
+                return f"{ident}()"
+            return "RANK" if _env_key(self.f, node) in _GLOBAL_RANK_ENV else None
+        if t is ast.IfExp:
+            return self.tainted(node.body, env) or self.tainted(node.orelse, env)  # type: ignore[attr-defined]
+        if t is ast.BoolOp:
+            for v in node.values:  # type: ignore[attr-defined]
+                name = self.tainted(v, env)
+                if name:
+                    return name
+        return None
+
+    def assign(self, targets: list[ast.expr], value: Optional[ast.expr], env: set[str], record_self: bool) -> None:
+        for target in targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [None] * len(target.elts)
+                if len(values) == len(target.elts):
+                    self.assign(list(target.elts), None, env, record_self)
+                    for t, v in zip(target.elts, values):
+                        self.assign([t], v, env, record_self)
+                continue
+            key = dotted(target)
+            if not key:
+                continue
+            name = self.tainted(value, env)
+            if not name and value is not None and _is_composite_rank(value):
+                ident = key.rsplit(".", 1)[-1]
+                if is_rank_identifier(ident) and "local" not in ident.lower():
+                    name = key
+            if name:
+                env.add(key)
+                if record_self and key.startswith("self."):
+                    self.self_attrs.add(key)
+            else:
+                env.discard(key)
+
+    def check_call(self, node: ast.Call, env: set[str]) -> None:
+        f = self.f
+        callee = f.resolve(node.func)
+        attr = final_identifier(node)
+        culprit: Optional[str] = None
+        if callee.endswith("cuda.set_device") or callee == "torch.accelerator.set_device_index":
+            culprit = self.tainted(node.args[0] if node.args else None, env)
+        elif attr in ("to", "cuda") and isinstance(node.func, ast.Attribute):
+            culprit = self.tainted(node.args[0] if node.args else None, env)
+        elif callee == "torch.device" and node.args:
+            first = node.args[0]
+            if _cuda_string(first) and len(node.args) > 1:
+                culprit = self.tainted(node.args[1], env)
+            else:
+                culprit = self.tainted(first, env)
+        for kw in node.keywords:
+            if culprit:
+                break
+            if kw.arg == "device_ids" and isinstance(kw.value, (ast.List, ast.Tuple)):
+                for elt in kw.value.elts:
+                    culprit = culprit or self.tainted(elt, env)
+            elif kw.arg in ("device", "output_device", "device_id", "map_location"):
+                culprit = self.tainted(kw.value, env)
+        if culprit:
+            self.hits.append((node, culprit))
+
+    def check_string(self, node: ast.AST, env: set[str]) -> None:
+        """Only the value right after "cuda:" picks the device: f"cuda:{x} (rank {rank})" is about x."""
+        index: Optional[ast.AST] = None
+        if isinstance(node, ast.JoinedStr):
+            for before, after in zip(node.values, node.values[1:]):
+                if (
+                    isinstance(before, ast.Constant)
+                    and str(before.value).endswith("cuda:")
+                    and isinstance(after, ast.FormattedValue)
+                ):
+                    index = after.value
+                    break
+        elif isinstance(node, ast.BinOp) and isinstance(node.left, ast.Constant):
+            if str(node.left.value).startswith("cuda:%"):
+                right = node.right
+                index = right.elts[0] if isinstance(right, ast.Tuple) and right.elts else right
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            template = node.func.value
+            if isinstance(template, ast.Constant) and str(template.value).startswith("cuda:{") and node.args:
+                index = node.args[0]
+        culprit = self.tainted(index, env)
+        if culprit:
+            self.hits.append((node, culprit))
+
+    def scan(self, root: ast.AST, env: set[str]) -> None:
+        for n in ast.walk(root):
+            t = type(n)
+            if t is ast.Call:
+                self.check_call(n, env)  # type: ignore[arg-type]
+                func = n.func  # type: ignore[attr-defined]
+                if isinstance(func, ast.Attribute) and func.attr == "format" and _cuda_prefix(func.value):
+                    self.check_string(n, env)
+            elif t is ast.JoinedStr:
+                if n.values and _cuda_prefix(n.values[0]):  # type: ignore[attr-defined]
+                    self.check_string(n, env)
+            elif t is ast.BinOp and isinstance(n.op, ast.Mod) and _cuda_prefix(n.left):  # type: ignore[attr-defined]
+                self.check_string(n, env)
+
+    def block(self, body: list[ast.stmt], env: set[str], record_self: bool) -> None:
+        for stmt in body:
+            t = type(stmt)
+            if t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                continue
+            if t is ast.Assign:
+                self.scan(stmt.value, env)  # type: ignore[attr-defined]
+                self.assign(stmt.targets, stmt.value, env, record_self)  # type: ignore[attr-defined]
+            elif t is ast.AnnAssign:
+                if stmt.value is not None:  # type: ignore[attr-defined]
+                    self.scan(stmt.value, env)  # type: ignore[attr-defined]
+                    self.assign([stmt.target], stmt.value, env, record_self)  # type: ignore[attr-defined]
+            elif t is ast.If or t is ast.While:
+                self.scan(stmt.test, env)  # type: ignore[attr-defined]
+                self.block(stmt.body, env, record_self)  # type: ignore[attr-defined]
+                self.block(stmt.orelse, env, record_self)  # type: ignore[attr-defined]
+            elif t is ast.For or t is ast.AsyncFor:
+                self.scan(stmt.iter, env)  # type: ignore[attr-defined]
+                self.assign([stmt.target], None, env, record_self)  # type: ignore[attr-defined]
+                self.block(stmt.body, env, record_self)  # type: ignore[attr-defined]
+                self.block(stmt.orelse, env, record_self)  # type: ignore[attr-defined]
+            elif t is ast.With or t is ast.AsyncWith:
+                for item in stmt.items:  # type: ignore[attr-defined]
+                    self.scan(item.context_expr, env)
+                self.block(stmt.body, env, record_self)  # type: ignore[attr-defined]
+            elif hasattr(stmt, "handlers"):  # try / try*
+                self.block(stmt.body, env, record_self)  # type: ignore[attr-defined]
+                for h in stmt.handlers:  # type: ignore[attr-defined]
+                    self.block(h.body, env, record_self)
+                self.block(stmt.orelse, env, record_self)  # type: ignore[attr-defined]
+                self.block(stmt.finalbody, env, record_self)  # type: ignore[attr-defined]
+            elif hasattr(stmt, "cases"):  # match
+                for case in stmt.cases:  # type: ignore[attr-defined]
+                    self.block(case.body, env, record_self)
+            else:
+                self.scan(stmt, env)
+
+    def run(self) -> list[tuple[ast.AST, str]]:
+        f = self.f
+        module_env: set[str] = set()
+        self.block(f.tree.body, module_env, record_self=False)
+        module_hits = list(self.hits)
+        functions = [s for s in f.scopes if not s.is_module]
+        # Pass 1 learns which self.<attr> hold the global rank in any method; pass 2 reports.
+        for scope in functions:
+            self.block(scope.node.body, self._initial(module_env, scope), record_self=True)  # type: ignore[attr-defined]
+        self.hits = module_hits
+        for scope in functions:
+            self.block(scope.node.body, self._initial(module_env, scope), record_self=False)  # type: ignore[attr-defined]
+        return self.hits
+
+    @staticmethod
+    def _initial(module_env: set[str], scope: Scope) -> set[str]:
+        return {k for k in module_env if "." not in k and k not in scope.params}
+
+
+def _cuda_prefix(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuda:")
+
+
+@rule(
+    "DDP002",
+    "device-from-global-rank",
+    "GPU chosen from the global rank: on a multi-node run it is past the node's GPU count",
+    'pick the GPU with the local rank: local_rank = int(os.environ["LOCAL_RANK"]); torch.cuda.set_device(local_rank)',
+    "Ranks are numbered across nodes; GPU ordinals restart at 0 on every node.",
+)
+def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
+    src = f.source
+    if b"rank" not in src.lower() and b"SLURM_PROCID" not in src and b"PMI" not in src:
+        return
+    seen: set[int] = set()
+    for node, culprit in _GlobalRankTaint(f).run():
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node, (
+            f"GPU chosen from the global rank `{culprit}`: on a multi-node run it is past the node's GPU count "
+            "(invalid device ordinal) or puts two ranks on one GPU"
+        )
+
+
+def _mentions_nccl(node: Optional[ast.AST]) -> Optional[bool]:
+    """True / False when the backend expression is readable, None when it is not (args.backend)."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and "nccl" in node.value.lower()
+    if isinstance(node, ast.IfExp):
+        branches = [_mentions_nccl(node.body), _mentions_nccl(node.orelse)]
+        if True in branches:
+            return True
+        return False if branches == [False, False] else None
+    return None
+
+
+@rule(
+    "DDP003",
+    "nccl-before-set-device",
+    "NCCL process group created before torch.cuda.set_device(): every rank starts on GPU 0",
+    "call torch.cuda.set_device(local_rank) before init_process_group, or pass device_id=torch.device('cuda', local_rank)",
+    "Without a current device, NCCL and CUDA contexts of every rank land on GPU 0.",
+)
+def check_nccl_before_set_device(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in _init_calls(f):
+        if cs.kwarg("device_id") is not None or cs.has_star_kwargs():
+            continue
+        backend = cs.arg(0, "backend")
+        nccl = _mentions_nccl(backend)
+        if backend is None:
+            if not uses_cuda(f):
+                continue
+        elif not nccl:
+            continue
+        if _happens_before(f, cs.scope, cs.pos, _is_set_device):
+            continue
+        yield cs.node
+
+
+_TCP_PORT_RE = re.compile(r":(\d+)/?$")
+
+
+def _literal_port(node: Optional[ast.AST]) -> Optional[int]:
+    """A port written as a literal: "12355", 12355, str(12355), f"12355"."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, int) or (isinstance(v, str) and v.strip().isdigit()):
+            port = int(v)
+            return port or None
+        return None
+    if isinstance(node, ast.Call) and final_identifier(node) == "str" and len(node.args) == 1:
+        return _literal_port(node.args[0])
+    if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
+        return _literal_port(ast.Constant("".join(str(v.value) for v in node.values)))  # type: ignore[attr-defined]
+    return None
+
+
+def _url_port(node: Optional[ast.AST]) -> Optional[int]:
+    """tcp://10.0.0.1:23456 or f"tcp://{addr}:23456" -> 23456."""
+    text = None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value
+    elif isinstance(node, ast.JoinedStr) and node.values:
+        last = node.values[-1]
+        if isinstance(last, ast.Constant) and isinstance(last.value, str):
+            text = last.value
+    if text is None or (isinstance(node, ast.Constant) and not text.startswith("tcp://")):
+        return None
+    if isinstance(node, ast.JoinedStr):
+        first = node.values[0]
+        if not (isinstance(first, ast.Constant) and str(first.value).startswith("tcp://")):
+            return None
+    m = _TCP_PORT_RE.search(text)
+    return int(m.group(1)) if m and int(m.group(1)) else None
+
+
+@rule(
+    "DDP004",
+    "hard-coded-port",
+    "rendezvous port hard-coded: two jobs on one node clash on it",
+    "read the port from the launcher (MASTER_PORT set by torchrun/Slurm) or pick a free one; never a literal",
+    "A second job on the same node, or a zombie of the last one, already holds the port.",
+)
+def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
+    for base, key, value, stmt in f.env_assigns:
+        if key == "MASTER_PORT" and f.resolve_dotted(base) == "os.environ":
+            port = _literal_port(value)
+            if port:
+                yield stmt, f"MASTER_PORT hard-coded to {port}: two jobs on one node clash on it"
+    for cs in f.calls_named("update"):
+        if cs.qual != "os.environ.update":
+            continue
+        values = [kw.value for kw in cs.node.keywords if kw.arg == "MASTER_PORT"]
+        for a in cs.node.args:
+            if isinstance(a, ast.Dict):
+                values += [v for k, v in zip(a.keys, a.values) if isinstance(k, ast.Constant) and k.value == "MASTER_PORT"]
+        for v in values:
+            port = _literal_port(v)
+            if port:
+                yield cs.node, f"MASTER_PORT hard-coded to {port}: two jobs on one node clash on it"
+    for cs in _init_calls(f):
+        port = _url_port(cs.arg(1, "init_method"))
+        if port:
+            yield cs.node, f"init_method hard-codes port {port}: two jobs on one node clash on it"
+    for cs in f.calls_named("TCPStore"):
+        port = _literal_port(cs.arg(1, "port"))
+        if port:
+            yield cs.node, f"TCPStore port hard-coded to {port}: two jobs on one node clash on it"
+
+
+@rule(
+    "DDP005",
+    "sampler-without-set-epoch",
+    "DistributedSampler shuffles but set_epoch() is never called: every epoch sees the same order",
+    "call sampler.set_epoch(epoch) (or loader.sampler.set_epoch(epoch)) at the start of every epoch",
+    "The sampler seeds its shuffle with seed + epoch, and epoch stays 0 unless set.",
+)
+def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
+    samplers = [cs for cs in f.calls_named("DistributedSampler") if const_value(cs.arg(3, "shuffle")) in (None, True)]
+    if not samplers:
+        return
+    for cs in f.calls_named("set_epoch"):
+        arg = cs.arg(0, "epoch")
+        if arg is not None and not isinstance(arg, ast.Constant):
+            return  # set per epoch somewhere (through any attribute path)
+    for cs in samplers:
+        yield cs.node
+
+
+@rule(
+    "DDP006",
+    "sampler-with-shuffle",
+    "DataLoader gets both a sampler and shuffle=True: ValueError at construction",
+    "drop shuffle=True (the sampler shuffles; DistributedSampler(shuffle=True) is the default)",
+    "DataLoader refuses the combination; the sampler decides the order.",
+)
+def check_sampler_with_shuffle(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in f.calls_named("DataLoader"):
+        if not _is_const(cs.arg(2, "shuffle"), True):
+            continue
+        for index, name in ((3, "sampler"), (4, "batch_sampler")):
+            value = cs.arg(index, name)
+            if value is not None and not _is_const(value, None):
+                yield cs.node, f"DataLoader gets both {name}= and shuffle=True: ValueError at construction"
+                break
+
+
+@rule(
+    "DDP007",
+    "save-on-every-rank",
+    "torch.save() runs on every rank: all ranks write the same checkpoint file at once",
+    "save on one rank only: `if dist.get_rank() == 0: torch.save(...)`, then dist.barrier() before anyone reads it",
+    "Concurrent writers to one path produce truncated or corrupt checkpoints and waste I/O.",
+)
+def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
+    if not uses_distributed(f):
+        return
+    for cs in f.calls:
+        if cs.qual != "torch.save" or cs.guarded:
+            continue
+        path = cs.arg(1, "f")
+        if path is not None and mentions_rank(path):
+            continue  # one file per rank, on purpose
+        if _rank_zero_only(f, cs.scope):
+            continue
+        yield cs.node
+
+
+@rule(
+    "DDP008",
+    "load-without-map-location",
+    "torch.load() without map_location in DDP code: every rank loads onto the GPU it was saved from",
+    'pass map_location="cpu" (or map_location=f"cuda:{local_rank}")',
+    "Tensors saved from cuda:0 load back onto cuda:0 on every rank: extra memory on GPU 0, then OOM.",
+)
+def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
+    if not uses_distributed(f):
+        return
+    for cs in f.calls:
+        if cs.qual == "torch.load" and cs.arg(1, "map_location") is None and not cs.has_star_kwargs():
+            yield cs.node
+
+
+@rule(
+    "DDP009",
+    "init-without-timeout",
+    "init_process_group() without timeout=: a lost rank becomes a 10-30 minute hang",
+    "pass timeout=datetime.timedelta(minutes=...) sized to your slowest step (checkpointing, evaluation)",
+    "The default collective timeout is 10 minutes (NCCL) to 30 minutes; a fault then looks like a hang.",
+)
+def check_init_timeout(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in _init_calls(f):
+        if cs.arg(2, "timeout") is None and not cs.has_star_kwargs():
+            yield cs.node
+
+
+@rule(
+    "DDP010",
+    "no-destroy-process-group",
+    "init_process_group() without destroy_process_group() anywhere in the file",
+    "call dist.destroy_process_group() when training ends (in a finally: block so errors clean up too)",
+    "Without it NCCL resources leak and recent PyTorch warns at exit; a crashed rank can leave peers hanging.",
+)
+def check_destroy(f: ModuleFacts) -> Iterator[Hit]:
+    inits = _init_calls(f)
+    if inits and "destroy_process_group" not in f.attrs and "destroy_process_group" not in f.names:
+        yield inits[0].node
+
+
+@rule(
+    "DDP011",
+    "data-parallel",
+    "nn.DataParallel: single-process, GIL-bound and not the supported multi-GPU path",
+    "use DistributedDataParallel with one process per GPU (torchrun --nproc_per_node=N)",
+    "DataParallel replicates the model every step from one Python process; DDP is faster and maintained.",
+)
+def check_data_parallel(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in f.calls:
+        if cs.attr in ("DataParallel", "data_parallel") and cs.qual.startswith("torch."):
+            yield cs.node
+
+
+@rule(
+    "DDP012",
+    "distributed-launch",
+    "torch.distributed.launch is deprecated: use torchrun",
+    "launch with `torchrun --nproc_per_node=N train.py` and read LOCAL_RANK from the environment",
+    "torch.distributed.launch is deprecated and passes --local-rank, which older argparse code rejects.",
+)
+def check_distributed_launch(f: ModuleFacts) -> Iterator[Hit]:
+    lines: set[int] = set()
+    for module, stmt in f.imported_modules:
+        if (module == "torch.distributed.launch" or module.startswith("torch.distributed.launch.")) and stmt.lineno not in lines:
+            lines.add(stmt.lineno)
+            yield stmt
+    if b"torch.distributed.launch" not in f.source:
+        return
+    bare_strings: set[int] = set()
+    for n in ast.walk(f.tree):
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant):
+            bare_strings.add(id(n.value))  # docstrings and comments-as-strings are prose, not a launch
+        elif (
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and "torch.distributed.launch" in n.value
+            and id(n) not in bare_strings
+            and n.lineno not in lines
+        ):
+            lines.add(n.lineno)
+            yield n, "runs torch.distributed.launch, which is deprecated: use torchrun"
+
+
+@rule(
+    "DDP013",
+    "local-rank-argument",
+    "--local_rank argparse option: torch.distributed.launch now passes --local-rank, and torchrun passes nothing",
+    'read int(os.environ["LOCAL_RANK"]); if you must keep the flag, accept both: add_argument("--local-rank", "--local_rank")',
+    "PyTorch 2.0's launcher passes --local-rank=N (hyphen); a parser that knows only --local_rank exits.",
+)
+def check_local_rank_argument(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in f.calls_named("add_argument"):
+        opts = {a.value for a in cs.node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+        if "--local_rank" in opts and "--local-rank" not in opts:
+            yield cs.node
+
+
+def _collective(f: ModuleFacts, node: ast.Call) -> Optional[tuple[str, list[ast.expr]]]:
+    callee = f.resolve(node.func)
+    if not callee.startswith("torch.distributed."):
+        return None
+    name = callee.rsplit(".", 1)[-1]
+    params = _COLLECTIVES.get(name)
+    if params is None:
+        return None
+    kw = {k.arg: k.value for k in node.keywords}
+    tensors = []
+    for index, key in params:
+        if key in kw:
+            tensors.append(kw[key])
+        elif index < len(node.args):
+            tensors.append(node.args[index])
+    return name, tensors
+
+
+_DEFINED, _NONE, _PARTIAL = "defined", "none", "partial"
+
+
+class _PartialTensor:
+    """Per function, in source order: names that only some ranks bind to a tensor."""
+
+    def __init__(self, f: ModuleFacts) -> None:
+        self.f = f
+        self.hits: list[tuple[ast.AST, str]] = []
+
+    @staticmethod
+    def value_state(value: ast.AST) -> str:
+        if _is_const(value, None):
+            return _NONE
+        if isinstance(value, ast.IfExp) and (mentions_rank(value.test) or classify_guard(value.test)):
+            if _is_const(value.body, None) != _is_const(value.orelse, None):
+                return _PARTIAL
+        return _DEFINED
+
+    def assign(self, target: ast.AST, value: Optional[ast.AST], state: dict[str, str]) -> None:
+        if isinstance(target, ast.Name):
+            state[target.id] = self.value_state(value) if value is not None else _DEFINED
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self.assign(elt, None, state)
+
+    def scan(self, root: ast.AST, state: dict[str, str], in_rank_branch: bool) -> None:
+        if in_rank_branch:
+            return  # a collective inside a rank-dependent branch is another problem, not this one
+        for n in ast.walk(root):
+            if type(n) is not ast.Call:
+                continue
+            found = _collective(self.f, n)  # type: ignore[arg-type]
+            if not found:
+                continue
+            name, tensors = found
+            for t in tensors:
+                if isinstance(t, ast.Name) and state.get(t.id) in (_PARTIAL, _NONE):
+                    self.hits.append((n, f"{name}() on `{t.id}`, which is None or unbound on some ranks"))
+                    break
+
+    def block(self, body: list[ast.stmt], state: dict[str, str], in_rank: bool) -> None:
+        for stmt in body:
+            t = type(stmt)
+            if t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                continue
+            if t is ast.Assign:
+                self.scan(stmt.value, state, in_rank)  # type: ignore[attr-defined]
+                for target in stmt.targets:  # type: ignore[attr-defined]
+                    self.assign(target, stmt.value, state)  # type: ignore[attr-defined]
+            elif t is ast.AnnAssign and stmt.value is not None:  # type: ignore[attr-defined]
+                self.scan(stmt.value, state, in_rank)  # type: ignore[attr-defined]
+                self.assign(stmt.target, stmt.value, state)  # type: ignore[attr-defined]
+            elif t is ast.If:
+                self.scan(stmt.test, state, in_rank)  # type: ignore[attr-defined]
+                rank_test = bool(classify_guard(stmt.test)) or mentions_rank(stmt.test)  # type: ignore[attr-defined]
+                body_state, else_state = dict(state), dict(state)
+                self.block(stmt.body, body_state, in_rank or rank_test)  # type: ignore[attr-defined]
+                self.block(stmt.orelse, else_state, in_rank or rank_test)  # type: ignore[attr-defined]
+                for key in set(body_state) | set(else_state):
+                    a, b = body_state.get(key), else_state.get(key)
+                    if a == b:
+                        state[key] = a  # type: ignore[assignment]
+                    elif rank_test and _DEFINED in (a, b):
+                        state[key] = _PARTIAL
+                    elif _PARTIAL in (a, b):
+                        state[key] = _PARTIAL
+                    else:
+                        state[key] = _DEFINED if _DEFINED in (a, b) else (a or b)  # type: ignore[assignment]
+            elif t in (ast.For, ast.AsyncFor):
+                self.scan(stmt.iter, state, in_rank)  # type: ignore[attr-defined]
+                self.assign(stmt.target, None, state)  # type: ignore[attr-defined]
+                self.block(stmt.body, state, in_rank)  # type: ignore[attr-defined]
+                self.block(stmt.orelse, state, in_rank)  # type: ignore[attr-defined]
+            elif t is ast.While:
+                self.scan(stmt.test, state, in_rank)  # type: ignore[attr-defined]
+                self.block(stmt.body, state, in_rank)  # type: ignore[attr-defined]
+                self.block(stmt.orelse, state, in_rank)  # type: ignore[attr-defined]
+            elif t in (ast.With, ast.AsyncWith):
+                for item in stmt.items:  # type: ignore[attr-defined]
+                    self.scan(item.context_expr, state, in_rank)
+                    if item.optional_vars is not None:
+                        self.assign(item.optional_vars, None, state)
+                self.block(stmt.body, state, in_rank)  # type: ignore[attr-defined]
+            elif hasattr(stmt, "handlers"):
+                self.block(stmt.body, state, in_rank)  # type: ignore[attr-defined]
+                for h in stmt.handlers:  # type: ignore[attr-defined]
+                    self.block(h.body, state, in_rank)
+                self.block(stmt.orelse, state, in_rank)  # type: ignore[attr-defined]
+                self.block(stmt.finalbody, state, in_rank)  # type: ignore[attr-defined]
+            elif hasattr(stmt, "cases"):
+                for case in stmt.cases:  # type: ignore[attr-defined]
+                    self.block(case.body, state, in_rank)
+            else:
+                self.scan(stmt, state, in_rank)
+
+
+@rule(
+    "DDP014",
+    "collective-on-partial-tensor",
+    "collective on a tensor that only some ranks create",
+    "create the tensor on every rank with the same shape (torch.empty(shape) on the receivers) "
+    "or use dist.broadcast_object_list for Python objects",
+    "Every rank must pass a tensor of the same shape; None fails on the others, a size mismatch hangs.",
+)
+def check_collective_partial_tensor(f: ModuleFacts) -> Iterator[Hit]:
+    checker = _PartialTensor(f)
+    for scope in f.scopes:
+        if not any(cs.attr in _COLLECTIVES and cs.qual.startswith("torch.distributed.") for cs in scope.calls):
+            continue
+        body = scope.node.body  # type: ignore[attr-defined]
+        checker.block(body, {}, False)
+    yield from checker.hits
+
+
+def _uses_ddp_wrapper(f: ModuleFacts) -> bool:
+    return "DistributedDataParallel" in f.names or "DistributedDataParallel" in f.attrs or any(
+        cs.qual.endswith("DistributedDataParallel") for cs in f.calls
+    )
+
+
+@rule(
+    "DDP015",
+    "reentrant-checkpoint",
+    "reentrant activation checkpointing in a DDP model: 'Expected to mark a variable ready only once'",
+    "pass use_reentrant=False to checkpoint() (gradient_checkpointing_kwargs={'use_reentrant': False}), "
+    "or build DDP with static_graph=True",
+    "The reentrant variant re-runs forward inside backward, so DDP's gradient hooks fire twice.",
+)
+def check_reentrant_checkpoint(f: ModuleFacts) -> Iterator[Hit]:
+    ddp = _uses_ddp_wrapper(f)
+    if not (ddp or any(True for _ in f.calls_named("init_process_group"))):
+        return
+    if "_set_static_graph" in f.attrs:
+        return
+    for cs in f.calls:
+        if cs.qual.endswith("DistributedDataParallel") and _is_const(cs.kwarg("static_graph"), True):
+            return
+    for cs in f.calls:
+        if ddp and cs.qual in _CHECKPOINT_FUNCS:
+            flag = cs.kwarg("use_reentrant")
+            if (flag is None and not cs.has_star_kwargs()) or _is_const(flag, True):
+                shown = "use_reentrant=True" if flag is not None else "without use_reentrant= (reentrant by default)"
+                yield cs.node, f"{cs.attr}() {shown} in a DDP model: 'Expected to mark a variable ready only once'"
+        elif cs.attr == "gradient_checkpointing_enable":
+            kwargs = cs.kwarg("gradient_checkpointing_kwargs")
+            if kwargs is None and cs.has_star_kwargs():
+                continue
+            if kwargs is None or (
+                isinstance(kwargs, ast.Dict)
+                and not any(
+                    isinstance(k, ast.Constant) and k.value == "use_reentrant" and _is_const(v, False)
+                    for k, v in zip(kwargs.keys, kwargs.values)
+                )
+            ):
+                yield cs.node, (
+                    "gradient_checkpointing_enable() without use_reentrant=False under DDP: "
+                    "'Expected to mark a variable ready only once'"
+                )
+
+
+@rule(
+    "DDP016",
+    "spawn-without-main-guard",
+    'processes started without an `if __name__ == "__main__":` guard: each child re-runs the launch',
+    'move the spawn into `if __name__ == "__main__":` (or a main() called only from there)',
+    "The spawn start method re-imports the main module in every child; unguarded, the launch runs again.",
+)
+def check_spawn_main_guard(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in f.calls:
+        if cs.main_guard:
+            continue
+        if cs.qual in _SPAWN_FUNCS or _is_process(f, cs, pools=False):
+            if _runs_at_import(f, cs.scope):
+                yield cs.node, (
+                    f'{cs.attr}() runs at import time, without an `if __name__ == "__main__":` guard: '
+                    "each spawned child re-runs it"
+                )
+
+
+def all_rules() -> dict[str, Rule]:
+    return dict(RULES)

@@ -1,0 +1,510 @@
+"""The one place that imports pynvml.
+
+Lazy: pynvml is imported and NVML initialised only when `gather_nvml()` runs. Every call goes
+through `NvmlReader.query`, which maps NVML errors once:
+
+- Not Supported / Function Not Found (and bindings too old to have the function) -> None: that is
+  data ("this GPU does not report it"), never a failure;
+- GPU Is Lost / GPU Requires Reset -> `GpuLost`, which stops reading that GPU only and marks it
+  `lost` (the checks turn that into a fail);
+- anything else -> None, with the message kept in the GPU's `errors` so the report can say why.
+
+Init failures (library not found, driver/library version mismatch, driver not loaded, no permission)
+come back as `{"available": False, "error": {"kind", "message"}}`. One failing GPU never stops the
+others. The result is plain JSON-able data, stored in snapshots as the `nvml` fact, with per-GPU dicts
+in the same shape as `ddpdoctor.parsers.nvidia_smi.parse_gpu_section`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import threading
+from typing import Any, Callable, Optional
+
+# NVML return codes (nvml.h); kept here so that mapping does not depend on the bindings' version.
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_UNKNOWN = 999
+
+ERROR_KINDS = {
+    NVML_ERROR_NOT_SUPPORTED: "not_supported",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "not_supported",
+    NVML_ERROR_GPU_IS_LOST: "lost",
+    NVML_ERROR_RESET_REQUIRED: "lost",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "library_not_found",
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH: "driver_mismatch",
+    NVML_ERROR_DRIVER_NOT_LOADED: "driver_not_loaded",
+    NVML_ERROR_NO_PERMISSION: "no_permission",
+}
+
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+# nvmlClocksEventReasons bits, named as `nvidia-smi -q` names them (snake case).
+CLOCK_EVENT_BITS = {
+    "idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+# nvmlGpuP2PStatus_t, as `nvidia-smi topo -p2p` abbreviates it.
+P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
+FABRIC_STATES = {0: None, 1: "Not Started", 2: "In Progress", 3: "Completed"}
+NVLINK_MAX_LINKS = 18  # NVML allows up to 36, but no shipping GPU has more than 18 (H100/H200)
+
+_LOCK = threading.Lock()
+
+
+class GpuLost(Exception):
+    """NVML said the GPU is lost or needs a reset: stop reading it, report it as lost."""
+
+
+def classify_error(exc: BaseException) -> str:
+    """Map an NVML exception (or anything the bindings raised) to a kind, once."""
+    code = getattr(exc, "value", None)
+    if isinstance(code, int):
+        return ERROR_KINDS.get(code, "error")
+    return "error"
+
+
+def _text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    return str(value).strip("\x00").strip() or None
+
+
+class NvmlReader:
+    """Runs NVML calls through one helper and remembers, per field, why a reading is missing."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        self.errors: dict[str, str] = {}
+
+    def query(self, field: str, func: str, *args: Any, quiet: bool = False) -> Any:
+        """`lib.func(*args)`, or None when unsupported or failed; raises GpuLost for a lost GPU.
+
+        `quiet` leaves a failure out of `errors` (for probing calls such as NVLink link numbers).
+        """
+        fn: Optional[Callable[..., Any]] = getattr(self.lib, func, None)
+        if fn is None:
+            return None  # bindings too old to know the call: same as not supported
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - every NVML failure is mapped here, once
+            kind = classify_error(exc)
+            if kind == "lost":
+                raise GpuLost(f"{func}: {exc}") from None
+            if kind != "not_supported" and not quiet:
+                self.errors[field] = f"{func}: {exc}"
+            return None
+
+
+def _bool(value: Any) -> Optional[bool]:
+    return None if value is None else bool(value)
+
+
+def _mib(value: Any) -> Optional[int]:
+    return None if value is None else int(value) // (1024 * 1024)
+
+
+def _watts(milliwatts: Any) -> Optional[float]:
+    return None if milliwatts is None else round(float(milliwatts) / 1000.0, 2)
+
+
+def _pair(value: Any) -> dict[str, Optional[bool]]:
+    if isinstance(value, (list, tuple)) and len(value) >= 2:
+        return {"current": _bool(value[0]), "pending": _bool(value[1])}
+    return {"current": None, "pending": None}
+
+
+def _sum(*values: Optional[int]) -> Optional[int]:
+    seen = [v for v in values if v is not None]
+    return sum(seen) if seen else None
+
+
+def _ecc(r: NvmlReader, handle: Any, counter: int, label: str) -> dict[str, Optional[int]]:
+    # errorType 0 = corrected, 1 = uncorrected; location 2 = DRAM (device memory), 7 = SRAM.
+    corr = r.query(f"ecc.{label}.correctable", "nvmlDeviceGetTotalEccErrors", handle, 0, counter)
+    unc = r.query(f"ecc.{label}.uncorrectable", "nvmlDeviceGetTotalEccErrors", handle, 1, counter)
+    loc = {}
+    for name, err_type, location in (
+        ("sram_correctable", 0, 7),
+        ("sram_uncorrectable", 1, 7),
+        ("dram_correctable", 0, 2),
+        ("dram_uncorrectable", 1, 2),
+    ):
+        loc[name] = r.query(
+            f"ecc.{label}.{name}",
+            "nvmlDeviceGetMemoryErrorCounter",
+            handle,
+            err_type,
+            counter,
+            location,
+            quiet=True,
+        )
+    return {
+        "correctable": corr if corr is not None else _sum(loc["sram_correctable"], loc["dram_correctable"]),
+        "uncorrectable": unc
+        if unc is not None
+        else _sum(loc["sram_uncorrectable"], loc["dram_uncorrectable"]),
+        **loc,
+    }
+
+
+def _processes(r: NvmlReader, handle: Any) -> Optional[list[dict[str, Any]]]:
+    procs: list[dict[str, Any]] = []
+    seen_any = False
+    for kind, func in (
+        ("C", "nvmlDeviceGetComputeRunningProcesses"),
+        ("G", "nvmlDeviceGetGraphicsRunningProcesses"),
+    ):
+        listed = r.query(f"processes.{kind}", func, handle)
+        if listed is None:
+            continue
+        seen_any = True
+        for p in listed:
+            pid = getattr(p, "pid", None)
+            used = getattr(p, "usedGpuMemory", None)
+            procs.append(
+                {"pid": pid, "type": kind, "name": None, "user": None, "used_memory_mib": _mib(used)}
+            )
+    if not seen_any:
+        return None
+    _name_processes(procs)
+    return procs
+
+
+def _name_processes(procs: list[dict[str, Any]]) -> None:
+    """Fill in name and user from the process table; PIDs of other containers stay unnamed."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    for p in procs:
+        if not isinstance(p.get("pid"), int):
+            continue
+        try:
+            proc = psutil.Process(p["pid"])
+            p["name"] = proc.name()
+            p["user"] = proc.username()
+        except (psutil.Error, OSError, KeyError):
+            pass
+
+
+def _nvlink(r: NvmlReader, handle: Any) -> Optional[dict[str, Any]]:
+    links: dict[str, Any] = {}
+    for link in range(NVLINK_MAX_LINKS):
+        # Link numbers past the GPU's last link answer Not Supported or Invalid Argument: stop there.
+        state = r.query(f"nvlink.{link}.state", "nvmlDeviceGetNvLinkState", handle, link, quiet=True)
+        if state is None:
+            break
+        errors = {}
+        for name, counter in (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3)):
+            errors[name] = r.query(
+                f"nvlink.{link}.{name}", "nvmlDeviceGetNvLinkErrorCounter", handle, link, counter, quiet=True
+            )
+        crc = _sum(errors.pop("crc_flit"), errors.pop("crc_data"))
+        links[str(link)] = {
+            "active": bool(state),
+            "speed_gbps": None,
+            "version": r.query(
+                f"nvlink.{link}.version", "nvmlDeviceGetNvLinkVersion", handle, link, quiet=True
+            ),
+            "errors": {**errors, "crc": crc},
+        }
+    return {"links": links} if links else None
+
+
+def _fabric(r: NvmlReader, handle: Any) -> dict[str, Optional[str]]:
+    struct_type = getattr(r.lib, "c_nvmlGpuFabricInfo_t", None)
+    if struct_type is None:
+        return {"state": None, "status": None}
+    info = struct_type()
+    arg = ctypes.byref(info) if isinstance(info, ctypes.Structure) else info
+    if (
+        r.query("fabric", "nvmlDeviceGetGpuFabricInfo", handle, arg) is None
+        and getattr(info, "state", 0) == 0
+    ):
+        return {"state": None, "status": None}
+    state = FABRIC_STATES.get(int(getattr(info, "state", 0)), f"state {getattr(info, 'state', '?')}")
+    status_code = getattr(info, "status", None)
+    status = None if state is None else ("Success" if status_code == 0 else f"NVML error {status_code}")
+    return {"state": state, "status": status}
+
+
+def _no_ecc() -> dict[str, Optional[int]]:
+    keys = ("correctable", "uncorrectable", "sram_correctable", "sram_uncorrectable")
+    return dict.fromkeys(keys + ("dram_correctable", "dram_uncorrectable"))
+
+
+def empty_gpu(index: int) -> dict[str, Any]:
+    """A per-GPU dict with every field unknown (the shape of parsers.nvidia_smi.parse_gpu_section)."""
+    return {
+        "index": index,
+        "bus_id": None,
+        "name": None,
+        "uuid": None,
+        "serial": None,
+        "architecture": None,
+        "vbios_version": None,
+        "minor_number": None,
+        "persistence_mode": None,
+        "compute_mode": None,
+        "mig_mode": {"current": None, "pending": None},
+        "ecc_mode": {"current": None, "pending": None},
+        "ecc": {"volatile": _no_ecc(), "aggregate": _no_ecc(), "sram_threshold_exceeded": None},
+        "retired_pages": {"single_bit": None, "double_bit": None, "pending": None},
+        "remapped_rows": {
+            "pending": None,
+            "failure": None,
+            "uncorrectable": None,
+            "correctable": None,
+            "banks_max": None,
+            "banks_none": None,
+        },
+        "pcie": {
+            "gen_current": None,
+            "gen_max": None,
+            "gen_device_max": None,
+            "gen_host_max": None,
+            "width_current": None,
+            "width_max": None,
+            "replays": None,
+            "replay_rollovers": None,
+        },
+        "throttle_reasons": {},
+        "temperature": {
+            "gpu_c": None,
+            "memory_c": None,
+            "slowdown_c": None,
+            "shutdown_c": None,
+            "max_operating_c": None,
+            "t_limit_c": None,
+            "slowdown_t_limit_c": None,
+            "shutdown_t_limit_c": None,
+        },
+        "power": {"draw_w": None, "limit_w": None, "default_limit_w": None, "max_limit_w": None},
+        "memory": {"total_mib": None, "used_mib": None, "free_mib": None},
+        "utilization": {"gpu_percent": None, "memory_percent": None},
+        "fabric": {"state": None, "status": None},
+        "reset_required": None,
+        "drain_and_reset_recommended": None,
+        "processes": None,
+        "nvlink": None,
+        "lost": False,
+        "error": None,
+        "errors": {},
+    }
+
+
+def read_gpu(lib: Any, index: int) -> tuple[dict[str, Any], Any]:
+    """Every reading of GPU `index`, and its handle (None when it could not be opened).
+
+    Equivalent: nvidia-smi -q -i INDEX.
+    """
+    gpu = empty_gpu(index)
+    r = NvmlReader(lib)
+    handle = None
+    try:
+        try:
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+        except Exception as exc:  # noqa: BLE001
+            # nvidia-smi's "Unable to determine the device handle for GPU ...: Unknown Error" is this
+            # call failing: the GPU is unreachable, whatever the code says.
+            raise GpuLost(f"nvmlDeviceGetHandleByIndex({index}): {exc}") from None
+        q = r.query
+        gpu["name"] = _text(q("name", "nvmlDeviceGetName", handle))
+        gpu["uuid"] = _text(q("uuid", "nvmlDeviceGetUUID", handle))
+        pci = q("bus_id", "nvmlDeviceGetPciInfo", handle)
+        gpu["bus_id"] = _text(getattr(pci, "busId", None)) if pci is not None else None
+        gpu["serial"] = _text(q("serial", "nvmlDeviceGetSerial", handle))
+        gpu["vbios_version"] = _text(q("vbios_version", "nvmlDeviceGetVbiosVersion", handle))
+        gpu["minor_number"] = q("minor_number", "nvmlDeviceGetMinorNumber", handle)
+        gpu["persistence_mode"] = _bool(q("persistence_mode", "nvmlDeviceGetPersistenceMode", handle))
+        mode = q("compute_mode", "nvmlDeviceGetComputeMode", handle)
+        gpu["compute_mode"] = COMPUTE_MODES.get(mode, f"mode {mode}") if mode is not None else None
+        gpu["mig_mode"] = _pair(q("mig_mode", "nvmlDeviceGetMigMode", handle))
+        gpu["ecc_mode"] = _pair(q("ecc_mode", "nvmlDeviceGetEccMode", handle))
+        if gpu["ecc_mode"]["current"] is not False:
+            gpu["ecc"]["volatile"] = _ecc(r, handle, 0, "volatile")
+            gpu["ecc"]["aggregate"] = _ecc(r, handle, 1, "aggregate")
+        single = q("retired_pages.single_bit", "nvmlDeviceGetRetiredPages", handle, 0)
+        double = q("retired_pages.double_bit", "nvmlDeviceGetRetiredPages", handle, 1)
+        pending = q("retired_pages.pending", "nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        gpu["retired_pages"] = {
+            "single_bit": len(single) if single is not None else None,
+            "double_bit": len(double) if double is not None else None,
+            "pending": _bool(pending),
+        }
+        rows = q("remapped_rows", "nvmlDeviceGetRemappedRows", handle)
+        if isinstance(rows, (list, tuple)) and len(rows) >= 4:
+            hist = q("remapped_rows.histogram", "nvmlDeviceGetRowRemapperHistogram", handle)
+            gpu["remapped_rows"] = {
+                "correctable": rows[0],
+                "uncorrectable": rows[1],
+                "pending": bool(rows[2]),
+                "failure": bool(rows[3]),
+                "banks_max": getattr(hist, "max", None),
+                "banks_none": getattr(hist, "none", None),
+            }
+        gpu["pcie"] = {
+            "gen_current": q("pcie.gen_current", "nvmlDeviceGetCurrPcieLinkGeneration", handle),
+            "gen_max": q("pcie.gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", handle),
+            "gen_device_max": q("pcie.gen_device_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration", handle),
+            "gen_host_max": None,
+            "width_current": q("pcie.width_current", "nvmlDeviceGetCurrPcieLinkWidth", handle),
+            "width_max": q("pcie.width_max", "nvmlDeviceGetMaxPcieLinkWidth", handle),
+            "replays": q("pcie.replays", "nvmlDeviceGetPcieReplayCounter", handle),
+            "replay_rollovers": None,
+        }
+        reasons = q("throttle_reasons", "nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if reasons is None:
+            reasons = q("throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        if isinstance(reasons, int):
+            gpu["throttle_reasons"] = {name: bool(reasons & bit) for name, bit in CLOCK_EVENT_BITS.items()}
+        gpu["temperature"].update(
+            {
+                "gpu_c": q("temperature.gpu", "nvmlDeviceGetTemperature", handle, 0),
+                "shutdown_c": q("temperature.shutdown", "nvmlDeviceGetTemperatureThreshold", handle, 0),
+                "slowdown_c": q("temperature.slowdown", "nvmlDeviceGetTemperatureThreshold", handle, 1),
+                "max_operating_c": q(
+                    "temperature.max_operating", "nvmlDeviceGetTemperatureThreshold", handle, 3
+                ),
+            }
+        )
+        constraints = q("power.constraints", "nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        gpu["power"] = {
+            "draw_w": _watts(q("power.draw", "nvmlDeviceGetPowerUsage", handle)),
+            "limit_w": _watts(q("power.limit", "nvmlDeviceGetEnforcedPowerLimit", handle)),
+            "default_limit_w": _watts(
+                q("power.default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", handle)
+            ),
+            "max_limit_w": _watts(constraints[1])
+            if isinstance(constraints, (list, tuple)) and len(constraints) > 1
+            else None,
+        }
+        mem = q("memory", "nvmlDeviceGetMemoryInfo", handle)
+        if mem is not None:
+            gpu["memory"] = {
+                "total_mib": _mib(getattr(mem, "total", None)),
+                "used_mib": _mib(getattr(mem, "used", None)),
+                "free_mib": _mib(getattr(mem, "free", None)),
+            }
+        util = q("utilization", "nvmlDeviceGetUtilizationRates", handle)
+        if util is not None:
+            gpu["utilization"] = {
+                "gpu_percent": getattr(util, "gpu", None),
+                "memory_percent": getattr(util, "memory", None),
+            }
+        gpu["fabric"] = _fabric(r, handle)
+        gpu["processes"] = _processes(r, handle)
+        gpu["nvlink"] = _nvlink(r, handle)
+    except GpuLost as exc:
+        gpu["lost"] = True
+        gpu["error"] = str(exc)
+        handle = None
+    gpu["errors"] = dict(r.errors)
+    return gpu, handle
+
+
+def read_p2p(lib: Any, handles: list[Any]) -> Optional[dict[str, Any]]:
+    """Peer-to-peer read capability between GPU pairs, in the shape of `parse_topo_p2p`.
+
+    Equivalent: nvidia-smi topo -p2p r.
+    """
+    names = [f"GPU{i}" for i in range(len(handles))]
+    matrix: dict[str, dict[str, str]] = {n: {n: "X"} for n in names}
+    r = NvmlReader(lib)
+    seen = False
+    for i, hi in enumerate(handles):
+        for j, hj in enumerate(handles):
+            if i == j or hi is None or hj is None:
+                continue
+            try:
+                status = r.query(f"p2p.{i}.{j}", "nvmlDeviceGetP2PStatus", hi, hj, 0)
+            except GpuLost:
+                continue
+            if status is None:
+                continue
+            seen = True
+            matrix[names[i]][names[j]] = P2P_STATUS.get(int(status), "U")
+    return {"gpus": names, "matrix": matrix, "legend": {}} if seen else None
+
+
+def _load_bindings() -> Any:
+    return importlib.import_module("pynvml")
+
+
+def gather_nvml(lib: Any = None) -> dict[str, Any]:
+    """Driver, CUDA driver version and every GPU's readings, as plain JSON-able data; never raises.
+
+    Equivalent: nvidia-smi -q; nvidia-smi topo -p2p r. `lib` replaces the pynvml module (tests pass a
+    fake one at this boundary).
+    """
+    out: dict[str, Any] = {
+        "available": False,
+        "error": None,
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "nvml_version": None,
+        "device_count": None,
+        "gpus": [],
+        "p2p": None,
+    }
+    with _LOCK:
+        if lib is None:
+            try:
+                lib = _load_bindings()
+            except ImportError as exc:
+                out["error"] = {"kind": "bindings_missing", "message": f"cannot import pynvml: {exc}"}
+                return out
+        try:
+            lib.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - init failures are findings, not tracebacks
+            out["error"] = {"kind": classify_error(exc), "message": f"nvmlInit: {exc}"}
+            return out
+        try:
+            out["available"] = True
+            r = NvmlReader(lib)
+            try:
+                out["driver_version"] = _text(r.query("driver_version", "nvmlSystemGetDriverVersion"))
+                out["nvml_version"] = _text(r.query("nvml_version", "nvmlSystemGetNVMLVersion"))
+                cuda = r.query("cuda_driver_version", "nvmlSystemGetCudaDriverVersion_v2")
+                if cuda is None:
+                    cuda = r.query("cuda_driver_version", "nvmlSystemGetCudaDriverVersion")
+                if isinstance(cuda, int) and cuda > 0:
+                    out["cuda_driver_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+                count = r.query("device_count", "nvmlDeviceGetCount")
+            except GpuLost as exc:
+                out["error"] = {"kind": "lost", "message": str(exc)}
+                count = None
+            out["device_count"] = count
+            if r.errors and count is None:
+                out["error"] = {"kind": "error", "message": "; ".join(r.errors.values())}
+            handles = []
+            for index in range(count or 0):
+                gpu, handle = read_gpu(lib, index)
+                out["gpus"].append(gpu)
+                handles.append(handle)
+            if len(handles) > 1:
+                out["p2p"] = read_p2p(lib, handles)
+        finally:
+            try:
+                lib.nvmlShutdown()
+            except Exception:  # noqa: BLE001, S110 - shutdown failures change nothing we report
+                pass
+    return out

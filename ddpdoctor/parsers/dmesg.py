@@ -1,0 +1,296 @@
+"""Kernel log (`dmesg`, `journalctl -k`) lines that matter for GPUs: NVIDIA Xid events, GPUs that
+fell off the bus (also the multi-line form without an Xid token) and PCIe links "limited by" a slower
+upstream link."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    """What an Xid code usually means. `cause` is application, driver or hardware; `severity` is the
+    ddpdoctor severity label a sighting gets (hardware faults fail, application faults only inform)."""
+
+    code: int
+    meaning: str
+    cause: str
+    severity: str
+    action: str
+
+
+# From NVIDIA's "Xid Errors" table (docs.nvidia.com/deploy/xid-errors) and field experience
+# (stas00/ml-engineering, leptonai/gpud): the codes seen on training clusters.
+XID_TABLE: dict[int, XidInfo] = {
+    x.code: x
+    for x in (
+        XidInfo(
+            8,
+            "GPU stopped processing (channel timeout)",
+            "driver",
+            "warn",
+            "Check for hung kernels; reset the GPU if it recurs.",
+        ),
+        XidInfo(
+            13,
+            "Graphics engine exception (illegal address, out-of-range access in a kernel)",
+            "application",
+            "info",
+            "Usually a bug in a CUDA kernel; rerun with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer.",
+        ),
+        XidInfo(
+            31,
+            "GPU memory page fault (MMU fault)",
+            "application",
+            "info",
+            "Usually an illegal memory access by the application; if it recurs without one, run dcgmi diag.",
+        ),
+        XidInfo(
+            32,
+            "Invalid or corrupted push buffer stream (often PCIe)",
+            "hardware",
+            "warn",
+            "Check PCIe link health (replays, width); reseat if it recurs.",
+        ),
+        XidInfo(38, "Driver firmware error", "driver", "warn", "Update the driver; reset the GPU."),
+        XidInfo(
+            43,
+            "GPU stopped processing (reset channel after a fault)",
+            "application",
+            "info",
+            "Follows an application fault; nothing to do unless it recurs without one.",
+        ),
+        XidInfo(
+            45,
+            "Preemptive cleanup after a previous error (often a killed process)",
+            "application",
+            "info",
+            "Usually follows a killed job; look for an earlier Xid.",
+        ),
+        XidInfo(
+            48,
+            "Double-bit ECC error (uncorrectable memory error)",
+            "hardware",
+            "fail",
+            "Reset the GPU (nvidia-smi -r) or reboot; RMA if it recurs.",
+        ),
+        XidInfo(
+            61,
+            "Internal micro-controller breakpoint/warning",
+            "driver",
+            "warn",
+            "Reset the GPU; update the driver if it recurs.",
+        ),
+        XidInfo(
+            62,
+            "Internal micro-controller halt",
+            "hardware",
+            "fail",
+            "Reset the GPU or reboot; RMA if it recurs.",
+        ),
+        XidInfo(
+            63,
+            "ECC page retirement or row remapping recorded (pending until reset)",
+            "hardware",
+            "warn",
+            "Reset the GPU (nvidia-smi -r) or reboot to apply the remap.",
+        ),
+        XidInfo(
+            64,
+            "ECC page retirement or row remapping failure",
+            "hardware",
+            "fail",
+            "Drain the node and RMA the GPU.",
+        ),
+        XidInfo(68, "NVDEC/video processor exception", "hardware", "warn", "Reset the GPU if it recurs."),
+        XidInfo(
+            69,
+            "Graphics engine class error",
+            "driver",
+            "warn",
+            "Reset the GPU; update the driver if it recurs.",
+        ),
+        XidInfo(
+            74,
+            "NVLink error",
+            "hardware",
+            "fail",
+            "Check `nvidia-smi nvlink -e`; reset the GPU; reseat or RMA if it recurs.",
+        ),
+        XidInfo(
+            79,
+            "GPU has fallen off the bus",
+            "hardware",
+            "fail",
+            "Drain the node; check power, thermals, riser/slot and firmware; reboot; RMA if it recurs.",
+        ),
+        XidInfo(
+            92,
+            "High single-bit ECC error rate",
+            "hardware",
+            "warn",
+            "Watch the ECC counters; run dcgmi diag -r 3; RMA if it keeps rising.",
+        ),
+        XidInfo(
+            94,
+            "Contained uncorrectable ECC error (only the affected application was stopped)",
+            "hardware",
+            "warn",
+            "Reset the GPU to remap the row; RMA if it recurs.",
+        ),
+        XidInfo(
+            95,
+            "Uncontained uncorrectable ECC error (all applications on the GPU affected)",
+            "hardware",
+            "fail",
+            "Reset the GPU or reboot; RMA if it recurs.",
+        ),
+        XidInfo(
+            109,
+            "Context switch timeout",
+            "driver",
+            "warn",
+            "Check for hung kernels; reset the GPU if it recurs.",
+        ),
+        XidInfo(
+            119,
+            "GSP RPC timeout (GPU System Processor not responding)",
+            "hardware",
+            "fail",
+            "Reset the GPU or reboot; update the driver/firmware; some sites disable GSP (NVreg_EnableGpuFirmware=0).",
+        ),
+        XidInfo(120, "GSP error", "hardware", "fail", "Reset the GPU or reboot; update the driver/firmware."),
+        XidInfo(121, "C2C (chip-to-chip) link error", "hardware", "fail", "Reset the GPU; RMA if it recurs."),
+        XidInfo(
+            140, "Unrecovered ECC error", "hardware", "fail", "Reset the GPU or reboot; RMA if it recurs."
+        ),
+        XidInfo(
+            145,
+            "NVLink RLW error",
+            "hardware",
+            "warn",
+            "Check `nvidia-smi nvlink -e`; reset the GPU if it recurs.",
+        ),
+        XidInfo(
+            149,
+            "NVLink/NVSwitch fatal error",
+            "hardware",
+            "fail",
+            "Reset the GPU and the NVSwitch fabric (restart nvidia-fabricmanager) or reboot.",
+        ),
+        XidInfo(
+            154,
+            "GPU recovery action changed (reset or reboot required)",
+            "hardware",
+            "fail",
+            "Do what `nvidia-smi -q` (GPU Reset Status) asks: reset the GPU or reboot.",
+        ),
+    )
+}
+
+_TIME = re.compile(r"^\s*\[\s*(?P<ts>\d+\.\d+)\]")
+_XID = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\)\s*:\s*"
+    r"(?P<code>\d+)\s*,?\s*(?P<detail>.*?)\s*$"
+)
+_BUS = re.compile(r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)")
+_LIMITED = re.compile(
+    r"(?P<dev>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]):\s*(?P<avail>[\d.]+)\s*Gb/s available PCIe "
+    r"bandwidth, limited by (?P<speed>[\d.]+)\s*GT/s PCIe x(?P<width>\d+) link at "
+    r"(?P<at>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F])\s*"
+    r"\(capable of (?P<cap>[\d.]+)\s*Gb/s with (?P<cap_speed>[\d.]+)\s*GT/s PCIe x(?P<cap_width>\d+) link\)"
+)
+
+
+def normalize_bus_id(bus: Optional[str]) -> Optional[str]:
+    """`00000000:3B:00.0`, `0000:3b:00`, `PCI:0000:3b:00` -> `0000:3b:00` (domain:bus:device, lower case).
+
+    The function number is dropped because Xid lines omit it; GPUs use function 0.
+    """
+    if not bus:
+        return None
+    m = re.search(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})", bus)
+    if not m:
+        return None
+    return f"{m.group(1)[-4:]}:{m.group(2)}:{m.group(3)}".lower()
+
+
+def _timestamp(line: str) -> Optional[float]:
+    m = _TIME.match(line)
+    return float(m.group("ts")) if m else None
+
+
+def parse_dmesg(text: str) -> dict[str, Any]:
+    """Kernel log text to `{"xids": [...], "fallen_off_bus": [...], "pcie_limited": [...]}`; never raises.
+
+    Equivalent: dmesg | grep -E 'NVRM: Xid|fallen off the bus|limited by'. Each Xid carries the code,
+    the bus id, the detail text, the kernel timestamp when present, and the table's meaning.
+    """
+    xids: list[dict[str, Any]] = []
+    fallen: list[dict[str, Any]] = []
+    limited: list[dict[str, Any]] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _XID.search(line)
+        if m:
+            code = int(m.group("code"))
+            info = XID_TABLE.get(code)
+            xids.append(
+                {
+                    "code": code,
+                    "bus_id": normalize_bus_id(m.group("bus")),
+                    "detail": m.group("detail")[:300],
+                    "timestamp": _timestamp(line),
+                    "meaning": info.meaning if info else None,
+                    "cause": info.cause if info else None,
+                    "severity": info.severity if info else "warn",
+                    "line": line.strip()[:400],
+                }
+            )
+            if code == 79 or "fallen off the bus" in line:
+                fallen.append(
+                    {
+                        "bus_id": normalize_bus_id(m.group("bus")),
+                        "timestamp": _timestamp(line),
+                        "line": line.strip()[:400],
+                    }
+                )
+            continue
+        if "fallen off the bus" in line:
+            # Multi-line form: "NVRM: The NVIDIA GPU 0000:b3:00.0" / "NVRM: (PCI ID: ...) installed in this
+            # system has" / "NVRM: fallen off the bus and is not responding to commands." The bus id is
+            # on this line or one of the three before it.
+            bus = None
+            for back in range(0, 4):
+                if i - back < 0:
+                    break
+                b = _BUS.search(lines[i - back])
+                if b and ("NVRM" in lines[i - back] or back == 0):
+                    bus = normalize_bus_id(b.group("bus"))
+                    break
+            # The Xid 79 line and the plain line often report the same event: keep one per GPU.
+            if bus is None or not any(f["bus_id"] == bus for f in fallen):
+                fallen.append({"bus_id": bus, "timestamp": _timestamp(line), "line": line.strip()[:400]})
+            continue
+        m2 = _LIMITED.search(line)
+        if m2:
+            limited.append(
+                {
+                    "device": m2.group("dev").lower(),
+                    "available_gbps": float(m2.group("avail")),
+                    "limited_speed_gts": float(m2.group("speed")),
+                    "limited_width": int(m2.group("width")),
+                    "limited_at": m2.group("at").lower(),
+                    "capable_gbps": float(m2.group("cap")),
+                    "capable_speed_gts": float(m2.group("cap_speed")),
+                    "capable_width": int(m2.group("cap_width")),
+                    "timestamp": _timestamp(line),
+                    "line": line.strip()[:400],
+                }
+            )
+    return {"xids": xids, "fallen_off_bus": fallen, "pcie_limited": limited}
+
+
+PARSE_TOOLS = {"dmesg": parse_dmesg}

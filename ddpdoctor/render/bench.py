@@ -1,0 +1,216 @@
+"""Human output of `ddpdoctor bench-nccl`: nccl-tests' table, peak/average busbw, verdicts, failures.
+
+The table keeps nccl-tests' column order and layout, so that the output reads like (and parses as)
+an `*_perf` run: `ddpdoctor parse nccl-tests` reads it back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ddpdoctor.model import Finding
+from ddpdoctor.render import console, err_console
+
+HEADER = (
+    "#       size         count      type   redop    root     time   algbw   busbw  #wrong",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)        ",
+)
+
+
+def _fmt_time(us: Optional[float]) -> str:
+    if us is None:
+        return "N/A"
+    # nccl-tests' precision: fewer decimals as the number grows.
+    if us >= 10000:
+        return f"{us:.0f}"
+    if us >= 100:
+        return f"{us:.1f}"
+    return f"{us:.2f}"
+
+
+def _fmt_bw(v: Optional[float]) -> str:
+    return "N/A" if v is None else f"{v:.2f}"
+
+
+def format_row(r: Mapping[str, Any]) -> str:
+    wrong = r.get("wrong")
+    return (
+        f"{r.get('size', 0):>12} {r.get('count', 0):>13} {r.get('type', ''):>9} {r.get('redop', ''):>7} "
+        f"{r.get('root', -1):>7} {_fmt_time(r.get('time_us')):>8} {_fmt_bw(r.get('algbw')):>7} "
+        f"{_fmt_bw(r.get('busbw')):>7} {('N/A' if wrong is None else wrong):>7}"
+    )
+
+
+def bench_table_lines(rows: Sequence[Mapping[str, Any]], ops: Sequence[str]) -> list[str]:
+    lines: list[str] = []
+    for op in ops:
+        mine = [r for r in rows if r.get("op") == op]
+        if not mine:
+            continue
+        lines.append(f"# Collective test: {op}")
+        lines.extend(HEADER)
+        for r in mine:
+            line = format_row(r)
+            if r.get("skipped"):
+                line += f"  # skipped: {r['skipped']}"
+            lines.append(line)
+        lines.append("#")
+    return lines
+
+
+def render_bench_header(env: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    out = console().out
+    out(
+        f"# ddpdoctor bench-nccl: backend {config.get('backend')}  ranks {config.get('world_size')}  "
+        f"dtype {config.get('dtype')}  warmup iters: {config.get('warmup')}  iters: {config.get('iters')}  "
+        f"validation: {1 if config.get('check') else 0}",
+        highlight=False,
+    )
+    parts = [f"torch {env.get('torch') or '?'}"]
+    if env.get("nccl"):
+        parts.append(f"NCCL {env['nccl']}")
+    if env.get("driver"):
+        parts.append(f"driver {env['driver']}")
+    if env.get("gpus"):
+        parts.append("GPUs: " + ", ".join(str(g) for g in env["gpus"]))
+    parts.append(f"host {env.get('host') or '?'}")
+    out("# " + "; ".join(parts), highlight=False)
+    out("#", highlight=False)
+
+
+def render_bench_table(rows: Sequence[Mapping[str, Any]], ops: Sequence[str]) -> None:
+    out = console().out
+    for line in bench_table_lines(rows, ops):
+        out(line, highlight=False)
+
+
+def render_bench_summary(
+    summaries: Iterable[Any],
+    expected: Optional[Mapping[str, Any]],
+    interconnect: Optional[str],
+    ratios: Sequence[Any] = (),
+    verdicts: Sequence[Any] = (),
+) -> None:
+    out = console().out
+    for s in summaries:
+        if s.peak_busbw is None:
+            continue
+        wrong = "" if s.wrong is None else f"  #wrong {s.wrong}"
+        out(
+            f"# {s.op:<15} peak busbw {s.peak_busbw:8.2f} GB/s (at {s.peak_size} B)   "
+            f"avg bus bandwidth {s.avg_busbw:8.2f} GB/s{wrong}",
+            highlight=False,
+        )
+    if expected:
+        out(
+            f"# expected all_reduce busbw for {interconnect}: {expected['low']:.0f}-{expected['high']:.0f} GB/s "
+            f"at >= 1 GiB ({expected['basis']}: {expected['note']}; sources in docs/bench.md)",
+            highlight=False,
+        )
+    if ratios:
+        out("#", highlight=False)
+        out("# baseline comparison (peak busbw over common sizes)", highlight=False)
+        out(f"# {'op':<15} {'baseline':>10} {'now':>10} {'ratio':>7}", highlight=False)
+        for r in ratios:
+            if r.ratio is None:
+                out(f"# {r.op:<15} {'-':>10} {'-':>10} {'-':>7}  not in baseline", highlight=False)
+                continue
+            flag = "  REGRESSED" if r.regressed else ""
+            out(f"# {r.op:<15} {r.baseline_busbw:10.2f} {r.busbw:10.2f} {r.ratio:7.2f}{flag}", highlight=False)
+    for v in verdicts:
+        out(f"# {'FAIL' if v.failed else 'OK'}: {v.summary}", highlight=False)
+
+
+def render_launch_failure(result: Any) -> None:
+    """Root cause first, then the other ranks (consequences), then the stuck ranks' stacks."""
+    out = err_console().out
+    if result.interrupted:
+        out("interrupted: every rank was stopped", highlight=False)
+        return
+    root = result.root_cause
+    if result.timed_out:
+        out(
+            f"error: watchdog: no progress within --timeout {result.timeout_s:g}s; every rank was killed",
+            highlight=False,
+        )
+    if root is not None:
+        out(f"root cause: {root.describe()}", highlight=False)
+        if root.kind == "exception" and root.traceback:
+            out(_indent(root.traceback.strip().splitlines()[-12:]), highlight=False)
+        if root.log_tail and root.kind in ("signal", "exit"):
+            out("  last output of that rank:", highlight=False)
+            out(_indent(root.log_tail.splitlines()[-10:], "    "), highlight=False)
+    others = [f for f in result.failures if f is not root]
+    if others:
+        out("other ranks (consequences):", highlight=False)
+        for f in others:
+            out(f"  {f.describe()}", highlight=False)
+    for f in result.failures:
+        if f.kind == "stuck" and f.stack:
+            out(f"stack of rank {f.rank} (pid {f.pid}, {f.op} {f.size} B):", highlight=False)
+            out(_indent(f.stack.strip().splitlines()[:25], "    "), highlight=False)
+
+
+def _indent(lines: Iterable[str], prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in lines)
+
+
+def render_refusals(refusals: Sequence[Finding]) -> None:
+    out = err_console().out
+    for f in refusals:
+        out(f"refused before launch: {f.title}: {f.summary}", highlight=False)
+        out(f"  why: {_why(f)}", highlight=False)
+        if f.fix:
+            out(f"  fix: {f.fix}", highlight=False)
+
+
+def _why(f: Finding) -> str:
+    from ddpdoctor.model import all_specs
+
+    spec = all_specs().get(f.id)
+    return spec.why if spec else ""
+
+
+def render_notes(notes: Iterable[str]) -> None:
+    for n in notes:
+        err_console().out(f"note: {n}", highlight=False)
+
+
+class BenchProgress:
+    """A progress bar on stderr (only on a terminal) fed by the ranks' (op, size) reports."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._progress: Optional[Progress] = None
+        self._task: Any = None
+
+    def __enter__(self) -> BenchProgress:
+        con = err_console()
+        if con.is_terminal:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=con,
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("starting ranks", total=self.total)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def on_event(self, rank: int, msg: Mapping[str, Any]) -> None:
+        if self._progress is None or rank != 0:
+            return
+        kind = msg.get("kind")
+        if kind == "step":
+            label = "init process group" if msg.get("op") == "init" else f"{msg.get('op')} {msg.get('size')} B"
+            self._progress.update(self._task, description=label)
+        elif kind == "row":
+            self._progress.advance(self._task)

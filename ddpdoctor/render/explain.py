@@ -1,0 +1,119 @@
+"""Human report of `ddpdoctor explain`: the root cause first, then consequences, then (--all) notes.
+
+Takes the JSON-able report (already redacted) so that text and --json show the same facts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rich.text import Text
+
+from ddpdoctor.render import console
+
+_SEVERITY_STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "info": "cyan"}
+
+
+def _who(diag: Mapping[str, Any]) -> str:
+    parts = []
+    if diag.get("ranks"):
+        parts.append("rank " + ", ".join(str(r) for r in diag["ranks"][:16]))
+    elif diag.get("local_ranks"):
+        parts.append("local rank " + ", ".join(str(r) for r in diag["local_ranks"][:16]))
+    if diag.get("hosts"):
+        parts.append("host " + ", ".join(diag["hosts"][:8]))
+    return "; ".join(parts) or "rank unknown"
+
+
+def _evidence(diag: Mapping[str, Any], indent: str, limit: int | None) -> list[Text]:
+    out = []
+    for ev in diag["evidence"][:limit]:
+        line = Text(indent)
+        line.append(ev["source"], style="dim")
+        line.append("  " + ev["excerpt"])
+        out.append(line)
+    return out
+
+
+def _labelled(indent: str, label: str, value: str, style: str = "bold") -> Text:
+    line = Text(indent)
+    line.append(label, style=style)
+    line.append(value)
+    return line
+
+
+def render_explanation(report: Mapping[str, Any], show_all: bool = False) -> None:
+    """Print the explanation of a failed run."""
+    con = console()
+    inputs = report["inputs"]
+    total = sum(i["bytes"] for i in inputs)
+    lines = sum(i["lines"] for i in inputs)
+    con.print(Text(f"Read {len(inputs)} input(s): {total:,} bytes, {lines:,} lines.", style="dim"))
+    for i in inputs:
+        if i.get("error"):
+            con.print(Text(f"  {i['name']}: {i['error']}", style="yellow"))
+        if i.get("long_lines"):
+            con.print(Text(f"  {i['name']}: {i['long_lines']} over-long line(s) scanned in windows", style="dim"))
+
+    root = report["root_cause"]
+    if root is None:
+        con.print(Text("No known failure signature found.", style="green"))
+        con.print(
+            Text(
+                "Nothing in the knowledge base matched (docs/explain.md lists it). "
+                "If the run failed, the cause may be in a log that was not given (other ranks, dmesg).",
+                style="dim",
+            )
+        )
+    else:
+        con.print()
+        head = Text("ROOT CAUSE  ", style=_SEVERITY_STYLE.get(root["severity"], "bold"))
+        head.append(root["title"], style="bold")
+        head.append(f"  [{root['id']}]", style="dim")
+        con.print(head)
+        first = root.get("first") or {}
+        where = _who(root)
+        if first:
+            where += f" · first seen {first['source']}"
+        con.print(_labelled("  ", "Where: ", where))
+        if root.get("reasoning"):
+            con.print(_labelled("  ", "Why this one: ", root["reasoning"]))
+        con.print(_labelled("  ", "Evidence:", ""))
+        for line in _evidence(root, "    ", None if show_all else 3):
+            con.print(line)
+        con.print(_labelled("  ", "Cause: ", root["cause"]))
+        con.print(_labelled("  ", "Fix: ", root["fix"], style="bold green"))
+        if root.get("references"):
+            con.print(_labelled("  ", "See: ", ", ".join(root["references"]), style="dim"))
+
+    cons = report["consequences"]
+    if cons:
+        con.print()
+        con.print(Text(f"Consequences and other errors ({len(cons)})", style="bold"))
+        for diag in cons:
+            item = Text("  • ")
+            item.append(diag["title"], style=_SEVERITY_STYLE.get(diag["severity"], ""))
+            item.append(f"  [{diag['id']}]", style="dim")
+            first = diag.get("first") or {}
+            detail = f"    {_who(diag)} · {diag['count']}x"
+            if first:
+                detail += f" · first {first['source']}"
+            con.print(item)
+            con.print(Text(detail, style="dim"))
+            for line in _evidence(diag, "      ", None if show_all else 1):
+                con.print(line)
+            con.print(_labelled("    ", "Cause: ", diag["cause"]))
+            con.print(_labelled("    ", "Fix: ", diag["fix"], style="bold green"))
+
+    notes = report.get("notes") or []
+    if show_all and notes:
+        con.print()
+        con.print(Text(f"Notes ({len(notes)})", style="bold"))
+        for diag in notes:
+            item = Text("  · ")
+            item.append(diag["title"], style="cyan")
+            item.append(f"  [{diag['id']}]  {_who(diag)} · {diag['count']}x", style="dim")
+            con.print(item)
+            for line in _evidence(diag, "      ", None):
+                con.print(line)
+            con.print(_labelled("    ", "Fix: ", diag["fix"], style="bold green"))

@@ -1,0 +1,423 @@
+"""Machine and CI formats for findings-like records: JUnit XML, GitHub workflow commands, markdown,
+Slurm prolog lines, and the secret redaction every one of them goes through.
+
+Every command that reports (check, bench-nccl, lint, explain) turns its result into a `Document`: a
+list of `Finding`s plus context (host, duration, exit code). The renderers here only format; they never
+decide severity. A finding may carry a source location for lint-like tools in
+`data["location"] = {"file": str, "line": int, "col": int}`: GitHub annotations and markdown show it.
+
+Mapping of severities (documented in docs/ci.md):
+
+| severity | JUnit           | GitHub     | prolog line |
+|----------|-----------------|------------|-------------|
+| fail     | `<failure>`     | `::error`  | yes         |
+| error    | `<error>`       | `::error`  | yes         |
+| warn     | passed, or `<failure>` with --strict | `::warning` | only with --strict |
+| skip     | `<skipped>`     | (`::notice` with -v) | no |
+| info, ok | passed          | (`::notice` with -v) | no |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from ddpdoctor.model import Evidence, Finding, Report, Severity, exit_code_for
+from ddpdoctor.sources import redact_data, redact_text
+
+FORMATS = ("table", "json", "junit", "github", "markdown")
+
+# Characters XML 1.0 cannot carry at all (NUL and most C0 controls): garbage tool output must not make
+# the JUnit file unparsable, so they are replaced.
+_XML_INVALID = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# A Slurm drain reason is shown by `sinfo -R` and `scontrol show node`; keep it to one readable line.
+PROLOG_LINE_MAX = 160
+
+
+@dataclass
+class Document:
+    """What one command produced, in the shape every machine format takes."""
+
+    command: str  # "check", "bench-nccl", "lint", "explain"
+    findings: list[Finding]
+    host: str = ""
+    duration_s: float = 0.0
+    exit_code: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)  # shown in markdown, kept as JUnit properties
+
+    @property
+    def title(self) -> str:
+        return f"ddpdoctor {self.command}" + (f" on {self.host}" if self.host else "")
+
+
+# --- redaction -------------------------------------------------------------------------------------
+
+
+def redact_finding(finding: Finding, env: Optional[Mapping[str, str]] = None) -> Finding:
+    """The finding with secrets (values of secret-named variables, URL credentials) removed everywhere."""
+    return dataclasses.replace(
+        finding,
+        title=redact_text(finding.title, env),
+        summary=redact_text(finding.summary, env),
+        fix=redact_text(finding.fix, env),
+        evidence=tuple(
+            Evidence(redact_text(e.source, env), redact_text(e.excerpt, env)) for e in finding.evidence
+        ),
+        data=redact_data(dict(finding.data), env),
+    )
+
+
+def redact_report(report: Report, env: Optional[Mapping[str, str]] = None) -> Report:
+    """A copy of the report that is safe to print or upload."""
+    return dataclasses.replace(
+        report,
+        host=redact_text(report.host, env),
+        source=redact_text(report.source, env),
+        findings=[redact_finding(f, env) for f in report.findings],
+    )
+
+
+# --- documents ---------------------------------------------------------------------------------------
+
+
+def document_from_report(report: Report, strict: bool = False) -> Document:
+    """A `ddpdoctor check` report as a Document."""
+    from ddpdoctor import __version__
+
+    return Document(
+        command="check",
+        findings=list(report.findings),
+        host=report.host,
+        duration_s=report.duration_s,
+        exit_code=int(report.exit_code(strict)),
+        meta={"ddpdoctor": __version__, "source": report.source, "areas": ", ".join(report.areas)},
+    )
+
+
+def counts_by_severity(findings: Iterable[Finding]) -> dict[str, int]:
+    counts = {s.label: 0 for s in Severity}
+    for f in findings:
+        counts[f.severity.label] += 1
+    return counts
+
+
+def counts_text(doc: Document) -> str:
+    counts = counts_by_severity(doc.findings)
+    parts = [f"{counts[s.label]} {s.label}" for s in reversed(Severity) if counts[s.label]]
+    return ", ".join(parts) or "no findings"
+
+
+def summary_line(doc: Document) -> str:
+    return f"{counts_text(doc)} -> exit {doc.exit_code}"
+
+
+def group_by_id(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
+    """Findings grouped by id (several GPUs or ports give several findings with one id), first-seen order."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.id, []).append(f)
+    return groups
+
+
+def _location(f: Finding) -> Optional[dict[str, Any]]:
+    loc = f.data.get("location") if isinstance(f.data, Mapping) else None
+    return loc if isinstance(loc, Mapping) and loc.get("file") else None
+
+
+def _where(f: Finding) -> str:
+    loc = _location(f)
+    if not loc:
+        return ""
+    out = str(loc["file"])
+    if loc.get("line"):
+        out += f":{loc['line']}"
+        if loc.get("col"):
+            out += f":{loc['col']}"
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(_CONTROL.sub(" ", text).split())
+
+
+# --- JUnit XML ---------------------------------------------------------------------------------------
+
+
+def _xml_text(text: Any) -> str:
+    return _XML_INVALID.sub("\ufffd", str(text))
+
+
+def _finding_text(f: Finding) -> str:
+    lines = [f"[{f.severity.label.upper()}] {f.title}: {f.summary}"]
+    if _where(f):
+        lines.append(f"  at: {_where(f)}")
+    if f.fix:
+        lines.append(f"  fix: {f.fix}")
+    for ev in f.evidence:
+        lines.append(f"  evidence: {ev.source}")
+        if ev.excerpt:
+            lines.extend("    " + line for line in ev.excerpt.splitlines())
+    return "\n".join(lines)
+
+
+def _outcome(sev: Severity, strict: bool) -> Optional[str]:
+    if sev == Severity.FAIL or (strict and sev == Severity.WARN):
+        return "failure"
+    if sev == Severity.ERROR:
+        return "error"
+    if sev == Severity.SKIP:
+        return "skipped"
+    return None
+
+
+def render_junit(doc: Document, strict: bool = False) -> str:
+    """JUnit XML: one <testsuite> per area, one <testcase> per finding id (the worst finding decides).
+
+    The layout (testsuites > testsuite > testcase with failure/error/skipped and system-out) is the one
+    Jenkins' JUnit plugin and GitLab's `artifacts:reports:junit` read.
+    """
+    suites: dict[str, dict[str, list[Finding]]] = {}
+    for fid, group in group_by_id(doc.findings).items():
+        area = group[0].area or fid.split(".", 1)[0]
+        suites.setdefault(area, {})[fid] = group
+    timestamp = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "")
+    root = ET.Element("testsuites", name=_xml_text(doc.title), time=f"{doc.duration_s:.3f}")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for area, cases in suites.items():
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=_xml_text(f"ddpdoctor.{doc.command}.{area}"),
+            timestamp=timestamp,
+            hostname=_xml_text(doc.host or "unknown"),
+            time="0",
+        )
+        props = ET.SubElement(suite, "properties")
+        for key, value in [("command", doc.command), *sorted(doc.meta.items())]:
+            ET.SubElement(props, "property", name=_xml_text(key), value=_xml_text(value))
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        for fid, group in cases.items():
+            worst = max(group, key=lambda f: f.severity)
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=_xml_text(f"ddpdoctor.{doc.command}.{area}"),
+                name=_xml_text(fid),
+                time="0",
+            )
+            loc = _location(worst)
+            if loc:
+                case.set("file", _xml_text(loc["file"]))
+                if loc.get("line"):
+                    case.set("line", str(loc["line"]))
+            counts["tests"] += 1
+            outcome = _outcome(worst.severity, strict)
+            body = "\n\n".join(_finding_text(f) for f in sorted(group, key=lambda f: -f.severity))
+            message = _one_line(f"{worst.title}: {worst.summary}")
+            if len(group) > 1:
+                message += f" (and {len(group) - 1} more)"
+            if outcome == "skipped":
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=_xml_text(message))
+            elif outcome is not None:
+                counts["failures" if outcome == "failure" else "errors"] += 1
+                el = ET.SubElement(case, outcome, message=_xml_text(message), type=worst.severity.label)
+                el.text = _xml_text(body)
+            out = ET.SubElement(case, "system-out")
+            out.text = _xml_text(body)
+        for key, value in counts.items():
+            suite.set(key, str(value))
+            totals[key] += value
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root) if hasattr(ET, "indent") else None  # Python >= 3.9
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+# --- GitHub workflow commands ------------------------------------------------------------------------
+
+
+_CONTROL_BUT_NEWLINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def escape_github_data(text: str) -> str:
+    """Escape a workflow command's message as the runner expects (`%`, CR, LF)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_github_property(text: str) -> str:
+    """Escape a workflow command's property value (also `:` and `,`, which delimit properties)."""
+    return escape_github_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_command(kind: str, message: str, **props: Any) -> str:
+    """One workflow command line: `::kind prop=value,...::message`."""
+    shown = [
+        f"{k}={escape_github_property(_CONTROL_BUT_NEWLINES.sub(' ', str(v)))}"
+        for k, v in props.items()
+        if v not in (None, "")
+    ]
+    head = f"::{kind}" + (" " + ",".join(shown) if shown else "")
+    # Control characters (garbage tool output) have no place in a log line.
+    return f"{head}::{escape_github_data(_CONTROL_BUT_NEWLINES.sub(' ', message))}"
+
+
+_GITHUB_KIND = {
+    Severity.FAIL: "error",
+    Severity.ERROR: "error",
+    Severity.WARN: "warning",
+    Severity.SKIP: "notice",
+    Severity.INFO: "notice",
+    Severity.OK: "notice",
+}
+
+
+def render_github(doc: Document, strict: bool = False, verbose: bool = False) -> str:
+    """GitHub Actions annotations: an error per fail/error finding, a warning per warn (an error with
+    --strict), notices for the rest with -v, and a closing notice with the counts."""
+    lines = []
+    for f in sorted(doc.findings, key=lambda f: -f.severity):
+        if f.severity < Severity.WARN and not verbose:
+            continue
+        kind = "error" if strict and f.severity == Severity.WARN else _GITHUB_KIND[f.severity]
+        message = f.summary + (f"\nfix: {f.fix}" if f.fix else "")
+        loc = _location(f) or {}
+        lines.append(
+            github_command(
+                kind,
+                message,
+                title=f"{f.id}: {f.title}",
+                file=loc.get("file"),
+                line=loc.get("line"),
+                col=loc.get("col"),
+            )
+        )
+    lines.append(github_command("notice", summary_line(doc), title=doc.title))
+    return "\n".join(lines) + "\n"
+
+
+# --- markdown ------------------------------------------------------------------------------------------
+
+
+def md_cell(text: Any) -> str:
+    """Text safe inside a markdown table cell: no raw HTML, no column breaks, no line breaks."""
+    out = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    out = out.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+    return _CONTROL.sub(" ", out)
+
+
+def md_code_block(text: str, lang: str = "") -> str:
+    """A fenced block that the text cannot close early (the fence is longer than any backtick run)."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{text.rstrip()}\n{fence}"
+
+
+def md_details(summary: str, body: str) -> str:
+    return f"<details><summary>{md_cell(summary)}</summary>\n\n{body.rstrip()}\n\n</details>"
+
+
+_MD_LABEL = {
+    Severity.FAIL: "**FAIL**",
+    Severity.ERROR: "**ERROR**",
+    Severity.WARN: "WARN",
+    Severity.SKIP: "skip",
+    Severity.INFO: "info",
+    Severity.OK: "ok",
+}
+
+
+def render_markdown(doc: Document, strict: bool = False, heading_level: int = 2) -> str:
+    """Markdown for an issue or a CI job summary: counts, a table of findings worst first, fixes, and the
+    evidence collapsed in <details>."""
+    h = "#" * heading_level
+    out = [f"{h} {md_cell(doc.title)}", "", f"**{md_cell(counts_text(doc))} · exit {doc.exit_code}**"]
+    if doc.meta:
+        out += ["", " · ".join(f"{md_cell(k)}: `{md_cell(v)}`" for k, v in doc.meta.items() if v != "")]
+    shown = sorted(
+        (f for f in doc.findings if f.severity != Severity.OK), key=lambda f: (-f.severity, f.area, f.id)
+    )
+    passed = [f for f in doc.findings if f.severity == Severity.OK]
+    if shown:
+        out += ["", "| severity | id | title | summary |", "|---|---|---|---|"]
+        for f in shown:
+            where = f" ({md_cell(_where(f))})" if _where(f) else ""
+            out.append(
+                f"| {_MD_LABEL[f.severity]} | `{md_cell(f.id)}` | {md_cell(f.title)} | "
+                f"{md_cell(f.summary)}{where} |"
+            )
+    fixes = [
+        f
+        for f in shown
+        if f.fix and (f.severity >= Severity.ERROR or (strict or f.severity == Severity.WARN))
+    ]
+    if fixes:
+        out += ["", f"{h}# Fixes", ""]
+        seen: set[tuple[str, str]] = set()
+        for f in fixes:
+            if (f.id, f.fix) in seen:
+                continue
+            seen.add((f.id, f.fix))
+            out.append(f"- `{md_cell(f.id)}`: {md_cell(f.fix)}")
+    if passed:
+        rows = "\n".join(f"- `{md_cell(f.id)}`: {md_cell(f.summary)}" for f in passed)
+        out += ["", md_details(f"{len(passed)} checks passed", rows)]
+    with_evidence = [f for f in shown if f.evidence]
+    if with_evidence:
+        blocks = []
+        for f in with_evidence:
+            for ev in f.evidence:
+                blocks.append(f"`{md_cell(f.id)}` from `{md_cell(ev.source)}`")
+                if ev.excerpt:
+                    blocks.append(md_code_block(ev.excerpt))
+        out += ["", md_details("Evidence", "\n\n".join(blocks))]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --- Slurm prolog / NHC ------------------------------------------------------------------------------
+
+
+def prolog_line(f: Finding) -> str:
+    """One short line for a Slurm drain reason: `id: summary`, no newlines, no double quotes."""
+    text = _one_line(f"{f.id}: {f.summary}").replace('"', "'")
+    if len(text) > PROLOG_LINE_MAX:
+        text = text[: PROLOG_LINE_MAX - 3].rstrip() + "..."
+    return text
+
+
+def render_prolog(findings: Sequence[Finding], strict: bool = False) -> list[str]:
+    """The lines `check --prolog` prints: one per finding that makes the exit code non-zero, worst first;
+    none when healthy."""
+    if int(exit_code_for(findings, strict)) == 0:
+        return []
+    threshold = {Severity.FAIL, Severity.ERROR} | ({Severity.WARN} if strict else set())
+    return [prolog_line(f) for f in sorted(findings, key=lambda f: -f.severity) if f.severity in threshold]
+
+
+# --- dispatch ----------------------------------------------------------------------------------------
+
+
+def render_document(
+    fmt: str, doc: Document, *, json_data: Any = None, strict: bool = False, verbose: bool = False
+) -> str:
+    """Text of `doc` in a machine format: json (the command's own JSON, `json_data`), junit, github or
+    markdown. Secrets are redacted from all of them."""
+    env = os.environ
+    if fmt == "json":
+        text = json.dumps(redact_data(json_data, env), indent=2, default=str) + "\n"
+        return text
+    doc = dataclasses.replace(doc, findings=[redact_finding(f, env) for f in doc.findings])
+    if fmt == "junit":
+        return render_junit(doc, strict)
+    if fmt == "github":
+        return render_github(doc, strict, verbose)
+    if fmt == "markdown":
+        return render_markdown(doc, strict)
+    raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")

@@ -1,0 +1,205 @@
+"""`ddpdoctor check` / `snapshot` end to end through typer's CliRunner: exit codes, JSON schema,
+the issue's failure scenarios (duplicate GPU, bad rank, port clash), record / replay."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from ddpdoctor.cli import app
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parent.parent / "docs" / "schemas" / "check.schema.json").read_text()
+)
+ISSUE2_AREAS = "system,torch,mp,launch,network,nccl_env"
+LISTENER = (
+    "import socket, time\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('0.0.0.0', 0)); s.listen()\n"
+    "print(s.getsockname()[1], flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def check_json(*args: str) -> tuple[int, dict]:
+    res = invoke("check", "--json", *args)
+    data = json.loads(res.stdout)
+    jsonschema.validate(data, SCHEMA)
+    assert data["exit_code"] == res.exit_code
+    return res.exit_code, data
+
+
+def findings(data: dict, fid: str) -> list[dict]:
+    return [f for f in data["findings"] if f["id"] == fid]
+
+
+def signature(data: dict) -> list[tuple[str, str, str]]:
+    return [(f["id"], f["severity"], f["summary"]) for f in data["findings"]]
+
+
+@pytest.fixture
+def clean_launch_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(
+            (
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_",
+                "GROUP_",
+                "MASTER_",
+                "SLURM_",
+                "TORCHELASTIC_",
+                "NCCL_",
+                "TORCH_",
+            )
+        ):
+            monkeypatch.delenv(name)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    return monkeypatch
+
+
+def test_schema_is_a_valid_json_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    # and it rejects what it should: a fail without a fix, an unknown severity
+    bad = {
+        "id": "a.b",
+        "area": "a",
+        "severity": "fail",
+        "title": "t",
+        "summary": "s",
+        "evidence": [],
+        "fix": "",
+        "data": {},
+    }
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, {**SCHEMA, **SCHEMA["$defs"]["finding"]})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(dict(bad, severity="fatal", fix="x"), {**SCHEMA, **SCHEMA["$defs"]["finding"]})
+
+
+def test_full_check_on_this_machine_exits_0_or_3_and_validates(clean_launch_env) -> None:
+    code, data = check_json()
+    assert code in (0, 3), [f for f in data["findings"] if f["severity"] == "fail"]
+    assert set(ISSUE2_AREAS.split(",")) <= set(data["areas"])
+    assert {f["area"] for f in data["findings"]} >= set(ISSUE2_AREAS.split(","))
+
+
+def test_human_report_is_grouped_and_verbose_shows_evidence(clean_launch_env) -> None:
+    res = invoke("check", "--only", "launch,nccl_env")
+    assert res.exit_code == 0
+    assert "Launch environment" in res.stdout and "Summary:" in res.stdout and "exit 0" in res.stdout
+    assert "evidence:" not in res.stdout
+    verbose = invoke("check", "--only", "launch,nccl_env", "-v")
+    assert "evidence: environment" in verbose.stdout and "id: launch.launcher" in verbose.stdout
+
+
+def test_duplicate_visible_devices_exit_1_with_clear_fix(clean_launch_env) -> None:
+    clean_launch_env.setenv("CUDA_VISIBLE_DEVICES", "0,0")
+    code, data = check_json("--only", "launch")
+    assert code == 1
+    (f,) = findings(data, "launch.cuda_visible_devices.duplicate")
+    assert f["severity"] == "fail" and "set_device" in f["fix"]
+    human = invoke("check", "--only", "launch")
+    assert human.exit_code == 1 and "GPU listed twice" in human.stdout and "fix:" in human.stdout
+
+
+def test_rank_beyond_world_size_exit_1(clean_launch_env) -> None:
+    clean_launch_env.setenv("RANK", "5")
+    clean_launch_env.setenv("WORLD_SIZE", "4")
+    code, data = check_json("--only", "launch")
+    assert code == 1
+    (f,) = findings(data, "launch.rank.out_of_range")
+    assert f["severity"] == "fail" and "RANK=5 but WORLD_SIZE=4" in f["summary"] and f["fix"]
+
+
+def test_master_port_held_by_another_process_exit_1_naming_its_pid(clean_launch_env) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        clean_launch_env.setenv("MASTER_PORT", str(port))
+        code, data = check_json("--only", "network")
+        assert code == 1
+        (f,) = findings(data, "net.master_port.in_use")
+        assert f["severity"] == "fail" and f["data"]["pid"] == proc.pid
+        assert f"PID {proc.pid}" in f["summary"]
+        human = invoke("check", "--only", "network")
+        assert human.exit_code == 1 and f"PID {proc.pid}" in human.stdout
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_warnings_exit_0_unless_strict(clean_launch_env) -> None:
+    clean_launch_env.setenv("NCCL_P2P_DISABLE", "1")
+    assert invoke("check", "--only", "nccl_env").exit_code == 0
+    assert invoke("check", "--only", "nccl_env", "--strict").exit_code == 1
+
+
+def test_inconclusive_probe_exit_3(tmp_path: Path) -> None:
+    # An empty snapshot: the torch probe has no output to read, which must not look like a pass.
+    code, data = check_json("--replay", str(tmp_path), "--only", "torch")
+    assert code == 3
+    assert findings(data, "torch.probe")[0]["severity"] == "error"
+    assert data["source"].startswith("replay:")
+
+
+def test_only_and_skip(clean_launch_env) -> None:
+    _, data = check_json("--only", "launch", "--only", "nccl_env")
+    assert data["areas"] == ["launch", "nccl_env"]
+    _, data = check_json("--only", "launch,nccl_env,mp", "--skip", "mp")
+    assert data["areas"] == ["launch", "nccl_env"]
+
+
+def test_snapshot_then_replay_gives_the_same_findings(clean_launch_env, tmp_path: Path) -> None:
+    clean_launch_env.setenv("HF_TOKEN", "hf_supersecretvalue123")
+    clean_launch_env.setenv("NCCL_IB_DISABLED", "1")  # something to find in the replay
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        clean_launch_env.setenv("MASTER_PORT", str(s.getsockname()[1]))
+        res = invoke("snapshot", str(tmp_path / "snap"), "--only", ISSUE2_AREAS)
+        assert res.exit_code == 0, res.output
+        # The same observations, judged live (recorded at the same moment) ...
+        from ddpdoctor.checks import load_areas
+        from ddpdoctor.engine import run_checks, select_areas
+        from ddpdoctor.sources import RecordingSources
+
+        rec = RecordingSources()
+        live = run_checks(rec, select_areas(load_areas(), ISSUE2_AREAS.split(",")), timeout_s=60)
+        rec.write(tmp_path / "snap2")
+    for name in (
+        "torch-info.txt",
+        "df-shm.txt",
+        "ulimit-a.txt",
+        "env.json",
+        "net-interfaces.json",
+        "net-master-port.json",
+    ):
+        assert (tmp_path / "snap" / name).is_file(), name
+    # ... and secrets never reach the snapshot.
+    for path in (tmp_path / "snap").iterdir():
+        assert "hf_supersecretvalue123" not in path.read_text(errors="replace"), path.name
+    # CLI replay of the CLI snapshot is stable and finds what was there.
+    code1, first = check_json("--replay", str(tmp_path / "snap"))
+    code2, second = check_json("--replay", str(tmp_path / "snap"))
+    assert signature(first) == signature(second) and code1 == code2 == 1
+    assert findings(first, "net.master_port.in_use")[0]["severity"] == "fail"
+    assert findings(first, "nccl_env.unknown")[0]["data"]["suggestion"] == "NCCL_IB_DISABLE"
+    # Replaying a recording gives exactly the findings judged live from it.
+    _, replayed = check_json("--replay", str(tmp_path / "snap2"), "--only", ISSUE2_AREAS)
+    assert signature(replayed) == [(f.id, f.severity.label, f.summary) for f in live.findings]

@@ -1,0 +1,551 @@
+"""The gpu area end to end: replay from real nvidia-smi outputs, a fake NVML and fake command source at
+the I/O boundary, the torch<->driver verdict, the kernel log, and a clean skip on this CPU-only machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+import pytest
+from test_nvml import FakeNvml, Raise, consumer_gpu, h100, healthy
+from typer.testing import CliRunner
+
+import pynvml
+from ddpdoctor import nvml
+from ddpdoctor.checks import gpu as gpu_area
+from ddpdoctor.cli import app
+from ddpdoctor.engine import run_checks
+from ddpdoctor.model import Finding, Report, Severity
+from ddpdoctor.render.gpu import topology_table, topology_text
+from ddpdoctor.runner import Command, CommandResult
+from ddpdoctor.sources import LiveSources, NotAvailable, RecordingSources, ReplaySources
+
+GPU = Path(__file__).parent / "fixtures" / "gpu"
+A100_REMAP = "nvidia-smi-q__a100-sxm4-80gb-xid63-dram-correctable-remap-pending-excerpt.txt"
+H100_BRAKE = "nvidia-smi-q__8xh100-535.161.08-gpu0-section-hw-power-brake-active-pcie-replays.txt"
+H800 = "nvidia-smi-q__h800-hopper-single-gpu-remapped-rows-ecc-disabled.txt"
+
+
+class FakeSources:
+    """Commands answered from real captured outputs; facts produced live unless given."""
+
+    def __init__(
+        self,
+        outputs: Optional[Mapping[str, Any]] = None,
+        facts: Optional[Mapping[str, Any]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        live: bool = True,
+    ) -> None:
+        self.outputs = dict(outputs or {})
+        self.facts = dict(facts or {})
+        self.facts.setdefault("env", dict(env or {}))
+        self.facts.setdefault("host", "node1")
+        self.facts.setdefault("gpu-pci", [])
+        self.deadline = 0.0
+        self.ran: list[str] = []
+        self._live = live
+
+    @property
+    def is_live(self) -> bool:
+        return self._live
+
+    def run(self, cmd: Command) -> CommandResult:
+        self.ran.append(cmd.id)
+        out = self.outputs.get(cmd.id)
+        if out is None:
+            return CommandResult(argv=cmd.argv, found=False, error=f"{cmd.argv[0]}: command not found")
+        if isinstance(out, CommandResult):
+            return out
+        return CommandResult(argv=cmd.argv, returncode=0, stdout=out)
+
+    def fact(self, name: str, produce: Callable[[], Any]) -> Any:
+        if name in self.facts:
+            value = self.facts[name]
+            if isinstance(value, Exception):
+                raise value
+            return value
+        return produce()
+
+
+def run_gpu(sources: Any, timeout: float = 20.0) -> Report:
+    return run_checks(sources, [gpu_area.AREA], timeout_s=timeout)
+
+
+def by_id(report: Report) -> dict[str, list[Finding]]:
+    out: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        out.setdefault(f.id, []).append(f)
+    return out
+
+
+def worst(report: Report, fid: str) -> Severity:
+    return max(f.severity for f in by_id(report)[fid])
+
+
+def torch_info(cuda: Optional[str], count: int = 8, warning: str = "") -> str:
+    errors = {"cuda_available.warning": warning} if warning else {}
+    return json.dumps(
+        {
+            "schema": "ddpdoctor.torch_info/1",
+            "torch": {"version": "2.5.1", "cuda": cuda, "hip": None, "cuda_available": count > 0, "device_count": count},
+            "errors": errors,
+        }
+    )
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeNvml]:
+    """Install a FakeNvml as the pynvml module ddpdoctor.nvml loads."""
+
+    def install(gpus: list[dict[str, Any]], **kw: Any) -> FakeNvml:
+        fake = FakeNvml(gpus, **kw)
+        monkeypatch.setattr(nvml, "_load_bindings", lambda: fake)
+        return fake
+
+    return install
+
+
+def replay_dir(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    for name, fixture in files.items():
+        shutil.copy(GPU / fixture, tmp_path / name)
+    return tmp_path
+
+
+# --- this machine: no GPU, no driver -----------------------------------------------------------------
+
+
+def test_cpu_only_machine_is_a_clean_skip() -> None:
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has an NVIDIA driver")
+    report = run_gpu(LiveSources())
+    (f,) = report.findings
+    assert f.id == "gpu.driver" and f.severity == Severity.SKIP
+    assert "GPU checks skipped" in f.summary and f.evidence
+    assert report.exit_code() == 0
+
+
+def test_cpu_only_machine_cli_json() -> None:
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has an NVIDIA driver")
+    res = CliRunner().invoke(app, ["check", "--only", "gpu", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert [(f["id"], f["severity"]) for f in data["findings"]] == [("gpu.driver", "skip")]
+
+
+# --- replay from DIR/nvidia-smi-q.txt alone ------------------------------------------------------------
+
+
+def test_replay_remap_pending_and_ecc_from_real_a100_sample(tmp_path: Path) -> None:
+    report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": A100_REMAP})))
+    ids = by_id(report)
+    (remap,) = ids["gpu.remapped_rows.pending"]
+    assert remap.severity == Severity.FAIL and "GPU 0 (00000000:10:1C.0)" in remap.summary
+    assert remap.evidence[0].source == "nvidia-smi -q (Remapped Rows)" and "Pending True" in remap.evidence[0].excerpt
+    (ecc,) = ids["gpu.ecc.correctable"]
+    assert ecc.severity == Severity.WARN and "177" in ecc.summary
+    assert worst(report, "gpu.ecc.uncorrectable") == Severity.OK
+    assert "A100-SXM4-80GB" in ids["gpu.inventory"][0].summary and "CUDA 11.6" in ids["gpu.inventory"][0].summary
+    assert report.exit_code() == 1
+
+
+def test_replay_power_brake_and_pcie_replays_from_real_h100_sample(tmp_path: Path) -> None:
+    report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": H100_BRAKE})))
+    ids = by_id(report)
+    (thr,) = ids["gpu.throttle"]
+    assert thr.severity == Severity.FAIL and "hw power brake slowdown" in thr.summary
+    (rep,) = ids["gpu.pcie.replays"]
+    assert rep.severity == Severity.WARN and "67 PCIe replays" in rep.summary
+    assert worst(report, "gpu.pcie.width") == Severity.OK
+    assert worst(report, "gpu.fabric") == Severity.OK and worst(report, "gpu.remapped_rows.pending") == Severity.OK
+
+
+def test_replay_degraded_link_width(tmp_path: Path) -> None:
+    # No public nvidia-smi -q sample shows a narrowed link, so this is the real H800 sample with the one
+    # `Link Width > Current` line changed from 16x to 8x (everything else as captured).
+    text = (GPU / H800).read_text()
+    old = "            Link Width\n                Max                       : 16x\n                Current                   : 16x\n"
+    assert old in text
+    (tmp_path / "nvidia-smi-q.txt").write_text(text.replace(old, old.replace("Current                   : 16x", "Current                   : 8x")))
+    report = run_gpu(ReplaySources(tmp_path))
+    (width,) = by_id(report)["gpu.pcie.width"]
+    assert width.severity == Severity.FAIL and "x8, below its x16 maximum" in width.summary
+    assert width.data["current"] == 8 and width.data["max"] == 16
+    assert report.exit_code() == 1
+
+
+def test_replay_healthy_h800_sample(tmp_path: Path) -> None:
+    report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": H800})))
+    ids = by_id(report)
+    assert not [f for f in report.findings if f.severity >= Severity.WARN and f.id != "gpu.dmesg"]
+    (mode,) = ids["gpu.ecc.mode"]
+    assert mode.severity == Severity.INFO and "disabled" in mode.summary
+    # Idle (Idle reason active) at gen 5: the generation check stays quiet.
+    assert worst(report, "gpu.pcie.gen") == Severity.OK and worst(report, "gpu.throttle") == Severity.OK
+    # No dmesg.txt in the directory: a skip saying so, never a pass.
+    assert ids["gpu.dmesg"][0].severity == Severity.SKIP and "dmesg.txt not in snapshot" in ids["gpu.dmesg"][0].summary
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    ["nvidia-smi-q__v100-sxm2-old-driver-narrow-key-column-excerpt.txt", "nvidia-smi-q__gtx1080-driver-396-no-cuda-version-line-excerpt.txt"],
+)
+def test_replay_old_drivers_never_error(tmp_path: Path, fixture: str) -> None:
+    report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": fixture})))
+    assert not [f for f in report.findings if f.severity in (Severity.ERROR, Severity.FAIL)]
+    assert "gpu.inventory" in by_id(report)
+
+
+def test_replay_driver_library_mismatch(tmp_path: Path) -> None:
+    report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": "nvidia-smi__nvml-driver-library-version-mismatch.txt"})))
+    (f,) = [f for f in report.findings if f.id == "gpu.nvml"]
+    assert f.severity == Severity.FAIL and "mismatch" in f.summary and "Reboot" in f.fix
+
+
+def test_replay_unable_to_determine_device_handle(tmp_path: Path) -> None:
+    report = run_gpu(
+        ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": "nvidia-smi__unable-to-determine-device-handle-unknown-error.txt"}))
+    )
+    (f,) = [f for f in report.findings if f.id == "gpu.lost"]
+    assert f.severity == Severity.FAIL and "0000:0B:00.0" in f.summary
+
+
+def test_replay_empty_snapshot_skips(tmp_path: Path) -> None:
+    (f,) = run_gpu(ReplaySources(tmp_path)).findings
+    assert f.id == "gpu.driver" and f.severity == Severity.SKIP and "neither nvml.json nor nvidia-smi-q.txt" in f.summary
+
+
+def test_replay_topology_nvlink_p2p_dmesg(tmp_path: Path) -> None:
+    d = replay_dir(
+        tmp_path,
+        {
+            "nvidia-smi-q.txt": H800,
+            "nvidia-smi-topo-m.txt": "nvidia-smi-topo-m__8xh800-nv8-4nic-truncated-legend.txt",
+            "nvidia-smi-nvlink-s.txt": "nvidia-smi-nvlink-s__8xh800-all-links-26GBps-elided.txt",
+            "nvidia-smi-nvlink-e.txt": "nvidia-smi-nvlink-e__h100-error-counters-zero-elided.txt",
+            "dmesg.txt": "dmesg-pcie__h100-bandwidth-limited-by-gen4-x16-link.txt",
+        },
+    )
+    report = run_gpu(ReplaySources(d))
+    ids = by_id(report)
+    (topo,) = ids["gpu.topology"]
+    assert topo.severity == Severity.INFO and "28 NV" in topo.summary
+    assert "G0" in topo.evidence[0].excerpt and "NV8" in topo.evidence[0].excerpt
+    (nic,) = ids["gpu.nic_affinity"]
+    assert "GPU1->mlx5_0 (PIX)" in nic.summary
+    assert worst(report, "gpu.nvlink.inactive") == Severity.OK
+    # dmesg lines are for 04:00.0 and 8b:00.0, not this GPU (18:00.0): not reported by the GPU area.
+    assert "gpu.pcie.limited" not in ids
+    assert worst(report, "gpu.xid") == Severity.OK
+
+
+# --- fake NVML + fake commands (the live path) --------------------------------------------------------
+
+
+def test_healthy_8x_h100_node(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml(healthy())
+    topo = (GPU / "nvidia-smi-topo-m__8xh800-nv8-4nic-truncated-legend.txt").read_text()
+    sources = FakeSources(outputs={"nvidia-smi-topo-m": topo, "dmesg": "[0.0] Linux version 6.8\n", "torch-info": torch_info("12.4")})
+    report = run_gpu(sources)
+    bad = [f for f in report.findings if f.severity >= Severity.WARN]
+    assert not bad, [(f.id, f.summary) for f in bad]
+    ids = by_id(report)
+    assert "8x NVIDIA H100 80GB HBM3" in ids["gpu.inventory"][0].summary
+    assert ids["gpu.cuda_compat"][0].severity == Severity.OK
+    assert ids["gpu.torch_count"][0].severity == Severity.OK
+    assert ids["gpu.p2p"][0].severity == Severity.OK and ids["gpu.nvlink.errors"][0].severity == Severity.OK
+    # NVML answered: nvidia-smi -q and the nvlink/p2p fallbacks were not run.
+    assert "nvidia-smi-q" not in sources.ran and "nvidia-smi-nvlink-s" not in sources.ran
+    assert report.exit_code() == 0
+
+
+def test_lost_gpu_fails_and_others_are_judged(fake_nvml: Callable[..., FakeNvml]) -> None:
+    gpus = healthy()
+    gpus[2] = h100(2, nvmlDeviceGetRemappedRows=Raise(pynvml.NVML_ERROR_GPU_IS_LOST))
+    gpus[6] = h100(6, nvmlDeviceGetCurrPcieLinkWidth=4)
+    fake_nvml(gpus)
+    report = run_gpu(FakeSources())
+    ids = by_id(report)
+    (lost,) = ids["gpu.lost"]
+    assert lost.severity == Severity.FAIL and lost.summary.startswith("GPU 2 (00000000:4C:00.0)")
+    (width,) = [f for f in ids["gpu.pcie.width"] if f.severity == Severity.FAIL]
+    assert "GPU 6" in width.summary and "x4" in width.summary
+
+
+def test_ecc_and_remap_pending_via_nvml(fake_nvml: Callable[..., FakeNvml]) -> None:
+    def ecc(handle: Any, err_type: int, counter: int) -> int:
+        return 2 if err_type == 1 else 0
+
+    fake_nvml([h100(0), h100(1, nvmlDeviceGetTotalEccErrors=ecc, nvmlDeviceGetRemappedRows=(0, 1, 1, 0))])
+    ids = by_id(run_gpu(FakeSources()))
+    (unc,) = [f for f in ids["gpu.ecc.uncorrectable"] if f.severity > Severity.OK]
+    assert unc.severity == Severity.FAIL and "GPU 1" in unc.summary and unc.evidence[0].source.startswith("NVML")
+    (remap,) = [f for f in ids["gpu.remapped_rows.pending"] if f.severity > Severity.OK]
+    assert remap.severity == Severity.FAIL
+
+
+def test_exclusive_process_fails_when_ranks_share(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([h100(0, nvmlDeviceGetComputeMode=3), h100(1, nvmlDeviceGetComputeMode=3)])
+    alone = by_id(run_gpu(FakeSources(env={"LOCAL_WORLD_SIZE": "2"})))["gpu.compute_mode"]
+    assert {f.severity for f in alone} == {Severity.WARN}
+    shared = by_id(run_gpu(FakeSources(env={"LOCAL_WORLD_SIZE": "4"})))["gpu.compute_mode"]
+    assert {f.severity for f in shared} == {Severity.FAIL} and "4 local ranks share 2 GPU(s)" in shared[0].summary
+
+
+def test_prohibited_and_mig(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([h100(0, nvmlDeviceGetComputeMode=2), h100(1, nvmlDeviceGetMigMode=[1, 1])])
+    ids = by_id(run_gpu(FakeSources(outputs={"torch-info": torch_info("12.4", count=1)})))
+    assert ids["gpu.compute_mode"][0].severity == Severity.FAIL and "Prohibited" in ids["gpu.compute_mode"][0].summary
+    (mig,) = ids["gpu.mig"]
+    assert mig.severity == Severity.WARN and "GPU 1" in mig.summary
+    # With MIG on, CUDA counts MIG instances: no device-count verdict.
+    assert "gpu.torch_count" not in ids
+
+
+def test_stray_processes_reported_with_pid_name_memory(fake_nvml: Callable[..., FakeNvml]) -> None:
+    from types import SimpleNamespace
+
+    fake_nvml([h100(0, nvmlDeviceGetComputeRunningProcesses=[SimpleNamespace(pid=1, usedGpuMemory=3 * 1024**3)])])
+    (f,) = by_id(run_gpu(FakeSources()))["gpu.processes"]
+    assert f.severity == Severity.WARN and "pid 1" in f.summary and "3072 MiB" in f.summary
+    assert f.data["processes"][0]["pid"] == 1
+
+
+def test_consumer_gpu_not_supported_everywhere_is_clean(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([consumer_gpu()])
+    report = run_gpu(FakeSources())
+    assert not [f for f in report.findings if f.severity >= Severity.WARN and f.id != "gpu.dmesg"], report.findings
+    assert "gpu.inventory" in by_id(report)
+
+
+def test_library_missing_without_gpus_skips(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    (f,) = run_gpu(FakeSources()).findings
+    assert f.id == "gpu.driver" and f.severity == Severity.SKIP
+
+
+def test_library_missing_with_nvidia_pci_devices_fails(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    pci = [{"bus_id": "0000:19:00.0", "class": "0x030200", "driver": None}]
+    report = run_gpu(FakeSources(facts={"gpu-pci": pci}, outputs={"dmesg": ""}))
+    (f,) = [f for f in report.findings if f.id == "gpu.driver"]
+    assert f.severity == Severity.FAIL and "0000:19:00.0" in f.summary
+
+
+def test_driver_mismatch_via_nvml_fails(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([], init_error=pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+    out = (GPU / "nvidia-smi__nvml-driver-library-version-mismatch.txt").read_text()
+    report = run_gpu(FakeSources(outputs={"nvidia-smi-q": CommandResult(argv=("nvidia-smi", "-q"), returncode=18, stdout=out)}))
+    (f,) = [f for f in report.findings if f.id == "gpu.nvml"]
+    assert f.severity == Severity.FAIL
+
+
+def test_nvml_broken_falls_back_to_nvidia_smi(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([], init_error=pynvml.NVML_ERROR_NO_PERMISSION)
+    sources = FakeSources(outputs={"nvidia-smi-q": (GPU / A100_REMAP).read_text()})
+    ids = by_id(run_gpu(sources))
+    assert ids["gpu.nvml"][0].severity == Severity.WARN
+    assert ids["gpu.remapped_rows.pending"][0].severity == Severity.FAIL
+    assert "nvidia-smi-q" in sources.ran
+
+
+# --- torch's CUDA build vs the driver -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("torch_cuda", "driver_cuda", "expected"),
+    [("12.4", 12040, Severity.OK), ("12.1", 12040, Severity.OK), ("12.4", 12020, Severity.WARN), ("12.1", 11060, Severity.FAIL), (None, 12040, Severity.FAIL)],
+)
+def test_cuda_compat(fake_nvml: Callable[..., FakeNvml], torch_cuda: Optional[str], driver_cuda: int, expected: Severity) -> None:
+    fake_nvml(healthy(2), cuda=driver_cuda)
+    ids = by_id(run_gpu(FakeSources(outputs={"torch-info": torch_info(torch_cuda, count=2)})))
+    (f,) = ids["gpu.cuda_compat"]
+    assert f.severity == expected, f.summary
+
+
+def test_cuda_too_new_for_driver_message(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml(healthy(8), cuda=11060, driver="510.73.08")
+    warning = "CUDA initialization: The NVIDIA driver on your system is too old (found version 11060)."
+    ids = by_id(run_gpu(FakeSources(outputs={"torch-info": torch_info("12.1", count=0, warning=warning)})))
+    (compat,) = ids["gpu.cuda_compat"]
+    assert "built for CUDA 12.1 but driver 510.73.08 supports only CUDA 11.6" in compat.summary
+    assert "too old" in compat.evidence[0].excerpt
+    (count,) = ids["gpu.torch_count"]
+    assert count.severity == Severity.FAIL and "torch sees 0 GPU(s) but 8" in count.summary
+
+
+@pytest.mark.parametrize(
+    ("cvd", "torch_count", "expected"),
+    [(None, 4, Severity.OK), ("0,1", 2, Severity.OK), ("0,1", 4, Severity.FAIL), ("0,7", 1, Severity.OK), ("2,,3", 1, Severity.OK)],
+)
+def test_torch_count_through_cuda_visible_devices(
+    fake_nvml: Callable[..., FakeNvml], cvd: Optional[str], torch_count: int, expected: Severity
+) -> None:
+    fake_nvml(healthy(4))
+    env = {"CUDA_VISIBLE_DEVICES": cvd} if cvd is not None else {}
+    ids = by_id(run_gpu(FakeSources(env=env, outputs={"torch-info": torch_info("12.4", count=torch_count)})))
+    (f,) = ids["gpu.torch_count"]
+    assert f.severity == expected, f.summary
+
+
+def test_expected_cuda_count() -> None:
+    gpus = [{"uuid": "GPU-aaaa"}, {"uuid": "GPU-bbbb"}]
+    assert gpu_area.expected_cuda_count(gpus, None) == 2
+    assert gpu_area.expected_cuda_count(gpus, "") == 0
+    assert gpu_area.expected_cuda_count(gpus, "GPU-bb,0") == 2
+    assert gpu_area.expected_cuda_count(gpus, "1,5,0") == 1  # CUDA stops at the unknown index 5
+    assert gpu_area.expected_cuda_count(gpus, "MIG-GPU-aaaa/1/0") is None
+
+
+# --- kernel log ---------------------------------------------------------------------------------------
+
+XID_79 = "[ 5123.4] NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus.\n"
+
+
+def test_xid_79_and_fallen_off_bus_for_a_known_gpu(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml(healthy(4))
+    ids = by_id(run_gpu(FakeSources(outputs={"dmesg": XID_79 + "[ 1.0] NVRM: Xid (PCI:0000:19:00): 13, Graphics SM Warp Exception\n"})))
+    xids = {f.data["code"]: f for f in ids["gpu.xid"]}
+    assert xids[79].severity == Severity.FAIL and xids[79].summary.startswith("GPU 3 (00000000:5D:00.0): Xid 79")
+    assert xids[13].severity == Severity.INFO and "application" not in xids[13].summary
+    assert "compute-sanitizer" in xids[13].fix or "CUDA_LAUNCH_BLOCKING" in xids[13].fix
+    assert ids["gpu.fallen_off_bus"][0].severity == Severity.FAIL
+
+
+def test_xid_reported_even_when_the_driver_is_gone(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([], init_error=pynvml.NVML_ERROR_UNKNOWN)
+    pci = [{"bus_id": "0000:5d:00.0", "class": "0x030200", "driver": "nvidia"}]
+    ids = by_id(run_gpu(FakeSources(facts={"gpu-pci": pci}, outputs={"dmesg": XID_79})))
+    assert ids["gpu.driver"][0].severity == Severity.FAIL
+    assert ids["gpu.fallen_off_bus"][0].severity == Severity.FAIL
+
+
+def test_dmesg_not_permitted_is_a_skip(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml(healthy(1))
+    denied = CommandResult(argv=("dmesg",), returncode=1, stderr="dmesg: read kernel buffer failed: Operation not permitted\n")
+    (f,) = by_id(run_gpu(FakeSources(outputs={"dmesg": denied})))["gpu.dmesg"]
+    assert f.severity == Severity.SKIP and "not permitted" in f.summary
+
+
+def test_pcie_limited_for_a_gpu_from_real_dmesg(fake_nvml: Callable[..., FakeNvml]) -> None:
+    from types import SimpleNamespace
+
+    # The real dmesg sample's devices (04:00.0, 8b:00.0) are the H100s of the same node's CSV sample.
+    fake_nvml([h100(0, nvmlDeviceGetPciInfo=SimpleNamespace(busId="00000000:04:00.0"))])
+    dmesg = (GPU / "dmesg-pcie__h100-bandwidth-limited-by-gen4-x16-link.txt").read_text()
+    (f,) = by_id(run_gpu(FakeSources(outputs={"dmesg": dmesg})))["gpu.pcie.limited"]
+    assert f.severity == Severity.WARN and f.summary.startswith("GPU 0 (00000000:04:00.0): 252.048 Gb/s available")
+
+
+# --- snapshot -> replay, summary for other areas, rendering, CLI ------------------------------------
+
+
+def test_snapshot_then_replay_gives_the_same_findings(
+    fake_nvml: Callable[..., FakeNvml], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpu_area, "_read_torch", lambda sources: (None, None))
+    gpus = healthy(2)
+    gpus[1] = h100(1, nvmlDeviceGetCurrPcieLinkWidth=8, nvmlDeviceGetRemappedRows=(0, 0, 1, 0))
+    fake_nvml(gpus)
+    rec = RecordingSources()
+    live = run_checks(rec, [gpu_area.AREA], timeout_s=30)
+    rec.write(tmp_path)
+    assert json.loads((tmp_path / "nvml.json").read_text())["gpus"][1]["pcie"]["width_current"] == 8
+    replayed = run_checks(ReplaySources(tmp_path), [gpu_area.AREA], timeout_s=30)
+    assert sorted((f.id, f.severity, f.summary) for f in live.findings) == sorted(
+        (f.id, f.severity, f.summary) for f in replayed.findings
+    )
+    assert {f.id for f in replayed.findings if f.severity == Severity.FAIL} >= {"gpu.pcie.width", "gpu.remapped_rows.pending"}
+
+
+def test_read_gpu_facts_summary(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([h100(0), h100(1, nvmlDeviceGetComputeMode=3, nvmlDeviceGetNvLinkState=lambda h, link: 1 if link < 2 else (_ for _ in ()).throw(pynvml.NVMLError(2)))])
+    sources = FakeSources()
+    facts = gpu_area.read_gpu_facts(sources)
+    assert facts.source == "nvml" and facts.count == 2 and facts.models == ["NVIDIA H100 80GB HBM3"]
+    assert (facts.driver_version, facts.cuda_driver_version) == ("550.90.07", "12.4")
+    assert facts.exclusive_gpus == [1] and facts.compute_modes == {0: "Default", 1: "Exclusive_Process"}
+    assert facts.has_nvlink and facts.gpus[0].nvlink_active == 18 and facts.gpus[1].nvlink_active == 2
+    assert facts.gpus[0].nvlink_version == 4 and facts.gpus[0].pcie_gen_max == 5 and facts.gpus[0].pcie_width_current == 16
+    assert gpu_area.read_gpu_facts(sources) is facts  # read once per Sources
+
+
+def test_read_gpu_facts_from_nvidia_smi_replay(tmp_path: Path) -> None:
+    d = replay_dir(
+        tmp_path,
+        {"nvidia-smi-q.txt": H800, "nvidia-smi-nvlink-s.txt": "nvidia-smi-nvlink-s__8xh800-all-links-26GBps-elided.txt"},
+    )
+    facts = gpu_area.read_gpu_facts(ReplaySources(d))
+    assert facts.source == "nvidia-smi" and facts.count == 1 and facts.driver_version == "525.105.17"
+    assert facts.gpus[0].nvlink_active == 8 and facts.gpus[0].nvlink_speed_gbps == 26.562
+
+
+def test_read_gpu_facts_without_gpus() -> None:
+    facts = gpu_area.read_gpu_facts(FakeSources(facts={"nvml": {"available": False, "error": {"kind": "library_not_found", "message": "x"}}}))
+    assert facts.count == 0 and facts.source == "none" and facts.error == "x" and not facts.has_nvlink
+
+
+def test_compact_topology_rendering() -> None:
+    from ddpdoctor.parsers.nvidia_smi_topo import parse_topo_matrix
+
+    topo = parse_topo_matrix((GPU / "nvidia-smi-topo-m__4x-rtx6000ada-pcie-only-2numa-4nic-node-sys.txt").read_text())
+    text = topology_text(topo)
+    lines = text.splitlines()
+    assert lines[0].split() == ["G0", "G1", "G2", "G3", "N0", "N1", "N2", "N3"]
+    assert lines[1].split() == ["G0", "X", "NODE", "SYS", "SYS", "NODE", "NODE", "SYS", "SYS"]
+    assert lines[-1] == "NICs: N0=mlx5_0, N1=mlx5_1, N2=mlx5_2, N3=mlx5_3"
+    assert max(len(x) for x in lines) <= 80
+    assert topology_table(topo) is not None and topology_text(None) == "" and topology_table({}) is None
+
+
+def test_cli_replay_json(tmp_path: Path) -> None:
+    d = replay_dir(tmp_path, {"nvidia-smi-q.txt": A100_REMAP})
+    res = CliRunner().invoke(app, ["check", "--only", "gpu", "--replay", str(d), "--json"])
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.output)
+    fails = {f["id"] for f in data["findings"] if f["severity"] == "fail"}
+    assert fails == {"gpu.remapped_rows.pending"}
+
+
+def test_facts_not_in_snapshot_are_none() -> None:
+    sources = FakeSources(facts={"nvml": NotAvailable("nvml.json not in snapshot"), "gpu-pci": NotAvailable("x")}, live=False)
+    (f,) = run_gpu(sources).findings
+    assert f.id == "gpu.driver" and f.severity == Severity.SKIP
+
+
+# --- on a real GPU node -------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_real_gpu_node_check() -> None:
+    res = CliRunner().invoke(app, ["check", "--only", "gpu", "--json", "--timeout", "60"])
+    data = json.loads(res.output)
+    ids = {f["id"]: f for f in data["findings"]}
+    assert "gpu.inventory" in ids and ids["gpu.inventory"]["data"]["count"] >= 1
+    assert not [f for f in data["findings"] if f["severity"] == "error"], data["findings"]
+    assert ids.get("gpu.cuda_compat", {}).get("severity") in ("ok", "warn", None)
+
+
+@pytest.mark.gpu
+def test_real_gpu_node_snapshot_replay(tmp_path: Path) -> None:
+    assert CliRunner().invoke(app, ["snapshot", str(tmp_path), "--only", "gpu", "--timeout", "60"]).exit_code == 0
+    assert (tmp_path / "nvml.json").is_file()
+    res = CliRunner().invoke(app, ["check", "--only", "gpu", "--replay", str(tmp_path), "--json"])
+    assert "gpu.inventory" in {f["id"] for f in json.loads(res.output)["findings"]}
+
+
+@pytest.mark.gpu
+def test_real_nvidia_smi_outputs_parse() -> None:
+    from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_q
+    from ddpdoctor.parsers.nvidia_smi_nvlink import parse_nvlink
+    from ddpdoctor.parsers.nvidia_smi_topo import parse_topo_matrix
+    from ddpdoctor.runner import run_argv
+
+    q = run_argv(["nvidia-smi", "-q"], timeout_s=60)
+    parsed = parse_nvidia_smi_q(q.stdout)
+    assert parsed["gpus"] and parsed["driver_version"] and all(g["name"] and g["uuid"] for g in parsed["gpus"])
+    topo = parse_topo_matrix(run_argv(["nvidia-smi", "topo", "-m"], timeout_s=30).stdout)
+    assert topo["gpus"][0] == "GPU0" and len(topo["gpus"]) == len(parsed["gpus"])
+    parse_nvlink(run_argv(["nvidia-smi", "nvlink", "-s"], timeout_s=30).stdout)

@@ -1,0 +1,657 @@
+"""Each lint rule: true positives (with the line reported) and near-misses that must stay silent."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.lint import RULES, lint_source, select_rules
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "lint.md"
+
+HEADER = """\
+import os
+import datetime
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+"""
+HEADER_LINES = HEADER.count("\n")
+
+
+def findings(src: str, code: str) -> list[int]:
+    """Lines (relative to the snippet, 1-based) where rule `code` fires on HEADER + snippet."""
+    text = HEADER + textwrap.dedent(src)
+    return [d.line - HEADER_LINES for d in lint_source(text, "t.py", select_rules([code]))]
+
+
+def marked_lines(src: str) -> list[int]:
+    """Lines of the snippet carrying a `# <-` marker: where the finding must be reported."""
+    return [i for i, line in enumerate(textwrap.dedent(src).splitlines(), 1) if "# <-" in line]
+
+
+# (rule, snippet). Every `# <-` line must be reported, and nothing else.
+POSITIVES: list[tuple[str, str]] = [
+    # DDP001 fork-start CUDA
+    ("DDP001", """
+        mp.set_start_method("fork")  # <-
+        model = nn.Linear(2, 2).cuda()
+    """),
+    ("DDP001", """
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")  # <-
+        x = torch.zeros(1, device="cuda")
+    """),
+    ("DDP001", """
+        import multiprocessing
+        def main():
+            model = nn.Linear(2, 2).cuda()
+            p = multiprocessing.Process(target=work, args=(model,))  # <-
+            p.start()
+    """),
+    ("DDP001", """
+        def main():
+            torch.cuda.synchronize()
+            with mp.Pool(4) as pool:  # <-
+                pool.map(work, range(4))
+    """),
+    # DDP002 device from the global rank
+    ("DDP002", """
+        rank = int(os.environ["RANK"])
+        torch.cuda.set_device(rank)  # <-
+    """),
+    ("DDP002", """
+        def main():
+            rank = dist.get_rank()
+            model = nn.Linear(2, 2).to(rank)  # <-
+            ddp = DDP(model, device_ids=[rank])  # <-
+    """),
+    ("DDP002", """
+        def main():
+            device = torch.device(f"cuda:{dist.get_rank()}")  # <-
+    """),
+    ("DDP002", """
+        def worker(gpu, args):
+            rank = args.node_rank * args.gpus + gpu
+            dist.init_process_group("nccl", rank=rank, world_size=args.world_size)
+            torch.cuda.set_device(rank)  # <-
+    """),
+    ("DDP002", """
+        class Trainer:
+            def __init__(self, model):
+                self.global_rank = int(os.environ.get("RANK", "0"))
+            def setup(self, model):
+                self.model = model.to(self.global_rank)  # <-
+    """),
+    ("DDP002", """
+        rank = int(os.environ["SLURM_PROCID"])
+        device = "cuda:%d" % rank  # <-
+    """),
+    # DDP003 NCCL before set_device
+    ("DDP003", """
+        def main():
+            dist.init_process_group(backend="nccl", timeout=datetime.timedelta(minutes=5))  # <-
+            local_rank = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(local_rank)
+    """),
+    ("DDP003", """
+        def setup():
+            dist.init_process_group("nccl")  # <-
+        def main():
+            setup()
+            model = nn.Linear(2, 2).cuda()
+        if __name__ == "__main__":
+            main()
+    """),
+    ("DDP003", """
+        dist.init_process_group()  # <-
+        model = nn.Linear(2, 2).cuda()
+    """),
+    # DDP004 hard-coded port
+    ("DDP004", """
+        os.environ["MASTER_PORT"] = "12355"  # <-
+    """),
+    ("DDP004", """
+        os.environ["MASTER_PORT"] = str(29500)  # <-
+    """),
+    ("DDP004", """
+        dist.init_process_group("gloo", init_method="tcp://10.1.1.20:23456", rank=0, world_size=2)  # <-
+    """),
+    ("DDP004", """
+        def setup(addr):
+            dist.init_process_group("gloo", init_method=f"tcp://{addr}:23456")  # <-
+    """),
+    ("DDP004", """
+        os.environ.update({"MASTER_ADDR": "localhost", "MASTER_PORT": "29500"})  # <-
+    """),
+    ("DDP004", """
+        store = dist.TCPStore("127.0.0.1", 1234, 2, True)  # <-
+    """),
+    # DDP005 sampler without set_epoch
+    ("DDP005", """
+        def main(ds):
+            sampler = DistributedSampler(ds)  # <-
+            loader = DataLoader(ds, sampler=sampler)
+            for epoch in range(10):
+                for batch in loader:
+                    pass
+    """),
+    ("DDP005", """
+        def main(ds):
+            loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=True))  # <-
+            for epoch in range(10):
+                loader.sampler.set_epoch(0)
+    """),
+    # DDP006 sampler + shuffle
+    ("DDP006", """
+        def main(ds):
+            sampler = DistributedSampler(ds)
+            loader = DataLoader(ds, batch_size=8, shuffle=True, sampler=sampler)  # <-
+            for epoch in range(3):
+                sampler.set_epoch(epoch)
+    """),
+    ("DDP006", """
+        loader = DataLoader(ds, 8, True, sampler)  # <-
+    """),
+    # DDP007 save on every rank
+    ("DDP007", """
+        def train(rank, world_size):
+            model = nn.Linear(2, 2)
+            torch.save(model.state_dict(), "model.pt")  # <-
+        if __name__ == "__main__":
+            mp.spawn(train, args=(2,), nprocs=2)
+    """),
+    ("DDP007", """
+        def save_checkpoint(state, path):
+            torch.save(state, path)  # <-
+        def main():
+            for epoch in range(3):
+                save_checkpoint({"epoch": epoch}, "ckpt.pt")
+        if __name__ == "__main__":
+            main()
+    """),
+    ("DDP007", """
+        def main(rank):
+            if rank == 0:
+                print("saving")
+            torch.save({}, "ckpt.pt")  # <-
+        if __name__ == "__main__":
+            main(int(os.environ["RANK"]))
+    """),
+    # DDP008 torch.load without map_location
+    ("DDP008", """
+        def main():
+            state = torch.load("ckpt.pt")  # <-
+            model = DDP(nn.Linear(2, 2))
+    """),
+    ("DDP008", """
+        def main():
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+            state = torch.load("ckpt.pt", weights_only=True)  # <-
+    """),
+    # DDP009 init without timeout
+    ("DDP009", """
+        dist.init_process_group("gloo")  # <-
+    """),
+    ("DDP009", """
+        from torch.distributed import init_process_group
+        init_process_group(backend="nccl", init_method="env://")  # <-
+    """),
+    # DDP010 no destroy_process_group
+    ("DDP010", """
+        def main():
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))  # <-
+            train()
+    """),
+    # DDP011 DataParallel
+    ("DDP011", """
+        model = nn.DataParallel(nn.Linear(2, 2))  # <-
+    """),
+    ("DDP011", """
+        from torch.nn import DataParallel
+        model = DataParallel(net, device_ids=[0, 1])  # <-
+    """),
+    # DDP012 torch.distributed.launch
+    ("DDP012", """
+        import torch.distributed.launch  # <-
+    """),
+    ("DDP012", """
+        import subprocess
+        cmd = ["python", "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]  # <-
+        subprocess.run(cmd, timeout=600)
+    """),
+    # DDP013 --local_rank
+    ("DDP013", """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=-1)  # <-
+    """),
+    # DDP014 collective on a tensor only some ranks create
+    ("DDP014", """
+        def sync(rank):
+            if rank == 0:
+                t = torch.randn(4)
+            else:
+                t = None
+            dist.broadcast(t, src=0)  # <-
+    """),
+    ("DDP014", """
+        def sync():
+            t = torch.ones(3) if dist.get_rank() == 0 else None
+            dist.all_reduce(t)  # <-
+    """),
+    ("DDP014", """
+        def sync(rank):
+            t = None
+            if rank == 0:
+                t = torch.arange(10)
+            dist.broadcast(tensor=t, src=0)  # <-
+    """),
+    # DDP015 reentrant checkpointing in a DDP model
+    ("DDP015", """
+        from torch.utils.checkpoint import checkpoint
+        class Net(nn.Module):
+            def forward(self, x):
+                return checkpoint(self.block, x)  # <-
+        model = DDP(Net())
+    """),
+    ("DDP015", """
+        import torch.utils.checkpoint as cp
+        def forward(block, x):
+            return cp.checkpoint(block, x, use_reentrant=True)  # <-
+        model = DDP(nn.Linear(2, 2), find_unused_parameters=True)
+    """),
+    ("DDP015", """
+        dist.init_process_group("nccl")
+        model.gradient_checkpointing_enable()  # <-
+    """),
+    # DDP016 spawn without __main__ guard
+    ("DDP016", """
+        def train(rank, world_size):
+            pass
+        mp.spawn(train, args=(2,), nprocs=2)  # <-
+    """),
+    ("DDP016", """
+        def train(rank):
+            pass
+        def main():
+            for r in range(2):
+                p = mp.Process(target=train, args=(r,))  # <-
+                p.start()
+        main()
+    """),
+]
+
+# (rule, snippet): near-misses. The rule must stay silent.
+NEAR_MISSES: list[tuple[str, str]] = [
+    ("DDP001", """
+        mp.set_start_method("spawn", force=True)
+        model = nn.Linear(2, 2).cuda()
+    """),
+    ("DDP001", """
+        mp.set_start_method("fork")  # no CUDA anywhere in this script
+        x = torch.zeros(3)
+    """),
+    ("DDP001", """
+        import multiprocessing
+        def main():
+            if torch.cuda.is_available():
+                n = torch.cuda.device_count()
+            p = multiprocessing.Process(target=work)
+            p.start()
+    """),
+    ("DDP001", """
+        import multiprocessing
+        def main():
+            model = nn.Linear(2, 2).cuda()
+            ctx = multiprocessing.get_context("spawn")
+            p = ctx.Process(target=work)
+    """),
+    ("DDP001", """
+        def main():
+            model = nn.Linear(2, 2).cuda()
+        def launch():
+            mp.spawn(main, nprocs=2)
+    """),
+    ("DDP002", """
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = nn.Linear(2, 2).to(local_rank)
+        ddp = DDP(model, device_ids=[local_rank])
+    """),
+    ("DDP002", """
+        def demo_basic(rank, world_size):
+            # the PyTorch DDP tutorial: a single node, where mp.spawn's index is the local rank
+            model = nn.Linear(2, 2).to(rank)
+            ddp = DDP(model, device_ids=[rank])
+    """),
+    ("DDP002", """
+        def main():
+            rank = dist.get_rank()
+            device_id = rank % torch.cuda.device_count()
+            model = nn.Linear(2, 2).to(device_id)
+            print(f"cuda:{device_id} rank {rank}")
+    """),
+    ("DDP002", """
+        def main():
+            rank = int(os.environ["RANK"])
+            rank = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(rank)
+    """),
+    ("DDP002", """
+        def worker(gpu, args):
+            args.rank = args.rank * args.ngpus_per_node + gpu
+            dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
+            torch.cuda.set_device(gpu)
+            model = nn.Linear(2, 2).cuda(gpu)
+    """),
+    ("DDP002", """
+        class Trainer:
+            def __init__(self):
+                self.gpu_id = int(os.environ["LOCAL_RANK"])
+                self.global_rank = int(os.environ["RANK"])
+            def run(self, model):
+                self.model = model.to(self.gpu_id)
+                print(f"rank {self.global_rank}")
+    """),
+    ("DDP003", """
+        def main():
+            local_rank = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group("nccl")
+    """),
+    ("DDP003", """
+        def main():
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    """),
+    ("DDP003", """
+        def setup(rank, world_size):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        def main(rank, world_size):
+            torch.cuda.set_device(rank)
+            setup(rank, world_size)
+    """),
+    ("DDP003", """
+        def pick_device():
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        def main():
+            pick_device()
+            dist.init_process_group(backend="nccl")
+    """),
+    ("DDP003", """
+        dist.init_process_group("gloo")
+    """),
+    ("DDP003", """
+        def main(args):
+            dist.init_process_group(backend=args.dist_backend)  # unknown backend: silent
+    """),
+    ("DDP004", """
+        os.environ["MASTER_PORT"] = str(find_free_port())
+    """),
+    ("DDP004", """
+        os.environ.setdefault("MASTER_PORT", "29500")
+        port = os.environ.get("MASTER_PORT", "29500")
+    """),
+    ("DDP004", """
+        def setup(addr, port):
+            dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}")
+            dist.init_process_group("gloo", init_method="env://")
+            dist.init_process_group("gloo", init_method="file:///tmp/sharedfile")
+    """),
+    ("DDP004", """
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = "0"
+        config = {"MASTER_PORT": "12355"}
+    """),
+    ("DDP005", """
+        def main(ds):
+            sampler = DistributedSampler(ds)
+            loader = DataLoader(ds, sampler=sampler)
+            for epoch in range(10):
+                sampler.set_epoch(epoch)
+    """),
+    ("DDP005", """
+        def main(ds):
+            loader = DataLoader(ds, sampler=DistributedSampler(ds))
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+    """),
+    ("DDP005", """
+        class Trainer:
+            def __init__(self, ds):
+                self.train_loader = DataLoader(ds, sampler=DistributedSampler(ds))
+            def train_one_epoch(self, epoch):
+                self.train_loader.sampler.set_epoch(epoch)
+    """),
+    ("DDP005", """
+        def evaluate(ds):
+            loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=False))
+    """),
+    ("DDP006", """
+        def main(ds, sampler):
+            a = DataLoader(ds, batch_size=8, shuffle=(sampler is None), sampler=sampler)
+            b = DataLoader(ds, batch_size=8, shuffle=False, sampler=sampler)
+            c = DataLoader(ds, batch_size=8, shuffle=True, sampler=None)
+            d = DataLoader(ds, batch_size=8, shuffle=True)
+    """),
+    ("DDP007", """
+        def train(rank, world_size):
+            model = nn.Linear(2, 2)
+            if rank == 0:
+                torch.save(model.state_dict(), "model.pt")
+    """),
+    ("DDP007", """
+        def main():
+            if dist.get_rank() == 0:
+                torch.save({}, "a.pt")
+            if is_main_process():
+                torch.save({}, "b.pt")
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                torch.save({}, "c.pt")
+            if args.local_rank in [-1, 0]:
+                torch.save({}, "d.pt")
+            if master_process:
+                torch.save({}, "e.pt")
+            if accelerator.is_main_process:
+                torch.save({}, "f.pt")
+    """),
+    ("DDP007", """
+        def save(state, rank):
+            if rank != 0:
+                return
+            torch.save(state, "ckpt.pt")
+    """),
+    ("DDP007", """
+        class Trainer:
+            def _save_snapshot(self, epoch):
+                torch.save({"epoch": epoch}, "snapshot.pt")
+            def train(self, epochs):
+                for epoch in range(epochs):
+                    if self.gpu_id == 0 and epoch % self.save_every == 0:
+                        self._save_snapshot(epoch)
+    """),
+    ("DDP007", """
+        def save_checkpoint(state, filename="checkpoint.pth.tar"):
+            torch.save(state, filename)
+        def main_worker(gpu, ngpus_per_node, args):
+            if not args.multiprocessing_distributed or (args.multiprocessing_distributed
+                    and args.rank % ngpus_per_node == 0):
+                save_checkpoint({"epoch": 1})
+    """),
+    ("DDP007", """
+        def main(rank):
+            torch.save(shard_state(), f"shard_rank{rank}.pt")  # one file per rank, on purpose
+    """),
+    ("DDP008", """
+        def main():
+            a = torch.load("ckpt.pt", map_location="cpu")
+            b = torch.load("ckpt.pt", "cpu")
+            c = torch.load("ckpt.pt", **load_kwargs)
+            model = DDP(nn.Linear(2, 2))
+    """),
+    ("DDP009", """
+        dist.init_process_group("nccl", timeout=datetime.timedelta(minutes=10))
+        dist.init_process_group("gloo", None, datetime.timedelta(seconds=30))
+        dist.init_process_group(**cfg)
+    """),
+    ("DDP010", """
+        def main():
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+            try:
+                train()
+            finally:
+                dist.destroy_process_group()
+    """),
+    ("DDP010", """
+        import atexit
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+        atexit.register(dist.destroy_process_group)
+    """),
+    ("DDP011", """
+        model = DDP(nn.Linear(2, 2))
+        if isinstance(model, (nn.DataParallel, DDP)):
+            model = model.module
+    """),
+    ("DDP012", """
+        \"\"\"Launch with torchrun; torch.distributed.launch is deprecated.\"\"\"
+        import torch.distributed.run
+    """),
+    ("DDP013", """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local-rank", "--local_rank", type=int, default=0)
+        parser.add_argument("--rank", type=int, default=0)
+    """),
+    ("DDP014", """
+        def sync(rank):
+            if rank == 0:
+                t = torch.randn(4)
+            else:
+                t = torch.empty(4)
+            dist.broadcast(t, src=0)
+    """),
+    ("DDP014", """
+        def sync(rank):
+            t = torch.zeros(4)
+            if rank == 0:
+                t = torch.randn(4)
+            dist.broadcast(t, src=0)
+            objs = [{"a": 1} if rank == 0 else None]
+            dist.broadcast_object_list(objs, src=0)
+    """),
+    ("DDP014", """
+        def gather(rank, t):
+            out = [torch.empty_like(t) for _ in range(2)] if rank == 0 else None
+            dist.gather(t, gather_list=out, dst=0)
+    """),
+    ("DDP015", """
+        from torch.utils.checkpoint import checkpoint
+        class Net(nn.Module):
+            def forward(self, x):
+                return checkpoint(self.block, x, use_reentrant=False)
+        model = DDP(Net())
+    """),
+    ("DDP015", """
+        from torch.utils.checkpoint import checkpoint
+        def forward(block, x):
+            return checkpoint(block, x)
+        model = DDP(nn.Linear(2, 2), static_graph=True)
+    """),
+    ("DDP015", """
+        from torch.utils.checkpoint import checkpoint
+        def forward(block, x):
+            return checkpoint(block, x)  # no DDP in this file
+    """),
+    ("DDP015", """
+        dist.init_process_group("nccl")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    """),
+    ("DDP016", """
+        def train(rank, world_size):
+            pass
+        if __name__ == "__main__":
+            mp.spawn(train, args=(2,), nprocs=2)
+    """),
+    ("DDP016", """
+        def train(rank):
+            pass
+        def main():
+            mp.spawn(train, nprocs=2)
+        if "__main__" == __name__:
+            main()
+    """),
+]
+
+
+def _case_id(case: tuple[str, str]) -> str:
+    return case[0]
+
+
+@pytest.mark.parametrize("code,src", POSITIVES, ids=[_case_id(c) for c in POSITIVES])
+def test_rule_flags_positive(code: str, src: str) -> None:
+    expected = marked_lines(src)
+    assert expected, "a positive case must mark its line with # <-"
+    assert findings(src, code) == expected
+
+
+@pytest.mark.parametrize("code,src", NEAR_MISSES, ids=[_case_id(c) for c in NEAR_MISSES])
+def test_rule_silent_on_near_miss(code: str, src: str) -> None:
+    assert findings(src, code) == []
+
+
+def test_every_rule_has_positives_and_near_misses() -> None:
+    for rule_id in RULES:
+        assert any(c == rule_id for c, _ in POSITIVES), rule_id
+        assert any(c == rule_id for c, _ in NEAR_MISSES), rule_id
+
+
+def test_rule_ids_are_stable_and_complete() -> None:
+    assert list(RULES) == [f"DDP{i:03d}" for i in range(1, 17)]
+    for r in RULES.values():
+        assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
+
+
+def test_positive_findings_carry_fix_and_name() -> None:
+    diags = lint_source(HEADER + 'dist.init_process_group("gloo")\n', "t.py")
+    by_code = {d.code: d for d in diags}
+    assert {"DDP009", "DDP010"} <= set(by_code)
+    assert by_code["DDP009"].fix == RULES["DDP009"].fix and by_code["DDP009"].name == "init-without-timeout"
+
+
+# --- docs/lint.md: every rule documented, its bad example flagged and its good example silent ---------
+
+_SECTION_RE = re.compile(r"^## (DDP\d{3}) — ", re.M)
+_BLOCK_RE = re.compile(r"\*\*(Bad|Good)\*\*[^\n]*\n+```python\n(.*?)```", re.S)
+
+
+def _doc_sections() -> dict[str, str]:
+    text = DOCS.read_text()
+    parts = _SECTION_RE.split(text)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def test_docs_document_every_rule() -> None:
+    sections = _doc_sections()
+    assert set(sections) == set(RULES)
+    for rule_id, body in sections.items():
+        assert "**Why it breaks**" in body and "**Error you get**" in body, rule_id
+        kinds = [k for k, _ in _BLOCK_RE.findall(body)]
+        assert "Bad" in kinds and "Good" in kinds, rule_id
+
+
+@pytest.mark.parametrize("rule_id", sorted(RULES))
+def test_docs_examples_match_the_rule(rule_id: str) -> None:
+    body = _doc_sections()[rule_id]
+    for kind, code in _BLOCK_RE.findall(body):
+        codes = {d.code for d in lint_source(code, f"{rule_id}-{kind}.py")}
+        if kind == "Bad":
+            assert rule_id in codes, f"{rule_id} bad example not flagged"
+        else:
+            assert rule_id not in codes, f"{rule_id} good example flagged"

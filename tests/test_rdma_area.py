@@ -1,0 +1,589 @@
+"""The rdma area: fake sysfs trees, replays of real tool outputs, NCCL settings, memlock, PCIe ACS."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from ddpdoctor.checks.rdma import (
+    AREA,
+    Hca,
+    RdmaFacts,
+    check_rdma,
+    collect_rdma_summary,
+    parse_nccl_ib_hca,
+    summarize_rdma,
+)
+from ddpdoctor.cli import app
+from ddpdoctor.engine import run_checks
+from ddpdoctor.model import Finding, Severity
+from ddpdoctor.runner import CommandResult
+from ddpdoctor.sources import RecordingSources, ReplaySources
+from ddpdoctor.sysfs_ib import read_infiniband_sysfs, to_ib_status
+
+RDMA = Path(__file__).parent / "fixtures" / "rdma"
+IBSTAT_DOWN = RDMA / "ibstat__cx7-ib-port-down-polling-redacted-guids.txt"
+IBSTAT_8X = RDMA / "ibstat__a100-8x-hdr-ib-active-then-ibpanic-mlx5_8-missing.txt"
+IBSTAT_ROCE = RDMA / "ibstat__connectx6dx-2port-roce-100g-active.txt"
+LSPCI_ACS_ON = (
+    RDMA / "lspci-vvv__h100-node-pex890xx-switch-downstream-port-CONSTRUCTED-acsctl-srcvalid-plus.txt"
+)
+LSPCI_ACS_OFF = RDMA / "lspci-vvv__h100-node-pex890xx-switch-downstream-port-acs-disabled-link-downgraded.txt"
+LSPCI_GREP = RDMA / "lspci-acsctl__amd-epyc-genoa-4x-rtx6000ada-all-acs-disabled-47-ports.txt"
+ULIMIT_64K = RDMA / "ulimit-a__bash4-memlock-64k-openfiles-1024-default.txt"
+ULIMIT_5G = RDMA / "ulimit-a__bash5-with-R-line-memlock-5128731.txt"
+ULIMIT_UNLIMITED = ULIMIT_5G.read_text().replace("(kbytes, -l) 5128731", "(kbytes, -l) unlimited")
+
+ACTIVE_400 = ("4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
+ACTIVE_200 = ("4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)", "InfiniBand")
+DOWN_POLLING = ("1: DOWN", "2: Polling", "10 Gb/sec (4X SDR)", "InfiniBand")
+INIT_LINKUP = ("2: INIT", "5: LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
+ROCE_100 = ("4: ACTIVE", "5: LinkUp", "100 Gb/sec (2X HDR)", "Ethernet")
+
+
+# --- fake sysfs trees (built by hand: the kernel's file names and value formats) -------------------------
+
+
+def make_ib_tree(root: Path, devices: dict[str, dict[str, Any]], uverbs: bool = True) -> Path:
+    for i, (name, spec) in enumerate(devices.items()):
+        d = root / "sys/class/infiniband" / name
+        d.mkdir(parents=True)
+        (d / "hca_type").write_text(spec.get("type", "MT4129") + "\n")
+        (d / "fw_ver").write_text(spec.get("fw", "28.39.1002") + "\n")
+        (d / "board_id").write_text("MT_0000000838\n")
+        (d / "node_type").write_text("1: CA\n")
+        pci = root / "sys/devices/pci0000:00" / f"0000:{0x3B + i:02x}:00.0"
+        pci.mkdir(parents=True)
+        (pci / "numa_node").write_text(f"{spec.get('numa', 0)}\n")
+        (d / "device").symlink_to(pci)
+        for port, (state, phys, rate, layer) in spec["ports"].items():
+            p = d / "ports" / str(port)
+            p.mkdir(parents=True)
+            for fname, value in (
+                ("state", state),
+                ("phys_state", phys),
+                ("rate", rate),
+                ("link_layer", layer),
+            ):
+                (p / fname).write_text(value + "\n")
+    (root / "dev/infiniband").mkdir(parents=True, exist_ok=True)
+    if uverbs:
+        for i in range(len(devices)):
+            (root / "dev/infiniband" / f"uverbs{i}").write_text("")
+    return root
+
+
+def snapshot_dir(
+    tmp_path: Path,
+    sysfs_root: Optional[Path] = None,
+    *,
+    ulimit: Optional[str] = None,
+    env: Optional[dict[str, str]] = None,
+    modules: Optional[str] = None,
+    files: Optional[dict[str, Path]] = None,
+) -> Path:
+    """A snapshot DIR as `ddpdoctor snapshot` writes it (facts as JSON, commands as <id>.txt)."""
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    if sysfs_root is not None:
+        (snap / "infiniband-sysfs.json").write_text(json.dumps(read_infiniband_sysfs(sysfs_root)))
+    if ulimit is not None:
+        (snap / "ulimit-a.txt").write_text(ulimit)
+    if env is not None:
+        (snap / "env.json").write_text(json.dumps(env))
+    if modules is not None:
+        (snap / "kernel-modules.json").write_text(json.dumps({"proc_modules": modules, "sys_module": None}))
+    for name, src in (files or {}).items():
+        shutil.copy(src, snap / name)
+    return snap
+
+
+def run_rdma(snap: Path) -> list[Finding]:
+    report = run_checks(ReplaySources(snap), [AREA], timeout_s=20)
+    assert all(f.area == "rdma" for f in report.findings)
+    return report.findings
+
+
+def by_id(findings: list[Finding], fid: str) -> list[Finding]:
+    return [f for f in findings if f.id == fid]
+
+
+PEERMEM = "nvidia_peermem 16384 0 - Live 0x0\nnvidia 54292480 63 nvidia_peermem, Live 0x0\nmlx5_ib 483328 0 - Live 0x0\n"
+
+
+# --- sysfs reader ---------------------------------------------------------------------------------------
+
+
+def test_sysfs_reader_reads_devices_ports_numa_and_dev_nodes(tmp_path: Path) -> None:
+    root = make_ib_tree(
+        tmp_path, {"mlx5_0": {"ports": {1: ACTIVE_400}, "numa": 1}, "mlx5_1": {"ports": {1: DOWN_POLLING}}}
+    )
+    fact = read_infiniband_sysfs(tmp_path)
+    json.dumps(fact)  # JSON-able: it is stored as a snapshot fact
+    assert fact["class_dir_present"] and fact["dev_infiniband"] == ["uverbs0", "uverbs1"]
+    d0 = fact["devices"][0]
+    assert (d0["name"], d0["hca_type"], d0["fw_ver"], d0["numa_node"], d0["pci_slot"]) == (
+        "mlx5_0",
+        "MT4129",
+        "28.39.1002",
+        1,
+        "0000:3b:00.0",
+    )
+    assert d0["ports"] == [
+        {
+            "port": 1,
+            "state": "4: ACTIVE",
+            "phys_state": "5: LinkUp",
+            "rate": "400 Gb/sec (4X NDR)",
+            "link_layer": "InfiniBand",
+        }
+    ]
+    status = to_ib_status(fact)
+    p = status.devices[1].ports[0]
+    assert (p.state, p.physical_state, p.rate_gbps) == ("Down", "Polling", 10)
+    assert root == tmp_path
+
+
+def test_sysfs_reader_without_infiniband(tmp_path: Path) -> None:
+    fact = read_infiniband_sysfs(tmp_path)
+    assert fact["class_dir_present"] is False and fact["devices"] == [] and fact["dev_infiniband"] is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    fact=st.recursive(
+        st.none() | st.integers() | st.text(max_size=10),
+        lambda c: (
+            st.lists(c, max_size=4)
+            | st.dictionaries(
+                st.sampled_from(["devices", "ports", "name", "port", "state", "rate", "x"]), c, max_size=4
+            )
+        ),
+        max_leaves=20,
+    )
+)
+def test_sysfs_fact_normalizer_never_raises(fact: Any) -> None:
+    json.dumps(to_ib_status(fact).to_json())
+
+
+# --- ports: Active / Down / Polling / mixed rates -------------------------------------------------------
+
+
+def test_all_active_ports_pass(tmp_path: Path) -> None:
+    make_ib_tree(tmp_path / "root", {f"mlx5_{i}": {"ports": {1: ACTIVE_400}} for i in range(4)})
+    findings = run_rdma(snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED, modules=PEERMEM))
+    (port,) = by_id(findings, "rdma.port.state")
+    assert port.severity == Severity.OK and "All 4" in port.summary
+    (inv,) = by_id(findings, "rdma.hca.inventory")
+    assert inv.severity == Severity.INFO and len(inv.data["hcas"]) == 4
+    assert inv.data["hcas"][0]["ports"][0]["rate_gbps"] == 400
+    assert by_id(findings, "rdma.memlock")[0].severity == Severity.OK
+    assert by_id(findings, "rdma.gpudirect.module")[0].severity == Severity.OK
+    assert max(f.severity for f in findings) <= Severity.SKIP  # lspci-vvv.txt is not in this snapshot
+
+
+def test_down_polling_port_fails_naming_device_and_port(tmp_path: Path) -> None:
+    make_ib_tree(
+        tmp_path / "root", {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: DOWN_POLLING}}}
+    )
+    findings = run_rdma(snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED))
+    (bad,) = by_id(findings, "rdma.port.state")
+    assert bad.severity == Severity.FAIL
+    assert "mlx5_1 port 1" in bad.summary and "Down / Polling" in bad.summary
+    assert "cable" in bad.fix and bad.evidence[0].source == "/sys/class/infiniband/mlx5_1/ports/1"
+    assert bad.data["used_by_nccl"] is True
+
+
+def test_init_with_link_up_points_at_the_subnet_manager(tmp_path: Path) -> None:
+    make_ib_tree(tmp_path / "root", {"mlx5_0": {"ports": {1: INIT_LINKUP}}})
+    (bad,) = by_id(
+        run_rdma(snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED)), "rdma.port.state"
+    )
+    assert bad.severity == Severity.FAIL and "Init / LinkUp" in bad.summary and "opensm" in bad.fix
+
+
+def test_mixed_rate_warns_negotiated_lower(tmp_path: Path) -> None:
+    make_ib_tree(
+        tmp_path / "root",
+        {
+            "mlx5_0": {"ports": {1: ACTIVE_400}},
+            "mlx5_1": {"ports": {1: ACTIVE_200}},
+            "mlx5_2": {"ports": {1: ACTIVE_400}},
+        },
+    )
+    findings = run_rdma(snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED))
+    (rate,) = by_id(findings, "rdma.port.rate_mismatch")
+    assert rate.severity == Severity.WARN and "mlx5_1 port 1 negotiated 200 of 400" in rate.summary
+    assert rate.data == {"device": "mlx5_1", "port": 1, "rate_gbps": 200, "expected_gbps": 400.0}
+
+
+def test_firmware_mismatch_same_model(tmp_path: Path) -> None:
+    make_ib_tree(
+        tmp_path / "root",
+        {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: ACTIVE_400}, "fw": "28.36.1010"}},
+    )
+    (fw,) = by_id(
+        run_rdma(snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED)), "rdma.firmware.mismatch"
+    )
+    assert (
+        fw.severity == Severity.WARN
+        and "28.36.1010 on mlx5_1" in fw.summary
+        and "28.39.1002 on mlx5_0" in fw.summary
+    )
+
+
+def test_missing_dev_infiniband_in_container(tmp_path: Path) -> None:
+    make_ib_tree(tmp_path / "root", {"mlx5_0": {"ports": {1: ACTIVE_400}}}, uverbs=False)
+    (f,) = by_id(
+        run_rdma(snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED)), "rdma.uverbs.missing"
+    )
+    assert f.severity == Severity.WARN and "--device=/dev/infiniband" in f.fix
+
+
+# --- NCCL settings --------------------------------------------------------------------------------------
+
+
+def test_parse_nccl_ib_hca_syntax() -> None:
+    f = parse_nccl_ib_hca("^=mlx5_0:1,mlx5_1")
+    assert f is not None and f.exclude and f.exact and f.entries == (("mlx5_0", 1), ("mlx5_1", None))
+    assert not f.selects("mlx5_0", 1) and f.selects("mlx5_0", 2) and f.selects("mlx5_10", 1)
+    g = parse_nccl_ib_hca("mlx5_1:x,mlx5_1")
+    assert g is not None and g.invalid == ("mlx5_1:x",) and g.selects("mlx5_10", 1)  # prefix match
+    assert parse_nccl_ib_hca("") is None and parse_nccl_ib_hca(None) is None
+
+
+def _two_hcas(
+    tmp_path: Path, env: dict[str, str], second: tuple[str, str, str, str] = DOWN_POLLING
+) -> list[Finding]:
+    make_ib_tree(tmp_path / "root", {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: second}}})
+    return run_rdma(snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED, env=env))
+
+
+def test_down_port_excluded_by_nccl_ib_hca_only_warns(tmp_path: Path) -> None:
+    findings = _two_hcas(tmp_path, {"NCCL_IB_HCA": "=mlx5_0:1"})
+    (port,) = by_id(findings, "rdma.port.state")
+    assert port.severity == Severity.WARN and "not used by NCCL" in port.summary
+    assert by_id(findings, "rdma.nccl_ib_hca.no_match")[0].severity == Severity.OK
+
+
+def test_nccl_ib_hca_naming_nothing_fails(tmp_path: Path) -> None:
+    findings = _two_hcas(tmp_path, {"NCCL_IB_HCA": "mlx5_0:2,mlx4_0"}, second=ACTIVE_400)
+    (f,) = by_id(findings, "rdma.nccl_ib_hca.no_match")
+    assert f.severity == Severity.FAIL
+    assert "'mlx5_0:2': mlx5_0 has no port 2" in f.summary and "'mlx4_0' names no device" in f.summary
+
+
+def test_nccl_ib_hca_exclusion_of_nothing_warns(tmp_path: Path) -> None:
+    (f,) = by_id(
+        _two_hcas(tmp_path, {"NCCL_IB_HCA": "^mlx5_7"}, second=ACTIVE_400), "rdma.nccl_ib_hca.no_match"
+    )
+    assert f.severity == Severity.WARN and "excludes nothing" in f.summary
+
+
+def test_nccl_ib_hca_prefix_match_warns(tmp_path: Path) -> None:
+    make_ib_tree(
+        tmp_path / "root", {"mlx5_1": {"ports": {1: ACTIVE_400}}, "mlx5_10": {"ports": {1: ACTIVE_400}}}
+    )
+    findings = run_rdma(
+        snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED, env={"NCCL_IB_HCA": "mlx5_1"})
+    )
+    (f,) = by_id(findings, "rdma.nccl_ib_hca.no_match")
+    assert f.severity == Severity.WARN and "'mlx5_1' also selects mlx5_10" in f.summary and "==" in f.fix
+
+
+def test_nccl_ib_disable_with_healthy_hcas_warns(tmp_path: Path) -> None:
+    findings = _two_hcas(tmp_path, {"NCCL_IB_DISABLE": "1"})
+    (f,) = by_id(findings, "rdma.nccl_ib_disable")
+    assert f.severity == Severity.WARN and "TCP sockets" in f.summary
+    # With IB disabled the down port is not used: a warning, not a failure.
+    assert by_id(findings, "rdma.port.state")[0].severity == Severity.WARN
+
+
+def test_roce_ports_mention_gid_index(tmp_path: Path) -> None:
+    snap = snapshot_dir(
+        tmp_path, ulimit=ULIMIT_UNLIMITED, env={"NCCL_IB_GID_INDEX": "3"}, files={"ibstat.txt": IBSTAT_ROCE}
+    )
+    (f,) = by_id(run_rdma(snap), "rdma.roce.gid_index")
+    assert (
+        f.severity == Severity.INFO
+        and "NCCL_IB_GID_INDEX=3" in f.summary
+        and "mlx5_0:1, mlx5_1:1" in f.summary
+    )
+
+
+# --- replays of real captured outputs -------------------------------------------------------------------
+
+
+def test_replay_real_ibstat_down_polling_fails_via_cli(tmp_path: Path) -> None:
+    snap = snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files={"ibstat.txt": IBSTAT_DOWN})
+    res = CliRunner().invoke(app, ["check", "--replay", str(snap), "--only", "rdma", "--json"])
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.output)
+    (port,) = [f for f in report["findings"] if f["id"] == "rdma.port.state"]
+    assert port["severity"] == "fail" and "mlx5_10 port 1" in port["summary"]
+    assert port["evidence"][0]["source"] == "ibstat" and "Polling" in port["evidence"][0]["excerpt"]
+    assert port["fix"]
+
+
+def test_replay_lspci_srcvalid_plus_warns_about_acs(tmp_path: Path) -> None:
+    snap = snapshot_dir(tmp_path, files={"lspci-vvv.txt": LSPCI_ACS_ON})
+    (acs,) = by_id(run_rdma(snap), "rdma.pcie.acs")
+    assert acs.severity == Severity.WARN and "17:00.0" in acs.summary
+    assert "setpci -s 17:00.0 ECAP_ACS+0x6.w=0000" in acs.fix and "iommu=pt" in acs.fix
+    assert acs.data["bridges"] == ["17:00.0"]
+
+
+def test_replay_lspci_acs_off_is_ok(tmp_path: Path) -> None:
+    for src in (LSPCI_ACS_OFF, LSPCI_GREP):
+        sub = tmp_path / src.stem
+        sub.mkdir()
+        (acs,) = by_id(run_rdma(snapshot_dir(sub, files={"lspci-vvv.txt": src})), "rdma.pcie.acs")
+        assert acs.severity == Severity.OK
+
+
+def test_acs_only_counts_bridges_above_gpus_and_nics(tmp_path: Path) -> None:
+    nic = "18:00.0 Infiniband controller: Mellanox Technologies MT2910 Family [ConnectX-7]\n"
+    gpu_elsewhere = "0000:9a:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n"
+    results = []
+    for name, extra in (("above", nic), ("elsewhere", gpu_elsewhere)):
+        sub = tmp_path / name
+        sub.mkdir()
+        (sub / "lspci.txt").write_text(LSPCI_ACS_ON.read_text() + extra)
+        (acs,) = by_id(
+            run_rdma(snapshot_dir(sub, files={"lspci-vvv.txt": sub / "lspci.txt"})), "rdma.pcie.acs"
+        )
+        results.append(acs)
+    above, elsewhere = results
+    assert above.severity == Severity.WARN
+    assert elsewhere.severity == Severity.OK and "none of them above a GPU" in elsewhere.summary
+
+
+def test_replay_memlock_64k_with_rdma_fails_with_exact_fix(tmp_path: Path) -> None:
+    snap = snapshot_dir(tmp_path, files={"ibstat.txt": IBSTAT_8X, "ulimit-a.txt": ULIMIT_64K})
+    (mem,) = by_id(run_rdma(snap), "rdma.memlock")
+    assert mem.severity == Severity.FAIL and "64 KiB" in mem.summary and mem.data["memlock_bytes"] == 65536
+    for exact in (
+        "ulimit -l unlimited",
+        "docker run --ulimit memlock=-1",
+        "LimitMEMLOCK=infinity",
+        "slurmd",
+        "containerd",
+    ):
+        assert exact in mem.fix
+
+
+def test_memlock_large_is_info_and_unread_is_skip(tmp_path: Path) -> None:
+    snap = snapshot_dir(tmp_path, files={"ibstat.txt": IBSTAT_8X, "ulimit-a.txt": ULIMIT_5G})
+    (mem,) = by_id(run_rdma(snap), "rdma.memlock")
+    assert mem.severity == Severity.INFO and "4.9 GiB" in mem.summary
+    (snap / "ulimit-a.txt").unlink()
+    assert by_id(run_rdma(snap), "rdma.memlock")[0].severity == Severity.SKIP
+
+
+def test_real_ibpanic_is_reported_and_other_ports_pass(tmp_path: Path) -> None:
+    findings = run_rdma(snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files={"ibstat.txt": IBSTAT_8X}))
+    (err,) = by_id(findings, "rdma.tools.errors")
+    assert err.severity == Severity.WARN and "mlx5_8" in err.summary
+    assert by_id(findings, "rdma.port.state")[0].severity == Severity.OK
+
+
+def test_gpudirect_module_missing_with_nvidia_driver_warns(tmp_path: Path) -> None:
+    mods = "nvidia 54292480 63 - Live 0x0\nmlx5_ib 483328 0 - Live 0x0\n"
+    snap = snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, modules=mods, files={"ibstat.txt": IBSTAT_8X})
+    (gdr,) = by_id(run_rdma(snap), "rdma.gpudirect.module")
+    assert gdr.severity == Severity.WARN and "modprobe nvidia_peermem" in gdr.fix
+    (snap / "kernel-modules.json").unlink()
+    (snap / "lsmod.txt").write_text(
+        "Module                  Size  Used by\nnvidia_peermem         16384  0\n"
+    )
+    assert by_id(run_rdma(snap), "rdma.gpudirect.module")[0].severity == Severity.OK
+
+
+# --- no RDMA at all -------------------------------------------------------------------------------------
+
+
+def test_no_rdma_is_a_clean_skip(tmp_path: Path) -> None:
+    snap = snapshot_dir(
+        tmp_path,
+        tmp_path / "empty-root",
+        ulimit=ULIMIT_64K.read_text(),
+        files={"lspci-vvv.txt": LSPCI_ACS_OFF},
+    )
+    findings = run_rdma(snap)
+    (skip,) = by_id(findings, "rdma.devices.absent")
+    assert skip.severity == Severity.SKIP and "TCP sockets" in skip.summary
+    assert not by_id(findings, "rdma.memlock")  # memlock only matters with RDMA
+    assert max(f.severity for f in findings) == Severity.SKIP
+
+
+def test_adapter_without_rdma_device_warns(tmp_path: Path) -> None:
+    lspci = tmp_path / "lspci.txt"
+    lspci.write_text("3b:00.0 Infiniband controller: Mellanox Technologies MT28908 Family [ConnectX-6]\n")
+    findings = run_rdma(snapshot_dir(tmp_path, tmp_path / "empty-root", files={"lspci-vvv.txt": lspci}))
+    (f,) = by_id(findings, "rdma.adapter.no_rdma_device")
+    assert f.severity == Severity.WARN and "3b:00.0" in f.summary and "mlx5_ib" in f.fix
+
+
+def test_missing_and_timed_out_tools_fall_back_to_sysfs(tmp_path: Path) -> None:
+    make_ib_tree(tmp_path, {"mlx5_0": {"ports": {1: ACTIVE_400}}})
+    facts = RdmaFacts(
+        sysfs=read_infiniband_sysfs(tmp_path),
+        ibstat=CommandResult(argv=("ibstat",), timed_out=True, returncode=None),
+        ibv_devinfo=CommandResult(
+            argv=("ibv_devinfo", "-v"), found=False, error="ibv_devinfo: command not found"
+        ),
+        ibstatus=CommandResult(argv=("ibstatus",), returncode=255, stdout="Fatal error:  No devices\n"),
+        ulimit=CommandResult(argv=("bash",), returncode=0, stdout=ULIMIT_UNLIMITED),
+    )
+    findings = check_rdma(facts)
+    assert by_id(findings, "rdma.port.state")[0].severity == Severity.OK
+    # The tool that disagrees with sysfs is still shown.
+    assert "Fatal error" in by_id(findings, "rdma.tools.errors")[0].summary
+    nothing = check_rdma(RdmaFacts(ibstat=CommandResult(argv=("ibstat",), found=False)))
+    assert [(f.id, f.severity) for f in nothing if f.id == "rdma.devices.absent"] == [
+        ("rdma.devices.absent", Severity.SKIP)
+    ]
+    assert "not checked" in by_id(nothing, "rdma.devices.absent")[0].summary
+
+
+def test_every_problem_finding_has_evidence_and_fix(tmp_path: Path) -> None:
+    make_ib_tree(
+        tmp_path / "root",
+        {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: DOWN_POLLING}, "fw": "1.0"}},
+        uverbs=False,
+    )
+    snap = snapshot_dir(
+        tmp_path,
+        tmp_path / "root",
+        ulimit=ULIMIT_64K.read_text(),
+        env={"NCCL_IB_HCA": "mlx5_9", "NCCL_IB_DISABLE": "1"},
+        modules="nvidia 1 0 - Live 0x0\n",
+        files={"lspci-vvv.txt": LSPCI_ACS_ON},
+    )
+    findings = run_rdma(snap)
+    assert {f.id for f in findings if f.severity >= Severity.WARN} >= {
+        "rdma.port.state",
+        "rdma.firmware.mismatch",
+        "rdma.uverbs.missing",
+        "rdma.nccl_ib_hca.no_match",
+        "rdma.gpudirect.module",
+        "rdma.memlock",
+        "rdma.pcie.acs",
+    }
+    for f in findings:
+        assert f.id and f.title and f.summary and f.evidence
+        if f.severity >= Severity.WARN:
+            assert f.fix
+
+
+# --- summary for other areas, snapshots -----------------------------------------------------------------
+
+
+def test_summary_merges_sysfs_first_then_tools(tmp_path: Path) -> None:
+    make_ib_tree(tmp_path, {"mlx5_10": {"ports": {1: ACTIVE_400}, "fw": "28.40.1000"}})
+    facts = RdmaFacts(
+        sysfs=read_infiniband_sysfs(tmp_path),
+        ibstat=CommandResult(argv=("ibstat",), returncode=0, stdout=IBSTAT_DOWN.read_text()),
+    )
+    (hca,) = summarize_rdma(facts).hcas
+    assert (hca.firmware, hca.ports[0].state, hca.ports[0].source, hca.pci_slot) == (
+        "28.40.1000",
+        "Active",
+        "sysfs",
+        "0000:3b:00.0",
+    )
+    assert Hca.from_dict(json.loads(json.dumps(hca.to_dict()))) == hca
+    only_tool = summarize_rdma(
+        RdmaFacts(ibstat=CommandResult(argv=("ibstat",), returncode=0, stdout=IBSTAT_DOWN.read_text()))
+    )
+    assert only_tool.hcas[0].model == "MT4129" and only_tool.sources == ["ibstat"]
+
+
+def test_collect_rdma_summary_from_a_snapshot(tmp_path: Path) -> None:
+    snap = snapshot_dir(tmp_path, files={"ibstat.txt": IBSTAT_8X})
+    summary = collect_rdma_summary(ReplaySources(snap))
+    assert [h.model for h in summary.hcas] == ["MT4124"] * 8 and len(summary.active_ports) == 8
+
+
+def test_snapshot_then_replay_gives_the_same_findings(tmp_path: Path) -> None:
+    rec = RecordingSources()
+    live = run_checks(rec, [AREA], timeout_s=30)
+    rec.write(tmp_path / "snap")
+    assert (tmp_path / "snap" / "infiniband-sysfs.json").is_file()
+    assert (tmp_path / "snap" / "kernel-modules.json").is_file()
+    replay = run_checks(ReplaySources(tmp_path / "snap"), [AREA], timeout_s=30)
+    assert [(f.id, f.severity, f.summary) for f in live.findings] == [
+        (f.id, f.severity, f.summary) for f in replay.findings
+    ]
+
+
+@pytest.mark.parametrize("name", ["ibstat", "ibv_devinfo", "ibstatus", "lspci-vvv", "lsmod"])
+def test_commands_are_declared(name: str) -> None:
+    from ddpdoctor.runner import all_commands
+
+    assert name in all_commands()
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda c: (
+        st.lists(c, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "devices",
+                    "ports",
+                    "name",
+                    "port",
+                    "state",
+                    "dev_infiniband",
+                    "gdr_markers",
+                    "proc_modules",
+                    "sys_module",
+                    "numa_node",
+                    "board_id",
+                ]
+            ),
+            c,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sysfs=JSON, modules=JSON, hca=st.text(max_size=20))
+def test_judge_never_raises_on_odd_snapshot_facts(sysfs: Any, modules: Any, hca: str) -> None:
+    # A snapshot directory can be edited by hand: whatever its JSON holds, the judge returns findings.
+    facts = RdmaFacts(
+        sysfs=sysfs,
+        modules=modules,
+        ibstat=CommandResult(argv=("ibstat",), returncode=0, stdout=IBSTAT_DOWN.read_text()),
+        env={"NCCL_IB_HCA": hca},
+    )
+    for f in check_rdma(facts):
+        json.dumps(f.to_dict())
+
+
+def test_mlx5_core_without_mlx5_ib_warns(tmp_path: Path) -> None:
+    mods = "mlx5_core 2064384 0 - Live 0x0\nmlxfw 36864 1 mlx5_core, Live 0x0\n"
+    findings = run_rdma(snapshot_dir(tmp_path, tmp_path / "empty-root", modules=mods))
+    (f,) = by_id(findings, "rdma.adapter.no_rdma_device")
+    assert f.severity == Severity.WARN and "mlx5_ib is not" in f.summary
+    assert by_id(findings, "rdma.devices.absent")[0].severity == Severity.SKIP
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.text(max_size=40))
+def test_nccl_ib_hca_parser_never_raises(value: str) -> None:
+    f = parse_nccl_ib_hca(value)
+    if f is not None:
+        assert isinstance(f.selects("mlx5_0", 1), bool)
