@@ -43,7 +43,9 @@ def test_pcie_limited_by_lines_from_real_sample() -> None:
 def test_xid_79_and_meaning() -> None:
     (x,) = parse_dmesg(XID_79)["xids"]
     assert x["code"] == 79 and x["bus_id"] == "0000:44:00" and x["timestamp"] == 5123.456789
-    assert x["meaning"] == "GPU has fallen off the bus" and x["severity"] == "fail" and x["cause"] == "hardware"
+    assert (
+        x["meaning"] == "GPU has fallen off the bus" and x["severity"] == "fail" and x["cause"] == "hardware"
+    )
     assert parse_dmesg(XID_79)["fallen_off_bus"][0]["bus_id"] == "0000:44:00"
 
 
@@ -91,7 +93,9 @@ def test_parse_cli() -> None:
     st.one_of(
         st.text(max_size=300),
         st.lists(
-            st.sampled_from([XID_79, XID_63, *MULTI_LINE.splitlines(), PCIE.read_text(), "NVRM: fallen off the bus", ""]),
+            st.sampled_from(
+                [XID_79, XID_63, *MULTI_LINE.splitlines(), PCIE.read_text(), "NVRM: fallen off the bus", ""]
+            ),
             max_size=10,
         ).map("\n".join),
     )

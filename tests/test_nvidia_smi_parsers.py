@@ -214,7 +214,10 @@ def test_new_process_block_with_instance_ids_and_unreadable_values() -> None:
     ("fixture", "needle"),
     [
         ("nvidia-smi__nvml-driver-library-version-mismatch.txt", "Driver/library version mismatch"),
-        ("nvidia-smi__unable-to-determine-device-handle-unknown-error.txt", "Unable to determine the device handle"),
+        (
+            "nvidia-smi__unable-to-determine-device-handle-unknown-error.txt",
+            "Unable to determine the device handle",
+        ),
     ],
 )
 def test_failure_messages_become_errors(fixture: str, needle: str) -> None:
@@ -224,14 +227,26 @@ def test_failure_messages_become_errors(fixture: str, needle: str) -> None:
 
 
 def test_default_table_output_is_not_mistaken_for_q() -> None:
-    for name in ("nvidia-smi__8xh100-80gb-hbm3-550.90.07-idle.txt", "nvidia-smi__rtx-geforce-fan-ERR-exclusive-process-525.txt"):
+    for name in (
+        "nvidia-smi__8xh100-80gb-hbm3-550.90.07-idle.txt",
+        "nvidia-smi__rtx-geforce-fan-ERR-exclusive-process-525.txt",
+    ):
         out = parse_nvidia_smi_q(read(name))
         assert out["gpus"] == [] and out["driver_version"] is None
 
 
 def test_value_helpers() -> None:
-    assert value_or_none("[N/A]") is None and value_or_none("ERR!") is None and value_or_none("Unknown Error") is None
-    assert to_int("16x") == 16 and to_int("2560 bank(s)") == 2560 and to_int("-8 C") == -8 and to_int("0x1900") == 6400
+    assert (
+        value_or_none("[N/A]") is None
+        and value_or_none("ERR!") is None
+        and value_or_none("Unknown Error") is None
+    )
+    assert (
+        to_int("16x") == 16
+        and to_int("2560 bank(s)") == 2560
+        and to_int("-8 C") == -8
+        and to_int("0x1900") == 6400
+    )
     assert to_int("67.74 W") is None and to_int("N/A") is None
     assert to_bool("Not Active") is False and to_bool("Active") is True and to_bool("maybe") is None
 
@@ -287,7 +302,11 @@ def test_topo_new_layout_nic_legend_affinity() -> None:
     assert t["matrix"]["GPU0"]["GPU2"] == "SYS" and t["matrix"]["GPU0"]["GPU1"] == "NODE"
     assert t["matrix"]["NIC0"]["NIC1"] == "PIX"
     assert t["affinity"]["GPU2"] == {"cpu": "32-63", "numa": "1", "gpu_numa_id": None}
-    assert closest_nics(t)["GPU3"] == {"nics": ["NIC2", "NIC3"], "names": ["mlx5_2", "mlx5_3"], "link": "NODE"}
+    assert closest_nics(t)["GPU3"] == {
+        "nics": ["NIC2", "NIC3"],
+        "names": ["mlx5_2", "mlx5_3"],
+        "link": "NODE",
+    }
 
 
 def test_topo_clipped_at_terminal_width() -> None:
@@ -342,7 +361,14 @@ def test_topo_p2p_matrices() -> None:
 
 
 def test_link_rank_order() -> None:
-    assert link_rank("NV18") < link_rank("PIX") < link_rank("PXB") < link_rank("PHB") < link_rank("NODE") < link_rank("SYS")
+    assert (
+        link_rank("NV18")
+        < link_rank("PIX")
+        < link_rank("PXB")
+        < link_rank("PHB")
+        < link_rank("NODE")
+        < link_rank("SYS")
+    )
 
 
 # --- nvlink -s / -e -----------------------------------------------------------------------------------
@@ -360,7 +386,9 @@ def test_nvlink_status_integer_and_decimal_speeds() -> None:
 
 
 def test_nvlink_inactive_and_errors() -> None:
-    out = parse_nvlink("GPU 0: Tesla V100-SXM2-16GB (UUID: GPU-x)\n\t Link 0: <inactive>\n\t Link 1: 25.781 GB/s\n")
+    out = parse_nvlink(
+        "GPU 0: Tesla V100-SXM2-16GB (UUID: GPU-x)\n\t Link 0: <inactive>\n\t Link 1: 25.781 GB/s\n"
+    )
     assert link_summary(out["gpus"][0]) == {"total": 2, "active": 1, "inactive": 1}
     e = parse_nvlink(read("nvidia-smi-nvlink-e__h100-error-counters-zero-elided.txt"))
     assert e["gpus"][0]["links"]["17"]["errors"] == {"replay": 0, "recovery": 0, "crc": 0}
@@ -401,7 +429,9 @@ def _check_contract(tool: str, data: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("tool", "path"), [(tool, p) for tool, paths in CONTRACT_TOOLS.items() for p in paths], ids=lambda x: getattr(x, "name", x)
+    ("tool", "path"),
+    [(tool, p) for tool, paths in CONTRACT_TOOLS.items() for p in paths],
+    ids=lambda x: getattr(x, "name", x),
 )
 def test_parse_cli_meets_contract(tool: str, path: Path) -> None:
     res = CliRunner().invoke(app, ["parse", tool, str(path), "--json"])

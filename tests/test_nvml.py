@@ -150,7 +150,9 @@ def h100(index: int, **overrides: Any) -> dict[str, Any]:
         "nvmlDeviceGetEnforcedPowerLimit": 700000,
         "nvmlDeviceGetPowerManagementDefaultLimit": 700000,
         "nvmlDeviceGetPowerManagementLimitConstraints": [200000, 700000],
-        "nvmlDeviceGetMemoryInfo": SimpleNamespace(total=80 * gib, used=gib // 1024, free=80 * gib - gib // 1024),
+        "nvmlDeviceGetMemoryInfo": SimpleNamespace(
+            total=80 * gib, used=gib // 1024, free=80 * gib - gib // 1024
+        ),
         "nvmlDeviceGetUtilizationRates": SimpleNamespace(gpu=0, memory=0),
         "nvmlDeviceGetComputeRunningProcesses": [],
         "nvmlDeviceGetGraphicsRunningProcesses": [],
@@ -188,7 +190,11 @@ def test_healthy_8x_h100() -> None:
     fake = FakeNvml(healthy())
     out = nvml.gather_nvml(fake)
     assert out["available"] and out["error"] is None
-    assert (out["driver_version"], out["cuda_driver_version"], out["device_count"]) == ("550.90.07", "12.4", 8)
+    assert (out["driver_version"], out["cuda_driver_version"], out["device_count"]) == (
+        "550.90.07",
+        "12.4",
+        8,
+    )
     assert fake.inits == 1 and fake.shutdowns == 1
     g = out["gpus"][3]
     assert g["index"] == 3 and g["bus_id"] == "00000000:5D:00.0" and g["name"] == "NVIDIA H100 80GB HBM3"
@@ -196,10 +202,18 @@ def test_healthy_8x_h100() -> None:
     assert g["compute_mode"] == "Default" and g["persistence_mode"] is True
     assert g["ecc"]["volatile"]["uncorrectable"] == 0 and g["ecc"]["aggregate"]["correctable"] == 0
     assert g["remapped_rows"]["pending"] is False and g["remapped_rows"]["banks_max"] == 2560
-    assert g["retired_pages"] == {"single_bit": None, "double_bit": None, "pending": None}  # H100: not supported
+    assert g["retired_pages"] == {
+        "single_bit": None,
+        "double_bit": None,
+        "pending": None,
+    }  # H100: not supported
     assert g["pcie"]["width_current"] == 16 and g["pcie"]["gen_max"] == 5
     assert g["throttle_reasons"]["idle"] is True and g["throttle_reasons"]["hw_slowdown"] is False
-    assert g["temperature"]["slowdown_c"] == 89 and g["power"]["draw_w"] == 67.74 and g["power"]["limit_w"] == 700.0
+    assert (
+        g["temperature"]["slowdown_c"] == 89
+        and g["power"]["draw_w"] == 67.74
+        and g["power"]["limit_w"] == 700.0
+    )
     assert g["memory"]["total_mib"] == 81920
     assert g["processes"] == []
     links = g["nvlink"]["links"]
@@ -230,7 +244,11 @@ def test_one_gpu_lost_mid_query_others_still_reported() -> None:
     gpus[5] = h100(5, nvmlDeviceGetRemappedRows=Raise(GPU_IS_LOST))
     out = gather(gpus)
     lost = out["gpus"][5]
-    assert lost["lost"] is True and "nvmlDeviceGetRemappedRows" in lost["error"] and "GPU is lost" in lost["error"]
+    assert (
+        lost["lost"] is True
+        and "nvmlDeviceGetRemappedRows" in lost["error"]
+        and "GPU is lost" in lost["error"]
+    )
     # What was read before the loss is kept; nothing after it is invented.
     assert lost["name"] == "NVIDIA H100 80GB HBM3" and lost["pcie"]["width_current"] is None
     others = [g for g in out["gpus"] if g["index"] != 5]
@@ -277,7 +295,12 @@ def test_degraded_pcie_width() -> None:
 
 
 def test_exclusive_compute_mode_and_mig() -> None:
-    out = gather([h100(0, nvmlDeviceGetComputeMode=3), h100(1, nvmlDeviceGetComputeMode=2, nvmlDeviceGetMigMode=[1, 1])])
+    out = gather(
+        [
+            h100(0, nvmlDeviceGetComputeMode=3),
+            h100(1, nvmlDeviceGetComputeMode=2, nvmlDeviceGetMigMode=[1, 1]),
+        ]
+    )
     assert out["gpus"][0]["compute_mode"] == "Exclusive_Process"
     assert out["gpus"][1]["compute_mode"] == "Prohibited"
     assert out["gpus"][1]["mig_mode"] == {"current": True, "pending": True}
@@ -285,7 +308,10 @@ def test_exclusive_compute_mode_and_mig() -> None:
 
 def test_stray_processes_named_from_the_process_table() -> None:
     me = os.getpid()
-    procs = [SimpleNamespace(pid=me, usedGpuMemory=2 * 1024**3), SimpleNamespace(pid=2**22 + 7, usedGpuMemory=None)]
+    procs = [
+        SimpleNamespace(pid=me, usedGpuMemory=2 * 1024**3),
+        SimpleNamespace(pid=2**22 + 7, usedGpuMemory=None),
+    ]
     g = gather([h100(0, nvmlDeviceGetComputeRunningProcesses=procs)])["gpus"][0]
     mine, ghost = g["processes"]
     assert mine["pid"] == me and mine["used_memory_mib"] == 2048 and mine["name"] and mine["type"] == "C"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple, Union
 
 # Test-only: makes one rank misbehave at one step, so the fault tests exercise real ranks.
-# Format: "rank=1,op=all_reduce,size=1024,action=kill" (action: kill, stop, raise, hang; size optional;
+# Format: "rank=1,op=all_reduce,size=1024,action=kill" (action: kill, stop, raise, hang, corrupt; size optional;
 # op "init" fires before the process group is created).
 FAULT_ENV = "DDPDOCTOR_BENCH_FAULT"
 

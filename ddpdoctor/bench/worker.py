@@ -204,7 +204,7 @@ def _time_ops(run: Callable[[], None], iters: int, device: torch.device) -> floa
 
 
 def run_one(op: str, size: int, plan: BenchPlan, device: torch.device,
-            group: Optional[dist.ProcessGroup] = None) -> dict[str, Any]:
+            group: Optional[dist.ProcessGroup] = None, corrupt: bool = False) -> dict[str, Any]:
     """Benchmark one op at one requested size; every rank returns the same (reduced) row."""
     n, rank = dist.get_world_size(group), dist.get_rank(group)
     dtype = DTYPES[plan.dtype]
@@ -236,6 +236,8 @@ def run_one(op: str, size: int, plan: BenchPlan, device: torch.device,
         _sync(device)
         case.run()
         _sync(device)
+        if corrupt and case.out.numel():
+            case.out.view(-1)[0] += 1  # test-only (FAULT_ENV action=corrupt): a flipped element
         expected = case.expected()
         if expected is not None:
             wrong = float(count_wrong(case.out, expected, plan.dtype, n))
@@ -266,8 +268,10 @@ def run_benchmark(plan: BenchPlan, device: torch.device, reporter: Optional[Repo
     for op in plan.ops:
         for size in plan.sizes:
             reporter.step(op, size)
-            _maybe_fault(fault, rank, op, size)
-            row = run_one(op, size, plan, device, group)
+            corrupt = fault is not None and fault.action == "corrupt" and fault.matches(rank, op, size)
+            if not corrupt:
+                _maybe_fault(fault, rank, op, size)
+            row = run_one(op, size, plan, device, group, corrupt=corrupt)
             reporter.row(row)
             rows.append(row)
     return rows

@@ -69,7 +69,7 @@ class KnowledgeBase:
     signatures: tuple[Signature, ...]
     diagnoses: Mapping[str, DiagnosisSpec]
     prefilter: re.Pattern[bytes]
-    # Each distinct keyword and the indexes of the signatures that list it.
+    # Each distinct keyword and the indexes of the signatures that list it or a keyword inside it.
     keyword_sigs: Mapping[bytes, tuple[int, ...]]
     max_keyword_len: int
     by_id: Mapping[str, Signature] = field(default_factory=dict)
@@ -77,9 +77,13 @@ class KnowledgeBase:
     def candidates(self, line: bytes) -> list[int]:
         """Indexes of signatures worth testing on `line` (one of their keywords occurs in it), in KB order."""
         found: set[int] = set()
-        for kw, idxs in self.keyword_sigs.items():
-            if kw in line:
-                found.update(idxs)
+        search = self.prefilter.search
+        m = search(line)
+        while m is not None:
+            # The trie returns the longest keyword at a position; keyword_sigs also lists the signatures of
+            # every keyword inside it. Restarting one byte later finds keywords that start inside a match.
+            found.update(self.keyword_sigs[m.group()])
+            m = search(line, m.start() + 1)
         return sorted(found)
 
 
@@ -163,7 +167,7 @@ def parse_knowledge_base(doc: Mapping[str, Any]) -> KnowledgeBase:
     literals = sorted({kw.encode() for s in sigs for kw in s.keywords})
     keyword_sigs: dict[bytes, tuple[int, ...]] = {}
     for lit in literals:
-        keyword_sigs[lit] = tuple(i for i, s in enumerate(sigs) if lit in {k.encode() for k in s.keywords})
+        keyword_sigs[lit] = tuple(i for i, s in enumerate(sigs) if any(k.encode() in lit for k in s.keywords))
     return KnowledgeBase(
         signatures=tuple(sigs),
         diagnoses=diagnoses,

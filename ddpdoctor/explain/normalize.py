@@ -12,13 +12,17 @@ from dataclasses import dataclass
 
 _LAUNCHER_PREFIX = re.compile(r"\[(rank|default) ?(\d+)\]:")
 _MSG_RANK = re.compile(r"\[(?:PG [^\]\[]*?)?Rank (\d+)\]")
-_NCCL_PREFIX = re.compile(r"(?<![\w.:\-])(?P<host>[A-Za-z][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+_NCCL_PREFIX = re.compile(
+    r"(?<![\w.:\-])(?P<host>[A-Za-z][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+)
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
 _TS_ISO = re.compile(
     r"(?<!\d)(?P<Y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)[T _](?P<H>\d\d):(?P<M>\d\d)(?::(?P<S>\d\d)(?:[.,](?P<f>\d+))?)?"
 )
 # glog: E0321 02:07:08.408271257; c10 logging drops the month's zero: [E321 02:07:08.408271257 (no year)
-_TS_GLOG = re.compile(r"(?<![\w])[IWEF](?P<m>\d{1,2})(?P<d>\d\d) (?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)(?:\.(?P<f>\d+))?")
+_TS_GLOG = re.compile(
+    r"(?<![\w])[IWEF](?P<m>\d{1,2})(?P<d>\d\d) (?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)(?:\.(?P<f>\d+))?"
+)
 # dmesg -T / ctime: [Sun Mar 30 08:24:00 2025]; syslog: Mar 10 01:33:03 host kernel: ...
 _TS_CTIME = re.compile(
     r"(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(?P<b>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) "

@@ -112,7 +112,13 @@ class Explanation:
             "tool": {"name": "ddpdoctor", "version": __version__},
             "exit_code": int(self.exit_code),
             "inputs": [
-                {"name": s.name, "bytes": s.bytes, "lines": s.lines, "long_lines": s.long_lines, "error": s.error}
+                {
+                    "name": s.name,
+                    "bytes": s.bytes,
+                    "lines": s.lines,
+                    "long_lines": s.long_lines,
+                    "error": s.error,
+                }
                 for s in self.inputs
             ],
             "root_cause": self.root.to_dict(show_all) if self.root else None,
@@ -329,7 +335,9 @@ def _root_reasoning(root: Diagnosis, others: list[Diagnosis], summary: list[Summ
         killed = [e for e in summary if e.exitcode == -9]
         if killed:
             e = killed[0]
-            text += f" torchrun's failure summary lists rank {e.rank} (pid {e.pid}) with exit code -9 (SIGKILL)."
+            text += (
+                f" torchrun's failure summary lists rank {e.rank} (pid {e.pid}) with exit code -9 (SIGKILL)."
+            )
     later = [d.id for d in others if d.role in ("symptom", "consequence") or d.derived]
     if later:
         text += f" The other errors ({', '.join(later[:8])}) are what the remaining ranks and the launcher report after it."
@@ -395,4 +403,3 @@ def _enrich_kill(
     if killed_ranks:
         root.ranks = killed_ranks
         root.data["rank_from"] = "torchrun reported these ranks killed by SIGKILL (exit code -9)"
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -25,6 +26,15 @@ STYLES = {
 def severity_text(sev: Severity) -> Text:
     label, style = STYLES[sev]
     return Text(label, style=style)
+
+
+def _extra_view(f: Finding) -> RenderableType | None:
+    """A finding whose data is best read as a picture (the GPU topology matrix) gets one below it."""
+    if f.id == "gpu.topology" and f.data.get("topology"):
+        from ddpdoctor.render.gpu import topology_table
+
+        return topology_table(f.data["topology"])
+    return None
 
 
 def _visible(f: Finding, verbose: bool) -> bool:
@@ -62,7 +72,8 @@ def render_check_report(
                     if ev.excerpt:
                         body.append("\n    " + ev.excerpt.replace("\n", "\n    "), style="dim")
                 body.append(f"\n  id: {f.id}", style="dim")
-            table.add_row(severity_text(f.severity), body)
+            extra = _extra_view(f)
+            table.add_row(severity_text(f.severity), Group(body, extra) if extra is not None else body)
         if hidden:
             table.add_row(
                 Text("OK", style="green"), Text(f"{hidden} more checks passed (-v to show)", style="dim")

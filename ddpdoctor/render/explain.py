@@ -53,7 +53,9 @@ def render_explanation(report: Mapping[str, Any], show_all: bool = False) -> Non
         if i.get("error"):
             con.print(Text(f"  {i['name']}: {i['error']}", style="yellow"))
         if i.get("long_lines"):
-            con.print(Text(f"  {i['name']}: {i['long_lines']} over-long line(s) scanned in windows", style="dim"))
+            con.print(
+                Text(f"  {i['name']}: {i['long_lines']} over-long line(s) scanned in windows", style="dim")
+            )
 
     root = report["root_cause"]
     if root is None:

@@ -70,10 +70,12 @@ def topology_table(topo: Optional[Mapping[str, Any]], with_nics: bool = True) ->
     labels = _labels(topo, with_nics)
     if not labels:
         return None
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1))
-    table.add_column("")
+    # Cells never wrap or shrink: a clipped "NODE" reads as a different link kind.
+    width = max([len(_short(x)) for x in labels] + [len(_cell(topo, r, c)) for r in labels for c in labels])
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 0, 0, 1), collapse_padding=True)
+    table.add_column("", no_wrap=True)
     for label in labels:
-        table.add_column(_short(label), justify="right")
+        table.add_column(_short(label), justify="right", no_wrap=True, min_width=width)
     for row in labels:
         cells = []
         for col in labels:

@@ -1,0 +1,160 @@
+"""nccl-tests `*_perf` output (all_reduce_perf, all_gather_perf, ...) to rows.
+
+Handles the current layout (`size count type redop root | time algbw busbw #wrong | ...`), older ones
+without `root` and with an `error` column instead of `#wrong`, single-group tables (ddpdoctor
+bench-nccl prints one), interleaved NCCL INFO lines, and `N/A` cells. Column names come from the
+header line, so a layout we have not seen still parses.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+_PARAMS = re.compile(r"^#\s*nThread\b")
+_DEVICE = re.compile(
+    r"^#\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+"
+    r"device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+)
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>[-+\d.eE]+)")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<status>\w+)?")
+_NCCL_VERSION = re.compile(r"NCCL version\s+(?P<v>\d+\.\d+\.\d+\S*)")
+_TEST_NAME = re.compile(r"^#\s*Collective test(?: starting)?\s*:\s*(?P<name>\S+)")
+_NA = {"N/A", "[N/A]", "n/a", "-", "ERR!"}
+_GROUP_FIELDS = {"time", "algbw", "busbw", "#wrong", "error", "wrong"}
+
+
+@dataclass
+class PerfTable:
+    params: dict[str, Any] = field(default_factory=dict)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    nccl_version: Optional[str] = None
+    columns: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    avg_busbw: Optional[float] = None
+    out_of_bounds: Optional[int] = None
+    ok: Optional[bool] = None
+
+
+def _num(text: str) -> Any:
+    if text in _NA:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _parse_params(line: str) -> dict[str, Any]:
+    """`# nThread 1 nGpus 2 minBytes 8 ... step: 2(factor) warmup iters: 5 iters: 20 ...`."""
+    body = line.lstrip("#").strip()
+    params: dict[str, Any] = {}
+    for m in re.finditer(r"([A-Za-z][A-Za-z ]*?):?\s+(-?\d+)(?:\((\w+)\))?", body):
+        key = m.group(1).strip().replace(" ", "_")
+        params[key] = int(m.group(2))
+        if m.group(3):
+            params[f"{key}_kind"] = m.group(3)
+    return params
+
+
+def _header_columns(line: str) -> Optional[list[str]]:
+    tokens = line.lstrip("#").split()
+    if len(tokens) < 4 or tokens[0] != "size" or "count" not in tokens or "time" not in tokens:
+        return None
+    return tokens
+
+
+def _split_groups(columns: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Leading columns, then one group per repeat of time/algbw/busbw/#wrong (out-of-place, in-place)."""
+    first = columns.index("time")
+    lead = columns[:first]
+    groups: list[list[str]] = []
+    for name in columns[first:]:
+        if name == "time" or not groups:
+            groups.append([])
+        groups[-1].append(name)
+    return lead, groups
+
+
+def _group_values(names: list[str], values: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, raw in zip(names, values):
+        key = {"time": "time_us", "#wrong": "wrong"}.get(name, name)
+        value = _num(raw)
+        if key == "wrong" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        out[key] = value
+    return out
+
+
+def parse_nccl_tests(text: str) -> PerfTable:
+    """Parse the output of an nccl-tests binary (or `ddpdoctor bench-nccl`); never raises."""
+    table = PerfTable()
+    columns: Optional[list[str]] = None
+    test_name: Optional[str] = None
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line:
+            continue
+        m = _NCCL_VERSION.search(line)
+        if m and table.nccl_version is None:
+            table.nccl_version = m.group("v")
+        if line.startswith("#"):
+            if _PARAMS.match(line):
+                table.params = _parse_params(line)
+            elif (d := _DEVICE.match(line)) is not None:
+                table.devices.append(
+                    {
+                        "rank": int(d.group("rank")),
+                        "group": int(d.group("group")) if d.group("group") else None,
+                        "pid": int(d.group("pid")),
+                        "host": d.group("host"),
+                        "device": int(d.group("device")),
+                        "bus_id": d.group("bus"),
+                        "name": d.group("name").strip(),
+                    }
+                )
+            elif (a := _AVG.match(line)) is not None:
+                table.avg_busbw = _num(a.group("v"))
+            elif (o := _OOB.match(line)) is not None:
+                table.out_of_bounds = int(o.group("n"))
+                if o.group("status"):
+                    table.ok = o.group("status").upper() == "OK"
+            elif (t := _TEST_NAME.match(line)) is not None:
+                test_name = t.group("name")
+            elif (cols := _header_columns(line)) is not None:
+                columns = cols
+                table.columns = cols
+            continue
+        if columns is None:
+            continue
+        values = line.split()
+        if not values or not values[0].isdigit():
+            continue  # NCCL INFO lines and other noise between rows
+        lead, groups = _split_groups(columns)
+        if len(values) < len(lead) + len(groups[0]):
+            continue
+        row: dict[str, Any] = {}
+        for name, raw in zip(lead, values):
+            row[name] = raw if name in ("type", "redop") else _num(raw)
+        rest = values[len(lead):]
+        labels = ["out_of_place", "in_place"] if len(groups) == 2 else [f"group{i}" for i in range(len(groups))]
+        if len(groups) == 1:
+            labels = ["out_of_place"]
+        for label, names in zip(labels, groups):
+            if not rest:
+                break
+            row[label] = _group_values(names, rest[: len(names)])
+            rest = rest[len(names):]
+        if test_name:
+            row["test"] = test_name
+        table.rows.append(row)
+    return table
+
+
+PARSE_TOOLS = {"nccl-tests": parse_nccl_tests}
