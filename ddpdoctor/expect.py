@@ -761,6 +761,11 @@ def judge_node(exp: Expectations, facts: NodeFacts) -> list[Finding]:
     return findings
 
 
+def show_gbps(value: float) -> str:
+    """GB/s with two decimals, or three significant digits below 1 (gloo on CPU moves MB/s)."""
+    return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
+
+
 def peak_busbw(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """Peak busbw (GB/s) per op over the rows of a bench-nccl JSON result."""
     peak: dict[str, float] = {}
@@ -794,10 +799,10 @@ def judge_bench(
         out.append(
             spec.finding(
                 Severity.OK if ok else Severity.FAIL,
-                f"Peak {op} busbw {peak[op]:.2f} GB/s "
+                f"Peak {op} busbw {show_gbps(peak[op])} GB/s "
                 + ("meets" if ok else "is below")
                 + f" the minimum {gbps:g} GB/s",
-                evidence=[Evidence(source, f"peak busbw {op}: {peak[op]:.2f} GB/s")],
+                evidence=[Evidence(source, f"peak busbw {op}: {show_gbps(peak[op])} GB/s")],
                 data={"expected": gbps, "found": round(peak[op], 3)},
             )
         )

@@ -23,8 +23,26 @@ def _bench(tmp_path: Path, *args: str, env: dict | None = None):
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(
         app,
-        ["bench-nccl", "--backend", "gloo", "--min-bytes", "8", "--max-bytes", "4K", "--step-factor", "8",
-         "--iters", "2", "--warmup", "1", "--timeout", "60", "--json", str(out), *args],
+        [
+            "bench-nccl",
+            "--backend",
+            "gloo",
+            "--min-bytes",
+            "8",
+            "--max-bytes",
+            "4K",
+            "--step-factor",
+            "8",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--timeout",
+            "60",
+            "--json",
+            str(out),
+            *args,
+        ],
         env=env,
     )
     return result, (json.loads(out.read_text()) if out.exists() else None)
@@ -63,7 +81,11 @@ def test_csv_has_rows_and_environment(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 2 * len(SIZES)
-    assert rows[0]["op"] == "all_reduce" and rows[0]["env_backend"] == "gloo" and rows[0]["env_world_size"] == "2"
+    assert (
+        rows[0]["op"] == "all_reduce"
+        and rows[0]["env_backend"] == "gloo"
+        and rows[0]["env_world_size"] == "2"
+    )
     assert float(rows[-1]["busbw"]) > 0
 
 
@@ -90,8 +112,14 @@ def test_min_busbw_and_baseline_verdicts(tmp_path: Path) -> None:
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     runner = CliRunner()
-    for args in (["--ops", "gather"], ["--min-bytes", "lots"], ["--dtype", "int8"], ["--backend", "mpi"],
-                 ["--min-bytes", "1M", "--max-bytes", "1K"], ["--ops", "broadcast", "--min-busbw", "1"]):
+    for args in (
+        ["--ops", "gather"],
+        ["--min-bytes", "lots"],
+        ["--dtype", "int8"],
+        ["--backend", "mpi"],
+        ["--min-bytes", "1M", "--max-bytes", "1K"],
+        ["--ops", "broadcast", "--min-busbw", "1"],
+    ):
         result = runner.invoke(app, ["bench-nccl", *args])
         assert result.exit_code == 2, (args, result.output)
 
@@ -107,8 +135,12 @@ def test_world_size_one_and_no_check(tmp_path: Path) -> None:
 
 
 def test_launcher_api_reusable_and_leaves_no_process() -> None:
-    result = launch_local(BenchPlan(ops=("all_reduce",), sizes=(1024,), iters=1, warmup=0),
-                          nproc=2, backend="gloo", step_timeout_s=60)
+    result = launch_local(
+        BenchPlan(ops=("all_reduce",), sizes=(1024,), iters=1, warmup=0),
+        nproc=2,
+        backend="gloo",
+        step_timeout_s=60,
+    )
     assert result.ok and len(result.rows) == 1 and result.rows[0]["wrong"] == 0
     assert sorted(result.results()) == [0, 1]
     for pid in result.pids:

@@ -170,18 +170,33 @@ def test_baseline_regression_per_op() -> None:
 
 
 def test_root_cause_prefers_the_dead_rank_over_its_peers() -> None:
-    peer = RankFailure(rank=0, kind="exception", op="all_reduce", size=8, message="Connection closed by peer",
-                       at=1.0, peer_failure=True)
+    peer = RankFailure(
+        rank=0,
+        kind="exception",
+        op="all_reduce",
+        size=8,
+        message="Connection closed by peer",
+        at=1.0,
+        peer_failure=True,
+    )
     dead = RankFailure(rank=2, kind="signal", op="all_reduce", size=8, signal="SIGKILL", at=2.0)
     assert pick_root_cause([peer, dead]) is dead
-    raised = RankFailure(rank=1, kind="exception", op="init", size=0, message="CUDA error: out of memory", at=3.0)
+    raised = RankFailure(
+        rank=1, kind="exception", op="init", size=0, message="CUDA error: out of memory", at=3.0
+    )
     assert pick_root_cause([peer, raised]) is raised
     assert pick_root_cause([]) is None
 
 
 def test_root_cause_of_a_hang_is_the_straggler() -> None:
-    waiting = RankFailure(rank=0, kind="stuck", op="all_reduce", size=8, step=3,
-                          stack='File "/x/torch/distributed/distributed_c10d.py", line 1 in all_reduce')
+    waiting = RankFailure(
+        rank=0,
+        kind="stuck",
+        op="all_reduce",
+        size=8,
+        step=3,
+        stack='File "/x/torch/distributed/distributed_c10d.py", line 1 in all_reduce',
+    )
     stopped = RankFailure(rank=1, kind="stuck", op="all_reduce", size=8, step=3, status="stopped")
     behind = RankFailure(rank=2, kind="stuck", op="broadcast", size=8, step=2)
     assert pick_root_cause([waiting, stopped]) is stopped
@@ -200,11 +215,21 @@ def test_external_launch_detection() -> None:
     ext = detect_external_launch(
         {"RANK": "3", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}
     )
-    assert ext is not None and (ext.launcher, ext.rank, ext.world_size, ext.local_rank) == ("torchrun", 3, 16, 3)
+    assert ext is not None and (ext.launcher, ext.rank, ext.world_size, ext.local_rank) == (
+        "torchrun",
+        3,
+        16,
+        3,
+    )
     srun = detect_external_launch(
         {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0"}
     )
-    assert srun is not None and (srun.launcher, srun.rank, srun.local_rank, srun.master_addr) == ("slurm", 5, 1, None)
+    assert srun is not None and (srun.launcher, srun.rank, srun.local_rank, srun.master_addr) == (
+        "slurm",
+        5,
+        1,
+        None,
+    )
     # An sbatch script / salloc shell is not a launch.
     assert detect_external_launch({"SLURM_JOB_ID": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None
     assert detect_external_launch({}) is None
@@ -212,5 +237,7 @@ def test_external_launch_detection() -> None:
 
 def test_fault_hook_parsing() -> None:
     hook = parse_fault_hook("rank=1,op=all_reduce,size=1024,action=kill")
-    assert hook is not None and hook.matches(1, "all_reduce", 1024) and not hook.matches(0, "all_reduce", 1024)
+    assert (
+        hook is not None and hook.matches(1, "all_reduce", 1024) and not hook.matches(0, "all_reduce", 1024)
+    )
     assert parse_fault_hook("garbage") is None and parse_fault_hook(None) is None

@@ -40,7 +40,9 @@ ONE_GPU_EXCLUSIVE = "0, GPU-22b2c6ac-2d49-4863-197c-9c469071178a, GeForce RTX 20
 
 def fake_runner(outputs: dict[str, CommandResult]):
     def run(cmd: Command) -> CommandResult:
-        return outputs.get(cmd.id, CommandResult(argv=cmd.argv, found=False, error=f"{cmd.argv[0]}: not found"))
+        return outputs.get(
+            cmd.id, CommandResult(argv=cmd.argv, found=False, error=f"{cmd.argv[0]}: not found")
+        )
 
     return run
 
@@ -123,12 +125,16 @@ def test_torch_build_read_without_import() -> None:
         "import sys; from ddpdoctor.bench.preflight import read_torch_build; "
         "v = read_torch_build(); print(v[0], 'torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    ).stdout.split()
     assert out == [version, "False"]
 
 
 def test_nvlink_a100_fixture_expected_range() -> None:
-    speeds = parse_nvlink_speeds((FIX / "nvidia-smi-nvlink-s__8xa100-sxm4-80gb-12-links-25GBps.txt").read_text())
+    speeds = parse_nvlink_speeds(
+        (FIX / "nvidia-smi-nvlink-s__8xa100-sxm4-80gb-12-links-25GBps.txt").read_text()
+    )
     assert len(speeds) == 8 and all(len(links) == 12 for _, links in speeds.values())
     ic = nvlink_interconnect(speeds, list(range(8)))
     assert ic is not None and (ic.links, ic.line_rate_gbps) == (12, 300.0)
@@ -138,7 +144,9 @@ def test_nvlink_a100_fixture_expected_range() -> None:
 
 
 def test_nvlink_h800_fixture_picks_h800_row() -> None:
-    speeds = parse_nvlink_speeds((FIX / "nvidia-smi-nvlink-s__8xh800-all-links-26GBps-elided.txt").read_text())
+    speeds = parse_nvlink_speeds(
+        (FIX / "nvidia-smi-nvlink-s__8xh800-all-links-26GBps-elided.txt").read_text()
+    )
     ic = nvlink_interconnect(speeds, sorted(speeds))
     assert ic is not None and ic.links == 8 and "H800" in ic.gpu_name
     rng = expected_busbw(ic)

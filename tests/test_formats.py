@@ -275,7 +275,9 @@ def test_every_schema_is_a_valid_versioned_schema() -> None:
         assert schema["$id"].endswith(path.name)
         # Versioned: the document names its schema version, e.g. "ddpdoctor.check/1".
         version = schema["properties"]["schema"]
-        assert re.fullmatch(r"(\^)?ddpdoctor\.[a-z_-]+/\d+\$?", version.get("const") or version.get("pattern"))
+        assert re.fullmatch(
+            r"(\^)?ddpdoctor\.[a-z_-]+/\d+\$?", version.get("const") or version.get("pattern")
+        )
 
 
 def test_check_junit_github_markdown_on_a_failing_replay() -> None:
@@ -298,3 +300,127 @@ def test_check_junit_github_markdown_on_a_failing_replay() -> None:
 def test_unknown_format_is_a_usage_error() -> None:
     code, _ = _check("--replay", str(HEALTHY), "--format", "yaml")
     assert code == 2
+
+
+# --- lint, explain and bench-nccl through their commands ----------------------------------------------
+
+SCRIPT = (
+    "import torch\n"
+    "import torch.distributed as dist\n"
+    'dist.init_process_group("nccl")\n'
+    'torch.save({}, "ckpt.pt")\n'
+)
+# Real log lines (shared/reference/signatures.md S01, quoted from pytorch/pytorch#85604 and others).
+LOG = (
+    "[W socket.cpp:401] [c10d] The server socket has failed to bind to 0.0.0.0:47531 "
+    "(errno: 98 - Address already in use).\n"
+    "[E socket.cpp:435] [c10d] The server socket has failed to listen on any local network address.\n"
+)
+
+
+def _run(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, list(args))
+    return res.exit_code, res.stdout
+
+
+def test_lint_every_format(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    code, out = _run("lint", str(script), "--format", "json")
+    assert code == 1
+    data = json.loads(out)
+    jsonschema.validate(data, _schema("lint.schema.json"))
+    codes = set(data["counts"])
+    code, out = _run("lint", str(script), "--format", "junit")
+    assert code == 1
+    root = ET.fromstring(out)
+    cases = list(root.iter("testcase"))
+    assert {c.get("name") for c in cases} == codes
+    assert all(c.find("failure") is not None and c.get("file") == str(script) for c in cases)
+    assert int(root.get("failures")) == len(codes)
+    code, out = _run("lint", str(script), "--format", "github")
+    assert code == 1 and all(GITHUB_LINE.match(x) for x in out.splitlines())
+    code, out = _run("lint", str(script), "--format", "markdown")
+    assert code == 1 and "| **FAIL** | `DDP" in out and f"({script}:3:1)" in out
+    assert _run("lint", str(script), "--format", "table")[0] == 1
+    clean = tmp_path / "clean.py"
+    clean.write_text("print('hello')\n")
+    code, out = _run("lint", str(clean), "--format", "junit")
+    assert code == 0 and ET.fromstring(out).get("failures") == "0"
+
+
+def test_explain_every_format(tmp_path: Path) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text(LOG)
+    code, out = _run("explain", str(log), "--format", "json")
+    assert code == 1
+    data = json.loads(out)
+    jsonschema.validate(data, _schema("explain.schema.json"))
+    root_id = data["root_cause"]["id"]
+    code, out = _run("explain", str(log), "--format", "junit")
+    suites = {s.get("name"): s for s in ET.fromstring(out).iter("testsuite")}
+    root_case = suites["ddpdoctor.explain.root_cause"].find("testcase")
+    assert code == 1 and root_case.get("name") == root_id and root_case.find("failure") is not None
+    assert root_case.get("file") == str(log) and root_case.get("line") == "1"
+    code, out = _run("explain", str(log), "--format", "github")
+    lines = out.splitlines()
+    assert code == 1 and all(GITHUB_LINE.match(x) for x in lines)
+    assert lines[0].startswith(f"::error title={escape_github_property(root_id)}")
+    code, out = _run("explain", str(log), "--format", "markdown")
+    assert code == 1 and f"`{root_id}`" in out and "Root cause" in out
+    assert _run("explain", str(log), "--format", "yaml")[0] == 2
+
+
+BENCH = (
+    "bench-nccl",
+    "--nproc",
+    "2",
+    "--backend",
+    "gloo",
+    "--ops",
+    "all_reduce",
+    "--min-bytes",
+    "1K",
+    "--max-bytes",
+    "2K",
+    "--iters",
+    "2",
+    "--warmup",
+    "1",
+    "--timeout",
+    "60",
+)
+
+
+def test_bench_every_format_and_expectations(tmp_path: Path) -> None:
+    # Real gloo ranks. A minimum no CPU can miss passes; the PCIe example's 10 GB/s cannot be met by
+    # gloo on this machine's CPU and must fail.
+    easy = tmp_path / "easy.toml"
+    easy.write_text("[busbw_min_gbps]\nall_reduce = 0.000001\nall_gather = 1\n")
+    code, out = _run(*BENCH, "--format", "json", "--expect", str(easy))
+    assert code == 0, out
+    data = json.loads(out)
+    jsonschema.validate(data, _schema("bench.schema.json"))
+    by_id = {f["id"]: f for f in data["expectations"]}
+    assert by_id["expect.busbw.all_reduce"]["severity"] == "ok"
+    assert by_id["expect.busbw.all_gather"]["severity"] == "skip"  # not measured: never a pass
+    for fmt in ("github", "markdown", "junit"):
+        from ddpdoctor.render.formats import document_from_bench, render_document
+
+        text = render_document(fmt, document_from_bench(data))
+        if fmt == "github":
+            assert all(GITHUB_LINE.match(x) for x in text.splitlines())
+        elif fmt == "junit":
+            names = {c.get("name") for c in ET.fromstring(text).iter("testcase")}
+            assert {"bench.correctness", "bench.busbw.all_reduce"} <= names
+    code, out = _run(
+        *BENCH,
+        "--format",
+        "junit",
+        "--expect",
+        str(ROOT / "docs/examples/pcie-workstation-4x-rtx6000ada.toml"),
+    )
+    assert code == 1
+    failed = {c.get("name") for c in ET.fromstring(out).iter("testcase") if c.find("failure") is not None}
+    assert failed == {"expect.busbw.all_reduce"}
+    assert _run(*BENCH, "--format", "junit", "--json", "-")[0] == 2

@@ -267,3 +267,17 @@ def test_lint_never_imports_or_runs_the_script_nor_torch(tmp_path: Path) -> None
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "EXIT 1" in out.stdout and out.stdout.strip().endswith("NO_TORCH"), out.stdout + out.stderr
     assert not marker.exists()
+
+
+def test_pre_commit_hooks_file_runs_the_lint_command(tmp_path: Path) -> None:
+    # Without a YAML parser in the test environment, read the two fields pre-commit needs by hand.
+    text = (Path(__file__).resolve().parent.parent / ".pre-commit-hooks.yaml").read_text()
+    ids = re.findall(r"^- id: (\S+)$", text, re.M)
+    entries = re.findall(r"^  entry: (.+)$", text, re.M)
+    assert ids == ["ddpdoctor-lint", "ddpdoctor-lint-system"]
+    assert set(entries) == {"ddpdoctor lint"}
+    assert re.findall(r"^  types: \[python\]$", text, re.M) and "language: python" in text
+    # pre-commit appends the staged file names to the entry.
+    argv = entries[0].split()[1:] + [str(write(tmp_path / "t.py", BAD_SNIPPET)), str(CLEAN)]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 1 and "DDP009" in res.output

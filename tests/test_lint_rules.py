@@ -7,6 +7,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ddpdoctor.lint import RULES, lint_source, select_rules
 
@@ -39,68 +41,103 @@ def marked_lines(src: str) -> list[int]:
 # (rule, snippet). Every `# <-` line must be reported, and nothing else.
 POSITIVES: list[tuple[str, str]] = [
     # DDP001 fork-start CUDA
-    ("DDP001", """
+    (
+        "DDP001",
+        """
         mp.set_start_method("fork")  # <-
         model = nn.Linear(2, 2).cuda()
-    """),
-    ("DDP001", """
+    """,
+    ),
+    (
+        "DDP001",
+        """
         import multiprocessing
         ctx = multiprocessing.get_context("fork")  # <-
         x = torch.zeros(1, device="cuda")
-    """),
-    ("DDP001", """
+    """,
+    ),
+    (
+        "DDP001",
+        """
         import multiprocessing
         def main():
             model = nn.Linear(2, 2).cuda()
             p = multiprocessing.Process(target=work, args=(model,))  # <-
             p.start()
-    """),
-    ("DDP001", """
+    """,
+    ),
+    (
+        "DDP001",
+        """
         def main():
             torch.cuda.synchronize()
             with mp.Pool(4) as pool:  # <-
                 pool.map(work, range(4))
-    """),
+    """,
+    ),
     # DDP002 device from the global rank
-    ("DDP002", """
+    (
+        "DDP002",
+        """
         rank = int(os.environ["RANK"])
         torch.cuda.set_device(rank)  # <-
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         def main():
             rank = dist.get_rank()
             model = nn.Linear(2, 2).to(rank)  # <-
             ddp = DDP(model, device_ids=[rank])  # <-
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         def main():
             device = torch.device(f"cuda:{dist.get_rank()}")  # <-
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         def worker(gpu, args):
             rank = args.node_rank * args.gpus + gpu
             dist.init_process_group("nccl", rank=rank, world_size=args.world_size)
             torch.cuda.set_device(rank)  # <-
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         class Trainer:
             def __init__(self, model):
                 self.global_rank = int(os.environ.get("RANK", "0"))
             def setup(self, model):
                 self.model = model.to(self.global_rank)  # <-
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         rank = int(os.environ["SLURM_PROCID"])
         device = "cuda:%d" % rank  # <-
-    """),
+    """,
+    ),
     # DDP003 NCCL before set_device
-    ("DDP003", """
+    (
+        "DDP003",
+        """
         def main():
             dist.init_process_group(backend="nccl", timeout=datetime.timedelta(minutes=5))  # <-
             local_rank = int(os.environ["LOCAL_RANK"])
             torch.cuda.set_device(local_rank)
-    """),
-    ("DDP003", """
+    """,
+    ),
+    (
+        "DDP003",
+        """
         def setup():
             dist.init_process_group("nccl")  # <-
         def main():
@@ -108,66 +145,105 @@ POSITIVES: list[tuple[str, str]] = [
             model = nn.Linear(2, 2).cuda()
         if __name__ == "__main__":
             main()
-    """),
-    ("DDP003", """
+    """,
+    ),
+    (
+        "DDP003",
+        """
         dist.init_process_group()  # <-
         model = nn.Linear(2, 2).cuda()
-    """),
+    """,
+    ),
     # DDP004 hard-coded port
-    ("DDP004", """
+    (
+        "DDP004",
+        """
         os.environ["MASTER_PORT"] = "12355"  # <-
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         os.environ["MASTER_PORT"] = str(29500)  # <-
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         dist.init_process_group("gloo", init_method="tcp://10.1.1.20:23456", rank=0, world_size=2)  # <-
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         def setup(addr):
             dist.init_process_group("gloo", init_method=f"tcp://{addr}:23456")  # <-
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         os.environ.update({"MASTER_ADDR": "localhost", "MASTER_PORT": "29500"})  # <-
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         store = dist.TCPStore("127.0.0.1", 1234, 2, True)  # <-
-    """),
+    """,
+    ),
     # DDP005 sampler without set_epoch
-    ("DDP005", """
+    (
+        "DDP005",
+        """
         def main(ds):
             sampler = DistributedSampler(ds)  # <-
             loader = DataLoader(ds, sampler=sampler)
             for epoch in range(10):
                 for batch in loader:
                     pass
-    """),
-    ("DDP005", """
+    """,
+    ),
+    (
+        "DDP005",
+        """
         def main(ds):
             loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=True))  # <-
             for epoch in range(10):
                 loader.sampler.set_epoch(0)
-    """),
+    """,
+    ),
     # DDP006 sampler + shuffle
-    ("DDP006", """
+    (
+        "DDP006",
+        """
         def main(ds):
             sampler = DistributedSampler(ds)
             loader = DataLoader(ds, batch_size=8, shuffle=True, sampler=sampler)  # <-
             for epoch in range(3):
                 sampler.set_epoch(epoch)
-    """),
-    ("DDP006", """
+    """,
+    ),
+    (
+        "DDP006",
+        """
         loader = DataLoader(ds, 8, True, sampler)  # <-
-    """),
+    """,
+    ),
     # DDP007 save on every rank
-    ("DDP007", """
+    (
+        "DDP007",
+        """
         def train(rank, world_size):
             model = nn.Linear(2, 2)
             torch.save(model.state_dict(), "model.pt")  # <-
         if __name__ == "__main__":
             mp.spawn(train, args=(2,), nprocs=2)
-    """),
-    ("DDP007", """
+    """,
+    ),
+    (
+        "DDP007",
+        """
         def save_checkpoint(state, path):
             torch.save(state, path)  # <-
         def main():
@@ -175,109 +251,173 @@ POSITIVES: list[tuple[str, str]] = [
                 save_checkpoint({"epoch": epoch}, "ckpt.pt")
         if __name__ == "__main__":
             main()
-    """),
-    ("DDP007", """
+    """,
+    ),
+    (
+        "DDP007",
+        """
         def main(rank):
             if rank == 0:
                 print("saving")
             torch.save({}, "ckpt.pt")  # <-
         if __name__ == "__main__":
             main(int(os.environ["RANK"]))
-    """),
+    """,
+    ),
     # DDP008 torch.load without map_location
-    ("DDP008", """
+    (
+        "DDP008",
+        """
         def main():
             state = torch.load("ckpt.pt")  # <-
             model = DDP(nn.Linear(2, 2))
-    """),
-    ("DDP008", """
+    """,
+    ),
+    (
+        "DDP008",
+        """
         def main():
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
             state = torch.load("ckpt.pt", weights_only=True)  # <-
-    """),
+    """,
+    ),
     # DDP009 init without timeout
-    ("DDP009", """
+    (
+        "DDP009",
+        """
         dist.init_process_group("gloo")  # <-
-    """),
-    ("DDP009", """
+    """,
+    ),
+    (
+        "DDP009",
+        """
         from torch.distributed import init_process_group
         init_process_group(backend="nccl", init_method="env://")  # <-
-    """),
+    """,
+    ),
     # DDP010 no destroy_process_group
-    ("DDP010", """
+    (
+        "DDP010",
+        """
         def main():
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))  # <-
             train()
-    """),
+    """,
+    ),
     # DDP011 DataParallel
-    ("DDP011", """
+    (
+        "DDP011",
+        """
         model = nn.DataParallel(nn.Linear(2, 2))  # <-
-    """),
-    ("DDP011", """
+    """,
+    ),
+    (
+        "DDP011",
+        """
         from torch.nn import DataParallel
         model = DataParallel(net, device_ids=[0, 1])  # <-
-    """),
+    """,
+    ),
     # DDP012 torch.distributed.launch
-    ("DDP012", """
+    (
+        "DDP012",
+        """
         import torch.distributed.launch  # <-
-    """),
-    ("DDP012", """
+    """,
+    ),
+    (
+        "DDP012",
+        """
         import subprocess
         cmd = ["python", "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]  # <-
         subprocess.run(cmd, timeout=600)
-    """),
+    """,
+    ),
+    (
+        "DDP012",
+        """
+        import os
+        os.system("python -m torch.distributed.launch --nproc_per_node 2 train.py")  # <-
+    """,
+    ),
     # DDP013 --local_rank
-    ("DDP013", """
+    (
+        "DDP013",
+        """
         import argparse
         parser = argparse.ArgumentParser()
         parser.add_argument("--local_rank", type=int, default=-1)  # <-
-    """),
+    """,
+    ),
     # DDP014 collective on a tensor only some ranks create
-    ("DDP014", """
+    (
+        "DDP014",
+        """
         def sync(rank):
             if rank == 0:
                 t = torch.randn(4)
             else:
                 t = None
             dist.broadcast(t, src=0)  # <-
-    """),
-    ("DDP014", """
+    """,
+    ),
+    (
+        "DDP014",
+        """
         def sync():
             t = torch.ones(3) if dist.get_rank() == 0 else None
             dist.all_reduce(t)  # <-
-    """),
-    ("DDP014", """
+    """,
+    ),
+    (
+        "DDP014",
+        """
         def sync(rank):
             t = None
             if rank == 0:
                 t = torch.arange(10)
             dist.broadcast(tensor=t, src=0)  # <-
-    """),
+    """,
+    ),
     # DDP015 reentrant checkpointing in a DDP model
-    ("DDP015", """
+    (
+        "DDP015",
+        """
         from torch.utils.checkpoint import checkpoint
         class Net(nn.Module):
             def forward(self, x):
                 return checkpoint(self.block, x)  # <-
         model = DDP(Net())
-    """),
-    ("DDP015", """
+    """,
+    ),
+    (
+        "DDP015",
+        """
         import torch.utils.checkpoint as cp
         def forward(block, x):
             return cp.checkpoint(block, x, use_reentrant=True)  # <-
         model = DDP(nn.Linear(2, 2), find_unused_parameters=True)
-    """),
-    ("DDP015", """
+    """,
+    ),
+    (
+        "DDP015",
+        """
         dist.init_process_group("nccl")
         model.gradient_checkpointing_enable()  # <-
-    """),
+    """,
+    ),
     # DDP016 spawn without __main__ guard
-    ("DDP016", """
+    (
+        "DDP016",
+        """
         def train(rank, world_size):
             pass
         mp.spawn(train, args=(2,), nprocs=2)  # <-
-    """),
-    ("DDP016", """
+    """,
+    ),
+    (
+        "DDP016",
+        """
         def train(rank):
             pass
         def main():
@@ -285,73 +425,106 @@ POSITIVES: list[tuple[str, str]] = [
                 p = mp.Process(target=train, args=(r,))  # <-
                 p.start()
         main()
-    """),
+    """,
+    ),
 ]
 
 # (rule, snippet): near-misses. The rule must stay silent.
 NEAR_MISSES: list[tuple[str, str]] = [
-    ("DDP001", """
+    (
+        "DDP001",
+        """
         mp.set_start_method("spawn", force=True)
         model = nn.Linear(2, 2).cuda()
-    """),
-    ("DDP001", """
+    """,
+    ),
+    (
+        "DDP001",
+        """
         mp.set_start_method("fork")  # no CUDA anywhere in this script
         x = torch.zeros(3)
-    """),
-    ("DDP001", """
+    """,
+    ),
+    (
+        "DDP001",
+        """
         import multiprocessing
         def main():
             if torch.cuda.is_available():
                 n = torch.cuda.device_count()
             p = multiprocessing.Process(target=work)
             p.start()
-    """),
-    ("DDP001", """
+    """,
+    ),
+    (
+        "DDP001",
+        """
         import multiprocessing
         def main():
             model = nn.Linear(2, 2).cuda()
             ctx = multiprocessing.get_context("spawn")
             p = ctx.Process(target=work)
-    """),
-    ("DDP001", """
+    """,
+    ),
+    (
+        "DDP001",
+        """
         def main():
             model = nn.Linear(2, 2).cuda()
         def launch():
             mp.spawn(main, nprocs=2)
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         local_rank = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(local_rank)
         model = nn.Linear(2, 2).to(local_rank)
         ddp = DDP(model, device_ids=[local_rank])
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         def demo_basic(rank, world_size):
             # the PyTorch DDP tutorial: a single node, where mp.spawn's index is the local rank
             model = nn.Linear(2, 2).to(rank)
             ddp = DDP(model, device_ids=[rank])
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         def main():
             rank = dist.get_rank()
             device_id = rank % torch.cuda.device_count()
             model = nn.Linear(2, 2).to(device_id)
             print(f"cuda:{device_id} rank {rank}")
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         def main():
             rank = int(os.environ["RANK"])
             rank = int(os.environ["LOCAL_RANK"])
             torch.cuda.set_device(rank)
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         def worker(gpu, args):
             args.rank = args.rank * args.ngpus_per_node + gpu
             dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
             torch.cuda.set_device(gpu)
             model = nn.Linear(2, 2).cuda(gpu)
-    """),
-    ("DDP002", """
+    """,
+    ),
+    (
+        "DDP002",
+        """
         class Trainer:
             def __init__(self):
                 self.gpu_id = int(os.environ["LOCAL_RANK"])
@@ -359,95 +532,146 @@ NEAR_MISSES: list[tuple[str, str]] = [
             def run(self, model):
                 self.model = model.to(self.gpu_id)
                 print(f"rank {self.global_rank}")
-    """),
-    ("DDP003", """
+    """,
+    ),
+    (
+        "DDP003",
+        """
         def main():
             local_rank = int(os.environ["LOCAL_RANK"])
             torch.cuda.set_device(local_rank)
             dist.init_process_group("nccl")
-    """),
-    ("DDP003", """
+    """,
+    ),
+    (
+        "DDP003",
+        """
         def main():
             local_rank = int(os.environ["LOCAL_RANK"])
             dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
-    """),
-    ("DDP003", """
+    """,
+    ),
+    (
+        "DDP003",
+        """
         def setup(rank, world_size):
             dist.init_process_group("nccl", rank=rank, world_size=world_size)
         def main(rank, world_size):
             torch.cuda.set_device(rank)
             setup(rank, world_size)
-    """),
-    ("DDP003", """
+    """,
+    ),
+    (
+        "DDP003",
+        """
         def pick_device():
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         def main():
             pick_device()
             dist.init_process_group(backend="nccl")
-    """),
-    ("DDP003", """
+    """,
+    ),
+    (
+        "DDP003",
+        """
         dist.init_process_group("gloo")
-    """),
-    ("DDP003", """
+    """,
+    ),
+    (
+        "DDP003",
+        """
         def main(args):
             dist.init_process_group(backend=args.dist_backend)  # unknown backend: silent
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         os.environ["MASTER_PORT"] = str(find_free_port())
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         os.environ.setdefault("MASTER_PORT", "29500")
         port = os.environ.get("MASTER_PORT", "29500")
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         def setup(addr, port):
             dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}")
             dist.init_process_group("gloo", init_method="env://")
             dist.init_process_group("gloo", init_method="file:///tmp/sharedfile")
-    """),
-    ("DDP004", """
+    """,
+    ),
+    (
+        "DDP004",
+        """
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = "0"
         config = {"MASTER_PORT": "12355"}
-    """),
-    ("DDP005", """
+    """,
+    ),
+    (
+        "DDP005",
+        """
         def main(ds):
             sampler = DistributedSampler(ds)
             loader = DataLoader(ds, sampler=sampler)
             for epoch in range(10):
                 sampler.set_epoch(epoch)
-    """),
-    ("DDP005", """
+    """,
+    ),
+    (
+        "DDP005",
+        """
         def main(ds):
             loader = DataLoader(ds, sampler=DistributedSampler(ds))
             for epoch in range(10):
                 loader.sampler.set_epoch(epoch)
-    """),
-    ("DDP005", """
+    """,
+    ),
+    (
+        "DDP005",
+        """
         class Trainer:
             def __init__(self, ds):
                 self.train_loader = DataLoader(ds, sampler=DistributedSampler(ds))
             def train_one_epoch(self, epoch):
                 self.train_loader.sampler.set_epoch(epoch)
-    """),
-    ("DDP005", """
+    """,
+    ),
+    (
+        "DDP005",
+        """
         def evaluate(ds):
             loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=False))
-    """),
-    ("DDP006", """
+    """,
+    ),
+    (
+        "DDP006",
+        """
         def main(ds, sampler):
             a = DataLoader(ds, batch_size=8, shuffle=(sampler is None), sampler=sampler)
             b = DataLoader(ds, batch_size=8, shuffle=False, sampler=sampler)
             c = DataLoader(ds, batch_size=8, shuffle=True, sampler=None)
             d = DataLoader(ds, batch_size=8, shuffle=True)
-    """),
-    ("DDP007", """
+    """,
+    ),
+    (
+        "DDP007",
+        """
         def train(rank, world_size):
             model = nn.Linear(2, 2)
             if rank == 0:
                 torch.save(model.state_dict(), "model.pt")
-    """),
-    ("DDP007", """
+    """,
+    ),
+    (
+        "DDP007",
+        """
         def main():
             if dist.get_rank() == 0:
                 torch.save({}, "a.pt")
@@ -461,14 +685,20 @@ NEAR_MISSES: list[tuple[str, str]] = [
                 torch.save({}, "e.pt")
             if accelerator.is_main_process:
                 torch.save({}, "f.pt")
-    """),
-    ("DDP007", """
+    """,
+    ),
+    (
+        "DDP007",
+        """
         def save(state, rank):
             if rank != 0:
                 return
             torch.save(state, "ckpt.pt")
-    """),
-    ("DDP007", """
+    """,
+    ),
+    (
+        "DDP007",
+        """
         class Trainer:
             def _save_snapshot(self, epoch):
                 torch.save({"epoch": epoch}, "snapshot.pt")
@@ -476,68 +706,108 @@ NEAR_MISSES: list[tuple[str, str]] = [
                 for epoch in range(epochs):
                     if self.gpu_id == 0 and epoch % self.save_every == 0:
                         self._save_snapshot(epoch)
-    """),
-    ("DDP007", """
+    """,
+    ),
+    (
+        "DDP007",
+        """
         def save_checkpoint(state, filename="checkpoint.pth.tar"):
             torch.save(state, filename)
         def main_worker(gpu, ngpus_per_node, args):
             if not args.multiprocessing_distributed or (args.multiprocessing_distributed
                     and args.rank % ngpus_per_node == 0):
                 save_checkpoint({"epoch": 1})
-    """),
-    ("DDP007", """
+    """,
+    ),
+    (
+        "DDP007",
+        """
         def main(rank):
             torch.save(shard_state(), f"shard_rank{rank}.pt")  # one file per rank, on purpose
-    """),
-    ("DDP008", """
+    """,
+    ),
+    (
+        "DDP008",
+        """
         def main():
             a = torch.load("ckpt.pt", map_location="cpu")
             b = torch.load("ckpt.pt", "cpu")
             c = torch.load("ckpt.pt", **load_kwargs)
             model = DDP(nn.Linear(2, 2))
-    """),
-    ("DDP009", """
+    """,
+    ),
+    (
+        "DDP009",
+        """
         dist.init_process_group("nccl", timeout=datetime.timedelta(minutes=10))
         dist.init_process_group("gloo", None, datetime.timedelta(seconds=30))
         dist.init_process_group(**cfg)
-    """),
-    ("DDP010", """
+    """,
+    ),
+    (
+        "DDP010",
+        """
         def main():
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
             try:
                 train()
             finally:
                 dist.destroy_process_group()
-    """),
-    ("DDP010", """
+    """,
+    ),
+    (
+        "DDP010",
+        """
         import atexit
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
         atexit.register(dist.destroy_process_group)
-    """),
-    ("DDP011", """
+    """,
+    ),
+    (
+        "DDP011",
+        """
         model = DDP(nn.Linear(2, 2))
         if isinstance(model, (nn.DataParallel, DDP)):
             model = model.module
-    """),
-    ("DDP012", """
+    """,
+    ),
+    (
+        "DDP012",
+        """
         \"\"\"Launch with torchrun; torch.distributed.launch is deprecated.\"\"\"
         import torch.distributed.run
-    """),
-    ("DDP013", """
+    """,
+    ),
+    (
+        "DDP012",
+        """
+        import warnings
+        warnings.warn("The module torch.distributed.launch is deprecated; use torchrun")
+    """,
+    ),
+    (
+        "DDP013",
+        """
         import argparse
         parser = argparse.ArgumentParser()
         parser.add_argument("--local-rank", "--local_rank", type=int, default=0)
         parser.add_argument("--rank", type=int, default=0)
-    """),
-    ("DDP014", """
+    """,
+    ),
+    (
+        "DDP014",
+        """
         def sync(rank):
             if rank == 0:
                 t = torch.randn(4)
             else:
                 t = torch.empty(4)
             dist.broadcast(t, src=0)
-    """),
-    ("DDP014", """
+    """,
+    ),
+    (
+        "DDP014",
+        """
         def sync(rank):
             t = torch.zeros(4)
             if rank == 0:
@@ -545,48 +815,92 @@ NEAR_MISSES: list[tuple[str, str]] = [
             dist.broadcast(t, src=0)
             objs = [{"a": 1} if rank == 0 else None]
             dist.broadcast_object_list(objs, src=0)
-    """),
-    ("DDP014", """
+    """,
+    ),
+    (
+        "DDP014",
+        """
+        def scatter(rank, shape, chunks):
+            local = None
+            for r in range(dist.get_world_size()):
+                if r == rank:
+                    local = torch.empty(shape)
+            if local is None:
+                raise AssertionError("every rank must own a shard")
+            dist.scatter(local, scatter_list=chunks if rank == 0 else None, src=0)
+    """,
+    ),
+    (
+        "DDP014",
+        """
+        def reduce(rank):
+            t = torch.ones(2) if rank == 0 else None
+            assert t is not None
+            dist.all_reduce(t)
+    """,
+    ),
+    (
+        "DDP014",
+        """
         def gather(rank, t):
             out = [torch.empty_like(t) for _ in range(2)] if rank == 0 else None
             dist.gather(t, gather_list=out, dst=0)
-    """),
-    ("DDP015", """
+    """,
+    ),
+    (
+        "DDP015",
+        """
         from torch.utils.checkpoint import checkpoint
         class Net(nn.Module):
             def forward(self, x):
                 return checkpoint(self.block, x, use_reentrant=False)
         model = DDP(Net())
-    """),
-    ("DDP015", """
+    """,
+    ),
+    (
+        "DDP015",
+        """
         from torch.utils.checkpoint import checkpoint
         def forward(block, x):
             return checkpoint(block, x)
         model = DDP(nn.Linear(2, 2), static_graph=True)
-    """),
-    ("DDP015", """
+    """,
+    ),
+    (
+        "DDP015",
+        """
         from torch.utils.checkpoint import checkpoint
         def forward(block, x):
             return checkpoint(block, x)  # no DDP in this file
-    """),
-    ("DDP015", """
+    """,
+    ),
+    (
+        "DDP015",
+        """
         dist.init_process_group("nccl")
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    """),
-    ("DDP016", """
+    """,
+    ),
+    (
+        "DDP016",
+        """
         def train(rank, world_size):
             pass
         if __name__ == "__main__":
             mp.spawn(train, args=(2,), nprocs=2)
-    """),
-    ("DDP016", """
+    """,
+    ),
+    (
+        "DDP016",
+        """
         def train(rank):
             pass
         def main():
             mp.spawn(train, nprocs=2)
         if "__main__" == __name__:
             main()
-    """),
+    """,
+    ),
 ]
 
 
@@ -655,3 +969,36 @@ def test_docs_examples_match_the_rule(rule_id: str) -> None:
             assert rule_id in codes, f"{rule_id} bad example not flagged"
         else:
             assert rule_id not in codes, f"{rule_id} good example flagged"
+
+
+# --- robustness: any input, no exception ---------------------------------------------------------------
+
+CORPUS_LINES = [
+    line
+    for path in sorted((Path(__file__).parent / "fixtures" / "lint").glob("*.py"))
+    for line in path.read_text().splitlines()
+    if line.strip()
+]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=400))
+def test_any_text_never_raises(text: str) -> None:
+    for d in lint_source(text, "fuzz.py"):
+        assert d.line >= 1 and d.col >= 1 and d.code.startswith("DDP")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300))
+def test_any_bytes_never_raise(data: bytes) -> None:
+    lint_source(data, "fuzz.py")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(CORPUS_LINES), min_size=1, max_size=60))
+def test_recombined_training_code_never_raises(lines: list[str]) -> None:
+    # Lines of real-looking training scripts shuffled together: mostly valid code with odd flow, which
+    # exercises the rules (not only the syntax-error path).
+    text = "\n".join(line.strip() for line in lines) + "\n"
+    for d in lint_source(text, "mix.py"):
+        assert d.code in RULES or d.code == "DDP000"

@@ -43,7 +43,13 @@ class ExpectedRange:
     sources: tuple[str, ...]
 
     def to_dict(self) -> dict[str, object]:
-        return {"low": self.low, "high": self.high, "basis": self.basis, "note": self.note, "sources": list(self.sources)}
+        return {
+            "low": self.low,
+            "high": self.high,
+            "basis": self.basis,
+            "note": self.note,
+            "sources": list(self.sources),
+        }
 
 
 @dataclass(frozen=True)
@@ -186,7 +192,8 @@ def expected_busbw(ic: Interconnect) -> Optional[ExpectedRange]:
             if e.gpu_pattern and not re.search(e.gpu_pattern, ic.gpu_name):
                 continue
             if not e.gpu_pattern and any(
-                o.gpu_pattern and o.match_links == ic.links and re.search(o.gpu_pattern, ic.gpu_name) for o in TABLE
+                o.gpu_pattern and o.match_links == ic.links and re.search(o.gpu_pattern, ic.gpu_name)
+                for o in TABLE
             ):
                 continue
             return ExpectedRange(e.low, e.high, e.basis, e.name, e.sources)
@@ -194,9 +201,7 @@ def expected_busbw(ic: Interconnect) -> Optional[ExpectedRange]:
             return ExpectedRange(e.low, e.high, e.basis, e.name, e.sources)
         if e.kind == "ib" and abs(e.line_rate_gbps - ic.line_rate_gbps) < 0.5:
             n = max(ic.nics, 1)
-            return ExpectedRange(
-                e.low * n, e.high * n, e.basis, f"{e.name} x {n} NIC(s) per node", e.sources
-            )
+            return ExpectedRange(e.low * n, e.high * n, e.basis, f"{e.name} x {n} NIC(s) per node", e.sources)
     if ic.line_rate_gbps <= 0:
         return None
     return ExpectedRange(
@@ -234,7 +239,9 @@ def parse_nvlink_speeds(text: str) -> dict[int, tuple[str, list[float]]]:
     return gpus
 
 
-def nvlink_interconnect(speeds: dict[int, tuple[str, list[float]]], gpus: Sequence[int]) -> Optional[Interconnect]:
+def nvlink_interconnect(
+    speeds: dict[int, tuple[str, list[float]]], gpus: Sequence[int]
+) -> Optional[Interconnect]:
     """NVLink when every GPU of the run has active links; the slowest GPU's total decides."""
     chosen = [speeds[g] for g in gpus if g in speeds]
     if not chosen or len(chosen) < len(gpus) or any(not links for _, links in chosen):
@@ -279,7 +286,9 @@ def read_ib_ports(root: str = "/sys/class/infiniband") -> list[float]:
     for port in ports:
         try:
             state = (port / "state").read_text()
-            layer = (port / "link_layer").read_text().strip() if (port / "link_layer").exists() else "InfiniBand"
+            layer = (
+                (port / "link_layer").read_text().strip() if (port / "link_layer").exists() else "InfiniBand"
+            )
             rate_text = (port / "rate").read_text()
         except OSError:
             continue

@@ -97,7 +97,9 @@ class RankFailure:
 
     def describe(self) -> str:
         if self.rank == LAUNCHER_RANK:
-            return f"the rank launcher exited ({self.exitcode}) before the ranks ran: {first_line(self.message)}"
+            return (
+                f"the rank launcher exited ({self.exitcode}) before the ranks ran: {first_line(self.message)}"
+            )
         where = f"rank {self.rank}" + (f" on {self.host}" if self.host else "") + f" in {self.op}"
         if self.size:
             where += f" ({self.size} bytes)"
@@ -530,7 +532,11 @@ def _watch(
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 parts = line.decode(errors="replace").split()
-                if len(parts) != 3 or not parts[1].lstrip("-").isdigit() or not parts[2].lstrip("-").isdigit():
+                if (
+                    len(parts) != 3
+                    or not parts[1].lstrip("-").isdigit()
+                    or not parts[2].lstrip("-").isdigit()
+                ):
                     continue
                 rank, value = int(parts[1]), int(parts[2])
                 if rank not in result.ranks:
@@ -549,12 +555,15 @@ def _watch(
         if result.failures and first_failure_at is None:
             first_failure_at = now
         if all(s.done for s in result.ranks.values()):
-            _wait_exits(zygote)
+            # Every rank is past its last collective: nothing is lost by ending them now, and their
+            # teardown (barrier, gloo/NCCL destructors, exit) would only add to the wall time.
             break
         if first_failure_at is not None and (now - first_failure_at >= FAILURE_GRACE_S or zfd is None):
             break
         stuck = [
-            s for s in result.ranks.values() if not s.done and s.rank not in exited and now - s.since > step_timeout_s
+            s
+            for s in result.ranks.values()
+            if not s.done and s.rank not in exited and now - s.since > step_timeout_s
         ]
         over_total = deadline is not None and now > deadline
         if first_failure_at is None and (stuck or over_total):
@@ -608,14 +617,6 @@ def _record_exit(result: LaunchResult, rank: int, exitcode: Optional[int], workd
         log_tail=_tail(workdir / f"rank{rank}.log"),
     )
     result.failures.append(failure)
-
-
-def _wait_exits(zygote: subprocess.Popen[bytes]) -> None:
-    """Every rank reported done: give them a moment to exit on their own (the zygote exits last)."""
-    try:
-        zygote.wait(EXIT_WAIT_S)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _report_stuck(result: LaunchResult, waiting: list[RankState], workdir: Path) -> None:

@@ -213,7 +213,9 @@ def visible_gpus(facts: LaunchFacts) -> list[GpuInfo]:
     return out
 
 
-def plan_launch(facts: LaunchFacts, backend: str, nproc: Optional[int], cpu_count: Optional[int] = None) -> LaunchDecision:
+def plan_launch(
+    facts: LaunchFacts, backend: str, nproc: Optional[int], cpu_count: Optional[int] = None
+) -> LaunchDecision:
     """Pick backend and rank count, and the refusals that stop the launch (pure)."""
     gpus = visible_gpus(facts)
     cuda_build = facts.torch_cuda is not None
@@ -256,7 +258,9 @@ def plan_launch(facts: LaunchFacts, backend: str, nproc: Optional[int], cpu_coun
             why = f"no GPU found ({facts.gpu_query.describe_failure()})"
         else:
             why = "no GPU is visible"
-        refusals.append(NCCL_NO_CUDA.finding(Severity.FAIL, f"--backend nccl needs CUDA, but {why}", evidence=evidence))
+        refusals.append(
+            NCCL_NO_CUDA.finding(Severity.FAIL, f"--backend nccl needs CUDA, but {why}", evidence=evidence)
+        )
         return LaunchDecision("nccl", nproc or 0, (), tuple(refusals), tuple(notes))
     n = nproc or len(gpus)
     if facts.visible.duplicates:

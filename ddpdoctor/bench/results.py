@@ -93,7 +93,7 @@ def summarize(rows: Iterable[Mapping[str, Any]], ops: Sequence[str]) -> list[OpS
 def judge_correctness(rows: Iterable[Mapping[str, Any]]) -> Verdict:
     bad = [r for r in rows if isinstance(r.get("wrong"), int) and r["wrong"] > 0]
     if not bad:
-        return Verdict("bench.correctness", False, "every result matched the expected values")
+        return Verdict("bench.correctness", False, "every measured result matched the expected values")
     where = ", ".join(f"{r['op']} {r['size']} B: {r['wrong']}" for r in bad[:5])
     total = sum(r["wrong"] for r in bad)
     return Verdict(
@@ -108,7 +108,9 @@ def judge_min_busbw(summaries: Sequence[OpSummary], min_busbw: float) -> Verdict
     ar = next((s for s in summaries if s.op == "all_reduce"), None)
     peak = ar.peak_busbw if ar else None
     if peak is None:
-        return Verdict("bench.min_busbw", True, "no all_reduce bandwidth was measured to compare with --min-busbw")
+        return Verdict(
+            "bench.min_busbw", True, "no all_reduce bandwidth was measured to compare with --min-busbw"
+        )
     failed = peak < min_busbw
     word = "below" if failed else "at or above"
     return Verdict(
@@ -171,7 +173,9 @@ def judge_baseline(ratios: Sequence[BaselineRatio], tolerance: float) -> Verdict
             {"regressed": [r.op for r in bad]},
         )
     return Verdict(
-        "bench.baseline", False, f"no op regressed beyond {tolerance:.0%} of the baseline ({len(compared)} compared)"
+        "bench.baseline",
+        False,
+        f"no op regressed beyond {tolerance:.0%} of the baseline ({len(compared)} compared)",
     )
 
 

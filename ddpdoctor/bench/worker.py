@@ -76,7 +76,9 @@ def pattern(start: int, count: int, shift: int, dtype: torch.dtype, device: torc
     return ((_index(start, count, device) + shift) % 3).to(dtype)
 
 
-def summed_pattern(start: int, count: int, nranks: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def summed_pattern(
+    start: int, count: int, nranks: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """sum over r < nranks of (r + j) % 3: each full cycle of 3 ranks adds 0+1+2."""
     idx = _index(start, count, device)
     full, rest = divmod(nranks, 3)
@@ -104,8 +106,16 @@ def count_wrong(got: torch.Tensor, expected: torch.Tensor, dtype_name: str, nran
 class _Case:
     """Buffers and the call for one op; `reset` refills inputs, `expected` is this rank's answer."""
 
-    def __init__(self, op: str, count: int, nranks: int, rank: int, dtype: torch.dtype, device: torch.device,
-                 group: Optional[dist.ProcessGroup]) -> None:
+    def __init__(
+        self,
+        op: str,
+        count: int,
+        nranks: int,
+        rank: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        group: Optional[dist.ProcessGroup],
+    ) -> None:
         self.op, self.count, self.n, self.rank = op, count, nranks, rank
         self.dtype, self.device, self.group = dtype, device, group
         c, n = count, nranks
@@ -203,8 +213,14 @@ def _time_ops(run: Callable[[], None], iters: int, device: torch.device) -> floa
     return (time.perf_counter() - t0) / iters
 
 
-def run_one(op: str, size: int, plan: BenchPlan, device: torch.device,
-            group: Optional[dist.ProcessGroup] = None, corrupt: bool = False) -> dict[str, Any]:
+def run_one(
+    op: str,
+    size: int,
+    plan: BenchPlan,
+    device: torch.device,
+    group: Optional[dist.ProcessGroup] = None,
+    corrupt: bool = False,
+) -> dict[str, Any]:
     """Benchmark one op at one requested size; every rank returns the same (reduced) row."""
     n, rank = dist.get_world_size(group), dist.get_rank(group)
     dtype = DTYPES[plan.dtype]
@@ -221,8 +237,14 @@ def run_one(op: str, size: int, plan: BenchPlan, device: torch.device,
         "nranks": n,
     }
     if op == "sendrecv" and n < 2:
-        row.update(time_us=None, time_us_avg=None, algbw=None, busbw=None, wrong=None,
-                   skipped="sendrecv needs at least 2 ranks")
+        row.update(
+            time_us=None,
+            time_us_avg=None,
+            algbw=None,
+            busbw=None,
+            wrong=None,
+            skipped="sendrecv needs at least 2 ranks",
+        )
         return row
     case = _Case(op, counts.count, n, rank, dtype, device, group)
     for _ in range(plan.warmup):
@@ -258,9 +280,13 @@ def run_one(op: str, size: int, plan: BenchPlan, device: torch.device,
     return row
 
 
-def run_benchmark(plan: BenchPlan, device: torch.device, reporter: Optional[Reporter] = None,
-                  group: Optional[dist.ProcessGroup] = None,
-                  fault: Optional[FaultHook] = None) -> list[dict[str, Any]]:
+def run_benchmark(
+    plan: BenchPlan,
+    device: torch.device,
+    reporter: Optional[Reporter] = None,
+    group: Optional[dist.ProcessGroup] = None,
+    fault: Optional[FaultHook] = None,
+) -> list[dict[str, Any]]:
     """Every op at every size on an already initialized process group (or `group`)."""
     reporter = reporter or NullReporter()
     rank = dist.get_rank(group)
@@ -277,8 +303,12 @@ def run_benchmark(plan: BenchPlan, device: torch.device, reporter: Optional[Repo
     return rows
 
 
-def run_smoke(plan: SmokePlan, device: torch.device, reporter: Optional[Reporter] = None,
-              fault: Optional[FaultHook] = None) -> dict[str, Any]:
+def run_smoke(
+    plan: SmokePlan,
+    device: torch.device,
+    reporter: Optional[Reporter] = None,
+    fault: Optional[FaultHook] = None,
+) -> dict[str, Any]:
     """One small all_reduce and one broadcast, values verified on this rank."""
     reporter = reporter or NullReporter()
     n, rank = dist.get_world_size(), dist.get_rank()
@@ -354,8 +384,14 @@ def select_device(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_group(backend: str, rank: int, world_size: int, timeout_s: float, device: torch.device,
-               init_method: Optional[str] = None) -> None:
+def init_group(
+    backend: str,
+    rank: int,
+    world_size: int,
+    timeout_s: float,
+    device: torch.device,
+    init_method: Optional[str] = None,
+) -> None:
     """init_process_group with an explicit short timeout (the default is 10-30 minutes: a hang to a user)."""
     kwargs: dict[str, Any] = {
         "backend": backend,
@@ -370,8 +406,9 @@ def init_group(backend: str, rank: int, world_size: int, timeout_s: float, devic
     dist.init_process_group(**kwargs)
 
 
-def run_job(job: Job, backend: str, device: torch.device, reporter: Reporter,
-            fault: Optional[FaultHook]) -> Any:
+def run_job(
+    job: Job, backend: str, device: torch.device, reporter: Reporter, fault: Optional[FaultHook]
+) -> Any:
     if isinstance(job, BenchPlan):
         return run_benchmark(job, device, reporter, fault=fault)
     if isinstance(job, SmokePlan):
@@ -435,7 +472,11 @@ def rank_main(spec: RankSpec, conn: Any) -> None:
         _maybe_fault(fault, spec.rank, "init", 0)
         device = select_device(spec.backend, spec.local_rank)
         init_group(
-            spec.backend, spec.rank, spec.world_size, spec.pg_timeout_s, device,
+            spec.backend,
+            spec.rank,
+            spec.world_size,
+            spec.pg_timeout_s,
+            device,
             init_method=f"tcp://{spec.master_addr}:{spec.master_port}",
         )
         if spec.rank == 0:
@@ -443,9 +484,10 @@ def rank_main(spec: RankSpec, conn: Any) -> None:
         result = run_job(spec.job, spec.backend, device, reporter, fault)
         _sync(device)
         reporter.send("done", result=result)
-        # Let every rank reach the end before rank 0 takes the store down.
+        # Every rank past its last collective before anyone closes its sockets; then exit without
+        # destroy_process_group (slow, and nothing is left to tear down cleanly in a process that
+        # ends here). A failure after "done" is ignored by the launcher.
         dist.barrier()
-        dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which decides
         code = 1
         try:

@@ -61,15 +61,21 @@ def collect_nccl(ctx: Context) -> SmokeFacts:
     decision = plan_launch(facts, "auto", None)
     if decision.backend != "nccl":
         if smoke is None:
-            return SmokeFacts("skip", "no usable GPU (run `ddpdoctor check --smoke` to test the gloo path on CPU)")
+            return SmokeFacts(
+                "skip", "no usable GPU (run `ddpdoctor check --smoke` to test the gloo path on CPU)"
+            )
         decision = plan_launch(facts, "gloo", CPU_SMOKE_RANKS)
     if decision.refusals:
-        return SmokeFacts("refused", backend=decision.backend, nproc=decision.nproc, refusals=list(decision.refusals))
+        return SmokeFacts(
+            "refused", backend=decision.backend, nproc=decision.nproc, refusals=list(decision.refusals)
+        )
     from ddpdoctor.bench.launcher import launch_local
     from ddpdoctor.bench.plan import SmokePlan
 
     budget = max(ctx.remaining() - 1.0, 1.0)
-    step_timeout = min(float(ctx.options.get("timeout") or SMOKE_STEP_TIMEOUT_S), SMOKE_STEP_TIMEOUT_S, budget)
+    step_timeout = min(
+        float(ctx.options.get("timeout") or SMOKE_STEP_TIMEOUT_S), SMOKE_STEP_TIMEOUT_S, budget
+    )
     launch = launch_local(
         SmokePlan(),
         nproc=decision.nproc,

@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import typer
 
@@ -30,8 +30,13 @@ def _split_ops(values: str) -> list[str]:
     from ddpdoctor.bench.math import OPS
 
     ops = [o.strip() for o in values.split(",") if o.strip()]
-    aliases = {"alltoall": "all_to_all", "allreduce": "all_reduce", "allgather": "all_gather",
-               "reducescatter": "reduce_scatter", "send_recv": "sendrecv"}
+    aliases = {
+        "alltoall": "all_to_all",
+        "allreduce": "all_reduce",
+        "allgather": "all_gather",
+        "reducescatter": "reduce_scatter",
+        "send_recv": "sendrecv",
+    }
     ops = [aliases.get(o, o) for o in ops]
     unknown = [o for o in ops if o not in OPS]
     if unknown or not ops:
@@ -54,15 +59,21 @@ def bench_nccl(
     nproc: Optional[int] = typer.Option(
         None, "--nproc", min=1, help="Ranks to start (default: one per visible GPU with NCCL, 4 on CPU)."
     ),
-    backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo (auto: NCCL when CUDA is usable)."),
+    backend: str = typer.Option(
+        "auto", "--backend", help="auto, nccl or gloo (auto: NCCL when CUDA is usable)."
+    ),
     ops: str = typer.Option(
         "all_reduce,all_gather,reduce_scatter,broadcast,reduce,all_to_all,sendrecv",
         "--ops",
         help="Comma-separated collectives to run.",
     ),
-    min_bytes: str = typer.Option("8", "--min-bytes", help="Smallest size (K/M/G = powers of 1024, as nccl-tests)."),
+    min_bytes: str = typer.Option(
+        "8", "--min-bytes", help="Smallest size (K/M/G = powers of 1024, as nccl-tests)."
+    ),
     max_bytes: Optional[str] = typer.Option(
-        None, "--max-bytes", help=f"Largest size (default {DEFAULT_MAX_BYTES_NCCL} with NCCL, {DEFAULT_MAX_BYTES_GLOO} with gloo)."
+        None,
+        "--max-bytes",
+        help=f"Largest size (default {DEFAULT_MAX_BYTES_NCCL} with NCCL, {DEFAULT_MAX_BYTES_GLOO} with gloo).",
     ),
     step_factor: int = typer.Option(2, "--step-factor", min=2, help="Multiply the size by this each step."),
     iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per size."),
@@ -78,7 +89,9 @@ def bench_nccl(
         help="Most seconds any one step may take (process-group init, or one op at one size); then the "
         "stuck ranks' stacks are printed and every rank is killed.",
     ),
-    json_file: Optional[str] = typer.Option(None, "--json", help="Write rows + environment as JSON to FILE ('-': stdout)."),
+    json_file: Optional[str] = typer.Option(
+        None, "--json", help="Write rows + environment as JSON to FILE ('-': stdout)."
+    ),
     csv_file: Optional[Path] = typer.Option(None, "--csv", help="Write rows + environment as CSV to FILE."),
     min_busbw: Optional[float] = typer.Option(
         None, "--min-busbw", min=0.0, help="Exit 1 when the all_reduce peak busbw (GB/s) is below this."
@@ -88,6 +101,19 @@ def bench_nccl(
     ),
     baseline_tolerance: float = typer.Option(
         0.10, "--baseline-tolerance", min=0.0, max=1.0, help="Allowed drop against --baseline (0.10 = 10%)."
+    ),
+    output_format: str = typer.Option(
+        "table",
+        "--format",
+        help="table, json (to stdout, like --json -), junit, github (workflow annotations) or markdown. "
+        "See docs/ci.md.",
+    ),
+    expect: Optional[Path] = typer.Option(
+        None,
+        "--expect",
+        help="Judge peak busbw per op against the [busbw_min_gbps] of an expectations TOML file (docs/ci.md).",
+        exists=True,
+        dir_okay=False,
     ),
 ) -> None:
     from ddpdoctor.bench.math import DTYPE_SIZES
@@ -105,6 +131,26 @@ def bench_nccl(
             size_sequence(lo, hi_given, step_factor)
     except ValueError as exc:
         raise _usage(str(exc)) from None
+    from ddpdoctor.render.formats import FORMATS
+
+    if output_format not in FORMATS:
+        raise _usage(f"--format must be one of {', '.join(FORMATS)}, not {output_format!r}")
+    if output_format == "json":
+        if json_file not in (None, "-"):
+            raise _usage("--format json prints to stdout; use --json FILE or --format json, not both")
+        json_file = "-"
+    elif output_format != "table" and json_file == "-":
+        raise _usage(
+            f"--json - and --format {output_format} would both print to stdout; write --json to a FILE"
+        )
+    expectations = None
+    if expect is not None:
+        from ddpdoctor.expect import ExpectationsError, load_expectations
+
+        try:
+            expectations = load_expectations(expect)
+        except ExpectationsError as exc:
+            raise _usage(str(exc)) from None
     if min_busbw is not None and "all_reduce" not in op_list:
         raise _usage("--min-busbw judges all_reduce: include it in --ops")
     baseline_rows = None
@@ -120,9 +166,22 @@ def bench_nccl(
 
     ext = detect_external_launch(os.environ)
     options = dict(
-        op_list=op_list, lo=lo, hi_given=hi_given, step_factor=step_factor, iters=iters, warmup=warmup,
-        dtype=dtype, check=check_values, timeout=timeout, json_file=json_file, csv_file=csv_file,
-        min_busbw=min_busbw, baseline_rows=baseline_rows, baseline_tolerance=baseline_tolerance,
+        op_list=op_list,
+        lo=lo,
+        hi_given=hi_given,
+        step_factor=step_factor,
+        iters=iters,
+        warmup=warmup,
+        dtype=dtype,
+        check=check_values,
+        timeout=timeout,
+        json_file=json_file,
+        csv_file=csv_file,
+        min_busbw=min_busbw,
+        baseline_rows=baseline_rows,
+        baseline_tolerance=baseline_tolerance,
+        format=output_format,
+        expectations=expectations,
     )
     if ext is not None:
         code = _run_joined(ext, backend, nproc, options)
@@ -163,9 +222,17 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
     if decision.refusals:
         render_refusals(decision.refusals)
         _write_outputs(
-            options, rows=[], env=_environment(facts, {}, decision.backend, decision.nproc), config={},
-            summaries=[], verdicts=[], launch=None, refusals=[f.to_dict() for f in decision.refusals],
-            code=int(ExitCode.USAGE), expected=None, ratios=[],
+            options,
+            rows=[],
+            env=_environment(facts, {}, decision.backend, decision.nproc),
+            config={},
+            summaries=[],
+            verdicts=[],
+            launch=None,
+            refusals=[f.to_dict() for f in decision.refusals],
+            code=int(ExitCode.USAGE),
+            expected=None,
+            ratios=[],
         )
         return int(ExitCode.USAGE)
     render_notes(decision.notes)
@@ -184,8 +251,15 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
         typer.echo(f"refused before launch: MASTER_PORT: {exc}", err=True)
         return int(ExitCode.USAGE)
     expected, interconnect = _expected(decision, facts, result.world_size)
-    return _report(options, plan, result, _environment(facts, result.env, decision.backend, decision.nproc),
-                   expected, interconnect, show=True)
+    return _report(
+        options,
+        plan,
+        result,
+        _environment(facts, result.env, decision.backend, decision.nproc),
+        expected,
+        interconnect,
+        show=True,
+    )
 
 
 def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
@@ -194,7 +268,9 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     from ddpdoctor.render.bench import BenchProgress
 
     if nproc is not None and nproc != ext.world_size:
-        raise _usage(f"--nproc {nproc} disagrees with the {ext.launcher} world size {ext.world_size}; drop --nproc")
+        raise _usage(
+            f"--nproc {nproc} disagrees with the {ext.launcher} world size {ext.world_size}; drop --nproc"
+        )
     if not ext.master_addr or not ext.master_port:
         raise _usage(
             f"launched by {ext.launcher} as rank {ext.rank}, but MASTER_ADDR/MASTER_PORT are not set; under srun: "
@@ -207,7 +283,10 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     plan = _plan(chosen, options)
     with BenchProgress(plan.steps if ext.rank == 0 else 0) as progress:
         result = join_as_rank(
-            plan, ext, backend=chosen, step_timeout_s=options["timeout"],
+            plan,
+            ext,
+            backend=chosen,
+            step_timeout_s=options["timeout"],
             on_event=progress.on_event if ext.rank == 0 else None,
         )
     env = dict(result.env)
@@ -240,7 +319,12 @@ def _expected(decision: Any, facts: Any, world_size: int) -> tuple[Optional[dict
     """Expected all_reduce busbw for the GPUs of this run (NCCL, one node)."""
     if decision.backend != "nccl" or world_size < 2:
         return None, None
-    from ddpdoctor.bench.expected import expected_busbw, nvlink_interconnect, parse_nvlink_speeds, pcie_interconnect
+    from ddpdoctor.bench.expected import (
+        expected_busbw,
+        nvlink_interconnect,
+        parse_nvlink_speeds,
+        pcie_interconnect,
+    )
     from ddpdoctor.bench.preflight import NVIDIA_SMI_NVLINK, visible_gpus
     from ddpdoctor.runner import run_argv
 
@@ -275,7 +359,12 @@ def _report(
         judge_min_busbw,
         summarize,
     )
-    from ddpdoctor.render.bench import render_bench_header, render_bench_summary, render_bench_table, render_launch_failure
+    from ddpdoctor.render.bench import (
+        render_bench_header,
+        render_bench_summary,
+        render_bench_table,
+        render_launch_failure,
+    )
 
     rows = result.rows
     summaries = summarize(rows, plan.ops)
@@ -290,6 +379,14 @@ def _report(
         verdicts.append(judge_baseline(ratios, options["baseline_tolerance"]))
     launch_failed = not result.ok and not result.interrupted
     code = exit_code_for(verdicts, launch_failed, result.interrupted)
+    expect_findings = []
+    if options.get("expectations") is not None and result.ok:
+        from ddpdoctor.expect import judge_bench
+        from ddpdoctor.model import Severity
+
+        expect_findings = judge_bench(options["expectations"], rows)
+        if code == 0 and any(f.severity == Severity.FAIL for f in expect_findings):
+            code = int(ExitCode.FAILED)
     if launch_failed and result.root_cause is not None and result.root_cause.rank == -1:
         code = int(ExitCode.INCONCLUSIVE)  # the ranks never started: no verdict on the interconnect
     config = {
@@ -305,15 +402,29 @@ def _report(
     }
     if show:
         json_to_stdout = options["json_file"] == "-"
-        if not json_to_stdout:
+        if not json_to_stdout and options.get("format", "table") == "table":
             render_bench_header(env, config)
             render_bench_table(rows, plan.ops)
             render_bench_summary(summaries, expected, interconnect, ratios, verdicts)
+            if expect_findings:
+                from ddpdoctor.render.formats import render_findings_text
+
+                typer.echo(render_findings_text(expect_findings), nl=False)
         if not result.ok:
             render_launch_failure(result)
         _write_outputs(
-            options, rows=rows, env=env, config=config, summaries=summaries, verdicts=verdicts,
-            launch=result.to_dict(), refusals=[], code=code, expected=expected, ratios=ratios,
+            options,
+            rows=rows,
+            env=env,
+            config=config,
+            summaries=summaries,
+            verdicts=verdicts,
+            launch=result.to_dict(),
+            refusals=[],
+            code=code,
+            expected=expected,
+            ratios=ratios,
+            extra=expect_findings,
         )
     return code
 
@@ -331,28 +442,41 @@ def _write_outputs(
     code: int,
     expected: Optional[dict[str, Any]],
     ratios: list[Any],
+    extra: Sequence[Any] = (),
 ) -> None:
     from ddpdoctor import __version__
     from ddpdoctor.bench.results import JSON_SCHEMA, ROW_FIELDS, csv_rows
     from ddpdoctor.render import print_json
 
     json_file, csv_file = options.get("json_file"), options.get("csv_file")
-    if json_file:
+    fmt = options.get("format", "table")
+    if json_file or fmt not in ("table", "json"):
         data = {
             "schema": JSON_SCHEMA,
             "tool": {"name": "ddpdoctor", "version": __version__},
             "environment": env,
             "config": config,
-            "rows": [{**{k: r.get(k) for k in ROW_FIELDS}, **({"skipped": r["skipped"]} if r.get("skipped") else {})}
-                     for r in rows],
+            "rows": [
+                {
+                    **{k: r.get(k) for k in ROW_FIELDS},
+                    **({"skipped": r["skipped"]} if r.get("skipped") else {}),
+                }
+                for r in rows
+            ],
             "summary": [s.to_dict() for s in summaries],
             "expected_all_reduce_busbw": expected,
             "baseline": [r.to_dict() for r in ratios],
             "verdicts": [v.to_dict() for v in verdicts],
             "launch": launch,
             "refusals": refusals,
+            "expectations": [f.to_dict() for f in extra],
             "exit_code": code,
         }
+    if fmt not in ("table", "json"):
+        from ddpdoctor.render.formats import document_from_bench, render_document
+
+        typer.echo(render_document(fmt, document_from_bench(data, extra)), nl=False)
+    if json_file:
         if json_file == "-":
             print_json(data)
         else:

@@ -117,7 +117,8 @@ def check(
     if prolog:
         from ddpdoctor.prolog import PROLOG_GRACE_S, arm_hard_deadline
 
-        arm_hard_deadline(timeout + PROLOG_GRACE_S)
+        # With --cluster the run also waits up to --join-timeout for the other nodes.
+        arm_hard_deadline(timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0))
     fmt = "json" if json_out else output_format
     options = {"smoke": smoke, "timeout": timeout}
     try:

@@ -48,6 +48,7 @@ def run_cluster_command(
         join_timeout_s=join_timeout,
         options=dict(options),
         expected_hosts=expand_hostlist(hosts) if hosts else (),
+        strict=strict,
     )
     outcome = run_cluster_check(opts)  # ClusterUsageError is a ValueError: check.py makes it exit 2
     if outcome.report is None:

@@ -40,7 +40,14 @@ def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
 )
 def explain(
     files: Optional[List[str]] = typer.Argument(None, help="Log files (plain or .gz); '-' for stdin."),
-    json_out: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the explanation as JSON (same as --format json)."
+    ),
+    output_format: str = typer.Option(
+        "table",
+        "--format",
+        help="table, json, junit (JUnit XML), github (workflow annotations) or markdown. See docs/ci.md.",
+    ),
     show_all: bool = typer.Option(
         False, "--all", help="Also show informational notes and every kept evidence line."
     ),
@@ -49,8 +56,13 @@ def explain(
     from ddpdoctor.explain import load_knowledge_base, scan_inputs
     from ddpdoctor.render import print_json
     from ddpdoctor.render.explain import render_explanation
+    from ddpdoctor.render.formats import FORMATS, document_from_explain, render_document
     from ddpdoctor.sources import redact_data
 
+    fmt = "json" if json_out else output_format.lower()
+    if fmt not in FORMATS:
+        typer.echo(f"error: unknown --format {fmt!r}; known: {', '.join(FORMATS)}", err=True)
+        raise typer.Exit(ExitCode.USAGE)
     names = list(files or ["-"])
     if names.count("-") > 1:
         typer.echo("error: stdin ('-') can be given only once", err=True)
@@ -76,8 +88,10 @@ def explain(
         raise typer.Exit(ExitCode.USAGE) from None
     explanation = explain_scan(kb, scan)
     report = redact_data(explanation.to_dict(show_all))
-    if json_out:
+    if fmt == "json":
         print_json(report)
-    else:
+    elif fmt == "table":
         render_explanation(report, show_all=show_all)
+    else:
+        typer.echo(render_document(fmt, document_from_explain(report)), nl=False)
     raise typer.Exit(int(explanation.exit_code))

@@ -10,6 +10,8 @@ from ddpdoctor.cli.app import app
 from ddpdoctor.cli.check import split_names
 from ddpdoctor.model import ExitCode
 
+# Formats rendered by ddpdoctor/render/formats.py (the others by ddpdoctor/render/lint.py).
+CI_ONLY_FORMATS = ("junit", "markdown")
 LINT_EXIT_HELP = "Exit codes: 0 no findings; 1 findings (or a file that does not parse); 2 usage error."
 
 
@@ -28,13 +30,18 @@ def lint(
         None, "--ignore", help="Skip these rule ids or prefixes (comma-separated)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (same as --format json)."),
-    fmt: str = typer.Option("text", "--format", help="Output format: text, json or github (annotations)."),
+    fmt: str = typer.Option(
+        "text",
+        "--format",
+        help="Output format: text (or table), json, github (annotations), junit (JUnit XML) or markdown. "
+        "See docs/ci.md.",
+    ),
 ) -> None:
     from ddpdoctor.lint import lint_paths, select_rules
     from ddpdoctor.render.lint import FORMATS, render_lint_report
 
-    fmt = fmt.lower()
-    if fmt not in FORMATS:
+    fmt = "text" if fmt.lower() == "table" else fmt.lower()
+    if fmt not in FORMATS and fmt not in CI_ONLY_FORMATS:
         typer.echo(f"error: unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", err=True)
         raise typer.Exit(ExitCode.USAGE)
     if json_out:
@@ -51,5 +58,10 @@ def lint(
     except FileNotFoundError as exc:
         typer.echo(f"error: no such file or directory: {exc}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
-    render_lint_report(report, fmt)
+    if fmt in CI_ONLY_FORMATS:
+        from ddpdoctor.render.formats import document_from_lint, render_document
+
+        typer.echo(render_document(fmt, document_from_lint(report.to_dict())), nl=False)
+    else:
+        render_lint_report(report, fmt)
     raise typer.Exit(report.exit_code)

@@ -52,6 +52,13 @@ from ddpdoctor.sources import LiveSources, redact_data
 
 DEFAULT_JOIN_TIMEOUT_S = 120.0
 DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
+# How long rank 0 waits for the other ranks to read the exit code before it exits itself.
+ACK_WAIT_S = 10.0
+RESULT_KEY = "result"
+
+
+def ack_key(rank: int) -> str:
+    return f"ack/{rank}"
 
 
 class ClusterUsageError(ValueError):
@@ -67,6 +74,7 @@ class ClusterOptions:
     lost_after_s: float = LOST_AFTER_S
     options: Mapping[str, Any] = field(default_factory=dict)
     expected_hosts: Sequence[str] = ()  # --hosts; under srun SLURM_JOB_NODELIST is used when empty
+    strict: bool = False
 
 
 @dataclass
@@ -260,7 +268,8 @@ def run_cluster_check(opts: ClusterOptions, env: Optional[Mapping[str, str]] = N
 def _follow_plan(
     channel: Channel, info: LaunchInfo, opts: ClusterOptions, payload: Any, start: float
 ) -> ClusterOutcome:
-    """Ranks other than 0: wait for rank 0's plan, then send the payload over gloo or the store."""
+    """Ranks other than 0: wait for rank 0's plan, send the payload over gloo or the store, then exit
+    with the cluster's exit code (see _finish)."""
     deadline = (
         start
         + opts.join_timeout_s
@@ -277,29 +286,56 @@ def _follow_plan(
                 int(ExitCode.INCONCLUSIVE),
                 f"rank 0 did not publish a plan within {deadline - start:.0f}s",
             )
-        plan_data = channel.get_json(PLAN_KEY) or {}
-        if plan_data.get("mode") == "gather":
+        plan = channel.get_json(PLAN_KEY) or {}
+        message = ""
+        if plan.get("mode") == "gather":
             _, error = gather_over_gloo(channel, info, payload, opts.collective_timeout_s)
-            if not error:
-                return ClusterOutcome(info.rank, None, int(ExitCode.HEALTHY))
+            if error:
+                channel.set_json(payload_key(info.rank), payload)
+                message = f"gloo gather failed ({error}); sent the report over the store"
+        elif info.rank in (plan.get("ranks") or []):
             channel.set_json(payload_key(info.rank), payload)
+        else:
+            message = "rank 0 gave up waiting for this rank (it joined or finished too late)"
+        # The fallback may keep rank 0 waiting for a collective timeout plus slack before it judges.
+        wait_until = time.monotonic() + 2 * opts.collective_timeout_s + 2 * READY_SLACK_S
+        result = channel.wait_for(RESULT_KEY, wait_until)
+        if result is None:
             return ClusterOutcome(
-                info.rank,
-                None,
-                int(ExitCode.INCONCLUSIVE),
-                f"gloo gather failed ({error}); sent the report over the store",
+                info.rank, None, int(ExitCode.INCONCLUSIVE), message or "rank 0 published no result"
             )
-        if info.rank not in (plan_data.get("ranks") or []):
-            return ClusterOutcome(
-                info.rank,
-                None,
-                int(ExitCode.INCONCLUSIVE),
-                "rank 0 gave up waiting for this rank (it joined or finished too late)",
-            )
-        channel.set_json(payload_key(info.rank), payload)
-        return ClusterOutcome(info.rank, None, int(ExitCode.HEALTHY))
+        channel.set(ack_key(info.rank), "1")
+        return ClusterOutcome(info.rank, None, _exit_code_from(result), message)
     except Exception as exc:  # noqa: BLE001 - rank 0 went away mid-way
         return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), f"lost rank 0: {exc}")
+
+
+def _exit_code_from(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return int(ExitCode.INCONCLUSIVE)
+
+
+def _finish(channel: Channel, report: ClusterReport, strict: bool, ranks: Sequence[int]) -> int:
+    """Publish the cluster's exit code so every rank exits with it, and wait (briefly) until they read it.
+
+    torchrun agents whose workers all succeeded wait in an exit barrier for the agents of the other
+    nodes, which never come when those failed: one exit code on every rank keeps every agent on the
+    same path, and gives srun one exit code for the step.
+    """
+    code = int(report.exit_code(strict))
+    try:
+        channel.set(RESULT_KEY, str(code))
+        deadline = time.monotonic() + ACK_WAIT_S
+        pending = [r for r in ranks if r != 0]
+        while pending and time.monotonic() < deadline:
+            pending = [r for r in pending if not channel.has(ack_key(r))]
+            if pending:
+                time.sleep(POLL_INTERVAL_S)
+    except Exception:  # noqa: BLE001, S110 - the report is done; a rank that left early changes nothing
+        pass
+    return code
 
 
 def _lead(
@@ -353,7 +389,7 @@ def _lead(
         duration_s=time.monotonic() - start,
         areas=[a.name for a in opts.areas],
     )
-    return ClusterOutcome(0, report, int(report.exit_code()))
+    return ClusterOutcome(0, report, _finish(channel, report, opts.strict, ready))
 
 
 def print_rank_message(outcome: ClusterOutcome) -> None:

@@ -81,7 +81,7 @@ peak RSS on a generated 1 GB log (docs/performance.md).
 | `precedence` | 0 kernel/hardware, 1 default, 2 generic (orders roots) |
 | `fallback` | recorded only when no other signature matched the same line |
 | `context_lines` | lines after a match read as torchrun's failure summary |
-| `keywords` | case-sensitive literals for the prefilter; a line is tested only if one occurs in it. They must not start with a lowercase letter, digit or space (the regex engine skips ahead on rare first bytes; `parse_knowledge_base` enforces it) |
+| `keywords` | case-sensitive literals for the prefilter; a line is tested only if one occurs in it. A keyword may be any substring of the message, so each starts at a rare byte (upper case, `(`, `<`, or j/q/x/z: `zed arguments: --local` for `unrecognized arguments: --local-rank`): the regex engine skips ahead on the set of first bytes, so common ones would make it test most bytes of a log. `parse_knowledge_base` enforces it |
 | `patterns` | regexes (case-insensitive) searched in the line after its prefixes; named groups (`seq`, `optype`, `numel_in`, `pid`, `local_rank`, `host`, ...) become event fields |
 | `cause`, `fix` | shown with every diagnosis |
 | `references` | public issues and documents (`owner/repo#N`) where the text and the fix come from |

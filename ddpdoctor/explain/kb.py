@@ -19,8 +19,10 @@ KB_SCHEMA = "ddpdoctor.explain.signatures/1"
 ROLES = ("root", "symptom", "consequence", "hint", "context")
 # A keyword must not start with one of these bytes. The prefilter is one regex (a trie of all keywords);
 # Python's regex engine skips ahead using the set of first characters, so keywords that start with a
-# lowercase letter, a digit or a space would make it test nearly every byte of a 1 GB log.
-_SLOW_FIRST_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789 \t")
+# common lowercase letter, a digit, a space or '-'/'_' would make it test a large share of the bytes of a
+# 1 GB log. A keyword is any substring of the message, so pick one starting at a rare byte (an upper-case
+# letter, or j, q, x, z: "zed arguments: --local" for "unrecognized arguments: --local-rank").
+_SLOW_FIRST_BYTES = frozenset(b"abcdefghiklmnoprstuvwy0123456789 \t-_:.,/")
 
 
 @dataclass(frozen=True)

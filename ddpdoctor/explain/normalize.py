@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 _LAUNCHER_PREFIX = re.compile(r"\[(rank|default) ?(\d+)\]:")
 _MSG_RANK = re.compile(r"\[(?:PG [^\]\[]*?)?Rank (\d+)\]")
+# NCCL: host:pid:tid [cudaDev]; container hostnames may be hex ids that start with a digit.
 _NCCL_PREFIX = re.compile(
-    r"(?<![\w.:\-])(?P<host>[A-Za-z][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?<![\w.:\-])(?P<host>(?=[\w.\-]*[A-Za-z])[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
 )
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
 _TS_ISO = re.compile(

@@ -25,6 +25,18 @@ EVIDENCE_DEFAULT = 3
 _ROLE_ORDER = {"root": 0, "symptom": 3, "consequence": 4, "hint": 5, "context": 6}
 _WATCHDOG_SIGS = ("watchdog.timeout", "watchdog.blocking_wait")
 _OOM_SIGS = ("oom.kernel", "oom.slurm", "dataloader.worker_killed")
+# Lines printed by the launcher or the kernel about another process: the file they are in says nothing
+# about their rank.
+_OTHER_PROCESS_SIGS = frozenset(
+    {
+        "oom.kernel",
+        "oom.slurm",
+        "launch.sigkill",
+        "launch.sigsegv",
+        "launch.sigterm_siblings",
+        "launch.child_failed",
+    }
+)
 
 
 @dataclass
@@ -173,7 +185,7 @@ def _attribute(ev: Event, pids: dict[int, _PidInfo], file_ranks: dict[int, int |
         ev.host = ev.host or info.host
     if ev.sig == "oom.slurm" and ev.rank is None and ev.fields.get("task", "").isdigit():
         ev.rank = int(ev.fields["task"])
-    if ev.rank is None and ev.local_rank is None and ev.pid is None:
+    if ev.rank is None and ev.local_rank is None and ev.sig not in _OTHER_PROCESS_SIGS:
         ev.rank = file_ranks.get(ev.file_index)
 
 

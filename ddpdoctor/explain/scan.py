@@ -355,16 +355,32 @@ def scan_stream(
     chunk_size: int = CHUNK_SIZE,
 ) -> None:
     """Scan a binary stream to its end. Read errors (a truncated .gz, an I/O error) end the scan of this
-    input and are recorded in stats.error; what was read before is kept."""
+    input and are recorded in stats.error; everything read before the error is scanned."""
     scanner = StreamScanner(kb, collector, stats, file_index)
-    try:
-        while True:
-            data = stream.read(chunk_size)
+    # read1 returns what one read of the underlying stream (or one gzip block) gives, so the data
+    # before a truncated gzip member's end is not lost with the EOFError.
+    read = getattr(stream, "read1", None) or stream.read
+    while True:
+        parts: list[bytes] = []
+        size = 0
+        error: BaseException | None = None
+        while size < chunk_size:
+            try:
+                data = read(chunk_size - size)
+            except (OSError, EOFError, zlib.error) as exc:
+                error = exc
+                break
             if not data:
                 break
-            scanner.feed(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        stats.error = f"read stopped early: {exc}"
+            parts.append(data)
+            size += len(data)
+        if parts:
+            scanner.feed(b"".join(parts))
+        if error is not None:
+            stats.error = f"read stopped early: {error}"
+            break
+        if size < chunk_size:
+            break
     scanner.close()
 
 

@@ -114,7 +114,9 @@ def _char_col(lines_b: Sequence[bytes], line: int, byte_offset: int) -> int:
     return byte_offset + 1
 
 
-def lint_source(source: Union[bytes, str], path: str = "<string>", rules: Optional[Sequence[Rule]] = None) -> list[Diagnostic]:
+def lint_source(
+    source: Union[bytes, str], path: str = "<string>", rules: Optional[Sequence[Rule]] = None
+) -> list[Diagnostic]:
     """Lint one script's text. Never imports or executes it: `ast.parse` only."""
     data = source.encode("utf-8") if isinstance(source, str) else source
     chosen = list(RULES.values()) if rules is None else list(rules)
@@ -123,9 +125,15 @@ def lint_source(source: Union[bytes, str], path: str = "<string>", rules: Option
     except SyntaxError as exc:
         line = exc.lineno or 1
         col = exc.offset or 1
-        return [Diagnostic(path, line, col, SYNTAX_ERROR, f"syntax error: {exc.msg}", "fix the syntax", "syntax-error")]
+        return [
+            Diagnostic(
+                path, line, col, SYNTAX_ERROR, f"syntax error: {exc.msg}", "fix the syntax", "syntax-error"
+            )
+        ]
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
-        return [Diagnostic(path, 1, 1, SYNTAX_ERROR, f"cannot parse: {type(exc).__name__}", "", "syntax-error")]
+        return [
+            Diagnostic(path, 1, 1, SYNTAX_ERROR, f"cannot parse: {type(exc).__name__}", "", "syntax-error")
+        ]
     facts = ModuleFacts(tree, data)
     raw: list[tuple[Rule, ast.AST, str]] = []
     for rule in chosen:
@@ -150,7 +158,9 @@ def lint_source(source: Union[bytes, str], path: str = "<string>", rules: Option
     return sorted(out)
 
 
-def lint_file(path: Path, rules: Optional[Sequence[Rule]] = None, display: Optional[str] = None) -> tuple[list[Diagnostic], int]:
+def lint_file(
+    path: Path, rules: Optional[Sequence[Rule]] = None, display: Optional[str] = None
+) -> tuple[list[Diagnostic], int]:
     """Lint one file; an unreadable file is reported, not raised. Returns (diagnostics, line count)."""
     shown = display or str(path)
     try:

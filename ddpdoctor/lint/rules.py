@@ -20,6 +20,7 @@ from ddpdoctor.lint.facts import (
     Scope,
     classify_guard,
     dotted,
+    ends_in_exit,
     final_identifier,
     is_rank_identifier,
     mentions_rank,
@@ -62,13 +63,28 @@ def rule(id: str, name: str, message: str, fix: str, why: str) -> Callable:
 
 _MP_MODULES = ("multiprocessing.", "torch.multiprocessing.")
 _SPAWN_FUNCS = frozenset(
-    {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.spawn.spawn"}
+    {
+        "torch.multiprocessing.spawn",
+        "torch.multiprocessing.start_processes",
+        "torch.multiprocessing.spawn.spawn",
+    }
 )
-_CHECKPOINT_FUNCS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
+_CHECKPOINT_FUNCS = frozenset(
+    {"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"}
+)
 # torch.cuda calls that do not create a CUDA context (safe before a fork).
 _CUDA_NO_INIT = frozenset(
-    {"is_available", "device_count", "is_initialized", "manual_seed", "manual_seed_all", "empty_cache",
-     "is_bf16_supported", "get_arch_list", "nccl"}
+    {
+        "is_available",
+        "device_count",
+        "is_initialized",
+        "manual_seed",
+        "manual_seed_all",
+        "empty_cache",
+        "is_bf16_supported",
+        "get_arch_list",
+        "nccl",
+    }
 )
 _GLOBAL_RANK_ENV = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
 # Collectives and the (position, keyword) of the tensors every rank must pass.
@@ -107,7 +123,10 @@ def uses_distributed(f: ModuleFacts) -> bool:
         f.memo["uses_distributed"] = (
             f.imports_prefix("torch.distributed", "torch.nn.parallel")
             or "distributed" in f.attrs
-            or any(True for _ in f.calls_named("init_process_group", "DistributedDataParallel", "DistributedSampler"))
+            or any(
+                True
+                for _ in f.calls_named("init_process_group", "DistributedDataParallel", "DistributedSampler")
+            )
         )
     return bool(f.memo["uses_distributed"])
 
@@ -133,7 +152,9 @@ def uses_cuda(f: ModuleFacts) -> bool:
         for cs in f.calls:
             if cs.qual.startswith("torch.cuda.") or cs.attr == "cuda" or cs.kwarg("device_ids") is not None:
                 found = True
-            elif any(_cuda_string(a) for a in cs.node.args) or any(_cuda_string(k.value) for k in cs.node.keywords):
+            elif any(_cuda_string(a) for a in cs.node.args) or any(
+                _cuda_string(k.value) for k in cs.node.keywords
+            ):
                 found = True
             if found:
                 break
@@ -154,7 +175,9 @@ def _is_set_device(cs: CallSite) -> bool:
     )
 
 
-def _function_contains(f: ModuleFacts, name: str, pred: Callable[[CallSite], bool], depth: int, seen: set) -> bool:
+def _function_contains(
+    f: ModuleFacts, name: str, pred: Callable[[CallSite], bool], depth: int, seen: set
+) -> bool:
     """Some function called `name` (or one it calls, a few levels deep) makes a call matching `pred`."""
     if depth > 4 or name in seen:
         return False
@@ -181,7 +204,9 @@ def _happens_before(
     if scope.is_module:
         return False
     return any(
-        _happens_before(f, c.scope, c.pos, pred, depth + 1) for c in f.callers.get(scope.name, ()) if c.scope is not scope
+        _happens_before(f, c.scope, c.pos, pred, depth + 1)
+        for c in f.callers.get(scope.name, ())
+        if c.scope is not scope
     )
 
 
@@ -256,9 +281,12 @@ def check_fork_start_cuda(f: ModuleFacts) -> Iterator[Hit]:
                 head = (cs.raw or "").split(".", 1)[0]
                 if f.contexts.get(head, "fork") != "fork":
                     continue
-                yield cs.node, (
-                    f"{cs.attr}() started with the default fork start method after CUDA was initialised "
-                    "in this function"
+                yield (
+                    cs.node,
+                    (
+                        f"{cs.attr}() started with the default fork start method after CUDA was initialised "
+                        "in this function"
+                    ),
                 )
 
 
@@ -286,7 +314,9 @@ def _is_composite_rank(value: ast.AST) -> bool:
     """`node_rank * gpus_per_node + gpu`: the global rank built from the spawn index on a multi-node run."""
     if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)):
         return False
-    return any(isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mult) for side in (value.left, value.right))
+    return any(
+        isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mult) for side in (value.left, value.right)
+    )
 
 
 class _GlobalRankTaint:
@@ -323,7 +353,9 @@ class _GlobalRankTaint:
                     return name
         return None
 
-    def assign(self, targets: list[ast.expr], value: Optional[ast.expr], env: set[str], record_self: bool) -> None:
+    def assign(
+        self, targets: list[ast.expr], value: Optional[ast.expr], env: set[str], record_self: bool
+    ) -> None:
         for target in targets:
             if isinstance(target, (ast.Tuple, ast.List)):
                 values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [None] * len(target.elts)
@@ -397,74 +429,111 @@ class _GlobalRankTaint:
         if culprit:
             self.hits.append((node, culprit))
 
-    def scan(self, root: ast.AST, env: set[str]) -> None:
-        for n in ast.walk(root):
-            t = type(n)
-            if t is ast.Call:
-                self.check_call(n, env)  # type: ignore[arg-type]
-                func = n.func  # type: ignore[attr-defined]
-                if isinstance(func, ast.Attribute) and func.attr == "format" and _cuda_prefix(func.value):
-                    self.check_string(n, env)
-            elif t is ast.JoinedStr:
-                if n.values and _cuda_prefix(n.values[0]):  # type: ignore[attr-defined]
-                    self.check_string(n, env)
-            elif t is ast.BinOp and isinstance(n.op, ast.Mod) and _cuda_prefix(n.left):  # type: ignore[attr-defined]
-                self.check_string(n, env)
-
-    def block(self, body: list[ast.stmt], env: set[str], record_self: bool) -> None:
+    def assignments(
+        self, body: list[ast.stmt], out: list[tuple[tuple[int, int], list[ast.expr], Optional[ast.expr]]]
+    ) -> None:
+        """The scope's assignments in source order, each keyed by where it takes effect (its end)."""
         for stmt in body:
             t = type(stmt)
-            if t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-                continue
             if t is ast.Assign:
-                self.scan(stmt.value, env)  # type: ignore[attr-defined]
-                self.assign(stmt.targets, stmt.value, env, record_self)  # type: ignore[attr-defined]
+                out.append(((stmt.end_lineno, stmt.end_col_offset), stmt.targets, stmt.value))  # type: ignore[attr-defined]
             elif t is ast.AnnAssign:
                 if stmt.value is not None:  # type: ignore[attr-defined]
-                    self.scan(stmt.value, env)  # type: ignore[attr-defined]
-                    self.assign([stmt.target], stmt.value, env, record_self)  # type: ignore[attr-defined]
-            elif t is ast.If or t is ast.While:
-                self.scan(stmt.test, env)  # type: ignore[attr-defined]
-                self.block(stmt.body, env, record_self)  # type: ignore[attr-defined]
-                self.block(stmt.orelse, env, record_self)  # type: ignore[attr-defined]
+                    out.append(((stmt.end_lineno, stmt.end_col_offset), [stmt.target], stmt.value))  # type: ignore[attr-defined]
+            elif t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                continue
             elif t is ast.For or t is ast.AsyncFor:
-                self.scan(stmt.iter, env)  # type: ignore[attr-defined]
-                self.assign([stmt.target], None, env, record_self)  # type: ignore[attr-defined]
-                self.block(stmt.body, env, record_self)  # type: ignore[attr-defined]
-                self.block(stmt.orelse, env, record_self)  # type: ignore[attr-defined]
-            elif t is ast.With or t is ast.AsyncWith:
-                for item in stmt.items:  # type: ignore[attr-defined]
-                    self.scan(item.context_expr, env)
-                self.block(stmt.body, env, record_self)  # type: ignore[attr-defined]
-            elif hasattr(stmt, "handlers"):  # try / try*
-                self.block(stmt.body, env, record_self)  # type: ignore[attr-defined]
-                for h in stmt.handlers:  # type: ignore[attr-defined]
-                    self.block(h.body, env, record_self)
-                self.block(stmt.orelse, env, record_self)  # type: ignore[attr-defined]
-                self.block(stmt.finalbody, env, record_self)  # type: ignore[attr-defined]
-            elif hasattr(stmt, "cases"):  # match
-                for case in stmt.cases:  # type: ignore[attr-defined]
-                    self.block(case.body, env, record_self)
+                it = stmt.iter  # type: ignore[attr-defined]
+                out.append(((it.end_lineno, it.end_col_offset), [stmt.target], None))  # type: ignore[attr-defined]
+                self.assignments(stmt.body, out)  # type: ignore[attr-defined]
+                self.assignments(stmt.orelse, out)  # type: ignore[attr-defined]
             else:
-                self.scan(stmt, env)
+                for field in ("body", "orelse", "finalbody"):
+                    block = getattr(stmt, field, None)
+                    if block:
+                        self.assignments(block, out)
+                for h in getattr(stmt, "handlers", ()):
+                    self.assignments(h.body, out)
+                for case in getattr(stmt, "cases", ()):
+                    self.assignments(case.body, out)
+
+    def scope_pass(
+        self, scope: Scope, env: set[str], record_self: bool, sinks: list[tuple[tuple[int, int], ast.AST]]
+    ) -> set[str]:
+        """Apply the scope's assignments in source order, checking each sink against the names tainted so
+        far (flow-insensitive inside branches: simple, in source order)."""
+        events: list[tuple[tuple[int, int], list[ast.expr], Optional[ast.expr]]] = []
+        self.assignments(scope.node.body, events)  # type: ignore[attr-defined]
+        i = 0
+        for end, targets, value in events:
+            while i < len(sinks) and sinks[i][0] < end:
+                self.check_sink(sinks[i][1], env)
+                i += 1
+            self.assign(targets, value, env, record_self)
+        for _, node in sinks[i:]:
+            self.check_sink(node, env)
+        return env
+
+    def check_sink(self, node: ast.AST, env: set[str]) -> None:
+        if isinstance(node, ast.Call):
+            self.check_call(node, env)
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "format" and _cuda_prefix(func.value):
+                self.check_string(node, env)
+        else:
+            self.check_string(node, env)
+
+    def sinks(self) -> dict[int, list[tuple[tuple[int, int], ast.AST]]]:
+        """Per scope (by id), the calls and "cuda:..." strings that can pick a device, in source order."""
+        out: dict[int, list[tuple[tuple[int, int], ast.AST]]] = {}
+        for scope in self.f.scopes:
+            found = [(cs.pos, cs.node) for cs in scope.calls if _maybe_device_sink(cs)]
+            if found:
+                out[id(scope)] = found
+        for node, scope in self.f.cuda_strings:
+            out.setdefault(id(scope), []).append(((node.lineno, node.col_offset), node))  # type: ignore[attr-defined]
+        for found in out.values():
+            found.sort(key=lambda item: item[0])
+        return out
 
     def run(self) -> list[tuple[ast.AST, str]]:
         f = self.f
-        module_env: set[str] = set()
-        self.block(f.tree.body, module_env, record_self=False)
-        module_hits = list(self.hits)
+        sinks = self.sinks()
+        if not sinks:
+            return []
+        module_env = self.scope_pass(f.module, set(), False, sinks.get(id(f.module), []))
         functions = [s for s in f.scopes if not s.is_module]
         # Pass 1 learns which self.<attr> hold the global rank in any method; pass 2 reports.
-        for scope in functions:
-            self.block(scope.node.body, self._initial(module_env, scope), record_self=True)  # type: ignore[attr-defined]
+        module_hits = list(self.hits)
+        if "self" in f.names:
+            for scope in functions:
+                self.scope_pass(scope, self._initial(module_env, scope), True, [])
         self.hits = module_hits
         for scope in functions:
-            self.block(scope.node.body, self._initial(module_env, scope), record_self=False)  # type: ignore[attr-defined]
+            found = sinks.get(id(scope))
+            if found:
+                self.scope_pass(scope, self._initial(module_env, scope), False, found)
         return self.hits
 
     @staticmethod
     def _initial(module_env: set[str], scope: Scope) -> set[str]:
         return {k for k in module_env if "." not in k and k not in scope.params}
+
+
+_DEVICE_KWARGS = frozenset({"device_ids", "device", "output_device", "device_id", "map_location"})
+
+
+def _maybe_device_sink(cs: CallSite) -> bool:
+    if cs.attr in ("to", "cuda", "set_device", "set_device_index", "device"):
+        return True
+    return any(kw.arg in _DEVICE_KWARGS for kw in cs.node.keywords)
+
+
+# Text that any global-rank source needs: get_rank(), a RANK-like environment key, `rank = a * b + c`.
+_RANK_SOURCE_RE = re.compile(
+    rb"get_(?:global_)?rank|['\"](?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK|PMIX_RANK)['\"]"
+    rb"|rank\s*=[^=\n][^\n]*\*"
+)
 
 
 def _cuda_prefix(node: ast.AST) -> bool:
@@ -479,17 +548,19 @@ def _cuda_prefix(node: ast.AST) -> bool:
     "Ranks are numbered across nodes; GPU ordinals restart at 0 on every node.",
 )
 def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
-    src = f.source
-    if b"rank" not in src.lower() and b"SLURM_PROCID" not in src and b"PMI" not in src:
-        return
+    if not _RANK_SOURCE_RE.search(f.source):
+        return  # no global rank is read or computed anywhere in the file
     seen: set[int] = set()
     for node, culprit in _GlobalRankTaint(f).run():
         if id(node) in seen:
             continue
         seen.add(id(node))
-        yield node, (
-            f"GPU chosen from the global rank `{culprit}`: on a multi-node run it is past the node's GPU count "
-            "(invalid device ordinal) or puts two ranks on one GPU"
+        yield (
+            node,
+            (
+                f"GPU chosen from the global rank `{culprit}`: on a multi-node run it is past the node's GPU count "
+                "(invalid device ordinal) or puts two ranks on one GPU"
+            ),
         )
 
 
@@ -590,7 +661,11 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
         values = [kw.value for kw in cs.node.keywords if kw.arg == "MASTER_PORT"]
         for a in cs.node.args:
             if isinstance(a, ast.Dict):
-                values += [v for k, v in zip(a.keys, a.values) if isinstance(k, ast.Constant) and k.value == "MASTER_PORT"]
+                values += [
+                    v
+                    for k, v in zip(a.keys, a.values)
+                    if isinstance(k, ast.Constant) and k.value == "MASTER_PORT"
+                ]
         for v in values:
             port = _literal_port(v)
             if port:
@@ -613,7 +688,9 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
     "The sampler seeds its shuffle with seed + epoch, and epoch stays 0 unless set.",
 )
 def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
-    samplers = [cs for cs in f.calls_named("DistributedSampler") if const_value(cs.arg(3, "shuffle")) in (None, True)]
+    samplers = [
+        cs for cs in f.calls_named("DistributedSampler") if const_value(cs.arg(3, "shuffle")) in (None, True)
+    ]
     if not samplers:
         return
     for cs in f.calls_named("set_epoch"):
@@ -717,6 +794,10 @@ def check_data_parallel(f: ModuleFacts) -> Iterator[Hit]:
             yield cs.node
 
 
+# The module as an argv element, or in a command line: not prose that merely names it.
+_LAUNCH_RE = re.compile(r"^\s*torch\.distributed\.launch\s*$|-m\s+torch\.distributed\.launch\b")
+
+
 @rule(
     "DDP012",
     "distributed-launch",
@@ -727,7 +808,9 @@ def check_data_parallel(f: ModuleFacts) -> Iterator[Hit]:
 def check_distributed_launch(f: ModuleFacts) -> Iterator[Hit]:
     lines: set[int] = set()
     for module, stmt in f.imported_modules:
-        if (module == "torch.distributed.launch" or module.startswith("torch.distributed.launch.")) and stmt.lineno not in lines:
+        if (
+            module == "torch.distributed.launch" or module.startswith("torch.distributed.launch.")
+        ) and stmt.lineno not in lines:
             lines.add(stmt.lineno)
             yield stmt
     if b"torch.distributed.launch" not in f.source:
@@ -739,7 +822,7 @@ def check_distributed_launch(f: ModuleFacts) -> Iterator[Hit]:
         elif (
             isinstance(n, ast.Constant)
             and isinstance(n.value, str)
-            and "torch.distributed.launch" in n.value
+            and _LAUNCH_RE.search(n.value)
             and id(n) not in bare_strings
             and n.lineno not in lines
         ):
@@ -780,6 +863,20 @@ def _collective(f: ModuleFacts, node: ast.Call) -> Optional[tuple[str, list[ast.
 
 
 _DEFINED, _NONE, _PARTIAL = "defined", "none", "partial"
+
+
+def _none_checked(test: ast.AST, negated: bool = False) -> Optional[str]:
+    """`x is None` (or `x is not None` when negated) -> "x"."""
+    op = ast.IsNot if negated else ast.Is
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], op)
+        and isinstance(test.left, ast.Name)
+        and _is_const(test.comparators[0], None)
+    ):
+        return test.left.id
+    return None
 
 
 class _PartialTensor:
@@ -832,6 +929,12 @@ class _PartialTensor:
             elif t is ast.AnnAssign and stmt.value is not None:  # type: ignore[attr-defined]
                 self.scan(stmt.value, state, in_rank)  # type: ignore[attr-defined]
                 self.assign(stmt.target, stmt.value, state)  # type: ignore[attr-defined]
+            elif t is ast.Assert:
+                name = _none_checked(stmt.test, negated=True)  # type: ignore[attr-defined]
+                if name:
+                    state[name] = _DEFINED  # `assert x is not None`
+            elif t is ast.If and not stmt.orelse and ends_in_exit(stmt.body) and _none_checked(stmt.test):  # type: ignore[attr-defined]
+                state[_none_checked(stmt.test)] = _DEFINED  # type: ignore[attr-defined,index]  # `if x is None: raise`
             elif t is ast.If:
                 self.scan(stmt.test, state, in_rank)  # type: ignore[attr-defined]
                 rank_test = bool(classify_guard(stmt.test)) or mentions_rank(stmt.test)  # type: ignore[attr-defined]
@@ -887,7 +990,9 @@ class _PartialTensor:
 def check_collective_partial_tensor(f: ModuleFacts) -> Iterator[Hit]:
     checker = _PartialTensor(f)
     for scope in f.scopes:
-        if not any(cs.attr in _COLLECTIVES and cs.qual.startswith("torch.distributed.") for cs in scope.calls):
+        if not any(
+            cs.attr in _COLLECTIVES and cs.qual.startswith("torch.distributed.") for cs in scope.calls
+        ):
             continue
         body = scope.node.body  # type: ignore[attr-defined]
         checker.block(body, {}, False)
@@ -895,8 +1000,10 @@ def check_collective_partial_tensor(f: ModuleFacts) -> Iterator[Hit]:
 
 
 def _uses_ddp_wrapper(f: ModuleFacts) -> bool:
-    return "DistributedDataParallel" in f.names or "DistributedDataParallel" in f.attrs or any(
-        cs.qual.endswith("DistributedDataParallel") for cs in f.calls
+    return (
+        "DistributedDataParallel" in f.names
+        or "DistributedDataParallel" in f.attrs
+        or any(cs.qual.endswith("DistributedDataParallel") for cs in f.calls)
     )
 
 
@@ -921,8 +1028,15 @@ def check_reentrant_checkpoint(f: ModuleFacts) -> Iterator[Hit]:
         if ddp and cs.qual in _CHECKPOINT_FUNCS:
             flag = cs.kwarg("use_reentrant")
             if (flag is None and not cs.has_star_kwargs()) or _is_const(flag, True):
-                shown = "use_reentrant=True" if flag is not None else "without use_reentrant= (reentrant by default)"
-                yield cs.node, f"{cs.attr}() {shown} in a DDP model: 'Expected to mark a variable ready only once'"
+                shown = (
+                    "use_reentrant=True"
+                    if flag is not None
+                    else "without use_reentrant= (reentrant by default)"
+                )
+                yield (
+                    cs.node,
+                    f"{cs.attr}() {shown} in a DDP model: 'Expected to mark a variable ready only once'",
+                )
         elif cs.attr == "gradient_checkpointing_enable":
             kwargs = cs.kwarg("gradient_checkpointing_kwargs")
             if kwargs is None and cs.has_star_kwargs():
@@ -934,9 +1048,12 @@ def check_reentrant_checkpoint(f: ModuleFacts) -> Iterator[Hit]:
                     for k, v in zip(kwargs.keys, kwargs.values)
                 )
             ):
-                yield cs.node, (
-                    "gradient_checkpointing_enable() without use_reentrant=False under DDP: "
-                    "'Expected to mark a variable ready only once'"
+                yield (
+                    cs.node,
+                    (
+                        "gradient_checkpointing_enable() without use_reentrant=False under DDP: "
+                        "'Expected to mark a variable ready only once'"
+                    ),
                 )
 
 
@@ -953,9 +1070,12 @@ def check_spawn_main_guard(f: ModuleFacts) -> Iterator[Hit]:
             continue
         if cs.qual in _SPAWN_FUNCS or _is_process(f, cs, pools=False):
             if _runs_at_import(f, cs.scope):
-                yield cs.node, (
-                    f'{cs.attr}() runs at import time, without an `if __name__ == "__main__":` guard: '
-                    "each spawned child re-runs it"
+                yield (
+                    cs.node,
+                    (
+                        f'{cs.attr}() runs at import time, without an `if __name__ == "__main__":` guard: '
+                        "each spawned child re-runs it"
+                    ),
                 )
 
 

@@ -142,15 +142,17 @@ def parse_nccl_tests(text: str) -> PerfTable:
         row: dict[str, Any] = {}
         for name, raw in zip(lead, values):
             row[name] = raw if name in ("type", "redop") else _num(raw)
-        rest = values[len(lead):]
-        labels = ["out_of_place", "in_place"] if len(groups) == 2 else [f"group{i}" for i in range(len(groups))]
+        rest = values[len(lead) :]
+        labels = (
+            ["out_of_place", "in_place"] if len(groups) == 2 else [f"group{i}" for i in range(len(groups))]
+        )
         if len(groups) == 1:
             labels = ["out_of_place"]
         for label, names in zip(labels, groups):
             if not rest:
                 break
             row[label] = _group_values(names, rest[: len(names)])
-            rest = rest[len(names):]
+            rest = rest[len(names) :]
         if test_name:
             row["test"] = test_name
         table.rows.append(row)

@@ -118,7 +118,9 @@ def render_bench_summary(
                 out(f"# {r.op:<15} {'-':>10} {'-':>10} {'-':>7}  not in baseline", highlight=False)
                 continue
             flag = "  REGRESSED" if r.regressed else ""
-            out(f"# {r.op:<15} {r.baseline_busbw:10.2f} {r.busbw:10.2f} {r.ratio:7.2f}{flag}", highlight=False)
+            out(
+                f"# {r.op:<15} {r.baseline_busbw:10.2f} {r.busbw:10.2f} {r.ratio:7.2f}{flag}", highlight=False
+            )
     for v in verdicts:
         out(f"# {'FAIL' if v.failed else 'OK'}: {v.summary}", highlight=False)
 
@@ -210,7 +212,9 @@ class BenchProgress:
             return
         kind = msg.get("kind")
         if kind == "step":
-            label = "init process group" if msg.get("op") == "init" else f"{msg.get('op')} {msg.get('size')} B"
+            label = (
+                "init process group" if msg.get("op") == "init" else f"{msg.get('op')} {msg.get('size')} B"
+            )
             self._progress.update(self._task, description=label)
         elif kind == "row":
             self._progress.advance(self._task)

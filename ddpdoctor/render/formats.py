@@ -147,6 +147,212 @@ def _one_line(text: str) -> str:
     return " ".join(_CONTROL.sub(" ", text).split())
 
 
+# --- converters: each command's JSON document to a Document --------------------------------------------
+# They read the documented JSON (docs/schemas/), not the commands' internals, so a saved --json file
+# converts the same way.
+
+
+def _as_int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def document_from_lint(data: Mapping[str, Any]) -> Document:
+    """`ddpdoctor lint --json` (ddpdoctor.lint/1) as a Document: one finding per diagnostic, located at its
+    file, line and column; grouped by file (a JUnit suite per file, a test case per rule id)."""
+    findings = []
+    for d in data.get("diagnostics") or []:
+        if not isinstance(d, Mapping):
+            continue
+        path, line, col = str(d.get("path") or "?"), _as_int(d.get("line")), _as_int(d.get("col"))
+        findings.append(
+            Finding(
+                id=str(d.get("code") or "DDP"),
+                severity=Severity.FAIL,
+                title=str(d.get("name") or d.get("code") or "lint"),
+                summary=str(d.get("message") or ""),
+                fix=str(d.get("fix") or ""),
+                evidence=(Evidence(f"{path}:{line}:{col}"),),
+                area=path,
+                data={"location": {"file": path, "line": line, "col": col}},
+            )
+        )
+    checked = _as_int(data.get("files_checked"))
+    if not findings:
+        findings.append(
+            Finding(
+                id="lint.clean",
+                severity=Severity.OK,
+                title="No DDP pitfalls found",
+                summary=f"{checked} file(s) checked, no findings",
+                area="lint",
+            )
+        )
+    return Document(
+        command="lint",
+        findings=findings,
+        exit_code=_as_int(data.get("exit_code")),
+        meta={"files checked": checked},
+    )
+
+
+def _diagnosis_finding(d: Mapping[str, Any], role: str) -> Finding:
+    first = d.get("first") if isinstance(d.get("first"), Mapping) else {}
+    who = ", ".join(
+        [f"rank {r}" for r in (d.get("ranks") or [])[:4]] + [str(h) for h in (d.get("hosts") or [])[:2]]
+    )
+    where = f" (first at {first.get('source')})" if first.get("source") else ""
+    label = {"root_cause": "Root cause", "consequence": "Consequence"}.get(role, role.capitalize())
+    summary = f"{label}{' on ' + who if who else ''}{where}: {d.get('cause') or d.get('title') or ''}"
+    evidence = tuple(
+        Evidence(str(e.get("source") or "log"), str(e.get("excerpt") or ""))
+        for e in d.get("evidence") or []
+        if isinstance(e, Mapping)
+    )
+    try:
+        severity = Severity.parse(str(d.get("severity") or "fail"))
+    except KeyError:
+        severity = Severity.FAIL
+    location = {"file": first.get("file"), "line": first.get("line")} if first.get("file") else None
+    return Finding(
+        id=str(d.get("id") or "explain.unknown"),
+        severity=severity,
+        title=str(d.get("title") or d.get("id") or "diagnosis"),
+        summary=summary,
+        fix=str(d.get("fix") or ""),
+        evidence=evidence,
+        area=role,
+        data={"location": location} if location else {},
+    )
+
+
+def document_from_explain(data: Mapping[str, Any]) -> Document:
+    """`ddpdoctor explain --json` (ddpdoctor.explain/1) as a Document: the root cause first, then the
+    consequences and notes, each located at its first occurrence in the logs."""
+    findings = []
+    if isinstance(data.get("root_cause"), Mapping):
+        findings.append(_diagnosis_finding(data["root_cause"], "root_cause"))
+    findings += [
+        _diagnosis_finding(d, "consequence") for d in data.get("consequences") or [] if isinstance(d, Mapping)
+    ]
+    findings += [_diagnosis_finding(d, "note") for d in data.get("notes") or [] if isinstance(d, Mapping)]
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    if not findings:
+        findings.append(
+            Finding(
+                id="explain.nothing",
+                severity=Severity.OK,
+                title="No known failure signature",
+                summary=f"Nothing recognised in {len(inputs)} input(s)",
+                area="root_cause",
+            )
+        )
+    return Document(
+        command="explain",
+        findings=findings,
+        exit_code=_as_int(data.get("exit_code")),
+        meta={"inputs": ", ".join(str(i.get("name")) for i in inputs)},
+    )
+
+
+def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) -> Document:
+    """`ddpdoctor bench-nccl --json` (ddpdoctor.bench/1) as a Document: refusals, the launch outcome, the
+    verdicts (correctness, --min-busbw, --baseline), peak busbw per op, plus `extra` findings (e.g. the
+    --expect bandwidth expectations)."""
+    from ddpdoctor.expect import show_gbps
+
+    findings: list[Finding] = []
+    for r in data.get("refusals") or []:
+        if isinstance(r, Mapping):
+            try:
+                sev = Severity.parse(str(r.get("severity") or "fail"))
+            except KeyError:
+                sev = Severity.FAIL
+            findings.append(
+                Finding(
+                    id=str(r.get("id") or "bench.refused"),
+                    severity=sev,
+                    title=str(r.get("title") or "Launch refused"),
+                    summary=str(r.get("summary") or ""),
+                    fix=str(r.get("fix") or ""),
+                    evidence=tuple(
+                        Evidence(str(e.get("source") or "bench-nccl"), str(e.get("excerpt") or ""))
+                        for e in r.get("evidence") or []
+                        if isinstance(e, Mapping)
+                    ),
+                    area="launch",
+                )
+            )
+    launch = data.get("launch") if isinstance(data.get("launch"), Mapping) else None
+    if launch is not None and not launch.get("ok", True):
+        root = launch.get("root_cause") if isinstance(launch.get("root_cause"), Mapping) else {}
+        what = (
+            "interrupted"
+            if launch.get("interrupted")
+            else "timed out"
+            if launch.get("timed_out")
+            else "failed"
+        )
+        detail = ", ".join(
+            f"{k}={root[k]}"
+            for k in ("rank", "host", "op", "size", "kind", "signal", "exc_type")
+            if root.get(k) not in (None, "")
+        )
+        findings.append(
+            Finding(
+                id="bench.launch",
+                severity=Severity.FAIL,
+                title="Benchmark ranks",
+                summary=f"The benchmark {what}" + (f": root cause {detail}" if detail else ""),
+                fix="Run `ddpdoctor check`, then `NCCL_DEBUG=INFO ddpdoctor bench-nccl` to see the failing rank.",
+                evidence=(
+                    Evidence("bench-nccl launch", str(root.get("message") or root.get("stack") or "")[:2000]),
+                ),
+                area="launch",
+            )
+        )
+    for v in data.get("verdicts") or []:
+        if isinstance(v, Mapping):
+            findings.append(
+                Finding(
+                    id=str(v.get("id") or "bench.verdict"),
+                    severity=Severity.FAIL if v.get("failed") else Severity.OK,
+                    title=str(v.get("id") or "verdict").replace("bench.", "").replace("_", " "),
+                    summary=str(v.get("summary") or ""),
+                    area="verdicts",
+                    data=dict(v.get("data") or {}),
+                )
+            )
+    for s in data.get("summary") or []:
+        if isinstance(s, Mapping) and s.get("op"):
+            peak = s.get("peak_busbw")
+            text = (
+                f"peak busbw {show_gbps(peak)} GB/s at {s.get('peak_size')} bytes, "
+                f"average {show_gbps(float(s.get('avg_busbw') or 0))} GB/s"
+                if isinstance(peak, (int, float))
+                else "not measured"
+            )
+            findings.append(
+                Finding(
+                    id=f"bench.busbw.{s['op']}",
+                    severity=Severity.INFO,
+                    title=f"{s['op']} bus bandwidth",
+                    summary=text,
+                    area="busbw",
+                    data=dict(s),
+                )
+            )
+    findings += list(extra)
+    env = data.get("environment") if isinstance(data.get("environment"), Mapping) else {}
+    config = data.get("config") if isinstance(data.get("config"), Mapping) else {}
+    return Document(
+        command="bench-nccl",
+        findings=findings,
+        host=str(env.get("host") or ""),
+        exit_code=_as_int(data.get("exit_code")),
+        meta={"backend": config.get("backend", ""), "world size": config.get("world_size", "")},
+    )
+
+
 # --- JUnit XML ---------------------------------------------------------------------------------------
 
 
@@ -379,6 +585,16 @@ def render_markdown(doc: Document, strict: bool = False, heading_level: int = 2)
                     blocks.append(md_code_block(ev.excerpt))
         out += ["", md_details("Evidence", "\n\n".join(blocks))]
     return "\n".join(out).rstrip() + "\n"
+
+
+def render_findings_text(findings: Sequence[Finding]) -> str:
+    """Plain lines `SEVERITY id: summary` (with the fix for warn and worse), e.g. under a benchmark table."""
+    lines = []
+    for f in findings:
+        lines.append(f"{f.severity.label.upper():5} {f.id}: {_one_line(f.summary)}")
+        if f.fix and f.severity >= Severity.WARN:
+            lines.append(f"      fix: {_one_line(f.fix)}")
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 # --- Slurm prolog / NHC ------------------------------------------------------------------------------

@@ -56,7 +56,9 @@ def _summary(report: LintReport) -> str:
 def render_lint_text(report: LintReport) -> None:
     con = console()
     for d in report.diagnostics:
-        line = Text.assemble((f"{d.path}:{d.line}:{d.col}:", "bold"), " ", (d.code, "bold red"), " ", d.message)
+        line = Text.assemble(
+            (f"{d.path}:{d.line}:{d.col}:", "bold"), " ", (d.code, "bold red"), " ", d.message
+        )
         con.print(line, soft_wrap=True)
         if d.fix:
             con.print(Text.assemble("    ", ("fix:", "cyan"), " ", d.fix), soft_wrap=True)

@@ -1,0 +1,185 @@
+"""Fault tests on real ranks: a killed rank, a stopped rank, a taken port, NCCL without CUDA, Ctrl-C.
+
+bench-nccl runs as a real subprocess (`python -m ddpdoctor bench-nccl`); a marker in its
+environment lets us find every process it started, to prove none survives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+import ddpdoctor.bench.launcher as launcher
+from ddpdoctor.bench.plan import FAULT_ENV, BenchPlan
+
+STEP_TIMEOUT_S = 6
+MARKER = "DDPDOCTOR_TEST_MARKER"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _marked(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get(MARKER) == marker and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _survivors(marker: str, wait_s: float = 2.0) -> list[psutil.Process]:
+    end = time.monotonic() + wait_s
+    while True:
+        alive = _marked(marker)
+        if not alive or time.monotonic() > end:
+            return alive
+        time.sleep(0.05)
+
+
+def _start(*args: str, fault: str | None = None, extra_env: dict | None = None):
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, COLUMNS="120", NO_COLOR="1", **{MARKER: marker})
+    env.pop("MASTER_PORT", None)
+    if fault:
+        env[FAULT_ENV] = fault
+    env.update(extra_env or {})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpdoctor", "bench-nccl", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    return proc, marker
+
+
+def _run(*args: str, fault: str | None = None, extra_env: dict | None = None, limit_s: float = 60):
+    proc, marker = _start(*args, fault=fault, extra_env=extra_env)
+    start = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=limit_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            for p in _marked(marker):
+                p.kill()
+    return proc.returncode, out, err, time.monotonic() - start, marker
+
+
+BASE = (
+    "--backend",
+    "gloo",
+    "--nproc",
+    "3",
+    "--ops",
+    "all_reduce,broadcast",
+    "--min-bytes",
+    "64",
+    "--max-bytes",
+    "4K",
+    "--step-factor",
+    "8",
+    "--iters",
+    "2",
+    "--warmup",
+    "1",
+    "--timeout",
+    str(STEP_TIMEOUT_S),
+)
+
+
+def test_sigkill_one_rank_names_it_root_cause() -> None:
+    code, out, err, took, marker = _run(*BASE, fault="rank=1,op=all_reduce,size=512,action=kill")
+    assert code == 1, err
+    assert took < STEP_TIMEOUT_S + 20  # failed fast: no need to wait for the watchdog
+    root = [line for line in err.splitlines() if line.startswith("root cause:")]
+    assert root and "rank 1" in root[0] and "all_reduce" in root[0] and "SIGKILL" in root[0], err
+    assert "other ranks (consequences)" in err
+    # Rows measured before the failure are still printed.
+    assert "Collective test: all_reduce" in out and "      64" in out
+    assert _survivors(marker) == []
+
+
+def test_sigstop_one_rank_watchdog_names_it_and_kills_all() -> None:
+    code, out, err, took, marker = _run(*BASE, fault="rank=2,op=broadcast,size=512,action=stop")
+    assert code == 1, err
+    assert took < STEP_TIMEOUT_S + 20
+    assert f"watchdog: no progress within --timeout {STEP_TIMEOUT_S}s" in err
+    root = [line for line in err.splitlines() if line.startswith("root cause:")]
+    assert root and "rank 2" in root[0] and "broadcast" in root[0] and "stopped" in root[0], err
+    # The stuck ranks' Python stacks are shown, the stopped one included.
+    assert "stack of rank 2" in err and "_maybe_fault" in err
+    assert "stack of rank 0" in err and "torch/distributed" in err
+    assert _survivors(marker) == []
+
+
+def test_pinned_master_port_taken_is_refused_before_launch() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, out, err, took, marker = _run(*BASE, extra_env={"MASTER_PORT": str(port)})
+    assert code == 2
+    assert "refused before launch" in err and f"MASTER_PORT={port}" in err
+    assert f"PID {os.getpid()}" in err
+    assert "Collective test" not in out  # nothing ran
+    assert _survivors(marker) == []
+
+
+def test_nccl_without_cuda_refused_clearly() -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code, out, err, took, marker = _run("--backend", "nccl", "--nproc", "2")
+    assert code == 2
+    assert "refused before launch: NCCL requested without usable CUDA" in err
+    assert "fix:" in err and "--backend gloo" in err
+
+
+def test_ctrl_c_stops_every_rank() -> None:
+    proc, marker = _start(*BASE, fault="rank=0,op=broadcast,size=64,action=hang")
+    try:
+        deadline = time.monotonic() + 30
+        # Wait until the ranks are up (they carry the marker too), then interrupt.
+        while len(_marked(marker)) < 5 and time.monotonic() < deadline:  # cli + zygote + 3 ranks
+            time.sleep(0.1)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert _survivors(marker) == []
+
+
+def test_port_clash_is_retried_with_another_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        picks = iter([taken])
+        real_pick = launcher.pick_free_port
+        monkeypatch.setattr(launcher, "pick_free_port", lambda host: next(picks, None) or real_pick(host))
+        result = launcher.launch_local(
+            BenchPlan(ops=("all_reduce",), sizes=(64,), iters=1, warmup=0),
+            nproc=2,
+            backend="gloo",
+            step_timeout_s=30,
+        )
+    assert result.ok, result.root_cause
+    assert result.port_attempts == 2 and result.master_port != taken
