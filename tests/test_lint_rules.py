@@ -904,6 +904,45 @@ NEAR_MISSES: list[tuple[str, str]] = [
 ]
 
 
+# Cases added after checking the rules against pytorch/examples (precision on real repositories).
+POSITIVES += [
+    (
+        "DDP005",
+        """
+        def train_one_epoch(model, loader):
+            for batch in loader:
+                model(batch)
+        def main(ds, model):
+            sampler = DistributedSampler(ds)  # <-
+            loader = DataLoader(ds, sampler=sampler)
+            for epoch in range(3):
+                train_one_epoch(model, loader)
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP003",
+        """
+        def setup():
+            # a helper called from another file, whose caller may set the device first
+            dist.init_process_group("nccl")
+    """,
+    ),
+    (
+        "DDP005",
+        """
+        from utils import train  # set_epoch may well be called in there
+        def main(ds):
+            sampler = DistributedSampler(ds)
+            loader = DataLoader(ds, sampler=sampler)
+            for epoch in range(3):
+                train(loader, epoch, sampler=sampler)
+    """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -918,6 +957,22 @@ def test_rule_flags_positive(code: str, src: str) -> None:
 @pytest.mark.parametrize("code,src", NEAR_MISSES, ids=[_case_id(c) for c in NEAR_MISSES])
 def test_rule_silent_on_near_miss(code: str, src: str) -> None:
     assert findings(src, code) == []
+
+
+def test_single_gpu_script_is_not_ddp_code() -> None:
+    # DCGAN-style (pytorch/examples dcgan): imports torch.nn.parallel for DataParallel, saves and loads
+    # in its one process: the DDP save/load rules do not apply.
+    src = textwrap.dedent(
+        """\
+        import torch
+        import torch.nn as nn
+        import torch.nn.parallel
+        net = nn.Linear(2, 2)
+        net.load_state_dict(torch.load("netG.pth"))
+        torch.save(net.state_dict(), "netG.pth")
+        """
+    )
+    assert [d.code for d in lint_source(src, "dcgan.py")] == []
 
 
 def test_every_rule_has_positives_and_near_misses() -> None:

@@ -216,27 +216,19 @@ def expected_busbw(ic: Interconnect) -> Optional[ExpectedRange]:
 # ---------------------------------------------------------------------------------------------
 # Reading the interconnect from tool output (pure; the CLI runs the commands).
 
-_NVLINK_GPU = re.compile(r"^GPU\s+(\d+):\s*(.*?)\s*(?:\(UUID:.*)?$")
-_NVLINK_LINK = re.compile(r"^\s*Link\s+(\d+):\s*([\d.]+)\s*GB/s", re.IGNORECASE)
-
-
 def parse_nvlink_speeds(text: str) -> dict[int, tuple[str, list[float]]]:
-    """`nvidia-smi nvlink -s` -> {gpu index: (name, [GB/s of each active link])}; inactive links are left out."""
-    gpus: dict[int, tuple[str, list[float]]] = {}
-    current: Optional[int] = None
-    for line in text.splitlines():
-        m = _NVLINK_GPU.match(line.strip())
-        if m:
-            current = int(m.group(1))
-            gpus[current] = (m.group(2), [])
-            continue
-        m = _NVLINK_LINK.match(line)
-        if m and current is not None:
-            try:
-                gpus[current][1].append(float(m.group(2)))
-            except ValueError:
-                pass
-    return gpus
+    """`nvidia-smi nvlink -s` -> {gpu index: (name, [GB/s of each active link])}; inactive links left out."""
+    from ddpdoctor.parsers.nvidia_smi_nvlink import parse_nvlink
+
+    out: dict[int, tuple[str, list[float]]] = {}
+    for gpu in parse_nvlink(text).get("gpus", []):
+        speeds = [
+            float(link["speed_gbps"])
+            for link in (gpu.get("links") or {}).values()
+            if link.get("active") and link.get("speed_gbps")
+        ]
+        out[int(gpu["index"])] = (gpu.get("name") or "", speeds)
+    return out
 
 
 def nvlink_interconnect(

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ddpdoctor.bench.preflight import gather_launch_facts, plan_launch
 from ddpdoctor.engine import Area, Context
 from ddpdoctor.model import Evidence, Finding, Severity, define
 
@@ -55,8 +56,6 @@ def collect_nccl(ctx: Context) -> SmokeFacts:
         return SmokeFacts("skip", "disabled with --no-smoke")
     if not ctx.sources.is_live:
         return SmokeFacts("skip", "the smoke test runs live only (not from a snapshot)")
-    from ddpdoctor.bench.preflight import gather_launch_facts, plan_launch
-
     facts = gather_launch_facts(ctx.sources.run, dict(os.environ))
     decision = plan_launch(facts, "auto", None)
     if decision.backend != "nccl":

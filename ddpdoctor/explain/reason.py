@@ -311,7 +311,8 @@ def _watchdog_diagnosis(kb: KnowledgeBase, events: list[Event], known_ranks: set
         if missing:
             reasoning += f" Rank(s) {fmt(missing)} never reported a timeout: look there first (dead or hung)."
     evidence_events = sorted(first_by_rank.values(), key=lambda e: (e.rank not in suspects, _event_key(e)))
-    first = min(first_by_rank.values(), key=_event_key)
+    # First occurrence: the suspect's own report when it has one, else the earliest report.
+    first = min(first_by_rank.values(), key=lambda e: (e.rank not in suspects, _event_key(e)))
     return Diagnosis(
         id=spec.id,
         title=spec.title,

@@ -294,6 +294,8 @@ class ModuleFacts:
         self.env_assigns: list[tuple[str, str, ast.expr, ast.stmt]] = []  # (base, KEY, value, stmt)
         self.cuda_strings: list[tuple[ast.expr, Scope]] = []  # f"cuda:{x}", "cuda:%d" % x
         self.contexts: dict[str, str] = {}  # ctx = mp.get_context("spawn") -> {"ctx": "spawn"}
+        self.classes: set[str] = set()  # classes defined in this file
+        self.call_targets: dict[int, list[str]] = {}  # id(Call) -> names it is assigned to (x = Call())
         self.memo: dict[str, object] = {}  # per-file answers shared between rules (uses_cuda, ...)
         self._walk_block(tree.body, self.module, False, False, 0)
         self._resolve()
@@ -320,6 +322,7 @@ class ModuleFacts:
             elif t in _FUNC_TYPES:
                 self._walk_function(stmt, scope, guarded, main, loop)  # type: ignore[arg-type]
             elif t is ast.ClassDef:
+                self.classes.add(stmt.name)  # type: ignore[attr-defined]
                 for e in stmt.bases + [k.value for k in stmt.keywords] + stmt.decorator_list:  # type: ignore[attr-defined]
                     self._walk_expr(e, scope, guarded, main, loop)
                 self._walk_block(stmt.body, scope, guarded, main, loop)  # type: ignore[attr-defined]
@@ -457,6 +460,10 @@ class ModuleFacts:
                         push(v)
 
     def _note_assign(self, stmt: ast.Assign) -> None:
+        if type(stmt.value) is ast.Call:
+            names = [d for d in (dotted(t) for t in stmt.targets) if d]
+            if names:
+                self.call_targets[id(stmt.value)] = names
         for target in stmt.targets:
             if isinstance(target, ast.Subscript):
                 key = target.slice

@@ -121,8 +121,9 @@ def uses_distributed(f: ModuleFacts) -> bool:
     """The file takes part in torch.distributed (imports it, builds DDP, inits a process group)."""
     if "uses_distributed" not in f.memo:
         f.memo["uses_distributed"] = (
-            f.imports_prefix("torch.distributed", "torch.nn.parallel")
+            f.imports_prefix("torch.distributed")
             or "distributed" in f.attrs
+            or "DistributedDataParallel" in f.names
             or any(
                 True
                 for _ in f.calls_named("init_process_group", "DistributedDataParallel", "DistributedSampler")
@@ -191,23 +192,26 @@ def _function_contains(
 
 def _happens_before(
     f: ModuleFacts, scope: Scope, pos: tuple[int, int], pred: Callable[[CallSite], bool], depth: int = 0
-) -> bool:
-    """A call matching `pred` runs before `pos` in `scope`: earlier in the same function (directly or in a
-    function it calls), or before the call into this function in some caller. Source order, a few levels."""
+) -> Optional[bool]:
+    """Does a call matching `pred` run before `pos` in `scope`: earlier in the same function (directly or
+    in a function it calls), or before the call into this function in some caller? Source order, a few
+    levels. None when it cannot be told (a helper whose callers live in another file)."""
     if depth > 5:
-        return True  # too deep to tell: stay silent
+        return None
     for cs in scope.calls:
         if cs.pos >= pos:
             continue
         if pred(cs) or (cs.local and _function_contains(f, cs.attr, pred, 0, {scope.name})):
             return True
-    if scope.is_module:
-        return False
-    return any(
-        _happens_before(f, c.scope, c.pos, pred, depth + 1)
-        for c in f.callers.get(scope.name, ())
-        if c.scope is not scope
-    )
+    if scope.is_module or scope.name in f.passed_refs:
+        return False  # the module's top level and spawn targets are where a process starts
+    callers = [c for c in f.callers.get(scope.name, ()) if c.scope is not scope]
+    if not callers:
+        return None
+    answers = [_happens_before(f, c.scope, c.pos, pred, depth + 1) for c in callers]
+    if True in answers:
+        return True
+    return False if all(a is False for a in answers) else None
 
 
 def _rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
@@ -596,7 +600,13 @@ def check_nccl_before_set_device(f: ModuleFacts) -> Iterator[Hit]:
                 continue
         elif not nccl:
             continue
-        if _happens_before(f, cs.scope, cs.pos, _is_set_device):
+        before = _happens_before(f, cs.scope, cs.pos, _is_set_device)
+        if before is None:
+            # Nobody in this file calls the function: a setup helper whose caller may pick the device
+            # first. Only when the function itself goes on to use the GPU is the order plainly wrong.
+            later = [c for c in cs.scope.calls if c.pos > cs.pos]
+            before = not any(_is_set_device(c) or is_cuda_touch(c) or c.kwarg("device_ids") for c in later)
+        if before:
             continue
         yield cs.node
 
@@ -697,8 +707,54 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
         arg = cs.arg(0, "epoch")
         if arg is not None and not isinstance(arg, ast.Constant):
             return  # set per epoch somewhere (through any attribute path)
+    # Names holding a sampler, or a DataLoader built on one: handed to code in another file (a trainer,
+    # `from utils import train`), set_epoch may happen there, out of sight.
+    held: set[str] = set()
+    for cs in samplers:
+        held.update(n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(cs.node), ()))
+    for cs in f.calls_named("DataLoader"):
+        sampler = cs.arg(3, "sampler")
+        if sampler is not None and (isinstance(sampler, ast.Call) or final_identifier(sampler) in held):
+            held.update(n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(cs.node), ()))
+    if held and any(_escapes(f, cs, held) for cs in f.calls):
+        return
     for cs in samplers:
         yield cs.node
+
+
+# Calls that take a sampler or loader without calling set_epoch on it behind our back.
+_LOADER_CONSUMERS = frozenset(
+    {
+        "DataLoader",
+        "DistributedSampler",
+        "BatchSampler",
+        "print",
+        "len",
+        "iter",
+        "next",
+        "enumerate",
+        "zip",
+        "tqdm",
+        "list",
+        "isinstance",
+        "getattr",
+        "hasattr",
+        "range",
+        "info",
+        "debug",
+        "warning",
+        "log",
+        "format",
+    }
+)
+
+
+def _escapes(f: ModuleFacts, cs: CallSite, held: set[str]) -> bool:
+    """`cs` passes one of the `held` names to a function this file does not define."""
+    if cs.attr in _LOADER_CONSUMERS or cs.attr in f.functions or cs.attr in f.classes:
+        return False
+    values = list(cs.node.args) + [kw.value for kw in cs.node.keywords]
+    return any(isinstance(v, (ast.Name, ast.Attribute)) and final_identifier(v) in held for v in values)
 
 
 @rule(

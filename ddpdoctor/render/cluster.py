@@ -96,9 +96,10 @@ def _node_panel(node: NodeResult, verbose: bool) -> Panel:
         body.add_column()
         body.add_row(Text(f"{node.status}: {node.detail}", style=STATUS_STYLES.get(node.status, "")))
         return Panel(body, title=escape(node.label), title_align="left", border_style="red")
+    shown = node.findings if verbose else [f for f in node.findings if f.severity >= Severity.WARN]
     return Panel(
-        _findings_table(node.findings, verbose),
-        title=escape(f"{node.label}  ({node.duration_s:.1f}s)"),
+        _findings_table(shown, verbose),
+        title=escape(node.label),
         title_align="left",
         border_style=STYLES[worst][1],
     )
@@ -124,8 +125,15 @@ def render_cluster_report(report: ClusterReport, verbose: bool = False, strict: 
             border_style=STYLES[worst][1],
         )
     )
+    quiet: list[str] = []
     for node in report.nodes:
+        # Without -v a healthy node is one name in a line: a 64-node report stays readable.
+        if not verbose and node.reported and all(f.severity < Severity.WARN for f in node.findings):
+            quiet.append(node.label)
+            continue
         con.print(_node_panel(node, verbose))
+    if quiet:
+        con.print(Text(f"No warnings on {len(quiet)} node(s): {', '.join(quiet)} (-v to show)", style="green"))
     pairwise = report.extra.get("pairwise")
     if isinstance(pairwise, Mapping):
         render_pairwise(pairwise)
