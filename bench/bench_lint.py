@@ -9,8 +9,8 @@ measures, best of several runs:
   lint      lint_source over the same bytes (parse + facts + all 16 rules + noqa)
   end2end   lint_paths over the directory (discovery with .gitignore, reading, linting)
 
-and prints lines/s for each, lint's ratio to the ast.parse baseline, and whether the goal
-(>= 50,000 lines/s on one core, end to end) is met. Usage: python bench/bench_lint.py [--lines N]
+and prints lines/s for each (per CPU-second of this process and per wall-clock second), lint's ratio to
+the ast.parse baseline, and whether the goal (>= 50,000 lines/s on one core, end to end) is met. Usage: python bench/bench_lint.py [--lines N]
 """
 
 from __future__ import annotations
@@ -456,13 +456,16 @@ def build_corpus(root: Path, min_lines: int, seed: int = 0) -> int:
     return total
 
 
-def best_of(runs: int, fn) -> float:
-    best = float("inf")
+def best_of(runs: int, fn) -> tuple[float, float]:
+    """Best wall time and best CPU time of this process over `runs` runs. On a shared machine the CPU time
+    is the faithful figure for "one core": time spent waiting for the CPU is not counted."""
+    best_wall = best_cpu = float("inf")
     for _ in range(runs):
-        t = time.perf_counter()
+        w, c = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+        best_wall = min(best_wall, time.perf_counter() - w)
+        best_cpu = min(best_cpu, time.process_time() - c)
+    return best_wall, best_cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -501,15 +504,17 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"corpus: {len(files)} files, {n_lines} lines (generated training-script shapes), {findings[0]} findings"
     )
-    print(f"baseline ast.parse only : {n_lines / t_parse:>10,.0f} lines/s")
+    print(f"{'':26}{'lines/s (CPU time)':>20}{'lines/s (wall)':>18}{'CPU time vs parse':>20}")
+    for label, (wall, cpu) in (
+        ("baseline ast.parse only", t_parse),
+        ("lint (in memory)", t_lint),
+        ("lint end to end (paths)", t_e2e),
+    ):
+        print(f"{label:<26}{n_lines / cpu:>20,.0f}{n_lines / wall:>18,.0f}{cpu / t_parse[1]:>19.2f}x")
+    ok = n_lines / t_e2e[1] >= GOAL_LINES_PER_S
     print(
-        f"lint (in memory)        : {n_lines / t_lint:>10,.0f} lines/s  ({t_lint / t_parse:.2f}x the ast.parse time)"
+        f"goal >= {GOAL_LINES_PER_S:,} lines/s on one core (end to end, CPU time): {'met' if ok else 'NOT met'}"
     )
-    print(
-        f"lint end to end (paths) : {n_lines / t_e2e:>10,.0f} lines/s  ({t_e2e / t_parse:.2f}x the ast.parse time)"
-    )
-    ok = n_lines / t_e2e >= GOAL_LINES_PER_S
-    print(f"goal >= {GOAL_LINES_PER_S:,} lines/s on one core, end to end: {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
 
 

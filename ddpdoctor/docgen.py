@@ -71,8 +71,16 @@ A directory can be built by hand from outputs pasted in a bug report: save the o
 
 # Modules outside ddpdoctor/checks/ that declare findings, commands or facts (imported before rendering,
 # so the docs do not depend on what happened to be imported first).
-DECLARING_MODULES = ("ddpdoctor.expect", "ddpdoctor.prolog")
-EXTRA_TITLES = {"expect": "Expectations (`check --expect`, `bench-nccl --expect`)"}
+DECLARING_MODULES = (
+    "ddpdoctor.expect",
+    "ddpdoctor.prolog",
+    "ddpdoctor.cluster.judge",
+    "ddpdoctor.cluster.pairwise",
+)
+EXTRA_TITLES = {
+    "expect": "Expectations (`check --expect`, `bench-nccl --expect`)",
+    "cluster": "Cluster (`check --cluster`, `bench-nccl --pairwise`; see docs/cluster.md)",
+}
 
 
 def load_declarations() -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -145,3 +146,64 @@ def test_launcher_api_reusable_and_leaves_no_process() -> None:
     assert sorted(result.results()) == [0, 1]
     for pid in result.pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _torchrun(tmp_path: Path, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+    import sys
+
+    env = dict(os.environ, COLUMNS="120", NO_COLOR="1", **(env_extra or {}))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    torchrun = Path(sys.executable).parent / "torchrun"
+    return subprocess.run(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "ddpdoctor",
+            "bench-nccl",
+            "--backend",
+            "gloo",
+            "--min-bytes",
+            "1K",
+            "--max-bytes",
+            "4K",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
+
+
+def test_joins_as_rank_under_torchrun(tmp_path: Path) -> None:
+    out = tmp_path / "j.json"
+    proc = _torchrun(tmp_path, "--ops", "all_reduce,sendrecv", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Joined, not spawned: two ranks, and only rank 0 printed.
+    assert proc.stdout.count("# Collective test: all_reduce") == 1
+    data = json.loads(out.read_text())
+    assert data["environment"]["launcher"] == "torchrun" and data["environment"]["world_size"] == 2
+    assert len(data["rows"]) == 2 * 3 and all(r["wrong"] == 0 for r in data["rows"])
+
+
+def test_joined_rank_watchdog_dumps_stack_and_exits(tmp_path: Path) -> None:
+    proc = _torchrun(
+        tmp_path,
+        "--ops",
+        "all_reduce",
+        "--timeout",
+        "4",
+        env_extra={FAULT_ENV: "rank=1,op=all_reduce,size=2048,action=hang"},
+    )
+    assert proc.returncode != 0
+    assert "Timeout" in proc.stderr and "_maybe_fault" in proc.stderr

@@ -281,3 +281,17 @@ def test_pre_commit_hooks_file_runs_the_lint_command(tmp_path: Path) -> None:
     argv = entries[0].split()[1:] + [str(write(tmp_path / "t.py", BAD_SNIPPET)), str(CLEAN)]
     res = CliRunner().invoke(app, argv)
     assert res.exit_code == 1 and "DDP009" in res.output
+
+
+def test_a_failing_rule_is_reported_and_the_others_still_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from ddpdoctor.lint import RULES, lint_source
+
+    def broken(facts):  # a rule with a bug
+        raise KeyError("boom")
+
+    monkeypatch.setitem(RULES, "DDP011", dataclasses.replace(RULES["DDP011"], check=broken))
+    diags = lint_source(BAD_SNIPPET, "t.py")
+    assert {d.code for d in diags} == {"DDP000", "DDP009", "DDP010"}
+    assert any("internal error in rule DDP011" in d.message for d in diags)

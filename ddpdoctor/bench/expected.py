@@ -216,6 +216,7 @@ def expected_busbw(ic: Interconnect) -> Optional[ExpectedRange]:
 # ---------------------------------------------------------------------------------------------
 # Reading the interconnect from tool output (pure; the CLI runs the commands).
 
+
 def parse_nvlink_speeds(text: str) -> dict[int, tuple[str, list[float]]]:
     """`nvidia-smi nvlink -s` -> {gpu index: (name, [GB/s of each active link])}; inactive links left out."""
     from ddpdoctor.parsers.nvidia_smi_nvlink import parse_nvlink

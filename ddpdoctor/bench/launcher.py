@@ -113,7 +113,10 @@ class RankFailure:
         return f"{where}: {self.exc_type}: {first_line(self.message)}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "at"}
+        """JSON-able, with secrets redacted from the texts (tracebacks and logs can echo the environment)."""
+        from ddpdoctor.sources import redact_text
+
+        return {k: redact_text(v) if isinstance(v, str) else v for k, v in self.__dict__.items() if k != "at"}
 
 
 @dataclass

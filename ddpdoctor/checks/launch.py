@@ -120,7 +120,7 @@ RESTARTED = define(
 )
 CVD = define(
     "launch.cuda_visible_devices",
-    "CUDA_VISIBLE_DEVICES",
+    "Visible GPUs",
     "Which GPUs CUDA shows to this process (indices, GPU UUIDs or MIG ids).",
 )
 CVD_DUP = define(

@@ -72,7 +72,7 @@ def check_start_method(info: Mapping[str, Any]) -> list[Finding]:
     findings = [
         START_METHOD.finding(
             Severity.INFO,
-            f"Default start method is {method} on {platform}",
+            f"{method} on {platform}",
             evidence=ev,
             data={"start_method": method, "available": methods},
         )

@@ -32,7 +32,7 @@ TORCH_INFO = define_command(
 
 IMPORT = define(
     "torch.import",
-    "torch importable",
+    "torch import",
     "Distributed training needs torch in the Python environment that runs the job. A failed import "
     "(not installed, a missing shared library, an ABI clash) stops every rank before it starts.",
     "Install torch in this environment (`pip install torch`; on GPU nodes pick the wheel matching the "
@@ -96,11 +96,14 @@ def run_torch_info(sources: Sources) -> CommandResult:
 
     Equivalent: python -m ddpdoctor.torch_info
     """
-    with _RUNS_LOCK:
-        pending = _RUNS.get(sources)
-        owner = pending is None
-        if owner:
-            pending = _RUNS[sources] = _Pending()
+    try:
+        with _RUNS_LOCK:
+            pending = _RUNS.get(sources)
+            owner = pending is None
+            if owner:
+                pending = _RUNS[sources] = _Pending()
+    except TypeError:  # a Sources that cannot be weakly referenced or hashed: no sharing, still correct
+        return sources.run(live_command())
     assert pending is not None
     if owner:
         try:
@@ -197,9 +200,7 @@ def check_torch_info(info: Mapping[str, Any]) -> list[Finding]:
     version_text += f" on Python {py.get('version', '?')}"
     excerpt = json.dumps({k: torch.get(k) for k in ("version", "cuda", "hip", "cudnn", "nccl", "path")})
     findings = [
-        IMPORT.finding(
-            Severity.OK, f"torch imports from {torch.get('path') or '?'}", evidence=[Evidence(source)]
-        ),
+        IMPORT.finding(Severity.OK, f"imported from {torch.get('path') or '?'}", evidence=[Evidence(source)]),
         VERSION.finding(
             Severity.INFO,
             version_text,

@@ -115,6 +115,12 @@ def bench_nccl(
         exists=True,
         dir_okay=False,
     ),
+    pairwise: bool = typer.Option(
+        False,
+        "--pairwise",
+        help="Under torchrun/srun: send/recv bandwidth between every pair of nodes (one rank per node, "
+        "--max-bytes messages), as a node x node matrix naming a slow node or link (docs/cluster.md).",
+    ),
 ) -> None:
     from ddpdoctor.bench.math import DTYPE_SIZES
     from ddpdoctor.bench.sizes import parse_size, size_sequence
@@ -131,6 +137,18 @@ def bench_nccl(
             size_sequence(lo, hi_given, step_factor)
     except ValueError as exc:
         raise _usage(str(exc)) from None
+    if pairwise:
+        from ddpdoctor.cli.cluster import run_pairwise_command
+
+        run_pairwise_command(
+            backend=backend,
+            nbytes=hi_given,
+            iters=iters,
+            warmup=warmup,
+            timeout=timeout,
+            output_format=output_format,
+            json_file=json_file,
+        )
     from ddpdoctor.render.formats import FORMATS
 
     if output_format not in FORMATS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -64,3 +65,60 @@ def run_cluster_command(
 
         render_cluster_report(report, verbose=verbose, strict=strict)
     raise typer.Exit(int(report.exit_code(strict)))
+
+
+def run_pairwise_command(
+    *,
+    backend: str,
+    nbytes: Optional[int],
+    iters: int,
+    warmup: int,
+    timeout: float,
+    output_format: str,
+    json_file: Optional[str],
+) -> None:
+    """`bench-nccl --pairwise` on this rank; always ends with typer.Exit (rank 0 prints the matrix)."""
+    import json
+
+    from ddpdoctor import __version__
+    from ddpdoctor.cluster.pairwise import SCHEMA, PairwiseSettings, run_pairwise
+    from ddpdoctor.cluster.session import ClusterUsageError, require_launch
+
+    if output_format not in ("table", "json"):
+        raise _usage("--pairwise supports --format table and json")
+    try:
+        require_launch(os.environ)
+    except ClusterUsageError as exc:
+        raise _usage(f"--pairwise measures between nodes: {exc}") from None
+    settings = PairwiseSettings(nbytes=nbytes or 0, iters=iters, warmup=warmup, timeout_s=timeout)
+    try:
+        outcome = run_pairwise(settings, backend=backend)
+    except Exception as exc:  # noqa: BLE001 - a broken process group is reported, never a traceback
+        typer.echo(f"error: pairwise benchmark failed: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(int(ExitCode.INCONCLUSIVE)) from None
+    if outcome.analysis is None:
+        raise typer.Exit(outcome.exit_code)
+    data = {
+        "schema": SCHEMA,
+        "tool": {"name": "ddpdoctor", "version": __version__},
+        "backend": outcome.backend,
+        "bytes": outcome.settings.nbytes,
+        "iters": outcome.settings.iters,
+        "warmup": outcome.settings.warmup,
+        **outcome.analysis.to_dict(),
+        "exit_code": outcome.exit_code,
+    }
+    if output_format == "json" or json_file == "-":
+        from ddpdoctor.render import print_json
+
+        print_json(data)
+    else:
+        from ddpdoctor.render.cluster import render_pairwise
+
+        render_pairwise(data, outcome.analysis.findings)
+    if json_file and json_file != "-":
+        try:
+            Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
+        except OSError as exc:
+            typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
+    raise typer.Exit(outcome.exit_code)

@@ -136,15 +136,33 @@ def lint_source(
         ]
     facts = ModuleFacts(tree, data)
     raw: list[tuple[Rule, ast.AST, str]] = []
+    internal: list[Diagnostic] = []
     for rule in chosen:
-        for hit in rule.check(facts):
+        try:
+            hits = list(rule.check(facts))
+        except (
+            RecursionError,
+            MemoryError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            KeyError,
+            IndexError,
+        ) as exc:
+            # A rule tripping over odd code must not stop the others, nor pass the file silently.
+            message = f"internal error in rule {rule.id} ({type(exc).__name__}); the rule was skipped"
+            internal.append(
+                Diagnostic(path, 1, 1, SYNTAX_ERROR, message, "please report it", "internal-error")
+            )
+            continue
+        for hit in hits:
             if isinstance(hit, tuple):
                 node, message = hit
             else:
                 node, message = hit, rule.message
             raw.append((rule, node, message))
     if not raw:
-        return []
+        return internal
     lines_b = data.splitlines()
     lines = [b.decode("utf-8", "replace") for b in lines_b] if b"noqa" in data.lower() else []
     out: set[Diagnostic] = set()
@@ -155,7 +173,7 @@ def lint_source(
             continue
         col = _char_col(lines_b, line, getattr(node, "col_offset", 0))
         out.add(Diagnostic(path, line, col, rule.id, message, rule.fix, rule.name))
-    return sorted(out)
+    return sorted(out | set(internal))
 
 
 def lint_file(

@@ -26,22 +26,20 @@ from ddpdoctor.lint.facts import (
     mentions_rank,
 )
 
+# What a rule yields: the node to report at, or (node, a message more specific than the default).
 Hit = Union[ast.AST, "tuple[ast.AST, str]"]
-DOCS_URL = "docs/lint.md"
 
 
 @dataclass(frozen=True)
 class Rule:
+    """A lint rule: stable id, short name, default message, one-line fix, why it matters, the check."""
+
     id: str
     name: str
     message: str
     fix: str
     why: str
     check: Callable[[ModuleFacts], Iterable[Hit]]
-
-    @property
-    def anchor(self) -> str:
-        return f"{DOCS_URL}#{self.id.lower()}"
 
 
 RULES: dict[str, Rule] = {}

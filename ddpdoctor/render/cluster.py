@@ -45,12 +45,12 @@ def _finding_body(f: Finding, verbose: bool) -> Text:
     return body
 
 
-def _findings_table(findings: Sequence[Finding], verbose: bool) -> Table:
+def _findings_table(findings: Sequence[Finding], verbose: bool, show_ok: bool = False) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False, expand=False)
     table.add_column(width=5, no_wrap=True)
     table.add_column(ratio=1)
     ordered = sorted(findings, key=lambda f: -f.severity)
-    shown = [f for f in ordered if verbose or f.severity != Severity.OK]
+    shown = [f for f in ordered if verbose or show_ok or f.severity != Severity.OK]
     for f in shown:
         table.add_row(severity_text(f.severity), _finding_body(f, verbose))
     hidden = len(ordered) - len(shown)
@@ -119,7 +119,8 @@ def render_cluster_report(report: ClusterReport, verbose: bool = False, strict: 
     worst = max((f.severity for f in report.findings), default=Severity.OK)
     con.print(
         Panel(
-            _findings_table(report.findings, verbose),
+            # Few and all about the cluster: "N nodes agree" is shown too.
+            _findings_table(report.findings, verbose, show_ok=True),
             title="Across nodes",
             title_align="left",
             border_style=STYLES[worst][1],
@@ -133,7 +134,9 @@ def render_cluster_report(report: ClusterReport, verbose: bool = False, strict: 
             continue
         con.print(_node_panel(node, verbose))
     if quiet:
-        con.print(Text(f"No warnings on {len(quiet)} node(s): {', '.join(quiet)} (-v to show)", style="green"))
+        con.print(
+            Text(f"No warnings on {len(quiet)} node(s): {', '.join(quiet)} (-v to show)", style="green")
+        )
     pairwise = report.extra.get("pairwise")
     if isinstance(pairwise, Mapping):
         render_pairwise(pairwise)

@@ -1,0 +1,163 @@
+"""Cluster mode end to end: 2-3 "nodes" as separate real torchrun agents on 127.0.0.1 (c10d rendezvous).
+
+Each agent is a real `python -m torch.distributed.run ... -m ddpdoctor ...`; the ranks join over a real
+TCPStore and gloo. Nothing leaves loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from _cluster_agents import Agents, agent_env, describe, find_json, torchrun_argv, wait_listening
+from ddpdoctor.ports import pick_free_port
+
+# Bounds on a whole multi-agent run: generous for a loaded 2-core CI machine, far below a hang.
+RUN_TIMEOUT_S = 120
+
+
+def start_agents(agents: Agents, n: int, args: list[str], envs: list[dict[str, str]]) -> None:
+    """Agent 0 first, and only once its rendezvous store listens: it hosts the store and, with the
+    lowest pid on this host, becomes node 0 (the c10d rendezvous orders nodes by host, then pid)."""
+    port = pick_free_port()
+    endpoint = f"127.0.0.1:{port}"
+    run_id = f"ddpdoctor-test-{uuid.uuid4().hex[:8]}"
+    for i in range(n):
+        agents.start(torchrun_argv(n, endpoint, run_id, args), agent_env(envs[i]))
+        if i == 0:
+            wait_listening("127.0.0.1", port)
+
+
+def test_cluster_check_lists_every_node_and_flags_the_odd_one() -> None:
+    # Agent 2 reports an older torch and NCCL through the test-only fact override; agent 1 has a
+    # NCCL_SOCKET_IFNAME the others lack (a real environment difference).
+    envs = [{"DDPDOCTOR_FAKE_FACTS": json.dumps({"test_agent": i})} for i in range(3)]
+    envs[2]["DDPDOCTOR_FAKE_FACTS"] = json.dumps({"test_agent": 2, "torch": "2.1.0+old", "nccl": "2.18.1"})
+    envs[1]["NCCL_SOCKET_IFNAME"] = "lo"
+    args = ["check", "--cluster", "--json", "--only", "system", "--timeout", "15", "--join-timeout", "60"]
+    with Agents() as agents:
+        start_agents(agents, 3, args, envs)
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+    _, report = find_json(runs, "ddpdoctor.cluster/")
+    nodes = report["nodes"]
+    assert len(nodes) == 3, describe(runs)
+    assert all(n["status"] == "reported" for n in nodes)
+    # Every agent is its own node although all share one host name.
+    assert sorted(n["identity"]["node_rank"] for n in nodes) == [0, 1, 2]
+    assert {n["identity"]["hostname"] for n in nodes} == {socket.gethostname()}
+    assert len({n["label"] for n in nodes}) == 3
+    by_agent = {n["facts"]["test_agent"]: n for n in nodes}
+    assert set(by_agent) == {0, 1, 2}
+    for node in nodes:
+        assert node["facts"]["torch"] and node["facts"]["kernel"]
+        assert any(f["area"] == "system" for f in node["findings"]), "per-node findings missing"
+    findings = {f["id"]: f for f in report["findings"]}
+    torch_f = findings["cluster.mismatch.torch"]
+    assert torch_f["severity"] == "fail"
+    assert torch_f["data"]["outliers"] == [by_agent[2]["label"]]
+    assert torch_f["data"]["majority"] == by_agent[0]["facts"]["torch"]
+    # NCCL: "2.18.1" on agent 2, none (CPU build) or the real version elsewhere: it is named either way.
+    assert by_agent[2]["label"] in findings["cluster.mismatch.nccl"]["data"]["outliers"]
+    env_f = findings["cluster.env.mismatch"]
+    assert "NCCL_SOCKET_IFNAME" in env_f["data"]["variables"]
+    assert by_agent[1]["label"] in env_f["summary"]
+    assert report["exit_code"] == 1
+    # Every agent exits with the cluster's verdict (so no torchrun agent waits in its exit barrier).
+    assert [r.returncode for r in runs] == [1, 1, 1], describe(runs)
+
+
+def test_healthy_cluster_table_output() -> None:
+    args = ["check", "--cluster", "--only", "system", "--timeout", "15", "--join-timeout", "60"]
+    with Agents() as agents:
+        start_agents(agents, 2, args, [{}, {}])
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+    printed = [r for r in runs if r.stdout.strip()]
+    assert len(printed) == 1, "only rank 0 prints; srun merges every task's stdout\n" + describe(runs)
+    out = printed[0].stdout
+    host = socket.gethostname()
+    assert "2 of 2 nodes reported" in out
+    assert f"node 0 ({host})" in out and f"node 1 ({host})" in out
+    assert "2 node(s) agree" in out
+    codes = {r.returncode for r in runs}
+    assert len(codes) == 1 and codes <= {0, 1}, describe(runs)
+
+
+def test_node_that_dies_after_joining_is_named(tmp_path: Path) -> None:
+    # Rank 2's `df` blocks (a fake df first in PATH, as a stuck NFS mount would), so rank 2 has joined
+    # but not reported; then its whole agent is SIGKILLed, as when a node dies.
+    real_df = shutil.which("df")
+    assert real_df
+    marker = tmp_path / "rank2-df.pid"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "df"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$RANK" = "2" ]; then echo $PPID > {marker}; exec sleep 60; fi\n'
+        f'exec {real_df} "$@"\n'
+    )
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    args = ["check", "--cluster", "--json", "--only", "system", "--timeout", "40", "--join-timeout", "60"]
+    with Agents() as agents:
+        start_agents(agents, 3, args, [env, env, env])
+        deadline = time.monotonic() + 60
+        while not marker.exists() or not marker.read_text().strip():
+            assert time.monotonic() < deadline, "rank 2 never started its checks"
+            time.sleep(0.1)
+        worker = psutil.Process(int(marker.read_text()))
+        agent = worker.parent()
+        assert agent is not None and agent.pid != agents.procs[0].pid, "rank 2 must not host the store"
+        killed_at = time.monotonic()
+        os.killpg(agent.pid, signal.SIGKILL)
+        for proc in (worker, *worker.children(recursive=True)):
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+        named_after = time.monotonic() - killed_at
+    _, report = find_json(runs, "ddpdoctor.cluster/")
+    lost = [n for n in report["nodes"] if n["status"] == "lost"]
+    assert len(lost) == 1, describe(runs)
+    assert lost[0]["identity"]["rank"] == 2 and lost[0]["identity"]["node_rank"] == 2
+    assert lost[0]["label"] == f"node 2 ({socket.gethostname()})"
+    finding = next(f for f in report["findings"] if f["id"] == "cluster.node.lost")
+    assert finding["severity"] == "fail" and "node 2" in finding["summary"] and "heartbeat" in finding["summary"]
+    assert sorted(n["status"] for n in report["nodes"]) == ["lost", "reported", "reported"]
+    # Named by the heartbeat bound (10 s), not by the 40 s probe timeout: loose, it only proves no hang.
+    assert named_after < 35, describe(runs)
+    assert report["exit_code"] == 1
+
+
+def test_pairwise_across_agents() -> None:
+    args = ["bench-nccl", "--pairwise", "--max-bytes", "256K", "--iters", "2", "--warmup", "1"]
+    args += ["--timeout", "30", "--format", "json"]
+    with Agents() as agents:
+        start_agents(agents, 3, args, [{}, {}, {}])
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+    _, data = find_json(runs, "ddpdoctor.pairwise/")
+    host = socket.gethostname()
+    assert data["nodes"] == [f"node {i} ({host})" for i in range(3)]
+    matrix = data["matrix_mbps"]
+    for i in range(3):
+        assert matrix[i][i] is None
+        for j in range(3):
+            if i != j:
+                assert isinstance(matrix[i][j], float) and matrix[i][j] > 0, matrix
+    assert all(isinstance(v, float) and v > 0 for v in data["compute_gflops"].values())
+    assert data["bytes"] == 256 * 1024 and data["backend"] == "gloo"
+    assert data["failed_pairs"] == []
+    # Loopback on a shared 2-core machine is noisy: outliers may or may not be named, but every agent
+    # exits with rank 0's verdict.
+    codes = {r.returncode for r in runs}
+    assert codes == {data["exit_code"]}, describe(runs)
