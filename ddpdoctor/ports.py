@@ -20,7 +20,12 @@ class PortHolder:
 
     def describe(self) -> str:
         if self.pid is None:
-            return f"port {self.port} is bound ({self.address}) by a process this user cannot see"
+            # Bound-but-not-listening sockets are absent from /proc/net/tcp, as are other users' and
+            # other network namespaces' sockets: the owner cannot be named, only the clash proven.
+            return (
+                f"port {self.port} is bound ({self.address}) by a process ddpdoctor cannot identify "
+                "(a socket bound but not listening, or one of another user); find it with `ss -tanp`"
+            )
         return f"port {self.port} is held by PID {self.pid} ({self.cmdline or self.name})"
 
 

@@ -73,7 +73,9 @@ def test_expand_hostlist(text: str, hosts: list[str]) -> None:
     assert expand_hostlist(text) == hosts
 
 
-@pytest.mark.parametrize("text", ["node[1-", "node]1[", "node[3-1]", "node[a-b]", "n[[1]]", "node[1-999999999]"])
+@pytest.mark.parametrize(
+    "text", ["node[1-", "node]1[", "node[3-1]", "node[a-b]", "n[[1]]", "node[1-999999999]"]
+)
 def test_expand_hostlist_rejects_malformed(text: str) -> None:
     with pytest.raises(ValueError):
         expand_hostlist(text)
@@ -345,7 +347,13 @@ def test_env_mismatch_names_variable_and_node() -> None:
 
 
 def test_collective_env_is_filtered_and_redacted() -> None:
-    env = {"NCCL_DEBUG": "INFO", "HOME": "/root", "NCCL_COMM_ID": "h:1", "UCX_TLS": "rc", "FI_TOKEN": "s3cret"}
+    env = {
+        "NCCL_DEBUG": "INFO",
+        "HOME": "/root",
+        "NCCL_COMM_ID": "h:1",
+        "UCX_TLS": "rc",
+        "FI_TOKEN": "s3cret",
+    }
     assert read_collective_env(env) == {"FI_TOKEN": "<redacted>", "NCCL_DEBUG": "INFO", "UCX_TLS": "rc"}
 
 

@@ -16,9 +16,8 @@ import uuid
 from pathlib import Path
 
 import psutil
-import pytest
-
 from _cluster_agents import Agents, agent_env, describe, find_json, torchrun_argv, wait_listening
+
 from ddpdoctor.ports import pick_free_port
 
 # Bounds on a whole multi-agent run: generous for a loaded 2-core CI machine, far below a hang.
@@ -132,7 +131,9 @@ def test_node_that_dies_after_joining_is_named(tmp_path: Path) -> None:
     assert lost[0]["identity"]["rank"] == 2 and lost[0]["identity"]["node_rank"] == 2
     assert lost[0]["label"] == f"node 2 ({socket.gethostname()})"
     finding = next(f for f in report["findings"] if f["id"] == "cluster.node.lost")
-    assert finding["severity"] == "fail" and "node 2" in finding["summary"] and "heartbeat" in finding["summary"]
+    assert (
+        finding["severity"] == "fail" and "node 2" in finding["summary"] and "heartbeat" in finding["summary"]
+    )
     assert sorted(n["status"] for n in report["nodes"]) == ["lost", "reported", "reported"]
     # Named by the heartbeat bound (10 s), not by the 40 s probe timeout: loose, it only proves no hang.
     assert named_after < 35, describe(runs)

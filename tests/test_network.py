@@ -289,3 +289,16 @@ def test_any_env_and_ifname_spec_is_judged_without_error(env: dict[str, str], sp
     assert isinstance(select_nccl_interfaces(spec, NAMES), list)
     findings = check_network(facts(env))
     assert all(f.id.startswith("net.") for f in findings)
+
+
+def test_link_local_only_interfaces_are_listed_apart() -> None:
+    bridge = {
+        "name": "br0",
+        "up": True,
+        "addresses": [{"family": "ipv6", "address": "fe80::10d0:fff:fec1:2f31"}],
+    }
+    f = only(
+        check_network(facts({}, interfaces={"interfaces": [*IFACES["interfaces"], bridge]})), "net.interfaces"
+    )
+    assert f.data["link_local_only"] == ["br0"] and "br0" not in f.data["usable"]
+    assert "link-local only: br0" in f.summary

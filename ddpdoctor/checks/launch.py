@@ -72,7 +72,7 @@ MISSING = define(
 )
 RANK_RANGE = define(
     "launch.rank.out_of_range",
-    "RANK outside WORLD_SIZE",
+    "RANK range",
     "Ranks run from 0 to WORLD_SIZE-1. A rank outside that range never joins: the rendezvous waits for "
     "the missing rank until it times out, or the store rejects it.",
     "Make WORLD_SIZE the total number of processes (nodes x processes per node) and RANK unique in "
@@ -80,7 +80,7 @@ RANK_RANGE = define(
 )
 LOCAL_RANK_RANGE = define(
     "launch.local_rank.out_of_range",
-    "LOCAL_RANK outside LOCAL_WORLD_SIZE",
+    "LOCAL_RANK range",
     "LOCAL_RANK selects the GPU of a process on its node and runs from 0 to LOCAL_WORLD_SIZE-1; a value "
     "outside makes two ranks share a GPU or picks a GPU that does not exist (invalid device ordinal).",
     "Let torchrun set LOCAL_RANK and LOCAL_WORLD_SIZE (--nproc_per_node); do not derive them by hand.",

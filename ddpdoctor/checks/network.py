@@ -35,7 +35,7 @@ RESOLVE_TIMEOUT_S = 5.0
 
 HOSTNAME = define(
     "net.hostname.resolve",
-    "Host name resolves",
+    "Host name resolution",
     "gloo (and c10d's store when MASTER_ADDR is this host's name) find this node's address by resolving "
     "its host name; when it does not resolve, other nodes cannot be told where to connect.",
     "Add the host name to /etc/hosts with the node's routable IP, or fix DNS; or set GLOO_SOCKET_IFNAME "
@@ -52,7 +52,7 @@ HOSTNAME_LOOPBACK = define(
 )
 MASTER_ADDR = define(
     "net.master_addr.resolve",
-    "MASTER_ADDR resolves",
+    "MASTER_ADDR resolution",
     "Every rank connects to the c10d store at MASTER_ADDR:MASTER_PORT; a name that does not resolve ends "
     "in a connect timeout after many minutes.",
     "Use the IP address of the rank-0 node, or a name every node resolves (check with `getent hosts NAME`).",
@@ -67,7 +67,7 @@ MASTER_ADDR_LOOPBACK = define(
 )
 PORT_IN_USE = define(
     "net.master_port.in_use",
-    "MASTER_PORT already in use",
+    "MASTER_PORT availability",
     "Rank 0 binds MASTER_PORT for the c10d store; when another process holds it, init fails with "
     '"The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)". Often a '
     "second job on the same node with the default port 29500, or a leftover rank of a crashed run.",
@@ -76,7 +76,7 @@ PORT_IN_USE = define(
 )
 PORT_EPHEMERAL = define(
     "net.master_port.ephemeral",
-    "MASTER_PORT inside the ephemeral range",
+    "MASTER_PORT and the ephemeral range",
     "The kernel hands out ports in net.ipv4.ip_local_port_range to outgoing connections; a MASTER_PORT "
     "inside that range can be taken at random by any client socket, an intermittent 'Address already in "
     "use'.",
@@ -269,8 +269,18 @@ def nccl_default_interfaces(names: Sequence[str]) -> list[str]:
     return []
 
 
+def is_link_local(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_link_local
+    except ValueError:
+        return False
+
+
 def _describe(iface: Mapping[str, Any]) -> str:
-    addrs = [a.get("address", "?") for a in iface.get("addresses", [])]
+    addrs = [
+        str(a.get("address", "?")) + (" link-local" if is_link_local(str(a.get("address", ""))) else "")
+        for a in iface.get("addresses", [])
+    ]
     return f"{iface.get('name')} ({', '.join(addrs) or 'no address'}{'' if iface.get('up') else ', down'})"
 
 
@@ -464,16 +474,26 @@ def check_interfaces(facts: NetFacts, multi_node: bool) -> list[Finding]:
     external = [
         i for i in usable if not all(is_loopback(a.get("address", "")) for a in i.get("addresses", []))
     ]
+    # Link-local addresses (fe80::/10, 169.254/16) do not route between subnets: show them apart.
+    routable = [
+        i
+        for i in external
+        if any(not is_link_local(str(a.get("address", ""))) for a in i.get("addresses", []))
+    ]
+    link_local = [str(i.get("name")) for i in external if i not in routable]
     listing = "\n".join(_describe(i) for i in interfaces)
     ev = [Evidence(source, listing)]
     findings: list[Finding] = []
     if external:
+        text = "Usable: " + (", ".join(_describe(i) for i in routable) or "none with a routable address")
+        if link_local:
+            text += f"; link-local only: {', '.join(link_local)}"
         findings.append(
             INTERFACES.finding(
                 Severity.INFO,
-                "Usable: " + ", ".join(_describe(i) for i in external),
+                text,
                 evidence=ev,
-                data={"usable": [i.get("name") for i in external]},
+                data={"usable": [i.get("name") for i in routable], "link_local_only": link_local},
             )
         )
     else:
@@ -484,8 +504,15 @@ def check_interfaces(facts: NetFacts, multi_node: bool) -> list[Finding]:
                 evidence=ev,
             )
         )
-    findings += _check_nccl_ifname(facts.env.get("NCCL_SOCKET_IFNAME"), by_name, names, multi_node, ev)
-    findings += _check_gloo_ifname(facts.env.get("GLOO_SOCKET_IFNAME"), by_name, multi_node, ev)
+    for var, judge in (
+        ("NCCL_SOCKET_IFNAME", _check_nccl_ifname),
+        ("GLOO_SOCKET_IFNAME", _check_gloo_ifname),
+    ):
+        value = facts.env.get(var)
+        shown = f"{var}={value}" if value is not None else f"{var} unset"
+        # The interface listing itself is the evidence of net.interfaces.
+        var_ev = [Evidence("environment", shown)]
+        findings += judge(value, by_name, names, multi_node, var_ev)
     return findings
 
 
@@ -550,7 +577,11 @@ def _check_nccl_ifname(
 
 
 def _check_gloo_ifname(
-    spec: Optional[str], by_name: Mapping[str, Mapping[str, Any]], multi_node: bool, ev: list[Evidence]
+    spec: Optional[str],
+    by_name: Mapping[str, Mapping[str, Any]],
+    names: list[str],
+    multi_node: bool,
+    ev: list[Evidence],
 ) -> list[Finding]:
     if spec is None:
         return [

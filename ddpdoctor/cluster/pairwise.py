@@ -4,7 +4,7 @@ One rank per node (the node's lowest rank) takes part. Pairs run in rounds of a 
 tournament (the circle method), so a node is in at most one pair at a time and a slow node cannot
 hide behind another pair's traffic. In each pair, each direction is timed separately: the sender
 sends `iters` messages, the receiver answers with a 1-element ack, and the sender's clock gives
-bytes / time. Each node also times a matmul, so a slow node (slow CPU/GPU) can be told from a slow
+bytes / time, best of `trials`. Each node also times a matmul, so a slow node (slow CPU/GPU) can be told from a slow
 network path.
 
 Outliers (analyze_pairwise, pure): a pair's bandwidth is the slower of its two directions. The
@@ -277,6 +277,7 @@ class PairwiseSettings:
     nbytes: int = 0  # 0: DEFAULT_BYTES of the backend
     iters: int = 5
     warmup: int = 1
+    trials: int = 3
     timeout_s: float = 60.0
     slow_fraction: float = SLOW_FRACTION
 
@@ -345,12 +346,14 @@ def measure_pair(me: int, peer: int, first: bool, settings: PairwiseSettings, de
         if sender_is_me:
             if settings.warmup:
                 _send_timed(buf, ack, peer, settings.warmup, device)
-            seconds = _send_timed(buf, ack, peer, settings.iters, device)
+            # Best of a few trials: a scheduler hiccup slows one trial, a bad link slows them all.
+            seconds = min(_send_timed(buf, ack, peer, settings.iters, device) for _ in range(settings.trials))
             mine = nbytes * settings.iters / seconds / 1e6 if seconds > 0 else None
         else:
             if settings.warmup:
                 _recv_all(buf, ack, peer, settings.warmup)
-            _recv_all(buf, ack, peer, settings.iters)
+            for _ in range(settings.trials):
+                _recv_all(buf, ack, peer, settings.iters)
     return mine
 
 

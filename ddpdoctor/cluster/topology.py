@@ -79,3 +79,44 @@ def make_scope_groups(topology: Topology, rank: int, backend: Optional[str] = No
     leaders = topology.leaders
     inter_group = dist.new_group(leaders, backend=backend) if len(leaders) > 1 else None
     return ScopeGroups(intra=intra, inter=inter_group if rank in leaders else None, topology=topology)
+
+
+def run_scoped_benchmark(plan: Any, device: Any, backend: str, reporter: Any = None) -> list[dict[str, Any]]:
+    """bench-nccl's plan run intra-node (each node's ranks, all nodes at once) and inter-node (one rank
+    per node), on a world that is already initialized and spans nodes.
+
+    Every rank must call it (group creation is collective). Returns, on every rank, the rows of every
+    node's intra-node run and of the inter-node run, each row tagged with `scope` ("intra-node" or
+    "inter-node") and `node` (the node's label, or "all nodes"); [] when the world is one node.
+    """
+    import os
+
+    import torch.distributed as dist
+
+    from ddpdoctor.bench.worker import run_benchmark
+    from ddpdoctor.cluster.collectives import all_gather_json
+    from ddpdoctor.cluster.session import make_identity, require_launch
+
+    rank = dist.get_rank()
+    # Identities and rows travel on CPU tensors: a gloo group when the benchmark runs on NCCL.
+    ctrl = dist.new_group(backend="gloo") if backend != "gloo" else None
+    identities = all_gather_json(make_identity(require_launch(os.environ)).to_dict(), group=ctrl)
+    topology = group_by_node([i for i in identities if isinstance(i, dict)])
+    if not topology.spans_nodes:
+        return []
+    groups = make_scope_groups(topology, rank, backend=backend)
+    mine: list[dict[str, Any]] = []
+    node = topology.node_of(rank)
+    if groups.intra is not None and node is not None:
+        rows = run_benchmark(plan, device, reporter, group=groups.intra)
+        # Every rank of a group returns the same reduced row: the node's first rank reports it.
+        if rank == topology.nodes[node][0]:
+            mine += [{**r, "scope": "intra-node", "node": topology.labels[node]} for r in rows]
+    dist.barrier(group=ctrl)
+    if groups.inter is not None:
+        rows = run_benchmark(plan, device, reporter, group=groups.inter)
+        if rank == topology.leaders[0]:
+            mine += [{**r, "scope": "inter-node", "node": "all nodes"} for r in rows]
+    dist.barrier(group=ctrl)
+    gathered = all_gather_json(mine, group=ctrl)
+    return [row for part in gathered if isinstance(part, list) for row in part if isinstance(row, dict)]
