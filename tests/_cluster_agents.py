@@ -49,7 +49,11 @@ def agent_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     return env
 
 
-def torchrun_argv(nnodes: int, endpoint: str, run_id: str, args: Sequence[str]) -> list[str]:
+def torchrun_argv(
+    nnodes: int, endpoint: str, run_id: str, args: Sequence[str], nproc: int = 1, script: str = ""
+) -> list[str]:
+    """torchrun with the c10d rendezvous running `-m ddpdoctor ARGS` (or SCRIPT ARGS) per rank."""
+    target = [script] if script else ["-m", "ddpdoctor"]
     return [
         sys.executable,
         "-m",
@@ -57,7 +61,7 @@ def torchrun_argv(nnodes: int, endpoint: str, run_id: str, args: Sequence[str]) 
         "--nnodes",
         str(nnodes),
         "--nproc-per-node",
-        "1",
+        str(nproc),
         "--rdzv-backend",
         "c10d",
         "--rdzv-endpoint",
@@ -68,8 +72,7 @@ def torchrun_argv(nnodes: int, endpoint: str, run_id: str, args: Sequence[str]) 
         "join_timeout=60",
         "--max-restarts",
         "0",
-        "-m",
-        "ddpdoctor",
+        *target,
         *args,
     ]
 

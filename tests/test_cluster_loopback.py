@@ -24,14 +24,16 @@ from ddpdoctor.ports import pick_free_port
 RUN_TIMEOUT_S = 120
 
 
-def start_agents(agents: Agents, n: int, args: list[str], envs: list[dict[str, str]]) -> None:
+def start_agents(
+    agents: Agents, n: int, args: list[str], envs: list[dict[str, str]], nproc: int = 1, script: str = ""
+) -> None:
     """Agent 0 first, and only once its rendezvous store listens: it hosts the store and, with the
     lowest pid on this host, becomes node 0 (the c10d rendezvous orders nodes by host, then pid)."""
     port = pick_free_port()
     endpoint = f"127.0.0.1:{port}"
     run_id = f"ddpdoctor-test-{uuid.uuid4().hex[:8]}"
     for i in range(n):
-        agents.start(torchrun_argv(n, endpoint, run_id, args), agent_env(envs[i]))
+        agents.start(torchrun_argv(n, endpoint, run_id, args, nproc, script), agent_env(envs[i]))
         if i == 0:
             wait_listening("127.0.0.1", port)
 
@@ -162,3 +164,25 @@ def test_pairwise_across_agents() -> None:
     # exits with rank 0's verdict.
     codes = {r.returncode for r in runs}
     assert codes == {data["exit_code"]}, describe(runs)
+
+
+def test_scoped_benchmark_intra_and_inter_node() -> None:
+    # 2 "nodes" x 2 ranks: each node's pair runs intra-node, one rank per node runs inter-node.
+    script = str(Path(__file__).with_name("_scoped_bench_rank.py"))
+    with Agents() as agents:
+        start_agents(agents, 2, [], [{}, {}], nproc=2, script=script)
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+    _, data = find_json(runs, "test.scoped/")
+    host = socket.gethostname()
+    rows = data["rows"]
+    seen = sorted((r["scope"], r["node"], r["op"]) for r in rows)
+    assert seen == [
+        ("inter-node", "all nodes", "all_gather"),
+        ("inter-node", "all nodes", "all_reduce"),
+        ("intra-node", f"node 0 ({host})", "all_gather"),
+        ("intra-node", f"node 0 ({host})", "all_reduce"),
+        ("intra-node", f"node 1 ({host})", "all_gather"),
+        ("intra-node", f"node 1 ({host})", "all_reduce"),
+    ], describe(runs)
+    assert all(r["nranks"] == 2 and r["wrong"] == 0 and r["busbw"] > 0 for r in rows)
+    assert [r.returncode for r in runs] == [0, 0], describe(runs)

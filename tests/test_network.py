@@ -178,7 +178,7 @@ def test_port_held_by_our_own_launcher_is_info() -> None:
 def test_invisible_holder_still_fails() -> None:
     port = {"port": 29500, "holder": {"pid": None, "address": "*:29500"}, "ephemeral_range": None}
     f = only(check_network(facts({"MASTER_PORT": "29500"}, port=port)), "net.master_port.in_use")
-    assert f.severity == Severity.FAIL and "cannot see" in f.summary
+    assert f.severity == Severity.FAIL and "cannot identify" in f.summary
 
 
 def test_hostname_loopback_warns_single_node_fails_multi_node() -> None:

@@ -390,7 +390,10 @@ def check_master_port(facts: NetFacts) -> list[Finding]:
         who = (
             f"PID {pid} ({holder.get('cmdline') or holder.get('name') or '?'})"
             if pid
-            else ("a process this user cannot see (another user or network namespace)")
+            else (
+                "a process ddpdoctor cannot identify (a socket bound but not listening, or one of "
+                "another user or network namespace; `ss -tanp` as root names it)"
+            )
         )
         ev = [Evidence(source, f"{holder.get('address', '')} held by {who}")]
         data = {
