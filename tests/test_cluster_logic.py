@@ -579,3 +579,14 @@ def test_render_cluster_report_and_matrix(capsys: pytest.CaptureFixture[str]) ->
     render_pairwise({**a.to_dict(), "bytes": 2**20}, a.findings)
     out = capsys.readouterr().out
     assert "10.00 GB/s" in out and "800 MB/s" in out and "Slow node" in out
+
+
+def test_expected_host_without_rank_is_named_without_a_wait() -> None:
+    node = NodeResult(
+        label="host a2",
+        status=MISSING,
+        detail="listed in --hosts but no rank from it joined",
+        expected_only=True,
+    )
+    f = _by_id(judge_cluster([_node("node 0", dict(BASE)), node], 30))["cluster.node.missing"][0]
+    assert f.summary == "host a2 never joined (listed in --hosts but no rank from it joined)"

@@ -45,11 +45,17 @@ def test_cluster_check_lists_every_node_and_flags_the_odd_one() -> None:
     envs[2]["DDPDOCTOR_FAKE_FACTS"] = json.dumps({"test_agent": 2, "torch": "2.1.0+old", "nccl": "2.18.1"})
     envs[1]["NCCL_SOCKET_IFNAME"] = "lo"
     args = ["check", "--cluster", "--json", "--only", "system", "--timeout", "15", "--join-timeout", "60"]
+    # --hosts names one more host than took part: it must be reported as missing by name.
+    args += ["--hosts", f"{socket.gethostname()},ddpdoctor-absent[1-1]"]
     with Agents() as agents:
         start_agents(agents, 3, args, envs)
         runs = agents.wait_all(RUN_TIMEOUT_S)
     _, report = find_json(runs, "ddpdoctor.cluster/")
-    nodes = report["nodes"]
+    absent = [n for n in report["nodes"] if n["status"] == "missing"]
+    assert [n["label"] for n in absent] == ["host ddpdoctor-absent1"], describe(runs)
+    missing_f = [f for f in report["findings"] if f["id"] == "cluster.node.missing"]
+    assert len(missing_f) == 1 and "ddpdoctor-absent1" in missing_f[0]["summary"]
+    nodes = [n for n in report["nodes"] if n["status"] != "missing"]
     assert len(nodes) == 3, describe(runs)
     assert all(n["status"] == "reported" for n in nodes)
     # Every agent is its own node although all share one host name.

@@ -83,6 +83,8 @@ class Net:
 
 
 ETC_NETNS = Path("/etc/netns")
+# Removed again at teardown only when it did not exist before these tests (and only when empty).
+ETC_NETNS_EXISTED = ETC_NETNS.exists()
 
 
 def _write_hosts(net: Net, count: int) -> None:
@@ -95,14 +97,14 @@ def _write_hosts(net: Net, count: int) -> None:
         (d / "hosts").write_text("\n".join(lines) + "\n")
 
 
-def _teardown(net: Net, created_etc_netns: bool) -> None:
+def _teardown(net: Net) -> None:
     for ns in net.namespaces:
         _ip("netns", "del", ns, check=False)  # deletes the veth pair with it
         shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
     for iface in net.host_ifaces:
         _ip("link", "del", iface, check=False)
     _ip("link", "del", net.bridge, check=False)
-    if created_etc_netns:
+    if not ETC_NETNS_EXISTED:
         try:
             ETC_NETNS.rmdir()
         except OSError:
@@ -165,7 +167,6 @@ def netns3() -> Iterator[Net]:
     # Unique per test run: interface names are at most 15 characters.
     tag = f"ddp{os.getpid() % 100000}{uuid.uuid4().hex[:2]}"
     net = Net(tag=tag, bridge=f"{tag}br")
-    created_etc_netns = not ETC_NETNS.exists()
     try:
         probe = _ip("netns", "add", f"{tag}n0", check=False)
         if probe.returncode != 0:
@@ -192,7 +193,7 @@ def netns3() -> Iterator[Net]:
         _check_reachable(net)
         yield net
     finally:
-        _teardown(net, created_etc_netns)
+        _teardown(net)
         left = _leftovers(tag)
         assert not left, f"namespaces or links left behind: {left}"
 

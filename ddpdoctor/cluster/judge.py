@@ -393,7 +393,8 @@ def judge_membership(nodes: Sequence[NodeResult], join_timeout_s: float) -> list
             out.append(
                 NODE_MISSING.finding(
                     Severity.FAIL,
-                    f"{node.label} never joined within {join_timeout_s:g}s"
+                    f"{node.label} never joined"
+                    + ("" if node.expected_only else f" within {join_timeout_s:g}s")
                     + (f" ({node.detail})" if node.detail else ""),
                     evidence=evidence,
                     data=data,

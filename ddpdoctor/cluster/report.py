@@ -98,6 +98,8 @@ class NodeResult:
     findings: list[Finding] = field(default_factory=list)
     duration_s: float = 0.0
     detail: str = ""  # why a node has no data
+    # A host from SLURM_JOB_NODELIST/--hosts that no rank came from (no rank was waited for).
+    expected_only: bool = False
 
     @property
     def reported(self) -> bool:

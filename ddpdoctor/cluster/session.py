@@ -225,7 +225,8 @@ def build_nodes(
             )
     tail = (10**9, 10**9)
     nodes += [
-        (tail, NodeResult(label=label, status=MISSING, detail=detail)) for label, detail in absent_hosts
+        (tail, NodeResult(label=label, status=MISSING, detail=detail, expected_only=True))
+        for label, detail in absent_hosts
     ]
     return [n for _, n in sorted(nodes, key=lambda item: item[0])]
 
