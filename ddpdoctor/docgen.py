@@ -42,7 +42,9 @@ Schema `ddpdoctor.check/1`: a top-level object with `schema`, `tool` (`name`, `v
 `source` (`live` or `replay:DIR`), `duration_s`, `areas`, `exit_code`, `counts` (per severity) and
 `findings`: a list of objects with `id`, `area`, `severity`, `title`, `summary`, `evidence` (a list of
 `{source, excerpt}`), `fix` and `data` (machine-readable values, per finding). Fields are only ever
-added within a schema version.
+added within a schema version. The JSON Schema (draft 2020-12) is
+[`docs/schemas/check.schema.json`](schemas/check.schema.json); the tests validate every `--json` output
+against it. The other formats (`--format junit|github|markdown`) are described in [ci.md](ci.md).
 
 """
 
@@ -77,9 +79,13 @@ DECLARING_MODULES = (
     "ddpdoctor.cluster.judge",
     "ddpdoctor.cluster.pairwise",
 )
+# Finding groups that are not check areas (or whose id prefix differs from the area name).
 EXTRA_TITLES = {
+    "bench": "Benchmark launch refusals (`bench-nccl` and the NCCL smoke test of `check`)",
+    "core": "Check engine (probe time-outs and crashes, `check --prolog` time bound)",
     "expect": "Expectations (`check --expect`, `bench-nccl --expect`)",
     "cluster": "Cluster (`check --cluster`, `bench-nccl --pairwise`; see docs/cluster.md)",
+    "net": "Network and ports (area `network`)",
 }
 
 

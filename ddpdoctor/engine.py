@@ -137,6 +137,11 @@ def run_checks(
     )
 
 
+def is_selected(name: str, only: Sequence[str] = (), skip: Sequence[str] = ()) -> bool:
+    """Whether --only/--skip keep the area called `name`."""
+    return (not only or name in only) and name not in skip
+
+
 def select_areas(all_areas: Iterable[Area], only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[Area]:
     """Filter areas by name; unknown names raise ValueError (a usage error)."""
     areas = list(all_areas)
@@ -144,4 +149,4 @@ def select_areas(all_areas: Iterable[Area], only: Sequence[str] = (), skip: Sequ
     unknown = sorted((set(only) | set(skip)) - names)
     if unknown:
         raise ValueError(f"unknown area(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-    return [a for a in areas if (not only or a.name in only) and a.name not in skip]
+    return [a for a in areas if is_selected(a.name, only, skip)]

@@ -543,6 +543,12 @@ def _unavailable(spec: CheckSpec, expected: str, obs: Observed) -> Finding:
     )
 
 
+def join_some(items: Sequence[str], shown: int = 4) -> str:
+    """The first `shown` items joined with "; ", and how many more there are: summaries stay one line."""
+    more = f" (and {len(items) - shown} more)" if len(items) > shown else ""
+    return "; ".join(items[:shown]) + more
+
+
 def _verdict(spec: CheckSpec, ok: bool, expected: Any, found: Any, summary: str, obs: Observed) -> Finding:
     return spec.finding(
         Severity.OK if ok else Severity.FAIL,
@@ -586,8 +592,7 @@ def judge_gpus(exp: Expectations, obs: Observed) -> list[Finding]:
         if not names:
             summary = f"Expected GPU model {exp.gpu_model!r}, found no GPU"
         elif wrong:
-            summary = f"Expected GPU model {exp.gpu_model!r}, found: " + "; ".join(wrong[:4])
-            summary += f" (and {len(wrong) - 4} more)" if len(wrong) > 4 else ""
+            summary = f"Expected GPU model {exp.gpu_model!r}, found: " + join_some(wrong)
         else:
             summary = f"All {len(names)} GPUs are {names[0]} (expected {exp.gpu_model!r})"
         out.append(
@@ -696,8 +701,7 @@ def judge_hcas(exp: Expectations, obs: Observed) -> list[Finding]:
         if not ports:
             summary = f"Expected ports Active at {exp.hca_rate_gbps:g} Gb/s, found no {what}port"
         elif bad:
-            summary = f"Expected every port Active at >= {exp.hca_rate_gbps:g} Gb/s: " + "; ".join(bad[:4])
-            summary += f" (and {len(bad) - 4} more)" if len(bad) > 4 else ""
+            summary = f"Expected every port Active at >= {exp.hca_rate_gbps:g} Gb/s: " + join_some(bad)
         else:
             summary = f"All {ports} {what}ports Active at >= {exp.hca_rate_gbps:g} Gb/s"
         out.append(_verdict(HCA_PORTS, ports > 0 and not bad, exp.hca_rate_gbps, bad or ports, summary, obs))

@@ -22,6 +22,8 @@ import importlib
 import threading
 from typing import Any, Callable, Optional
 
+from ddpdoctor.json_shape import ListOf, MapOf, Nullable, Record, conform, conform_fact
+
 # NVML return codes (nvml.h); kept here so that mapping does not depend on the bindings' version.
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -246,69 +248,140 @@ def _fabric(r: NvmlReader, handle: Any) -> dict[str, Optional[str]]:
     return {"state": state, "status": status}
 
 
-def _no_ecc() -> dict[str, Optional[int]]:
-    keys = ("correctable", "uncorrectable", "sram_correctable", "sram_uncorrectable")
-    return dict.fromkeys(keys + ("dram_correctable", "dram_uncorrectable"))
+# The per-GPU dict, declared once: NVML readings, `parse_gpu_section` of `nvidia-smi -q` and the
+# snapshot loader all produce it (docs/parse.md), so one set of judges serves every source.
+_ECC_COUNTS = Record(
+    dict.fromkeys(
+        (
+            "correctable",
+            "uncorrectable",
+            "sram_correctable",
+            "sram_uncorrectable",
+            "dram_correctable",
+            "dram_uncorrectable",
+        ),
+        int,
+    )
+)
+_MODE_PAIR = Record({"current": bool, "pending": bool})
+_PROCESS = Record(
+    {
+        "pid": int,
+        "type": str,
+        "name": str,
+        "user": str,
+        "used_memory_mib": int,
+        "gpu_instance_id": int,
+        "compute_instance_id": int,
+    }
+)
+_NVLINK_LINK = Record({"active": bool, "speed_gbps": float, "version": int, "errors": MapOf(int)})
+GPU_SHAPE = Record(
+    {
+        "index": int,
+        "bus_id": str,
+        "name": str,
+        "uuid": str,
+        "serial": str,
+        "architecture": str,
+        "vbios_version": str,
+        "minor_number": int,
+        "persistence_mode": bool,
+        "compute_mode": str,
+        "mig_mode": _MODE_PAIR,
+        "ecc_mode": _MODE_PAIR,
+        "ecc": Record({"volatile": _ECC_COUNTS, "aggregate": _ECC_COUNTS, "sram_threshold_exceeded": bool}),
+        "retired_pages": Record({"single_bit": int, "double_bit": int, "pending": bool}),
+        "remapped_rows": Record(
+            {
+                "pending": bool,
+                "failure": bool,
+                "uncorrectable": int,
+                "correctable": int,
+                "banks_max": int,
+                "banks_none": int,
+            }
+        ),
+        "pcie": Record(
+            dict.fromkeys(
+                (
+                    "gen_current",
+                    "gen_max",
+                    "gen_device_max",
+                    "gen_host_max",
+                    "width_current",
+                    "width_max",
+                    "replays",
+                    "replay_rollovers",
+                ),
+                int,
+            )
+        ),
+        "throttle_reasons": MapOf(bool),
+        "temperature": Record(
+            dict.fromkeys(
+                (
+                    "gpu_c",
+                    "memory_c",
+                    "slowdown_c",
+                    "shutdown_c",
+                    "max_operating_c",
+                    "t_limit_c",
+                    "slowdown_t_limit_c",
+                    "shutdown_t_limit_c",
+                ),
+                int,
+            )
+        ),
+        "power": Record(dict.fromkeys(("draw_w", "limit_w", "default_limit_w", "max_limit_w"), float)),
+        "memory": Record(dict.fromkeys(("total_mib", "used_mib", "free_mib"), int)),
+        "utilization": Record({"gpu_percent": int, "memory_percent": int}),
+        "fabric": Record({"state": str, "status": str}),
+        "reset_required": bool,
+        "drain_and_reset_recommended": bool,
+        "processes": ListOf(_PROCESS),  # None: unknown; []: none running
+        "nvlink": Nullable(Record({"links": MapOf(_NVLINK_LINK)})),  # None on PCIe-only GPUs
+        "lost": bool,
+        "error": str,
+        "errors": MapOf(str),  # reading -> why it failed
+    },
+    defaults={"lost": False, "errors": {}, "throttle_reasons": {}},
+)
+# `nvidia-smi topo -p2p` as parsed by ddpdoctor.parsers.nvidia_smi_topo.parse_topo_p2p.
+P2P_SHAPE = Nullable(Record({"gpus": ListOf(str), "matrix": MapOf(MapOf(str)), "legend": MapOf(str)}))
+NVML_SHAPE = Record(
+    {
+        "available": bool,
+        "error": Nullable(Record({"kind": str, "message": str})),
+        "driver_version": str,
+        "cuda_driver_version": str,
+        "nvml_version": str,
+        "device_count": int,
+        "gpus": ListOf(GPU_SHAPE),
+        "p2p": P2P_SHAPE,
+    },
+    defaults={"available": False, "gpus": []},
+)
 
 
 def empty_gpu(index: int) -> dict[str, Any]:
     """A per-GPU dict with every field unknown (the shape of parsers.nvidia_smi.parse_gpu_section)."""
-    return {
-        "index": index,
-        "bus_id": None,
-        "name": None,
-        "uuid": None,
-        "serial": None,
-        "architecture": None,
-        "vbios_version": None,
-        "minor_number": None,
-        "persistence_mode": None,
-        "compute_mode": None,
-        "mig_mode": {"current": None, "pending": None},
-        "ecc_mode": {"current": None, "pending": None},
-        "ecc": {"volatile": _no_ecc(), "aggregate": _no_ecc(), "sram_threshold_exceeded": None},
-        "retired_pages": {"single_bit": None, "double_bit": None, "pending": None},
-        "remapped_rows": {
-            "pending": None,
-            "failure": None,
-            "uncorrectable": None,
-            "correctable": None,
-            "banks_max": None,
-            "banks_none": None,
-        },
-        "pcie": {
-            "gen_current": None,
-            "gen_max": None,
-            "gen_device_max": None,
-            "gen_host_max": None,
-            "width_current": None,
-            "width_max": None,
-            "replays": None,
-            "replay_rollovers": None,
-        },
-        "throttle_reasons": {},
-        "temperature": {
-            "gpu_c": None,
-            "memory_c": None,
-            "slowdown_c": None,
-            "shutdown_c": None,
-            "max_operating_c": None,
-            "t_limit_c": None,
-            "slowdown_t_limit_c": None,
-            "shutdown_t_limit_c": None,
-        },
-        "power": {"draw_w": None, "limit_w": None, "default_limit_w": None, "max_limit_w": None},
-        "memory": {"total_mib": None, "used_mib": None, "free_mib": None},
-        "utilization": {"gpu_percent": None, "memory_percent": None},
-        "fabric": {"state": None, "status": None},
-        "reset_required": None,
-        "drain_and_reset_recommended": None,
-        "processes": None,
-        "nvlink": None,
-        "lost": False,
-        "error": None,
-        "errors": {},
-    }
+    return conform({"index": index}, GPU_SHAPE)
+
+
+def load_nvml_fact(value: Any) -> Optional[dict[str, Any]]:
+    """The `nvml` fact (live, or read back from a snapshot's nvml.json) in the shape of `gather_nvml`.
+
+    Wrong-typed values become None; a GPU without an index gets its position. None when the value is
+    not an object at all (then the nvidia-smi fallback is used, as when the fact is absent).
+    """
+    out = conform_fact(value, NVML_SHAPE)
+    if out is None:
+        return None
+    for position, gpu in enumerate(out["gpus"]):
+        if gpu["index"] is None:
+            gpu["index"] = position
+    return out
 
 
 def read_gpu(lib: Any, index: int) -> tuple[dict[str, Any], Any]:

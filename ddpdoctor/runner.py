@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 DEFAULT_TIMEOUT_S = 10.0
 # A tool that floods stdout must not exhaust memory; keep the head, which holds what parsers need.
@@ -92,7 +92,8 @@ class CommandResult:
         return "\n".join(cut)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a command started by run_argv and everything it started (it leads its own session)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -113,8 +114,13 @@ def run_argv(
     argv: Sequence[str],
     timeout_s: float = DEFAULT_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    started: Optional[Callable[[subprocess.Popen[bytes]], None]] = None,
 ) -> CommandResult:
-    """Run argv with a wall-clock timeout; the whole process group is killed when it expires."""
+    """Run argv with a wall-clock timeout; the whole process group is killed when it expires.
+
+    `started(proc)` is called as soon as the process exists, so an owner (LiveSources) can kill it
+    when the whole check ends early; the run then comes back with the kill's exit status.
+    """
     argv = tuple(argv)
     if not argv:
         raise ValueError("empty argv")
@@ -136,9 +142,11 @@ def run_argv(
     except OSError as exc:
         return CommandResult(argv=argv, error=f"{argv[0]}: {exc.strerror or exc}")
     try:
+        if started is not None:
+            started(proc)
         out, err = proc.communicate(timeout=max(timeout_s, 0.01))
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_process_group(proc)
         out, err = proc.communicate()
         return CommandResult(
             argv=argv,
@@ -149,7 +157,7 @@ def run_argv(
             duration_s=time.monotonic() - start,
         )
     except BaseException:
-        _kill_group(proc)
+        kill_process_group(proc)
         proc.wait()
         raise
     return CommandResult(

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from ddpdoctor.runner import Command, CommandResult, run_argv
+from ddpdoctor.runner import Command, CommandResult, kill_process_group, run_argv
 
 
 class NotAvailable(Exception):
@@ -113,7 +114,12 @@ class _Once:
 
 
 class LiveSources:
-    """The machine we are running on."""
+    """The machine we are running on.
+
+    A command runs once per LiveSources (areas asking for the same id share the run), may be started
+    ahead with `prefetch`, and never outlives it: `close()` (or leaving a `with` block) kills every
+    command still running, so an early exit, a usage error or Ctrl-C leaves no orphan behind.
+    """
 
     is_live = True
 
@@ -122,28 +128,76 @@ class LiveSources:
         self.env = env
         self._cache_lock = threading.Lock()
         self._cache: dict[str, _Once] = {}
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._closed = False
+
+    def __enter__(self) -> LiveSources:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.01)
 
+    def prefetch(self, cmd: Command) -> None:
+        """Start `cmd` now, in the background; `run(cmd)` then waits for this run instead of starting one.
+
+        Used for the slowest probe (the torch import) so that it overlaps everything else.
+        """
+        with self._cache_lock:
+            if self._closed or cmd.id in self._cache:
+                return
+            once = self._cache[cmd.id] = _Once()
+        threading.Thread(
+            target=self._execute, args=(cmd, once), name=f"prefetch-{cmd.id}", daemon=True
+        ).start()
+
+    def _started(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._cache_lock:
+            if not self._closed:
+                self._running.add(proc)
+                return
+        kill_process_group(proc)  # started after close(): nobody is left to wait for it
+
+    def _execute(self, cmd: Command, once: _Once) -> None:
+        try:
+            once.result = run_argv(
+                cmd.argv, timeout_s=min(cmd.timeout_s, self.remaining()), env=self.env, started=self._started
+            )
+        finally:
+            with self._cache_lock:
+                self._running = {p for p in self._running if p.returncode is None}
+            once.done.set()
+
     def run(self, cmd: Command) -> CommandResult:
         """Run a command once per Sources: areas asking for the same command id share one run."""
         with self._cache_lock:
+            if self._closed:
+                return CommandResult(argv=cmd.argv, error=f"`{cmd.display}` not run: the check has ended")
             once = self._cache.get(cmd.id)
             first = once is None
             if first:
                 once = self._cache[cmd.id] = _Once()
         assert once is not None
         if first:
-            try:
-                once.result = run_argv(cmd.argv, timeout_s=min(cmd.timeout_s, self.remaining()), env=self.env)
-            finally:
-                once.done.set()
+            self._execute(cmd, once)
         elif not once.done.wait(self.remaining()):
-            return CommandResult(argv=cmd.argv, timed_out=True, error=f"`{cmd.display}` still running at the deadline")
+            return CommandResult(
+                argv=cmd.argv, timed_out=True, error=f"`{cmd.display}` still running at the deadline"
+            )
         if once.result is None:  # the first caller raised (e.g. KeyboardInterrupt)
             return CommandResult(argv=cmd.argv, error=f"`{cmd.display}` did not complete")
         return once.result
+
+    def close(self) -> None:
+        """Kill every command still running (its whole process group); later runs are refused."""
+        with self._cache_lock:
+            self._closed = True
+            running = [p for p in self._running if p.returncode is None]
+            self._running.clear()
+        for proc in running:
+            kill_process_group(proc)
 
     def fact(self, name: str, produce: Callable[[], Any]) -> Any:
         return produce()
@@ -205,6 +259,15 @@ class ReplaySources:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.deadline = time.monotonic() + 3600
+
+    def __enter__(self) -> ReplaySources:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing runs from a snapshot: here for symmetry with LiveSources."""
 
     def run(self, cmd: Command) -> CommandResult:
         path = self.directory / f"{cmd.id}.txt"

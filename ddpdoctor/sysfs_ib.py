@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from ddpdoctor.json_shape import ListOf, Record, conform_fact
 from ddpdoctor.parsers.ibstat import (
     IbStatus,
     normalize_link_layer,
@@ -37,6 +38,31 @@ GDR_MARKERS = (
 # Bounds: a broken sysfs must not make the probe read forever.
 MAX_DEVICES = 256
 MAX_PORTS = 64
+
+_PORT_SHAPE = Record({"port": int, "state": str, "phys_state": str, "rate": str, "link_layer": str})
+_DEVICE_SHAPE = Record(
+    {
+        "name": str,
+        "hca_type": str,
+        "fw_ver": str,
+        "board_id": str,
+        "node_type": str,
+        "numa_node": int,
+        "pci_slot": str,
+        "ports": ListOf(_PORT_SHAPE),
+    },
+    defaults={"ports": []},
+)
+IB_SYSFS_SHAPE = Record(
+    {
+        "class_dir": str,
+        "class_dir_present": bool,
+        "devices": ListOf(_DEVICE_SHAPE),
+        "dev_infiniband": ListOf(str),  # None: /dev/infiniband absent
+        "gdr_markers": ListOf(str),
+    },
+    defaults={"devices": [], "gdr_markers": []},
+)
 
 IB_SYSFS_FACT = define_fact(
     "infiniband-sysfs",
@@ -120,34 +146,30 @@ def read_infiniband_sysfs(root: Path = Path("/")) -> dict[str, Any]:
     }
 
 
+def load_infiniband_sysfs(value: Any) -> Optional[dict[str, Any]]:
+    """The `infiniband-sysfs` fact (live, or read back from a snapshot) in the shape `read_infiniband_sysfs`
+    writes; wrong-typed values become None, devices without a name and ports without a number are
+    dropped. None when the value is not an object at all (as when the fact is absent)."""
+    fact = conform_fact(value, IB_SYSFS_SHAPE)
+    if fact is None:
+        return None
+    fact["devices"] = [d for d in fact["devices"] if d["name"]]
+    for d in fact["devices"]:
+        d["ports"] = [p for p in d["ports"] if p["port"] is not None]
+    return fact
+
+
 def to_ib_status(fact: Any) -> IbStatus:
     """The sysfs fact as the normalized devices/ports the tool parsers produce (garbage -> empty)."""
     out = IbStatus()
-    if not isinstance(fact, dict):
-        return out
-    for raw in as_list(fact.get("devices")):
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            continue
+    for raw in (load_infiniband_sysfs(fact) or {}).get("devices", []):
         dev = out.device(raw["name"])
-        dev.type = (
-            raw.get("hca_type") if isinstance(raw.get("hca_type"), str) and raw.get("hca_type") else None
-        )
-        dev.firmware = raw.get("fw_ver") if isinstance(raw.get("fw_ver"), str) and raw.get("fw_ver") else None
-        for rp in as_list(raw.get("ports")):
-            if not isinstance(rp, dict) or not isinstance(rp.get("port"), int):
-                continue
+        dev.type = raw["hca_type"] or None
+        dev.firmware = raw["fw_ver"] or None
+        for rp in raw["ports"]:
             p = dev.port(rp["port"])
-            p.state = normalize_state(_str(rp.get("state")))
-            p.physical_state = normalize_physical_state(_str(rp.get("phys_state")))
-            p.rate_gbps = parse_rate_gbps(_str(rp.get("rate")))
-            p.link_layer = normalize_link_layer(_str(rp.get("link_layer")))
+            p.state = normalize_state(rp["state"])
+            p.physical_state = normalize_physical_state(rp["phys_state"])
+            p.rate_gbps = parse_rate_gbps(rp["rate"])
+            p.link_layer = normalize_link_layer(rp["link_layer"])
     return out
-
-
-def as_list(value: Any) -> list[Any]:
-    """A list from a JSON value that should be one (a hand-edited snapshot may hold anything)."""
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> Optional[str]:
-    return value if isinstance(value, str) else None

@@ -194,6 +194,9 @@ def test_joins_as_rank_under_torchrun(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["environment"]["launcher"] == "torchrun" and data["environment"]["world_size"] == 2
     assert len(data["rows"]) == 2 * 3 and all(r["wrong"] == 0 for r in data["rows"])
+    # One node: the whole-world run only, no intra-/inter-node tables.
+    assert {(r["scope"], r["node"]) for r in data["rows"]} == {("world", None)}
+    assert data["scope_summary"] == [] and "# == " not in proc.stdout
 
 
 def test_joined_rank_watchdog_dumps_stack_and_exits(tmp_path: Path) -> None:

@@ -203,3 +203,70 @@ def test_snapshot_then_replay_gives_the_same_findings(clean_launch_env, tmp_path
     # Replaying a recording gives exactly the findings judged live from it.
     _, replayed = check_json("--replay", str(tmp_path / "snap2"), "--only", ISSUE2_AREAS)
     assert signature(replayed) == [(f.id, f.severity.label, f.summary) for f in live.findings]
+
+
+# Loaded by every Python started with this PYTHONPATH: the torch-info probe (only it) records its PID,
+# then hangs like an `import torch` stuck on a dead NFS mount or a wedged driver.
+HANGING_TORCH_INFO = (
+    "import os, sys, time\n"
+    "if 'ddpdoctor.torch_info' in sys.orig_argv:\n"
+    "    open(os.environ['DDPDOCTOR_TEST_PIDFILE'], 'w').write(str(os.getpid()))\n"
+    "    time.sleep(120)\n"
+)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_usage_error_after_the_torch_prefetch_leaves_no_child(tmp_path: Path) -> None:
+    """`check` starts the torch import before it has read --expect; when that file turns out to be
+    invalid (a usage error, exit 2), the already running torch-info subprocess must die with it."""
+    import os
+    import time
+
+    (tmp_path / "sitecustomize.py").write_text(HANGING_TORCH_INFO)
+    pidfile = tmp_path / "torch-info.pid"
+    # A FIFO as --expect: check blocks reading it until the prefetched probe is known to be running.
+    fifo = tmp_path / "node.toml"
+    os.mkfifo(fifo)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), DDPDOCTOR_TEST_PIDFILE=str(pidfile))
+    argv = [sys.executable, "-m", "ddpdoctor", "check", "--only", "torch", "--expect", str(fifo)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.is_file() and pidfile.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        child = int(pidfile.read_text())
+        assert _alive(child)
+        fifo.write_text("this is [not toml\n")
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and "not valid TOML" in err
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(child), "the prefetched torch-info subprocess outlived `ddpdoctor check`"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if child is not None and _alive(child):
+            os.kill(child, 9)
+
+
+def test_prefetch_only_for_the_areas_that_read_torch_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpdoctor.cli.check import start_live_sources
+    from ddpdoctor.sources import LiveSources
+
+    prefetched: list[list[str]] = []
+    monkeypatch.setattr(LiveSources, "prefetch", lambda self, cmd: prefetched[-1].append(cmd.id))
+    for only, skip in (([], []), (["mp"], []), (["launch"], []), ([], ["torch", "mp"])):
+        prefetched.append([])
+        start_live_sources(30.0, only, skip).close()
+    assert prefetched == [["torch-info"], ["torch-info"], [], []]

@@ -6,6 +6,7 @@ TCPStore and gloo. Nothing leaves loopback.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import jsonschema
 import psutil
 from _cluster_agents import Agents, agent_env, describe, find_json, torchrun_argv, wait_listening
 
@@ -22,6 +24,7 @@ from ddpdoctor.ports import pick_free_port
 
 # Bounds on a whole multi-agent run: generous for a loaded 2-core CI machine, far below a hang.
 RUN_TIMEOUT_S = 120
+BENCH_SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "schemas" / "bench.schema.json"
 
 
 def start_agents(
@@ -154,7 +157,13 @@ def test_pairwise_across_agents() -> None:
     with Agents() as agents:
         start_agents(agents, 3, args, [{}, {}, {}])
         runs = agents.wait_all(RUN_TIMEOUT_S)
-    _, data = find_json(runs, "ddpdoctor.pairwise/")
+    printer, data = find_json(runs, "ddpdoctor.pairwise/")
+    # --pairwise is the whole command: rank 0 printed the matrix as one JSON document and no rank
+    # carried on into the collective benchmark (its tables or its ddpdoctor.bench/1 document).
+    assert json.loads(printer.stdout) == data
+    for run in runs:
+        assert "ddpdoctor.bench/" not in run.stdout and "Collective test" not in run.stdout, describe(runs)
+        assert run is printer or not run.stdout.strip(), describe(runs)
     host = socket.gethostname()
     assert data["nodes"] == [f"node {i} ({host})" for i in range(3)]
     matrix = data["matrix_mbps"]
@@ -172,11 +181,12 @@ def test_pairwise_across_agents() -> None:
     assert codes == {data["exit_code"]}, describe(runs)
 
 
-def test_scoped_benchmark_intra_and_inter_node() -> None:
+def test_scoped_benchmark_intra_and_inter_node(tmp_path: Path) -> None:
     # 2 "nodes" x 2 ranks: each node's pair runs intra-node, one rank per node runs inter-node.
     script = str(Path(__file__).with_name("_scoped_bench_rank.py"))
+    env = {"SCOPED_EVENTS_DIR": str(tmp_path)}
     with Agents() as agents:
-        start_agents(agents, 2, [], [{}, {}], nproc=2, script=script)
+        start_agents(agents, 2, [], [env, env], nproc=2, script=script)
         runs = agents.wait_all(RUN_TIMEOUT_S)
     _, data = find_json(runs, "test.scoped/")
     host = socket.gethostname()
@@ -192,3 +202,125 @@ def test_scoped_benchmark_intra_and_inter_node() -> None:
     ], describe(runs)
     assert all(r["nranks"] == 2 and r["wrong"] == 0 and r["busbw"] > 0 for r in rows)
     assert [r.returncode for r in runs] == [0, 0], describe(runs)
+    # Every step goes through the caller's reporter (the joined rank's watchdog and progress bar), named
+    # by its scope; a rank with nothing to run waits under a bound of the whole phase: (2 steps + 1) x 30 s.
+    events = {rank: json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(4)}
+    wait_intra = ["wait", "intra-node: waiting for the other nodes", 90.0]
+    wait_inter = ["wait", "inter-node: waiting for the node leaders", 90.0]
+    for rank in range(4):
+        node = f"node {rank // 2} ({host})"
+        intra = [
+            ["step", "intra-node all_reduce", 4096],
+            ["row", "intra-node", node, "all_reduce"],
+            ["step", "intra-node all_gather", 4096],
+            ["row", "intra-node", node, "all_gather"],
+        ]
+        inter = [
+            ["step", "inter-node all_reduce", 4096],
+            ["row", "inter-node", "all nodes", "all_reduce"],
+            ["step", "inter-node all_gather", 4096],
+            ["row", "inter-node", "all nodes", "all_gather"],
+        ]
+        leader = rank % 2 == 0
+        expected = [["step", "topology", 0], *intra, wait_intra, *(inter if leader else []), wait_inter]
+        assert events[rank] == [*expected, ["step", "gather scoped results", 0]], (rank, events[rank])
+
+
+def _scoped_bench_args(*extra: str) -> list[str]:
+    return [
+        "bench-nccl",
+        "--backend",
+        "gloo",
+        "--ops",
+        "all_reduce,sendrecv",
+        "--min-bytes",
+        "1K",
+        "--max-bytes",
+        "4K",
+        "--step-factor",
+        "4",
+        "--iters",
+        "2",
+        "--warmup",
+        "1",
+        *extra,
+    ]
+
+
+def test_bench_nccl_across_agents_reports_each_scope(tmp_path: Path) -> None:
+    # bench-nccl joined as 4 ranks on 2 "nodes": the whole-world run, then each node's intra-node run,
+    # then the inter-node run, in the human tables, --json and --csv; verdicts judge the whole world.
+    out_json, out_csv = tmp_path / "bench.json", tmp_path / "bench.csv"
+    args = _scoped_bench_args("--timeout", "30", "--min-busbw", "0.000001")
+    args += ["--json", str(out_json), "--csv", str(out_csv)]
+    with Agents() as agents:
+        start_agents(agents, 2, args, [{}, {}], nproc=2)
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+    assert [r.returncode for r in runs] == [0, 0], describe(runs)
+    host = socket.gethostname()
+    data = json.loads(out_json.read_text())
+    jsonschema.validate(data, json.loads(BENCH_SCHEMA.read_text()))
+    assert data["environment"]["world_size"] == 4 and data["environment"]["launcher"] == "torchrun"
+    rows = data["rows"]
+    sizes = [1024, 4096]
+    tables = [
+        ("world", None, 4),
+        ("intra-node", f"node 0 ({host})", 2),
+        ("intra-node", f"node 1 ({host})", 2),
+    ]
+    tables += [("inter-node", "all nodes", 2)]
+    # Every scope's table, in this order, with every op at every size, each correct.
+    assert [(r["scope"], r["node"], r["nranks"], r["op"], r["requested_bytes"]) for r in rows] == [
+        (*table, op, size) for table in tables for op in ("all_reduce", "sendrecv") for size in sizes
+    ], describe(runs)
+    assert all(r["wrong"] == 0 and r["busbw"] > 0 for r in rows)
+    # Summary and --min-busbw: whole-world rows only; each other scope has its own summary.
+    world_ar = [r["busbw"] for r in rows if r["scope"] == "world" and r["op"] == "all_reduce"]
+    summary = {s["op"]: s for s in data["summary"]}
+    assert summary["all_reduce"]["peak_busbw"] == max(world_ar) and summary["all_reduce"]["rows"] == 2
+    min_busbw = next(v for v in data["verdicts"] if v["id"] == "bench.min_busbw")
+    assert min_busbw["data"]["peak_busbw"] == max(world_ar) and not min_busbw["failed"]
+    assert [(s["scope"], s["node"], s["nranks"]) for s in data["scope_summary"]] == [t for t in tables[1:]]
+    inter_ar = [r["busbw"] for r in rows if r["scope"] == "inter-node" and r["op"] == "all_reduce"]
+    assert data["scope_summary"][2]["summary"][0]["peak_busbw"] == max(inter_ar)
+    # CSV: the same rows, scope and node columns included.
+    with out_csv.open() as fh:
+        csv_rows = list(csv.DictReader(fh))
+    assert [(r["scope"], r["node"] or None, int(r["nranks"])) for r in csv_rows] == [
+        table for table in tables for _ in range(4)
+    ]
+    # Human output: rank 0 alone prints one set of tables per scope, in order, with its peaks.
+    printed = [r for r in runs if r.stdout.strip()]
+    assert len(printed) == 1, describe(runs)
+    out = printed[0].stdout
+    headings = [line for line in out.splitlines() if line.startswith("# == ")]
+    assert headings == [
+        "# == whole world: 4 ranks ==",
+        f"# == intra-node: node 0 ({host}), 2 ranks ==",
+        f"# == intra-node: node 1 ({host}), 2 ranks ==",
+        "# == inter-node: one rank per node, 2 ranks ==",
+    ], out
+    for heading, following in zip(headings, [*headings[1:], "# OK: every measured result"]):
+        section = out[out.index(heading) : out.index(following)]
+        assert (
+            section.count("# Collective test: all_reduce") == 1 and "# Collective test: sendrecv" in section
+        )
+        assert "# all_reduce      peak busbw" in section, section
+    assert "# OK: all_reduce peak busbw" in out
+
+
+def test_hang_in_a_scoped_run_is_bounded_by_the_watchdog() -> None:
+    # Global rank 2 (node 1's leader) hangs in the inter-node all_reduce: its per-step watchdog dumps
+    # its stack and ends it, torchrun stops the rest. Ranks 1 and 3 wait out the inter-node phase
+    # under the longer phase bound, so their own watchdog must not fire.
+    fault = {"DDPDOCTOR_BENCH_FAULT": "rank=2,op=inter-node all_reduce,size=1024,action=hang"}
+    started = time.monotonic()
+    with Agents() as agents:
+        start_agents(agents, 2, _scoped_bench_args("--timeout", "4", "--json", "-"), [fault, fault], nproc=2)
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+    assert time.monotonic() - started < 60, "bounded, did not hang\n" + describe(runs)
+    assert all(r.returncode not in (0, None) for r in runs), describe(runs)
+    dumps = runs[1].stderr
+    assert "Timeout (0:00:04)!" in dumps, describe(runs)
+    assert "_maybe_fault" in dumps and "run_scoped_benchmark" in dumps, dumps[-3000:]
+    assert all("_wait_for_peers" not in r.stderr for r in runs), describe(runs)

@@ -102,3 +102,14 @@ def test_parse_cli() -> None:
 )
 def test_parse_dmesg_never_raises(text: str) -> None:
     json.dumps(parse_dmesg(text))
+
+
+def test_malformed_numbers_in_a_limited_line_are_ignored() -> None:
+    # `[\d.]+` once matched "1.2.3" and float() raised; a malformed number now leaves the line unparsed.
+    line = (
+        "pci 0000:01:00.0: 1.2.3 Gb/s available PCIe bandwidth, limited by 16.0 GT/s PCIe x16 link at "
+        "0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"
+    )
+    assert parse_dmesg(line)["pcie_limited"] == []
+    assert parse_dmesg(line.replace("1.2.3", "126.024"))["pcie_limited"][0]["available_gbps"] == 126.024
+    assert parse_dmesg("NVRM: Xid (PCI:0000:19:00): " + "7" * 5000 + ", pid=1")["xids"] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Optional
 
 import pynvml
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 
 from ddpdoctor import nvml
 from ddpdoctor.checks import gpu as gpu_area
+from ddpdoctor.checks.gpu import collect as gpu_collect
 from ddpdoctor.cli import app
 from ddpdoctor.engine import run_checks
 from ddpdoctor.model import Finding, Report, Severity
@@ -257,6 +259,7 @@ def test_replay_unable_to_determine_device_handle(tmp_path: Path) -> None:
     )
     (f,) = [f for f in report.findings if f.id == "gpu.lost"]
     assert f.severity == Severity.FAIL and "0000:0B:00.0" in f.summary
+    assert "sudo nvidia-smi -r -i 0000:0B:00.0" in f.fix  # nvidia-smi -i takes the bus id
 
 
 def test_replay_empty_snapshot_skips(tmp_path: Path) -> None:
@@ -510,6 +513,84 @@ def test_p2p_not_supported_from_topo_p2p_fallback(fake_nvml: Callable[..., FakeN
     assert "1 PIX" in ids["gpu.topology"][0].summary
 
 
+# --- second pass: inconclusive readings never read as a pass; fixes name the GPU -------------------------
+
+
+def test_nvlink_counters_without_link_states_are_no_clean_bill(tmp_path: Path) -> None:
+    # Only `nvidia-smi nvlink -e` in the snapshot: the links' states are unknown, so "all links active"
+    # must not be claimed; the real counters (all 0) do give a clean error count.
+    d = replay_dir(
+        tmp_path,
+        {
+            "nvidia-smi-q.txt": H800,
+            "nvidia-smi-nvlink-e.txt": "nvidia-smi-nvlink-e__h100-error-counters-zero-elided.txt",
+        },
+    )
+    ids = by_id(run_gpu(ReplaySources(d)))
+    assert "gpu.nvlink.inactive" not in ids
+    assert worst(run_gpu(ReplaySources(d)), "gpu.nvlink.errors") == Severity.OK
+
+
+def test_nvlink_counters_nvml_cannot_read_are_no_clean_bill(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([h100(0, nvmlDeviceGetNvLinkErrorCounter=Raise(pynvml.NVML_ERROR_NOT_SUPPORTED))])
+    ids = by_id(run_gpu(FakeSources()))
+    assert worst_of(ids["gpu.nvlink.inactive"]) == Severity.OK and "gpu.nvlink.errors" not in ids
+
+
+def test_unknown_compute_mode_is_not_reported_as_default(tmp_path: Path) -> None:
+    text = (GPU / H800).read_text()
+    assert "    Compute Mode                          : Default\n" in text
+    (tmp_path / "nvidia-smi-q.txt").write_text(
+        text.replace(
+            "Compute Mode                          : Default", "Compute Mode                          : Weird"
+        )
+    )
+    (mode,) = by_id(run_gpu(ReplaySources(tmp_path)))["gpu.compute_mode"]
+    assert mode.severity == Severity.INFO and "unrecognised compute mode 'Weird'" in mode.summary
+
+
+def test_fixes_name_the_gpu_to_act_on(fake_nvml: Callable[..., FakeNvml]) -> None:
+    gpus = healthy(4)
+    gpus[3] = h100(
+        3,
+        nvmlDeviceGetRemappedRows=(0, 1, 1, 0),
+        nvmlDeviceGetEnforcedPowerLimit=400000,
+        nvmlDeviceGetComputeMode=3,
+        nvmlDeviceGetComputeRunningProcesses=[SimpleNamespace(pid=1, usedGpuMemory=2**30)],
+    )
+    fake_nvml(gpus)
+    ids = by_id(run_gpu(FakeSources(env={"LOCAL_WORLD_SIZE": "8"})))
+    (remap,) = [f for f in ids["gpu.remapped_rows.pending"] if f.severity == Severity.FAIL]
+    assert "nvidia-smi -r -i 3" in remap.fix and "-i N" not in remap.fix
+    (power,) = ids["gpu.power_limit"]
+    assert "sudo nvidia-smi -pl 700 -i 3" in power.fix
+    (mode,) = ids["gpu.compute_mode"]
+    assert mode.severity == Severity.FAIL and "nvidia-smi -c 0 -i 3" in mode.fix
+    (procs,) = ids["gpu.processes"]
+    assert "kill 1" in procs.fix and "ps -o pid,user,etime,args -p 1" in procs.fix
+
+
+def test_wrong_typed_nvml_fact_is_conformed_and_other_gpus_judged(tmp_path: Path) -> None:
+    fact = nvml.gather_nvml(FakeNvml(healthy(3)))
+    fact["gpus"][0]["pcie"] = ["x16"]  # a section of the wrong type: unknown, not a crash
+    fact["gpus"][1]["remapped_rows"]["pending"] = "Yes"  # a string for a bool: unknown
+    fact["gpus"][1]["nvlink"]["links"]["0"] = None
+    fact["gpus"][2]["pcie"]["width_current"] = 8  # the one real problem
+    fact["gpus"].append("GPU 3")  # not a GPU record: dropped
+    fact["p2p"] = {"gpus": "GPU0", "matrix": []}
+    (tmp_path / "nvml.json").write_text(json.dumps(fact))
+    ids = by_id(run_gpu(ReplaySources(tmp_path)))
+    assert ids["gpu.inventory"][0].data["count"] == 3
+    (width,) = [f for f in ids["gpu.pcie.width"] if f.severity == Severity.FAIL]
+    assert width.summary.startswith("GPU 2 (00000000:4C:00.0)")
+    assert worst_of(ids["gpu.remapped_rows.pending"]) == Severity.OK
+    assert ids["gpu.remapped_rows.pending"][0].summary == "No row remapping pending on 2 GPU(s)"
+
+
+def worst_of(findings: list[Finding]) -> Severity:
+    return max(f.severity for f in findings)
+
+
 # --- kernel log ---------------------------------------------------------------------------------------
 
 XID_79 = "[ 5123.4] NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus.\n"
@@ -570,7 +651,7 @@ def test_pcie_limited_for_a_gpu_from_real_dmesg(fake_nvml: Callable[..., FakeNvm
 def test_snapshot_then_replay_gives_the_same_findings(
     fake_nvml: Callable[..., FakeNvml], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gpu_area, "_read_torch", lambda sources: (None, None))
+    monkeypatch.setattr(gpu_collect, "_read_torch", lambda sources: (None, None))
     gpus = healthy(2)
     gpus[1] = h100(1, nvmlDeviceGetCurrPcieLinkWidth=8, nvmlDeviceGetRemappedRows=(0, 0, 1, 0))
     fake_nvml(gpus)

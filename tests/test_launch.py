@@ -80,6 +80,10 @@ def test_malformed_values_fail_each() -> None:
     assert all(f.severity == Severity.FAIL for f in bad.values())
     assert "not a TCP port" in bad["MASTER_PORT"].summary and "29500" in bad["MASTER_PORT"].fix
     assert "no tcp://" in bad["MASTER_ADDR"].fix
+    # The other variables get a fix that names them and who should set them.
+    assert bad["RANK"].fix.startswith("Set RANK to a whole number") and "torchrun" in bad["RANK"].fix
+    slurm = only(check_launch_env({"SLURM_NTASKS": "four"}), "launch.var.malformed")
+    assert "SLURM_NTASKS" in slurm.fix and "srun" in slurm.fix
 
 
 def test_partial_env_init_set_is_missing() -> None:

@@ -108,8 +108,10 @@ def test_known_names_are_quiet() -> None:
 def test_debug_values() -> None:
     (f,) = by_id(judge({"TORCH_DISTRIBUTED_DEBUG": "verbose"}), "nccl_env.bad_value")
     assert f.severity == Severity.FAIL and "ValueError" in f.summary
+    assert "OFF, INFO or DETAIL" in f.fix
     (f,) = by_id(judge({"NCCL_DEBUG": "LOUD"}), "nccl_env.bad_value")
     assert f.severity == Severity.WARN
+    assert "NCCL_DEBUG=WARN" in f.fix
     assert by_id(judge({"NCCL_DEBUG": "info"}), "nccl_env.debug")[0].severity == Severity.INFO
     assert by_id(judge({"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}), "nccl_env.debug")[0].severity == Severity.INFO
     assert not by_id(judge({"NCCL_DEBUG": "WARN"}), "nccl_env.debug")

@@ -164,6 +164,20 @@ def test_port_held_by_another_process_and_inside_ephemeral_range() -> None:
     assert e.severity == Severity.WARN and "32768-60999" in e.summary
 
 
+def test_port_holder_with_a_multiline_command_stays_a_one_line_summary() -> None:
+    script = "import socket, time\ns = socket.socket()\n" + "x = 1\n" * 60 + "time.sleep(60)"
+    port = {
+        "port": 45001,
+        "holder": {"pid": 99, "name": "python3", "cmdline": f"python3 -c {script}", "is_our_launcher": False},
+        "ephemeral_range": None,
+    }
+    f = only(check_network(facts({"MASTER_PORT": "45001"}, port=port)), "net.master_port.in_use")
+    assert "\n" not in f.summary and "PID 99 (python3 -c import socket, time s = socket.socket()" in f.summary
+    assert f.summary.endswith("...)") and len(f.summary) < 200
+    assert f.data["cmdline"] == f"python3 -c {script}"  # the full command line is kept as data
+    assert "sport = :45001" in f.fix and "kill 99" in f.fix
+
+
 def test_port_held_by_our_own_launcher_is_info() -> None:
     port = {
         "port": 29500,

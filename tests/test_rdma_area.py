@@ -26,7 +26,7 @@ from ddpdoctor.engine import run_checks
 from ddpdoctor.model import Finding, Severity
 from ddpdoctor.runner import CommandResult
 from ddpdoctor.sources import RecordingSources, ReplaySources
-from ddpdoctor.sysfs_ib import read_infiniband_sysfs, to_ib_status
+from ddpdoctor.sysfs_ib import load_infiniband_sysfs, read_infiniband_sysfs, to_ib_status
 
 RDMA = Path(__file__).parent / "fixtures" / "rdma"
 IBSTAT_DOWN = RDMA / "ibstat__cx7-ib-port-down-polling-redacted-guids.txt"
@@ -587,3 +587,87 @@ def test_nccl_ib_hca_parser_never_raises(value: str) -> None:
     f = parse_nccl_ib_hca(value)
     if f is not None:
         assert isinstance(f.selects("mlx5_0", 1), bool)
+
+
+# --- second pass: inconclusive readings never read as a pass; fixes name the port ------------------------
+
+
+def test_port_whose_state_no_source_could_read_is_an_error_not_a_fail(tmp_path: Path) -> None:
+    root = make_ib_tree(tmp_path / "root", {"mlx5_0": {"ports": {1: ACTIVE_400}}})
+    (root / "sys/class/infiniband/mlx5_0/ports/1/state").unlink()  # unreadable: read as null
+    (port,) = by_id(run_rdma(snapshot_dir(tmp_path, root, ulimit=ULIMIT_UNLIMITED)), "rdma.port.state")
+    assert port.severity == Severity.ERROR and "mlx5_0 port 1: state could not be read" in port.summary
+    assert "ibstat mlx5_0 1" in port.fix
+
+
+def test_unreadable_tool_output_without_sysfs_is_not_a_clean_no_rdma_skip(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.txt"
+    garbage.write_text("<html>502 Bad Gateway</html>\n")
+    (f,) = by_id(run_rdma(snapshot_dir(tmp_path, files={"ibstat.txt": garbage})), "rdma.devices.absent")
+    assert f.severity == Severity.ERROR and "ibstat" in f.summary and f.fix
+    # The real "no devices" outputs stay a clean skip.
+    sub = tmp_path / "none"
+    sub.mkdir()
+    files = {"ibstatus.txt": RDMA / "ibstatus__debian-infiniband-diags-44.0-no-devices.txt"}
+    (f,) = by_id(run_rdma(snapshot_dir(sub, files=files)), "rdma.devices.absent")
+    assert f.severity == Severity.SKIP
+
+
+def test_lspci_without_capabilities_skips_instead_of_passing(tmp_path: Path) -> None:
+    plain = tmp_path / "lspci.txt"
+    plain.write_text(
+        "00:00.0 Host bridge: Intel Corporation 440FX - 82441FX PMC [Natoma] (rev 02)\n"
+        "00:01.0 ISA bridge: Intel Corporation 82371SB PIIX3 ISA [Natoma/Triton II]\n"
+    )
+    findings = run_rdma(snapshot_dir(tmp_path, files={"lspci-vvv.txt": plain}))
+    assert not by_id(findings, "rdma.pcie.acs")
+    (skip,) = by_id(findings, "rdma.pcie.unreadable")
+    assert skip.severity == Severity.SKIP and "without any capability lines" in skip.summary
+
+
+def test_rate_mismatch_fix_and_memlock_evidence_name_what_was_seen(tmp_path: Path) -> None:
+    root = make_ib_tree(
+        tmp_path / "root", {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: ACTIVE_200}}}
+    )
+    findings = run_rdma(snapshot_dir(tmp_path, root, ulimit=ULIMIT_64K.read_text()))
+    (rate,) = by_id(findings, "rdma.port.rate_mismatch")
+    assert "mlx5_1 port 1 negotiated 200 of 400" in rate.summary and "mlxlink -d mlx5_1 -p 1" in rate.fix
+    assert [e.source for e in rate.evidence] == [
+        "/sys/class/infiniband/mlx5_0/ports/1",
+        "/sys/class/infiniband/mlx5_1/ports/1",
+    ]
+    (mem,) = by_id(findings, "rdma.memlock")
+    assert mem.evidence[0].excerpt == "max locked memory       (kbytes, -l) 64"
+
+
+def test_wrong_typed_sysfs_fact_is_conformed_not_crashed_on(tmp_path: Path) -> None:
+    fact = {
+        "class_dir_present": "yes",
+        "devices": [
+            {"name": ["mlx5_0"], "ports": [{"port": 1, "state": "4: ACTIVE"}]},  # unusable name: dropped
+            {"name": "mlx5_1", "numa_node": "1", "ports": {"1": {}}},  # ports not a list: none
+            {"name": "mlx5_2", "hca_type": 4129, "ports": [{"port": "1"}, {"port": 1, "state": 4}, 7]},
+            "mlx5_3",
+        ],
+        "dev_infiniband": "uverbs0",
+        "gdr_markers": [None, "sys/module/nvidia_peermem/version"],
+    }
+    loaded = load_infiniband_sysfs(fact)
+    assert [d["name"] for d in loaded["devices"]] == ["mlx5_1", "mlx5_2"]
+    assert loaded["devices"][0]["numa_node"] is None and loaded["devices"][0]["ports"] == []
+    assert loaded["devices"][1]["hca_type"] is None and [
+        p["port"] for p in loaded["devices"][1]["ports"]
+    ] == [1]
+    assert loaded["devices"][1]["ports"][0]["state"] is None
+    assert loaded["dev_infiniband"] is None and loaded["gdr_markers"] == ["sys/module/nvidia_peermem/version"]
+    assert load_infiniband_sysfs(["not", "an", "object"]) is None
+    (snap := tmp_path / "snap").mkdir()
+    (snap / "infiniband-sysfs.json").write_text(json.dumps(fact))
+    ids = {f.id: f for f in run_rdma(snap)}
+    assert ids["rdma.hca.inventory"].data["hcas"][0]["name"] == "mlx5_1"
+    assert ids["rdma.port.state"].severity == Severity.ERROR  # mlx5_2 port 1: state unreadable
+
+
+def test_tool_error_fix_names_the_vanished_device(tmp_path: Path) -> None:
+    (err,) = by_id(run_rdma(snapshot_dir(tmp_path, files={"ibstat.txt": IBSTAT_8X})), "rdma.tools.errors")
+    assert "mlx5_8" in err.summary and "`ibstat mlx5_8`" in err.fix

@@ -88,3 +88,62 @@ def test_live_sources_run_each_command_once(tmp_path: Path) -> None:
         t.join(30)
     assert len(results) == 4 and all(r.ok and r.stdout == "done\n" for r in results)
     assert counter.read_text().count("x") == 1
+
+
+def _wait_for(path: Path, timeout_s: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never written")
+
+
+def _gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_prefetched_command_is_shared_with_the_later_run(tmp_path: Path) -> None:
+    from ddpdoctor.runner import Command
+    from ddpdoctor.sources import LiveSources
+
+    counter = tmp_path / "count"
+    tool = tmp_path / "counting-tool"
+    tool.write_text(f"#!/bin/sh\necho x >> {counter}\nsleep 0.3\necho done\n")
+    tool.chmod(0o755)
+    cmd = Command("test-prefetch", (str(tool),), "test only")
+    with LiveSources() as sources:
+        sources.prefetch(cmd)
+        _wait_for(counter)  # it runs before anyone asked for it ...
+        res = sources.run(cmd)  # ... and the run waits for that same process
+    assert res.ok and res.stdout == "done\n"
+    assert counter.read_text().count("x") == 1
+
+
+def test_close_kills_a_prefetched_command_and_its_children(tmp_path: Path) -> None:
+    from ddpdoctor.runner import Command
+    from ddpdoctor.sources import LiveSources
+
+    pids = tmp_path / "pids"
+    # The tool starts a grandchild too: the whole process group must go.
+    tool = tmp_path / "hanging-tool"
+    tool.write_text(f"#!/bin/sh\nsleep 300 &\necho $$ $! > {pids}\nwait\n")
+    tool.chmod(0o755)
+    sources = LiveSources()
+    sources.prefetch(Command("test-hang", (str(tool),), "test only", timeout_s=300))
+    tool_pid, grandchild = (int(x) for x in _wait_for(pids).split())
+    start = time.monotonic()
+    sources.close()
+    assert _gone(tool_pid) and _gone(grandchild)
+    assert time.monotonic() - start < 10
+    # A closed source runs nothing more.
+    late = sources.run(Command("test-late", ("true",), "test only"))
+    assert not late.ok and "not run" in late.describe_failure()

@@ -9,7 +9,8 @@ init included, which PyTorch's own watchdog does not cover — gets the stuck ra
 reported as the root cause; the other ranks' failures are its consequences.
 
 Under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID set) nothing is spawned: `join_as_rank`
-runs the job in this process as that rank.
+runs the job in this process as that rank, and when the ranks span nodes it also runs the plan
+intra-node and inter-node (`ddpdoctor.cluster.topology.run_scoped_benchmark`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from multiprocessing.connection import wait as wait_ready
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from ddpdoctor.bench.plan import FAULT_ENV, Job, RankSpec, parse_fault_hook
+from ddpdoctor.bench.plan import FAULT_ENV, BenchPlan, Job, RankSpec, parse_fault_hook
 from ddpdoctor.ports import pick_free_port
 
 MASTER_ADDR = "127.0.0.1"
@@ -63,6 +64,7 @@ class RankState:
     op: str = "start"
     size: int = 0
     since: float = 0.0  # monotonic time the current step began
+    limit: Optional[float] = None  # this step's own limit (a wait on other ranks), else the step timeout
     done: bool = False
     result: Any = None
     exitcode: Optional[int] = None
@@ -467,6 +469,8 @@ def _handle_message(result: LaunchResult, msg: Mapping[str, Any], on_event: Opti
         state.op = str(msg.get("op", ""))
         state.size = int(msg.get("size", 0))
         state.since = time.monotonic()
+        limit = msg.get("timeout_s")
+        state.limit = float(limit) if isinstance(limit, (int, float)) else None
     elif kind == "row":
         result.rows.append(dict(msg["row"]))
     elif kind == "env":
@@ -566,7 +570,7 @@ def _watch(
         stuck = [
             s
             for s in result.ranks.values()
-            if not s.done and s.rank not in exited and now - s.since > step_timeout_s
+            if not s.done and s.rank not in exited and now - s.since > (s.limit or step_timeout_s)
         ]
         over_total = deadline is not None and now > deadline
         if first_failure_at is None and (stuck or over_total):
@@ -709,17 +713,27 @@ class _JoinedReporter:
         self.timeout, self.on_event, self.state, self.result = step_timeout_s, on_event, state, result
 
     def step(self, op: str, size: int) -> None:
+        self._arm(op, size, self.timeout)
+
+    def wait(self, label: str, timeout_s: float) -> None:
+        self._arm(label, 0, timeout_s)
+
+    def _arm(self, op: str, size: int, timeout_s: float) -> None:
         import faulthandler
 
         self.state.op, self.state.size, self.state.since = op, size, time.monotonic()
+        self.state.limit = timeout_s
         faulthandler.cancel_dump_traceback_later()
         # On expiry: every thread's stack to stderr, then exit 1; the external launcher tears down the rest.
-        faulthandler.dump_traceback_later(self.timeout, exit=True)
+        faulthandler.dump_traceback_later(timeout_s, exit=True)
         if self.on_event:
             self.on_event(self.state.rank, {"kind": "step", "op": op, "size": size})
 
     def row(self, row: dict[str, Any]) -> None:
-        self.result.rows.append(row)
+        # Rows of the intra-/inter-node runs (tagged with a scope) come back gathered from every node
+        # by run_scoped_benchmark; here they only move the progress bar.
+        if not row.get("scope"):
+            self.result.rows.append(row)
         if self.on_event:
             self.on_event(self.state.rank, {"kind": "row", "row": row})
 
@@ -749,6 +763,16 @@ def join_as_rank(
         worker.init_group(backend, ext.rank, ext.world_size, default_pg_timeout(step_timeout_s), device)
         result.env = worker.describe_environment(backend, device)
         state.result = worker.run_job(job, backend, device, reporter, fault)
+        if isinstance(job, BenchPlan):
+            from ddpdoctor.cluster.topology import run_scoped_benchmark
+
+            # When the ranks span nodes: the same plan within each node, then between nodes (one rank
+            # per node), every step armed by the same watchdog; [] on one node.
+            scoped = run_scoped_benchmark(
+                job, device, backend, reporter, step_timeout_s=step_timeout_s, fault=fault
+            )
+            result.rows.extend(scoped)
+            state.result = [*state.result, *scoped]
         state.done = True
         faulthandler.cancel_dump_traceback_later()
         worker.dist.barrier()

@@ -1,4 +1,10 @@
-"""Judging benchmark rows: peak/average busbw, wrong elements, --min-busbw, --baseline. Pure functions."""
+"""Judging benchmark rows: peak/average busbw, wrong elements, --min-busbw, --baseline. Pure functions.
+
+Rows carry a `scope`: the whole world (untagged, or "world"), or, when the ranks of a torchrun/srun
+job span nodes, "intra-node" (one node's ranks; `node` names it) and "inter-node" (one rank per node).
+Bandwidth summaries and verdicts (--min-busbw, --baseline, --expect) judge the whole-world rows only,
+the run users compare with nccl-tests and with their training job; wrong elements fail in any scope.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +31,11 @@ ROW_FIELDS = (
     "algbw",
     "busbw",
     "wrong",
+    "scope",
+    "node",
 )
+WORLD_SCOPE = "world"
+SCOPE_ORDER = (WORLD_SCOPE, "intra-node", "inter-node")
 ENV_FIELDS = ("host", "backend", "world_size", "torch", "torch_cuda", "nccl", "driver", "gpus")
 
 
@@ -68,10 +78,50 @@ class BaselineRatio:
         return dict(self.__dict__)
 
 
-def summarize(rows: Iterable[Mapping[str, Any]], ops: Sequence[str]) -> list[OpSummary]:
-    """Peak and average busbw per op, in the order asked (nccl-tests' 'Avg bus bandwidth' is the mean)."""
+def row_scope(row: Mapping[str, Any]) -> str:
+    """ "world" for a whole-world row (untagged, as in files written before scopes existed)."""
+    return str(row.get("scope") or WORLD_SCOPE)
+
+
+def world_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows of the whole-world run (every rank), without the intra-/inter-node ones."""
+    return [r for r in rows if row_scope(r) == WORLD_SCOPE]
+
+
+def split_scopes(
+    rows: Iterable[Mapping[str, Any]],
+) -> list[tuple[str, Optional[str], list[Mapping[str, Any]]]]:
+    """(scope, node, rows) per table: the whole world first, then each node's intra-node run in the
+    order the rows came, then the inter-node run."""
+    groups: dict[tuple[str, Optional[str]], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        scope = row_scope(r)
+        node = None if scope == WORLD_SCOPE else (str(r["node"]) if r.get("node") is not None else None)
+        groups.setdefault((scope, node), []).append(r)
+
+    def rank(key: tuple[str, Optional[str]]) -> int:
+        return SCOPE_ORDER.index(key[0]) if key[0] in SCOPE_ORDER else len(SCOPE_ORDER)
+
+    ordered = sorted(groups, key=rank)  # stable: nodes keep the order they came in
+    return [(scope, node, groups[(scope, node)]) for scope, node in ordered]
+
+
+def output_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row as written to --json and --csv: every ROW_FIELDS key, the scope spelled out."""
+    out = {k: row.get(k) for k in ROW_FIELDS}
+    out["scope"] = row_scope(row)
+    return out
+
+
+def summarize(
+    rows: Iterable[Mapping[str, Any]], ops: Sequence[str], whole_world: bool = True
+) -> list[OpSummary]:
+    """Peak and average busbw per op, in the order asked (nccl-tests' 'Avg bus bandwidth' is the mean).
+
+    Only whole-world rows count unless `whole_world` is False (then `rows` are one scope's table).
+    """
     out = []
-    rows = list(rows)
+    rows = world_rows(rows) if whole_world else list(rows)
     for op in ops:
         mine = [r for r in rows if r.get("op") == op]
         timed = [r for r in mine if isinstance(r.get("busbw"), (int, float))]
@@ -90,11 +140,47 @@ def summarize(rows: Iterable[Mapping[str, Any]], ops: Sequence[str]) -> list[OpS
     return out
 
 
+@dataclass(frozen=True)
+class ScopeSummary:
+    """One intra-node or inter-node table: its ranks and its own peak/average busbw per op."""
+
+    scope: str
+    node: Optional[str]
+    nranks: Optional[int]
+    ops: tuple[OpSummary, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "node": self.node,
+            "nranks": self.nranks,
+            "summary": [s.to_dict() for s in self.ops],
+        }
+
+
+def summarize_scopes(rows: Iterable[Mapping[str, Any]], ops: Sequence[str]) -> list[ScopeSummary]:
+    """Per intra-node and inter-node table (not the whole world: see `summarize`), in table order."""
+    out = []
+    for scope, node, mine in split_scopes(rows):
+        if scope == WORLD_SCOPE:
+            continue
+        nranks = next((r["nranks"] for r in mine if isinstance(r.get("nranks"), int)), None)
+        out.append(ScopeSummary(scope, node, nranks, tuple(summarize(mine, ops, whole_world=False))))
+    return out
+
+
 def judge_correctness(rows: Iterable[Mapping[str, Any]]) -> Verdict:
     bad = [r for r in rows if isinstance(r.get("wrong"), int) and r["wrong"] > 0]
     if not bad:
         return Verdict("bench.correctness", False, "every measured result matched the expected values")
-    where = ", ".join(f"{r['op']} {r['size']} B: {r['wrong']}" for r in bad[:5])
+
+    def where_of(r: Mapping[str, Any]) -> str:
+        scope = row_scope(r)
+        if scope == WORLD_SCOPE:
+            return ""
+        return f" ({scope}, {r['node']})" if r.get("node") and scope != "inter-node" else f" ({scope})"
+
+    where = ", ".join(f"{r['op']} {r['size']} B{where_of(r)}: {r['wrong']}" for r in bad[:5])
     total = sum(r["wrong"] for r in bad)
     return Verdict(
         "bench.correctness",
@@ -134,7 +220,8 @@ def compare_baseline(
     ops: Sequence[str],
     tolerance: float = DEFAULT_BASELINE_TOLERANCE,
 ) -> list[BaselineRatio]:
-    """Per op: peak busbw over the (size, dtype) points both runs measured, now / then."""
+    """Per op: peak busbw over the (size, dtype) points both runs measured, now / then (whole-world
+    rows of both runs)."""
 
     def key(r: Mapping[str, Any]) -> tuple[Any, Any, Any]:
         return (r.get("op"), r.get("size"), r.get("dtype"))
@@ -143,7 +230,8 @@ def compare_baseline(
         v = r.get("busbw")
         return float(v) if isinstance(v, (int, float)) else None
 
-    then = {key(r): bw(r) for r in baseline_rows}
+    then = {key(r): bw(r) for r in world_rows(baseline_rows)}
+    rows = world_rows(rows)
     out = []
     for op in ops:
         pairs = [(bw(r), then[key(r)]) for r in rows if r.get("op") == op and key(r) in then]
@@ -191,7 +279,7 @@ def exit_code_for(verdicts: Iterable[Verdict], launch_failed: bool, interrupted:
 def csv_rows(rows: Iterable[Mapping[str, Any]], env: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Rows flattened with the environment columns repeated, so each CSV line stands alone."""
     flat_env = {f"env_{k}": _flat(env.get(k)) for k in ENV_FIELDS}
-    return [{**{k: r.get(k) for k in ROW_FIELDS}, **flat_env} for r in rows]
+    return [{**output_row(r), **flat_env} for r in rows]
 
 
 def _flat(value: Any) -> Any:

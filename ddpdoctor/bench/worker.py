@@ -55,12 +55,20 @@ class Reporter(Protocol):
 
     def row(self, row: dict[str, Any]) -> None: ...
 
+    def wait(self, label: str, timeout_s: float) -> None:
+        """A step spent waiting for other ranks' work (not a collective of this rank's own), which
+        may legitimately take up to `timeout_s` rather than the per-step limit."""
+        ...
+
 
 class NullReporter:
     def step(self, op: str, size: int) -> None:
         pass
 
     def row(self, row: dict[str, Any]) -> None:
+        pass
+
+    def wait(self, label: str, timeout_s: float) -> None:
         pass
 
 
@@ -432,6 +440,10 @@ class PipeReporter:
     def row(self, row: dict[str, Any]) -> None:
         if self.rank == 0:
             self.send("row", row=row)
+
+    def wait(self, label: str, timeout_s: float) -> None:
+        self.n += 1
+        self.send("step", step=self.n, op=label, size=0, timeout_s=timeout_s)
 
 
 def die_with_parent() -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from ddpdoctor.engine import Area, Context
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.model import CheckSpec, Evidence, Finding, Severity, define
 from ddpdoctor.visible_devices import parse_visible_devices
 
 # torchrun sets all of these for every worker (torch.distributed.elastic.agent.server.api).
@@ -277,13 +277,24 @@ MALFORMED_FIXES = {
 }
 
 
+def malformed_fix(name: str) -> str:
+    """The fix for one malformed variable, naming it."""
+    if name in MALFORMED_FIXES:
+        return MALFORMED_FIXES[name]
+    setter = "srun sets SLURM_* itself" if name.startswith("SLURM_") else "torchrun sets it for every worker"
+    return (
+        f"Set {name} to a whole number >= 0 (> 0 for a size) where the job script sets it, or leave it "
+        f"to the launcher ({setter})."
+    )
+
+
 def check_malformed(launch: LaunchEnv) -> list[Finding]:
     return [
         MALFORMED.finding(
             Severity.FAIL,
             why,
             evidence=_ev(launch, name),
-            fix=MALFORMED_FIXES.get(name),
+            fix=malformed_fix(name),
             data={"name": name, "value": launch.raw.get(name, "")},
         )
         for name, why in sorted(launch.malformed.items())
@@ -305,47 +316,30 @@ def check_missing(launch: LaunchEnv) -> list[Finding]:
     ]
 
 
+def _check_range(spec: CheckSpec, launch: LaunchEnv, name: str, size_name: str, noun: str) -> list[Finding]:
+    """`name` (RANK, LOCAL_RANK) must lie in 0..`size_name`-1 when both are set."""
+    value, size = launch.get(name), launch.get(size_name)
+    if value is None or size is None:
+        return []
+    ev = _ev(launch, name, size_name)
+    if value < size:
+        return [spec.finding(Severity.OK, f"{name}={value} within {size_name}={size}", evidence=ev)]
+    return [
+        spec.finding(
+            Severity.FAIL,
+            f"{name}={value} but {size_name}={size}: {noun} run from 0 to {size - 1}",
+            evidence=ev,
+            data={name.lower(): value, size_name.lower(): size},
+        )
+    ]
+
+
 def check_ranks(launch: LaunchEnv) -> list[Finding]:
-    findings: list[Finding] = []
     rank, world = launch.get("RANK"), launch.get("WORLD_SIZE")
     local, local_world = launch.get("LOCAL_RANK"), launch.get("LOCAL_WORLD_SIZE")
     group = launch.get("GROUP_RANK")
-    if rank is not None and world is not None:
-        if rank >= world:
-            findings.append(
-                RANK_RANGE.finding(
-                    Severity.FAIL,
-                    f"RANK={rank} but WORLD_SIZE={world}: ranks run from 0 to {world - 1}",
-                    evidence=_ev(launch, "RANK", "WORLD_SIZE"),
-                    data={"rank": rank, "world_size": world},
-                )
-            )
-        else:
-            findings.append(
-                RANK_RANGE.finding(
-                    Severity.OK,
-                    f"RANK={rank} within WORLD_SIZE={world}",
-                    evidence=_ev(launch, "RANK", "WORLD_SIZE"),
-                )
-            )
-    if local is not None and local_world is not None:
-        if local >= local_world:
-            findings.append(
-                LOCAL_RANK_RANGE.finding(
-                    Severity.FAIL,
-                    f"LOCAL_RANK={local} but LOCAL_WORLD_SIZE={local_world}: local ranks run from 0 to {local_world - 1}",
-                    evidence=_ev(launch, "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-                    data={"local_rank": local, "local_world_size": local_world},
-                )
-            )
-        else:
-            findings.append(
-                LOCAL_RANK_RANGE.finding(
-                    Severity.OK,
-                    f"LOCAL_RANK={local} within LOCAL_WORLD_SIZE={local_world}",
-                    evidence=_ev(launch, "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-                )
-            )
+    findings = _check_range(RANK_RANGE, launch, "RANK", "WORLD_SIZE", "ranks")
+    findings += _check_range(LOCAL_RANK_RANGE, launch, "LOCAL_RANK", "LOCAL_WORLD_SIZE", "local ranks")
     if world is not None and local_world is not None:
         names = ("WORLD_SIZE", "LOCAL_WORLD_SIZE")
         if local_world > world:
@@ -452,8 +446,9 @@ def check_visible_devices(env: Mapping[str, str], launch: Optional[LaunchEnv] = 
         findings.append(
             CVD_DUP.finding(
                 Severity.FAIL,
-                f"CUDA_VISIBLE_DEVICES={raw} lists {', '.join(vd.duplicates)} more than once: ranks on "
-                "different device indices would share one GPU and deadlock",
+                f"CUDA_VISIBLE_DEVICES={raw} lists {', '.join(vd.duplicates)} more than once: two device "
+                "indices are one GPU, so the ranks on them share one GPU and NCCL fails ('Duplicate GPU "
+                "detected') or the job deadlocks",
                 evidence=ev,
                 data=data | {"duplicates": list(vd.duplicates)},
             )

@@ -5,13 +5,11 @@ Reads the same `python -m ddpdoctor.torch_info` result as the torch area (run on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
-from ddpdoctor.checks.torch import TORCH_INFO, as_list, parse_torch_info, run_torch_info
-from ddpdoctor.engine import Area, Context
+from ddpdoctor.checks.torch import TorchFacts, as_list, collect_torch
+from ddpdoctor.engine import Area
 from ddpdoctor.model import Evidence, Finding, Severity, define
-from ddpdoctor.runner import CommandResult
 
 START_METHOD = define(
     "mp.start_method",
@@ -36,17 +34,6 @@ UNKNOWN = define(
     "result, this area is unchecked.",
     "See the torch area's finding for why the probe failed.",
 )
-
-
-@dataclass
-class MpFacts:
-    result: CommandResult
-    info: Optional[dict[str, Any]]
-
-
-def collect_mp(ctx: Context) -> MpFacts:
-    result = run_torch_info(ctx.sources)
-    return MpFacts(result=result, info=parse_torch_info(result.stdout) if result.stdout else None)
 
 
 def cuda_present(info: Mapping[str, Any]) -> bool:
@@ -102,17 +89,12 @@ def check_start_method(info: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-def check_mp(facts: MpFacts) -> list[Finding]:
+def check_mp(facts: TorchFacts) -> list[Finding]:
     if facts.info is None:
-        why = facts.result.describe_failure() or "no JSON in its output"
-        return [
-            UNKNOWN.finding(
-                Severity.ERROR,
-                f"The torch probe gave no result ({why}); start method not checked"[:300],
-                evidence=[Evidence(TORCH_INFO.display, facts.result.excerpt(6))],
-            )
-        ]
+        summary = f"The torch probe gave no result ({facts.why_no_info()}); start method not checked"[:300]
+        return [UNKNOWN.finding(Severity.ERROR, summary, evidence=facts.evidence(6))]
     return check_start_method(facts.info)
 
 
-AREA = Area(name="mp", title="Multiprocessing", collect=collect_mp, judge=check_mp, order=25)
+# The same run of `python -m ddpdoctor.torch_info` as the torch area (LiveSources runs it once).
+AREA = Area(name="mp", title="Multiprocessing", collect=collect_torch, judge=check_mp, order=25)

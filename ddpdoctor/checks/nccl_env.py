@@ -129,6 +129,24 @@ TRANSPORT_KILLERS = {
 }
 NCCL_DEBUG_VALUES = ("VERSION", "WARN", "INFO", "TRACE", "ABORT")
 TORCH_DEBUG_VALUES = ("OFF", "INFO", "DETAIL")
+# Debug switches: name -> (accepted values, severity, text and fix for any other value, verbose values
+# -> the info summary, `{value}` as set).
+DEBUG_VARS: dict[str, tuple[tuple[str, ...], Severity, str, str, dict[str, str]]] = {
+    "NCCL_DEBUG": (
+        NCCL_DEBUG_VALUES,
+        Severity.WARN,
+        f"is not one of {', '.join(NCCL_DEBUG_VALUES[:4])}",
+        "Set NCCL_DEBUG=WARN (INFO while debugging), or unset it.",
+        dict.fromkeys(("INFO", "TRACE"), "NCCL_DEBUG={value}: verbose NCCL logs on every rank"),
+    ),
+    "TORCH_DISTRIBUTED_DEBUG": (
+        TORCH_DEBUG_VALUES,
+        Severity.FAIL,
+        "is not OFF, INFO or DETAIL: `import torch.distributed` raises ValueError",
+        "Set TORCH_DISTRIBUTED_DEBUG to OFF, INFO or DETAIL (DETAIL only while debugging), or unset it.",
+        {"DETAIL": "TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective: slower"},
+    ),
+}
 
 SET = define(
     "nccl_env.set",
@@ -293,62 +311,23 @@ def _check_one(name: str, value: str, where: str, settings: Mapping[str, tuple[s
         if value.upper() in disabling:
             return [TRANSPORT.finding(Severity.WARN, f"{name}={value} disables {lost}", evidence=ev)]
         return []
-    if name in DEPRECATED_TORCH:
-        new = DEPRECATED_TORCH[name]
-        also = f"; {new} is also set and wins" if new in settings else ""
-        return [
-            DEPRECATED.finding(
-                Severity.WARN,
-                f"{name} is deprecated: use {new}{also}",
-                evidence=ev,
-                fix=f"Rename {name} to {new}.",
-                data={"name": name, "replacement": new},
-            )
-        ]
-    if name in REMOVED_NCCL:
-        new = REMOVED_NCCL[name]
-        return [
-            DEPRECATED.finding(
-                Severity.WARN,
-                f"{name} is no longer read by NCCL (replaced by {new})",
-                evidence=ev,
-                fix=f"Remove {name}; the current equivalent is {new}.",
-                data={"name": name, "replacement": new},
-            )
-        ]
-    if name == "NCCL_DEBUG":
-        if value.upper() not in NCCL_DEBUG_VALUES:
-            return [
-                BAD_VALUE.finding(
-                    Severity.WARN,
-                    f"NCCL_DEBUG={value} is not one of {', '.join(NCCL_DEBUG_VALUES[:4])}",
-                    evidence=ev,
-                )
-            ]
-        if value.upper() in ("INFO", "TRACE"):
-            return [
-                DEBUG.finding(
-                    Severity.INFO, f"NCCL_DEBUG={value}: verbose NCCL logs on every rank", evidence=ev
-                )
-            ]
-        return []
-    if name == "TORCH_DISTRIBUTED_DEBUG":
-        if value.upper() not in TORCH_DEBUG_VALUES:
-            return [
-                BAD_VALUE.finding(
-                    Severity.FAIL,
-                    f"TORCH_DISTRIBUTED_DEBUG={value} is not OFF, INFO or DETAIL: `import torch.distributed` raises ValueError",
-                    evidence=ev,
-                )
-            ]
-        if value.upper() == "DETAIL":
-            return [
-                DEBUG.finding(
-                    Severity.INFO,
-                    "TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective: slower",
-                    evidence=ev,
-                )
-            ]
+    if name in DEPRECATED_TORCH or name in REMOVED_NCCL:
+        if name in DEPRECATED_TORCH:
+            new = DEPRECATED_TORCH[name]
+            also = f"; {new} is also set and wins" if new in settings else ""
+            text, fix = f"{name} is deprecated: use {new}{also}", f"Rename {name} to {new}."
+        else:
+            new = REMOVED_NCCL[name]
+            text = f"{name} is no longer read by NCCL (replaced by {new})"
+            fix = f"Remove {name}; the current equivalent is {new}."
+        data = {"name": name, "replacement": new}
+        return [DEPRECATED.finding(Severity.WARN, text, evidence=ev, fix=fix, data=data)]
+    if name in DEBUG_VARS:
+        accepted, bad_severity, bad_text, bad_fix, verbose = DEBUG_VARS[name]
+        if value.upper() not in accepted:
+            return [BAD_VALUE.finding(bad_severity, f"{name}={value} {bad_text}", evidence=ev, fix=bad_fix)]
+        if value.upper() in verbose:
+            return [DEBUG.finding(Severity.INFO, verbose[value.upper()].format(value=value), evidence=ev)]
         return []
     if (
         name == "TORCH_NCCL_ASYNC_ERROR_HANDLING"

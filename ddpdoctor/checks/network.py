@@ -231,16 +231,36 @@ def collect_network(ctx: Context) -> NetFacts:
     return facts
 
 
-def is_loopback(address: str) -> bool:
+def _ip(address: str) -> Optional[ipaddress.IPv4Address | ipaddress.IPv6Address]:
     try:
-        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+        return ipaddress.ip_address(address.split("%")[0])
     except ValueError:
-        return False
+        return None
+
+
+def is_loopback(address: str) -> bool:
+    ip = _ip(address)
+    return ip is not None and ip.is_loopback
+
+
+def is_link_local(address: str) -> bool:
+    ip = _ip(address)
+    return ip is not None and ip.is_link_local
+
+
+def is_usable(iface: Mapping[str, Any]) -> bool:
+    """Up, with at least one IP address."""
+    return bool(iface.get("up") and iface.get("addresses"))
+
+
+def is_loopback_only(iface: Mapping[str, Any]) -> bool:
+    """Every address of the interface is a loopback one (true of an interface without addresses)."""
+    return all(is_loopback(str(a.get("address", ""))) for a in iface.get("addresses", []))
 
 
 def usable_interfaces(interfaces: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Up, with at least one IP address."""
-    return [i for i in interfaces if i.get("up") and i.get("addresses")]
+    return [i for i in interfaces if is_usable(i)]
 
 
 def select_nccl_interfaces(spec: str, names: Sequence[str]) -> list[str]:
@@ -269,11 +289,14 @@ def nccl_default_interfaces(names: Sequence[str]) -> list[str]:
     return []
 
 
-def is_link_local(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.split("%")[0]).is_link_local
-    except ValueError:
-        return False
+CMDLINE_SHOWN = 120
+
+
+def one_line(text: str, limit: int = CMDLINE_SHOWN) -> str:
+    """A command line fit for a one-line summary: white space folded (a `python -c` script has newlines),
+    cut at `limit` characters; the full text stays in the finding's data."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def _describe(iface: Mapping[str, Any]) -> str:
@@ -388,7 +411,7 @@ def check_master_port(facts: NetFacts) -> list[Finding]:
     if isinstance(holder, dict):
         pid = holder.get("pid")
         who = (
-            f"PID {pid} ({holder.get('cmdline') or holder.get('name') or '?'})"
+            f"PID {pid} ({one_line(str(holder.get('cmdline') or holder.get('name') or '?'))})"
             if pid
             else (
                 "a process ddpdoctor cannot identify (a socket bound but not listening, or one of "
@@ -417,7 +440,8 @@ def check_master_port(facts: NetFacts) -> list[Finding]:
                     Severity.FAIL,
                     f"MASTER_PORT={port} is already in use by {who}",
                     evidence=ev,
-                    fix=PORT_IN_USE.fix + (f" Here: `kill {pid}` if it is a leftover." if pid else ""),
+                    fix=PORT_IN_USE.fix.replace(":PORT", f":{port}")
+                    + (f" Here: `kill {pid}` if it is a leftover." if pid else ""),
                     data=data,
                 )
             )
@@ -474,9 +498,7 @@ def check_interfaces(facts: NetFacts, multi_node: bool) -> list[Finding]:
     by_name = {str(i.get("name")): i for i in interfaces}
     names = list(by_name)
     usable = usable_interfaces(interfaces)
-    external = [
-        i for i in usable if not all(is_loopback(a.get("address", "")) for a in i.get("addresses", []))
-    ]
+    external = [i for i in usable if not is_loopback_only(i)]
     # Link-local addresses (fe80::/10, 169.254/16) do not route between subnets: show them apart.
     routable = [
         i
@@ -522,13 +544,18 @@ def check_interfaces(facts: NetFacts, multi_node: bool) -> list[Finding]:
 def _selected_summary(
     selected: Sequence[str], by_name: Mapping[str, Mapping[str, Any]]
 ) -> tuple[list[str], list[str]]:
-    good = [n for n in selected if by_name[n].get("up") and by_name[n].get("addresses")]
+    good = [n for n in selected if is_usable(by_name[n])]
     bad = [n for n in selected if n not in good]
     return good, bad
 
 
-def _only_loopback(names: Sequence[str], by_name: Mapping[str, Mapping[str, Any]]) -> bool:
-    return all(all(is_loopback(a.get("address", "")) for a in by_name[n].get("addresses", [])) for n in names)
+def _loopback_severity(
+    names: Sequence[str], by_name: Mapping[str, Mapping[str, Any]], multi_node: bool
+) -> Optional[Severity]:
+    """When the interfaces a variable selects are all loopback: fail in a multi-node job, else warn."""
+    if not all(is_loopback_only(by_name[n]) for n in names):
+        return None
+    return Severity.FAIL if multi_node else Severity.WARN
 
 
 def _check_nccl_ifname(
@@ -551,32 +578,21 @@ def _check_nccl_ifname(
         ]
     selected = select_nccl_interfaces(spec, names)
     good, bad = _selected_summary(selected, by_name)
-    data = {"value": spec, "selected": good, "unusable": bad}
+    loopback = _loopback_severity(good, by_name, multi_node) if good else None
     if not good:
         why = f" ({', '.join(bad)} down or without an address)" if bad else ""
-        return [
-            NCCL_IFNAME.finding(
-                Severity.FAIL,
-                f"NCCL_SOCKET_IFNAME={spec} selects no usable interface{why}; interfaces here: {', '.join(names) or 'none'}",
-                evidence=ev,
-                data=data,
-            )
-        ]
-    if _only_loopback(good, by_name):
-        return [
-            NCCL_IFNAME.finding(
-                Severity.FAIL if multi_node else Severity.WARN,
-                f"NCCL_SOCKET_IFNAME={spec} selects only loopback ({', '.join(good)}): other nodes cannot connect",
-                evidence=ev,
-                data=data,
-            )
-        ]
-    extra = f"; ignored (down or no address): {', '.join(bad)}" if bad else ""
-    return [
-        NCCL_IFNAME.finding(
-            Severity.OK, f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(good)}{extra}", evidence=ev, data=data
+        sev = Severity.FAIL
+        text = f"NCCL_SOCKET_IFNAME={spec} selects no usable interface{why}; interfaces here: {', '.join(names) or 'none'}"
+    elif loopback is not None:
+        sev = loopback
+        text = (
+            f"NCCL_SOCKET_IFNAME={spec} selects only loopback ({', '.join(good)}): other nodes cannot connect"
         )
-    ]
+    else:
+        extra = f"; ignored (down or no address): {', '.join(bad)}" if bad else ""
+        sev, text = Severity.OK, f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(good)}{extra}"
+    data = {"value": spec, "selected": good, "unusable": bad}
+    return [NCCL_IFNAME.finding(sev, text, evidence=ev, data=data)]
 
 
 def _check_gloo_ifname(
@@ -595,9 +611,7 @@ def _check_gloo_ifname(
     wanted = [p.strip() for p in spec.split(",") if p.strip()]
     nccl_syntax = [w for w in wanted if w.startswith(("^", "="))]
     missing = [w for w in wanted if w not in by_name]
-    unusable = [
-        w for w in wanted if w in by_name and not (by_name[w].get("up") and by_name[w].get("addresses"))
-    ]
+    unusable = [w for w in wanted if w in by_name and not is_usable(by_name[w])]
     data = {"value": spec, "missing": missing, "unusable": unusable}
     if not wanted or missing or unusable:
         parts = []
@@ -609,30 +623,19 @@ def _check_gloo_ifname(
             parts.append(f"{', '.join(unusable)} is down or has no address")
         if not wanted:
             parts.append("it names no interface")
-        return [
-            GLOO_IFNAME.finding(
-                Severity.FAIL,
-                f"GLOO_SOCKET_IFNAME={spec}: "
-                + "; ".join(parts)
-                + f"; interfaces here: {', '.join(by_name) or 'none'}",
-                evidence=ev,
-                data=data,
-            )
-        ]
-    if _only_loopback(wanted, by_name):
-        return [
-            GLOO_IFNAME.finding(
-                Severity.FAIL if multi_node else Severity.WARN,
-                f"GLOO_SOCKET_IFNAME={spec} is loopback only: other nodes cannot connect",
-                evidence=ev,
-                data=data,
-            )
-        ]
-    return [
-        GLOO_IFNAME.finding(
-            Severity.OK, f"GLOO_SOCKET_IFNAME={spec} names usable interfaces", evidence=ev, data=data
+        sev = Severity.FAIL
+        text = (
+            f"GLOO_SOCKET_IFNAME={spec}: "
+            + "; ".join(parts)
+            + f"; interfaces here: {', '.join(by_name) or 'none'}"
         )
-    ]
+    else:
+        loopback = _loopback_severity(wanted, by_name, multi_node)
+        if loopback is not None:
+            sev, text = loopback, f"GLOO_SOCKET_IFNAME={spec} is loopback only: other nodes cannot connect"
+        else:
+            sev, text = Severity.OK, f"GLOO_SOCKET_IFNAME={spec} names usable interfaces"
+    return [GLOO_IFNAME.finding(sev, text, evidence=ev, data=data)]
 
 
 def check_network(facts: NetFacts) -> list[Finding]:

@@ -13,14 +13,17 @@ in the data of the `rdma.hca.inventory` finding (`Hca.from_dict` reads it back f
 from __future__ import annotations
 
 import os
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ddpdoctor.checks.system import ULIMIT_A
 from ddpdoctor.engine import Area, Context
+from ddpdoctor.json_shape import ListOf, Record, conform_fact
 from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.parsers import to_jsonable
 from ddpdoctor.parsers.ibstat import IbStatus, Number, parse_ibstat
 from ddpdoctor.parsers.ibstatus import parse_ibstatus
 from ddpdoctor.parsers.ibv_devinfo import parse_board_ids, parse_ibv_devinfo
@@ -29,7 +32,7 @@ from ddpdoctor.parsers.modules import module_names
 from ddpdoctor.parsers.ulimit import parse_ulimit
 from ddpdoctor.runner import CommandResult, define_command
 from ddpdoctor.sources import Sources, define_fact, fact_or_none
-from ddpdoctor.sysfs_ib import IB_SYSFS_FACT, as_list, read_infiniband_sysfs, to_ib_status
+from ddpdoctor.sysfs_ib import IB_SYSFS_FACT, load_infiniband_sysfs, read_infiniband_sysfs, to_ib_status
 
 IBSTAT = define_command(
     "ibstat", ("ibstat",), "RDMA devices: CA type, firmware, port state, physical state, rate, link layer"
@@ -96,16 +99,16 @@ PORT_RATE = define(
     "RDMA port rate",
     "A port that negotiated a lower rate than the other ports of the same adapter model drags every "
     "collective down to its speed (rings are as fast as their slowest link).",
-    "Check the cable/transceiver and the switch port of the slow port (`mlxlink -d DEV` shows the "
-    "negotiated speed and errors); replace a bad cable, or reseat it.",
+    "Check the cable/transceiver and the switch port of the slow port (`sudo mlxlink -d DEV -p PORT` shows "
+    "the negotiated speed and errors); replace a bad cable, or reseat it.",
 )
 FIRMWARE = define(
     "rdma.firmware.mismatch",
     "RDMA firmware",
     "Adapters of the same model running different firmware behave differently (and some versions have "
     "known RDMA bugs): mixed versions usually mean an interrupted or partial update.",
-    "Update every adapter of the model to one firmware version (`mlxfwmanager --query`, then "
-    "`mlxfwmanager -u`), then reboot or reset the adapters.",
+    "Update every adapter of the model to one firmware version (`sudo mlxfwmanager --query`, then "
+    "`sudo mlxfwmanager -u`), then reboot or reset the adapters (`sudo mlxfwreset -d DEV reset`).",
 )
 ROCE = define(
     "rdma.roce.gid_index",
@@ -153,7 +156,7 @@ GPUDIRECT = define(
     "Without the GPUDirect RDMA peer-memory module (nvidia_peermem, or nv_peer_mem on old MOFED) NCCL "
     "stages every inter-node transfer through host memory: lower bandwidth, more CPU. (NCCL >= 2.19 can "
     "use DMA-BUF instead, with the open GPU kernel modules on Linux >= 5.12.)",
-    "Load it: `modprobe nvidia_peermem` (shipped with the NVIDIA driver >= 470; needs MOFED/ib_core "
+    "Load it: `sudo modprobe nvidia_peermem` (shipped with the NVIDIA driver >= 470; needs MOFED/ib_core "
     "loaded first), and add it to /etc/modules-load.d/ so it survives reboots.",
 )
 MEMLOCK = define(
@@ -216,14 +219,7 @@ class HcaPort:
         return self.link_layer == "Ethernet"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "port": self.port,
-            "state": self.state,
-            "physical_state": self.physical_state,
-            "rate_gbps": self.rate_gbps,
-            "link_layer": self.link_layer,
-            "source": self.source,
-        }
+        return to_jsonable(self)
 
 
 @dataclass(frozen=True)
@@ -237,15 +233,7 @@ class Hca:
     ports: tuple[HcaPort, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "model": self.model,
-            "firmware": self.firmware,
-            "board_id": self.board_id,
-            "numa_node": self.numa_node,
-            "pci_slot": self.pci_slot,
-            "ports": [p.to_dict() for p in self.ports],
-        }
+        return to_jsonable(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hca:
@@ -310,6 +298,14 @@ class RdmaFacts:
     ulimit: Optional[CommandResult] = None
     env: Mapping[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Facts may come from a hand-edited snapshot: conformed once, here, for every judge and caller.
+        self.sysfs = load_infiniband_sysfs(self.sysfs)
+        self.modules = conform_fact(self.modules, KERNEL_MODULES_SHAPE)
+
+
+KERNEL_MODULES_SHAPE = Record({"proc_modules": str, "sys_module": ListOf(str)})
+
 
 def read_kernel_modules(root: Path = Path("/")) -> dict[str, Any]:
     """Equivalent: cat /proc/modules; ls /sys/module."""
@@ -325,31 +321,35 @@ def read_kernel_modules(root: Path = Path("/")) -> dict[str, Any]:
     return {"proc_modules": text, "sys_module": names}
 
 
-def _collect_devices(sources: Sources) -> RdmaFacts:
-    return RdmaFacts(
+def collect_rdma(ctx: Context) -> RdmaFacts:
+    """The rdma area's collect: devices (sysfs and tools), lspci, kernel modules, memlock, NCCL settings."""
+    sources = ctx.sources
+    facts = RdmaFacts(
         sysfs=fact_or_none(sources, IB_SYSFS_FACT, read_infiniband_sysfs),
         ibstat=sources.run(IBSTAT),
         ibv_devinfo=sources.run(IBV_DEVINFO),
         ibstatus=sources.run(IBSTATUS),
+        lspci=sources.run(LSPCI_VVV),
+        modules=fact_or_none(sources, MODULES_FACT, read_kernel_modules),
+        ulimit=sources.run(ULIMIT_A),
+        # A hand-written env.json may hold numbers or nulls: NCCL reads strings.
+        env={k: str(v) for k, v in ctx.env.items() if k.startswith("NCCL_") and v is not None},
     )
-
-
-def collect_rdma(ctx: Context) -> RdmaFacts:
-    facts = _collect_devices(ctx.sources)
-    facts.lspci = ctx.sources.run(LSPCI_VVV)
-    facts.modules = fact_or_none(ctx.sources, MODULES_FACT, read_kernel_modules)
-    mods = facts.modules if isinstance(facts.modules, Mapping) else {}
-    if not (mods.get("proc_modules") or mods.get("sys_module")):
-        facts.lsmod = ctx.sources.run(LSMOD)
-    facts.ulimit = ctx.sources.run(ULIMIT_A)
-    # A hand-written env.json may hold numbers: NCCL reads strings.
-    facts.env = {k: str(v) for k, v in ctx.env.items() if k.startswith("NCCL_")}
+    if not (facts.modules and (facts.modules["proc_modules"] or facts.modules["sys_module"])):
+        facts.lsmod = sources.run(LSMOD)
     return facts
 
 
 def collect_rdma_summary(sources: Sources) -> RdmaSummary:
     """The HCA summary of this node (or snapshot): sysfs first, ibstat/ibv_devinfo/ibstatus for the rest."""
-    return summarize_rdma(_collect_devices(sources))
+    return summarize_rdma(
+        RdmaFacts(
+            sysfs=fact_or_none(sources, IB_SYSFS_FACT, read_infiniband_sysfs),
+            ibstat=sources.run(IBSTAT),
+            ibv_devinfo=sources.run(IBV_DEVINFO),
+            ibstatus=sources.run(IBSTATUS),
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -367,19 +367,28 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
+# The IB tools in the order their readings are trusted (after sysfs): RdmaFacts attribute and parser.
+TOOL_PARSERS: tuple[tuple[str, Callable[[str], IbStatus]], ...] = (
+    ("ibstat", parse_ibstat),
+    ("ibv_devinfo", parse_ibv_devinfo),
+    ("ibstatus", parse_ibstatus),
+)
+
+
+def parse_tools(facts: RdmaFacts) -> list[tuple[str, IbStatus]]:
+    """What each IB tool reported, by tool name (empty for a tool that did not run)."""
+    return [(tool, parse(_tool_text(getattr(facts, tool)))) for tool, parse in TOOL_PARSERS]
+
+
 def summarize_rdma(facts: RdmaFacts) -> RdmaSummary:
     """Merge what sysfs and the tools said into one summary; for each field the first source that has it
     wins, in the order sysfs, ibstat, ibv_devinfo, ibstatus."""
     parsed: list[tuple[str, IbStatus]] = []
-    sysfs = facts.sysfs if isinstance(facts.sysfs, Mapping) else None
-    if sysfs is not None:
-        parsed.append(("sysfs", to_ib_status(sysfs)))
-    devinfo_text = _tool_text(facts.ibv_devinfo)
-    parsed.append(("ibstat", parse_ibstat(_tool_text(facts.ibstat))))
-    parsed.append(("ibv_devinfo", parse_ibv_devinfo(devinfo_text)))
-    parsed.append(("ibstatus", parse_ibstatus(_tool_text(facts.ibstatus))))
-    boards = parse_board_ids(devinfo_text)
-    sys_devices = {d.get("name"): d for d in as_list((sysfs or {}).get("devices")) if isinstance(d, Mapping)}
+    if facts.sysfs is not None:
+        parsed.append(("sysfs", to_ib_status(facts.sysfs)))
+    parsed += parse_tools(facts)
+    boards = parse_board_ids(_tool_text(facts.ibv_devinfo))
+    sys_devices = {d["name"]: d for d in (facts.sysfs or {}).get("devices", [])}
 
     summary = RdmaSummary()
     names: list[str] = []
@@ -408,17 +417,14 @@ def summarize_rdma(facts: RdmaFacts) -> RdmaSummary:
                 )
             )
         raw = sys_devices.get(name) or {}
-        numa = raw.get("numa_node")
         summary.hcas.append(
             Hca(
                 name=name,
                 model=_first(*(d.type for _, d in devs)),
                 firmware=_first(*(d.firmware for _, d in devs)),
-                board_id=_first(
-                    raw.get("board_id") if isinstance(raw.get("board_id"), str) else None, boards.get(name)
-                ),
-                numa_node=numa if isinstance(numa, int) else None,
-                pci_slot=raw.get("pci_slot") if isinstance(raw.get("pci_slot"), str) else None,
+                board_id=_first(raw.get("board_id"), boards.get(name)),
+                numa_node=raw.get("numa_node"),
+                pci_slot=raw.get("pci_slot"),
                 ports=tuple(ports),
             )
         )
@@ -509,7 +515,8 @@ def _tool_evidence(facts: RdmaFacts) -> list[Evidence]:
 
 
 def check_no_rdma(facts: RdmaFacts, pci: Sequence[PciDevice]) -> list[Finding]:
-    sysfs = facts.sysfs if isinstance(facts.sysfs, Mapping) else None
+    """No RDMA device was found: a skip saying traffic will use sockets, unless that cannot be told."""
+    sysfs = facts.sysfs
     evidence = []
     if sysfs is not None:
         where = sysfs.get("class_dir") or "/sys/class/infiniband"
@@ -519,11 +526,26 @@ def check_no_rdma(facts: RdmaFacts, pci: Sequence[PciDevice]) -> list[Finding]:
     nothing_read = sysfs is None and all(
         r is None or not r.found for r in (facts.ibstat, facts.ibv_devinfo, facts.ibstatus)
     )
+    # Without sysfs the tools are the only witnesses: output that is neither a device list nor an error
+    # message ("No IB devices found") proves nothing, and must not read as "no RDMA here".
+    unreadable = [
+        tool
+        for tool, status in parse_tools(facts)
+        if _tool_text(getattr(facts, tool)).strip() and not status.devices and not status.errors
+    ]
+    severity = Severity.SKIP
     if nothing_read:
         summary = f"RDMA not checked: no sysfs reading and no ibstat/ibv_devinfo/ibstatus output; {SOCKETS} if it has none"
+    elif sysfs is None and unreadable:
+        severity = Severity.ERROR
+        summary = (
+            f"Could not tell whether this node has RDMA devices: no sysfs reading, and the output of "
+            f"{', '.join(unreadable)} lists no device and no error"
+        )
     else:
         summary = f"No RDMA (InfiniBand/RoCE) devices: {SOCKETS}"
-    findings = [NO_RDMA.finding(Severity.SKIP, summary, evidence=evidence)]
+    fix = "Run `ibstat` and `ls /sys/class/infiniband` by hand." if severity == Severity.ERROR else None
+    findings = [NO_RDMA.finding(severity, summary, evidence=evidence, fix=fix)]
     adapters = [d for d in pci if d.kind == "nic"]
     if adapters:
         listed = ", ".join(f"{d.slot} {d.description[:60]}" for d in adapters[:4])
@@ -588,18 +610,20 @@ def check_inventory(summary: RdmaSummary) -> Finding:
 
 def _port_fix(hca: Hca, p: HcaPort) -> str:
     where = f"{hca.name} port {p.port}"
+    if p.state is None:
+        return f"Read the port by hand: `ibstat {hca.name} {p.port}` and `cat /sys/class/infiniband/{hca.name}/ports/{p.port}/state`."
     if p.is_roce:
         return (
-            f"Bring the Ethernet interface of {where} up: find it with `ibdev2netdev`, then "
-            "`ip link set DEV up`; check the cable and the switch port."
+            f"Bring the Ethernet interface of {where} up: find it with `ibdev2netdev | grep '{where}'`, then "
+            "`sudo ip link set <interface> up`; check the cable and the switch port."
         )
     if p.physical_state in ("Polling", "Sleep"):
         return (
             f"No physical link on {where}: reseat or replace the cable/transceiver and check that the switch "
-            f"port is up (`mlxlink -d {hca.name} -p {p.port}` shows the cable and errors)."
+            f"port is up (`sudo mlxlink -d {hca.name} -p {p.port}` shows the cable and errors)."
         )
     if p.physical_state == "Disabled":
-        return f"{where} is disabled: enable it (`mlxlink -d {hca.name} -p {p.port} --port_state UP`, or on the switch)."
+        return f"{where} is disabled: enable it (`sudo mlxlink -d {hca.name} -p {p.port} --port_state UP`, or on the switch)."
     if p.physical_state == "LinkUp":
         return (
             f"The link of {where} is up but the subnet manager has not configured it ({p.state}): check that "
@@ -625,10 +649,17 @@ def check_ports(
         else:
             note = "; NCCL_IB_HCA unset, so NCCL would use it"
         layer = " (RoCE)" if p.is_roce else ""
+        if p.state is None:
+            # No source could read the port state: unchecked, which is neither a pass nor a fault.
+            severity = Severity.ERROR
+            text = f"{hca.name} port {p.port}{layer}: state could not be read (physical state {p.physical_state or '?'}){note}"
+        else:
+            severity = Severity.FAIL if used else Severity.WARN
+            text = f"{hca.name} port {p.port}{layer} is {p.state} / {p.physical_state or '?'} (expected Active / LinkUp){note}"
         findings.append(
             PORT_STATE.finding(
-                Severity.FAIL if used else Severity.WARN,
-                f"{hca.name} port {p.port}{layer} is {p.state or '?'} / {p.physical_state or '?'} (expected Active / LinkUp){note}",
+                severity,
+                text,
                 evidence=[
                     Evidence(_source_label(p.source, hca, p), f"{hca.name} port {p.port}: {_port_text(p)}")
                 ],
@@ -673,11 +704,14 @@ def check_rates(summary: RdmaSummary) -> list[Finding]:
                         f"(other {' '.join(x for x in (model, layer) if x) or 'same-model'} ports run at {best:g})",
                         evidence=[
                             Evidence(
-                                _source_label(p.source, h, p),
+                                _source_label(p2.source, h2, p2),
                                 f"{h2.name} port {p2.port}: Rate {_rate(p2.rate_gbps)}",
                             )
                             for h2, p2 in members[:8]
                         ],
+                        fix=f"Check the cable and switch port of {h.name} port {p.port}: `sudo mlxlink -d {h.name} "
+                        f"-p {p.port}` shows the negotiated speed, the cable and its errors; reseat or replace the "
+                        "cable/transceiver, or fix the speed the switch port allows.",
                         data={
                             "device": h.name,
                             "port": p.port,
@@ -759,6 +793,7 @@ def check_nccl_ib_hca(
             problems.append(f"'{label}': {', '.join(h.name for h in named)} has no port {port}")
         elif not hca_filter.exact and len(named) > 1 and not hca_filter.exclude:
             prefix_wide.append(f"'{name}' also selects {', '.join(h.name for h in named if h.name != name)}")
+    active = ",".join(f"{h.name}:{p.port}" for h, p in summary.active_ports) or "mlx5_0:1"
     findings = []
     if problems:
         # An exclusion of nothing, or a filter NCCL ignores because IB is off, does not break the job.
@@ -769,6 +804,8 @@ def check_nccl_ib_hca(
                 sev,
                 f"NCCL_IB_HCA={hca_filter.raw}: " + "; ".join(problems) + f" (that entry {what})",
                 evidence=evidence,
+                fix=f"Name devices and ports that exist here (`ibstat -l`), e.g. the Active ones: "
+                f"`NCCL_IB_HCA=={active}`, or unset NCCL_IB_HCA to use every active port.",
                 data={"problems": problems},
             )
         )
@@ -780,7 +817,7 @@ def check_nccl_ib_hca(
                 + "; ".join(prefix_wide)
                 + " (prefix with '=' for exact names)",
                 evidence=evidence,
-                fix="Use exact names: `NCCL_IB_HCA==mlx5_0:1,mlx5_1:1` (the leading '=' turns off prefix matching).",
+                fix=f"Use exact names, e.g. `NCCL_IB_HCA=={active}` (the leading '=' turns off prefix matching).",
             )
         )
     if not findings:
@@ -812,24 +849,34 @@ def check_tool_errors(summary: RdmaSummary) -> list[Finding]:
     lines = [(tool, line) for tool, line in summary.errors if tool != "sysfs"]
     if not lines:
         return []
+    # ibpanic names the device in quotes: "stat of IB device 'mlx5_8' failed".
+    named = sorted({m.group(1) for _, line in lines for m in re.finditer(r"device '([^']+)'", line)})
+    fix = None
+    if named:
+        fix = (
+            f"Check `sudo dmesg | grep -i -e mlx5 -e pcie` for errors on {', '.join(named)} and run "
+            + ", ".join(f"`ibstat {n}`" for n in named)
+            + "; a device that keeps failing needs a driver reload (`sudo systemctl restart openibd`) or a "
+            "node drain."
+        )
     return [
         TOOL_ERRORS.finding(
             Severity.WARN,
             f"{lines[0][0]}: {lines[0][1]}" + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
             evidence=[Evidence(tool, line) for tool, line in lines[:8]],
+            fix=fix,
             data={"errors": [{"tool": t, "line": line} for t, line in lines]},
         )
     ]
 
 
 def check_uverbs(sysfs: Optional[Mapping[str, Any]], summary: RdmaSummary) -> list[Finding]:
-    if not isinstance(sysfs, Mapping) or not as_list(sysfs.get("devices")):
+    if not sysfs or not sysfs["devices"]:
         return []
-    nodes = sysfs.get("dev_infiniband")
-    nodes = nodes if isinstance(nodes, list) else None
-    if nodes and any(str(n).startswith("uverbs") for n in nodes):
+    nodes = sysfs["dev_infiniband"]
+    if nodes and any(n.startswith("uverbs") for n in nodes):
         return []
-    seen = "absent" if nodes is None else f"has no uverbs nodes ({', '.join(map(str, nodes)) or 'empty'})"
+    seen = "absent" if nodes is None else f"has no uverbs nodes ({', '.join(nodes) or 'empty'})"
     return [
         UVERBS.finding(
             Severity.WARN,
@@ -841,20 +888,19 @@ def check_uverbs(sysfs: Optional[Mapping[str, Any]], summary: RdmaSummary) -> li
 
 def loaded_modules(facts: RdmaFacts) -> tuple[Optional[set[str]], str]:
     """Module names (dashes as underscores) and where they were read; None when no source was readable."""
-    mods = facts.modules if isinstance(facts.modules, Mapping) else {}
-    if isinstance(mods.get("proc_modules"), str) and mods["proc_modules"].strip():
+    mods = facts.modules or {}
+    if mods.get("proc_modules") and mods["proc_modules"].strip():
         return {n.replace("-", "_") for n in module_names(mods["proc_modules"])}, "/proc/modules"
     if facts.lsmod is not None and facts.lsmod.found and facts.lsmod.stdout.strip():
         return {n.replace("-", "_") for n in module_names(facts.lsmod.stdout)}, "lsmod"
-    if isinstance(mods.get("sys_module"), list) and mods["sys_module"]:
-        return {str(n).replace("-", "_") for n in mods["sys_module"]}, "/sys/module"
+    if mods.get("sys_module"):
+        return {n.replace("-", "_") for n in mods["sys_module"]}, "/sys/module"
     return None, ""
 
 
 def check_gpudirect(facts: RdmaFacts, pci: Sequence[PciDevice]) -> list[Finding]:
     names, where = loaded_modules(facts)
-    sysfs = facts.sysfs if isinstance(facts.sysfs, Mapping) else {}
-    markers = [str(m) for m in as_list(sysfs.get("gdr_markers"))]
+    markers = (facts.sysfs or {}).get("gdr_markers", [])
     loaded = sorted(set(GPUDIRECT_MODULES) & (names or set()))
     if loaded or markers:
         shown = ", ".join(loaded) or ", ".join(f"/{m}" for m in markers)
@@ -901,8 +947,12 @@ def _size(n: int) -> str:
 
 
 def check_memlock(result: Optional[CommandResult], disabled_by: Optional[str]) -> list[Finding]:
-    evidence = [Evidence(result.display if result else "ulimit -a", result.excerpt(20) if result else "")]
-    limits = parse_ulimit(result.stdout) if result is not None and result.stdout else None
+    stdout = result.stdout if result is not None else ""
+    # The memlock line is the evidence; the whole `ulimit -a` output only when that line is missing.
+    line = next((x.strip() for x in stdout.splitlines() if "locked memory" in x), None)
+    shown = line or ((result.excerpt(20) or result.describe_failure()) if result else "not run")
+    evidence = [Evidence(result.display if result else "ulimit -a", shown)]
+    limits = parse_ulimit(stdout) if stdout else None
     memlock = limits.get("l") if limits else None
     if memlock is None:
         why = (result.describe_failure() if result else "") or "no 'max locked memory' line"
@@ -1012,6 +1062,17 @@ def check_pcie(result: Optional[CommandResult]) -> tuple[list[Finding], list[Pci
                 evidence=[Evidence("lspci -vvv", "Capabilities: <access denied>")],
             )
         )
+    elif "Capabilities:" not in result.stdout:
+        # Plain `lspci` or `lspci -v` output lists devices without capabilities: no verdict either way. (A VM
+        # whose devices show capabilities but no PCIe port has nothing to judge: that is the ok below.)
+        findings.append(
+            PCIE_UNREADABLE.finding(
+                Severity.SKIP,
+                f"lspci listed {len(devices)} PCI device(s) without any capability lines (not the output of "
+                "`sudo lspci -vvv`?): ACS and link checks skipped",
+                evidence=[Evidence("lspci -vvv", f"{len(devices)} devices, no 'Capabilities:' lines")],
+            )
+        )
     else:
         findings.append(
             ACS.finding(
@@ -1038,6 +1099,15 @@ def _link_text(d: PciDevice) -> str:
     return ", ".join(parts)
 
 
+def _links_finding(severity: Severity, lead: str, devices: list[PciDevice]) -> Finding:
+    return PCIE_LINK.finding(
+        severity,
+        lead + "; ".join(f"{_describe(d)} ({_link_text(d)})" for d in devices[:6]),
+        evidence=[Evidence("lspci -vvv", f"{d.slot} LnkSta: {_link_text(d)}") for d in devices[:6]],
+        data={"devices": [d.slot for d in devices]},
+    )
+
+
 def _check_links(targets: Iterable[PciDevice]) -> list[Finding]:
     warn, idle, fine = [], [], 0
     for d in targets:
@@ -1048,27 +1118,18 @@ def _check_links(targets: Iterable[PciDevice]) -> list[Finding]:
             warn.append(d)
         elif sta.speed_downgraded:
             idle.append(d)  # GPUs drop link speed when idle: only a hint
-        else:
-            fine += 1
+        elif sta.width_downgraded is False and sta.speed_downgraded is False:
+            fine += 1  # both compared with LnkCap; a link without LnkCap proves nothing
     findings = []
     if warn:
-        findings.append(
-            PCIE_LINK.finding(
-                Severity.WARN,
-                "PCIe link below capability: "
-                + "; ".join(f"{_describe(d)} ({_link_text(d)})" for d in warn[:6]),
-                evidence=[Evidence("lspci -vvv", f"{d.slot} LnkSta: {_link_text(d)}") for d in warn[:6]],
-                data={"devices": [d.slot for d in warn]},
-            )
-        )
+        findings.append(_links_finding(Severity.WARN, "PCIe link below capability: ", warn))
     if idle:
         findings.append(
-            PCIE_LINK.finding(
+            _links_finding(
                 Severity.INFO,
-                "GPU PCIe link speed below capability (normal for an idle GPU; check under load with `nvidia-smi -q -d PCIE`): "
-                + "; ".join(f"{_describe(d)} ({_link_text(d)})" for d in idle[:6]),
-                evidence=[Evidence("lspci -vvv", f"{d.slot} LnkSta: {_link_text(d)}") for d in idle[:6]],
-                data={"devices": [d.slot for d in idle]},
+                "GPU PCIe link speed below capability (normal for an idle GPU; check under load with "
+                "`nvidia-smi -q -d PCIE`): ",
+                idle,
             )
         )
     if not warn and not idle and fine:

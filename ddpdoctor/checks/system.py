@@ -129,6 +129,14 @@ def _container() -> dict[str, Any]:
     return {"kinds": kinds}
 
 
+def os_description() -> str:
+    """What platform.platform() says (e.g. Linux-6.8.0-x86_64-with-glibc2.39), without the `uname -p`
+    subprocess it starts behind the runner's back."""
+    uname = os.uname()
+    libc, version = platform.libc_ver()
+    return f"{uname.sysname}-{uname.release}-{uname.machine}" + (f"-with-{libc}{version}" if libc else "")
+
+
 def gather_system_info() -> dict[str, Any]:
     """Equivalent: uname -a; nproc; free -b; cat /sys/fs/cgroup/memory.max."""
     try:
@@ -140,10 +148,11 @@ def gather_system_info() -> dict[str, Any]:
     for line in meminfo.splitlines():
         if line.startswith("MemTotal:"):
             mem_total = int(line.split()[1]) * 1024
+    uname = os.uname()
     return {
-        "os": platform.platform(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
+        "os": os_description(),
+        "kernel": uname.release,
+        "machine": uname.machine,
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": affinity,

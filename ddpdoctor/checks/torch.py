@@ -67,6 +67,9 @@ NCCL = define(
     "has no NCCL (backend='nccl' fails with \"Distributed package doesn't have NCCL built in\").",
     "Use a CUDA build of torch for GPU training, or backend='gloo' on CPU.",
 )
+# The areas that read the torch-info result: `ddpdoctor check` starts the subprocess ahead for them.
+TORCH_INFO_READERS = ("torch", "mp")
+
 BACKENDS = define(
     "torch.distributed.backends",
     "Distributed backends",
@@ -136,11 +139,20 @@ def parse_torch_info(text: str) -> Optional[dict[str, Any]]:
 
 @dataclasses.dataclass
 class TorchFacts:
+    """The torch-info run and its parsed JSON (None when it gave none); the torch and mp areas' facts."""
+
     result: CommandResult
     info: Optional[dict[str, Any]]
 
+    def why_no_info(self) -> str:
+        return self.result.describe_failure() or "no JSON in its output"
+
+    def evidence(self, max_lines: int) -> list[Evidence]:
+        return [Evidence(TORCH_INFO.display, self.result.excerpt(max_lines))]
+
 
 def collect_torch(ctx: Context) -> TorchFacts:
+    """Equivalent: python -m ddpdoctor.torch_info"""
     result = run_torch_info(ctx.sources)
     return TorchFacts(result=result, info=parse_torch_info(result.stdout) if result.stdout else None)
 
@@ -230,73 +242,35 @@ def _check_cuda(
     ev = [Evidence(source, excerpt)]
     data = {"available": available, "device_count": count, "nvidia_device_files": gpu_files}
     if available:
-        return [
-            CUDA.finding(
-                Severity.OK, f"CUDA available: {count} device(s) visible to torch", evidence=ev, data=data
-            )
-        ]
-    if not gpu_build:
-        if gpu_node:
-            return [
-                CUDA.finding(
-                    Severity.FAIL,
-                    f"torch is a CPU-only build but this node has NVIDIA devices ({', '.join(gpu_files) or '/dev/nvidiactl'})",
-                    evidence=ev,
-                    data=data,
-                )
-            ]
-        return [
-            CUDA.finding(
-                Severity.INFO,
-                "CPU-only torch build and no NVIDIA device: gloo on CPU only",
-                evidence=ev,
-                data=data,
-            )
-        ]
-    if gpu_node:
+        sev, text = Severity.OK, f"CUDA available: {count} device(s) visible to torch"
+    elif not gpu_build and gpu_node:
+        sev = Severity.FAIL
+        text = f"torch is a CPU-only build but this node has NVIDIA devices ({', '.join(gpu_files) or '/dev/nvidiactl'})"
+    elif not gpu_build:
+        sev, text = Severity.INFO, "CPU-only torch build and no NVIDIA device: gloo on CPU only"
+    elif gpu_node:
         detail = f": {warning}" if warning else ""
-        return [
-            CUDA.finding(
-                Severity.FAIL,
-                f"torch is built for CUDA {torch.get('cuda') or torch.get('hip')} but cannot use the GPUs{detail}"[
-                    :300
-                ],
-                evidence=ev,
-                data=data,
-            )
+        sev = Severity.FAIL
+        text = f"torch is built for CUDA {torch.get('cuda') or torch.get('hip')} but cannot use the GPUs{detail}"[
+            :300
         ]
-    return [
-        CUDA.finding(
-            Severity.INFO, "CUDA build of torch, but no NVIDIA device on this node", evidence=ev, data=data
-        )
-    ]
+    else:
+        sev, text = Severity.INFO, "CUDA build of torch, but no NVIDIA device on this node"
+    return [CUDA.finding(sev, text, evidence=ev, data=data)]
 
 
 def _check_nccl(torch: Mapping[str, Any], errors: Mapping[str, str]) -> list[Finding]:
     source = "torch.cuda.nccl.version()"
     nccl = torch.get("nccl")
     if not (torch.get("cuda") or torch.get("hip")):
-        return [
-            NCCL.finding(
-                Severity.SKIP,
-                "CPU-only torch build: no NCCL (use backend='gloo')",
-                evidence=[Evidence(source)],
-            )
-        ]
+        summary = "CPU-only torch build: no NCCL (use backend='gloo')"
+        return [NCCL.finding(Severity.SKIP, summary, evidence=[Evidence(source)])]
     if nccl:
-        return [
-            NCCL.finding(
-                Severity.INFO, f"NCCL {nccl}", evidence=[Evidence(source, str(nccl))], data={"version": nccl}
-            )
-        ]
+        ev = [Evidence(source, str(nccl))]
+        return [NCCL.finding(Severity.INFO, f"NCCL {nccl}", evidence=ev, data={"version": nccl})]
     why = errors.get("nccl", "no version reported")
-    return [
-        NCCL.finding(
-            Severity.WARN,
-            f"CUDA build of torch but the NCCL version could not be read: {why}"[:300],
-            evidence=[Evidence(source, why)],
-        )
-    ]
+    summary = f"CUDA build of torch but the NCCL version could not be read: {why}"[:300]
+    return [NCCL.finding(Severity.WARN, summary, evidence=[Evidence(source, why)])]
 
 
 def _check_backends(torch: Mapping[str, Any], errors: Mapping[str, str]) -> list[Finding]:
@@ -318,16 +292,12 @@ def _check_backends(torch: Mapping[str, Any], errors: Mapping[str, str]) -> list
     ev = [Evidence(source, json.dumps(dict(backends), sort_keys=True))]
     data = {"backends": dict(backends)}
     if gpu_build and not backends.get("nccl"):
-        return [
-            BACKENDS.finding(
-                Severity.FAIL, "CUDA build without the nccl backend; " + text, evidence=ev, data=data
-            )
-        ]
-    if not present:
-        return [
-            BACKENDS.finding(Severity.FAIL, "no distributed backend at all; " + text, evidence=ev, data=data)
-        ]
-    return [BACKENDS.finding(Severity.OK, text, evidence=ev, data=data)]
+        problem = "CUDA build without the nccl backend; "
+    elif not present:
+        problem = "no distributed backend at all; "
+    else:
+        return [BACKENDS.finding(Severity.OK, text, evidence=ev, data=data)]
+    return [BACKENDS.finding(Severity.FAIL, problem + text, evidence=ev, data=data)]
 
 
 def check_torch(facts: TorchFacts) -> list[Finding]:
@@ -335,14 +305,8 @@ def check_torch(facts: TorchFacts) -> list[Finding]:
     if failure is not None:
         return [failure]
     if facts.info is None:
-        why = facts.result.describe_failure() or "no JSON in its output"
-        return [
-            PROBE.finding(
-                Severity.ERROR,
-                f"torch probe gave no usable result: {why}"[:300],
-                evidence=[Evidence(TORCH_INFO.display, facts.result.excerpt(12))],
-            )
-        ]
+        summary = f"torch probe gave no usable result: {facts.why_no_info()}"[:300]
+        return [PROBE.finding(Severity.ERROR, summary, evidence=facts.evidence(12))]
     return check_torch_info(facts.info)
 
 

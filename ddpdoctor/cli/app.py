@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional, Sequence
+
 import typer
 
 from ddpdoctor import __version__
-from ddpdoctor.model import EXIT_CODES_HELP
+from ddpdoctor.model import EXIT_CODES_HELP, ExitCode
 
 app = typer.Typer(
     name="ddpdoctor",
@@ -31,3 +34,46 @@ def _root(
     ),
 ) -> None:
     """ddpdoctor."""
+
+
+def json_option(help: str) -> bool:
+    """The `--json` flag of a reporting command (typer.Option, typed for the signature it sits in)."""
+    return typer.Option(False, "--json", help=help)
+
+
+def format_option(help: str = "") -> str:
+    """The `--format` option shared by check, explain (and bench-nccl): table or a machine format."""
+    return typer.Option(
+        "table",
+        "--format",
+        help=help
+        or "table, json, junit (JUnit XML for CI), github (workflow annotations) or markdown. See docs/ci.md.",
+    )
+
+
+def pick_format(json_out: bool, output_format: str, known: Sequence[str]) -> str:
+    """The format asked for (`--json` means json); ValueError (a usage error) for an unknown one."""
+    fmt = "json" if json_out else output_format.lower()
+    if fmt not in known:
+        raise ValueError(f"unknown --format {fmt!r}; known: {', '.join(known)}")
+    return fmt
+
+
+def usage_error(message: str) -> typer.Exit:
+    """Print `error: message` on stderr and return the exit-2 exception to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(int(ExitCode.USAGE))
+
+
+# Probes of check, snapshot, report and expect are bounded alike.
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def timeout_option() -> float:
+    """`--timeout`: the bound, in seconds, on each probe."""
+    return typer.Option(DEFAULT_TIMEOUT_S, "--timeout", min=0.1, help="Bound, in seconds, on each probe.")
+
+
+def replay_option(help: str) -> Optional[Path]:
+    """`--replay DIR`: a snapshot directory (it must exist) read instead of this machine."""
+    return typer.Option(None, "--replay", help=help, exists=True, file_okay=False, dir_okay=True)

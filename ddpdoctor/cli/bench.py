@@ -149,6 +149,9 @@ def bench_nccl(
             output_format=output_format,
             json_file=json_file,
         )
+        # run_pairwise_command ends with typer.Exit; should it ever return, the pairwise run still
+        # is the whole command: never fall through into the collective benchmark.
+        return
     from ddpdoctor.render.formats import FORMATS
 
     if output_format not in FORMATS:
@@ -376,16 +379,16 @@ def _report(
         judge_correctness,
         judge_min_busbw,
         summarize,
+        summarize_scopes,
+        world_rows,
     )
-    from ddpdoctor.render.bench import (
-        render_bench_header,
-        render_bench_summary,
-        render_bench_table,
-        render_launch_failure,
-    )
+    from ddpdoctor.render.bench import render_bench_header, render_bench_results, render_launch_failure
 
     rows = result.rows
+    # Bandwidth verdicts judge the whole-world run; intra-/inter-node rows (ranks spanning nodes) are
+    # reported beside it, and a wrong element in any of them is still a failure.
     summaries = summarize(rows, plan.ops)
+    scope_summaries = summarize_scopes(rows, plan.ops)
     verdicts = []
     if plan.check:
         verdicts.append(judge_correctness(rows))
@@ -402,7 +405,7 @@ def _report(
         from ddpdoctor.expect import judge_bench
         from ddpdoctor.model import Severity
 
-        expect_findings = judge_bench(options["expectations"], rows)
+        expect_findings = judge_bench(options["expectations"], world_rows(rows))
         if code == 0 and any(f.severity == Severity.FAIL for f in expect_findings):
             code = int(ExitCode.FAILED)
     if launch_failed and result.root_cause is not None and result.root_cause.rank == -1:
@@ -422,8 +425,9 @@ def _report(
         json_to_stdout = options["json_file"] == "-"
         if not json_to_stdout and options.get("format", "table") == "table":
             render_bench_header(env, config)
-            render_bench_table(rows, plan.ops)
-            render_bench_summary(summaries, expected, interconnect, ratios, verdicts)
+            render_bench_results(
+                rows, plan.ops, summaries, scope_summaries, expected, interconnect, ratios, verdicts
+            )
             if expect_findings:
                 from ddpdoctor.render.formats import render_findings_text
 
@@ -436,6 +440,7 @@ def _report(
             env=env,
             config=config,
             summaries=summaries,
+            scope_summaries=scope_summaries,
             verdicts=verdicts,
             launch=result.to_dict(),
             refusals=[],
@@ -456,6 +461,7 @@ def _write_outputs(
     summaries: list[Any],
     verdicts: list[Any],
     launch: Optional[dict[str, Any]],
+    scope_summaries: Sequence[Any] = (),
     refusals: list[dict[str, Any]],
     code: int,
     expected: Optional[dict[str, Any]],
@@ -463,7 +469,7 @@ def _write_outputs(
     extra: Sequence[Any] = (),
 ) -> None:
     from ddpdoctor import __version__
-    from ddpdoctor.bench.results import JSON_SCHEMA, ROW_FIELDS, csv_rows
+    from ddpdoctor.bench.results import JSON_SCHEMA, ROW_FIELDS, csv_rows, output_row
     from ddpdoctor.render import print_json
 
     json_file, csv_file = options.get("json_file"), options.get("csv_file")
@@ -475,13 +481,10 @@ def _write_outputs(
             "environment": env,
             "config": config,
             "rows": [
-                {
-                    **{k: r.get(k) for k in ROW_FIELDS},
-                    **({"skipped": r["skipped"]} if r.get("skipped") else {}),
-                }
-                for r in rows
+                {**output_row(r), **({"skipped": r["skipped"]} if r.get("skipped") else {})} for r in rows
             ],
             "summary": [s.to_dict() for s in summaries],
+            "scope_summary": [s.to_dict() for s in scope_summaries],
             "expected_all_reduce_busbw": expected,
             "baseline": [r.to_dict() for r in ratios],
             "verdicts": [v.to_dict() for v in verdicts],

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import typer
 
-from ddpdoctor.cli.app import app
-from ddpdoctor.model import EXIT_CODES_HELP, ExitCode
+from ddpdoctor.cli.app import (
+    app,
+    format_option,
+    json_option,
+    pick_format,
+    replay_option,
+    timeout_option,
+    usage_error,
+)
+from ddpdoctor.model import EXIT_CODES_HELP
 
-DEFAULT_TIMEOUT_S = 30.0
+if TYPE_CHECKING:
+    from ddpdoctor.engine import Area
+    from ddpdoctor.model import Report
+    from ddpdoctor.sources import LiveSources, Sources
 
 
 def split_names(values: Optional[List[str]]) -> list[str]:
@@ -22,28 +33,36 @@ def split_names(values: Optional[List[str]]) -> list[str]:
     return out
 
 
+def start_live_sources(timeout: float, only: Sequence[str], skip: Sequence[str]) -> LiveSources:
+    """Live sources for one check, with the slowest probe already running: the torch import (in the
+    torch-info subprocess) starts before the areas are even imported, so everything else overlaps it.
+    The caller must close() them: an early exit then kills the subprocess instead of orphaning it."""
+    from ddpdoctor.checks.torch import TORCH_INFO_READERS, live_command
+    from ddpdoctor.engine import is_selected
+    from ddpdoctor.sources import LiveSources
+
+    sources = LiveSources(deadline=time.monotonic() + timeout)
+    if any(is_selected(name, only, skip) for name in TORCH_INFO_READERS):
+        sources.prefetch(live_command())
+    return sources
+
+
 def build_report(
+    sources: Sources,
     *,
-    replay: Optional[Path],
-    only: list[str],
-    skip: list[str],
+    label: str,
+    only: Sequence[str],
+    skip: Sequence[str],
     timeout: float,
     options: dict,
     extra_areas: tuple = (),
-):
-    """Run the selected areas (plus `extra_areas`, e.g. expectations) against the live machine or a
-    snapshot; raises ValueError on bad area names."""
+) -> tuple[Report, list[Area]]:
+    """Run the selected areas (plus `extra_areas`, e.g. expectations) against `sources`; raises
+    ValueError on bad area names."""
     from ddpdoctor.checks import load_areas
     from ddpdoctor.engine import run_checks, select_areas
-    from ddpdoctor.sources import LiveSources, ReplaySources
 
     areas = select_areas(load_areas(), only, skip) + list(extra_areas)
-    if replay is not None:
-        sources = ReplaySources(replay)
-        label = f"replay:{replay}"
-    else:
-        sources = LiveSources()
-        label = "live"
     return run_checks(sources, areas, timeout_s=timeout, options=options, source_label=label), areas
 
 
@@ -52,14 +71,10 @@ def build_report(
     + EXIT_CODES_HELP
 )
 def check(
-    json_out: bool = typer.Option(
-        False, "--json", help="Print the report as JSON (schema in docs/checks.md); same as --format json."
+    json_out: bool = json_option(
+        "Print the report as JSON (schema: docs/schemas/check.schema.json); same as --format json."
     ),
-    output_format: str = typer.Option(
-        "table",
-        "--format",
-        help="table, json, junit (JUnit XML for CI), github (workflow annotations) or markdown. See docs/ci.md.",
-    ),
+    output_format: str = format_option(),
     expect: Optional[Path] = typer.Option(
         None,
         "--expect",
@@ -77,16 +92,9 @@ def check(
     skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip these areas (comma-separated)."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 on warnings too."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show evidence and passing checks."),
-    timeout: float = typer.Option(
-        DEFAULT_TIMEOUT_S, "--timeout", min=0.1, help="Bound, in seconds, on each probe."
-    ),
-    replay: Optional[Path] = typer.Option(
-        None,
-        "--replay",
-        help="Run every check from a snapshot directory instead of this machine.",
-        exists=True,
-        file_okay=False,
-        dir_okay=True,
+    timeout: float = timeout_option(),
+    replay: Optional[Path] = replay_option(
+        "Run every check from a snapshot directory instead of this machine."
     ),
     smoke: Optional[bool] = typer.Option(
         None, "--smoke/--no-smoke", help="NCCL smoke test: forced on (gloo on CPU without GPUs) or off."
@@ -105,7 +113,43 @@ def check(
         help="With --cluster: expected hosts (Slurm hostlist, e.g. gpu[01-16]) to name absent ones.",
     ),
 ) -> None:
-    from ddpdoctor.render.check import render_check_report
+    if prolog:
+        from ddpdoctor.prolog import PROLOG_GRACE_S, arm_hard_deadline
+
+        # With --cluster the run also waits up to --join-timeout for the other nodes.
+        arm_hard_deadline(timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0))
+    only_names, skip_names = split_names(only), split_names(skip)
+    # Before anything else is imported: start the torch import (see start_live_sources).
+    live = None if replay is not None or cluster else start_live_sources(timeout, only_names, skip_names)
+    try:
+        _check(
+            live, fmt=(json_out, output_format), expect=expect, prolog=prolog, only=only_names,
+            skip=skip_names, strict=strict, verbose=verbose, timeout=timeout, replay=replay, smoke=smoke,
+            cluster=cluster, join_timeout=join_timeout, hosts=hosts,
+        )  # fmt: skip
+    finally:
+        if live is not None:
+            live.close()  # kills whatever still runs (a hung probe, or the torch import on a usage error)
+
+
+def _check(
+    live: Optional[LiveSources],
+    *,
+    fmt: tuple[bool, str],
+    expect: Optional[Path],
+    prolog: bool,
+    only: list[str],
+    skip: list[str],
+    strict: bool,
+    verbose: bool,
+    timeout: float,
+    replay: Optional[Path],
+    smoke: Optional[bool],
+    cluster: bool,
+    join_timeout: float,
+    hosts: Optional[str],
+) -> None:
+    """The body of `check`, always ending in typer.Exit."""
     from ddpdoctor.render.formats import (
         FORMATS,
         document_from_report,
@@ -114,16 +158,9 @@ def check(
         render_prolog,
     )
 
-    if prolog:
-        from ddpdoctor.prolog import PROLOG_GRACE_S, arm_hard_deadline
-
-        # With --cluster the run also waits up to --join-timeout for the other nodes.
-        arm_hard_deadline(timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0))
-    fmt = "json" if json_out else output_format
     options = {"smoke": smoke, "timeout": timeout}
     try:
-        if fmt not in FORMATS:
-            raise ValueError(f"unknown --format {fmt!r}; known: {', '.join(FORMATS)}")
+        output_format = pick_format(*fmt, FORMATS)
         extra = ()
         if expect is not None:
             from ddpdoctor.expect import expectation_area, load_expectations
@@ -133,34 +170,40 @@ def check(
             from ddpdoctor.cli.cluster import run_cluster_command
 
             run_cluster_command(
-                fmt=fmt, only=split_names(only), skip=split_names(skip), extra_areas=extra, timeout=timeout,
+                fmt=output_format, only=only, skip=skip, extra_areas=extra, timeout=timeout,
                 join_timeout=join_timeout, hosts=hosts, options=options, strict=strict, verbose=verbose,
                 replay=replay, prolog=prolog,
             )  # fmt: skip
+        if replay is not None:
+            from ddpdoctor.sources import ReplaySources
+
+            sources: Sources = ReplaySources(replay)
+            label = f"replay:{replay}"
+        else:
+            assert live is not None
+            sources, label = live, "live"
+        if output_format == "table" and not prolog:
+            from ddpdoctor.render.check import render_check_report  # rich: imported while probes run
         report, areas = build_report(
-            replay=replay,
-            only=split_names(only),
-            skip=split_names(skip),
-            timeout=timeout,
-            options=options,
-            extra_areas=extra,
+            sources, label=label, only=only, skip=skip, timeout=timeout, options=options, extra_areas=extra
         )
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise usage_error(str(exc)) from None
     # Findings quote commands, environment values and tool output: no secret may reach any format.
     report = redact_report(report)
     if prolog:
         for line in render_prolog(report.findings, strict):
             typer.echo(line)
-    elif fmt == "table":
+    elif output_format == "table":
         render_check_report(
             report, verbose=verbose, strict=strict, area_titles={a.name: a.title for a in areas}
         )
     else:
         doc = document_from_report(report, strict)
         typer.echo(
-            render_document(fmt, doc, json_data=report.to_dict(strict), strict=strict, verbose=verbose),
+            render_document(
+                output_format, doc, json_data=report.to_dict(strict), strict=strict, verbose=verbose
+            ),
             nl=False,
         )
     raise typer.Exit(int(report.exit_code(strict)))
@@ -173,9 +216,7 @@ def snapshot(
     directory: Path = typer.Argument(..., help="Directory to write (created if needed)."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Only these areas (comma-separated)."),
     skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip these areas (comma-separated)."),
-    timeout: float = typer.Option(
-        DEFAULT_TIMEOUT_S, "--timeout", min=0.1, help="Bound, in seconds, on each probe."
-    ),
+    timeout: float = timeout_option(),
 ) -> None:
     from ddpdoctor.checks import load_areas
     from ddpdoctor.engine import run_checks, select_areas
@@ -184,11 +225,10 @@ def snapshot(
     try:
         areas = select_areas(load_areas(), split_names(only), split_names(skip))
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(ExitCode.USAGE) from None
-    sources = RecordingSources(deadline=time.monotonic() + timeout)
-    # Running the checks drives every probe once; the smoke test is left out: it has no raw output to keep.
-    run_checks(sources, areas, timeout_s=timeout, options={"smoke": False, "timeout": timeout})
+        raise usage_error(str(exc)) from None
+    with RecordingSources(deadline=time.monotonic() + timeout) as sources:
+        # Running the checks drives every probe once; the smoke test is left out: it has no raw output.
+        run_checks(sources, areas, timeout_s=timeout, options={"smoke": False, "timeout": timeout})
     written = sources.write(directory)
     typer.echo(f"wrote {len(written)} files to {directory}")
     raise typer.Exit(0)

@@ -8,12 +8,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import typer
 
+from ddpdoctor.cli.app import usage_error
 from ddpdoctor.model import ExitCode
-
-
-def _usage(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(int(ExitCode.USAGE))
 
 
 def run_cluster_command(
@@ -38,11 +34,11 @@ def run_cluster_command(
     from ddpdoctor.engine import select_areas
 
     if replay is not None:
-        raise _usage("--cluster checks the live nodes; --replay cannot be combined with it")
+        raise usage_error("--cluster checks the live nodes; --replay cannot be combined with it")
     if prolog:
-        raise _usage("--prolog checks one node; run it without --cluster")
+        raise usage_error("--prolog checks one node; run it without --cluster")
     if fmt not in ("table", "json"):
-        raise _usage("--cluster supports --format table and json")
+        raise usage_error("--cluster supports --format table and json")
     opts = ClusterOptions(
         areas=[*select_areas(load_areas(), only, skip), *extra_areas],
         check_timeout_s=timeout,
@@ -85,11 +81,11 @@ def run_pairwise_command(
     from ddpdoctor.cluster.session import ClusterUsageError, require_launch
 
     if output_format not in ("table", "json"):
-        raise _usage("--pairwise supports --format table and json")
+        raise usage_error("--pairwise supports --format table and json")
     try:
         require_launch(os.environ)
     except ClusterUsageError as exc:
-        raise _usage(f"--pairwise measures between nodes: {exc}") from None
+        raise usage_error(f"--pairwise measures between nodes: {exc}") from None
     settings = PairwiseSettings(nbytes=nbytes or 0, iters=iters, warmup=warmup, timeout_s=timeout)
     try:
         outcome = run_pairwise(settings, backend=backend)

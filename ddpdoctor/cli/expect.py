@@ -9,10 +9,7 @@ from typing import Optional
 
 import typer
 
-from ddpdoctor.cli.app import app
-from ddpdoctor.model import ExitCode
-
-DEFAULT_TIMEOUT_S = 30.0
+from ddpdoctor.cli.app import app, replay_option, timeout_option, usage_error
 
 
 @app.command(
@@ -22,19 +19,12 @@ DEFAULT_TIMEOUT_S = 30.0
 )
 def expect(
     write: Path = typer.Option(..., "--write", help="File to write ('-' prints it)."),
-    replay: Optional[Path] = typer.Option(
-        None,
-        "--replay",
-        help="Read the facts from a snapshot directory instead of this machine.",
-        exists=True,
-        file_okay=False,
-        dir_okay=True,
+    replay: Optional[Path] = replay_option(
+        "Read the facts from a snapshot directory instead of this machine."
     ),
     name: Optional[str] = typer.Option(None, "--name", help="A name for this node type (default: the host)."),
     force: bool = typer.Option(False, "--force", help="Overwrite FILE if it exists."),
-    timeout: float = typer.Option(
-        DEFAULT_TIMEOUT_S, "--timeout", min=0.1, help="Bound, in seconds, on each probe."
-    ),
+    timeout: float = timeout_option(),
 ) -> None:
     from ddpdoctor.engine import load_hostname
     from ddpdoctor.expect import expectations_from_facts, gather_node_facts, render_expectations_toml
@@ -42,8 +32,7 @@ def expect(
 
     to_stdout = str(write) == "-"
     if not to_stdout and write.exists() and not force:
-        typer.echo(f"error: {write} exists (use --force to overwrite)", err=True)
-        raise typer.Exit(ExitCode.USAGE)
+        raise usage_error(f"{write} exists (use --force to overwrite)")
     sources = ReplaySources(replay) if replay is not None else LiveSources()
     sources.deadline = time.monotonic() + timeout
     host = load_hostname(sources) if replay is not None else socket.gethostname()
@@ -57,8 +46,7 @@ def expect(
         try:
             write.write_text(text)
         except OSError as exc:
-            typer.echo(f"error: cannot write {write}: {exc.strerror or exc}", err=True)
-            raise typer.Exit(ExitCode.USAGE) from None
+            raise usage_error(f"cannot write {write}: {exc.strerror or exc}") from None
         typer.echo(
             f"wrote {write}" + (f" ({len(notes)} facts unavailable, see its comments)" if notes else "")
         )

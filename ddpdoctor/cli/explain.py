@@ -8,8 +8,7 @@ from typing import IO, Iterator, List, Optional
 
 import typer
 
-from ddpdoctor.cli.app import app
-from ddpdoctor.model import ExitCode
+from ddpdoctor.cli.app import app, format_option, json_option, pick_format, usage_error
 
 EXPLAIN_EXIT_CODES = (
     "Exit codes: 0 nothing recognised (or only informational notes); 1 a failure diagnosed; "
@@ -40,14 +39,8 @@ def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
 )
 def explain(
     files: Optional[List[str]] = typer.Argument(None, help="Log files (plain or .gz); '-' for stdin."),
-    json_out: bool = typer.Option(
-        False, "--json", help="Print the explanation as JSON (same as --format json)."
-    ),
-    output_format: str = typer.Option(
-        "table",
-        "--format",
-        help="table, json, junit (JUnit XML), github (workflow annotations) or markdown. See docs/ci.md.",
-    ),
+    json_out: bool = json_option("Print the explanation as JSON (same as --format json)."),
+    output_format: str = format_option(),
     show_all: bool = typer.Option(
         False, "--all", help="Also show informational notes and every kept evidence line."
     ),
@@ -59,33 +52,28 @@ def explain(
     from ddpdoctor.render.formats import FORMATS, document_from_explain, render_document
     from ddpdoctor.sources import redact_data
 
-    fmt = "json" if json_out else output_format.lower()
-    if fmt not in FORMATS:
-        typer.echo(f"error: unknown --format {fmt!r}; known: {', '.join(FORMATS)}", err=True)
-        raise typer.Exit(ExitCode.USAGE)
+    try:
+        fmt = pick_format(json_out, output_format, FORMATS)
+    except ValueError as exc:
+        raise usage_error(str(exc)) from None
     names = list(files or ["-"])
     if names.count("-") > 1:
-        typer.echo("error: stdin ('-') can be given only once", err=True)
-        raise typer.Exit(ExitCode.USAGE)
+        raise usage_error("stdin ('-') can be given only once")
     if "-" in names and not files and sys.stdin.isatty():
-        typer.echo("error: no input: give log FILEs or pipe a log into stdin (see --help)", err=True)
-        raise typer.Exit(ExitCode.USAGE)
+        raise usage_error("no input: give log FILEs or pipe a log into stdin (see --help)")
     for name in names:
         if name == "-":
             continue
         if not os.path.isfile(name):
-            typer.echo(f"error: {name}: not a file", err=True)
-            raise typer.Exit(ExitCode.USAGE)
+            raise usage_error(f"{name}: not a file")
         if not os.access(name, os.R_OK):
-            typer.echo(f"error: {name}: permission denied", err=True)
-            raise typer.Exit(ExitCode.USAGE)
+            raise usage_error(f"{name}: permission denied")
 
     kb = load_knowledge_base()
     try:
         scan = scan_inputs(kb, _streams(names))
     except OSError as exc:
-        typer.echo(f"error: cannot read input: {exc.strerror or exc}", err=True)
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise usage_error(f"cannot read input: {exc.strerror or exc}") from None
     explanation = explain_scan(kb, scan)
     report = redact_data(explanation.to_dict(show_all))
     if fmt == "json":

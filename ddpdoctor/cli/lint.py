@@ -6,9 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from ddpdoctor.cli.app import app
+from ddpdoctor.cli.app import app, usage_error
 from ddpdoctor.cli.check import split_names
-from ddpdoctor.model import ExitCode
 
 # Formats rendered by ddpdoctor/render/formats.py (the others by ddpdoctor/render/lint.py).
 CI_ONLY_FORMATS = ("junit", "markdown")
@@ -42,22 +41,18 @@ def lint(
 
     fmt = "text" if fmt.lower() == "table" else fmt.lower()
     if fmt not in FORMATS and fmt not in CI_ONLY_FORMATS:
-        typer.echo(f"error: unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", err=True)
-        raise typer.Exit(ExitCode.USAGE)
+        raise usage_error(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if json_out:
         if fmt not in ("text", "json"):
-            typer.echo(f"error: --json conflicts with --format {fmt}", err=True)
-            raise typer.Exit(ExitCode.USAGE)
+            raise usage_error(f"--json conflicts with --format {fmt}")
         fmt = "json"
     try:
         rules = select_rules(split_names(select), split_names(ignore))
         report = lint_paths(paths, rules)
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise usage_error(str(exc)) from None
     except FileNotFoundError as exc:
-        typer.echo(f"error: no such file or directory: {exc}", err=True)
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise usage_error(f"no such file or directory: {exc}") from None
     if fmt in CI_ONLY_FORMATS:
         from ddpdoctor.render.formats import document_from_lint, render_document
 

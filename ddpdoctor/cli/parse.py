@@ -7,8 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ddpdoctor.cli.app import app
-from ddpdoctor.model import ExitCode
+from ddpdoctor.cli.app import app, usage_error
 
 
 @app.command(
@@ -30,12 +29,10 @@ def parse(
         typer.echo("\n".join(tools))
         raise typer.Exit(0)
     if tool not in tools:
-        typer.echo(f"error: unknown tool {tool!r}; known: {', '.join(tools)}", err=True)
-        raise typer.Exit(ExitCode.USAGE)
+        raise usage_error(f"unknown tool {tool!r}; known: {', '.join(tools)}")
     try:
         data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except OSError as exc:
-        typer.echo(f"error: cannot read {file}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise usage_error(f"cannot read {file}: {exc.strerror or exc}") from None
     print_json(to_jsonable(tools[tool](data.decode("utf-8", errors="replace"))))
     raise typer.Exit(0)

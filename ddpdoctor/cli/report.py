@@ -7,10 +7,8 @@ from typing import Optional
 
 import typer
 
-from ddpdoctor.cli.app import app
-from ddpdoctor.model import ExitCode
+from ddpdoctor.cli.app import app, replay_option, timeout_option, usage_error
 
-DEFAULT_TIMEOUT_S = 30.0
 BENCH_TIMEOUT_S = 120.0
 
 
@@ -23,25 +21,17 @@ def report(
     bench: bool = typer.Option(
         False, "--bench", help="Add a short all_reduce benchmark (bench-nccl, 1 MiB to 64 MiB)."
     ),
-    replay: Optional[Path] = typer.Option(
-        None,
-        "--replay",
-        help="Build the report from a snapshot directory instead of this machine.",
-        exists=True,
-        file_okay=False,
-        dir_okay=True,
+    replay: Optional[Path] = replay_option(
+        "Build the report from a snapshot directory instead of this machine."
     ),
-    timeout: float = typer.Option(
-        DEFAULT_TIMEOUT_S, "--timeout", min=0.1, help="Bound, in seconds, on each probe."
-    ),
+    timeout: float = timeout_option(),
 ) -> None:
     from ddpdoctor.engine import load_environment
     from ddpdoctor.report import build_report_text, gather_report_inputs, run_short_bench, write_report
     from ddpdoctor.sources import LiveSources, ReplaySources
 
     if replay is not None and bench:
-        typer.echo("error: --bench measures this machine; it cannot be combined with --replay", err=True)
-        raise typer.Exit(ExitCode.USAGE)
+        raise usage_error("--bench measures this machine; it cannot be combined with --replay")
     sources = ReplaySources(replay) if replay is not None else LiveSources()
     inputs = gather_report_inputs(
         sources,
@@ -54,8 +44,7 @@ def report(
     try:
         write_report(text, output)
     except OSError as exc:
-        typer.echo(f"error: cannot write {output}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise usage_error(f"cannot write {output}: {exc.strerror or exc}") from None
     if output is not None:
         typer.echo(f"wrote {output}", err=True)
     raise typer.Exit(0)

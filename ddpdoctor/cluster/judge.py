@@ -361,64 +361,52 @@ def judge_node_health(nodes: Sequence[NodeResult]) -> list[Finding]:
         failed = sorted({f.id for f in node.findings if f.severity == Severity.FAIL})
         errors = sorted({f.id for f in node.findings if f.severity == Severity.ERROR})
         if failed:
-            out.append(
-                NODE_FAILED_CHECKS.finding(
-                    Severity.FAIL,
-                    f"{node.label} failed {len(failed)} local check(s): {', '.join(failed)}",
-                    evidence=[Evidence(f"ddpdoctor check on {node.label}", "\n".join(failed))],
-                    data={"node": node.label, "failed": failed},
-                )
-            )
+            spec, sev, key, ids = NODE_FAILED_CHECKS, Severity.FAIL, "failed", failed
+            text = f"{node.label} failed {len(failed)} local check(s): {', '.join(failed)}"
         elif errors:
-            out.append(
-                NODE_INCONCLUSIVE.finding(
-                    Severity.ERROR,
-                    f"{node.label}: {len(errors)} probe(s) could not run: {', '.join(errors)}",
-                    evidence=[Evidence(f"ddpdoctor check on {node.label}", "\n".join(errors))],
-                    data={"node": node.label, "errors": errors},
-                )
-            )
+            spec, sev, key, ids = NODE_INCONCLUSIVE, Severity.ERROR, "errors", errors
+            text = f"{node.label}: {len(errors)} probe(s) could not run: {', '.join(errors)}"
+        else:
+            continue
+        ev = [Evidence(f"ddpdoctor check on {node.label}", "\n".join(ids))]
+        out.append(spec.finding(sev, text, evidence=ev, data={"node": node.label, key: ids}))
     return out
+
+
+def _membership_problem(node: NodeResult, join_timeout_s: float) -> Optional[tuple[CheckSpec, Severity, str]]:
+    """What is wrong with a node that did not report (spec, severity, summary), or None when it did."""
+    detail = node.detail
+    if node.status == MISSING:
+        within = "" if node.expected_only else f" within {join_timeout_s:g}s"
+        return (
+            NODE_MISSING,
+            Severity.FAIL,
+            f"{node.label} never joined{within}" + (f" ({detail})" if detail else ""),
+        )
+    if node.status == LOST:
+        text = f"{node.label} joined, then stopped responding before it reported" + (
+            f": {detail}" if detail else ""
+        )
+        return NODE_LOST, Severity.FAIL, text
+    if node.status == NO_DATA:
+        text = f"{node.label} joined and ran its checks, but its report could not be gathered: {detail}"
+        return GATHER_FAILED, Severity.ERROR, text
+    return None
 
 
 def judge_membership(nodes: Sequence[NodeResult], join_timeout_s: float) -> list[Finding]:
     """Name every node that never joined, vanished, or whose data could not be gathered."""
     out: list[Finding] = []
     for node in nodes:
+        problem = _membership_problem(node, join_timeout_s)
+        if problem is None:
+            continue
+        spec, severity, summary = problem
         data = {"node": node.label, "status": node.status, "detail": node.detail}
         if node.identity is not None:
             data["identity"] = node.identity.to_dict()
         evidence = [Evidence("TCPStore keys ddpdoctor/*/identity, heartbeat, ready", node.detail)]
-        if node.status == MISSING:
-            out.append(
-                NODE_MISSING.finding(
-                    Severity.FAIL,
-                    f"{node.label} never joined"
-                    + ("" if node.expected_only else f" within {join_timeout_s:g}s")
-                    + (f" ({node.detail})" if node.detail else ""),
-                    evidence=evidence,
-                    data=data,
-                )
-            )
-        elif node.status == LOST:
-            out.append(
-                NODE_LOST.finding(
-                    Severity.FAIL,
-                    f"{node.label} joined, then stopped responding before it reported"
-                    + (f": {node.detail}" if node.detail else ""),
-                    evidence=evidence,
-                    data=data,
-                )
-            )
-        elif node.status == NO_DATA:
-            out.append(
-                GATHER_FAILED.finding(
-                    Severity.ERROR,
-                    f"{node.label} joined and ran its checks, but its report could not be gathered: {node.detail}",
-                    evidence=evidence,
-                    data=data,
-                )
-            )
+        out.append(spec.finding(severity, summary, evidence=evidence, data=data))
     return out
 
 

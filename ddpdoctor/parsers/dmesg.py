@@ -74,7 +74,7 @@ XID_TABLE: dict[int, XidInfo] = {
             "Double-bit ECC error (uncorrectable memory error)",
             "hardware",
             "fail",
-            "Reset the GPU (nvidia-smi -r) or reboot; RMA if it recurs.",
+            "Reset the GPU (`sudo nvidia-smi -r -i N`) or reboot; RMA if it recurs.",
         ),
         XidInfo(
             61,
@@ -95,7 +95,7 @@ XID_TABLE: dict[int, XidInfo] = {
             "ECC page retirement or row remapping recorded (pending until reset)",
             "hardware",
             "warn",
-            "Reset the GPU (nvidia-smi -r) or reboot to apply the remap.",
+            "Reset the GPU (`sudo nvidia-smi -r -i N`) or reboot to apply the remap.",
         ),
         XidInfo(
             64,
@@ -193,14 +193,14 @@ XID_TABLE: dict[int, XidInfo] = {
 _TIME = re.compile(r"^\s*\[\s*(?P<ts>\d+\.\d+)\]")
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\)\s*:\s*"
-    r"(?P<code>\d+)\s*,?\s*(?P<detail>.*?)\s*$"
+    r"(?P<code>\d{1,6})(?!\d)\s*,?\s*(?P<detail>.*?)\s*$"
 )
 _BUS = re.compile(r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)")
 _LIMITED = re.compile(
-    r"(?P<dev>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]):\s*(?P<avail>[\d.]+)\s*Gb/s available PCIe "
-    r"bandwidth, limited by (?P<speed>[\d.]+)\s*GT/s PCIe x(?P<width>\d+) link at "
+    r"(?P<dev>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]):\s*(?P<avail>\d+(?:\.\d+)?)\s*Gb/s available PCIe "
+    r"bandwidth, limited by (?P<speed>\d+(?:\.\d+)?)\s*GT/s PCIe x(?P<width>\d{1,3}) link at "
     r"(?P<at>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F])\s*"
-    r"\(capable of (?P<cap>[\d.]+)\s*Gb/s with (?P<cap_speed>[\d.]+)\s*GT/s PCIe x(?P<cap_width>\d+) link\)"
+    r"\(capable of (?P<cap>\d+(?:\.\d+)?)\s*Gb/s with (?P<cap_speed>\d+(?:\.\d+)?)\s*GT/s PCIe x(?P<cap_width>\d{1,3}) link\)"
 )
 
 

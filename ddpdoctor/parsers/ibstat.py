@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
+
+from ddpdoctor.parsers import to_jsonable
 
 Number = Union[int, float]
 
@@ -54,7 +56,8 @@ _PHYS_WORDS = {
     "phytest": "PhyTest",
 }
 _LINK_LAYERS = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
-_CODE = re.compile(r"^\s*(\d+)\s*:|\((\d+)\)\s*$")
+# Digit runs are bounded: int() refuses strings of thousands of digits, and no state code or port has them.
+_CODE = re.compile(r"^\s*(\d{1,6})\s*:|\((\d{1,6})\)\s*$")
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
 # Lines that report a failure of the tool rather than data (ibpanic/ibwarn, libibverbs, ibstatus).
 _ERROR_LINE = re.compile(
@@ -127,6 +130,17 @@ def is_error_line(line: str) -> bool:
     return bool(_ERROR_LINE.search(line))
 
 
+T = TypeVar("T")
+
+
+def _find_or_add(items: list[T], matches: Callable[[T], bool], make: Callable[[], T]) -> T:
+    found = next((item for item in items if matches(item)), None)
+    if found is None:
+        found = make()
+        items.append(found)
+    return found
+
+
 @dataclass
 class IbPort:
     port: int
@@ -134,6 +148,19 @@ class IbPort:
     physical_state: Optional[str] = None
     rate_gbps: Optional[Number] = None
     link_layer: Optional[str] = None
+
+    def set(self, name: str, text: Optional[str]) -> None:
+        """Set a field from the tool's text, normalized (state words, rate number, link layer)."""
+        setattr(self, name, PORT_FIELDS[name](text))
+
+
+# How each port field is read from any tool's text.
+PORT_FIELDS: dict[str, Callable[[Optional[str]], Any]] = {
+    "state": normalize_state,
+    "physical_state": normalize_physical_state,
+    "rate_gbps": parse_rate_gbps,
+    "link_layer": normalize_link_layer,
+}
 
 
 @dataclass
@@ -145,12 +172,7 @@ class IbDevice:
 
     def port(self, number: int) -> IbPort:
         """The port with this number, created when first seen."""
-        for p in self.ports:
-            if p.port == number:
-                return p
-        p = IbPort(port=number)
-        self.ports.append(p)
-        return p
+        return _find_or_add(self.ports, lambda p: p.port == number, lambda: IbPort(port=number))
 
 
 @dataclass
@@ -161,41 +183,33 @@ class IbStatus:
     errors: list[str] = field(default_factory=list)
 
     def device(self, name: str) -> IbDevice:
-        for d in self.devices:
-            if d.name == name:
-                return d
-        d = IbDevice(name=name)
-        self.devices.append(d)
-        return d
+        """The device with this name, created when first seen."""
+        return _find_or_add(self.devices, lambda d: d.name == name, lambda: IbDevice(name=name))
+
+    def key_value(self, line: str, pattern: re.Pattern[str], in_block: bool) -> Optional[tuple[str, str]]:
+        """(lower-case key, value) of a `key: value` line inside a device or port block; any other line
+        that reports a failure (`Failed to get IB devices list`, `Fatal error`) is kept in `errors`."""
+        m = pattern.match(line)
+        if m is None or not in_block:
+            if is_error_line(line):
+                self.errors.append(line.strip())
+            return None
+        return m.group("key").strip().lower(), m.group("value")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "devices": [
-                {
-                    "name": d.name,
-                    "type": d.type,
-                    "firmware": d.firmware,
-                    "ports": [
-                        {
-                            "port": p.port,
-                            "state": p.state,
-                            "physical_state": p.physical_state,
-                            "rate_gbps": p.rate_gbps,
-                            "link_layer": p.link_layer,
-                        }
-                        for p in d.ports
-                    ],
-                }
-                for d in self.devices
-            ],
-            "errors": list(self.errors),
-        }
+        return to_jsonable(self)
 
 
 # "CA 'mlx5_0'" (also Switch/Router/iWARP RNIC/???); "CA: 'mlx5_0'" when one port was asked for.
 _DEVICE = re.compile(r"^(?P<kind>[A-Za-z?][A-Za-z ?]*?):?\s+'(?P<name>[^']+)'\s*$")
-_PORT = re.compile(r"^\s*Port\s+(?P<port>\d+)\s*:\s*$")
+_PORT = re.compile(r"^\s*Port\s+(?P<port>\d{1,6})\s*:\s*$")
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ]*?)\s*:\s*(?P<value>.*?)\s*$")
+_IBSTAT_PORT_KEYS = {
+    "state": "state",
+    "physical state": "physical_state",
+    "rate": "rate_gbps",
+    "link layer": "link_layer",
+}
 
 
 def parse_ibstat(text: str) -> IbStatus:
@@ -218,21 +232,12 @@ def parse_ibstat(text: str) -> IbStatus:
             if device is not None:
                 port = device.port(int(m.group("port")))
             continue
-        m = _KEY_VALUE.match(line)
-        if m is None or device is None:
-            if is_error_line(line):
-                out.errors.append(line.strip())
+        kv = out.key_value(line, _KEY_VALUE, device is not None)
+        if kv is None or device is None:
             continue
-        key, value = m.group("key").lower(), m.group("value")
-        if port is not None and key in ("state", "physical state", "rate", "link layer"):
-            if key == "state":
-                port.state = normalize_state(value)
-            elif key == "physical state":
-                port.physical_state = normalize_physical_state(value)
-            elif key == "rate":
-                port.rate_gbps = parse_rate_gbps(value)
-            else:
-                port.link_layer = normalize_link_layer(value)
+        key, value = kv
+        if port is not None and key in _IBSTAT_PORT_KEYS:
+            port.set(_IBSTAT_PORT_KEYS[key], value)
         elif key.endswith(" type") and key != "port type":
             device.type = value or None
         elif key == "firmware version":

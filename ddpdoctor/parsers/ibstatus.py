@@ -10,18 +10,18 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from ddpdoctor.parsers.ibstat import (
-    IbPort,
-    IbStatus,
-    is_error_line,
-    normalize_link_layer,
-    normalize_physical_state,
-    normalize_state,
-    parse_rate_gbps,
-)
+from ddpdoctor.parsers.ibstat import IbPort, IbStatus
 
-_HEADER = re.compile(r"^\s*Infiniband device\s+'(?P<name>[^']+)'\s+port\s+(?P<port>\d+)\s+status\s*:", re.I)
+_HEADER = re.compile(
+    r"^\s*Infiniband device\s+'(?P<name>[^']+)'\s+port\s+(?P<port>\d{1,6})\s+status\s*:", re.I
+)
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z_ ]*?)\s*:\s*(?P<value>.*?)\s*$")
+_PORT_KEYS = {
+    "state": "state",
+    "phys state": "physical_state",
+    "rate": "rate_gbps",
+    "link layer": "link_layer",
+}
 
 
 def parse_ibstatus(text: str) -> IbStatus:
@@ -35,20 +35,12 @@ def parse_ibstatus(text: str) -> IbStatus:
         if m:
             port = out.device(m.group("name")).port(int(m.group("port")))
             continue
-        m = _KEY_VALUE.match(line)
-        if m is None or port is None:
-            if is_error_line(line):
-                out.errors.append(line.strip())
+        kv = out.key_value(line, _KEY_VALUE, port is not None)
+        if kv is None or port is None:
             continue
-        key, value = m.group("key").strip().lower().replace("_", " "), m.group("value")
-        if key == "state":
-            port.state = normalize_state(value)
-        elif key == "phys state":
-            port.physical_state = normalize_physical_state(value)
-        elif key == "rate":
-            port.rate_gbps = parse_rate_gbps(value)
-        elif key == "link layer":
-            port.link_layer = normalize_link_layer(value)
+        key, value = kv[0].replace("_", " "), kv[1]
+        if key in _PORT_KEYS:
+            port.set(_PORT_KEYS[key], value)
         elif key.startswith("fatal") or key.startswith("failed"):
             out.errors.append(line.strip())
     return out

@@ -12,21 +12,13 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from ddpdoctor.parsers.ibstat import (
-    IbDevice,
-    IbPort,
-    IbStatus,
-    as_number,
-    is_error_line,
-    normalize_link_layer,
-    normalize_physical_state,
-    normalize_state,
-)
+from ddpdoctor.parsers.ibstat import IbDevice, IbPort, IbStatus, as_number
 
 _HCA = re.compile(r"^\s*hca_id\s*:\s*(?P<name>\S+)")
-_PORT = re.compile(r"^\s*port\s*:\s*(?P<port>\d+)\s*$")
+_PORT = re.compile(r"^\s*port\s*:\s*(?P<port>\d{1,6})\s*$")
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z0-9_ ]*?)\s*:\s*(?P<value>.*?)\s*$")
-_WIDTH = re.compile(r"(\d+)\s*X", re.IGNORECASE)
+_PORT_KEYS = {"state": "state", "phys_state": "physical_state", "link_layer": "link_layer"}
+_WIDTH = re.compile(r"(?<!\d)(\d{1,4})\s*X", re.IGNORECASE)
 _SPEED = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps", re.IGNORECASE)
 # Mellanox/NVIDIA's verbs vendor id: their sysfs hca_type (and ibstat's CA type) is "MT<part id>".
 MELLANOX_VENDOR_IDS = {0x02C9, 0x119F}
@@ -96,22 +88,16 @@ def parse_ibv_devinfo(text: str) -> IbStatus:
             _finish_port(port, width, speed)
             port, width, speed = device.port(int(m.group("port"))), None, None
             continue
-        m = _KEY_VALUE.match(line)
-        if m is None or device is None:
-            if is_error_line(line):
-                out.errors.append(line.strip())
+        kv = out.key_value(line, _KEY_VALUE, device is not None)
+        if kv is None or device is None:
             continue
-        key, value = m.group("key").strip().lower(), m.group("value")
+        key, value = kv
         if key.startswith(("failed", "no ib")):
             out.errors.append(line.strip())
             continue
         if port is not None:
-            if key == "state":
-                port.state = normalize_state(value)
-            elif key == "phys_state":
-                port.physical_state = normalize_physical_state(value)
-            elif key == "link_layer":
-                port.link_layer = normalize_link_layer(value)
+            if key in _PORT_KEYS:
+                port.set(_PORT_KEYS[key], value)
             elif key == "active_width":
                 width = value
             elif key == "active_speed":

@@ -25,7 +25,7 @@ _HEADER = re.compile(
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z0-9 /-]*?)\s*:\s*(?P<value>.*?)\s*$")
 _FLAG = re.compile(r"\b(?P<name>[A-Za-z][A-Za-z0-9]*)(?P<sign>[+-])(?=\s|$|,)")
 _SPEED = re.compile(r"Speed\s+(?P<speed>\d+(?:\.\d+)?)\s*GT/s(?:\s*\((?P<note>[^)]*)\))?", re.I)
-_WIDTH = re.compile(r"Width\s+x(?P<width>\d+)(?:\s*\((?P<note>[^)]*)\))?", re.I)
+_WIDTH = re.compile(r"Width\s+x(?P<width>\d{1,3})(?!\d)(?:\s*\((?P<note>[^)]*)\))?", re.I)
 _BUS = re.compile(r"secondary=(?P<sec>[0-9a-fA-F]+),\s*subordinate=(?P<sub>[0-9a-fA-F]+)")
 _EXPRESS = re.compile(r"Express\s*\((?:v\d+)\)\s*(?P<type>[^,(]+)")
 # ACS controls that, when on, redirect peer-to-peer traffic up to the root complex (or block it).

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 # Values nvidia-smi prints when it cannot read a field.
 _UNREADABLE = {
@@ -37,7 +37,8 @@ _UNREADABLE = {
 }
 _TRUE = {"yes", "enabled", "active", "on", "supported", "true"}
 _FALSE = {"no", "disabled", "not active", "off", "not supported", "false"}
-_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:[a-zA-Z%()/.]+\s*)*$")
+# Digit runs are bounded: int() refuses strings of thousands of digits, and no reading has them.
+_NUMBER = re.compile(r"^\s*(-?\d{1,18}(?:\.\d+)?)\s*(?:[a-zA-Z%()/.]+\s*)*$")
 # The key/value separator: a colon followed by a space or the end of line. Bus ids
 # ("GPU 00000000:19:00.0") and clock times ("11:22:39") have colons followed by digits, so they
 # stay whole.
@@ -65,7 +66,7 @@ def to_int(text: Optional[str]) -> Optional[int]:
         return None
     if re.fullmatch(r"0x[0-9a-fA-F]+", text):
         return int(text, 16)
-    m = re.match(r"^(-?\d+)\s*x?$", text) or re.match(r"^(-?\d+)(?:\s+\S.*)?$", text)
+    m = re.match(r"^(-?\d{1,18})\s*x?$", text) or re.match(r"^(-?\d{1,18})(?:\s+\S.*)?$", text)
     return int(m.group(1)) if m else None
 
 
@@ -284,107 +285,104 @@ def _mode_pair(node: Optional[Node]) -> dict[str, Optional[bool]]:
     return {"current": to_bool(node.get("Current")), "pending": to_bool(node.get("Pending"))}
 
 
+# Per-GPU sections read field by field: output key -> (converter, path under the GPU section). A path
+# element may list alternatives separated by '|' (names changed across driver generations).
+_Field = tuple[Callable[[Optional[str]], Any], tuple[str, ...]]
+_SECTIONS: dict[str, dict[str, _Field]] = {
+    "retired_pages": {
+        "single_bit": (to_int, ("Retired Pages", "Single Bit ECC")),
+        "double_bit": (to_int, ("Retired Pages", "Double Bit ECC")),
+        "pending": (to_bool, ("Retired Pages", "Pending Page Blacklist|Pending|Pending Page Retirement")),
+    },
+    "remapped_rows": {
+        "pending": (to_bool, ("Remapped Rows", "Pending")),
+        "failure": (to_bool, ("Remapped Rows", "Remapping Failure Occurred")),
+        "uncorrectable": (to_int, ("Remapped Rows", "Uncorrectable Error")),
+        "correctable": (to_int, ("Remapped Rows", "Correctable Error")),
+        "banks_max": (to_int, ("Remapped Rows", "Bank Remap Availability Histogram", "Max")),
+        "banks_none": (to_int, ("Remapped Rows", "Bank Remap Availability Histogram", "None")),
+    },
+    "pcie": {
+        "gen_current": (to_int, ("PCI", "GPU Link Info", "PCIe Generation", "Current")),
+        "gen_max": (to_int, ("PCI", "GPU Link Info", "PCIe Generation", "Max")),
+        "gen_device_max": (to_int, ("PCI", "GPU Link Info", "PCIe Generation", "Device Max")),
+        "gen_host_max": (to_int, ("PCI", "GPU Link Info", "PCIe Generation", "Host Max")),
+        "width_current": (to_int, ("PCI", "GPU Link Info", "Link Width", "Current")),
+        "width_max": (to_int, ("PCI", "GPU Link Info", "Link Width", "Max")),
+        "replays": (to_int, ("PCI", "Replays Since Reset|Replays since reset")),
+        "replay_rollovers": (to_int, ("PCI", "Replay Number Rollovers")),
+    },
+    "temperature": {
+        "gpu_c": (to_int, ("Temperature", "GPU Current Temp")),
+        "memory_c": (to_int, ("Temperature", "Memory Current Temp")),
+        "slowdown_c": (to_int, ("Temperature", "GPU Slowdown Temp")),
+        "shutdown_c": (to_int, ("Temperature", "GPU Shutdown Temp")),
+        "max_operating_c": (to_int, ("Temperature", "GPU Max Operating Temp")),
+        # R535+ prints T.Limit values: headroom (degrees below the limit), not absolute limits.
+        "t_limit_c": (to_int, ("Temperature", "GPU T.Limit Temp")),
+        "slowdown_t_limit_c": (to_int, ("Temperature", "GPU Slowdown T.Limit Temp")),
+        "shutdown_t_limit_c": (to_int, ("Temperature", "GPU Shutdown T.Limit Temp")),
+    },
+    "power": {
+        "draw_w": (
+            to_float,
+            ("GPU Power Readings|Power Readings", "Power Draw|Average Power Draw|Instantaneous Power Draw"),
+        ),
+        "limit_w": (
+            to_float,
+            ("GPU Power Readings|Power Readings", "Current Power Limit|Enforced Power Limit|Power Limit"),
+        ),
+        "default_limit_w": (to_float, ("GPU Power Readings|Power Readings", "Default Power Limit")),
+        "max_limit_w": (to_float, ("GPU Power Readings|Power Readings", "Max Power Limit")),
+    },
+    "memory": {
+        "total_mib": (to_int, ("FB Memory Usage", "Total")),
+        "used_mib": (to_int, ("FB Memory Usage", "Used")),
+        "free_mib": (to_int, ("FB Memory Usage", "Free")),
+    },
+    "utilization": {
+        "gpu_percent": (to_int, ("Utilization", "Gpu|GPU")),
+        "memory_percent": (to_int, ("Utilization", "Memory")),
+    },
+    "fabric": {
+        "state": (value_or_none, ("Fabric", "State")),
+        "status": (value_or_none, ("Fabric", "Status")),
+    },
+}
+_FIELDS: dict[str, _Field] = {
+    "name": (value_or_none, ("Product Name",)),
+    "uuid": (value_or_none, ("GPU UUID",)),
+    "serial": (value_or_none, ("Serial Number",)),
+    "architecture": (value_or_none, ("Product Architecture",)),
+    "vbios_version": (value_or_none, ("VBIOS Version",)),
+    "minor_number": (to_int, ("Minor Number",)),
+    "persistence_mode": (to_bool, ("Persistence Mode",)),
+    "compute_mode": (_compute_mode, ("Compute Mode",)),
+    "reset_required": (to_bool, ("GPU Reset Status", "Reset Required")),
+    "drain_and_reset_recommended": (to_bool, ("GPU Reset Status", "Drain and Reset Recommended")),
+}
+
+
+def _read(gpu: Node, fields: dict[str, _Field]) -> dict[str, Any]:
+    return {key: convert(gpu.get(*path)) for key, (convert, path) in fields.items()}
+
+
 def parse_gpu_section(gpu: Node, index: int) -> dict[str, Any]:
     """One `GPU <bus id>` section in the documented per-GPU shape."""
-    pci = gpu.child("PCI")
-    link = pci.child("GPU Link Info") if pci else None
-    gen = link.child("PCIe Generation") if link else None
-    width = link.child("Link Width") if link else None
     ecc_errors = gpu.child("ECC Errors")
-    retired = gpu.child("Retired Pages")
-    remapped = gpu.child("Remapped Rows")
-    temp = gpu.child("Temperature")
-    power = gpu.child("GPU Power Readings", "Power Readings")
-    fb = gpu.child("FB Memory Usage")
-    util = gpu.child("Utilization")
-    fabric = gpu.child("Fabric")
-    reset = gpu.child("GPU Reset Status")
-    bus_id = value_or_none(pci.get("Bus Id") if pci else None) or gpu.key.split(" ", 1)[-1]
-
-    pending_retire = (
-        retired.get("Pending Page Blacklist|Pending|Pending Page Retirement") if retired else None
-    )
-    histogram = remapped.child("Bank Remap Availability Histogram") if remapped else None
     return {
         "index": index,
-        "bus_id": bus_id,
-        "name": value_or_none(gpu.get("Product Name")),
-        "uuid": value_or_none(gpu.get("GPU UUID")),
-        "serial": value_or_none(gpu.get("Serial Number")),
-        "architecture": value_or_none(gpu.get("Product Architecture")),
-        "vbios_version": value_or_none(gpu.get("VBIOS Version")),
-        "minor_number": to_int(gpu.get("Minor Number")),
-        "persistence_mode": to_bool(gpu.get("Persistence Mode")),
-        "compute_mode": _compute_mode(gpu.get("Compute Mode")),
+        "bus_id": value_or_none(gpu.get("PCI", "Bus Id")) or gpu.key.split(" ", 1)[-1],
+        **_read(gpu, _FIELDS),
         "mig_mode": _mode_pair(gpu.child("MIG Mode")),
         "ecc_mode": _mode_pair(gpu.child("ECC Mode", "Ecc Mode")),
         "ecc": {
             "volatile": _ecc_counts(ecc_errors.child("Volatile") if ecc_errors else None),
             "aggregate": _ecc_counts(ecc_errors.child("Aggregate") if ecc_errors else None),
-            "sram_threshold_exceeded": to_bool(ecc_errors.get("Aggregate", "SRAM Threshold Exceeded"))
-            if ecc_errors
-            else None,
+            "sram_threshold_exceeded": to_bool(gpu.get("ECC Errors", "Aggregate", "SRAM Threshold Exceeded")),
         },
-        "retired_pages": {
-            "single_bit": to_int(retired.get("Single Bit ECC")) if retired else None,
-            "double_bit": to_int(retired.get("Double Bit ECC")) if retired else None,
-            "pending": to_bool(pending_retire),
-        },
-        "remapped_rows": {
-            "pending": to_bool(remapped.get("Pending")) if remapped else None,
-            "failure": to_bool(remapped.get("Remapping Failure Occurred")) if remapped else None,
-            "uncorrectable": to_int(remapped.get("Uncorrectable Error")) if remapped else None,
-            "correctable": to_int(remapped.get("Correctable Error")) if remapped else None,
-            "banks_max": to_int(histogram.get("Max")) if histogram else None,
-            "banks_none": to_int(histogram.get("None")) if histogram else None,
-        },
-        "pcie": {
-            "gen_current": to_int(gen.get("Current")) if gen else None,
-            "gen_max": to_int(gen.get("Max")) if gen else None,
-            "gen_device_max": to_int(gen.get("Device Max")) if gen else None,
-            "gen_host_max": to_int(gen.get("Host Max")) if gen else None,
-            "width_current": to_int(width.get("Current")) if width else None,
-            "width_max": to_int(width.get("Max")) if width else None,
-            "replays": to_int(pci.get("Replays Since Reset|Replays since reset")) if pci else None,
-            "replay_rollovers": to_int(pci.get("Replay Number Rollovers")) if pci else None,
-        },
+        **{name: _read(gpu, fields) for name, fields in _SECTIONS.items()},
         "throttle_reasons": _throttle_reasons(gpu),
-        "temperature": {
-            "gpu_c": to_int(temp.get("GPU Current Temp")) if temp else None,
-            "memory_c": to_int(temp.get("Memory Current Temp")) if temp else None,
-            "slowdown_c": to_int(temp.get("GPU Slowdown Temp")) if temp else None,
-            "shutdown_c": to_int(temp.get("GPU Shutdown Temp")) if temp else None,
-            "max_operating_c": to_int(temp.get("GPU Max Operating Temp")) if temp else None,
-            # R535+ prints T.Limit values: headroom (degrees below the limit), not absolute limits.
-            "t_limit_c": to_int(temp.get("GPU T.Limit Temp")) if temp else None,
-            "slowdown_t_limit_c": to_int(temp.get("GPU Slowdown T.Limit Temp")) if temp else None,
-            "shutdown_t_limit_c": to_int(temp.get("GPU Shutdown T.Limit Temp")) if temp else None,
-        },
-        "power": {
-            "draw_w": to_float(power.get("Power Draw|Average Power Draw|Instantaneous Power Draw"))
-            if power
-            else None,
-            "limit_w": to_float(power.get("Current Power Limit|Enforced Power Limit|Power Limit"))
-            if power
-            else None,
-            "default_limit_w": to_float(power.get("Default Power Limit")) if power else None,
-            "max_limit_w": to_float(power.get("Max Power Limit")) if power else None,
-        },
-        "memory": {
-            "total_mib": to_int(fb.get("Total")) if fb else None,
-            "used_mib": to_int(fb.get("Used")) if fb else None,
-            "free_mib": to_int(fb.get("Free")) if fb else None,
-        },
-        "utilization": {
-            "gpu_percent": to_int(util.get("Gpu|GPU")) if util else None,
-            "memory_percent": to_int(util.get("Memory")) if util else None,
-        },
-        "fabric": {
-            "state": value_or_none(fabric.get("State")) if fabric else None,
-            "status": value_or_none(fabric.get("Status")) if fabric else None,
-        },
-        "reset_required": to_bool(reset.get("Reset Required")) if reset else None,
-        "drain_and_reset_recommended": to_bool(reset.get("Drain and Reset Recommended")) if reset else None,
         "processes": _processes(gpu),
         "lost": False,
         "error": None,

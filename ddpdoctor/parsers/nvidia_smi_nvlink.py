@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-_GPU = re.compile(r"^\s*GPU\s+(?P<index>\d+)\s*:\s*(?P<name>.*?)\s*(?:\(UUID:\s*(?P<uuid>[^)]+)\))?\s*$")
+_GPU = re.compile(r"^\s*GPU\s+(?P<index>\d{1,6})\s*:\s*(?P<name>.*?)\s*(?:\(UUID:\s*(?P<uuid>[^)]+)\))?\s*$")
 _LINK = re.compile(r"^\s*Link\s+(?P<link>\d+)\s*:\s*(?P<rest>.*?)\s*$")
 _SPEED = re.compile(r"^(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[GM]B/s)$", re.I)
 _COUNTER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z /-]*?)\s*(?:Errors?)?\s*:\s*(?P<value>\S+)$")

@@ -19,7 +19,7 @@ _AFFINITY = {
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx5_\d+|[a-z]+\d*_\d+|NVS\d*)$")
 _NIC_LEGEND_LINE = re.compile(r"^\s*(?P<nic>NIC\d+)\s*:\s*(?P<name>\S+)")
 _LEGEND_LINE = re.compile(r"^\s*(?P<code>[A-Z#]+)\s*=\s*(?P<text>.+?)\s*$")
-_NV = re.compile(r"^NV(\d+)$")
+_NV = re.compile(r"^NV(\d{1,6})$")
 
 # How far apart two devices are, best first: NVLink, then PCIe paths from shortest to longest.
 LINK_RANK = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}

@@ -1,7 +1,9 @@
 """Human output of `ddpdoctor bench-nccl`: nccl-tests' table, peak/average busbw, verdicts, failures.
 
 The table keeps nccl-tests' column order and layout, so that the output reads like (and parses as)
-an `*_perf` run: `ddpdoctor parse nccl-tests` reads it back.
+an `*_perf` run: `ddpdoctor parse nccl-tests` reads it back. When the ranks of a torchrun/srun job
+span nodes there is one set of tables per scope: the whole world, each node's intra-node run, then
+the inter-node run (one rank per node).
 """
 
 from __future__ import annotations
@@ -86,6 +88,67 @@ def render_bench_table(rows: Sequence[Mapping[str, Any]], ops: Sequence[str]) ->
         out(line, highlight=False)
 
 
+def scope_heading(scope: str, node: Optional[str], nranks: Optional[int]) -> str:
+    """The line above one scope's tables, e.g. `# == intra-node: node 1 (gpu-b2), 8 ranks ==`."""
+    ranks = f"{nranks} ranks" if nranks is not None else "ranks"
+    if scope == "world":
+        what = f"whole world: {ranks}"
+    elif scope == "intra-node":
+        what = f"intra-node: {node or '?'}, {ranks}"
+    elif scope == "inter-node":
+        what = f"inter-node: one rank per node, {ranks}"
+    else:
+        what = f"{scope}: {node or ''} {ranks}".strip()
+    return f"# == {what} =="
+
+
+def summary_lines(summaries: Iterable[Any]) -> list[str]:
+    """Peak and average busbw per op (nccl-tests' `# Avg bus bandwidth`)."""
+    lines = []
+    for s in summaries:
+        if s.peak_busbw is None:
+            continue
+        wrong = "" if s.wrong is None else f"  #wrong {s.wrong}"
+        lines.append(
+            f"# {s.op:<15} peak busbw {s.peak_busbw:8.2f} GB/s (at {s.peak_size} B)   "
+            f"avg bus bandwidth {s.avg_busbw:8.2f} GB/s{wrong}"
+        )
+    return lines
+
+
+def render_bench_results(
+    rows: Sequence[Mapping[str, Any]],
+    ops: Sequence[str],
+    summaries: Iterable[Any],
+    scope_summaries: Sequence[Any],
+    expected: Optional[Mapping[str, Any]],
+    interconnect: Optional[str],
+    ratios: Sequence[Any] = (),
+    verdicts: Sequence[Any] = (),
+) -> None:
+    """The whole-world tables with their summary, then (ranks spanning nodes) one set of tables per
+    intra-node and inter-node scope with its own peaks, then the verdicts."""
+    from ddpdoctor.bench.results import world_rows
+
+    out = console().out
+    world = world_rows(rows)
+    if scope_summaries:
+        nranks = next((r["nranks"] for r in world if isinstance(r.get("nranks"), int)), None)
+        out(scope_heading("world", None, nranks), highlight=False)
+    render_bench_table(world, ops)
+    render_bench_summary(summaries, expected, interconnect, ratios)
+    for scoped in scope_summaries:
+        mine = [r for r in rows if r.get("scope") == scoped.scope and r.get("node") == scoped.node]
+        out("#", highlight=False)
+        out(scope_heading(scoped.scope, scoped.node, scoped.nranks), highlight=False)
+        render_bench_table(mine, ops)
+        for line in summary_lines(scoped.ops):
+            out(line, highlight=False)
+    if scope_summaries and verdicts:
+        out("#", highlight=False)
+    render_bench_summary((), None, None, (), verdicts)
+
+
 def render_bench_summary(
     summaries: Iterable[Any],
     expected: Optional[Mapping[str, Any]],
@@ -94,15 +157,8 @@ def render_bench_summary(
     verdicts: Sequence[Any] = (),
 ) -> None:
     out = console().out
-    for s in summaries:
-        if s.peak_busbw is None:
-            continue
-        wrong = "" if s.wrong is None else f"  #wrong {s.wrong}"
-        out(
-            f"# {s.op:<15} peak busbw {s.peak_busbw:8.2f} GB/s (at {s.peak_size} B)   "
-            f"avg bus bandwidth {s.avg_busbw:8.2f} GB/s{wrong}",
-            highlight=False,
-        )
+    for line in summary_lines(summaries):
+        out(line, highlight=False)
     if expected:
         out(
             f"# expected all_reduce busbw for {interconnect}: {expected['low']:.0f}-{expected['high']:.0f} GB/s "
@@ -185,8 +241,10 @@ class BenchProgress:
 
     def __init__(self, total: int) -> None:
         self.total = total
+        self._per_run = total
         self._progress: Optional[Progress] = None
         self._task: Any = None
+        self._scopes: set[str] = set()  # intra-/inter-node runs of a multi-node job, each one more plan
 
     def __enter__(self) -> BenchProgress:
         con = err_console()
@@ -212,9 +270,15 @@ class BenchProgress:
             return
         kind = msg.get("kind")
         if kind == "step":
-            label = (
-                "init process group" if msg.get("op") == "init" else f"{msg.get('op')} {msg.get('size')} B"
-            )
+            op, size = msg.get("op"), msg.get("size")
+            # Steps without a size: init, and the waits and bookkeeping between scoped runs.
+            label = "init process group" if op == "init" else (f"{op} {size} B" if size else str(op))
             self._progress.update(self._task, description=label)
         elif kind == "row":
+            row = msg.get("row")
+            scope = row.get("scope") if isinstance(row, Mapping) else None
+            if scope and scope not in self._scopes:
+                self._scopes.add(scope)
+                self.total += self._per_run
+                self._progress.update(self._task, total=self.total)
             self._progress.advance(self._task)

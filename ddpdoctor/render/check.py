@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Sequence
 
 from rich.console import Group, RenderableType
 from rich.markup import escape
@@ -37,8 +38,44 @@ def _extra_view(f: Finding) -> RenderableType | None:
     return None
 
 
-def _visible(f: Finding, verbose: bool) -> bool:
-    return verbose or f.severity not in (Severity.OK,)
+def finding_body(f: Finding, verbose: bool) -> Text:
+    """Title and summary; the fix for warn and worse; with -v the evidence and the id."""
+    body = Text.assemble((f.title, "bold"), ": ", f.summary)
+    if f.fix and f.severity >= Severity.WARN:
+        body.append("\n  fix: ", style="bold")
+        body.append(f.fix)
+    if verbose:
+        for ev in f.evidence:
+            body.append("\n  evidence: ", style="dim")
+            body.append(ev.source, style="dim")
+            if ev.excerpt:
+                body.append("\n    " + ev.excerpt.replace("\n", "\n    "), style="dim")
+        body.append(f"\n  id: {f.id}", style="dim")
+    return body
+
+
+def findings_table(
+    findings: Sequence[Finding], verbose: bool, show_ok: bool = False, pictures: bool = False
+) -> Table:
+    """Findings worst first, one row each; passing ones folded into a count unless -v (or show_ok).
+    `pictures` adds the picture some findings carry (the GPU topology matrix) below them."""
+    table = Table(show_header=False, box=None, pad_edge=False, expand=False)
+    table.add_column(width=5, no_wrap=True)
+    table.add_column(ratio=1)
+    ordered = sorted(findings, key=lambda f: -f.severity)
+    shown = [f for f in ordered if verbose or show_ok or f.severity != Severity.OK]
+    for f in shown:
+        body = finding_body(f, verbose)
+        extra = _extra_view(f) if pictures else None
+        table.add_row(severity_text(f.severity), Group(body, extra) if extra is not None else body)
+    hidden = len(ordered) - len(shown)
+    if hidden:
+        table.add_row(
+            Text("OK", style="green"), Text(f"{hidden} more checks passed (-v to show)", style="dim")
+        )
+    if not ordered:
+        table.add_row(Text("-", style="dim"), Text("no findings", style="dim"))
+    return table
 
 
 def render_check_report(
@@ -54,36 +91,14 @@ def render_check_report(
         Text(f"ddpdoctor check on {report.host} ({report.source}, {report.duration_s:.1f}s)", style="bold")
     )
     for area in order:
-        findings = sorted(by_area.get(area, []), key=lambda f: -f.severity)
-        shown = [f for f in findings if _visible(f, verbose)]
-        hidden = len(findings) - len(shown)
-        table = Table(show_header=False, box=None, pad_edge=False, expand=False)
-        table.add_column(width=5, no_wrap=True)
-        table.add_column(ratio=1)
-        for f in shown:
-            body = Text.assemble((f.title, "bold"), ": ", f.summary)
-            if f.fix and f.severity >= Severity.WARN:
-                body.append("\n  fix: ", style="bold")
-                body.append(f.fix)
-            if verbose:
-                for ev in f.evidence:
-                    body.append("\n  evidence: ", style="dim")
-                    body.append(ev.source, style="dim")
-                    if ev.excerpt:
-                        body.append("\n    " + ev.excerpt.replace("\n", "\n    "), style="dim")
-                body.append(f"\n  id: {f.id}", style="dim")
-            extra = _extra_view(f)
-            table.add_row(severity_text(f.severity), Group(body, extra) if extra is not None else body)
-        if hidden:
-            table.add_row(
-                Text("OK", style="green"), Text(f"{hidden} more checks passed (-v to show)", style="dim")
-            )
-        if not findings:
-            table.add_row(Text("-", style="dim"), Text("no findings", style="dim"))
+        findings = by_area.get(area, [])
         worst = max((f.severity for f in findings), default=Severity.OK)
         con.print(
             Panel(
-                table, title=escape(titles.get(area, area)), title_align="left", border_style=STYLES[worst][1]
+                findings_table(findings, verbose, pictures=True),
+                title=escape(titles.get(area, area)),
+                title_align="left",
+                border_style=STYLES[worst][1],
             )
         )
     counts = {s: sum(1 for f in report.findings if f.severity == s) for s in Severity}

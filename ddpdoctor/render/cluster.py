@@ -14,7 +14,7 @@ from ddpdoctor.cluster.facts import KEY_FACTS
 from ddpdoctor.cluster.report import REPORTED, ClusterReport, NodeResult
 from ddpdoctor.model import Finding, Severity
 from ddpdoctor.render import console
-from ddpdoctor.render.check import STYLES, severity_text
+from ddpdoctor.render.check import STYLES, findings_table, severity_text
 
 STATUS_STYLES = {REPORTED: "green", "missing": "bold red", "lost": "bold red", "no-data": "magenta"}
 
@@ -28,39 +28,6 @@ def _flagged_cells(findings: Sequence[Finding]) -> dict[tuple[str, str], Severit
             if key:
                 cells[(str(label), str(key))] = f.severity
     return cells
-
-
-def _finding_body(f: Finding, verbose: bool) -> Text:
-    body = Text.assemble((f.title, "bold"), ": ", f.summary)
-    if f.fix and f.severity >= Severity.WARN:
-        body.append("\n  fix: ", style="bold")
-        body.append(f.fix)
-    if verbose:
-        for ev in f.evidence:
-            body.append("\n  evidence: ", style="dim")
-            body.append(ev.source, style="dim")
-            if ev.excerpt:
-                body.append("\n    " + ev.excerpt.replace("\n", "\n    "), style="dim")
-        body.append(f"\n  id: {f.id}", style="dim")
-    return body
-
-
-def _findings_table(findings: Sequence[Finding], verbose: bool, show_ok: bool = False) -> Table:
-    table = Table(show_header=False, box=None, pad_edge=False, expand=False)
-    table.add_column(width=5, no_wrap=True)
-    table.add_column(ratio=1)
-    ordered = sorted(findings, key=lambda f: -f.severity)
-    shown = [f for f in ordered if verbose or show_ok or f.severity != Severity.OK]
-    for f in shown:
-        table.add_row(severity_text(f.severity), _finding_body(f, verbose))
-    hidden = len(ordered) - len(shown)
-    if hidden:
-        table.add_row(
-            Text("OK", style="green"), Text(f"{hidden} more checks passed (-v to show)", style="dim")
-        )
-    if not ordered:
-        table.add_row(Text("-", style="dim"), Text("no findings", style="dim"))
-    return table
 
 
 def facts_table(report: ClusterReport) -> Table:
@@ -98,7 +65,7 @@ def _node_panel(node: NodeResult, verbose: bool) -> Panel:
         return Panel(body, title=escape(node.label), title_align="left", border_style="red")
     shown = node.findings if verbose else [f for f in node.findings if f.severity >= Severity.WARN]
     return Panel(
-        _findings_table(shown, verbose),
+        findings_table(shown, verbose),
         title=escape(node.label),
         title_align="left",
         border_style=STYLES[worst][1],
@@ -120,7 +87,7 @@ def render_cluster_report(report: ClusterReport, verbose: bool = False, strict: 
     con.print(
         Panel(
             # Few and all about the cluster: "N nodes agree" is shown too.
-            _findings_table(report.findings, verbose, show_ok=True),
+            findings_table(report.findings, verbose, show_ok=True),
             title="Across nodes",
             title_align="left",
             border_style=STYLES[worst][1],
@@ -200,7 +167,7 @@ def render_pairwise(result: Mapping[str, Any], findings: Sequence[Finding] = ())
         worst = max(f.severity for f in findings)
         con.print(
             Panel(
-                _findings_table(findings, False),
+                findings_table(findings, False),
                 title="Pairwise",
                 title_align="left",
                 border_style=STYLES[worst][1],

@@ -24,7 +24,6 @@ import datetime as _dt
 import json
 import os
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -156,6 +155,33 @@ def _as_int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+def _severity(value: Any) -> Severity:
+    """A severity label from a JSON document; anything unknown counts as fail (never as a pass)."""
+    try:
+        return Severity.parse(str(value or "fail"))
+    except KeyError:
+        return Severity.FAIL
+
+
+def _evidence(items: Any, default_source: str) -> tuple[Evidence, ...]:
+    """Evidence objects of a JSON document (dicts with source and excerpt), skipping anything else."""
+    return tuple(
+        Evidence(str(e.get("source") or default_source), str(e.get("excerpt") or ""))
+        for e in items or []
+        if isinstance(e, Mapping)
+    )
+
+
+def _document(
+    command: str, findings: list[Finding], data: Mapping[str, Any], clean: Finding, meta: dict[str, Any]
+) -> Document:
+    """A converted document: `clean` stands in for the findings when there are none (a passed test
+    case in JUnit rather than an empty suite)."""
+    return Document(
+        command=command, findings=findings or [clean], exit_code=_as_int(data.get("exit_code")), meta=meta
+    )
+
+
 def document_from_lint(data: Mapping[str, Any]) -> Document:
     """`ddpdoctor lint --json` (ddpdoctor.lint/1) as a Document: one finding per diagnostic, located at its
     file, line and column; grouped by file (a JUnit suite per file, a test case per rule id)."""
@@ -177,22 +203,14 @@ def document_from_lint(data: Mapping[str, Any]) -> Document:
             )
         )
     checked = _as_int(data.get("files_checked"))
-    if not findings:
-        findings.append(
-            Finding(
-                id="lint.clean",
-                severity=Severity.OK,
-                title="No DDP pitfalls found",
-                summary=f"{checked} file(s) checked, no findings",
-                area="lint",
-            )
-        )
-    return Document(
-        command="lint",
-        findings=findings,
-        exit_code=_as_int(data.get("exit_code")),
-        meta={"files checked": checked},
+    clean = Finding(
+        id="lint.clean",
+        severity=Severity.OK,
+        title="No DDP pitfalls found",
+        summary=f"{checked} file(s) checked, no findings",
+        area="lint",
     )
+    return _document("lint", findings, data, clean, {"files checked": checked})
 
 
 def _diagnosis_finding(d: Mapping[str, Any], role: str) -> Finding:
@@ -203,23 +221,14 @@ def _diagnosis_finding(d: Mapping[str, Any], role: str) -> Finding:
     where = f" (first at {first.get('source')})" if first.get("source") else ""
     label = {"root_cause": "Root cause", "consequence": "Consequence"}.get(role, role.capitalize())
     summary = f"{label}{' on ' + who if who else ''}{where}: {d.get('cause') or d.get('title') or ''}"
-    evidence = tuple(
-        Evidence(str(e.get("source") or "log"), str(e.get("excerpt") or ""))
-        for e in d.get("evidence") or []
-        if isinstance(e, Mapping)
-    )
-    try:
-        severity = Severity.parse(str(d.get("severity") or "fail"))
-    except KeyError:
-        severity = Severity.FAIL
     location = {"file": first.get("file"), "line": first.get("line")} if first.get("file") else None
     return Finding(
         id=str(d.get("id") or "explain.unknown"),
-        severity=severity,
+        severity=_severity(d.get("severity")),
         title=str(d.get("title") or d.get("id") or "diagnosis"),
         summary=summary,
         fix=str(d.get("fix") or ""),
-        evidence=evidence,
+        evidence=_evidence(d.get("evidence"), "log"),
         area=role,
         data={"location": location} if location else {},
     )
@@ -236,21 +245,15 @@ def document_from_explain(data: Mapping[str, Any]) -> Document:
     ]
     findings += [_diagnosis_finding(d, "note") for d in data.get("notes") or [] if isinstance(d, Mapping)]
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
-    if not findings:
-        findings.append(
-            Finding(
-                id="explain.nothing",
-                severity=Severity.OK,
-                title="No known failure signature",
-                summary=f"Nothing recognised in {len(inputs)} input(s)",
-                area="root_cause",
-            )
-        )
-    return Document(
-        command="explain",
-        findings=findings,
-        exit_code=_as_int(data.get("exit_code")),
-        meta={"inputs": ", ".join(str(i.get("name")) for i in inputs)},
+    clean = Finding(
+        id="explain.nothing",
+        severity=Severity.OK,
+        title="No known failure signature",
+        summary=f"Nothing recognised in {len(inputs)} input(s)",
+        area="root_cause",
+    )
+    return _document(
+        "explain", findings, data, clean, {"inputs": ", ".join(str(i.get("name")) for i in inputs)}
     )
 
 
@@ -263,22 +266,14 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
     findings: list[Finding] = []
     for r in data.get("refusals") or []:
         if isinstance(r, Mapping):
-            try:
-                sev = Severity.parse(str(r.get("severity") or "fail"))
-            except KeyError:
-                sev = Severity.FAIL
             findings.append(
                 Finding(
                     id=str(r.get("id") or "bench.refused"),
-                    severity=sev,
+                    severity=_severity(r.get("severity")),
                     title=str(r.get("title") or "Launch refused"),
                     summary=str(r.get("summary") or ""),
                     fix=str(r.get("fix") or ""),
-                    evidence=tuple(
-                        Evidence(str(e.get("source") or "bench-nccl"), str(e.get("excerpt") or ""))
-                        for e in r.get("evidence") or []
-                        if isinstance(e, Mapping)
-                    ),
+                    evidence=_evidence(r.get("evidence"), "bench-nccl"),
                     area="launch",
                 )
             )
@@ -389,6 +384,8 @@ def render_junit(doc: Document, strict: bool = False) -> str:
     The layout (testsuites > testsuite > testcase with failure/error/skipped and system-out) is the one
     Jenkins' JUnit plugin and GitLab's `artifacts:reports:junit` read.
     """
+    import xml.etree.ElementTree as ET  # only JUnit needs it: kept off the start-up path of check
+
     suites: dict[str, dict[str, list[Finding]]] = {}
     for fid, group in group_by_id(doc.findings).items():
         area = group[0].area or fid.split(".", 1)[0]
