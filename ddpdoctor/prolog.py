@@ -42,8 +42,15 @@ def kill_children() -> None:
             pass
 
 
+DEADLINE_THREAD = "ddpdoctor-prolog-deadline"
+
+
 def arm_hard_deadline(seconds: float) -> threading.Timer:
-    """After `seconds`, print one drain-reason line, kill the children and exit 3, whatever is running."""
+    """After `seconds`, print one drain-reason line, kill the children and exit 3, whatever is running.
+
+    The caller cancels the returned timer when the check is over: in a process that goes on (tests
+    calling the CLI in-process) a forgotten timer would end that process later.
+    """
 
     def expire() -> None:
         line = f"{DEADLINE.id}: ddpdoctor check did not finish within {seconds:g}s\n"
@@ -56,6 +63,7 @@ def arm_hard_deadline(seconds: float) -> threading.Timer:
         os._exit(int(ExitCode.INCONCLUSIVE))
 
     timer = threading.Timer(seconds, expire)
+    timer.name = DEADLINE_THREAD
     timer.daemon = True
     timer.start()
     return timer

@@ -224,35 +224,74 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _start_check_with_hanging_torch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    """`ddpdoctor check ARGS` whose torch-info probe hangs; returns it and the probe's PID file."""
+    import os
+
+    (tmp_path / "sitecustomize.py").write_text(HANGING_TORCH_INFO)
+    pidfile = tmp_path / "torch-info.pid"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), DDPDOCTOR_TEST_PIDFILE=str(pidfile))
+    argv = [sys.executable, "-m", "ddpdoctor", "check", *args]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, pidfile
+
+
+def _wait_for_child(proc: subprocess.Popen, pidfile: Path) -> int:
+    import time
+
+    deadline = time.monotonic() + 60
+    while not (pidfile.is_file() and pidfile.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    child = int(pidfile.read_text())
+    assert _alive(child)
+    return child
+
+
+def _assert_dies(child: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(child), "the torch-info subprocess outlived `ddpdoctor check`"
+
+
 def test_usage_error_after_the_torch_prefetch_leaves_no_child(tmp_path: Path) -> None:
     """`check` starts the torch import before it has read --expect; when that file turns out to be
     invalid (a usage error, exit 2), the already running torch-info subprocess must die with it."""
     import os
-    import time
 
-    (tmp_path / "sitecustomize.py").write_text(HANGING_TORCH_INFO)
-    pidfile = tmp_path / "torch-info.pid"
     # A FIFO as --expect: check blocks reading it until the prefetched probe is known to be running.
     fifo = tmp_path / "node.toml"
     os.mkfifo(fifo)
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), DDPDOCTOR_TEST_PIDFILE=str(pidfile))
-    argv = [sys.executable, "-m", "ddpdoctor", "check", "--only", "torch", "--expect", str(fifo)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, pidfile = _start_check_with_hanging_torch(tmp_path, "--only", "torch", "--expect", str(fifo))
     child = None
     try:
-        deadline = time.monotonic() + 60
-        while not (pidfile.is_file() and pidfile.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.02)
-        child = int(pidfile.read_text())
-        assert _alive(child)
+        child = _wait_for_child(proc, pidfile)
         fifo.write_text("this is [not toml\n")
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 2 and "not valid TOML" in err
-        deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not _alive(child), "the prefetched torch-info subprocess outlived `ddpdoctor check`"
+        _assert_dies(child)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if child is not None and _alive(child):
+            os.kill(child, 9)
+
+
+def test_ctrl_c_during_the_check_leaves_no_child(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    proc, pidfile = _start_check_with_hanging_torch(tmp_path, "--only", "torch,mp", "--timeout", "60")
+    child = None
+    try:
+        child = _wait_for_child(proc, pidfile)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        assert proc.returncode != 0
+        _assert_dies(child)
     finally:
         proc.kill()
         proc.wait(timeout=10)
@@ -270,3 +309,26 @@ def test_prefetch_only_for_the_areas_that_read_torch_info(monkeypatch: pytest.Mo
         prefetched.append([])
         start_live_sources(30.0, only, skip).close()
     assert prefetched == [["torch-info"], ["torch-info"], [], []]
+
+
+MODULES_AFTER_CHECK = (
+    "import json, sys\n"
+    "from ddpdoctor.cli import main\n"
+    "sys.argv = ['ddpdoctor', 'check', '--only', 'launch', '--json']\n"
+    "try:\n"
+    "    main()\n"
+    "except SystemExit:\n"
+    "    pass\n"
+    "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+)
+
+
+def test_machine_formats_do_not_import_rich() -> None:
+    """rich is the table's: `check --json` (the CI and prolog path) is spared its import."""
+    res = subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER_CHECK], capture_output=True, text=True, timeout=120
+    )
+    assert json.loads(res.stdout)["areas"] == ["launch"]
+    modules = set(json.loads(res.stderr.strip().splitlines()[-1]))
+    assert "ddpdoctor.checks.launch" in modules and "ddpdoctor.render.formats" in modules
+    assert not {m for m in modules if m == "rich" or m.startswith("rich.")}

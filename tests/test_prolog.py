@@ -115,3 +115,22 @@ def test_usage_error_in_prolog_mode_is_exit_2(tmp_path: Path) -> None:
     proc, _ = ddpdoctor("check", "--prolog", "--replay", str(HEALTHY), "--expect", str(bad))
     assert proc.returncode == 2
     assert "gpu.cuont: unknown key" in proc.stderr
+
+
+def test_the_hard_bound_ends_with_the_check_in_a_longer_lived_process() -> None:
+    """In-process (an embedding tool, or CliRunner in tests) the bound must be cancelled once check is
+    done: a timer left behind would os._exit() the host process --timeout + 2 s later."""
+    import threading
+
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+    from ddpdoctor.prolog import DEADLINE_THREAD
+
+    for args in (["--replay", str(HEALTHY)], ["--replay", str(HEALTHY), "--only", "no-such-area"]):
+        res = CliRunner().invoke(app, ["check", "--prolog", "--timeout", "30", *args])
+        assert res.exit_code in (0, 2), res.output
+        timers = [t for t in threading.enumerate() if t.name == DEADLINE_THREAD]
+        for t in timers:
+            t.join(5)
+        assert not [t for t in timers if t.is_alive()], "prolog hard deadline still armed after check"

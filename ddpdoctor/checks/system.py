@@ -186,7 +186,9 @@ def check_host(info: Mapping[str, Any]) -> list[Finding]:
         HOST_INFO.finding(
             Severity.INFO,
             f"{info.get('os', '?')}, {cpu_text}, {_gib(info.get('mem_total_bytes'))} RAM, Python {info.get('python', '?')}",
-            evidence=[Evidence("platform.platform(), os.cpu_count(), /proc/meminfo", str(dict(info)))],
+            evidence=[
+                Evidence("os.uname(), platform.libc_ver(), os.cpu_count(), /proc/meminfo", str(dict(info)))
+            ],
         )
     ]
     kinds = (info.get("container") or {}).get("kinds") or []
@@ -254,7 +256,14 @@ def check_shm(entry: Optional[DfEntry], result: Optional[CommandResult]) -> list
 
 
 def check_ulimits(limits: Optional[Ulimits], result: Optional[CommandResult]) -> list[Finding]:
-    evidence = [Evidence(result.display if result else "ulimit -a", result.excerpt(20) if result else "")]
+    # The open-files line is the evidence; the whole listing only when that line is missing.
+    lines = [
+        line
+        for line in (result.stdout if result else "").splitlines()
+        if "open files" in line or "nofile" in line
+    ]
+    excerpt = "\n".join(lines) if lines else (result.excerpt(20) if result else "")
+    evidence = [Evidence(result.display if result else "ulimit -a", excerpt)]
     nofile = limits.get("n") if limits else None
     if nofile is None:
         why = (result.describe_failure() if result else "") or "no 'open files' line"

@@ -113,11 +113,12 @@ def check(
         help="With --cluster: expected hosts (Slurm hostlist, e.g. gpu[01-16]) to name absent ones.",
     ),
 ) -> None:
+    hard_deadline = None
     if prolog:
         from ddpdoctor.prolog import PROLOG_GRACE_S, arm_hard_deadline
 
         # With --cluster the run also waits up to --join-timeout for the other nodes.
-        arm_hard_deadline(timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0))
+        hard_deadline = arm_hard_deadline(timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0))
     only_names, skip_names = split_names(only), split_names(skip)
     # Before anything else is imported: start the torch import (see start_live_sources).
     live = None if replay is not None or cluster else start_live_sources(timeout, only_names, skip_names)
@@ -130,6 +131,8 @@ def check(
     finally:
         if live is not None:
             live.close()  # kills whatever still runs (a hung probe, or the torch import on a usage error)
+        if hard_deadline is not None:
+            hard_deadline.cancel()  # the check is over: the bound must not fire later in this process
 
 
 def _check(

@@ -33,10 +33,11 @@ def expect(
     to_stdout = str(write) == "-"
     if not to_stdout and write.exists() and not force:
         raise usage_error(f"{write} exists (use --force to overwrite)")
-    sources = ReplaySources(replay) if replay is not None else LiveSources()
-    sources.deadline = time.monotonic() + timeout
-    host = load_hostname(sources) if replay is not None else socket.gethostname()
-    facts = gather_node_facts(sources)
+    # Leaving the block kills any probe still running (a hung tool, or Ctrl-C): nothing is orphaned.
+    with ReplaySources(replay) if replay is not None else LiveSources() as sources:
+        sources.deadline = time.monotonic() + timeout
+        host = load_hostname(sources) if replay is not None else socket.gethostname()
+        facts = gather_node_facts(sources)
     tables, notes = expectations_from_facts(facts)
     origin = f"snapshot {replay}" if replay is not None else f"host {host}"
     text = render_expectations_toml(tables, notes, name or host, origin)

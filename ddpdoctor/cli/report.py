@@ -32,14 +32,15 @@ def report(
 
     if replay is not None and bench:
         raise usage_error("--bench measures this machine; it cannot be combined with --replay")
-    sources = ReplaySources(replay) if replay is not None else LiveSources()
-    inputs = gather_report_inputs(
-        sources,
-        timeout=timeout,
-        source_label=f"replay:{replay}" if replay is not None else "live",
-        env=load_environment(sources),
-        bench=(lambda: run_short_bench(BENCH_TIMEOUT_S)) if bench else None,
-    )
+    # Leaving the block kills any probe still running (a hung tool, or Ctrl-C): nothing is orphaned.
+    with ReplaySources(replay) if replay is not None else LiveSources() as sources:
+        inputs = gather_report_inputs(
+            sources,
+            timeout=timeout,
+            source_label=f"replay:{replay}" if replay is not None else "live",
+            env=load_environment(sources),
+            bench=(lambda: run_short_bench(BENCH_TIMEOUT_S)) if bench else None,
+        )
     text = build_report_text(inputs)
     try:
         write_report(text, output)

@@ -113,7 +113,8 @@ def run_local(opts: ClusterOptions, identity: NodeIdentity) -> dict[str, Any]:
     """This node's checks and key facts, bounded by --timeout like `ddpdoctor check`."""
     facts: dict[str, Any] = {}
     areas = [*opts.areas, make_facts_area(facts)]
-    report = run_checks(LiveSources(), areas, timeout_s=opts.check_timeout_s, options=opts.options)
+    with LiveSources() as sources:  # a probe still running at the deadline is killed, not orphaned
+        report = run_checks(sources, areas, timeout_s=opts.check_timeout_s, options=opts.options)
     # Findings quote commands, environment values and tool output: redact before anything leaves the node.
     return redact_data(
         {

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
+# rich is imported on first use: machine formats (--json, junit, ...) never pay for it.
 _console: Console | None = None
 _err_console: Console | None = None
 
@@ -19,6 +21,8 @@ _err_console: Console | None = None
 def console() -> Console:
     global _console
     if _console is None:
+        from rich.console import Console
+
         _console = Console(highlight=False, soft_wrap=False)
     return _console
 
@@ -26,6 +30,8 @@ def console() -> Console:
 def err_console() -> Console:
     global _err_console
     if _err_console is None:
+        from rich.console import Console
+
         _err_console = Console(stderr=True, highlight=False)
     return _err_console
 

@@ -33,8 +33,8 @@ from ddpdoctor.sources import redact_data, redact_text
 FORMATS = ("table", "json", "junit", "github", "markdown")
 
 # Characters XML 1.0 cannot carry at all (NUL and most C0 controls): garbage tool output must not make
-# the JUnit file unparsable, so they are replaced.
-_XML_INVALID = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# the JUnit file unparsable, so they are replaced. Compiled on first use (only JUnit needs it).
+_XML_INVALID = "[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 # A Slurm drain reason is shown by `sinfo -R` and `scontrol show node`; keep it to one readable line.
 PROLOG_LINE_MAX = 160
@@ -352,7 +352,7 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
 
 
 def _xml_text(text: Any) -> str:
-    return _XML_INVALID.sub("\ufffd", str(text))
+    return re.sub(_XML_INVALID, "\ufffd", str(text))
 
 
 def _finding_text(f: Finding) -> str:
