@@ -1,7 +1,8 @@
 """Start-up cost of `ddpdoctor check` against `python -c "import torch"`, measured in the same run.
 
-The check imports torch only in its torch-info subprocess, which starts as soon as the areas start,
-so every other probe overlaps it: the goal is a ratio of at most 1.3.
+The check imports torch only in its torch-info subprocess, which `check` starts right after option
+parsing, before the areas are imported, so every other probe overlaps it: the goal is a ratio of at
+most 1.3.
 
     python bench/check_speed.py [--reps 5] [--json]
 

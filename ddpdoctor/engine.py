@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import threading
@@ -61,7 +62,10 @@ class Area:
 
 def load_environment(sources: Sources) -> dict[str, str]:
     env = fact_or_none(sources, ENV_FACT, lambda: redact_env(os.environ))
-    return dict(env) if isinstance(env, dict) else {}
+    if not isinstance(env, dict):
+        return {}
+    # A replayed env.json may be hand-written: names and values are strings for every judge.
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in env.items()}
 
 
 def load_hostname(sources: Sources) -> str:

@@ -251,6 +251,14 @@ class RecordingSources(LiveSources):
         return written
 
 
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 class ReplaySources:
     """A snapshot directory instead of the live machine."""
 
@@ -280,13 +288,12 @@ class ReplaySources:
         returncode: int | None = 0
         stderr, timed_out = "", False
         if meta_path.is_file():
-            try:
-                meta = json.loads(meta_path.read_text())
-                returncode = meta.get("returncode", 0)
-                stderr = meta.get("stderr", "")
-                timed_out = bool(meta.get("timed_out", False))
-            except (ValueError, AttributeError):
-                pass
+            meta = _read_meta(meta_path)
+            # A hand-edited meta file may hold anything: keep only well-typed values.
+            rc = meta.get("returncode", 0)
+            returncode = rc if rc is None or (isinstance(rc, int) and not isinstance(rc, bool)) else 0
+            stderr = meta["stderr"] if isinstance(meta.get("stderr"), str) else ""
+            timed_out = meta.get("timed_out") is True
         return CommandResult(
             argv=cmd.argv, returncode=returncode, stdout=stdout, stderr=stderr, timed_out=timed_out
         )

@@ -280,7 +280,7 @@ def fact_json(name: str) -> st.SearchStrategy[Optional[str]]:
     )
 
 
-META = st.fixed_dictionaries(
+WELL_TYPED_META = st.fixed_dictionaries(
     {
         "returncode": st.sampled_from([0, 1, 255, -9, None]),
         "timed_out": st.booleans(),
@@ -298,6 +298,19 @@ META = st.fixed_dictionaries(
             st.text(max_size=60),
         ),
     }
+)
+
+# Hand-edited meta files: wrong types, wrong shapes, not JSON at all.
+META = st.one_of(
+    WELL_TYPED_META,
+    st.fixed_dictionaries(
+        {
+            "returncode": st.one_of(st.none(), st.text(max_size=5), st.floats(), st.booleans()),
+            "timed_out": st.one_of(st.none(), st.text(max_size=5), st.integers()),
+            "stderr": st.one_of(st.none(), st.integers(), st.lists(st.integers(), max_size=3)),
+        }
+    ),
+    ANY_JSON,
 )
 
 
