@@ -59,8 +59,9 @@ SNAPSHOT_HEADER = """# Snapshots and replay
   When the command failed or wrote to stderr, `DIR/<command-id>.meta.json` keeps `argv`, `returncode`,
   `timed_out` and `stderr`.
 - Other facts are stored as `DIR/<fact>.json`.
-- A missing file means "not available there": the checks that need it report a skip or an error
-  saying so, never a pass.
+- A missing file means "not available there": the checks that need it report a `skip` naming the
+  missing file, never a pass. A file that is present but unusable (empty, garbage, a tool that timed
+  out according to its `.meta.json`) is judged like the live output would be: usually an `error`.
 - Secrets are redacted before anything is written: environment values whose names contain TOKEN,
   SECRET, PASSWORD, KEY, CREDENTIAL, AUTH (and similar), and credentials inside URLs.
 

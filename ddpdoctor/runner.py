@@ -62,6 +62,9 @@ class CommandResult:
     timed_out: bool = False
     duration_s: float = 0.0
     error: str = ""  # why it could not run (permission, OS error, not in snapshot)
+    # False only in a replay whose snapshot lacks this command's file: "not available there", which
+    # checks report as a skip, not as a probe that failed.
+    captured: bool = True
 
     @property
     def ok(self) -> bool:

@@ -281,7 +281,10 @@ class ReplaySources:
         path = self.directory / f"{cmd.id}.txt"
         if not path.is_file():
             return CommandResult(
-                argv=cmd.argv, found=False, error=f"{cmd.id}.txt not in snapshot {self.directory}"
+                argv=cmd.argv,
+                found=False,
+                captured=False,
+                error=f"{cmd.id}.txt not in snapshot {self.directory}",
             )
         stdout = path.read_bytes().decode("utf-8", errors="replace")
         meta_path = self.directory / f"{cmd.id}.meta.json"

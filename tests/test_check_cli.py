@@ -151,11 +151,20 @@ def test_warnings_exit_0_unless_strict(clean_launch_env) -> None:
 
 
 def test_inconclusive_probe_exit_3(tmp_path: Path) -> None:
-    # An empty snapshot: the torch probe has no output to read, which must not look like a pass.
+    # The torch probe's output is in the snapshot but unusable (it hung): inconclusive, never a pass.
+    (tmp_path / "torch-info.txt").write_text("")
+    (tmp_path / "torch-info.meta.json").write_text(json.dumps({"returncode": None, "timed_out": True}))
     code, data = check_json("--replay", str(tmp_path), "--only", "torch")
     assert code == 3
     assert findings(data, "torch.probe")[0]["severity"] == "error"
     assert data["source"].startswith("replay:")
+
+
+def test_probe_absent_from_snapshot_is_a_skip_not_a_pass(tmp_path: Path) -> None:
+    code, data = check_json("--replay", str(tmp_path), "--only", "torch")
+    (f,) = findings(data, "torch.probe")
+    assert f["severity"] == "skip" and "torch-info.txt not in snapshot" in f["summary"]
+    assert code == 0
 
 
 def test_only_and_skip(clean_launch_env) -> None:
@@ -332,3 +341,17 @@ def test_machine_formats_do_not_import_rich() -> None:
     modules = set(json.loads(res.stderr.strip().splitlines()[-1]))
     assert "ddpdoctor.checks.launch" in modules and "ddpdoctor.render.formats" in modules
     assert not {m for m in modules if m == "rich" or m.startswith("rich.")}
+
+
+def test_empty_snapshot_is_skips_not_errors(tmp_path) -> None:
+    """A hand-built snapshot holds only what the user pasted: absent files are "not available there"."""
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+
+    res = CliRunner().invoke(app, ["check", "--replay", str(tmp_path), "--json"])
+    data = json.loads(res.stdout)
+    errors = [f["id"] for f in data["findings"] if f["severity"] in ("error", "fail")]
+    assert errors == [] and res.exit_code == 0
+    skipped = {f["id"] for f in data["findings"] if f["severity"] == "skip"}
+    assert {"system.shm.unreadable", "system.limits.unreadable", "torch.probe", "gpu.driver"} <= skipped

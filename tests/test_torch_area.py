@@ -142,10 +142,10 @@ def test_snapshot_replays_to_the_same_findings(tmp_path: Path) -> None:
     ]
 
 
-def test_snapshot_without_torch_info_is_an_error(tmp_path: Path) -> None:
+def test_snapshot_without_torch_info_is_a_skip(tmp_path: Path) -> None:
     report = run_checks(ReplaySources(tmp_path), [torch_area.AREA], timeout_s=10)
     f = only(report.findings, "torch.probe")
-    assert f.severity == Severity.ERROR and "torch-info.txt not in snapshot" in f.summary
+    assert f.severity == Severity.SKIP and "torch-info.txt not in snapshot" in f.summary
 
 
 # ------------------------------------------------------------------ pure judges

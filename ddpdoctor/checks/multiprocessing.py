@@ -92,7 +92,9 @@ def check_start_method(info: Mapping[str, Any]) -> list[Finding]:
 def check_mp(facts: TorchFacts) -> list[Finding]:
     if facts.info is None:
         summary = f"The torch probe gave no result ({facts.why_no_info()}); start method not checked"[:300]
-        return [UNKNOWN.finding(Severity.ERROR, summary, evidence=facts.evidence(6))]
+        # Absent from a snapshot is "not available there", not a probe that failed.
+        severity = Severity.SKIP if not facts.result.captured else Severity.ERROR
+        return [UNKNOWN.finding(severity, summary, evidence=facts.evidence(6))]
     return check_start_method(facts.info)
 
 

@@ -217,13 +217,18 @@ def check_host(info: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
+def unreadable_severity(result: Optional[CommandResult]) -> Severity:
+    """A probe that failed is an error; output a snapshot simply does not hold is a skip."""
+    return Severity.SKIP if result is not None and not result.captured else Severity.ERROR
+
+
 def check_shm(entry: Optional[DfEntry], result: Optional[CommandResult]) -> list[Finding]:
     evidence = [Evidence(result.display if result else "df /dev/shm", result.excerpt() if result else "")]
     if entry is None or entry.size_bytes is None:
         why = result.describe_failure() if result else "no df output"
         return [
             SHM_UNREADABLE.finding(
-                Severity.ERROR,
+                unreadable_severity(result),
                 f"Could not read /dev/shm size: {why or 'no /dev/shm line'}",
                 evidence=evidence,
             )
@@ -269,7 +274,7 @@ def check_ulimits(limits: Optional[Ulimits], result: Optional[CommandResult]) ->
         why = (result.describe_failure() if result else "") or "no 'open files' line"
         return [
             LIMITS_UNREADABLE.finding(
-                Severity.ERROR, f"Could not read resource limits: {why}", evidence=evidence
+                unreadable_severity(result), f"Could not read resource limits: {why}", evidence=evidence
             )
         ]
     if nofile.value is not None and nofile.value < NOFILE_WARN:

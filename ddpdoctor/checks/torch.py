@@ -169,6 +169,10 @@ def as_list(value: Any) -> list[Any]:
 def probe_failure(result: CommandResult) -> Optional[Finding]:
     """An error finding when the torch-info subprocess gave no usable JSON, else None."""
     evidence = [Evidence(TORCH_INFO.display, result.excerpt(12) or result.describe_failure())]
+    if not result.captured:
+        return PROBE.finding(
+            Severity.SKIP, f"torch not checked: {result.describe_failure()}", evidence=evidence
+        )
     if not result.found:
         why = result.describe_failure()
         return PROBE.finding(Severity.ERROR, f"torch probe did not run: {why}", evidence=evidence)
