@@ -25,6 +25,14 @@ PROBE_TIMEOUT = define(
     "Find which tool hangs (often nvidia-smi on a GPU in a bad state, or a stale NFS mount) and fix it, "
     "or raise --timeout.",
 )
+ENV_NOT_RECORDED = define(
+    "core.env.not_recorded",
+    "Environment not recorded",
+    "The snapshot has no env.json, so the checks of environment variables (launch variables, NCCL "
+    "settings) cannot tell an unset variable from an unrecorded one and are skipped.",
+    "Add the environment to the snapshot: `ddpdoctor snapshot DIR` records it (secrets redacted), or save "
+    "`env | grep -E '^(RANK|WORLD_SIZE|LOCAL_|MASTER_|SLURM_|NCCL_|TORCH_|CUDA_VISIBLE)'` as JSON in DIR/env.json.",
+)
 PROBE_CRASHED = define(
     "core.probe.crashed",
     "Probe failed unexpectedly",
@@ -40,6 +48,8 @@ class Context:
     sources: Sources
     env: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    # False when a replayed snapshot holds no env.json: "no variable set" would then be a guess.
+    env_recorded: bool = True
 
     @property
     def deadline(self) -> float:
@@ -61,9 +71,14 @@ class Area:
 
 
 def load_environment(sources: Sources) -> dict[str, str]:
+    return read_environment(sources) or {}
+
+
+def read_environment(sources: Sources) -> dict[str, str] | None:
+    """The (redacted) environment, or None where a snapshot did not record it."""
     env = fact_or_none(sources, ENV_FACT, lambda: redact_env(os.environ))
     if not isinstance(env, dict):
-        return {}
+        return None
     # A replayed env.json may be hand-written: names and values are strings for every judge.
     return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in env.items()}
 
@@ -104,7 +119,8 @@ def run_checks(
     """Run every area concurrently; an area still running at the deadline becomes an error finding."""
     start = time.monotonic()
     sources.deadline = start + timeout_s
-    ctx = Context(sources=sources, env=load_environment(sources), options=dict(options or {}))
+    env = read_environment(sources)
+    ctx = Context(sources=sources, env=env or {}, options=dict(options or {}), env_recorded=env is not None)
     host = load_hostname(sources)
     results: dict[str, list[Finding]] = {}
     lock = threading.Lock()

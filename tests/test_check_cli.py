@@ -355,3 +355,20 @@ def test_empty_snapshot_is_skips_not_errors(tmp_path) -> None:
     assert errors == [] and res.exit_code == 0
     skipped = {f["id"] for f in data["findings"] if f["severity"] == "skip"}
     assert {"system.shm.unreadable", "system.limits.unreadable", "torch.probe", "gpu.driver"} <= skipped
+
+
+def test_snapshot_without_env_skips_the_env_checks(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+
+    res = CliRunner().invoke(app, ["check", "--replay", str(tmp_path), "--only", "launch,nccl_env", "--json"])
+    data = json.loads(res.stdout)
+    assert [(f["area"], f["id"], f["severity"]) for f in data["findings"]] == [
+        ("launch", "core.env.not_recorded", "skip"),
+        ("nccl_env", "core.env.not_recorded", "skip"),
+    ]
+    # With an env.json, the same snapshot is judged.
+    (tmp_path / "env.json").write_text(json.dumps({"RANK": "5", "WORLD_SIZE": "4"}))
+    res = CliRunner().invoke(app, ["check", "--replay", str(tmp_path), "--only", "launch", "--json"])
+    assert res.exit_code == 1

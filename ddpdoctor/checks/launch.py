@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from ddpdoctor.engine import Area, Context
+from ddpdoctor.engine import ENV_NOT_RECORDED, Area, Context
 from ddpdoctor.model import CheckSpec, Evidence, Finding, Severity, define
 from ddpdoctor.visible_devices import parse_visible_devices
 
@@ -496,8 +496,14 @@ def check_visible_devices(env: Mapping[str, str], launch: Optional[LaunchEnv] = 
     return findings
 
 
-def check_launch_env(env: Mapping[str, str]) -> list[Finding]:
-    """Judge the launch environment (pure)."""
+def check_launch_env(env: Optional[Mapping[str, str]]) -> list[Finding]:
+    """Judge the launch environment (pure); None: a snapshot without the environment."""
+    if env is None:
+        return [
+            ENV_NOT_RECORDED.finding(
+                Severity.SKIP, "Launch variables not checked: the snapshot holds no env.json"
+            )
+        ]
     launch = parse_launch_env(env)
     findings = check_launcher(launch, env)
     findings += check_malformed(launch)
@@ -509,9 +515,9 @@ def check_launch_env(env: Mapping[str, str]) -> list[Finding]:
     return findings
 
 
-def collect_launch(ctx: Context) -> dict[str, str]:
+def collect_launch(ctx: Context) -> Optional[dict[str, str]]:
     """Equivalent: env | grep -E '^(RANK|WORLD_SIZE|LOCAL_|GROUP_|MASTER_|TORCHELASTIC_|SLURM_|CUDA_VISIBLE)'"""
-    return dict(ctx.env)
+    return dict(ctx.env) if ctx.env_recorded else None
 
 
 AREA = Area(

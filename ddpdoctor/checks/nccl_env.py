@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ddpdoctor.engine import Area, Context
+from ddpdoctor.engine import ENV_NOT_RECORDED, Area, Context
 from ddpdoctor.model import Evidence, Finding, Severity, define
 from ddpdoctor.sources import define_fact, fact_or_none
 
@@ -218,6 +218,7 @@ TOPO_FILES = define(
 class NcclEnvFacts:
     env: dict[str, str] = field(default_factory=dict)
     conf: Optional[dict[str, Any]] = None
+    env_recorded: bool = True
 
 
 def read_nccl_conf() -> dict[str, Any]:
@@ -251,7 +252,9 @@ def parse_nccl_conf(text: str) -> dict[str, str]:
 
 def collect_nccl_env(ctx: Context) -> NcclEnvFacts:
     conf = fact_or_none(ctx.sources, NCCL_CONF_FACT, read_nccl_conf)
-    return NcclEnvFacts(env=dict(ctx.env), conf=conf if isinstance(conf, dict) else None)
+    return NcclEnvFacts(
+        env=dict(ctx.env), conf=conf if isinstance(conf, dict) else None, env_recorded=ctx.env_recorded
+    )
 
 
 def effective_settings(
@@ -379,6 +382,12 @@ def _check_one(name: str, value: str, where: str, settings: Mapping[str, tuple[s
 
 
 def check_nccl_env(facts: NcclEnvFacts) -> list[Finding]:
+    if not facts.env_recorded:
+        skipped = ENV_NOT_RECORDED.finding(
+            Severity.SKIP, "NCCL / torch.distributed variables not checked: the snapshot holds no env.json"
+        )
+        # Settings from nccl.conf files are still judged when the snapshot has them.
+        return [skipped] + (check_settings(effective_settings({}, facts.conf)) if facts.conf else [])
     return check_settings(effective_settings(facts.env, facts.conf))
 
 
