@@ -53,6 +53,11 @@ def format_option(help: str = "") -> str:
     )
 
 
+def expect_option(help: str) -> Optional[Path]:
+    """The `--expect FILE` option of check and bench-nccl (an existing expectations TOML file)."""
+    return typer.Option(None, "--expect", help=help, exists=True, dir_okay=False)
+
+
 def pick_format(json_out: bool, output_format: str, known: Sequence[str]) -> str:
     """The format asked for (`--json` means json); ValueError (a usage error) for an unknown one."""
     fmt = "json" if json_out else output_format.lower()

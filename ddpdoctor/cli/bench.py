@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-from ddpdoctor.cli.app import app
+from ddpdoctor.cli.app import app, expect_option
 from ddpdoctor.model import ExitCode
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -108,12 +108,8 @@ def bench_nccl(
         help="table, json (to stdout, like --json -), junit, github (workflow annotations) or markdown. "
         "See docs/ci.md.",
     ),
-    expect: Optional[Path] = typer.Option(
-        None,
-        "--expect",
-        help="Judge peak busbw per op against the [busbw_min_gbps] of an expectations TOML file (docs/ci.md).",
-        exists=True,
-        dir_okay=False,
+    expect: Optional[Path] = expect_option(
+        "Judge peak busbw per op against the [busbw_min_gbps] of an expectations TOML file (docs/ci.md)."
     ),
     pairwise: bool = typer.Option(
         False,

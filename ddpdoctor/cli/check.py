@@ -10,6 +10,7 @@ import typer
 
 from ddpdoctor.cli.app import (
     app,
+    expect_option,
     format_option,
     json_option,
     pick_format,
@@ -75,12 +76,8 @@ def check(
         "Print the report as JSON (schema: docs/schemas/check.schema.json); same as --format json."
     ),
     output_format: str = format_option(),
-    expect: Optional[Path] = typer.Option(
-        None,
-        "--expect",
-        help="Also judge the node against an expectations TOML file (docs/ci.md).",
-        exists=True,
-        dir_okay=False,
+    expect: Optional[Path] = expect_option(
+        "Also judge the node against an expectations TOML file (docs/ci.md)."
     ),
     prolog: bool = typer.Option(
         False,
