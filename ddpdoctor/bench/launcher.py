@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ddpdoctor.bench.plan import FAULT_ENV, BenchPlan, Job, RankSpec, parse_fault_hook
 from ddpdoctor.ports import pick_free_port
+from ddpdoctor.runner import kill_process_group
 
 MASTER_ADDR = "127.0.0.1"
 PORT_ATTEMPTS = 3
@@ -426,10 +427,7 @@ def _stop_all(zygote: Optional[subprocess.Popen[bytes]], result: LaunchResult) -
     if zygote is None:
         return
     if zygote.poll() is None or any(s.exitcode is None for s in result.ranks.values()):
-        try:
-            os.killpg(zygote.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_process_group(zygote)
         for s in result.ranks.values():
             if s.exitcode is None:
                 _kill_tree(s.pid)
