@@ -23,6 +23,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from ddpdoctor.json_shape import ListOf, MapOf, Nullable, Record, conform, conform_fact
+from ddpdoctor.parsers.nvidia_smi import RECOVERY_ACTIONS
 
 # NVML return codes (nvml.h); kept here so that mapping does not depend on the bindings' version.
 NVML_ERROR_INVALID_ARGUMENT = 2
@@ -64,6 +65,15 @@ CLOCK_EVENT_BITS = {
 # nvmlGpuP2PStatus_t, as `nvidia-smi topo -p2p` abbreviates it.
 P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
 FABRIC_STATES = {0: None, 1: "Not Started", 2: "In Progress", 3: "Completed"}
+# nvmlDeviceGetFieldValues ids (nvml.h), for readings that have no call of their own.
+FI_NVLINK_SPEED_MBPS = (84, 85, 86, 87, 88, 89, 132, 133, 134, 135, 136, 137)  # links 0-11
+FI_NVLINK_SPEED_MBPS_COMMON = 90
+FI_NVLINK_GET_SPEED = 164  # scoped by link number; the only id for links past 11 (H100: 18 links)
+FI_RESET_STATUS = 226  # R535-R565; deprecated by the recovery action
+FI_DRAIN_AND_RESET_STATUS = 227
+FI_GPU_RECOVERY_ACTION = 230  # R570+: NVML_GPU_RECOVERY_ACTION_* (0..7, RECOVERY_ACTIONS' order)
+# nvmlValueType_t -> the c_nvmlValue_t union member that holds it.
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 NVLINK_MAX_LINKS = 18  # NVML allows up to 36, but no shipping GPU has more than 18 (H100/H200)
 
 _LOCK = threading.Lock()
@@ -207,6 +217,49 @@ def _name_processes(procs: list[dict[str, Any]]) -> None:
             pass
 
 
+def _field_value(r: NvmlReader, field: str, handle: Any, field_id: int, scope: Optional[int] = None) -> Any:
+    """One nvmlDeviceGetFieldValues reading as a number; None when the driver does not know the id.
+
+    The call itself succeeds for unknown ids: each value carries its own return code.
+    """
+    request = [(field_id, scope) if scope is not None else field_id]
+    values = r.query(field, "nvmlDeviceGetFieldValues", handle, request, quiet=True)
+    if not values:
+        return None
+    value = values[0]
+    if getattr(value, "nvmlReturn", None) != 0:
+        return None
+    member = _VALUE_MEMBERS.get(getattr(value, "valueType", 1), "uiVal")
+    number = getattr(getattr(value, "value", None), member, None)
+    return number if isinstance(number, (int, float)) else None
+
+
+def _nvlink_speed_gbps(r: NvmlReader, handle: Any, link: int) -> Optional[float]:
+    """A link's speed in GB/s, as `nvidia-smi nvlink -s` prints it (26.562 GB/s on H100)."""
+    mbps = _field_value(r, f"nvlink.{link}.speed", handle, FI_NVLINK_GET_SPEED, link)
+    if mbps is None and link < len(FI_NVLINK_SPEED_MBPS):
+        mbps = _field_value(r, f"nvlink.{link}.speed", handle, FI_NVLINK_SPEED_MBPS[link])
+    if mbps is None:
+        mbps = _field_value(r, f"nvlink.{link}.speed", handle, FI_NVLINK_SPEED_MBPS_COMMON)
+    return round(mbps / 1000, 3) if mbps else None
+
+
+def _recovery(r: NvmlReader, handle: Any) -> dict[str, Any]:
+    """What the driver says it takes to recover the GPU: `GPU Recovery Action` (R570+), or the older
+    `GPU Reset Status` pair (Reset Required, Drain and Reset Recommended)."""
+    action = _field_value(r, "recovery_action", handle, FI_GPU_RECOVERY_ACTION)
+    reset = _field_value(r, "reset_required", handle, FI_RESET_STATUS)
+    drain = _field_value(r, "drain_and_reset_recommended", handle, FI_DRAIN_AND_RESET_STATUS)
+    named = None
+    if isinstance(action, int):
+        named = RECOVERY_ACTIONS[action] if 0 <= action < len(RECOVERY_ACTIONS) else f"action_{action}"
+    return {
+        "recovery_action": named,
+        "reset_required": _bool(reset),
+        "drain_and_reset_recommended": _bool(drain),
+    }
+
+
 def _nvlink(r: NvmlReader, handle: Any) -> Optional[dict[str, Any]]:
     links: dict[str, Any] = {}
     for link in range(NVLINK_MAX_LINKS):
@@ -222,7 +275,7 @@ def _nvlink(r: NvmlReader, handle: Any) -> Optional[dict[str, Any]]:
         crc = _sum(errors.pop("crc_flit"), errors.pop("crc_data"))
         links[str(link)] = {
             "active": bool(state),
-            "speed_gbps": None,
+            "speed_gbps": _nvlink_speed_gbps(r, handle, link) if state else None,
             "version": r.query(
                 f"nvlink.{link}.version", "nvmlDeviceGetNvLinkVersion", handle, link, quiet=True
             ),
@@ -339,6 +392,7 @@ GPU_SHAPE = Record(
         "fabric": Record({"state": str, "status": str}),
         "reset_required": bool,
         "drain_and_reset_recommended": bool,
+        "recovery_action": str,  # one of parsers.nvidia_smi.RECOVERY_ACTIONS
         "processes": ListOf(_PROCESS),  # None: unknown; []: none running
         "nvlink": Nullable(Record({"links": MapOf(_NVLINK_LINK)})),  # None on PCIe-only GPUs
         "lost": bool,
@@ -434,11 +488,17 @@ def read_gpu(lib: Any, index: int) -> tuple[dict[str, Any], Any]:
                 "banks_max": getattr(hist, "max", None),
                 "banks_none": getattr(hist, "none", None),
             }
+        gen_max = q("pcie.gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", handle)
+        gen_device_max = q("pcie.gen_device_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration", handle)
         gpu["pcie"] = {
             "gen_current": q("pcie.gen_current", "nvmlDeviceGetCurrPcieLinkGeneration", handle),
-            "gen_max": q("pcie.gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", handle),
-            "gen_device_max": q("pcie.gen_device_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration", handle),
-            "gen_host_max": None,
+            "gen_max": gen_max,
+            "gen_device_max": gen_device_max,
+            # NVML has no host-side call: its "max" is the lower of the GPU's and the slot's, so a max
+            # below the GPU's own is the slot's limit. Otherwise the host is at least as fast: unknown.
+            "gen_host_max": gen_max
+            if isinstance(gen_max, int) and isinstance(gen_device_max, int) and gen_max < gen_device_max
+            else None,
             "width_current": q("pcie.width_current", "nvmlDeviceGetCurrPcieLinkWidth", handle),
             "width_max": q("pcie.width_max", "nvmlDeviceGetMaxPcieLinkWidth", handle),
             "replays": q("pcie.replays", "nvmlDeviceGetPcieReplayCounter", handle),
@@ -484,6 +544,7 @@ def read_gpu(lib: Any, index: int) -> tuple[dict[str, Any], Any]:
                 "memory_percent": getattr(util, "memory", None),
             }
         gpu["fabric"] = _fabric(r, handle)
+        gpu.update(_recovery(r, handle))
         gpu["processes"] = _processes(r, handle)
         gpu["nvlink"] = _nvlink(r, handle)
     except GpuLost as exc:

@@ -13,7 +13,7 @@ import pynvml
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_nvml import FakeNvml, Raise, consumer_gpu, h100, healthy
+from test_nvml import R550_FIELDS, FakeNvml, Raise, consumer_gpu, field_values, h100, healthy
 from typer.testing import CliRunner
 
 from ddpdoctor import nvml
@@ -346,6 +346,45 @@ def test_ecc_and_remap_pending_via_nvml(fake_nvml: Callable[..., FakeNvml]) -> N
     )
     (remap,) = [f for f in ids["gpu.remapped_rows.pending"] if f.severity > Severity.OK]
     assert remap.severity == Severity.FAIL
+
+
+@pytest.mark.parametrize(
+    ("action", "severity", "words"),
+    [
+        (1, Severity.FAIL, "needs a reset"),
+        (2, Severity.FAIL, "needs a reboot"),
+        (3, Severity.FAIL, "peer-to-peer"),
+        (4, Severity.WARN, "draining and resetting"),
+        (42, Severity.WARN, "action_42"),
+    ],
+)
+def test_recovery_action_via_nvml(
+    fake_nvml: Callable[..., FakeNvml], action: int, severity: Severity, words: str
+) -> None:
+    r570 = field_values({**R550_FIELDS, nvml.FI_GPU_RECOVERY_ACTION: 0})
+    asking = field_values({**R550_FIELDS, nvml.FI_GPU_RECOVERY_ACTION: action})
+    fake_nvml([h100(0, nvmlDeviceGetFieldValues=r570), h100(1), h100(2, nvmlDeviceGetFieldValues=asking)])
+    (finding,) = by_id(run_gpu(FakeSources()))["gpu.reset_required"]
+    assert finding.severity == severity and finding.summary.startswith("GPU 2 (00000000:4C:00.0)")
+    assert words in finding.summary and "GPU Recovery Action" in finding.evidence[0].excerpt
+    assert "Drain the node" in finding.fix and "-i N" not in finding.fix
+
+
+def test_recovery_none_and_reset_status_no_are_one_ok(fake_nvml: Callable[..., FakeNvml]) -> None:
+    r570 = field_values({**R550_FIELDS, nvml.FI_GPU_RECOVERY_ACTION: 0})
+    fake_nvml([h100(0, nvmlDeviceGetFieldValues=r570), h100(1)])
+    (finding,) = by_id(run_gpu(FakeSources()))["gpu.reset_required"]
+    assert finding.severity == Severity.OK and "2 GPU(s)" in finding.summary
+
+
+def test_host_slot_limits_pcie_generation_via_nvml(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml([h100(0), h100(1, nvmlDeviceGetMaxPcieLinkGeneration=4, nvmlDeviceGetCurrPcieLinkGeneration=4)])
+    (gen,) = [f for f in by_id(run_gpu(FakeSources()))["gpu.pcie.gen"] if f.severity > Severity.OK]
+    assert (
+        gen.severity == Severity.WARN
+        and "GPU 1" in gen.summary
+        and "host slot supports PCIe gen 4" in gen.summary
+    )
 
 
 def test_exclusive_process_fails_when_ranks_share(fake_nvml: Callable[..., FakeNvml]) -> None:

@@ -118,6 +118,32 @@ def _fabric_completed(handle: Any, info: FakeFabricInfo) -> int:
     return 0
 
 
+def field_values(known: dict[Any, int]) -> Callable[..., list[SimpleNamespace]]:
+    """nvmlDeviceGetFieldValues answering `known` ids (an int, or (id, scope)); others get a per-value
+    Not Supported, as the real call does: the call succeeds and each value carries its own status."""
+
+    def call(handle: Any, requests: list[Any]) -> list[SimpleNamespace]:
+        out = []
+        for request in requests:
+            value = known.get(request, known.get(request[0]) if isinstance(request, tuple) else None)
+            status = 0 if value is not None else NOT_SUPPORTED
+            out.append(
+                SimpleNamespace(nvmlReturn=status, valueType=1, value=SimpleNamespace(uiVal=value or 0))
+            )
+        return out
+
+    return call
+
+
+# An R550 driver on H100: links report 26.562 GB/s (as `nvidia-smi nvlink -s` prints on H100/H800), the
+# Reset Status pair is known, the R570 recovery action is not.
+R550_FIELDS = {
+    **{(nvml.FI_NVLINK_GET_SPEED, link): 26562 for link in range(18)},
+    nvml.FI_RESET_STATUS: 0,
+    nvml.FI_DRAIN_AND_RESET_STATUS: 0,
+}
+
+
 def h100(index: int, **overrides: Any) -> dict[str, Any]:
     """A healthy H100 SXM as NVML reports it (values from the real 8xH100 samples in fixtures/gpu)."""
     gib = 1024**3
@@ -161,6 +187,7 @@ def h100(index: int, **overrides: Any) -> dict[str, Any]:
         "nvmlDeviceGetNvLinkVersion": 4,
         "nvmlDeviceGetGpuFabricInfo": _fabric_completed,
         "nvmlDeviceGetP2PStatus": 0,
+        "nvmlDeviceGetFieldValues": field_values(R550_FIELDS),
     }
     spec.update(overrides)
     return spec
@@ -219,6 +246,13 @@ def test_healthy_8x_h100() -> None:
     links = g["nvlink"]["links"]
     assert len(links) == 18 and all(x["active"] and x["version"] == 4 for x in links.values())
     assert links["0"]["errors"] == {"replay": 0, "recovery": 0, "crc": 0}
+    assert {x["speed_gbps"] for x in links.values()} == {26.562}
+    assert (g["recovery_action"], g["reset_required"], g["drain_and_reset_recommended"]) == (
+        None,
+        False,
+        False,
+    )
+    assert g["pcie"]["gen_host_max"] is None  # the slot is not the limit: unknown, not guessed
     assert g["fabric"] == {"state": "Completed", "status": "Success"}
     assert out["p2p"]["matrix"]["GPU0"]["GPU7"] == "OK"
     json.dumps(out)  # a snapshot fact: plain JSON
@@ -287,6 +321,52 @@ def test_ecc_and_remap_pending() -> None:
         "banks_max": 2560,
         "banks_none": 0,
     }
+
+
+def test_nvlink_speed_on_drivers_without_the_scoped_field() -> None:
+    # Older drivers know only the per-link ids (links 0-11) and the common speed.
+    fields = {**dict.fromkeys(nvml.FI_NVLINK_SPEED_MBPS, 25000), nvml.FI_NVLINK_SPEED_MBPS_COMMON: 24000}
+    g = gather([h100(0, nvmlDeviceGetFieldValues=field_values(fields))])["gpus"][0]
+    speeds = {int(k): v["speed_gbps"] for k, v in g["nvlink"]["links"].items()}
+    assert speeds[0] == speeds[11] == 25.0 and speeds[12] == speeds[17] == 24.0
+    assert g["errors"] == {}  # unknown field ids are "not reported", not errors
+
+
+def test_nvlink_speed_unknown_and_inactive_links() -> None:
+    g = gather(
+        [
+            h100(
+                0,
+                nvmlDeviceGetNvLinkState=_nvlink_state(18, down=(3,)),
+                nvmlDeviceGetFieldValues=Raise(NOT_SUPPORTED),
+            )
+        ]
+    )["gpus"][0]
+    links = g["nvlink"]["links"]
+    assert links["3"] == {**links["3"], "active": False, "speed_gbps": None}
+    assert links["0"]["active"] and links["0"]["speed_gbps"] is None
+    assert (g["recovery_action"], g["reset_required"]) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({nvml.FI_GPU_RECOVERY_ACTION: 0}, ("none", None, None)),
+        ({nvml.FI_GPU_RECOVERY_ACTION: 1, nvml.FI_RESET_STATUS: 1}, ("reset", True, None)),
+        ({nvml.FI_GPU_RECOVERY_ACTION: 4}, ("drain_and_reset", None, None)),
+        ({nvml.FI_GPU_RECOVERY_ACTION: 42}, ("action_42", None, None)),  # a driver newer than us
+        ({nvml.FI_RESET_STATUS: 1, nvml.FI_DRAIN_AND_RESET_STATUS: 0}, (None, True, False)),  # R535-R565
+    ],
+)
+def test_recovery_action_and_reset_status(fields: dict[int, int], expected: tuple[Any, ...]) -> None:
+    g = gather([h100(0, nvmlDeviceGetFieldValues=field_values(fields))])["gpus"][0]
+    assert (g["recovery_action"], g["reset_required"], g["drain_and_reset_recommended"]) == expected
+
+
+def test_host_slot_below_the_gpu_pcie_generation() -> None:
+    # NVML's max generation is the lower of the GPU's and the slot's: a Gen5 GPU in a Gen4 slot.
+    g = gather([h100(0, nvmlDeviceGetMaxPcieLinkGeneration=4)])["gpus"][0]
+    assert (g["pcie"]["gen_max"], g["pcie"]["gen_device_max"], g["pcie"]["gen_host_max"]) == (4, 5, 4)
 
 
 def test_degraded_pcie_width() -> None:

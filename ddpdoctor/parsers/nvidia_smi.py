@@ -34,6 +34,8 @@ _UNREADABLE = {
     "[gpu is lost]",
     "gpu is lost",
     "unknown",
+    # R570+ prints this for the Reset Status lines that `GPU Recovery Action` replaced.
+    "requested functionality has been deprecated",
 }
 _TRUE = {"yes", "enabled", "active", "on", "supported", "true"}
 _FALSE = {"no", "disabled", "not active", "off", "not supported", "false"}
@@ -260,6 +262,31 @@ def _processes(gpu: Node) -> Optional[list[dict[str, Any]]]:
     return procs
 
 
+# nvmlDeviceGetGpuRecoveryAction values (NVML_GPU_RECOVERY_ACTION_*), as ddpdoctor names them; nvidia-smi
+# prints "None", "Reset", "Reboot", "Drain P2P", "Drain and Reset" (and some builds the NVML names,
+# "GPU_RESET", "NODE_REBOOT").
+RECOVERY_ACTIONS = (
+    "none",
+    "reset",
+    "reboot",
+    "drain_p2p",
+    "drain_and_reset",
+    "recover_imex_domain",
+    "bus_reset",
+    "system_reboot",
+)
+_RECOVERY_ALIASES = {"gpu_reset": "reset", "node_reboot": "reboot", "drain_and_reset_recommended": "drain_and_reset"}
+
+
+def to_recovery_action(text: Optional[str]) -> Optional[str]:
+    """`GPU Recovery Action` to one of RECOVERY_ACTIONS (an unknown action is kept, normalised); None when unreadable."""
+    text = value_or_none(text)
+    if text is None:
+        return None
+    low = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+    return _RECOVERY_ALIASES.get(low, low) or None
+
+
 def _compute_mode(text: Optional[str]) -> Optional[str]:
     """Normalise to Default / Exclusive_Process / Exclusive_Thread / Prohibited."""
     text = value_or_none(text)
@@ -360,6 +387,7 @@ _FIELDS: dict[str, _Field] = {
     "compute_mode": (_compute_mode, ("Compute Mode",)),
     "reset_required": (to_bool, ("GPU Reset Status", "Reset Required")),
     "drain_and_reset_recommended": (to_bool, ("GPU Reset Status", "Drain and Reset Recommended")),
+    "recovery_action": (to_recovery_action, ("GPU Recovery Action",)),
 }
 
 

@@ -105,7 +105,8 @@ REMAP_FAILURE = define(
 RESET_REQUIRED = define(
     "gpu.reset_required",
     "GPU reset required",
-    "The driver says the GPU needs a reset (or a drain and reset) to recover from an error.",
+    "The driver says the GPU needs a reset, a reboot or a drain before it can be trusted again (`GPU "
+    "Recovery Action` on R570+ drivers, `GPU Reset Status` before): jobs on it fail or corrupt data.",
     "Drain the node and reset the GPU (`sudo nvidia-smi -r -i N`) or reboot.",
 )
 PCIE_WIDTH = define(
@@ -312,16 +313,54 @@ def remap_excerpt(g: Mapping[str, Any]) -> str:
     )
 
 
+# `GPU Recovery Action` (R570+): what the driver says it takes before the GPU can be trusted again.
+_RECOVERY_VERDICTS: dict[str, tuple[Severity, str, str]] = {
+    "reset": (Severity.FAIL, "the driver says the GPU needs a reset", "`sudo nvidia-smi -r -i N`"),
+    "bus_reset": (Severity.FAIL, "the driver says the GPU needs a PCIe bus reset", "a bus reset or reboot"),
+    "reboot": (Severity.FAIL, "the driver says the node needs a reboot to recover the GPU", "a reboot"),
+    "system_reboot": (
+        Severity.FAIL,
+        "the driver says the system needs a reboot to recover the GPU",
+        "a reboot",
+    ),
+    "drain_p2p": (
+        Severity.FAIL,
+        "the driver asks to drain peer-to-peer (NVLink) traffic: NCCL's intra-node path is unusable",
+        "draining P2P work, then `sudo nvidia-smi -r -i N`",
+    ),
+    "drain_and_reset": (
+        Severity.WARN,
+        "the driver recommends draining and resetting the GPU",
+        "draining, then `sudo nvidia-smi -r -i N`",
+    ),
+    "recover_imex_domain": (
+        Severity.FAIL,
+        "the driver says the GPU's IMEX domain (multi-node NVLink) needs recovery",
+        "recovering the IMEX domain (restart the IMEX daemons of the NVLink domain)",
+    ),
+}
+
+
 def judge_reset_required(g: Mapping[str, Any]) -> Optional[Verdict]:
+    action = g.get("recovery_action")
     req, drain = g.get("reset_required"), g.get("drain_and_reset_recommended")
-    if req is None and drain is None:
-        return None
+    if action is not None and action != "none":
+        severity, text, remedy = _RECOVERY_VERDICTS.get(
+            action,
+            (Severity.WARN, f"the driver reports recovery action {action!r}", "the action the driver names"),
+        )
+        fix = gpu_fix(
+            f"Drain the node; recover the GPU with {remedy}; check `dmesg` for the Xid that caused it.", g
+        )
+        return Verdict(severity, f"{text} (GPU Recovery Action: {action})", {"recovery_action": action}, fix)
     if req:
         return Verdict(Severity.FAIL, "the driver says a GPU reset is required", {"reset_required": req})
     if drain:
         return Verdict(
             Severity.WARN, "the driver recommends draining and resetting the GPU", {"drain": drain}
         )
+    if action is None and req is None and drain is None:
+        return None
     return Verdict(Severity.OK, "", {})
 
 
@@ -379,11 +418,12 @@ MEMORY_CHECKS = (
     PerGpuCheck(
         RESET_REQUIRED,
         judge_reset_required,
-        "nvmlDeviceGetGpuRecoveryAction",
-        "GPU Reset Status",
+        "nvmlDeviceGetFieldValues(GPU_RECOVERY_ACTION, RESET_STATUS)",
+        "GPU Recovery Action / GPU Reset Status",
         "No GPU reset required on {n} GPU(s)",
         lambda g: (
-            f"Reset Required {g.get('reset_required')}, Drain and Reset Recommended {g.get('drain_and_reset_recommended')}"
+            f"GPU Recovery Action {g.get('recovery_action')}; Reset Required {g.get('reset_required')}, "
+            f"Drain and Reset Recommended {g.get('drain_and_reset_recommended')}"
         ),
     ),
 )
