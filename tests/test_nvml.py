@@ -118,18 +118,20 @@ def _fabric_completed(handle: Any, info: FakeFabricInfo) -> int:
     return 0
 
 
-def field_values(known: dict[Any, int]) -> Callable[..., list[SimpleNamespace]]:
+def field_values(known: dict[Any, int]) -> Callable[..., Any]:
     """nvmlDeviceGetFieldValues answering `known` ids (an int, or (id, scope)); others get a per-value
-    Not Supported, as the real call does: the call succeeds and each value carries its own status."""
+    Not Supported, as the real call does: the call succeeds and each value carries its own status.
+    The values are the bindings' own ctypes structs, so the wrapper reads what a driver would give."""
 
-    def call(handle: Any, requests: list[Any]) -> list[SimpleNamespace]:
-        out = []
-        for request in requests:
-            value = known.get(request, known.get(request[0]) if isinstance(request, tuple) else None)
-            status = 0 if value is not None else NOT_SUPPORTED
-            out.append(
-                SimpleNamespace(nvmlReturn=status, valueType=1, value=SimpleNamespace(uiVal=value or 0))
-            )
+    def call(handle: Any, requests: list[Any]) -> Any:
+        out = (pynvml.c_nvmlFieldValue_t * len(requests))()
+        for slot, request in zip(out, requests):
+            field_id, scope = request if isinstance(request, tuple) else (request, 0)
+            value = known.get(request, known.get(field_id))
+            slot.fieldId, slot.scopeId = field_id, scope
+            slot.nvmlReturn = 0 if value is not None else NOT_SUPPORTED
+            slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            slot.value.uiVal = value or 0
         return out
 
     return call
@@ -484,3 +486,103 @@ def test_real_nvml_agrees_with_nvidia_smi_q() -> None:
     for a, b in zip(smi["gpus"], out["gpus"]):
         assert a["pcie"]["width_max"] == b["pcie"]["width_max"]
         assert a["compute_mode"] == b["compute_mode"]
+
+
+# --- the fake is only as good as its agreement with the real bindings ----------------------------
+
+
+class CallRecorder:
+    """Wraps a FakeNvml and records every NVML call the wrapper makes, with its arguments."""
+
+    def __init__(self, inner: FakeNvml) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not name.startswith("nvml"):
+            return attr
+
+        def record(*args: Any) -> Any:
+            self.calls.append((name, args))
+            return attr(*args)
+
+        return record
+
+
+def test_every_call_exists_in_the_real_bindings_with_that_signature() -> None:
+    """The calls made against the fake would be accepted by the installed nvidia-ml-py."""
+    import inspect
+
+    recorder = CallRecorder(FakeNvml(healthy(2)))
+    nvml.gather_nvml(recorder)
+    names = {name for name, _ in recorder.calls}
+    assert {"nvmlDeviceGetFieldValues", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetRemappedRows"} <= names
+    for name, args in recorder.calls:
+        real = getattr(pynvml, name, None)
+        assert real is not None, f"pynvml has no {name}"
+        inspect.signature(real).bind(*args)  # raises TypeError on a wrong argument count
+
+
+def test_constants_agree_with_the_real_bindings() -> None:
+    assert nvml.FI_NVLINK_SPEED_MBPS == tuple(
+        getattr(pynvml, f"NVML_FI_DEV_NVLINK_SPEED_MBPS_L{i}") for i in range(12)
+    )
+    assert nvml.FI_NVLINK_SPEED_MBPS_COMMON == pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON
+    assert nvml.FI_NVLINK_GET_SPEED == pynvml.NVML_FI_DEV_NVLINK_GET_SPEED
+    assert nvml.FI_RESET_STATUS == pynvml.NVML_FI_DEV_RESET_STATUS
+    assert nvml.FI_DRAIN_AND_RESET_STATUS == pynvml.NVML_FI_DEV_DRAIN_AND_RESET_STATUS
+    assert nvml.FI_GPU_RECOVERY_ACTION == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+    actions = (
+        "NONE",
+        "GPU_RESET",
+        "NODE_REBOOT",
+        "DRAIN_P2P",
+        "DRAIN_AND_RESET",
+        "RECOVER_IMEX_DOMAIN",
+        "BUS_RESET",
+        "SYSTEM_REBOOT",
+    )
+    assert [getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{a}") for a in actions] == list(
+        range(len(nvml.RECOVERY_ACTIONS))
+    )
+    reasons = {
+        "idle": "GpuIdle",
+        "applications_clocks_setting": "ApplicationsClocksSetting",
+        "sw_power_cap": "SwPowerCap",
+        "hw_slowdown": "HwSlowdown",
+        "sync_boost": "SyncBoost",
+        "sw_thermal_slowdown": "SwThermalSlowdown",
+        "hw_thermal_slowdown": "HwThermalSlowdown",
+        "hw_power_brake_slowdown": "HwPowerBrakeSlowdown",
+        "display_clock_setting": "DisplayClockSetting",
+    }
+    assert nvml.CLOCK_EVENT_BITS == {
+        k: getattr(pynvml, f"nvmlClocksEventReason{v}") for k, v in reasons.items()
+    }
+    assert nvml.P2P_STATUS[pynvml.NVML_P2P_STATUS_OK] == "OK"
+    assert nvml.P2P_STATUS[pynvml.NVML_P2P_STATUS_NOT_SUPPORTED] == "NS"
+    assert nvml.P2P_STATUS[pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED] == "GNS"
+    for name in (
+        "NOT_SUPPORTED",
+        "NO_PERMISSION",
+        "NOT_FOUND",
+        "DRIVER_NOT_LOADED",
+        "LIBRARY_NOT_FOUND",
+        "FUNCTION_NOT_FOUND",
+        "GPU_IS_LOST",
+        "RESET_REQUIRED",
+        "LIB_RM_VERSION_MISMATCH",
+    ):
+        assert getattr(nvml, f"NVML_ERROR_{name}") == getattr(pynvml, f"NVML_ERROR_{name}"), name
+    assert (
+        pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
+        pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+        pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX,
+    ) == (0, 1, 3)  # the indexes read_gpu passes
+    assert (
+        pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
+        pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+        pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+        pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+    ) == (0, 1, 2, 3)
