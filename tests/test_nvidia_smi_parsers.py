@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from ddpdoctor.checks import gpu as gpu_area
 from ddpdoctor.cli import app
+from ddpdoctor.engine import run_checks
+from ddpdoctor.model import Severity
 from ddpdoctor.parsers.nvidia_smi import (
     parse_gpu_section,
     parse_nvidia_smi_csv,
@@ -18,10 +22,12 @@ from ddpdoctor.parsers.nvidia_smi import (
     parse_tree,
     to_bool,
     to_int,
+    to_recovery_action,
     value_or_none,
 )
 from ddpdoctor.parsers.nvidia_smi_nvlink import link_summary, parse_nvlink
 from ddpdoctor.parsers.nvidia_smi_topo import closest_nics, link_rank, parse_topo_matrix, parse_topo_p2p
+from ddpdoctor.sources import ReplaySources
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -258,6 +264,277 @@ def test_gpu_header_with_colons_is_not_split() -> None:
     assert parse_gpu_section(tree.children[0], 0)["name"] == "X"
 
 
+# --- real-output sweep: R550-R580, multi-GPU data-centre nodes, Windows, Kepler ---------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "driver", "cuda", "count", "gpu0"),
+    [
+        (
+            "8xh100-sxm-565.57.01-recovery-action-none-gpu0-7-replays",
+            "565.57.01",
+            "12.7",
+            8,
+            {"name": "NVIDIA H100 80GB HBM3", "bus_id": "00000000:18:00.0", "recovery_action": "none"},
+        ),
+        (
+            "4xa100-sxm4-555.42.02-gpu1-remap-pending-353-dram-correctable",
+            "555.42.02",
+            "12.5",
+            4,
+            {"name": "NVIDIA A100-SXM4-80GB", "bus_id": "00000000:68:00.0", "recovery_action": None},
+        ),
+        (
+            "gh200-550.127.05-module-power-capped-aggregate-dram-uncorrectable",
+            "550.127.05",
+            "12.4",
+            1,
+            {"name": "NVIDIA GH200 480GB", "architecture": "Hopper", "recovery_action": None},
+        ),
+        (
+            "rtx5090-570.124.06-reset-status-deprecated-x8-link",
+            "570.124.06",
+            "12.8",
+            1,
+            {"name": "NVIDIA GeForce RTX 5090", "architecture": "Blackwell", "recovery_action": "none"},
+        ),
+        (
+            "rtx3050-laptop-580.119.02-51-char-key-column-no-reset-status-process",
+            "580.119.02",
+            "13.0",
+            1,
+            {
+                "name": "NVIDIA GeForce RTX 3050 6GB Laptop GPU",
+                "uuid": "GPU-c2511218-82b7-8df6-6091-4dda966d3868",
+            },
+        ),
+        (
+            "8xv100-sxm2-550.127.05-single-double-bit-ecc-blocks",
+            "550.127.05",
+            "12.4",
+            8,
+            {"name": "Tesla V100-SXM2-16GB", "bus_id": "00000000:00:04.0", "architecture": "Volta"},
+        ),
+        (
+            "l4-550.90.07-x8-of-x16-link-gen1-idle",
+            "550.90.07",
+            "12.4",
+            1,
+            {"name": "NVIDIA L4", "architecture": "Ada Lovelace", "compute_mode": "Default"},
+        ),
+        (
+            "rtx-a6000-windows-wddm-537.99-remapped-rows",
+            "537.99",
+            "12.2",
+            1,
+            {"name": "NVIDIA RTX A6000", "minor_number": None, "persistence_mode": None},
+        ),
+        (
+            "gtx680-470.256.02-throttle-reasons-NA-leaf",
+            "470.256.02",
+            "11.4",
+            1,
+            {"name": "NVIDIA GeForce GTX 680", "architecture": None, "reset_required": None},
+        ),
+    ],
+)
+def test_sweep_header_and_first_gpu(name: str, driver: str, cuda: str, count: int, gpu0: dict) -> None:
+    out = q(name)
+    assert (out["driver_version"], out["cuda_version"], out["attached_gpus"]) == (driver, cuda, count)
+    assert len(out["gpus"]) == count and out["errors"] == []
+    assert [g["index"] for g in out["gpus"]] == list(range(count))
+    for key, value in gpu0.items():
+        assert out["gpus"][0][key] == value, key
+
+
+def test_r580_wide_key_column_without_reset_status() -> None:
+    # R580: 51-character key column, no `GPU Reset Status` block at all (only `GPU Recovery Action`), and
+    # a Processes block still printed with the 42-character column of older drivers.
+    (g,) = q("rtx3050-laptop-580.119.02-51-char-key-column-no-reset-status-process")["gpus"]
+    assert g["recovery_action"] == "none"
+    assert g["reset_required"] is None and g["drain_and_reset_recommended"] is None
+    assert g["pcie"]["width_current"] == 8 and g["pcie"]["width_max"] == 16
+    assert (g["pcie"]["gen_current"], g["pcie"]["gen_max"], g["pcie"]["gen_host_max"]) == (4, 4, 5)
+    assert g["processes"] == [
+        {
+            "pid": 2355,
+            "type": "G",
+            "name": "/usr/bin/gnome-shell",
+            "used_memory_mib": 1,
+            "gpu_instance_id": None,
+            "compute_instance_id": None,
+        }
+    ]
+    # `Average Power Draw` is preferred; this laptop's `Instantaneous Power Draw : 749.67 W` is garbage.
+    assert (
+        g["power"]["draw_w"] == 1.0
+        and g["power"]["limit_w"] == 95.0
+        and g["power"]["default_limit_w"] == 60.0
+    )
+    # `Clocks Event Reasons Counters` (microseconds) is a separate section, not read as reasons.
+    assert g["throttle_reasons"]["idle"] is True and "sw_power_capping" not in g["throttle_reasons"]
+    # ECC on a GeForce part: every counter N/A, `Remapped Rows : N/A` as a leaf.
+    assert g["ecc"]["volatile"]["uncorrectable"] is None and g["remapped_rows"]["pending"] is None
+    assert g["memory"] == {"total_mib": 6144, "used_mib": 12, "free_mib": 5793}
+
+
+def test_r570_deprecated_reset_status_reads_none() -> None:
+    (g,) = q("rtx5090-570.124.06-reset-status-deprecated-x8-link")["gpus"]
+    # `Reset Required : Requested functionality has been deprecated` is not a yes/no.
+    assert g["reset_required"] is None and g["drain_and_reset_recommended"] is None
+    assert g["recovery_action"] == "none"
+    assert (g["pcie"]["gen_current"], g["pcie"]["width_current"], g["pcie"]["width_max"]) == (1, 8, 16)
+    assert g["power"]["draw_w"] == 24.05 and g["power"]["limit_w"] == 575.0
+    assert g["temperature"]["t_limit_c"] == 65 and g["temperature"]["slowdown_t_limit_c"] == -2
+    assert g["throttle_reasons"]["sw_power_cap"] is True
+    assert g["processes"] == []
+
+
+def test_r565_eight_h100_every_gpu() -> None:
+    out = q("8xh100-sxm-565.57.01-recovery-action-none-gpu0-7-replays")
+    assert out["timestamp"] == "Thu Nov 14 07:00:14 2024"
+    gpus = out["gpus"]
+    assert [g["pcie"]["replays"] for g in gpus] == [7, 0, 0, 0, 0, 4, 15, 0]
+    assert {g["recovery_action"] for g in gpus} == {"none"}
+    assert {g["reset_required"] for g in gpus} == {False}
+    assert gpus[1]["uuid"] == "GPU-7c3cadbd-17e5-0913-f69b-c618122ea0cd" and gpus[1]["minor_number"] == 1
+    assert all(g["fabric"] == {"state": "Completed", "status": "Success"} for g in gpus)
+    assert all(g["ecc"]["aggregate"]["uncorrectable"] == 0 for g in gpus)
+    # `GPU Memory Power Readings ` (trailing space) must not shadow `GPU Power Readings`.
+    assert gpus[0]["power"]["draw_w"] == 100.89
+
+
+def test_a100_node_one_gpu_with_remap_pending() -> None:
+    gpus = q("4xa100-sxm4-555.42.02-gpu1-remap-pending-353-dram-correctable")["gpus"]
+    bad = [g for g in gpus if g["remapped_rows"]["pending"]]
+    assert [g["bus_id"] for g in bad] == ["00000000:9E:00.0"]
+    (g1,) = bad
+    assert g1["ecc"]["volatile"]["dram_correctable"] == 353 and g1["ecc"]["aggregate"]["correctable"] == 353
+    assert g1["ecc"]["volatile"]["uncorrectable"] == 0
+    assert g1["remapped_rows"]["correctable"] == 1 and g1["remapped_rows"]["failure"] is False
+    # GPU 2 remapped a row earlier and applied it: not pending.
+    assert gpus[2]["remapped_rows"]["correctable"] == 1 and gpus[2]["remapped_rows"]["pending"] is False
+
+
+def test_gh200_c2c_link_and_module_power() -> None:
+    (g,) = q("gh200-550.127.05-module-power-capped-aggregate-dram-uncorrectable")["gpus"]
+    # Grace Hopper: the PCIe link is a x1 management link; C2C carries the traffic.
+    assert (g["pcie"]["width_current"], g["pcie"]["width_max"]) == (1, 1)
+    assert g["ecc"]["aggregate"]["dram_uncorrectable"] == 1 and g["ecc"]["volatile"]["uncorrectable"] == 0
+    assert g["remapped_rows"]["uncorrectable"] == 1 and g["remapped_rows"]["banks_max"] == 3071
+    # `GPU Power Readings` (700 W enforced, 900 W default), not `Module Power Readings` (1000 W).
+    assert g["power"] == {"draw_w": 87.88, "limit_w": 700.0, "default_limit_w": 900.0, "max_limit_w": 900.0}
+    assert g["memory"]["total_mib"] == 97871
+
+
+def test_legacy_ecc_blocks_on_a_current_driver() -> None:
+    gpus = q("8xv100-sxm2-550.127.05-single-double-bit-ecc-blocks")["gpus"]
+    for g in gpus:
+        # Volta keeps the Single Bit / Double Bit layout even on R550.
+        assert g["ecc"]["volatile"]["correctable"] == 0 and g["ecc"]["aggregate"]["uncorrectable"] == 0
+        assert g["ecc"]["volatile"]["sram_correctable"] is None
+        assert g["retired_pages"]["double_bit"] == 0 and g["retired_pages"]["pending"] is False
+        assert g["remapped_rows"]["pending"] is None  # Volta has no row remapping
+    # GPU 4 once retired a page for single-bit errors (`Single Bit ECC : 1`), nothing pending.
+    assert [g["retired_pages"]["single_bit"] for g in gpus] == [0, 0, 0, 0, 1, 0, 0, 0]
+    # ... after 4 corrected errors in its lifetime (Aggregate > Single Bit > Total).
+    assert [g["ecc"]["aggregate"]["correctable"] for g in gpus] == [0, 0, 0, 0, 4, 0, 0, 0]
+    assert [g["bus_id"][-7:] for g in gpus] == [f"00:0{c}.0" for c in "456789AB"]
+
+
+def test_windows_wddm_sample() -> None:
+    (g,) = q("rtx-a6000-windows-wddm-537.99-remapped-rows")["gpus"]
+    assert g["ecc_mode"] == {"current": False, "pending": False}
+    assert g["remapped_rows"]["banks_max"] == 192 and g["remapped_rows"]["pending"] is False
+    assert g["reset_required"] is False and g["drain_and_reset_recommended"] is None
+    assert g["utilization"] == {"gpu_percent": 0, "memory_percent": 0}
+
+
+def test_kepler_r470_na_sections() -> None:
+    (g,) = q("gtx680-470.256.02-throttle-reasons-NA-leaf")["gpus"]
+    # `Clocks Throttle Reasons : N/A` is a leaf: no reasons, no exception.
+    assert g["throttle_reasons"] == {}
+    assert g["power"] == {"draw_w": None, "limit_w": None, "default_limit_w": None, "max_limit_w": None}
+    assert g["pcie"]["width_current"] is None and g["pcie"]["replays"] == 0
+    assert g["temperature"]["gpu_c"] == 35 and g["memory"]["total_mib"] == 2000
+
+
+@pytest.mark.parametrize(
+    ("text", "action"),
+    [
+        ("None", "none"),
+        ("Reset", "reset"),
+        ("Reboot", "reboot"),
+        ("Drain P2P", "drain_p2p"),
+        ("Drain and Reset", "drain_and_reset"),
+        ("GPU_RESET", "reset"),
+        ("N/A", None),
+        ("Requested functionality has been deprecated", None),
+    ],
+)
+def test_recovery_action_values(text: str, action: str | None) -> None:
+    assert to_recovery_action(text) == action
+    # The same value in a real R580 section (51-character column) reads the same.
+    sample = read("nvidia-smi-q__rtx3050-laptop-580.119.02-51-char-key-column-no-reset-status-process.txt")
+    line = "    GPU Recovery Action                                : None"
+    assert line in sample
+    (g,) = parse_nvidia_smi_q(sample.replace(line, line.replace("None", text)))["gpus"]
+    assert g["recovery_action"] == action
+
+
+def replay_gpu_area(tmp_path: Path, files: dict[str, str]) -> dict[str, list]:
+    """The gpu area run offline on a snapshot directory holding the given fixtures."""
+    for target, fixture in files.items():
+        shutil.copy(GPU / fixture, tmp_path / target)
+    report = run_checks(ReplaySources(tmp_path), [gpu_area.AREA], timeout_s=20)
+    found: dict[str, list] = {}
+    for f in report.findings:
+        found.setdefault(f.id, []).append(f)
+    return found
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "8xh100-sxm-565.57.01-recovery-action-none-gpu0-7-replays",
+        "8xv100-sxm2-550.127.05-single-double-bit-ecc-blocks",
+        "rtx-a6000-windows-wddm-537.99-remapped-rows",
+        "gtx680-470.256.02-throttle-reasons-NA-leaf",
+    ],
+)
+def test_sweep_healthy_samples_replay_without_failures(tmp_path: Path, name: str) -> None:
+    found = replay_gpu_area(tmp_path, {"nvidia-smi-q.txt": f"nvidia-smi-q__{name}.txt"})
+    bad = [(fid, f.summary) for fid, fs in found.items() for f in fs if f.severity >= Severity.FAIL]
+    assert not bad, bad
+    assert "gpu.inventory" in found
+
+
+def test_sweep_a100_node_replay_fails_only_the_pending_gpu(tmp_path: Path) -> None:
+    found = replay_gpu_area(
+        tmp_path,
+        {
+            "nvidia-smi-q.txt": "nvidia-smi-q__4xa100-sxm4-555.42.02-gpu1-remap-pending-353-dram-correctable.txt"
+        },
+    )
+    (pending,) = [f for f in found["gpu.remapped_rows.pending"] if f.severity == Severity.FAIL]
+    assert "00000000:9E:00.0" in pending.summary
+
+
+def test_sweep_glued_topology_and_xid_154_replay(tmp_path: Path) -> None:
+    found = replay_gpu_area(
+        tmp_path,
+        {
+            "nvidia-smi-q.txt": "nvidia-smi-q__rtx3050-laptop-580.119.02-51-char-key-column-no-reset-status-process.txt",
+            "nvidia-smi-topo-m.txt": "nvidia-smi-topo-m__2gpu-nv12-2nic-ansi-underlined-header.txt",
+            "dmesg.txt": "dmesg__xid-79-then-xid-154-recovery-action-os-reboot-excerpt.txt",
+        },
+    )
+    assert "1 NV" in found["gpu.topology"][0].summary
+    xids = {f.data["code"]: f.severity for f in found["gpu.xid"]}
+    assert xids == {79: Severity.FAIL, 154: Severity.FAIL}
+    assert found["gpu.fallen_off_bus"][0].severity == Severity.FAIL
+
+
 # --- --query-gpu csv --------------------------------------------------------------------------------
 
 
@@ -360,6 +637,35 @@ def test_topo_p2p_matrices() -> None:
     assert gns["matrix"]["GPU1"]["GPU0"] == "GNS" and gns["legend"]["DR"] == "Disabled by regkey"
 
 
+def test_topo_ansi_underlined_header() -> None:
+    t = topo("2gpu-nv12-2nic-ansi-underlined-header")
+    assert t["gpus"] == ["GPU0", "GPU1"] and t["nics"] == ["NIC0", "NIC1"]
+    assert t["matrix"]["GPU0"]["GPU1"] == "NV12" and t["matrix"]["NIC1"]["GPU1"] == "SYS"
+    assert t["affinity"]["GPU1"] == {"cpu": "64-127", "numa": "1", "gpu_numa_id": None}
+    assert closest_nics(t)["GPU0"]["nics"] == ["NIC0", "NIC1"]
+
+
+def test_topo_36_nics_with_glued_cells() -> None:
+    t = topo("8xh20-nv18-36nic-glued-cells-excerpt")
+    assert len(t["gpus"]) == 8 and len(t["nics"]) == 36
+    # `NODENODE` / `NODEPIX` / `SYSSYS` are two cells each: the columns after them stay aligned.
+    assert t["matrix"]["GPU0"]["NIC12"] == "NODE" and t["matrix"]["GPU0"]["NIC13"] == "NODE"
+    assert t["matrix"]["GPU0"]["NIC34"] == "NODE" and t["matrix"]["GPU0"]["NIC35"] == "PIX"
+    assert t["affinity"]["GPU0"] == {"cpu": "0-55,112-167", "numa": "0", "gpu_numa_id": None}
+    assert t["affinity"]["GPU7"] == {"cpu": "70-99,102-107", "numa": "1", "gpu_numa_id": None}
+    # Every row present has one cell per column, and the matrix is symmetric.
+    columns = t["gpus"] + t["nics"]
+    for row, cells in t["matrix"].items():
+        assert list(cells) == columns, row
+        for col in t["matrix"]:
+            assert cells[col] == t["matrix"][col][row], (row, col)
+    assert t["matrix"]["NIC12"]["NIC12"] == "X" and t["matrix"]["NIC35"]["NIC35"] == "X"
+    assert t["nic_names"]["NIC35"] == "mlx5_bond_3"
+    near = closest_nics(t)
+    assert near["GPU4"]["nics"] == [f"NIC{i}" for i in range(16, 24)] + ["NIC32"]
+    assert near["GPU0"]["names"][-1] == "mlx5_bond_3" and near["GPU0"]["link"] == "PIX"
+
+
 def test_link_rank_order() -> None:
     assert (
         link_rank("NV18")
@@ -395,6 +701,40 @@ def test_nvlink_inactive_and_errors() -> None:
     assert sorted(e["gpus"][0]["links"], key=int) == ["0", "1", "17"]
 
 
+def test_nvlink_status_and_capabilities_concatenated() -> None:
+    out = parse_nvlink(read("nvidia-smi-nvlink-s-c__h100-18-links-status-then-capabilities.txt"))
+    # `-s` then `-c`, each with its own `GPU 0:` header: one record.
+    (g,) = out["gpus"]
+    assert g["uuid"] == "GPU-5a10e6e5-95f7-2785-ed63-6f6147f304f7"
+    assert link_summary(g) == {"total": 18, "active": 18, "inactive": 0}
+    assert {link["speed_gbps"] for link in g["links"].values()} == {26.562}
+    assert g["links"]["17"]["capabilities"] == {
+        "p2p": True,
+        "access_to_system_memory": True,
+        "p2p_atomics": True,
+        "system_memory_atomics": True,
+        "sli": True,
+        "link": True,
+    }
+
+
+def test_nvlink_status_then_errors_merge_per_link() -> None:
+    status = read("nvidia-smi-nvlink-s__8xh800-all-links-26GBps-elided.txt")
+    errors = read("nvidia-smi-nvlink-e__h100-error-counters-zero-elided.txt")
+    merged = parse_nvlink(status + errors)
+    assert [g["index"] for g in merged["gpus"]] == [0, 1, 7]
+    link0 = merged["gpus"][0]["links"]["0"]
+    assert link0["active"] is True and link0["errors"] == {"replay": 0, "recovery": 0, "crc": 0}
+
+
+def test_nvlink_bridge_pair_and_gpu_without_links() -> None:
+    out = parse_nvlink(read("nvidia-smi-nvlink-s__3x-rtx-a6000-bridge-pair-third-gpu-all-links-inactive.txt"))
+    assert [link_summary(g)["active"] for g in out["gpus"]] == [4, 4, 0]
+    assert out["gpus"][0]["links"]["3"]["speed_gbps"] == 14.062
+    assert out["gpus"][2]["links"] == {}
+    assert out["notes"] == ["NVML: Unable to retrieve NVLink information as all links are inActive"]
+
+
 # --- the `ddpdoctor parse` contract on every fixture --------------------------------------------------
 
 CONTRACT_TOOLS = {
@@ -423,7 +763,8 @@ def _check_contract(tool: str, data: dict) -> None:
     elif tool == "nvidia-smi-topo-p2p":
         assert data["gpus"] and data["matrix"]
     elif tool == "nvidia-smi-nvlink":
-        assert data["gpus"] and all(g["links"] for g in data["gpus"])
+        # A GPU without NVLink (bridge on the other two) is listed with no links.
+        assert data["gpus"] and any(g["links"] for g in data["gpus"])
     elif tool == "nvidia-smi-csv":
         assert data["rows"]
 
@@ -470,6 +811,9 @@ LINES = st.lists(
             "  NIC0: mlx5_0",
             "GPU 0: A (UUID: GPU-1)",
             "\t Link 0: <inactive>",
+            "         Link 0, P2P is supported: true",
+            "\x1b[4mGPU0\tGPU1\tNIC0\x1b[0m",
+            "GPU0\t X \tNV18NV18\tNODEPIX\tSYSSYS\t0-7",
             "\t Link 1: Replay Errors: x",
             "name, memory.total [MiB]",
             "N/A, 5 MiB",

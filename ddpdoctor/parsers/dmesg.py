@@ -1,6 +1,11 @@
 """Kernel log (`dmesg`, `journalctl -k`) lines that matter for GPUs: NVIDIA Xid events, GPUs that
 fell off the bus (also the multi-line form without an Xid token) and PCIe links "limited by" a slower
-upstream link."""
+upstream link.
+
+Any prefix the kernel log tools put in front of a line is accepted: `[ 5123.456789]` (dmesg),
+`<4>[ 5123.456789]` (dmesg -r, /dev/kmsg), `[Sun Feb 23 16:24:18 2025]` (dmesg -T),
+`kern  :warn  : 2025-01-21T04:41:44,283302+00:00` (dmesg --decode --time-format=iso) and
+`Jun  7 19:30:01 node12 kernel:` (journalctl -k, syslog). NVSwitch `SXid` lines are not Xids."""
 
 from __future__ import annotations
 
@@ -174,11 +179,46 @@ XID_TABLE: dict[int, XidInfo] = {
             "Check `nvidia-smi nvlink -e`; reset the GPU if it recurs.",
         ),
         XidInfo(
+            144,
+            "NVLink SAW (switch access window) error",
+            "hardware",
+            "warn",
+            "Check `nvidia-smi nvlink -e`; reset the GPU if it recurs; a Fatal one needs a reset.",
+        ),
+        XidInfo(
+            146,
+            "NVLink TLW (transaction layer) error",
+            "hardware",
+            "warn",
+            "Check `nvidia-smi nvlink -e`; reset the GPU if it recurs; a Fatal one needs a reset.",
+        ),
+        XidInfo(
+            147,
+            "NVLink TREX error",
+            "hardware",
+            "warn",
+            "Check `nvidia-smi nvlink -e`; reset the GPU if it recurs.",
+        ),
+        XidInfo(
+            148,
+            "NVLink NVLPW (power/link training) error",
+            "hardware",
+            "warn",
+            "Check `nvidia-smi nvlink -e`; reset the GPU if it recurs.",
+        ),
+        XidInfo(
             149,
             "NVLink/NVSwitch fatal error",
             "hardware",
             "fail",
             "Reset the GPU and the NVSwitch fabric (restart nvidia-fabricmanager) or reboot.",
+        ),
+        XidInfo(
+            150,
+            "NVLink MSE error",
+            "hardware",
+            "warn",
+            "Check `nvidia-smi nvlink -e`; reset the GPU if it recurs.",
         ),
         XidInfo(
             154,
@@ -190,7 +230,25 @@ XID_TABLE: dict[int, XidInfo] = {
     )
 }
 
-_TIME = re.compile(r"^\s*\[\s*(?P<ts>\d+\.\d+)\]")
+# `[ 5123.456789]`, optionally after the `<4>` priority of `dmesg -r` / /dev/kmsg.
+_TIME = re.compile(r"^\s*(?:<\d{1,3}>)?\[\s*(?P<ts>\d{1,12}\.\d{1,9})\]")
+# Wall-clock prefixes, kept as printed: `[Sun Feb 23 16:24:18 2025]` (dmesg -T / --ctime),
+# `2025-01-21T04:41:44,283302+00:00` (--time-format=iso, after `kern  :warn  : ` with --decode) and
+# `Jun  7 19:30:01` / `2026-09-14T19:58:20-0400` (journalctl, syslog).
+_WALL_TIME = re.compile(
+    r"^\s*(?:<\d{1,3}>)?(?:[a-z]{2,8}\s*:\s*[a-z]{2,8}\s*:\s*)?"
+    r"(?:\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]"
+    r"|(?P<iso>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)"
+    r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}))"
+)
+# Xid 154's detail: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)". The
+# number is nvmlGpuRecoveryAction_t; the words in parentheses vary across drivers ("OS Reboot").
+_RECOVERY_TO = re.compile(
+    r"recovery action changed from\s+\S+(?:\s+\([^)]*\))?\s+to\s+(?P<code>0x[0-9a-fA-F]{1,8}|\d{1,8})"
+)
+_RECOVERY_CODES = {0: "none", 1: "reset", 2: "reboot", 3: "drain_p2p", 4: "drain_and_reset"}
+# Xid 43/45 name the Xid that caused them: "Ch 00000001 caused by previous Xid 149".
+_CAUSED_BY = re.compile(r"caused by previous Xid\s+(?P<code>\d{1,6})(?!\d)")
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\)\s*:\s*"
     r"(?P<code>\d{1,6})(?!\d)\s*,?\s*(?P<detail>.*?)\s*$"
@@ -222,11 +280,34 @@ def _timestamp(line: str) -> Optional[float]:
     return float(m.group("ts")) if m else None
 
 
+def _wall_time(line: str) -> Optional[str]:
+    m = _WALL_TIME.match(line)
+    if not m:
+        return None
+    return m.group("ctime") or m.group("iso") or m.group("syslog")
+
+
+def _recovery_action(detail: str) -> Optional[str]:
+    """The action an Xid 154 line moved to (`none`, `reset`, `reboot`, ...), None when not stated."""
+    m = _RECOVERY_TO.search(detail)
+    if not m:
+        return None
+    code = int(m.group("code"), 16) if m.group("code").lower().startswith("0x") else int(m.group("code"))
+    return _RECOVERY_CODES.get(code, f"unknown_{code}")
+
+
+def _caused_by(detail: str) -> Optional[int]:
+    m = _CAUSED_BY.search(detail)
+    return int(m.group("code")) if m else None
+
+
 def parse_dmesg(text: str) -> dict[str, Any]:
     """Kernel log text to `{"xids": [...], "fallen_off_bus": [...], "pcie_limited": [...]}`; never raises.
 
     Equivalent: dmesg | grep -E 'NVRM: Xid|fallen off the bus|limited by'. Each Xid carries the code,
-    the bus id, the detail text, the kernel timestamp when present, and the table's meaning.
+    the bus id, the detail text, the kernel timestamp (`[seconds]`) or wall-clock `time` when present,
+    the table's meaning, `caused_by` (the earlier Xid an Xid 43/45 names) and, for Xid 154,
+    `recovery_action` (the action the driver now asks for).
     """
     xids: list[dict[str, Any]] = []
     fallen: list[dict[str, Any]] = []
@@ -243,10 +324,13 @@ def parse_dmesg(text: str) -> dict[str, Any]:
                     "bus_id": normalize_bus_id(m.group("bus")),
                     "detail": m.group("detail")[:300],
                     "timestamp": _timestamp(line),
+                    "time": _wall_time(line),
                     "meaning": info.meaning if info else None,
                     "cause": info.cause if info else None,
                     "severity": info.severity if info else "warn",
                     "line": line.strip()[:400],
+                    "caused_by": _caused_by(m.group("detail")),
+                    "recovery_action": _recovery_action(m.group("detail")) if code == 154 else None,
                 }
             )
             if code == 79 or "fallen off the bus" in line:
@@ -254,6 +338,7 @@ def parse_dmesg(text: str) -> dict[str, Any]:
                     {
                         "bus_id": normalize_bus_id(m.group("bus")),
                         "timestamp": _timestamp(line),
+                        "time": _wall_time(line),
                         "line": line.strip()[:400],
                     }
                 )
@@ -261,18 +346,29 @@ def parse_dmesg(text: str) -> dict[str, Any]:
         if "fallen off the bus" in line:
             # Multi-line form: "NVRM: The NVIDIA GPU 0000:b3:00.0" / "NVRM: (PCI ID: ...) installed in this
             # system has" / "NVRM: fallen off the bus and is not responding to commands." The bus id is
-            # on this line or one of the three before it.
+            # on this line or one of the three before it; dmesg stamps only the first line of the
+            # message (the others are indented continuations), so the time comes from where the bus was.
             bus = None
+            first = line
             for back in range(0, 4):
                 if i - back < 0:
                     break
                 b = _BUS.search(lines[i - back])
                 if b and ("NVRM" in lines[i - back] or back == 0):
                     bus = normalize_bus_id(b.group("bus"))
+                    first = lines[i - back]
                     break
             # The Xid 79 line and the plain line often report the same event: keep one per GPU.
             if bus is None or not any(f["bus_id"] == bus for f in fallen):
-                fallen.append({"bus_id": bus, "timestamp": _timestamp(line), "line": line.strip()[:400]})
+                stamp = _timestamp(line)
+                fallen.append(
+                    {
+                        "bus_id": bus,
+                        "timestamp": stamp if stamp is not None else _timestamp(first),
+                        "time": _wall_time(line) or _wall_time(first),
+                        "line": line.strip()[:400],
+                    }
+                )
             continue
         m2 = _LIMITED.search(line)
         if m2:
@@ -287,6 +383,7 @@ def parse_dmesg(text: str) -> dict[str, Any]:
                     "capable_speed_gts": float(m2.group("cap_speed")),
                     "capable_width": int(m2.group("cap_width")),
                     "timestamp": _timestamp(line),
+                    "time": _wall_time(line),
                     "line": line.strip()[:400],
                 }
             )

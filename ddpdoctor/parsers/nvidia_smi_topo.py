@@ -1,8 +1,10 @@
 """`nvidia-smi topo -m` and `nvidia-smi topo -p2p <r|w|n|a|p>` matrices to plain dicts.
 
 Handles the old layout (NICs as `mlx5_N` columns, no legend), the new one (`NIC#` columns plus a
-`NIC Legend:` block), CPU/NUMA affinity and `GPU NUMA ID` columns, tab- or space-aligned output and
-output clipped at the terminal width (what is there is parsed; a cut cell is kept as printed).
+`NIC Legend:` block), CPU/NUMA affinity and `GPU NUMA ID` columns, tab- or space-aligned output, output
+clipped at the terminal width (what is there is parsed; a cut cell is kept as printed), the ANSI
+underline newer drivers put around the header row, and wide matrices whose adjacent cells lost their
+separator (`NODENODE`, `PIXNODE` in pasted 36-NIC outputs).
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx5_\d+|[a-z]+\d*_\d+|NVS\d*)
 _NIC_LEGEND_LINE = re.compile(r"^\s*(?P<nic>NIC\d+)\s*:\s*(?P<name>\S+)")
 _LEGEND_LINE = re.compile(r"^\s*(?P<code>[A-Z#]+)\s*=\s*(?P<text>.+?)\s*$")
 _NV = re.compile(r"^NV(\d{1,6})$")
+# Terminal escape sequences: newer drivers underline the header row (`\x1b[4mGPU0 ... GPU NUMA ID\x1b[0m`).
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# One matrix cell. Two of them with no separator between (`NODENODE`) are split back into two cells;
+# affinity values (`0-55,112-167`, `N/A`) never match.
+_CELL = r"(?:X|NV\d{1,3}|PIX|PXB|PHB|NODE|SYS|SOC|C2C|OK|NS|CNS|GNS|TNS|DR|U)"
+_GLUED = re.compile(rf"{_CELL}{{2,}}")
+_ONE_CELL = re.compile(_CELL)
 
 # How far apart two devices are, best first: NVLink, then PCIe paths from shortest to longest.
 LINK_RANK = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
@@ -44,6 +53,17 @@ def _split_header(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"\t+|\s{2,}", line.strip()) if c.strip()]
 
 
+def _split_cells(line: str) -> list[str]:
+    """A matrix row's cells, with cells that lost their separator (`NODENODE`) split apart."""
+    cells: list[str] = []
+    for token in line.split():
+        if _GLUED.fullmatch(token):
+            cells.extend(_ONE_CELL.findall(token))
+        else:
+            cells.append(token)
+    return cells
+
+
 def _empty() -> dict[str, Any]:
     return {"gpus": [], "nics": [], "matrix": {}, "affinity": {}, "nic_names": {}, "legend": {}}
 
@@ -55,7 +75,7 @@ def parse_topo_matrix(text: str) -> dict[str, Any]:
     `PXB`, `PHB`, `NODE`, `SYS`, and for `-p2p` `OK`, `NS`, `GNS`, ...).
     """
     out = _empty()
-    lines = text.splitlines()
+    lines = _ANSI.sub("", text).splitlines()
     # The header names GPU0 but, unlike the rows, has no `X` (self) cell.
     header_at = next(
         (i for i, line in enumerate(lines) if "GPU0" in line.split() and "X" not in line.split()),
@@ -90,7 +110,7 @@ def parse_topo_matrix(text: str) -> dict[str, Any]:
             if m:
                 out["legend"][m.group("code")] = m.group("text")
             continue
-        cells = stripped.split()
+        cells = _split_cells(stripped)
         row = cells[0]
         if row not in devices and not _DEVICE.match(row):
             continue
