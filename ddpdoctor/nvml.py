@@ -71,7 +71,9 @@ FI_NVLINK_SPEED_MBPS_COMMON = 90
 FI_NVLINK_GET_SPEED = 164  # scoped by link number; the only id for links past 11 (H100: 18 links)
 FI_RESET_STATUS = 226  # R535-R565; deprecated by the recovery action
 FI_DRAIN_AND_RESET_STATUS = 227
-FI_GPU_RECOVERY_ACTION = 230  # R570+: NVML_GPU_RECOVERY_ACTION_* (0..7, RECOVERY_ACTIONS' order)
+FI_GPU_RECOVERY_ACTION = 230
+FI_POWER_CURRENT_LIMIT = 190  # scoped by NVML_POWER_SCOPE_*: the module's limit on GH200/GB200
+POWER_SCOPE_MODULE = 1  # R570+: NVML_GPU_RECOVERY_ACTION_* (0..7, RECOVERY_ACTIONS' order)
 # nvmlValueType_t -> the c_nvmlValue_t union member that holds it.
 _VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 NVLINK_MAX_LINKS = 18  # NVML allows up to 36, but no shipping GPU has more than 18 (H100/H200)
@@ -386,7 +388,19 @@ GPU_SHAPE = Record(
                 int,
             )
         ),
-        "power": Record(dict.fromkeys(("draw_w", "limit_w", "default_limit_w", "max_limit_w"), float)),
+        "power": Record(
+            dict.fromkeys(
+                (
+                    "draw_w",
+                    "limit_w",
+                    "default_limit_w",
+                    "max_limit_w",
+                    "requested_limit_w",
+                    "module_limit_w",
+                ),
+                float,
+            )
+        ),
         "memory": Record(dict.fromkeys(("total_mib", "used_mib", "free_mib"), int)),
         "utilization": Record({"gpu_percent": int, "memory_percent": int}),
         "fabric": Record({"state": str, "status": str}),
@@ -529,6 +543,12 @@ def read_gpu(lib: Any, index: int) -> tuple[dict[str, Any], Any]:
             "max_limit_w": _watts(constraints[1])
             if isinstance(constraints, (list, tuple)) and len(constraints) > 1
             else None,
+            "requested_limit_w": _watts(
+                q("power.requested_limit", "nvmlDeviceGetPowerManagementLimit", handle)
+            ),
+            "module_limit_w": _watts(
+                _field_value(r, "power.module_limit", handle, FI_POWER_CURRENT_LIMIT, POWER_SCOPE_MODULE)
+            ),
         }
         mem = q("memory", "nvmlDeviceGetMemoryInfo", handle)
         if mem is not None:

@@ -194,20 +194,147 @@ def test_replay_power_brake_and_pcie_replays_from_real_h100_sample(tmp_path: Pat
     )
 
 
+L4_X8 = "nvidia-smi-q__l4-550.90.07-x8-of-x16-link-gen1-idle.txt"
+GH200 = "nvidia-smi-q__gh200-550.127.05-module-power-capped-aggregate-dram-uncorrectable.txt"
+LAPTOP_R580 = "nvidia-smi-q__rtx3050-laptop-580.119.02-51-char-key-column-no-reset-status-process.txt"
+
+
 def test_replay_degraded_link_width(tmp_path: Path) -> None:
-    # No public nvidia-smi -q sample shows a narrowed link, so this is the real H800 sample with the one
-    # `Link Width > Current` line changed from 16x to 8x (everything else as captured).
-    text = (GPU / H800).read_text()
-    old = "            Link Width\n                Max                       : 16x\n                Current                   : 16x\n"
-    assert old in text
-    (tmp_path / "nvidia-smi-q.txt").write_text(
-        text.replace(old, old.replace("Current                   : 16x", "Current                   : 8x"))
-    )
-    report = run_gpu(ReplaySources(tmp_path))
+    # The real L4 sample: Link Width Max 16x, Current 8x. Offline, with nothing known about the slot, a
+    # narrower link than the GPU's is a failure.
+    report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": L4_X8})))
     (width,) = by_id(report)["gpu.pcie.width"]
     assert width.severity == Severity.FAIL and "x8, below its x16 maximum" in width.summary
-    assert width.data["current"] == 8 and width.data["max"] == 16
+    assert width.data["current"] == 8 and width.data["max"] == 16 and width.data["slot_max"] is None
     assert report.exit_code() == 1
+
+
+@pytest.mark.parametrize(
+    ("slot_width", "severity", "words"),
+    [(8, Severity.WARN, "the slot (port 0000:00:01.0) is x8"), (16, Severity.FAIL, "(the slot allows x16)")],
+)
+def test_replay_link_width_judged_against_the_slot(
+    tmp_path: Path, slot_width: int, severity: Severity, words: str
+) -> None:
+    # A snapshot also records the port above each GPU (the `gpu-pci` fact): a x8 slot explains the x8 link.
+    pci = [
+        {
+            "bus_id": "0000:01:00.0",
+            "class": "0x030200",
+            "driver": "nvidia",
+            "width_max": 16,
+            "width_current": 8,
+            "upstream_bus_id": "0000:00:01.0",
+            "upstream_width_max": slot_width,
+        }
+    ]
+    replay_dir(tmp_path, {"nvidia-smi-q.txt": L4_X8})
+    (tmp_path / "gpu-pci.json").write_text(json.dumps(pci))
+    (width,) = by_id(run_gpu(ReplaySources(tmp_path)))["gpu.pcie.width"]
+    assert width.severity == severity and words in width.summary
+    assert "slot 0000:00:01.0 x" in width.evidence[0].excerpt
+
+
+def test_read_nvidia_pci_links_each_gpu_to_its_upstream_port(tmp_path: Path) -> None:
+    # The sysfs layout: devices nest under their upstream port; /sys/bus/pci/devices holds links to them.
+    tree = tmp_path / "devices" / "pci0000:00"
+    port = tree / "0000:00:01.0"
+    gpu = port / "0000:01:00.0"
+    nic = port / "0000:01:00.1"
+    for d, vendor, klass in (
+        (port, "0x8086", "0x060400"),
+        (gpu, "0x10de", "0x030200"),
+        (nic, "0x15b3", "0x020700"),
+    ):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "class").write_text(klass + "\n")
+    (port / "max_link_width").write_text("8\n")
+    (gpu / "max_link_width").write_text("16\n")
+    (gpu / "current_link_width").write_text("8\n")
+    bus = tmp_path / "bus"
+    bus.mkdir()
+    for d in (port, gpu, nic):
+        (bus / d.name).symlink_to(d)
+    (gpu_entry,) = gpu_collect.read_nvidia_pci(str(bus))
+    assert gpu_entry == {
+        "bus_id": "0000:01:00.0",
+        "class": "0x030200",
+        "driver": None,
+        "width_max": 16,
+        "width_current": 8,
+        "upstream_bus_id": "0000:00:01.0",
+        "upstream_width_max": 8,
+    }
+
+
+def test_replay_gh200_module_power_sharing_is_info(tmp_path: Path) -> None:
+    # Real GH200: Current Power Limit 700 W, Requested and Default 900 W, Module limit 1000 W.
+    report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": GH200})))
+    (power,) = by_id(report)["gpu.power_limit"]
+    assert power.severity == Severity.INFO and "shared with the CPU" in power.summary
+    assert "requested_limit_w=900.0" in power.evidence[0].excerpt
+
+
+def test_power_limit_enforced_below_requested_without_a_module_warns() -> None:
+    from ddpdoctor.checks.gpu.health import judge_power_limit
+
+    capped = {"power": {"limit_w": 500.0, "default_limit_w": 700.0, "requested_limit_w": 700.0}}
+    verdict = judge_power_limit(capped)
+    assert verdict is not None and verdict.severity == Severity.WARN
+    assert "platform enforces 500 W though 700 W is requested" in verdict.text and "BMC" in (
+        verdict.fix or ""
+    )
+    lowered = judge_power_limit(
+        {"power": {"limit_w": 500.0, "default_limit_w": 700.0, "requested_limit_w": 500.0}}
+    )
+    assert (
+        lowered is not None
+        and lowered.severity == Severity.WARN
+        and "nvidia-smi -pl 700" in (lowered.fix or "")
+    )
+
+
+def test_replay_display_processes_only_are_info(tmp_path: Path) -> None:
+    # Real R580 laptop: one `G` process (gnome-shell) holding memory: a desktop, not a stray job.
+    report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": LAPTOP_R580})))
+    (procs,) = by_id(report)["gpu.processes"]
+    assert procs.severity == Severity.INFO and "display process(es)" in procs.summary
+    assert "gnome-shell" in procs.summary
+
+
+def test_replay_xid_45_takes_the_severity_of_its_cause(tmp_path: Path) -> None:
+    # Real journal lines: Xid 45 "caused by previous Xid 149/145" (NVLink errors) on several GPUs, with
+    # the original Xid 149/145 lines no longer in the log.
+    replay_dir(
+        tmp_path,
+        {
+            "nvidia-smi-q.txt": H800,
+            "dmesg.txt": "dmesg-journal__8gpu-xid-45-caused-by-previous-xid-149-145-excerpt.txt",
+        },
+    )
+    xids = by_id(run_gpu(ReplaySources(tmp_path)))["gpu.xid"]
+    assert xids and all(f.data["code"] == 45 for f in xids)
+    from ddpdoctor.parsers.dmesg import XID_TABLE
+
+    by_bus = {f.data["bus_id"]: f for f in xids}
+    for bus, cause in (("0000:dc:00", 149), ("0000:ed:00", 145)):
+        assert by_bus[bus].severity == Severity.parse(XID_TABLE[cause].severity) > Severity.INFO, bus
+        assert f"caused by Xid {cause}" in by_bus[bus].summary
+    assert all("caused by Xid 14" in f.summary for f in xids)
+
+
+def test_xid_154_back_to_none_is_info() -> None:
+    from ddpdoctor.checks.gpu.kernel_log import judge_xid_events
+
+    reset = {"code": 154, "recovery_action": "reset"}
+    recovered = {"code": 154, "recovery_action": "none"}
+    assert judge_xid_events(154, [reset])[0] == Severity.FAIL
+    assert judge_xid_events(154, [reset, recovered]) == (
+        Severity.INFO,
+        " (latest: recovery action back to none)",
+    )
+    assert judge_xid_events(45, [{"code": 45, "caused_by": None}])[0] == Severity.INFO
 
 
 def test_replay_healthy_h800_sample(tmp_path: Path) -> None:

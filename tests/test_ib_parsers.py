@@ -279,6 +279,16 @@ FIXTURE_LINES = sorted(
         for p in (IBSTAT_8X, IBSTAT_DOWN, IBSTATUS_8X, DEVINFO_CX5, DEVINFO_NONE, IBSTATUS_NONE)
         for line in p.read_text().splitlines()
     }
+    | {  # the sweep's odd layouts: `-l` listing, rdma-core GID-type suffix, CRLF line ends, rxe
+        line
+        for name in (
+            "ibv_devinfo-l__2-hcas-found-mlx4-excerpt.txt",
+            "ibv_devinfo-v__intel-e810-irdma1-roce-25g-4x-gid-type-suffix-excerpt.txt",
+            "ibstatus__2x-mlx5-roce-down-disabled-40g-and-active-100g-edr-crlf-excerpt.txt",
+            "ibv_devinfo-v__softroce-rxe0-1x-2.5g-ethernet-gids-excerpt.txt",
+        )
+        for line in (RDMA / name).read_text().splitlines(keepends=True)
+    }
     | set(DEVINFO_PORTS.splitlines())
 )
 LINES = st.lists(st.one_of(st.sampled_from(FIXTURE_LINES), st.text(max_size=60)), max_size=40).map("\n".join)
@@ -291,3 +301,178 @@ def test_ib_parsers_never_raise(text: str) -> None:
     for parse in PARSERS:
         json.dumps(parse(text))
     assert all(isinstance(v, str) for v in parse_board_ids(text).values())
+
+
+# --- Real outputs the parsers were not written against (tests/fixtures/rdma/README.md, "sweep") --------
+# Each row: fixture, tool, then what the tool printed for some devices: (name, type, firmware, ports)
+# with ports as (port, state, physical_state, rate_gbps, link_layer); plus the device count and errors.
+
+IB400 = (1, "Active", "LinkUp", 400, "InfiniBand")
+ROCE400 = (1, "Active", "LinkUp", 400, "Ethernet")
+ROCE100 = (1, "Active", "LinkUp", 100, "Ethernet")
+DOWN_DISABLED_40_ETH = (1, "Down", "Disabled", 40, "Ethernet")
+
+SWEEP = [
+    (
+        "ibstat__h100-8x-cx7-ndr400-ib-plus-bluefield3-mlx5_bond_0-roce-200.txt",
+        "ibstat",
+        9,
+        [
+            ("mlx5_0", "MT4129", "28.41.1000", [IB400]),
+            ("mlx5_9", "MT4129", "28.41.1000", [IB400]),
+            ("mlx5_bond_0", "MT41692", "32.38.3056", [(1, "Active", "LinkUp", 200, "Ethernet")]),
+        ],
+    ),
+    (
+        "ibstat__h100-8x-cx7-ndr400-ib-4x-cx6dx-roce-3-down-disabled-tabs.txt",
+        "ibstat",
+        12,
+        [
+            ("mlx5_0", "MT4129", "28.39.1002", [IB400]),
+            ("mlx5_1", "MT4125", "22.38.1002", [ROCE100]),
+            ("mlx5_2", "MT4125", "22.38.1002", [DOWN_DISABLED_40_ETH]),
+            ("mlx5_7", "MT4125", "22.38.1002", [DOWN_DISABLED_40_ETH]),
+            ("mlx5_8", "MT4125", "22.38.1002", [DOWN_DISABLED_40_ETH]),
+        ],
+    ),
+    (
+        "ibstat__a100-9x-mt4126-vf-roce-fw22-plus-8-ib-fw28-tabs.txt",
+        "ibstat",
+        9,
+        [
+            ("mlx5_0", "MT4126", "22.35.2302", [(1, "Active", "LinkUp", 200, "Ethernet")]),
+            ("mlx5_8", "MT4126", "28.37.1014", [(1, "Active", "LinkUp", 200, "InfiniBand")]),
+        ],
+    ),
+    (
+        "ibstat__h100-12x-roce-only-cx7-400-and-cx6dx-100-tabs.txt",
+        "ibstat",
+        12,
+        [("mlx5_0", "MT4129", "28.39.1002", [ROCE400]), ("mlx5_8", "MT4125", "22.39.1002", [ROCE100])],
+    ),
+    (
+        "ibstat__cx6-mlx5_5-state-initializing-linkup-200-crlf-excerpt.txt",
+        "ibstat",
+        1,
+        [("mlx5_5", "MT4123", "20.30.1004", [(1, "Init", "LinkUp", 200, "InfiniBand")])],
+    ),
+    (
+        "ibstatus__2x-mlx5-roce-down-disabled-40g-and-active-100g-edr-crlf-excerpt.txt",
+        "ibstatus",
+        2,
+        [("mlx5_0", None, None, [DOWN_DISABLED_40_ETH]), ("mlx5_1", None, None, [ROCE100])],
+    ),
+    (
+        "ibv_devinfo__8x-mlx5-cx4lx-cx5-cx6-roce-and-ib-4-port-down-crlf-excerpt.txt",
+        "ibv_devinfo",
+        8,
+        [
+            ("mlx5_6", "MT4120", "16.27.1016", [(1, "Down", None, None, "Ethernet")]),
+            ("mlx5_5", "MT4123", "20.30.1004", [(1, "Active", None, None, "InfiniBand")]),
+            ("mlx5_2", "MT4119", "16.27.1016", [(1, "Active", None, None, "Ethernet")]),
+        ],
+    ),
+    (
+        "ibv_devinfo-v__3x-mlx5-disabled-10g-and-active-4x-25g-roce-gids-crlf-excerpt.txt",
+        "ibv_devinfo",
+        3,
+        [
+            # A Down port still reports its (stale) width x speed, as ibstat's `Rate: 40` does.
+            ("mlx5_0", "MT4117", "14.27.1016", [DOWN_DISABLED_40_ETH]),
+            ("mlx5_2", "MT4119", "16.27.1016", [ROCE100]),
+            ("mlx5_4", "MT4117", "14.27.1016", [DOWN_DISABLED_40_ETH]),
+        ],
+    ),
+    (
+        "ibv_devinfo-v__softroce-rxe0-1x-2.5g-ethernet-gids-excerpt.txt",
+        "ibv_devinfo",
+        1,
+        # vendor 0x0000 / part 0: a software device has no hardware model.
+        [("rxe0", None, "0.0.0", [(1, "Active", "LinkUp", 2.5, "Ethernet")])],
+    ),
+    (
+        "ibv_devinfo__softroce-rxe0-2016-librxe-no-link-layer-line-issue-paste.txt",
+        "ibv_devinfo",
+        1,
+        [("rxe0", None, "0.0.0", [(1, "Active", None, None, None)])],
+    ),
+    (
+        "ibv_devinfo-v__intel-e810-irdma1-roce-25g-4x-gid-type-suffix-excerpt.txt",
+        "ibv_devinfo",
+        1,
+        # Not Mellanox (vendor 0x8086): the type is the bare part id. GIDs carry a `, RoCE v2` suffix.
+        [("irdma1", "5522", "1.54", [ROCE100])],
+    ),
+    (
+        "ibv_devinfo__intel-e810-irdma0-vendor-8086-excerpt.txt",
+        "ibv_devinfo",
+        1,
+        [("irdma0", "5522", "1.54", [(1, "Active", None, None, "Ethernet")])],
+    ),
+    (
+        "ibv_devinfo__2x-connectx3-mlx4-2port-port2-down-device-ports-tabs-excerpt.txt",
+        "ibv_devinfo",
+        2,
+        [
+            (
+                "mlx4_0",
+                "MT4099",
+                "2.42.5000",
+                [(1, "Active", None, None, "InfiniBand"), (2, "Down", None, None, "InfiniBand")],
+            )
+        ],
+    ),
+    (
+        "ibv_devinfo-v__connectx3-mlx4_1-port2-only-down-polling-tabs-excerpt.txt",
+        "ibv_devinfo",
+        1,
+        [("mlx4_1", "MT4099", "2.42.5000", [(2, "Down", "Polling", 10, "InfiniBand")])],
+    ),
+    (
+        "ibv_devinfo-l__2-hcas-found-mlx4-excerpt.txt",
+        "ibv_devinfo",
+        2,
+        [("mlx4_1", None, None, []), ("mlx4_0", None, None, [])],
+    ),
+]
+
+
+def _summary(dev: object) -> tuple:
+    return (
+        dev.name,  # type: ignore[attr-defined]
+        dev.type,  # type: ignore[attr-defined]
+        dev.firmware,  # type: ignore[attr-defined]
+        [(p.port, p.state, p.physical_state, p.rate_gbps, p.link_layer) for p in dev.ports],  # type: ignore[attr-defined]
+    )
+
+
+SWEEP_PARSERS = {"ibstat": parse_ibstat, "ibstatus": parse_ibstatus, "ibv_devinfo": parse_ibv_devinfo}
+
+
+@pytest.mark.parametrize("name,tool,count,expected", SWEEP, ids=[row[0][:60] for row in SWEEP])
+def test_real_samples_from_the_sweep(name: str, tool: str, count: int, expected: list[tuple]) -> None:
+    text = (RDMA / name).read_text()
+    status = SWEEP_PARSERS[tool](text)
+    assert status.errors == []
+    assert len(status.devices) == count
+    by_name = {d.name: _summary(d) for d in status.devices}
+    for want in expected:
+        assert by_name[want[0]] == want
+    res = CliRunner().invoke(app, ["parse", tool, str(RDMA / name), "--json"])
+    assert res.exit_code == 0, res.output
+    _check_contract(json.loads(res.output))
+
+
+def test_crlf_and_lf_parse_the_same() -> None:
+    crlf = (RDMA / "ibv_devinfo__8x-mlx5-cx4lx-cx5-cx6-roce-and-ib-4-port-down-crlf-excerpt.txt").read_bytes()
+    assert b"\r\n" in crlf
+    text = crlf.decode()
+    assert parse_ibv_devinfo(text).to_json() == parse_ibv_devinfo(text.replace("\r\n", "\n")).to_json()
+
+
+def test_down_ports_are_counted_per_state_in_the_mixed_h100_node() -> None:
+    st_ = parse_ibstat((RDMA / SWEEP[1][0]).read_text())
+    states = sorted((p.state, p.physical_state, p.link_layer) for d in st_.devices for p in d.ports)
+    assert states.count(("Active", "LinkUp", "InfiniBand")) == 8
+    assert states.count(("Down", "Disabled", "Ethernet")) == 3
+    assert states.count(("Active", "LinkUp", "Ethernet")) == 1

@@ -94,3 +94,52 @@ LINES = sorted(set(SWITCH.read_text().splitlines()) | {"18:00.0 Infiniband contr
 )
 def test_lspci_parser_never_raises(text: str) -> None:
     json.dumps(to_json(text))
+
+
+# Twelve whole records of the same real H100 node's `lspci -vvv` (tests/fixtures/rdma/README.md): the PCIe
+# switch path of GPU 19:00.0, ConnectX-7 1a:00.0 and ConnectX-6 Dx 1b:00.0, and the path of an NVSwitch
+# (83:00.0) whose downstream port 82:00.0 has ACS redirection on.
+NODE = RDMA / "lspci-vvv__h100-node-12-records-gpu-cx7-cx6dx-switch-path-and-acs-on-nvswitch-port-excerpt.txt"
+
+
+def test_h100_node_records() -> None:
+    devices = parse_lspci(NODE.read_text())
+    by = {d.slot: d for d in devices}
+    assert len(devices) == 12
+    assert [s for s, d in by.items() if d.kind == "gpu"] == ["19:00.0"]
+    assert [s for s, d in by.items() if d.kind == "nic"] == ["1a:00.0", "1b:00.0"]
+    # The NVSwitch is class "Bridge" but a PCIe Endpoint: not a PCI bridge.
+    nvswitch = by["83:00.0"]
+    assert (nvswitch.class_name, nvswitch.port_type, nvswitch.kind) == ("Bridge", "Endpoint", "other")
+    assert nvswitch.kernel_driver == "nvidia-nvswitch" and nvswitch.numa_node == 1
+    # Which bridges each device sits behind, from the bridges' secondary..subordinate bus ranges.
+    above = {s: [b.slot for b in devices if b.kind == "bridge" and b.is_above(d)] for s, d in by.items()}
+    assert above["19:00.0"] == ["15:01.0", "16:00.0", "17:01.0"]
+    assert above["1a:00.0"] == ["15:01.0", "16:00.0", "17:02.0"]
+    assert above["1b:00.0"] == ["15:01.0", "16:00.0", "17:03.0"]
+    assert above["83:00.0"] == ["80:01.0", "81:00.0", "82:00.0"]
+    assert [s for s, d in by.items() if d.acs_redirecting] == ["82:00.0"]
+    assert by["82:00.0"].acs_redirecting == ["SrcValid", "ReqRedir", "CmpltRedir"]
+
+
+def test_h100_node_links() -> None:
+    by = {d.slot: d for d in parse_lspci(NODE.read_text())}
+
+    def link(slot: str) -> tuple:
+        cap, sta = by[slot].link_capability, by[slot].link_status
+        assert cap is not None and sta is not None
+        return (
+            cap.speed_gts,
+            cap.width,
+            sta.speed_gts,
+            sta.width,
+            sta.speed_downgraded,
+            sta.width_downgraded,
+        )
+
+    assert link("19:00.0") == (32.0, 16, 32.0, 16, False, False)  # H100, Gen5 x16
+    assert link("1a:00.0") == (32.0, 16, 32.0, 16, False, False)  # ConnectX-7
+    assert link("1b:00.0") == (16.0, 16, 16.0, 16, False, False)  # ConnectX-6 Dx is Gen4
+    # The switch port above the Gen4 NIC trains at 16GT/s: lspci says "(downgraded)" for the port.
+    assert link("17:03.0") == (32.0, 16, 16.0, 16, True, False)
+    assert link("80:01.0") == (16.0, 16, 16.0, 2, False, True)

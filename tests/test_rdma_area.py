@@ -456,7 +456,7 @@ def test_missing_and_timed_out_tools_fall_back_to_sysfs(tmp_path: Path) -> None:
 def test_every_problem_finding_has_evidence_and_fix(tmp_path: Path) -> None:
     make_ib_tree(
         tmp_path / "root",
-        {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: DOWN_POLLING}, "fw": "1.0"}},
+        {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: DOWN_POLLING}, "fw": "28.35.1012"}},
         uverbs=False,
     )
     snap = snapshot_dir(
@@ -671,3 +671,30 @@ def test_wrong_typed_sysfs_fact_is_conformed_not_crashed_on(tmp_path: Path) -> N
 def test_tool_error_fix_names_the_vanished_device(tmp_path: Path) -> None:
     (err,) = by_id(run_rdma(snapshot_dir(tmp_path, files={"ibstat.txt": IBSTAT_8X})), "rdma.tools.errors")
     assert "mlx5_8" in err.summary and "`ibstat mlx5_8`" in err.fix
+
+
+def test_switched_off_ports_next_to_active_rails_are_info(tmp_path: Path) -> None:
+    # Real 8x H100 node: eight active NDR IB ports, one active RoCE port, three RoCE ports Down/Disabled.
+    ibstat = RDMA / "ibstat__h100-8x-cx7-ndr400-ib-4x-cx6dx-roce-3-down-disabled-tabs.txt"
+    findings = run_rdma(snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files={"ibstat.txt": ibstat}))
+    ports = by_id(findings, "rdma.port.state")
+    assert sorted(f.data["device"] for f in ports) == ["mlx5_2", "mlx5_7", "mlx5_8"]
+    assert {f.severity for f in ports} == {Severity.INFO}
+    assert all("switched off, NCCL skips it" in f.summary for f in ports)
+
+
+def test_down_port_next_to_active_ports_of_its_layer_is_a_missing_rail(tmp_path: Path) -> None:
+    make_ib_tree(
+        tmp_path / "root", {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: DOWN_POLLING}}}
+    )
+    (port,) = by_id(
+        run_rdma(snapshot_dir(tmp_path, tmp_path / "root", ulimit=ULIMIT_UNLIMITED)), "rdma.port.state"
+    )
+    assert port.severity == Severity.FAIL and "one rail fewer than its peers" in port.summary
+
+
+def test_virtual_functions_of_different_adapter_families_are_no_firmware_mismatch(tmp_path: Path) -> None:
+    # Real node: nine VFs all reporting MT4126, one on 22.x firmware (ConnectX-6 Dx), eight on 28.x (ConnectX-7).
+    ibstat = RDMA / "ibstat__a100-9x-mt4126-vf-roce-fw22-plus-8-ib-fw28-tabs.txt"
+    findings = run_rdma(snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files={"ibstat.txt": ibstat}))
+    assert not [f for f in findings if f.id == "rdma.firmware.mismatch"]

@@ -89,7 +89,8 @@ PORT_STATE = define(
     "rdma.port.state",
     "RDMA port state",
     "A port that is not Active/LinkUp carries no traffic. NCCL skips it, so ranks on this node get fewer "
-    "NICs than their peers (slow), or none (TCP sockets); a listed HCA that is down makes NCCL fail.",
+    "NICs than their peers (slow), or none (TCP sockets); a listed HCA that is down makes NCCL fail. A "
+    "port switched off (physical state Disabled) with NCCL_IB_HCA unset is only reported.",
     "Polling: no link; reseat or replace the cable/transceiver and check the switch port. LinkUp but "
     "Down/Init/Armed: the subnet manager has not configured the port; check opensm (`sminfo`). Disabled: "
     "enable the port. RoCE: bring the Ethernet interface up (`ip link set DEV up`).",
@@ -636,25 +637,35 @@ def check_ports(
     summary: RdmaSummary, hca_filter: Optional[HcaFilter], disabled_by: Optional[str]
 ) -> list[Finding]:
     findings = []
+    active_layers = {p.link_layer for _, p in summary.ports if p.active}
     for hca, p in summary.ports:
         if p.active:
             continue
         used = disabled_by is None and (hca_filter is None or hca_filter.selects(hca.name, p.port))
+        severity = Severity.FAIL if used else Severity.WARN
         if disabled_by:
             note = f"; not used by NCCL ({disabled_by})"
         elif not used:
             note = f"; not used by NCCL (NCCL_IB_HCA={hca_filter.raw if hca_filter else ''})"
         elif hca_filter is not None:
             note = "; selected by NCCL_IB_HCA"
+        # NCCL_IB_HCA unset: NCCL skips ports that are not active, so what a dead port costs depends on
+        # what else is up.
+        elif p.physical_state == "Disabled":
+            severity, note = Severity.INFO, "; switched off, NCCL skips it"
+        elif p.link_layer in active_layers:
+            note = "; NCCL skips it, so this node has one rail fewer than its peers"
+        elif active_layers:
+            severity = Severity.WARN
+            note = f"; NCCL skips it and uses the active {'/'.join(sorted(x or '?' for x in active_layers))} ports"
         else:
-            note = "; NCCL_IB_HCA unset, so NCCL would use it"
+            note = "; no RDMA port is active, NCCL falls back to TCP sockets"
         layer = " (RoCE)" if p.is_roce else ""
         if p.state is None:
             # No source could read the port state: unchecked, which is neither a pass nor a fault.
             severity = Severity.ERROR
             text = f"{hca.name} port {p.port}{layer}: state could not be read (physical state {p.physical_state or '?'}){note}"
         else:
-            severity = Severity.FAIL if used else Severity.WARN
             text = f"{hca.name} port {p.port}{layer} is {p.state} / {p.physical_state or '?'} (expected Active / LinkUp){note}"
         findings.append(
             PORT_STATE.finding(
@@ -724,20 +735,27 @@ def check_rates(summary: RdmaSummary) -> list[Finding]:
 
 
 def check_firmware(summary: RdmaSummary) -> list[Finding]:
-    by_model: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    # Adapters of one model and firmware family (the major version: 22.x ConnectX-6 Dx, 28.x ConnectX-7)
+    # should run one version. Virtual functions all report one generic id (MT4126) whatever the physical
+    # adapter, so the family, not the id alone, says which adapters are alike.
+    by_model: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for h in summary.hcas:
         if h.model and h.firmware:
-            by_model[h.model][h.firmware].append(h.name)
+            by_model[(h.model, h.firmware.split(".", 1)[0])][h.firmware].append(h.name)
     findings = []
-    for model, versions in by_model.items():
+    for (model, family), versions in by_model.items():
         if len(versions) > 1:
             text = "; ".join(f"{fw} on {', '.join(names)}" for fw, names in sorted(versions.items()))
             findings.append(
                 FIRMWARE.finding(
                     Severity.WARN,
-                    f"{model} adapters run {len(versions)} firmware versions: {text}",
+                    f"{model} adapters (firmware {family}.x) run {len(versions)} firmware versions: {text}",
                     evidence=[Evidence("ibstat / /sys/class/infiniband/*/fw_ver", text)],
-                    data={"model": model, "versions": {fw: names for fw, names in versions.items()}},
+                    data={
+                        "model": model,
+                        "family": family,
+                        "versions": {fw: names for fw, names in versions.items()},
+                    },
                 )
             )
     return findings

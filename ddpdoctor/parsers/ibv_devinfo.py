@@ -5,6 +5,7 @@ Layout (tabs as printed; pasted copies may use spaces): `hca_id:\tmlx5_0`, devic
 `state:\t\tPORT_ACTIVE (4)` and `link_layer:\tInfiniBand`. Only `-v` prints `phys_state:` (IB transport
 only), `active_width: 4X (2)` and `active_speed: 50.0 Gbps (64)`; the rate is their product, so without
 `-v` it is null. Errors such as `Failed to get IB devices list: ...` and `No IB devices found` are kept.
+`ibv_devinfo -l` (`2 HCAs found:` then one tab-indented name per line) gives the devices without ports.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from ddpdoctor.parsers.ibstat import IbDevice, IbPort, IbStatus, as_number
 
 _HCA = re.compile(r"^\s*hca_id\s*:\s*(?P<name>\S+)")
 _PORT = re.compile(r"^\s*port\s*:\s*(?P<port>\d{1,6})\s*$")
+# `ibv_devinfo -l`: devinfo.c prints "%d HCA%s found:\n" then "\t%s\n" per device.
+_LIST_HEADER = re.compile(r"^\s*\d{1,6}\s+HCAs?\s+found:\s*$")
+_LIST_NAME = re.compile(r"^\s+(?P<name>[A-Za-z0-9_.-]+)\s*$")
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z0-9_ ]*?)\s*:\s*(?P<value>.*?)\s*$")
 _PORT_KEYS = {"state": "state", "phys_state": "physical_state", "link_layer": "link_layer"}
 _WIDTH = re.compile(r"(?<!\d)(\d{1,4})\s*X", re.IGNORECASE)
@@ -46,8 +50,8 @@ def _finish_port(port: Optional[IbPort], width: Optional[str], speed: Optional[s
 
 
 def _device_type(vendor_id: Optional[int], part_id: Optional[int]) -> Optional[str]:
-    if part_id is None:
-        return None
+    if part_id is None or (part_id == 0 and vendor_id in (0, None)):
+        return None  # software devices (rxe, siw) report vendor 0x0000 / part 0: no hardware model
     if vendor_id in MELLANOX_VENDOR_IDS:
         return f"MT{part_id}"
     return str(part_id)
@@ -67,9 +71,20 @@ def parse_ibv_devinfo(text: str) -> IbStatus:
         if device is not None and device.type is None:
             device.type = _device_type(vendor_id, part_id)
 
+    listing = False
     for line in text.splitlines():
         if not line.strip():
+            listing = False
             continue
+        if _LIST_HEADER.match(line):
+            listing = True
+            continue
+        if listing:
+            m = _LIST_NAME.match(line)
+            if m:
+                out.device(m.group("name"))
+                continue
+            listing = False
         m = _HCA.match(line)
         if m:
             _finish_port(port, width, speed)

@@ -63,7 +63,11 @@ class PciDevice:
         """bridge, gpu, nic (an RDMA-class adapter), or other."""
         cls = self.class_name.lower()
         port = (self.port_type or "").lower()
-        if "bridge" in cls or port.endswith(("root port", "downstream port", "upstream port")):
+        # An NVSwitch is class "Bridge" but a PCIe Endpoint: it bridges NVLink, not PCI buses.
+        is_endpoint = port.endswith("endpoint")
+        if not is_endpoint and (
+            "bridge" in cls or port.endswith(("root port", "downstream port", "upstream port"))
+        ):
             return "bridge"
         if cls in GPU_CLASSES and (cls == "3d controller" or "nvidia" in self.description.lower()):
             return "gpu"

@@ -46,7 +46,7 @@ _NUMBER = re.compile(r"^\s*(-?\d{1,18}(?:\.\d+)?)\s*(?:[a-zA-Z%()/.]+\s*)*$")
 # stay whole.
 _KV = re.compile(r"^(?P<key>[^:]*?)\s*:(?:\s+(?P<value>.*?))?\s*$")
 _GPU_HEADER = re.compile(r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
-_ERROR_LINES = re.compile(
+ERROR_LINES = re.compile(
     r"(Failed to initialize NVML:.*|NVML library version:.*|Unable to determine the device handle for GPU.*"
     r"|NVIDIA-SMI has failed because.*|No devices were found.*|Unable to load the NVIDIA.*"
     r"|GPU access blocked by the operating system.*|Insufficient Permissions.*)",
@@ -275,7 +275,11 @@ RECOVERY_ACTIONS = (
     "bus_reset",
     "system_reboot",
 )
-_RECOVERY_ALIASES = {"gpu_reset": "reset", "node_reboot": "reboot", "drain_and_reset_recommended": "drain_and_reset"}
+_RECOVERY_ALIASES = {
+    "gpu_reset": "reset",
+    "node_reboot": "reboot",
+    "drain_and_reset_recommended": "drain_and_reset",
+}
 
 
 def to_recovery_action(text: Optional[str]) -> Optional[str]:
@@ -287,7 +291,7 @@ def to_recovery_action(text: Optional[str]) -> Optional[str]:
     return _RECOVERY_ALIASES.get(low, low) or None
 
 
-def _compute_mode(text: Optional[str]) -> Optional[str]:
+def to_compute_mode(text: Optional[str]) -> Optional[str]:
     """Normalise to Default / Exclusive_Process / Exclusive_Thread / Prohibited."""
     text = value_or_none(text)
     if text is None:
@@ -361,6 +365,10 @@ _SECTIONS: dict[str, dict[str, _Field]] = {
         ),
         "default_limit_w": (to_float, ("GPU Power Readings|Power Readings", "Default Power Limit")),
         "max_limit_w": (to_float, ("GPU Power Readings|Power Readings", "Max Power Limit")),
+        # What the admin set; "Current" is what the platform enforces, lower when it caps the GPU.
+        "requested_limit_w": (to_float, ("GPU Power Readings|Power Readings", "Requested Power Limit")),
+        # Grace Hopper/Blackwell modules share one budget between CPU and GPU.
+        "module_limit_w": (to_float, ("Module Power Readings", "Current Power Limit")),
     },
     "memory": {
         "total_mib": (to_int, ("FB Memory Usage", "Total")),
@@ -384,7 +392,7 @@ _FIELDS: dict[str, _Field] = {
     "vbios_version": (value_or_none, ("VBIOS Version",)),
     "minor_number": (to_int, ("Minor Number",)),
     "persistence_mode": (to_bool, ("Persistence Mode",)),
-    "compute_mode": (_compute_mode, ("Compute Mode",)),
+    "compute_mode": (to_compute_mode, ("Compute Mode",)),
     "reset_required": (to_bool, ("GPU Reset Status", "Reset Required")),
     "drain_and_reset_recommended": (to_bool, ("GPU Reset Status", "Drain and Reset Recommended")),
     "recovery_action": (to_recovery_action, ("GPU Recovery Action",)),
@@ -426,7 +434,7 @@ def parse_nvidia_smi_q(text: str) -> dict[str, Any]:
     """
     tree = parse_tree(text)
     gpus = [c for c in tree.children if _GPU_HEADER.match(c.key)]
-    errors = [m.group(1).strip() for m in _ERROR_LINES.finditer(text)]
+    errors = [m.group(1).strip() for m in ERROR_LINES.finditer(text)]
     return {
         "timestamp": value_or_none(tree.get("Timestamp")),
         "driver_version": value_or_none(tree.get("Driver Version")),

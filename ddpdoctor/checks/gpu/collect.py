@@ -9,6 +9,7 @@ meet a value of the wrong type.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional
 from ddpdoctor.engine import Context
 from ddpdoctor.json_shape import ListOf, Record, conform_fact
 from ddpdoctor.nvml import gather_nvml, load_nvml_fact
+from ddpdoctor.parsers.dmesg import normalize_bus_id
 from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_q
 from ddpdoctor.parsers.nvidia_smi_nvlink import parse_nvlink
 from ddpdoctor.parsers.nvidia_smi_topo import parse_topo_matrix, parse_topo_p2p
@@ -67,11 +69,24 @@ NVML_FACT = define_fact(
     "NVML readings: driver and CUDA driver version, per-GPU health (ECC, remapped rows, PCIe, clocks, "
     "compute mode, MIG, processes, NVLink, fabric) and GPU-pair P2P status",
 )
+_BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 GPU_PCI_FACT = define_fact(
     "gpu-pci",
     "NVIDIA display/3D PCI devices listed in /sys/bus/pci/devices (GPUs present with or without a driver)",
 )
-GPU_PCI_SHAPE = ListOf(Record({"bus_id": str, "class": str, "driver": str}))
+GPU_PCI_SHAPE = ListOf(
+    Record(
+        {
+            "bus_id": str,
+            "class": str,
+            "driver": str,
+            "width_max": int,  # the GPU's own link capability (sysfs max_link_width)
+            "width_current": int,
+            "upstream_bus_id": str,  # the port above it: a root port or a switch downstream port
+            "upstream_width_max": int,  # that port's capability: the slot's width
+        }
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -160,15 +175,24 @@ class GpuCollected:
     replay: bool = False
 
 
-def read_nvidia_pci() -> list[dict[str, Any]]:
-    """NVIDIA GPUs (vendor 0x10de, class display/3D) on the PCI bus, with or without a driver.
+def _read_width(path: Path) -> Optional[int]:
+    """A sysfs link width (`16`; some kernels print `x16`), None when absent or unreadable."""
+    try:
+        text = path.read_text().strip().lstrip("xX")
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and 0 < int(text) <= 32 else None
 
-    Equivalent: lspci -d 10de: -nn | grep -E '\\[03'.
+
+def read_nvidia_pci(root: str = "/sys/bus/pci/devices") -> list[dict[str, Any]]:
+    """NVIDIA GPUs (vendor 0x10de, class display/3D) on the PCI bus, with or without a driver, with their
+    link width and the width of the port above them.
+
+    Equivalent: lspci -d 10de: -nn | grep -E '\\[03'; lspci -vv -s BDF | grep LnkCap (GPU and upstream port).
     """
     devices: list[dict[str, Any]] = []
-    root = Path("/sys/bus/pci/devices")
     try:
-        entries = sorted(root.iterdir())
+        entries = sorted(Path(root).iterdir())
     except OSError:
         return devices
     for dev in entries:
@@ -184,8 +208,38 @@ def read_nvidia_pci() -> list[dict[str, Any]]:
             driver = os.path.basename(os.readlink(dev / "driver"))
         except OSError:
             pass
-        devices.append({"bus_id": dev.name, "class": klass, "driver": driver})
+        # The device's sysfs directory sits inside its upstream port's: /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0
+        upstream = Path(os.path.realpath(dev)).parent
+        has_port = _BDF.match(upstream.name) is not None
+        devices.append(
+            {
+                "bus_id": dev.name,
+                "class": klass,
+                "driver": driver,
+                "width_max": _read_width(dev / "max_link_width"),
+                "width_current": _read_width(dev / "current_link_width"),
+                "upstream_bus_id": upstream.name if has_port else None,
+                "upstream_width_max": _read_width(upstream / "max_link_width") if has_port else None,
+            }
+        )
     return devices
+
+
+def attach_slot_widths(gpus: list[dict[str, Any]], pci: Optional[list[dict[str, Any]]]) -> None:
+    """Give each GPU's `pcie` record the width of the port above it (`slot_width_max`, `slot_bus_id`).
+
+    nvidia-smi's and NVML's "max" width is the GPU's own: a x16 GPU in a slot wired x8 looks like a
+    degraded link unless the slot's capability is known.
+    """
+    by_bus = {normalize_bus_id(d.get("bus_id")): d for d in pci or []}
+    for g in gpus:
+        d = by_bus.get(normalize_bus_id(g.get("bus_id")))
+        if d is not None and d.get("upstream_width_max") is not None:
+            g["pcie"] = {
+                **(g.get("pcie") or {}),
+                "slot_width_max": d["upstream_width_max"],
+                "slot_bus_id": d.get("upstream_bus_id"),
+            }
 
 
 def load_gpu_pci(value: Any) -> Optional[list[dict[str, Any]]]:
@@ -266,6 +320,7 @@ def collect_gpu_base(sources: Sources) -> GpuCollected:
     c.pci_devices = load_gpu_pci(fact_or_none(sources, GPU_PCI_FACT, read_nvidia_pci))
     if not c.gpus:
         return c
+    attach_slot_widths(c.gpus, c.pci_devices)
     c.topo = sources.run(TOPO_M)
     c.topo_parsed = _parsed(c.topo, parse_topo_matrix)
     if c.p2p is None and len(c.gpus) > 1:

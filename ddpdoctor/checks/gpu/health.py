@@ -114,7 +114,8 @@ PCIE_WIDTH = define(
     "PCIe link width",
     "A GPU whose PCIe link trained narrower than it can (x8 or x4 instead of x16) moves host<->device and "
     "GPUDirect RDMA traffic at a fraction of the speed: data loading and inter-node collectives slow "
-    "down without any error.",
+    "down without any error. Where the port above the GPU is itself narrower (a slot wired x8, a "
+    "bifurcated slot), the slot is the limit and the finding is a warning.",
     "Reseat the GPU or riser, check the slot and cables, update the system BIOS; compare with `lspci -vvv` "
     "(LnkSta vs LnkCap).",
 )
@@ -440,19 +441,32 @@ def pcie_excerpt(g: Mapping[str, Any]) -> str:
     p = _pcie(g)
     return (
         f"PCIe Generation Current {p.get('gen_current')} Max {p.get('gen_max')} (device {p.get('gen_device_max')}, "
-        f"host {p.get('gen_host_max')}); Link Width Current {p.get('width_current')}x Max {p.get('width_max')}x; "
+        f"host {p.get('gen_host_max')}); Link Width Current {p.get('width_current')}x Max {p.get('width_max')}x"
+        + (f" (slot {p['slot_bus_id']} x{p['slot_width_max']})" if p.get("slot_width_max") else "")
+        + "; "
         f"Replays Since Reset {p.get('replays')}"
     )
 
 
 def judge_pcie_width(g: Mapping[str, Any]) -> Optional[Verdict]:
-    cur, mx = _pcie(g).get("width_current"), _pcie(g).get("width_max")
+    p = _pcie(g)
+    cur, mx, slot = p.get("width_current"), p.get("width_max"), p.get("slot_width_max")
     if cur is None or mx is None:
         return None
-    data = {"current": cur, "max": mx}
-    if cur < mx:
-        return Verdict(Severity.FAIL, f"PCIe link runs at x{cur}, below its x{mx} maximum", data)
-    return Verdict(Severity.OK, "", data)
+    data = {"current": cur, "max": mx, "slot_max": slot}
+    if cur >= mx:
+        return Verdict(Severity.OK, "", data)
+    if slot is not None and cur >= slot:
+        # The GPU trained as wide as the port above it allows: the slot, not the link, is narrow.
+        return Verdict(
+            Severity.WARN,
+            f"PCIe link runs at x{cur}: the slot (port {p.get('slot_bus_id')}) is x{slot}, the GPU could use x{mx}",
+            data,
+            "Host<->GPU and GPUDirect RDMA traffic get a fraction of the bandwidth: move the GPU to a x"
+            f"{mx} slot, or check the BIOS lane bifurcation setting for that slot.",
+        )
+    where = f" (the slot allows x{slot})" if slot is not None else ""
+    return Verdict(Severity.FAIL, f"PCIe link runs at x{cur}, below its x{mx} maximum{where}", data)
 
 
 def judge_pcie_gen(g: Mapping[str, Any]) -> Optional[Verdict]:
@@ -550,13 +564,37 @@ def judge_power_limit(g: Mapping[str, Any]) -> Optional[Verdict]:
     lim, default = p.get("limit_w"), p.get("default_limit_w")
     if lim is None or default is None or default <= 0:
         return None
-    data = {"limit_w": lim, "default_limit_w": default, "draw_w": p.get("draw_w")}
-    if lim < default * POWER_LIMIT_LOWERED_RATIO:
+    requested, module = p.get("requested_limit_w"), p.get("module_limit_w")
+    data = {
+        "limit_w": lim,
+        "default_limit_w": default,
+        "requested_limit_w": requested,
+        "draw_w": p.get("draw_w"),
+    }
+    floor = default * POWER_LIMIT_LOWERED_RATIO
+    if lim >= floor:
+        return Verdict(Severity.OK, "", data)
+    if requested is None or requested < floor:
         fix = POWER_LIMIT.fix.replace("<default W>", f"{default:g}")
         return Verdict(
             Severity.WARN, f"power limit {lim:g} W, below the default {default:g} W", data, gpu_fix(fix, g)
         )
-    return Verdict(Severity.OK, "", data)
+    # Nobody lowered the requested limit: the platform enforces less than was asked for.
+    if module is not None:
+        return Verdict(
+            Severity.INFO,
+            f"enforced power limit {lim:g} W below the requested {requested:g} W: the module's {module:g} W "
+            "budget is shared with the CPU (Grace Hopper/Blackwell power sharing)",
+            {**data, "module_limit_w": module},
+        )
+    return Verdict(
+        Severity.WARN,
+        f"the platform enforces {lim:g} W though {requested:g} W is requested (default {default:g} W)",
+        data,
+        "Nothing on the GPU lowered it: look for a chassis or BMC power cap (Redfish/IPMI power capping), "
+        "a power brake from the PSUs, or a datacenter power policy; `nvidia-smi -q -d POWER,PERFORMANCE` "
+        "shows the limits and the active slowdown reasons.",
+    )
 
 
 CLOCK_CHECKS = (

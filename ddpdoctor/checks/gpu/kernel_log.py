@@ -54,6 +54,30 @@ def _unreadable(result: Any) -> Optional[Finding]:
     )
 
 
+def _table_severity(code: Optional[int]) -> Severity:
+    info = XID_TABLE.get(code) if code is not None else None
+    return Severity.parse(info.severity) if info else Severity.WARN
+
+
+def judge_xid_events(code: int, events: list[Mapping[str, Any]]) -> tuple[Severity, str]:
+    """How bad a run of one Xid code on one GPU is, and what to add to the summary.
+
+    Xid 154 reports a change of the GPU's recovery action: the latest line says where it stands now (a
+    change back to "none" means the GPU recovered). An Xid 43/45 that names the Xid it follows ("caused
+    by previous Xid 149") is as bad as that cause, which may have rotated out of the log.
+    """
+    if code == 154:
+        action = events[-1].get("recovery_action")
+        if action == "none":
+            return Severity.INFO, " (latest: recovery action back to none)"
+        return _table_severity(code), f" (latest: recovery action {action})" if action else ""
+    severity = _table_severity(code)
+    causes = sorted({e["caused_by"] for e in events if isinstance(e.get("caused_by"), int)})
+    for cause in causes:
+        severity = max(severity, _table_severity(cause))
+    return severity, f" (caused by Xid {', '.join(map(str, causes))})" if causes else ""
+
+
 def judge_dmesg(c: GpuCollected) -> tuple[list[Finding], list[Mapping[str, Any]]]:
     """Xid and fallen-off-the-bus findings, and the PCIe "limited by" entries for judge_pcie_limited."""
     result = c.dmesg
@@ -73,10 +97,11 @@ def judge_dmesg(c: GpuCollected) -> tuple[list[Finding], list[Mapping[str, Any]]
         gpu = by_bus.get(bus)
         who = gpu_label(gpu) if gpu else f"GPU at {bus}"
         meaning = info.meaning if info else "unlisted Xid (see NVIDIA's Xid table)"
+        severity, detail = judge_xid_events(code, events)
         findings.append(
             XID.finding(
-                Severity.parse(info.severity) if info else Severity.WARN,
-                f"{who}: Xid {code} x{len(events)}: {meaning}"[:300],
+                severity,
+                f"{who}: Xid {code} x{len(events)}: {meaning}{detail}"[:300],
                 evidence=[Evidence(DMESG.display, "\n".join(str(e["line"]) for e in events[-3:]))],
                 fix=(gpu_fix(info.action, gpu) if gpu else info.action) if info else None,
                 data={

@@ -139,10 +139,18 @@ def judge_processes(c: GpuCollected) -> list[Finding]:
     if busy:
         lines = [_process_line(g, p) for g, p in busy]
         pids = " ".join(sorted({str(p.get("pid")) for _, p in busy if p.get("pid") is not None}))
+        # A desktop (Xorg, gnome-shell) holds a little memory on a workstation GPU: worth knowing, not a
+        # stray job. Anything with a compute context ("C", "C+G") is.
+        display_only = all(str(p.get("type") or "").upper() == "G" for _, p in busy)
         return [
             PROCESSES.finding(
-                Severity.WARN,
-                f"{len(busy)} process(es) already on the GPUs: "
+                Severity.INFO if display_only else Severity.WARN,
+                f"{len(busy)} "
+                + (
+                    "display process(es) (a desktop session) on the GPUs: "
+                    if display_only
+                    else "process(es) already on the GPUs: "
+                )
                 + "; ".join(lines[:4])
                 + (" ..." if len(lines) > 4 else ""),
                 evidence=[Evidence(src, "\n".join(lines[:20]))],
