@@ -41,9 +41,40 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: redact_value(k, v) for k, v in env.items()}
 
 
+# In free text (logs from another machine, command output) secrets show up as assignments to a
+# secret-named variable or option (`HF_TOKEN=hf_...`, `"password": "..."`, `--api-key=...`) or as tokens
+# whose format gives them away. Names are matched by whole segments, so NCCL_IB_PKEY or AUTHOR stay.
+_SECRET_SEGMENT = (
+    r"(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API[_-]?KEY|ACCESS[_-]?KEY|PRIVATE[_-]?KEY|SECRET[_-]?KEY|AUTH[_-]?KEY"
+    r"|CREDENTIALS?|COOKIE|SESSION[_-]?KEY)"
+)
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?P<name>\b[A-Za-z0-9_.-]*(?<![A-Za-z0-9])" + _SECRET_SEGMENT + r"(?![A-Za-z0-9]))"
+    r"(?P<sep>\"?\s*[=:]\s*\"?)(?P<value>[^\s\"',;&]+)",
+    re.IGNORECASE,
+)
+_TOKEN_FORMATS = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
+    r"|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})\b"
+)
+_BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
+
+
+def _redact_assignment(m: re.Match[str]) -> str:
+    value = m.group("value")
+    if value.lower() in _NOT_SECRET_VALUES or value == REDACTED or value.startswith("<"):
+        return m.group(0)
+    return f"{m.group('name')}{m.group('sep')}{REDACTED}"
+
+
 def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
-    """Remove credentials in URLs and any literal value of a secret-named environment variable."""
+    """Remove credentials in URLs, values assigned to secret-named variables or options, tokens in a
+    known format (Hugging Face, GitHub, GitLab, OpenAI-style, AWS access keys, Slack, Bearer), and any
+    literal value of a secret-named variable in `env` (the current environment by default)."""
     text = URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+    text = _SECRET_ASSIGNMENT.sub(_redact_assignment, text)
+    text = _TOKEN_FORMATS.sub(REDACTED, text)
+    text = _BEARER.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
     secrets = [
         value
         for name, value in (env if env is not None else os.environ).items()

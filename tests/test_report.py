@@ -182,3 +182,37 @@ def test_redaction_helpers() -> None:
     # A longer secret containing a shorter one is not left half replaced.
     both = {"A_TOKEN": "secret", "B_TOKEN": "secret-and-more"}
     assert redact_text("x secret-and-more y", both) == f"x {REDACTED} y"
+
+
+@pytest.mark.parametrize(
+    ("text", "leaked"),
+    [
+        # A log from another machine: the values are in no local environment variable.
+        (
+            "[rank0]: NCCL WARN x HF_TOKEN=hf_secretvalue123 WANDB_API_KEY=abcd1234",
+            ["hf_secretvalue123", "abcd1234"],
+        ),
+        ('{"password": "hunter2", "user": "bob"}', ["hunter2"]),
+        (
+            "python train.py --api-key=k3y-v4lue --hub_token hf_abcdefghijklmnopqrstuvwxyz",
+            ["k3y-v4lue", "hf_abcdef"],
+        ),
+        (
+            "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG AKIAIOSFODNN7EXAMPLE",
+            ["wJalrX", "AKIAIOSFODNN7EXAMPLE"],
+        ),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abc.def", ["eyJhbGci"]),
+        ("git clone https://ghp_1234567890abcdefghijABCDEFGHIJ@github.com/x", ["ghp_1234"]),
+    ],
+)
+def test_secrets_in_free_text_are_redacted(text: str, leaked: list[str]) -> None:
+    out = redact_text(text, {})
+    assert REDACTED in out and not [s for s in leaked if s in out], out
+
+
+def test_redaction_leaves_diagnostics_alone() -> None:
+    text = (
+        "NCCL_IB_PKEY=0 AUTHOR=me AUTH_MODE=none NCCL_SOCKET_IFNAME=eth0 max_tokens=512 tokenizer=bpe "
+        "Port GUID: 0x1234 PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 pad_token=<pad>"
+    )
+    assert redact_text(text, {}) == text
