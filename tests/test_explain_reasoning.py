@@ -7,6 +7,7 @@ rank numbers, SeqNum values) the numbers of the quoted lines are substituted; th
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from ddpdoctor.explain import explain, load_knowledge_base, scan_inputs
 from ddpdoctor.model import ExitCode
@@ -303,3 +304,15 @@ def test_informational_notes_alone_are_not_a_failure() -> None:
     assert ex.exit_code == ExitCode.HEALTHY
     assert ex.to_dict(show_all=True)["notes"][0]["id"] == "nccl.ib_no_device"
     assert ex.to_dict(show_all=False)["notes"] == []
+
+
+def test_a_rank_exception_beats_the_peers_connection_closed() -> None:
+    """Real torchrun run: rank 1 raises a RuntimeError; rank 0 then reports gloo 'Connection closed by peer'
+    and torchrun names rank 1 as its first observed failure. The exception on rank 1 is the root cause."""
+    path = Path(__file__).parent / "fixtures" / "explain" / "torchrun-2rank-gloo-rank1-runtimeerror.log"
+    kb = load_knowledge_base()
+    with open(path, "rb") as f:
+        result = explain(kb, scan_inputs(kb, [(path.name, f)]))
+    assert result.root is not None and result.root.id == "python.exception" and result.root.ranks == [1]
+    assert "inconsistent tensor size" in result.root.first.text
+    assert "gloo.connection_closed" in [d.id for d in result.consequences]
