@@ -590,3 +590,13 @@ def test_expected_host_without_rank_is_named_without_a_wait() -> None:
     )
     f = _by_id(judge_cluster([_node("node 0", dict(BASE)), node], 30))["cluster.node.missing"][0]
     assert f.summary == "host a2 never joined (listed in --hosts but no rank from it joined)"
+
+
+def test_name_absent_when_node_names_are_not_host_names() -> None:
+    # Slurm node names that are not host names (e.g. AWS ParallelCluster "queue-dy-p4d-1"): every rank
+    # joined from host "ip-10-0-0-5", so no node is absent.
+    joined = {0: _ident(0, "ip-10-0-0-5")}
+    assert name_absent([], joined, ["queue-dy-p4d-1"], 1, "SLURM_JOB_NODELIST") == ({}, [])
+    # A rank is missing: it is named by number, not by a node name that may be wrong.
+    ranks, hosts = name_absent([1], joined, ["queue-dy-p4d-1", "queue-dy-p4d-2"], 2, "SLURM_JOB_NODELIST")
+    assert ranks == {1: ("rank 1", "never published its identity")} and hosts == []

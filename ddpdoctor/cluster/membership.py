@@ -253,6 +253,10 @@ def name_absent(
     Returns ({rank: (label, detail)}, [(label, detail) for hosts not otherwise named]).
     """
     seen = {short_host(i.hostname) for i in joined.values()}
+    if joined and not seen & {short_host(h) for h in expected_hosts}:
+        # No joined rank's host name is in the list: the list names nodes some other way (Slurm node
+        # names need not be host names), so names cannot be compared; ranks are named by number only.
+        expected_hosts = ()
     one_per_host = bool(expected_hosts) and len(expected_hosts) == world_size
     named_hosts: set[str] = set()
     ranks: dict[int, tuple[str, str]] = {}
