@@ -41,7 +41,7 @@ error; 3 nothing failed but a probe could not run.
 Schema `ddpdoctor.check/1`: a top-level object with `schema`, `tool` (`name`, `version`), `host`,
 `source` (`live` or `replay:DIR`), `duration_s`, `areas`, `exit_code`, `counts` (per severity) and
 `findings`: a list of objects with `id`, `area`, `severity`, `title`, `summary`, `evidence` (a list of
-`{source, excerpt}`), `fix` and `data` (machine-readable values, per finding). Fields are only ever
+`{source, excerpt}`), `fix` (null when there is nothing to do) and `data` (machine-readable values, per finding). Fields are only ever
 added within a schema version. The JSON Schema (draft 2020-12) is
 [`docs/schemas/check.schema.json`](schemas/check.schema.json); the tests validate every `--json` output
 against it. The other formats (`--format junit|github|markdown`) are described in [ci.md](ci.md).
@@ -62,6 +62,10 @@ SNAPSHOT_HEADER = """# Snapshots and replay
 - A missing file means "not available there": the checks that need it report a `skip` naming the
   missing file, never a pass. A file that is present but unusable (empty, garbage, a tool that timed
   out according to its `.meta.json`) is judged like the live output would be: usually an `error`.
+- DIR must be new or empty: `snapshot` refuses (exit 2) a directory that holds anything, because a
+  file left from an earlier snapshot (say `nvidia-smi-q.txt` of another machine, or of a run with other
+  `--only`) would be replayed as if this run had written it. It never deletes files; pick a new
+  directory per snapshot. A path that cannot be a directory is refused before any probe runs.
 - Secrets are redacted before anything is written: environment values whose names contain TOKEN,
   SECRET, PASSWORD, KEY, CREDENTIAL, AUTH (and similar), and credentials inside URLs.
 
@@ -79,10 +83,12 @@ DECLARING_MODULES = (
     "ddpdoctor.prolog",
     "ddpdoctor.cluster.judge",
     "ddpdoctor.cluster.pairwise",
+    "ddpdoctor.bench.preflight",
+    "ddpdoctor.render.formats",  # the bench-nccl verdicts and per-op bandwidth findings
 )
 # Finding groups that are not check areas (or whose id prefix differs from the area name).
 EXTRA_TITLES = {
-    "bench": "Benchmark launch refusals (`bench-nccl` and the NCCL smoke test of `check`)",
+    "bench": "Benchmark (`bench-nccl` launch refusals, ranks, verdicts and bandwidth; the NCCL smoke test of `check`)",
     "core": "Check engine (probe time-outs and crashes, `check --prolog` time bound)",
     "expect": "Expectations (`check --expect`, `bench-nccl --expect`)",
     "cluster": "Cluster (`check --cluster`, `bench-nccl --pairwise`; see docs/cluster.md)",

@@ -163,10 +163,17 @@ def is_selected(name: str, only: Sequence[str] = (), skip: Sequence[str] = ()) -
 
 
 def select_areas(all_areas: Iterable[Area], only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[Area]:
-    """Filter areas by name; unknown names raise ValueError (a usage error)."""
+    """Filter areas by name; unknown names, or a selection that leaves no area, raise ValueError (a
+    usage error): a check that checked nothing must not report a pass."""
     areas = list(all_areas)
     names = {a.name for a in areas}
     unknown = sorted((set(only) | set(skip)) - names)
     if unknown:
         raise ValueError(f"unknown area(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-    return [a for a in areas if is_selected(a.name, only, skip)]
+    selected = [a for a in areas if is_selected(a.name, only, skip)]
+    if not selected:
+        raise ValueError(
+            "--only/--skip leave no area to check (a check of nothing cannot pass); "
+            f"known: {', '.join(sorted(names))}"
+        )
+    return selected

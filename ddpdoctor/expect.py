@@ -173,10 +173,20 @@ def parse_size(value: Any) -> int:
 
 
 def format_size(n: int) -> str:
+    """Exact size in the expectations file's syntax (`16G`, `1536M`): parse_size reads it back."""
     for unit in ("T", "G", "M", "K"):
         if n >= _UNITS[unit] and n % _UNITS[unit] == 0:
             return f"{n // _UNITS[unit]}{unit}"
     return str(n)
+
+
+def human_size(n: int) -> str:
+    """A size for people: `23.5 GiB`, `16 GiB`, `512 B` (one decimal, dropped when it is 0)."""
+    for unit in ("T", "G", "M", "K"):
+        if n >= _UNITS[unit]:
+            value = f"{n / _UNITS[unit]:.1f}".removesuffix(".0")
+            return f"{value} {unit}iB"
+    return f"{n} B"
 
 
 def parse_version(value: Any) -> Optional[tuple[int, ...]]:
@@ -726,11 +736,11 @@ def judge_modules(exp: Expectations, obs: Observed) -> list[Finding]:
 def judge_shm(exp: Expectations, obs: Observed) -> list[Finding]:
     if exp.shm_min_bytes is None:
         return []
-    expected = f"/dev/shm >= {format_size(exp.shm_min_bytes)}"
+    expected = f"/dev/shm >= {human_size(exp.shm_min_bytes)}"
     if obs.missing:
         return [_unavailable(SHM_SIZE, expected, obs)]
     ok = obs.value >= exp.shm_min_bytes
-    summary = f"/dev/shm is {format_size(obs.value)} (expected >= {format_size(exp.shm_min_bytes)})"
+    summary = f"/dev/shm is {human_size(obs.value)} (expected >= {human_size(exp.shm_min_bytes)})"
     return [_verdict(SHM_SIZE, ok, exp.shm_min_bytes, obs.value, summary, obs)]
 
 

@@ -170,5 +170,6 @@ class Report:
             "areas": list(self.areas),
             "exit_code": int(self.exit_code(strict)),
             "counts": counts,
-            "findings": [f.to_dict() for f in self.findings],
+            # No fix is null, not "": a finding with nothing to do (ok, info, skip) says so plainly.
+            "findings": [{**f.to_dict(), "fix": f.fix or None} for f in self.findings],
         }

@@ -62,7 +62,7 @@ def test_mismatched_snapshot_is_caught_naming_expected_and_found() -> None:
     assert got["expect.gpu.driver"]["summary"] == "Driver 525.105.17 is older than the minimum 535.104.05"
     assert "GPU 0 has 8" in got["expect.gpu.nvlink"]["summary"]
     assert "mlx5_0 port 1 runs at 200 Gb/s" in got["expect.rdma.ports"]["summary"]
-    assert got["expect.system.shm"]["summary"] == "/dev/shm is 1G (expected >= 16G)"
+    assert got["expect.system.shm"]["summary"] == "/dev/shm is 1 GiB (expected >= 16 GiB)"
     # 8 InfiniBand HCAs are there: that expectation holds.
     assert got["expect.rdma.hca_count"]["severity"] == "ok"
     # The snapshot's torch is a CPU build: the NCCL minimum cannot be judged -> error, not a pass.

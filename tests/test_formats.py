@@ -208,7 +208,7 @@ def test_markdown_structure() -> None:
         assert "&lt;b&gt;" in row or "pipe" not in row
     assert rows[0].startswith("| **FAIL** |")
     assert "#### Fixes" not in md and "### Fixes" in md
-    assert "<details><summary>1 checks passed</summary>" in md
+    assert "<details><summary>1 check passed</summary>" in md
     assert md.count("<details>") == md.count("</details>") == 2
     # The evidence excerpt holds ``` : its fence is longer, so it cannot close early.
     assert "````\n```\nGPU 0: ERR!\n```\n````" in md

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -214,6 +215,20 @@ TOPO_FILES = define(
 )
 
 
+CONF_UNREADABLE = define(
+    "nccl_env.conf_file.unreadable",
+    "NCCL config file unreadable",
+    "NCCL reads /etc/nccl.conf, ~/.nccl.conf and the file named by NCCL_CONF_FILE at init. A config file "
+    "that is not a regular file (a FIFO, /dev/zero) can block or exhaust memory in every rank; one that "
+    "cannot be read, or an NCCL_CONF_FILE that does not exist, is silently ignored by NCCL, so the "
+    "settings you think are active are not.",
+    "Point NCCL_CONF_FILE at a readable regular file with NAME=value lines, or unset it; fix the "
+    "permissions of /etc/nccl.conf or ~/.nccl.conf.",
+)
+# NCCL config files are a few lines; reading more than this only costs memory (think /dev/zero).
+CONF_READ_LIMIT = 65536
+
+
 @dataclass
 class NcclEnvFacts:
     env: dict[str, str] = field(default_factory=dict)
@@ -221,19 +236,56 @@ class NcclEnvFacts:
     env_recorded: bool = True
 
 
+def read_conf_file(path: str) -> str:
+    """The first CONF_READ_LIMIT bytes of a regular file, decoded leniently.
+
+    Raises FileNotFoundError when absent, OSError otherwise, and ValueError for anything but a regular
+    file: a FIFO or device must never be read (open() on a FIFO blocks, /dev/zero never ends).
+    O_NONBLOCK makes the open itself return at once even for a FIFO; fstat then judges what was opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"not a regular file ({describe_file_type(mode)})")
+        return os.read(fd, CONF_READ_LIMIT).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+def describe_file_type(mode: int) -> str:
+    """'directory', 'FIFO', 'character device', ... for an st_mode."""
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
 def read_nccl_conf() -> dict[str, Any]:
-    """Equivalent: cat /etc/nccl.conf ~/.nccl.conf "$NCCL_CONF_FILE" """
+    """Equivalent: head -c 65536 /etc/nccl.conf ~/.nccl.conf "$NCCL_CONF_FILE" """
     paths = ["/etc/nccl.conf", str(Path("~/.nccl.conf").expanduser())]
     extra = os.environ.get("NCCL_CONF_FILE")
     if extra:
         paths.append(extra)
     files: dict[str, str] = {}
+    unreadable: dict[str, str] = {}
     for p in paths:
         try:
-            files[p] = Path(p).read_text(errors="replace")[:65536]
-        except OSError:
-            continue
-    return {"files": files}
+            files[p] = read_conf_file(p)
+        except FileNotFoundError:
+            if p == extra:  # the defaults are optional; a file named explicitly is not
+                unreadable[p] = "does not exist"
+        except ValueError as exc:
+            unreadable[p] = str(exc)
+        except OSError as exc:
+            unreadable[p] = exc.strerror or str(exc)
+    return {"files": files, "unreadable": unreadable}
 
 
 def parse_nccl_conf(text: str) -> dict[str, str]:
@@ -381,7 +433,28 @@ def _check_one(name: str, value: str, where: str, settings: Mapping[str, tuple[s
     ]
 
 
+def check_conf_files(conf: Optional[Mapping[str, Any]]) -> list[Finding]:
+    """A finding per NCCL config file that exists (or is named) but could not be read (pure)."""
+    unreadable = (conf or {}).get("unreadable") or {}
+    if not isinstance(unreadable, dict):
+        return []
+    return [
+        CONF_UNREADABLE.finding(
+            Severity.WARN,
+            f"NCCL config file {path} was not read: {reason}",
+            evidence=[Evidence(f"open({path})", str(reason))],
+            data={"path": str(path), "reason": str(reason)},
+        )
+        for path, reason in sorted(unreadable.items())
+    ]
+
+
 def check_nccl_env(facts: NcclEnvFacts) -> list[Finding]:
+    """Judge the NCCL/torch variables and config files (pure)."""
+    return check_conf_files(facts.conf) + _check_variables(facts)
+
+
+def _check_variables(facts: NcclEnvFacts) -> list[Finding]:
     if not facts.env_recorded:
         skipped = ENV_NOT_RECORDED.finding(
             Severity.SKIP, "NCCL / torch.distributed variables not checked: the snapshot holds no env.json"

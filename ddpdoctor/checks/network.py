@@ -82,6 +82,10 @@ PORT_EPHEMERAL = define(
     "use'.",
     "Pick a MASTER_PORT below the ephemeral range (e.g. 29500 when the range starts at 32768).",
 )
+# Set by torchrun's elastic agent in every worker. With `--standalone` or `--rdzv-backend c10d` the agent
+# binds MASTER_PORT itself to a free port (in the ephemeral range, by construction) and holds it for the
+# job, so that port is not the user's choice and nothing can take it from under the job.
+TORCHRUN_WORKER_VARS = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
 NCCL_IFNAME = define(
     "net.socket_ifname.nccl",
     "NCCL_SOCKET_IFNAME",
@@ -457,7 +461,19 @@ def check_master_port(facts: NetFacts) -> list[Finding]:
     if isinstance(eph, list) and len(eph) == 2 and isinstance(port, int):
         lo, hi = eph
         ev = [Evidence("/proc/sys/net/ipv4/ip_local_port_range", f"{lo} {hi}")]
-        if lo <= port <= hi:
+        launcher_var = next((v for v in TORCHRUN_WORKER_VARS if v in facts.env), None)
+        if lo <= port <= hi and launcher_var is not None:
+            findings.append(
+                PORT_EPHEMERAL.finding(
+                    Severity.INFO,
+                    f"MASTER_PORT={port} is inside the ephemeral port range {lo}-{hi}, as expected when "
+                    "torchrun picked it (--standalone or c10d rendezvous); only a --master-port you chose "
+                    "should be below the range",
+                    evidence=ev + [Evidence("environment", f"{launcher_var}={facts.env[launcher_var]}")],
+                    data={"port": port, "range": [lo, hi], "set_by_launcher": True},
+                )
+            )
+        elif lo <= port <= hi:
             findings.append(
                 PORT_EPHEMERAL.finding(
                     Severity.WARN,

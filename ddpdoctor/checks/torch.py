@@ -179,7 +179,7 @@ def probe_failure(result: CommandResult) -> Optional[Finding]:
     if result.timed_out:
         return PROBE.finding(
             Severity.ERROR,
-            f"`import torch` did not finish within {result.duration_s:.0f}s (hung CUDA driver or slow filesystem?)",
+            f"`import torch` did not finish within {result.duration_s:.3g}s (hung CUDA driver or slow filesystem?)",
             evidence=evidence,
         )
     if result.returncode is not None and result.returncode < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -74,11 +75,24 @@ def usage_error(message: str) -> typer.Exit:
 
 # Probes of check, snapshot, report and expect are bounded alike.
 DEFAULT_TIMEOUT_S = 30.0
+# No bound a user means is longer than a day; `inf`, `nan` and 1e12 overflow the clocks and timers.
+MAX_SECONDS = 86400.0
+
+
+def _finite_seconds(value: Optional[float]) -> Optional[float]:
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a number of seconds")
+    return value
+
+
+def seconds_option(default: float, flag: str, help: str, min: float = 0.1) -> float:
+    """A duration option: finite, at least `min`, at most a day."""
+    return typer.Option(default, flag, min=min, max=MAX_SECONDS, callback=_finite_seconds, help=help)
 
 
 def timeout_option() -> float:
     """`--timeout`: the bound, in seconds, on each probe."""
-    return typer.Option(DEFAULT_TIMEOUT_S, "--timeout", min=0.1, help="Bound, in seconds, on each probe.")
+    return seconds_option(DEFAULT_TIMEOUT_S, "--timeout", "Bound, in seconds, on each probe.")
 
 
 def replay_option(help: str) -> Optional[Path]:

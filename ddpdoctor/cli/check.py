@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Sequence
@@ -15,10 +16,11 @@ from ddpdoctor.cli.app import (
     json_option,
     pick_format,
     replay_option,
+    seconds_option,
     timeout_option,
     usage_error,
 )
-from ddpdoctor.model import EXIT_CODES_HELP
+from ddpdoctor.model import EXIT_CODES_HELP, ExitCode
 
 if TYPE_CHECKING:
     from ddpdoctor.engine import Area
@@ -72,6 +74,7 @@ def build_report(
     + EXIT_CODES_HELP
 )
 def check(
+    ctx: typer.Context,
     json_out: bool = json_option(
         "Print the report as JSON (schema: docs/schemas/check.schema.json); same as --format json."
     ),
@@ -101,8 +104,8 @@ def check(
         "--cluster",
         help="Check every node of a torchrun/srun job and report on rank 0 (docs/cluster.md).",
     ),
-    join_timeout: float = typer.Option(
-        120.0, "--join-timeout", min=1.0, help="With --cluster: seconds to wait for every node to join."
+    join_timeout: float = seconds_option(
+        120.0, "--join-timeout", "With --cluster: seconds to wait for every node to join.", min=1.0
     ),
     hosts: Optional[str] = typer.Option(
         None,
@@ -110,6 +113,17 @@ def check(
         help="With --cluster: expected hosts (Slurm hostlist, e.g. gpu[01-16]) to name absent ones.",
     ),
 ) -> None:
+    given = {
+        name
+        for name in ("output_format", "join_timeout", "hosts")
+        # By name: typer vendors click privately, its ParameterSource enum is no public import.
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    }
+    conflict = conflicting_check_flags(
+        json_out=json_out, output_format=output_format, prolog=prolog, cluster=cluster, given=given
+    )
+    if conflict:
+        raise usage_error(conflict)
     hard_deadline = None
     if prolog:
         from ddpdoctor.prolog import PROLOG_GRACE_S, arm_hard_deadline
@@ -130,6 +144,25 @@ def check(
             live.close()  # kills whatever still runs (a hung probe, or the torch import on a usage error)
         if hard_deadline is not None:
             hard_deadline.cancel()  # the check is over: the bound must not fire later in this process
+
+
+def conflicting_check_flags(
+    *, json_out: bool, output_format: str, prolog: bool, cluster: bool, given: set[str]
+) -> Optional[str]:
+    """Why this combination of `check` flags is a usage error, or None. `given`: the names of the
+    options set on the command line (a default must not count as a choice)."""
+    fmt = output_format.lower()
+    if json_out and "output_format" in given and fmt != "json":
+        return f"--json and --format {output_format} conflict: give one of them"
+    if prolog and (json_out or "output_format" in given):
+        return "--prolog prints one line per failing finding and nothing else; it takes no --json or --format"
+    if not cluster:
+        flags = [
+            flag for name, flag in (("join_timeout", "--join-timeout"), ("hosts", "--hosts")) if name in given
+        ]
+        if flags:
+            return f"{' and '.join(flags)} {'applies' if len(flags) == 1 else 'apply'} only with --cluster"
+    return None
 
 
 def _check(
@@ -224,11 +257,44 @@ def snapshot(
 
     try:
         areas = select_areas(load_areas(), split_names(only), split_names(skip))
+        # Before any probe runs: a bad DIR must not cost a full run and then a traceback.
+        prepare_snapshot_dir(directory)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     with RecordingSources(deadline=time.monotonic() + timeout) as sources:
         # Running the checks drives every probe once; the smoke test is left out: it has no raw output.
         run_checks(sources, areas, timeout_s=timeout, options={"smoke": False, "timeout": timeout})
-    written = sources.write(directory)
+    try:
+        written = sources.write(directory)
+    except OSError as exc:  # e.g. the disk filled up, or DIR was removed meanwhile
+        typer.echo(f"error: could not write the snapshot to {directory}: {exc}", err=True)
+        raise typer.Exit(int(ExitCode.INCONCLUSIVE)) from None
     typer.echo(f"wrote {len(written)} files to {directory}")
     raise typer.Exit(0)
+
+
+def prepare_snapshot_dir(directory: Path) -> None:
+    """Create `directory` for a snapshot, or raise ValueError (a usage error) saying why it cannot be.
+
+    An existing non-empty directory is refused rather than written into: a file left from an earlier
+    snapshot (say nvidia-smi-q.txt from another machine) would be replayed as if this machine wrote it,
+    and deleting a user's files is not ours to do."""
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"snapshot directory {directory} exists and is not a directory")
+    if directory.is_dir():
+        try:
+            entries = next(iter(directory.iterdir()), None)
+        except OSError as exc:
+            raise ValueError(f"cannot read snapshot directory {directory}: {exc.strerror or exc}") from None
+        if entries is not None:
+            raise ValueError(
+                f"snapshot directory {directory} is not empty; files of an earlier snapshot would be "
+                "replayed as this one's. Choose a new directory (e.g. snapshot-$(hostname)-$(date +%s))"
+            )
+    else:
+        try:
+            directory.mkdir(parents=True)
+        except OSError as exc:
+            raise ValueError(f"cannot create snapshot directory {directory}: {exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"snapshot directory {directory} is not writable")

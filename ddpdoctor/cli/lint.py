@@ -41,7 +41,8 @@ def lint(
 
     fmt = "text" if fmt.lower() == "table" else fmt.lower()
     if fmt not in FORMATS and fmt not in CI_ONLY_FORMATS:
-        raise usage_error(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        known = ", ".join((*FORMATS, *CI_ONLY_FORMATS))
+        raise usage_error(f"unknown format {fmt!r}; choose one of {known} (table means text)")
     if json_out:
         if fmt not in ("text", "json"):
             raise usage_error(f"--json conflicts with --format {fmt}")

@@ -71,7 +71,8 @@ def findings_table(
     hidden = len(ordered) - len(shown)
     if hidden:
         table.add_row(
-            Text("OK", style="green"), Text(f"{hidden} more checks passed (-v to show)", style="dim")
+            Text("OK", style="green"),
+            Text(f"{hidden} more check{'s' if hidden != 1 else ''} passed (-v to show)", style="dim"),
         )
     if not ordered:
         table.add_row(Text("-", style="dim"), Text("no findings", style="dim"))

@@ -27,10 +27,54 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ddpdoctor.model import Evidence, Finding, Report, Severity, exit_code_for
+from ddpdoctor.model import CheckSpec, Evidence, Finding, Report, Severity, define, exit_code_for
 from ddpdoctor.sources import redact_data, redact_text
 
 FORMATS = ("table", "json", "junit", "github", "markdown")
+
+# The findings a bench-nccl document is made of besides its refusals (declared in bench/preflight.py):
+# declared here, where they are built, so docs/checks.md documents every id a format can show.
+BENCH_LAUNCH = define(
+    "bench.launch",
+    "Benchmark ranks",
+    "A benchmark rank failed, hung past --timeout or was interrupted: no result of this run can be trusted. "
+    "The summary names the root-cause rank (the earliest to fail), its host, operation and signal or "
+    "exception.",
+    "Run `ddpdoctor check`, then `NCCL_DEBUG=INFO ddpdoctor bench-nccl` to see the failing rank.",
+)
+BENCH_CORRECTNESS = define(
+    "bench.correctness",
+    "Benchmark results correct",
+    "Every collective's result is compared with the value it must have. Wrong elements mean data is "
+    "corrupted in transit (a bad NIC, cable, GPU or NVLink, or a broken NCCL/driver combination), whatever "
+    "the bandwidth: training on such a node silently produces garbage.",
+    "Find the bad component: rerun per node (`bench-nccl` on each host) and per GPU pair, check "
+    "`ddpdoctor check` (ECC, Xid, PCIe errors), and drain the node until it passes.",
+)
+BENCH_MIN_BUSBW = define(
+    "bench.min_busbw",
+    "Bus bandwidth against --min-busbw",
+    "The all_reduce peak bus bandwidth of this run compared with the floor given by --min-busbw; below it, "
+    "the node or fabric is slower than the job was sized for.",
+    "Look for a disabled transport (NCCL_P2P_DISABLE, NCCL_IB_DISABLE), a downgraded PCIe link, ACS on "
+    "or an inactive NVLink/IB port with `ddpdoctor check`; compare with `NCCL_DEBUG=INFO`'s chosen transport.",
+)
+BENCH_BASELINE = define(
+    "bench.baseline",
+    "Bus bandwidth against --baseline",
+    "Each op's peak bus bandwidth compared with an earlier `bench-nccl --json` run on the same points "
+    "(op, size, dtype); a drop beyond --baseline-tolerance is a regression (driver, NCCL, firmware or "
+    "hardware change).",
+    "Diff the `environment` objects of both JSON files (driver, NCCL, torch versions) and run "
+    "`ddpdoctor check` for a degraded link.",
+)
+BENCH_BUSBW = define(
+    "bench.busbw.OP",
+    "Bus bandwidth per op",
+    "One info finding per benchmarked op (`bench.busbw.all_reduce`, `bench.busbw.all_gather`, ...): its "
+    "peak bus bandwidth, the size it was reached at and the average; `OP` is the op name.",
+)
+BENCH_VERDICTS: dict[str, CheckSpec] = {s.id: s for s in (BENCH_CORRECTNESS, BENCH_MIN_BUSBW, BENCH_BASELINE)}
 
 # Characters XML 1.0 cannot carry at all (NUL and most C0 controls): garbage tool output must not make
 # the JUnit file unparsable, so they are replaced. Compiled on first use (only JUnit needs it).
@@ -294,11 +338,11 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
         )
         findings.append(
             Finding(
-                id="bench.launch",
+                id=BENCH_LAUNCH.id,
                 severity=Severity.FAIL,
-                title="Benchmark ranks",
+                title=BENCH_LAUNCH.title,
                 summary=f"The benchmark {what}" + (f": root cause {detail}" if detail else ""),
-                fix="Run `ddpdoctor check`, then `NCCL_DEBUG=INFO ddpdoctor bench-nccl` to see the failing rank.",
+                fix=BENCH_LAUNCH.fix,
                 evidence=(
                     Evidence("bench-nccl launch", str(root.get("message") or root.get("stack") or "")[:2000]),
                 ),
@@ -307,12 +351,17 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
         )
     for v in data.get("verdicts") or []:
         if isinstance(v, Mapping):
+            spec = BENCH_VERDICTS.get(str(v.get("id")))
+            failed = bool(v.get("failed"))
             findings.append(
                 Finding(
                     id=str(v.get("id") or "bench.verdict"),
-                    severity=Severity.FAIL if v.get("failed") else Severity.OK,
-                    title=str(v.get("id") or "verdict").replace("bench.", "").replace("_", " "),
+                    severity=Severity.FAIL if failed else Severity.OK,
+                    title=spec.title
+                    if spec
+                    else str(v.get("id") or "verdict").replace("bench.", "").replace("_", " "),
                     summary=str(v.get("summary") or ""),
+                    fix=spec.fix if spec and failed else "",
                     area="verdicts",
                     data=dict(v.get("data") or {}),
                 )
@@ -328,7 +377,7 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
             )
             findings.append(
                 Finding(
-                    id=f"bench.busbw.{s['op']}",
+                    id=BENCH_BUSBW.id.replace("OP", str(s["op"])),
                     severity=Severity.INFO,
                     title=f"{s['op']} bus bandwidth",
                     summary=text,
@@ -571,7 +620,7 @@ def render_markdown(doc: Document, strict: bool = False, heading_level: int = 2)
             out.append(f"- `{md_cell(f.id)}`: {md_cell(f.fix)}")
     if passed:
         rows = "\n".join(f"- `{md_cell(f.id)}`: {md_cell(f.summary)}" for f in passed)
-        out += ["", md_details(f"{len(passed)} checks passed", rows)]
+        out += ["", md_details(f"{len(passed)} check{'s' if len(passed) != 1 else ''} passed", rows)]
     with_evidence = [f for f in shown if f.evidence]
     if with_evidence:
         blocks = []
