@@ -186,8 +186,21 @@ def _bench_section(inputs: ReportInputs) -> list[str]:
         "| op | size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |",
         "|---|---|---|---|---|---|",
     ]
+    # The bench-nccl table's own rounding (nccl-tests' precision), so that both print the same numbers.
+    from ddpdoctor.render.bench import _fmt_bw, _fmt_time
+
+    def number(value: Any, fmt: Callable[[float], str]) -> Any:
+        return fmt(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
     for r in rows:
-        cells = [r.get("op"), r.get("size"), r.get("time_us"), r.get("algbw"), r.get("busbw"), r.get("wrong")]
+        cells = [
+            r.get("op"),
+            r.get("size"),
+            number(r.get("time_us"), _fmt_time),
+            number(r.get("algbw"), _fmt_bw),
+            number(r.get("busbw"), _fmt_bw),
+            r.get("wrong"),
+        ]
         out.append("| " + " | ".join(md_cell("-" if c is None else c) for c in cells) + " |")
     return out
 

@@ -167,6 +167,34 @@ def test_ctrl_c_stops_every_rank() -> None:
     assert _survivors(marker) == []
 
 
+def test_sigterm_stops_every_rank_and_writes_partial_results(tmp_path: Path) -> None:
+    """What Slurm sends on scancel or at the time limit: handled like Ctrl-C, exit 143."""
+    import json
+
+    import jsonschema
+
+    out = tmp_path / "partial.json"
+    proc, marker = _start(*BASE, "--json", str(out), fault="rank=0,op=broadcast,size=64,action=hang")
+    try:
+        deadline = time.monotonic() + 30
+        while len(_marked(marker)) < 5 and time.monotonic() < deadline:  # cli + zygote + 3 ranks
+            time.sleep(0.1)
+        time.sleep(1.0)  # all_reduce measured, rank 0 hanging in broadcast
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "SIGTERM" in err and "every rank was stopped" in err
+    assert _survivors(marker) == []
+    data = json.loads(out.read_text())
+    assert data["exit_code"] == 143 and data["launch"]["interrupted_by"] == "SIGTERM"
+    assert {r["op"] for r in data["rows"]} == {"all_reduce"} and data["rows"]
+    schema = json.loads((REPO / "docs" / "schemas" / "bench.schema.json").read_text())
+    jsonschema.validate(data, schema)
+
+
 def test_port_clash_is_retried_with_another_port(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -110,6 +110,14 @@ def test_pinned_master_port_taken_refused_with_pid() -> None:
     assert "PID 4321" in d.refusals[0].summary and "train.py" in d.refusals[0].summary
 
 
+def test_invalid_master_port_refused_not_replaced() -> None:
+    for raw in ("0", "99999", "abc", "-1"):
+        d = plan_launch(facts_for({}, env={"MASTER_PORT": raw}, cuda=None), "gloo", 2)
+        assert [f.id for f in d.refusals] == ["bench.master_port.invalid"], raw
+        assert "1 to 65535" in d.refusals[0].summary
+    assert plan_launch(facts_for({}, env={"MASTER_PORT": "65535"}, cuda=None), "gloo", 2).refusals == ()
+
+
 def test_gpu_query_garbage_and_na() -> None:
     gpus = parse_gpu_query(ONE_GPU_EXCLUSIVE + "garbage\n\n1, x\n")
     assert len(gpus) == 1 and gpus[0].pcie_gen is None and gpus[0].compute_mode == "Exclusive_Process"

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -39,8 +40,12 @@ PORT_ATTEMPTS = 3
 # After the first failure, how long to keep listening before judging: the root cause's own report
 # (an exception or an exit status) often arrives just after its peers' complaints.
 FAILURE_GRACE_S = 1.0
-STACK_WAIT_S = 1.5
+STACK_WAIT_S = 3.0  # a stopped rank must be continued, scheduled and dump: slow on a loaded machine
 EXIT_WAIT_S = 5.0
+# The start of a rank (the zygote's interpreter and `import torch`, then the fork) is not a step of the
+# benchmark: a cold import from a network filesystem can take tens of seconds whatever --timeout says.
+# It gets its own finite allowance, at least the step timeout.
+START_ALLOWANCE_S = 60.0
 LOG_TAIL_CHARS = 3000
 
 _ADDR_IN_USE = re.compile(r"EADDRINUSE|address already in use|errno\s*[:=]?\s*98\b", re.IGNORECASE)
@@ -134,6 +139,7 @@ class LaunchResult:
     timed_out: bool = False
     timeout_s: float = 0.0
     interrupted: bool = False
+    interrupted_by: str = ""  # "SIGINT" (Ctrl-C) or "SIGTERM" (kill, scancel, a Slurm time limit)
     master_port: int = 0
     port_attempts: int = 0
     env: dict[str, Any] = field(default_factory=dict)
@@ -166,6 +172,7 @@ class LaunchResult:
             "timed_out": self.timed_out,
             "timeout_s": self.timeout_s,
             "interrupted": self.interrupted,
+            "interrupted_by": self.interrupted_by or None,
             "master_port": self.master_port,
         }
 
@@ -339,6 +346,44 @@ def launch_local(
         return result
 
 
+def start_limit(step_timeout_s: float) -> float:
+    """Seconds a rank may take to start (interpreter, `import torch`, fork) before it reports ready."""
+    return max(step_timeout_s, START_ALLOWANCE_S)
+
+
+class _SigtermAsInterrupt:
+    """While armed, SIGTERM stops the launch the way Ctrl-C does (KeyboardInterrupt), so the rows
+    measured so far are reported and every rank is killed; once disarmed (cleanup), a SIGTERM is only
+    recorded, so that it cannot cut the cleanup short and orphan a rank.
+
+    Only in the main thread (Python delivers signals there); elsewhere SIGTERM keeps its disposition.
+    """
+
+    def __init__(self, result: LaunchResult) -> None:
+        self.result, self.armed, self.previous = result, False, None
+        self.installed = threading.current_thread() is threading.main_thread()
+
+    def __enter__(self) -> _SigtermAsInterrupt:
+        if self.installed:
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+            self.armed = True
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.result.interrupted = True
+        self.result.interrupted_by = "SIGTERM"
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.installed:
+            signal.signal(signal.SIGTERM, self.previous if self.previous is not None else signal.SIG_DFL)
+
+
 def default_pg_timeout(step_timeout_s: float) -> float:
     """The process group's own timeout: longer than the watchdog's, so the watchdog names the
     stuck rank before PyTorch turns the hang into errors on the healthy ranks."""
@@ -388,6 +433,7 @@ def _launch_once(
         for rank in range(nproc)
     ]
     zygote: Optional[subprocess.Popen[bytes]] = None
+    sigterm = _SigtermAsInterrupt(result).__enter__()
     try:
         with open(workdir / "zygote.log", "wb") as zlog:
             zygote = subprocess.Popen(
@@ -405,20 +451,23 @@ def _launch_once(
         write_fds = []
         now = time.monotonic()
         for rank in range(nproc):
-            result.ranks[rank] = RankState(rank=rank, since=now)
+            result.ranks[rank] = RankState(rank=rank, since=now, limit=start_limit(step_timeout_s))
         assert zygote.stdin is not None
         zygote.stdin.write(pickle.dumps({"specs": specs, "fds": [w for _, w in pipes]}))
         zygote.stdin.close()
         _watch(result, zygote, conns, step_timeout_s, deadline, on_event, workdir)
     except KeyboardInterrupt:
         result.interrupted = True
+        result.interrupted_by = result.interrupted_by or "SIGINT"
     finally:
+        sigterm.disarm()
         for w in write_fds:
             os.close(w)
         _stop_all(zygote, result)
         for conn in conns.values():
             conn.close()
         _cleanup(workdir)
+        sigterm.__exit__()
     return result
 
 
@@ -657,7 +706,7 @@ def _report_stuck(result: LaunchResult, waiting: list[RankState], workdir: Path)
                 at=s.since,
                 status=statuses[s.rank],
                 stack=stacks.get(s.rank, ""),
-                message=f"no progress for {now - s.since:.1f}s (limit {result.timeout_s:g}s)",
+                message=f"no progress for {now - s.since:.1f}s (limit {s.limit or result.timeout_s:g}s)",
             )
         )
 

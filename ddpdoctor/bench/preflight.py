@@ -71,6 +71,13 @@ MASTER_PORT_IN_USE = define(
     "(EADDRINUSE), often a leftover of an earlier job.",
     "Stop the process holding the port, or unset MASTER_PORT so that bench-nccl picks a free one.",
 )
+MASTER_PORT_INVALID = define(
+    "bench.master_port.invalid",
+    "MASTER_PORT is not a usable port",
+    "A TCP port is a number from 1 to 65535; rank 0 cannot bind anything else, and silently picking "
+    "another port would hide the mistake from the training job that reads the same variable.",
+    "Set MASTER_PORT to a free port from 1 to 65535 (e.g. 29500), or unset it so that bench-nccl picks one.",
+)
 
 
 @dataclass(frozen=True)
@@ -230,6 +237,15 @@ def plan_launch(
     ]
     refusals: list[Finding] = []
     notes: list[str] = []
+    if facts.master_port_invalid is not None:
+        refusals.append(
+            MASTER_PORT_INVALID.finding(
+                Severity.FAIL,
+                f"MASTER_PORT={facts.master_port_invalid!r} is not a port number from 1 to 65535",
+                evidence=[Evidence("MASTER_PORT", facts.master_port_invalid)],
+                data={"value": facts.master_port_invalid},
+            )
+        )
     if facts.master_port_holder:
         refusals.append(
             MASTER_PORT_IN_USE.finding(

@@ -169,10 +169,20 @@ def summarize_scopes(rows: Iterable[Mapping[str, Any]], ops: Sequence[str]) -> l
     return out
 
 
-def judge_correctness(rows: Iterable[Mapping[str, Any]]) -> Verdict:
-    bad = [r for r in rows if isinstance(r.get("wrong"), int) and r["wrong"] > 0]
+def judge_correctness(rows: Iterable[Mapping[str, Any]]) -> Optional[Verdict]:
+    """Wrong elements in any checked row fail the run; None when no row was checked (nothing was
+    measured, e.g. the ranks died or were stopped first): a run that verified nothing claims nothing."""
+    checked = [r for r in rows if isinstance(r.get("wrong"), int)]
+    if not checked:
+        return None
+    bad = [r for r in checked if r["wrong"] > 0]
     if not bad:
-        return Verdict("bench.correctness", False, "every measured result matched the expected values")
+        return Verdict(
+            "bench.correctness",
+            False,
+            f"every measured result matched the expected values ({len(checked)} checked)",
+            {"wrong": 0, "results": len(checked)},
+        )
 
     def where_of(r: Mapping[str, Any]) -> str:
         scope = row_scope(r)
@@ -267,10 +277,16 @@ def judge_baseline(ratios: Sequence[BaselineRatio], tolerance: float) -> Verdict
     )
 
 
-def exit_code_for(verdicts: Iterable[Verdict], launch_failed: bool, interrupted: bool = False) -> int:
-    """0 all good; 1 a rank failed or hung, wrong data, or a busbw verdict failed; 130 on Ctrl-C."""
+INTERRUPT_EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as a shell reports it
+
+
+def exit_code_for(
+    verdicts: Iterable[Verdict], launch_failed: bool, interrupted: bool = False, interrupted_by: str = ""
+) -> int:
+    """0 all good; 1 a rank failed or hung, wrong data, or a busbw verdict failed; 130 on Ctrl-C
+    (SIGINT), 143 on SIGTERM."""
     if interrupted:
-        return 130
+        return INTERRUPT_EXIT_CODES.get(interrupted_by, 130)
     if launch_failed or any(v.failed for v in verdicts):
         return int(ExitCode.FAILED)
     return int(ExitCode.HEALTHY)

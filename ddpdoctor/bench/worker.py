@@ -468,8 +468,10 @@ def _redirect_output(path: str) -> None:
 
 def rank_main(spec: RankSpec, conn: Any) -> None:
     """Entry point of a spawned rank (forked by the zygote); never returns."""
-    # The launcher owns Ctrl-C: it stops every rank itself, so ranks do not race it with tracebacks.
+    # The launcher owns Ctrl-C and SIGTERM (scancel signals every process of the step): it stops every
+    # rank itself with SIGKILL, so ranks do not race it with tracebacks or look like the root cause.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     die_with_parent()
     os.environ.update(spec.env)
     _redirect_output(spec.log_path)

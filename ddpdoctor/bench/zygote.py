@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 from multiprocessing.connection import Connection
 
@@ -20,6 +21,9 @@ def main() -> None:
     from ddpdoctor.bench import worker  # torch: once, here, before any fork
 
     worker.die_with_parent()
+    # SIGTERM is the launcher's to handle (it kills this process group itself); a zygote dying first
+    # would read as a launcher failure instead of the interruption it is.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     specs, fds = request["specs"], request["fds"]
     out = sys.stdout
     children: dict[int, int] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import socket
@@ -12,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-from ddpdoctor.cli.app import app, expect_option
+from ddpdoctor.cli.app import app, expect_option, seconds_option
 from ddpdoctor.model import ExitCode
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -21,8 +22,10 @@ DEFAULT_MAX_BYTES_GLOO = "32M"  # gloo on CPU moves ~1 GB/s: 1 GiB x 25 iteratio
 
 BENCH_EXIT_CODES = (
     "Exit codes: 0 every result correct and every verdict passed; 1 wrong elements, busbw below --min-busbw, "
-    "a regression against --baseline, or a rank that failed or hung; 2 usage error or a launch refused before "
-    "start (nothing ran); 3 the ranks could not be started; 130 interrupted."
+    "a regression against --baseline, a rank that failed or hung, or a --json/--csv file that could not be "
+    "written; 2 usage error or a launch refused before start (nothing ran); 3 the ranks could not be started; "
+    "130 interrupted (Ctrl-C); 143 terminated (SIGTERM: kill, scancel, a Slurm time limit). Interrupted or "
+    "terminated, the rows measured so far are still written."
 )
 
 
@@ -49,6 +52,37 @@ def _usage(message: str) -> typer.Exit:
     return typer.Exit(int(ExitCode.USAGE))
 
 
+def output_path_problem(path: str) -> Optional[str]:
+    """Why FILE cannot be written (None when it can): checked before launch, so that a benchmark is
+    never run only to lose its results. Equivalent: test -d FILE || test -w "$(dirname FILE)"."""
+    target = Path(path)
+    if target.is_dir():
+        return "it is a directory"
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        return f"its directory {str(parent)!r} does not exist"
+    if target.exists():
+        if not os.access(target, os.W_OK):
+            return "it is not writable"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        return f"its directory {str(parent)!r} is not writable"
+    return None
+
+
+def _check_outputs(json_file: Optional[str], csv_file: Optional[str]) -> None:
+    """Usage errors for output files that cannot be written or that would share stdout."""
+    if json_file == "-" and csv_file == "-":
+        raise _usage("--json - and --csv - would both print to stdout; write one of them to a FILE")
+    for flag, value in (("--json", json_file), ("--csv", csv_file)):
+        if value is None or value == "-":
+            continue
+        if not value:
+            raise _usage(f"{flag} needs a FILE name (or '-' for stdout)")
+        problem = output_path_problem(value)
+        if problem is not None:
+            raise _usage(f"cannot write {flag} {value}: {problem}; nothing was run")
+
+
 @app.command(
     "bench-nccl",
     help="Benchmark collectives (all_reduce, all_gather, ...) with nccl-tests' algbw/busbw and a correctness "
@@ -57,7 +91,11 @@ def _usage(message: str) -> typer.Exit:
 )
 def bench_nccl(
     nproc: Optional[int] = typer.Option(
-        None, "--nproc", min=1, help="Ranks to start (default: one per visible GPU with NCCL, 4 on CPU)."
+        None,
+        "--nproc",
+        min=1,
+        help="Ranks to start (default: one per visible GPU with NCCL; with gloo on CPU, 4 but at most the "
+        "usable CPUs, and at least 2).",
     ),
     backend: str = typer.Option(
         "auto", "--backend", help="auto, nccl or gloo (auto: NCCL when CUDA is usable)."
@@ -82,17 +120,20 @@ def bench_nccl(
     check_values: bool = typer.Option(
         True, "--check/--no-check", help="Verify every result against the expected values (#wrong)."
     ),
-    timeout: float = typer.Option(
+    timeout: float = seconds_option(
         DEFAULT_TIMEOUT_S,
         "--timeout",
+        "Most seconds any one step may take (process-group init, or one op at one size); then the "
+        "stuck ranks' stacks are printed and every rank is killed. Starting a rank (interpreter and "
+        "torch import) is not a step: it gets max(--timeout, 60) seconds.",
         min=1.0,
-        help="Most seconds any one step may take (process-group init, or one op at one size); then the "
-        "stuck ranks' stacks are printed and every rank is killed.",
     ),
     json_file: Optional[str] = typer.Option(
         None, "--json", help="Write rows + environment as JSON to FILE ('-': stdout)."
     ),
-    csv_file: Optional[Path] = typer.Option(None, "--csv", help="Write rows + environment as CSV to FILE."),
+    csv_file: Optional[str] = typer.Option(
+        None, "--csv", help="Write rows + environment as CSV to FILE ('-': stdout)."
+    ),
     min_busbw: Optional[float] = typer.Option(
         None, "--min-busbw", min=0.0, help="Exit 1 when the all_reduce peak busbw (GB/s) is below this."
     ),
@@ -133,8 +174,21 @@ def bench_nccl(
             size_sequence(lo, hi_given, step_factor)
     except ValueError as exc:
         raise _usage(str(exc)) from None
+    _check_outputs(json_file, csv_file)
     if pairwise:
         from ddpdoctor.cli.cluster import run_pairwise_command
+        from ddpdoctor.cluster.launch import LaunchError, detect_launch
+
+        try:
+            launched = detect_launch(os.environ) is not None
+        except LaunchError:
+            launched = True  # a malformed launch: run_pairwise_command names what is wrong with it
+        if not launched:
+            raise _usage(
+                "bench-nccl --pairwise measures between nodes, one rank per node: start it on every node "
+                "with torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or srun (SLURM_PROCID, "
+                "SLURM_NTASKS); see docs/cluster.md"
+            )
 
         run_pairwise_command(
             backend=backend,
@@ -160,7 +214,12 @@ def bench_nccl(
         raise _usage(
             f"--json - and --format {output_format} would both print to stdout; write --json to a FILE"
         )
+    if output_format != "table" and csv_file == "-":
+        raise _usage(
+            f"--csv - and --format {output_format} would both print to stdout; write --csv to a FILE"
+        )
     expectations = None
+    notes: list[str] = []
     if expect is not None:
         from ddpdoctor.expect import ExpectationsError, load_expectations
 
@@ -168,6 +227,11 @@ def bench_nccl(
             expectations = load_expectations(expect)
         except ExpectationsError as exc:
             raise _usage(str(exc)) from None
+        if not expectations.busbw_min_gbps:
+            notes.append(
+                f"--expect {expect} has no [busbw_min_gbps] table: nothing in this run is judged from it"
+            )
+            typer.echo(f"note: {notes[-1]}", err=True)
     if min_busbw is not None and "all_reduce" not in op_list:
         raise _usage("--min-busbw judges all_reduce: include it in --ops")
     baseline_rows = None
@@ -175,9 +239,19 @@ def bench_nccl(
         from ddpdoctor.bench.results import load_baseline_rows
 
         try:
-            baseline_rows = load_baseline_rows(json.loads(baseline.read_text()))
+            text = baseline.read_text()
         except (OSError, ValueError) as exc:
-            raise _usage(f"cannot read --baseline {baseline}: {exc}") from None
+            raise _usage(
+                f"cannot read --baseline {baseline}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        try:
+            baseline_rows = load_baseline_rows(json.loads(text))
+        except ValueError as exc:
+            why = "it is not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise _usage(
+                f"--baseline {baseline} must be the output of an earlier `ddpdoctor bench-nccl --json FILE` "
+                f"run ({why})"
+            ) from None
 
     from ddpdoctor.bench.launcher import detect_external_launch
 
@@ -199,6 +273,7 @@ def bench_nccl(
         baseline_tolerance=baseline_tolerance,
         format=output_format,
         expectations=expectations,
+        notes=notes,
     )
     if ext is not None:
         code = _run_joined(ext, backend, nproc, options)
@@ -232,8 +307,6 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
     from ddpdoctor.render.bench import BenchProgress, render_notes, render_refusals
     from ddpdoctor.runner import run_argv
 
-    if os.environ.get("MASTER_PORT") and not os.environ["MASTER_PORT"].strip().isdigit():
-        raise _usage(f"MASTER_PORT={os.environ['MASTER_PORT']!r} is not a port number")
     facts = gather_launch_facts(lambda c: run_argv(c.argv, c.timeout_s), os.environ)
     decision = plan_launch(facts, backend, nproc, cpu_count())
     if decision.refusals:
@@ -288,6 +361,8 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         raise _usage(
             f"--nproc {nproc} disagrees with the {ext.launcher} world size {ext.world_size}; drop --nproc"
         )
+    if ext.master_port is not None and not 0 < ext.master_port < 65536:
+        raise _usage(f"MASTER_PORT={ext.master_port} is not a port number from 1 to 65535")
     if not ext.master_addr or not ext.master_port:
         raise _usage(
             f"launched by {ext.launcher} as rank {ext.rank}, but MASTER_ADDR/MASTER_PORT are not set; under srun: "
@@ -319,6 +394,7 @@ def _environment(facts: Any, rank_env: dict[str, Any], backend: str, nproc: int)
     env: dict[str, Any] = {
         "host": socket.gethostname(),
         "backend": backend,
+        "python": sys.version.split()[0],  # the ranks run this same interpreter
         "world_size": nproc,
         "torch": facts.torch_version,
         "torch_cuda": facts.torch_cuda,
@@ -329,6 +405,8 @@ def _environment(facts: Any, rank_env: dict[str, Any], backend: str, nproc: int)
         "launcher": "ddpdoctor",
     }
     env.update({k: v for k, v in rank_env.items() if v not in (None, [], "") and k != "devices"})
+    if not isinstance(env.get("world_size"), int) or env["world_size"] < 1:
+        del env["world_size"]  # refused before any rank was planned: there is no world to describe
     return env
 
 
@@ -386,8 +464,9 @@ def _report(
     summaries = summarize(rows, plan.ops)
     scope_summaries = summarize_scopes(rows, plan.ops)
     verdicts = []
-    if plan.check:
-        verdicts.append(judge_correctness(rows))
+    correctness = judge_correctness(rows) if plan.check else None
+    if correctness is not None:  # None: nothing was measured, so nothing is claimed correct
+        verdicts.append(correctness)
     if options["min_busbw"] is not None and result.ok:
         verdicts.append(judge_min_busbw(summaries, options["min_busbw"]))
     ratios = []
@@ -395,7 +474,7 @@ def _report(
         ratios = compare_baseline(rows, options["baseline_rows"], plan.ops, options["baseline_tolerance"])
         verdicts.append(judge_baseline(ratios, options["baseline_tolerance"]))
     launch_failed = not result.ok and not result.interrupted
-    code = exit_code_for(verdicts, launch_failed, result.interrupted)
+    code = exit_code_for(verdicts, launch_failed, result.interrupted, result.interrupted_by)
     expect_findings = []
     if options.get("expectations") is not None and result.ok:
         from ddpdoctor.expect import judge_bench
@@ -418,8 +497,8 @@ def _report(
         "timeout_s": options["timeout"],
     }
     if show:
-        json_to_stdout = options["json_file"] == "-"
-        if not json_to_stdout and options.get("format", "table") == "table":
+        to_stdout = options["json_file"] == "-" or options["csv_file"] == "-"
+        if not to_stdout and options.get("format", "table") == "table":
             render_bench_header(env, config)
             render_bench_results(
                 rows, plan.ops, summaries, scope_summaries, expected, interconnect, ratios, verdicts
@@ -430,7 +509,13 @@ def _report(
                 typer.echo(render_findings_text(expect_findings), nl=False)
         if not result.ok:
             render_launch_failure(result)
-        _write_outputs(
+        if result.interrupted_by == "SIGTERM":
+            typer.echo(
+                "terminated by SIGTERM (kill, scancel or a Slurm time limit): every rank was stopped; "
+                f"{len(rows)} row(s) measured so far are reported",
+                err=True,
+            )
+        written = _write_outputs(
             options,
             rows=rows,
             env=env,
@@ -444,7 +529,10 @@ def _report(
             expected=expected,
             ratios=ratios,
             extra=expect_findings,
+            notes=options.get("notes", ()),
         )
+        if not written and code == 0:
+            code = int(ExitCode.FAILED)  # the results are lost: a CI step must not read this as a pass
     return code
 
 
@@ -463,7 +551,9 @@ def _write_outputs(
     expected: Optional[dict[str, Any]],
     ratios: list[Any],
     extra: Sequence[Any] = (),
-) -> None:
+    notes: Sequence[str] = (),
+) -> bool:
+    """Print or write the --json/--csv/--format outputs; False when a file could not be written."""
     from ddpdoctor import __version__
     from ddpdoctor.bench.results import JSON_SCHEMA, ROW_FIELDS, csv_rows, output_row
     from ddpdoctor.render import print_json
@@ -487,12 +577,14 @@ def _write_outputs(
             "launch": launch,
             "refusals": refusals,
             "expectations": [f.to_dict() for f in extra],
+            "notes": list(notes),
             "exit_code": code,
         }
     if fmt not in ("table", "json"):
         from ddpdoctor.render.formats import document_from_bench, render_document
 
         typer.echo(render_document(fmt, document_from_bench(data, extra)), nl=False)
+    written = True
     if json_file:
         if json_file == "-":
             print_json(data)
@@ -501,14 +593,26 @@ def _write_outputs(
                 Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
             except OSError as exc:
                 typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
+                written = False
     if csv_file:
-        try:
-            with open(csv_file, "w", newline="") as fh:
-                flat = csv_rows(rows, env)
-                fields = list(flat[0]) if flat else list(ROW_FIELDS)
-                writer = csv.DictWriter(fh, fieldnames=fields)
-                writer.writeheader()
-                writer.writerows(flat)
-        except OSError as exc:
-            typer.echo(f"error: cannot write --csv {csv_file}: {exc.strerror or exc}", err=True)
+        flat = csv_rows(rows, env)
+        fields = list(flat[0]) if flat else list(ROW_FIELDS)
+        if csv_file == "-":
+            buffer = io.StringIO()
+            _write_csv(buffer, fields, flat)
+            typer.echo(buffer.getvalue(), nl=False)
+        else:
+            try:
+                with open(csv_file, "w", newline="") as fh:
+                    _write_csv(fh, fields, flat)
+            except OSError as exc:
+                typer.echo(f"error: cannot write --csv {csv_file}: {exc.strerror or exc}", err=True)
+                written = False
     sys.stdout.flush()
+    return written
+
+
+def _write_csv(fh: Any, fields: list[str], rows: list[dict[str, Any]]) -> None:
+    writer = csv.DictWriter(fh, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)

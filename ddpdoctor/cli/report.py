@@ -19,7 +19,7 @@ BENCH_TIMEOUT_S = 120.0
 def report(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write to FILE.md instead of stdout."),
     bench: bool = typer.Option(
-        False, "--bench", help="Add a short all_reduce benchmark (bench-nccl, 1 MiB to 64 MiB)."
+        False, "--bench", help="Add a short all_reduce benchmark (bench-nccl, 1 MiB to 16 MiB)."
     ),
     replay: Optional[Path] = replay_option(
         "Build the report from a snapshot directory instead of this machine."
