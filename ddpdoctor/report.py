@@ -187,7 +187,7 @@ def _bench_section(inputs: ReportInputs) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     # The bench-nccl table's own rounding (nccl-tests' precision), so that both print the same numbers.
-    from ddpdoctor.render.bench import _fmt_bw, _fmt_time
+    from ddpdoctor.render.bench import format_gbps, format_time_us
 
     def number(value: Any, fmt: Callable[[float], str]) -> Any:
         return fmt(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
@@ -196,9 +196,9 @@ def _bench_section(inputs: ReportInputs) -> list[str]:
         cells = [
             r.get("op"),
             r.get("size"),
-            number(r.get("time_us"), _fmt_time),
-            number(r.get("algbw"), _fmt_bw),
-            number(r.get("busbw"), _fmt_bw),
+            number(r.get("time_us"), format_time_us),
+            number(r.get("algbw"), format_gbps),
+            number(r.get("busbw"), format_gbps),
             r.get("wrong"),
         ]
         out.append("| " + " | ".join(md_cell("-" if c is None else c) for c in cells) + " |")

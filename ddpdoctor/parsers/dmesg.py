@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ddpdoctor.parsers.nvidia_smi import RECOVERY_ACTIONS
+
 
 @dataclass(frozen=True)
 class XidInfo:
@@ -242,11 +244,11 @@ _WALL_TIME = re.compile(
     r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}))"
 )
 # Xid 154's detail: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)". The
-# number is nvmlGpuRecoveryAction_t; the words in parentheses vary across drivers ("OS Reboot").
+# number is nvmlGpuRecoveryAction_t (RECOVERY_ACTIONS is indexed by it); the words in parentheses vary
+# across drivers ("OS Reboot").
 _RECOVERY_TO = re.compile(
     r"recovery action changed from\s+\S+(?:\s+\([^)]*\))?\s+to\s+(?P<code>0x[0-9a-fA-F]{1,8}|\d{1,8})"
 )
-_RECOVERY_CODES = {0: "none", 1: "reset", 2: "reboot", 3: "drain_p2p", 4: "drain_and_reset"}
 # Xid 43/45 name the Xid that caused them: "Ch 00000001 caused by previous Xid 149".
 _CAUSED_BY = re.compile(r"caused by previous Xid\s+(?P<code>\d{1,6})(?!\d)")
 _XID = re.compile(
@@ -293,7 +295,7 @@ def _recovery_action(detail: str) -> Optional[str]:
     if not m:
         return None
     code = int(m.group("code"), 16) if m.group("code").lower().startswith("0x") else int(m.group("code"))
-    return _RECOVERY_CODES.get(code, f"unknown_{code}")
+    return RECOVERY_ACTIONS[code] if code < len(RECOVERY_ACTIONS) else f"unknown_{code}"
 
 
 def _caused_by(detail: str) -> Optional[int]:

@@ -21,7 +21,8 @@ HEADER = (
 )
 
 
-def _fmt_time(us: Optional[float]) -> str:
+def format_time_us(us: Optional[float]) -> str:
+    """A time in microseconds as the bench-nccl table prints it (nccl-tests' precision)."""
     if us is None:
         return "N/A"
     # nccl-tests' precision: fewer decimals as the number grows.
@@ -32,7 +33,8 @@ def _fmt_time(us: Optional[float]) -> str:
     return f"{us:.2f}"
 
 
-def _fmt_bw(v: Optional[float]) -> str:
+def format_gbps(v: Optional[float]) -> str:
+    """A bandwidth in GB/s as the bench-nccl table prints it."""
     return "N/A" if v is None else f"{v:.2f}"
 
 
@@ -40,8 +42,8 @@ def format_row(r: Mapping[str, Any]) -> str:
     wrong = r.get("wrong")
     return (
         f"{r.get('size', 0):>12} {r.get('count', 0):>13} {r.get('type', ''):>9} {r.get('redop', ''):>7} "
-        f"{r.get('root', -1):>7} {_fmt_time(r.get('time_us')):>8} {_fmt_bw(r.get('algbw')):>7} "
-        f"{_fmt_bw(r.get('busbw')):>7} {('N/A' if wrong is None else wrong):>7}"
+        f"{r.get('root', -1):>7} {format_time_us(r.get('time_us')):>8} {format_gbps(r.get('algbw')):>7} "
+        f"{format_gbps(r.get('busbw')):>7} {('N/A' if wrong is None else wrong):>7}"
     )
 
 
