@@ -1,0 +1,121 @@
+"""`ddpdoctor plan`: will this model train on these GPUs, and with which strategy (docs/plan.md)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ddpdoctor.cli.app import app, json_option, replay_option, timeout_option, usage_error
+
+PLAN_EXIT_HELP = (
+    "Exit codes: 0 a strategy fits; 1 none fits; 2 usage error (bad size, unreadable or uncountable "
+    "config); 3 no GPU memory known (no GPU found and no --gpu-mem): bytes printed, nothing judged."
+)
+DTYPES = ("bf16", "fp16", "fp32")
+OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
+RECOMPUTE = ("none", "selective", "full")
+MAX_TOKENS = 10**9  # micro-batch x sequence length beyond this is a typo (and overflows nothing useful)
+
+
+def _choice(value: str, known: tuple[str, ...], flag: str) -> str:
+    value = value.lower()
+    if value not in known:
+        raise ValueError(f"unknown {flag} {value!r}; one of {', '.join(known)}")
+    return value
+
+
+@app.command(
+    help="Will this model train on these GPUs? Per-GPU memory (parameters, gradients, optimizer states, "
+    "fp32 master weights, activations, buffers, CUDA/NCCL overhead) under DDP, ZeRO-1/2/3, FSDP and "
+    "tensor/pipeline parallel, each against the GPU's memory; the first line names the cheapest strategy "
+    "that fits, or what to change. Model from --params 7B or a Hugging Face --config config.json (read as "
+    "data, never run). GPUs from NVML on this node, a snapshot (--replay), or --gpus/--gpu-mem. "
+    "Formulas and sources: docs/plan.md.\n\n" + PLAN_EXIT_HELP
+)
+def plan(
+    params: Optional[str] = typer.Option(None, "--params", help="Parameter count: 7B, 350M, 1.3B (K/M/B/T)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="A Hugging Face-style config.json (Llama, Mistral, Qwen, GPT-2 keys)."
+    ),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 (both with an fp32 master copy) or fp32."),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
+    micro_batch: int = typer.Option(1, "--micro-batch", min=1, max=1_000_000, help="Sequences per GPU per step."),
+    seq_len: int = typer.Option(2048, "--seq-len", min=1, max=100_000_000, help="Tokens per sequence."),
+    recompute: str = typer.Option("none", "--recompute", help="Activation recomputation: none, selective, full."),
+    gpus: Optional[int] = typer.Option(
+        None, "--gpus", min=1, max=4096, help="GPUs per node (default: this node's, from NVML)."
+    ),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=100_000, help="Nodes."),
+    gpu_mem: Optional[str] = typer.Option(
+        None, "--gpu-mem", help="Memory per GPU (80GiB, 40GB) instead of what NVML reports."
+    ),
+    strategy: Optional[List[str]] = typer.Option(
+        None, "--strategy", help="ddp, zero1, zero2, zero3, fsdp or tp=T[,pp=P]; repeatable (default: all)."
+    ),
+    replay: Optional[Path] = replay_option("Read the GPUs from a snapshot directory instead of this machine."),
+    json_out: bool = json_option("Print the plan as JSON (schema: docs/schemas/plan.schema.json)."),
+    timeout: float = timeout_option(),
+) -> None:
+    from ddpdoctor.plan import (
+        PlanInputError,
+        Workload,
+        estimate_shape,
+        load_shape,
+        make_plan,
+        parse_bytes,
+        parse_count,
+        parse_strategy,
+        read_hardware,
+    )
+
+    try:
+        if (params is None) == (config is None):
+            raise ValueError("give the model as --params 7B or --config config.json (one of them)")
+        shape = load_shape(config) if config is not None else estimate_shape(parse_count(params or ""))
+        workload = Workload(
+            shape=shape,
+            dtype=_choice(dtype, DTYPES, "--dtype"),
+            optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"),
+            micro_batch=micro_batch,
+            seq_len=seq_len,
+            recompute=_choice(recompute, RECOMPUTE, "--recompute"),
+        )
+        if micro_batch * seq_len > MAX_TOKENS:
+            raise ValueError(f"--micro-batch x --seq-len = {micro_batch * seq_len} tokens per GPU: too many")
+        memory = parse_bytes(gpu_mem) if gpu_mem is not None else None
+        strategies = [parse_strategy(part) for item in strategy or () for part in _split_strategies(item)]
+    except (PlanInputError, ValueError) as exc:
+        raise usage_error(str(exc)) from None
+
+    from ddpdoctor.sources import LiveSources, ReplaySources
+
+    # Leaving the block kills any probe still running: nothing is orphaned.
+    with ReplaySources(replay) if replay is not None else LiveSources() as sources:
+        sources.deadline = time.monotonic() + timeout
+        label = f"snapshot {replay}" if replay is not None else "this node"
+        hardware = read_hardware(sources, gpus, nodes, memory, label)
+    result = make_plan(workload, hardware, strategies)
+    if json_out:
+        from ddpdoctor.render import print_json
+        from ddpdoctor.render.plan import plan_to_dict
+
+        print_json(plan_to_dict(result))
+    else:
+        from ddpdoctor.render.plan import render_plan
+
+        render_plan(result)
+    raise typer.Exit(result.exit_code)
+
+
+def _split_strategies(item: str) -> list[str]:
+    """`ddp,zero3` -> two strategies; `tp=4,pp=2` stays one (pp belongs to the tp before it)."""
+    out: list[str] = []
+    for part in item.split(","):
+        if part.strip().lower().startswith("pp=") and out:
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out

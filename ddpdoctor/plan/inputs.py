@@ -1,0 +1,122 @@
+"""The I/O edge of `plan`: the config file (bounded, parsed as data only) and this node's GPUs.
+
+A config.json is read as JSON and nothing else: no model code is imported or run, whatever
+`auto_map` or `architectures` it names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, Optional
+
+from ddpdoctor.plan.judge import Hardware
+from ddpdoctor.plan.memory import gpu_generation
+from ddpdoctor.plan.shape import ModelShape, shape_from_config
+
+# Hugging Face config.json files are a few KiB; the largest (label maps, quantization tables) stay
+# well under a MiB. Anything bigger is not a config.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_JSON_DEPTH = 32
+
+
+class PlanInputError(ValueError):
+    """A file or value the user gave that plan cannot use (a usage error, exit 2)."""
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of parsed JSON, iteratively (no recursion to exhaust), stopping past `limit`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if deepest > limit:
+            break
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`, read with a bound. PlanInputError for anything else."""
+    try:
+        # O_NONBLOCK: a FIFO named as the config must not block the open; it is refused just below.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise PlanInputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise PlanInputError(f"{path}: not a regular file")
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise PlanInputError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB: not a model config")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PlanInputError(f"{path}: not UTF-8 text: not a config.json") from None
+    except RecursionError:
+        raise PlanInputError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a model config") from None
+    except ValueError as exc:
+        raise PlanInputError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise PlanInputError(f"{path}: a config.json holds a JSON object, this holds {type(value).__name__}")
+    if _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise PlanInputError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a model config")
+    return value
+
+
+def load_shape(path: Path) -> ModelShape:
+    """Read and count a config file; PlanInputError for an unreadable or uncountable one."""
+    cfg = read_config(path)
+    try:
+        return shape_from_config(cfg)
+    except ValueError as exc:
+        raise PlanInputError(f"{path}: {exc}") from None
+
+
+def read_hardware(
+    sources: Any,
+    gpus: Optional[int],
+    nodes: int,
+    gpu_mem: Optional[int],
+    source_label: str,
+) -> Hardware:
+    """The GPUs to plan for: flags first, then what NVML (or the snapshot) says about this node.
+
+    `--gpus` without `--gpu-mem` takes the memory of the node's GPUs when there are any. Equivalent:
+    nvidia-smi --query-gpu=name,memory.total --format=csv.
+    """
+    facts = None
+    if sources is not None:
+        from ddpdoctor.checks.gpu import read_gpu_facts
+
+        facts = read_gpu_facts(sources)
+    found = [g for g in (facts.gpus if facts else ()) if not g.lost and g.memory_total_mib]
+    name = found[0].name if found else None
+    if gpu_mem is not None:
+        count = gpus or (len(found) if found else 1)
+        return Hardware(count, nodes, gpu_mem, name, gpu_generation(name), "--gpu-mem")
+    if found:
+        smallest = min(found, key=lambda g: g.memory_total_mib or 0)
+        count = gpus or len(found)
+        names = sorted({g.name for g in found if g.name})
+        note = f"GPUs differ ({', '.join(names)}): planned for the smallest" if len(names) > 1 else None
+        return Hardware(
+            count,
+            nodes,
+            (smallest.memory_total_mib or 0) * 1024 * 1024,
+            smallest.name,
+            gpu_generation(smallest.name),
+            source_label if facts is None else f"{source_label} ({facts.source})",
+            note,
+        )
+    why = "no GPU memory found"
+    if facts is not None and facts.error:
+        why += f" ({facts.error})"
+    elif facts is not None:
+        why += f" ({source_label}: no NVIDIA GPU)"
+    return Hardware(gpus or 1, nodes, None, None, "unknown", "none", why)

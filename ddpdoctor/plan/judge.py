@@ -1,0 +1,203 @@
+"""Which strategy fits: verdicts per strategy, the cheapest that fits, and what to change. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional, Sequence
+
+from ddpdoctor.plan.memory import Breakdown, Strategy, Workload, breakdown
+from ddpdoctor.plan.units import GIB
+
+# Cheapest first, by what each costs besides memory: DDP all-reduces once; ZeRO-1/2 add bookkeeping but
+# move the same bytes; FSDP/ZeRO-3 gather parameters again in backward (1.5x the traffic); tensor
+# parallel puts collectives inside every layer (NVLink needed); pipelines add bubbles.
+COST_ORDER = ("ddp", "zero1", "zero2", "fsdp", "zero3", "tp")
+TIGHT_FRACTION = 0.05  # under 5% headroom, allocator fragmentation alone can tip a job over
+_STRATEGY = re.compile(r"^(ddp|zero1|zero2|zero3|fsdp)$|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?$")
+
+
+def parse_strategy(text: str) -> Strategy:
+    """`zero2` or `tp=4,pp=2` -> Strategy. ValueError when malformed."""
+    m = _STRATEGY.match(text.strip().lower().replace(" ", ""))
+    if not m:
+        raise ValueError(f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, tp=T[,pp=P]")
+    if m.group(1):
+        return Strategy(m.group(1))
+    tp, pp = int(m.group(2)), int(m.group(3) or 1)
+    if tp < 1 or pp < 1:
+        raise ValueError(f"--strategy {text!r}: tp and pp must be at least 1")
+    return Strategy("tp", tp, pp)
+
+
+def default_strategies(gpus_per_node: int) -> list[Strategy]:
+    """All strategies; tensor parallel across the node's GPUs (TP stays inside NVLink reach, at most 8)."""
+    out = [Strategy(kind) for kind in COST_ORDER if kind != "tp"]
+    tp = min(gpus_per_node, 8)
+    if tp > 1:
+        out.append(Strategy("tp", tp))
+    return out
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The GPUs: per-node count, node count, the smallest GPU's memory (None when unknown) and name."""
+
+    gpus_per_node: int
+    nodes: int = 1
+    memory: Optional[int] = None
+    name: Optional[str] = None
+    generation: str = "unknown"
+    source: str = "--gpu-mem"  # where memory came from: nvml, nvidia-smi, snapshot, --gpu-mem, none
+    note: Optional[str] = None  # why memory is unknown, or what was assumed
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Row:
+    strategy: Strategy
+    data_parallel: int
+    memory: Optional[Breakdown] = None
+    verdict: str = "unknown"  # fits, tight, does_not_fit, unknown, invalid
+    headroom: Optional[int] = None  # capacity - total (negative: short by)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy.label,
+            "kind": self.strategy.kind,
+            "tp": self.strategy.tp,
+            "pp": self.strategy.pp,
+            "data_parallel": self.data_parallel,
+            "bytes": self.memory.to_dict() if self.memory else None,
+            "verdict": self.verdict,
+            "headroom_bytes": self.headroom,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class Plan:
+    workload: Workload
+    hardware: Hardware
+    rows: list[Row]
+    cheapest: Optional[str] = None
+    summary: str = ""
+    advice: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 a strategy fits; 1 none fits; 3 no GPU memory known (nothing judged)."""
+        if self.hardware.memory is None:
+            return 3
+        return 0 if self.cheapest else 1
+
+
+def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
+    if s.kind != "tp":
+        return None
+    if s.model_parallel > hw.total_gpus or hw.total_gpus % s.model_parallel:
+        return f"tp*pp = {s.model_parallel} does not divide {hw.total_gpus} GPUs"
+    if s.tp > hw.gpus_per_node:
+        return f"tp={s.tp} spans nodes ({hw.gpus_per_node} GPUs per node): tensor parallel needs NVLink"
+    if w.shape.heads % s.tp:
+        return f"{w.shape.heads} attention heads do not split {s.tp} ways"
+    if s.pp > w.shape.layers:
+        return f"pp={s.pp} is more stages than the {w.shape.layers} layers"
+    return None
+
+
+def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
+    dp = hw.total_gpus // s.model_parallel if s.kind == "tp" else hw.total_gpus
+    reason = _invalid(s, w, hw)
+    if reason:
+        return Row(s, dp, verdict="invalid", notes=(reason,))
+    mem, notes = breakdown(w, s, dp, hw.generation)
+    if s.kind in ("zero1", "zero2", "zero3", "fsdp") and dp == 1:
+        notes = [*notes, "one GPU: nothing to shard across"]
+    if hw.memory is None:
+        return Row(s, dp, mem, "unknown", None, tuple(notes))
+    headroom = hw.memory - mem.total
+    if headroom < 0:
+        verdict = "does_not_fit"
+    elif headroom < TIGHT_FRACTION * hw.memory:
+        verdict = "tight"
+    else:
+        verdict = "fits"
+    return Row(s, dp, mem, verdict, headroom, tuple(notes))
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _cheapest(rows: Sequence[Row]) -> Optional[Row]:
+    for verdict in ("fits", "tight"):
+        for row in rows:
+            if row.verdict == verdict:
+                return row
+    return None
+
+
+def _alternatives(w: Workload, hw: Hardware, strategies: Sequence[Strategy]) -> list[str]:
+    """Changes that make some strategy fit, each re-planned; the least disruptive first."""
+    tries: list[tuple[str, Workload, Hardware]] = []
+    if w.recompute == "none":
+        tries.append(("--recompute selective", replace(w, recompute="selective"), hw))
+    if w.recompute != "full":
+        tries.append(("--recompute full", replace(w, recompute="full"), hw))
+    b = w.micro_batch // 2
+    while b >= 1:
+        tries.append((f"--micro-batch {b}", replace(w, micro_batch=b), hw))
+        b //= 2
+    if w.recompute != "full":
+        tries.append(("--micro-batch 1 --recompute full", replace(w, micro_batch=1, recompute="full"), hw))
+    if w.optimizer in ("adamw",):
+        tries.append(("--optimizer adamw8bit", replace(w, optimizer="adamw8bit"), hw))
+    for nodes in (2, 4, 8, 16, 32, 64, 128):
+        if nodes > hw.nodes:
+            tries.append((f"--nodes {nodes} ({nodes * hw.gpus_per_node} GPUs)", w, replace(hw, nodes=nodes)))
+    out: list[str] = []
+    for flag, w2, hw2 in tries:
+        rows = [judge_row(w2, s, hw2) for s in strategies]
+        best = _cheapest(rows)
+        if best is not None and best.memory is not None:
+            out.append(f"{flag}: {best.strategy.label} fits ({_gib(best.memory.total)} per GPU)")
+        if len(out) >= 3:
+            break
+    return out
+
+
+def make_plan(w: Workload, hw: Hardware, strategies: Optional[Sequence[Strategy]] = None) -> Plan:
+    """Judge every strategy; name the cheapest that fits, or what to change."""
+    chosen = list(strategies) if strategies else default_strategies(hw.gpus_per_node)
+    rows = [judge_row(w, s, hw) for s in chosen]
+    plan = Plan(w, hw, rows)
+    if hw.memory is None:
+        plan.summary = (
+            f"No GPU memory to judge against: {hw.note or 'no GPU found'}. Per-GPU bytes are below; "
+            "give --gpu-mem (e.g. --gpu-mem 80GiB) for a verdict."
+        )
+        return plan
+    best = _cheapest(rows)
+    where = f"{hw.total_gpus} x {_gib(hw.memory)}" + (f" ({hw.name})" if hw.name else "")
+    if best is not None and best.memory is not None and best.headroom is not None:
+        plan.cheapest = best.strategy.label
+        plan.summary = (
+            f"Cheapest strategy that fits: {best.strategy.label} on {where}: "
+            f"{_gib(best.memory.total)} per GPU, {_gib(best.headroom)} headroom"
+            + (" (tight: under 5%, allocator fragmentation may not fit)" if best.verdict == "tight" else "")
+            + "."
+        )
+        return plan
+    plan.advice = _alternatives(w, hw, chosen)
+    judged = [r for r in rows if r.headroom is not None]
+    closest = max(judged, key=lambda r: r.headroom or 0) if judged else None
+    short = f"; closest: {closest.strategy.label}, short by {_gib(-(closest.headroom or 0))}" if closest else ""
+    plan.summary = f"Nothing fits on {where}{short}. " + (
+        "Change: " + "; or ".join(plan.advice) + "." if plan.advice else "Use a smaller model or bigger GPUs."
+    )
+    return plan
