@@ -48,10 +48,17 @@ def read_config(path: Path) -> dict[str, Any]:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise PlanInputError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise PlanInputError(f"{path}: not a regular file")
-        data = f.read(MAX_CONFIG_BYTES + 1)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # the file object closes it now
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise PlanInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > MAX_CONFIG_BYTES:
         raise PlanInputError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB: not a model config")
     try:

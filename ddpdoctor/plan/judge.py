@@ -142,7 +142,23 @@ def _cheapest(rows: Sequence[Row]) -> Optional[Row]:
     return None
 
 
-def _alternatives(w: Workload, hw: Hardware, strategies: Sequence[Strategy]) -> list[str]:
+@dataclass(frozen=True)
+class Alternative:
+    """A change of flags that was re-planned and makes `strategy` fit with `total` bytes per GPU."""
+
+    flags: str
+    workload: Workload
+    hardware: Hardware
+    strategy: str
+    total: int
+
+    def describe(self) -> str:
+        return f"{self.flags}: {self.strategy} fits ({_gib(self.total)} per GPU)"
+
+
+def find_alternatives(
+    w: Workload, hw: Hardware, strategies: Sequence[Strategy], limit: int = 3
+) -> list[Alternative]:
     """Changes that make some strategy fit, each re-planned; the least disruptive first."""
     tries: list[tuple[str, Workload, Hardware]] = []
     if w.recompute == "none":
@@ -153,21 +169,26 @@ def _alternatives(w: Workload, hw: Hardware, strategies: Sequence[Strategy]) -> 
     while b >= 1:
         tries.append((f"--micro-batch {b}", replace(w, micro_batch=b), hw))
         b //= 2
-    if w.recompute != "full":
-        tries.append(("--micro-batch 1 --recompute full", replace(w, micro_batch=1, recompute="full"), hw))
-    if w.optimizer in ("adamw",):
+    lean = replace(w, micro_batch=1, recompute="full")
+    if lean != w:
+        tries.append(("--micro-batch 1 --recompute full", lean, hw))
+    if w.optimizer == "adamw":
         tries.append(("--optimizer adamw8bit", replace(w, optimizer="adamw8bit"), hw))
-    for nodes in (2, 4, 8, 16, 32, 64, 128):
+    # More GPUs shrink sharded model states, never activations: try them as they are, then lean.
+    for nodes in (2, 4, 8, 16, 32, 64, 128, 256):
         if nodes > hw.nodes:
-            tries.append((f"--nodes {nodes} ({nodes * hw.gpus_per_node} GPUs)", w, replace(hw, nodes=nodes)))
-    out: list[str] = []
-    for flag, w2, hw2 in tries:
-        rows = [judge_row(w2, s, hw2) for s in strategies]
-        best = _cheapest(rows)
+            more = replace(hw, nodes=nodes)
+            gpus = f"--nodes {nodes} ({nodes * hw.gpus_per_node} GPUs)"
+            tries.append((gpus, w, more))
+            if lean != w:
+                tries.append((f"--micro-batch 1 --recompute full {gpus}", lean, more))
+    out: list[Alternative] = []
+    for flags, w2, hw2 in tries:
+        best = _cheapest([judge_row(w2, s, hw2) for s in strategies])
         if best is not None and best.memory is not None:
-            out.append(f"{flag}: {best.strategy.label} fits ({_gib(best.memory.total)} per GPU)")
-        if len(out) >= 3:
-            break
+            out.append(Alternative(flags, w2, hw2, best.strategy.label, best.memory.total))
+            if len(out) >= limit:
+                break
     return out
 
 
@@ -193,7 +214,7 @@ def make_plan(w: Workload, hw: Hardware, strategies: Optional[Sequence[Strategy]
             + "."
         )
         return plan
-    plan.advice = _alternatives(w, hw, chosen)
+    plan.advice = [alt.describe() for alt in find_alternatives(w, hw, chosen)]
     judged = [r for r in rows if r.headroom is not None]
     closest = max(judged, key=lambda r: r.headroom or 0) if judged else None
     short = f"; closest: {closest.strategy.label}, short by {_gib(-(closest.headroom or 0))}" if closest else ""

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddpdoctor import __version__
 from ddpdoctor.plan import Plan
 from ddpdoctor.plan.units import GIB
 
-SCHEMA_VERSION = 1
+SCHEMA = "ddpdoctor.plan/1"  # docs/schemas/plan.schema.json
 _VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does_not_fit": "red", "unknown": "dim", "invalid": "dim"}
 _COLUMNS = ("parameters", "gradients", "optimizer", "master", "activations", "temporary", "overhead")
 _HEADERS = ("param", "grads", "optim", "mastr", "activ", "temp", "ovhd")
@@ -19,7 +20,8 @@ _HEADERS = ("param", "grads", "optim", "mastr", "activ", "temp", "ovhd")
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     w, hw = plan.workload, plan.hardware
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema": SCHEMA,
+        "tool": {"name": "ddpdoctor", "version": __version__},
         "summary": plan.summary,
         "cheapest": plan.cheapest,
         "advice": list(plan.advice),

@@ -1,0 +1,549 @@
+"""`ddpdoctor plan`: the arithmetic against published figures, parameter counting from real configs,
+the CLI (JSON schema, exit codes, hostile inputs), and a measured check with a real torch training step."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from ddpdoctor.cli import app
+from ddpdoctor.plan import (
+    Hardware,
+    PlanInputError,
+    Strategy,
+    Workload,
+    breakdown,
+    estimate_shape,
+    gpu_generation,
+    load_shape,
+    make_plan,
+    parse_bytes,
+    parse_count,
+    parse_strategy,
+    read_config,
+    shape_from_config,
+)
+from ddpdoctor.plan.judge import default_strategies, find_alternatives
+from ddpdoctor.plan.memory import activation_bytes, model_states
+from ddpdoctor.plan.units import GIB
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+CONFIGS = FIXTURES / "plan"
+SCHEMA = json.loads((REPO / "docs" / "schemas" / "plan.schema.json").read_text())
+H100_SMI_Q = FIXTURES / "gpu" / "nvidia-smi-q__8xh100-sxm-565.57.01-recovery-action-none-gpu0-7-replays.txt"
+
+
+def _states(params: int, strategy: Strategy, n: int, largest: int = 1, **kw: object) -> int:
+    shape = replace(estimate_shape(params), largest_layer=largest)
+    p, g, o, m, _ = model_states(Workload(shape, **kw), strategy, n)  # type: ignore[arg-type]
+    return p + g + o + m
+
+
+# --- units --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [("7B", 7_000_000_000), ("1.3b", 1_300_000_000), ("350M", 350_000_000), ("124439808", 124_439_808),
+     ("2T", 2 * 10**12), ("500K", 500_000), (" 70 B ", 70_000_000_000)],
+)  # fmt: skip
+def test_parse_count(text: str, count: int) -> None:
+    assert parse_count(text) == count
+
+
+@pytest.mark.parametrize("text", ["7X", "", "B", "7BB", "-7B", "1e9", "nan", "inf", "0", "9999T", "7 billion"])
+def test_parse_count_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_count(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "n"),
+    [("80GiB", 80 * GIB), ("80G", 80 * GIB), ("40GB", 40 * 10**9), ("16384MiB", 16 * GIB), ("1.5TiB", 1536 * GIB)],
+)
+def test_parse_bytes(text: str, n: int) -> None:
+    assert parse_bytes(text) == n
+
+
+@pytest.mark.parametrize("text", ["80", "80XB", "GiB", "80 GiBs", "-1G", "nan", "2PiB"])
+def test_parse_bytes_rejects(text: str) -> None:
+    if text == "80":
+        assert parse_bytes(text) == 80  # a bare number is bytes: legal, and the verdict will say so
+        return
+    with pytest.raises(ValueError):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "generation"),
+    [("NVIDIA H100 80GB HBM3", "hopper"), ("NVIDIA A100-SXM4-80GB", "ampere"), ("Tesla V100-SXM2-32GB", "volta"),
+     ("NVIDIA GH200 480GB", "hopper"), ("NVIDIA B200", "blackwell"), ("NVIDIA L40S", "ada"),
+     ("NVIDIA GeForce RTX 5090", "blackwell"), ("Tesla T4", "turing"), (None, "unknown"), ("Mystery", "unknown")],
+)  # fmt: skip
+def test_gpu_generation(name: str | None, generation: str) -> None:
+    assert gpu_generation(name) == generation
+
+
+# --- model states against published figures ------------------------------------------------------------
+
+
+def test_transformer_math_16_bytes_per_param() -> None:
+    """Transformer Math 101: mixed-precision AdamW holds 16 bytes per parameter (2 + 2 + 4 + 8)."""
+    p = 7_000_000_000
+    assert _states(p, Strategy("ddp"), 8) == 16 * p
+    assert _states(p, Strategy("ddp"), 8, dtype="fp32") == 16 * p  # 4 + 4 + 8, no separate master
+    assert _states(p, Strategy("ddp"), 8, optimizer="sgd-momentum") == 12 * p
+    assert _states(p, Strategy("ddp"), 8, optimizer="sgd") == 8 * p
+    assert _states(p, Strategy("ddp"), 8, optimizer="adamw8bit") == 10 * p
+
+
+def test_deepspeed_zero2_documented_example() -> None:
+    """DeepSpeed docs (memory.rst): estimate_zero2_model_states_mem_needs_all_cold(total_params=2851e6,
+    num_gpus_per_node=8, num_nodes=1) -> 15.93GB per GPU with offload_optimizer=none ("GB" = 2**30)."""
+    for kind in ("zero1", "zero2"):
+        got = _states(2_851_000_000, Strategy(kind), 8) / GIB
+        assert round(got, 2) == 15.93
+        assert abs(got - 15.93) / 15.93 < 0.01
+
+
+def test_deepspeed_zero3_documented_example() -> None:
+    """estimate_zero3_model_states_mem_needs_all_cold(total_params=2851e6, largest_layer_params=32e6,
+    num_gpus_per_node=8, num_nodes=1) -> 6.09GB per GPU (offload_param=none, offload_optimizer=none)."""
+    got = _states(2_851_000_000, Strategy("zero3"), 8, largest=32_000_000) / GIB
+    assert round(got, 2) == 6.09
+    # The live t5-3b figure (a few more params than 2851e6) is 6.10GB: within 1% either way.
+    assert abs(got - 6.10) / 6.10 < 0.01
+
+
+def test_deepspeed_zero3_t5_large_case1() -> None:
+    """DeepSpeed docs: t5-large, 737.67M params, 32.90M largest layer, 4 GPUs: case1 gpu memory 3291MB."""
+    got = _states(737_670_000, Strategy("zero3"), 4, largest=32_900_000) >> 20
+    assert abs(got - 3291) / 3291 < 0.01
+
+
+def test_sharding_order_and_scaling() -> None:
+    """ZeRO paper: stage 3 divides everything by N; DDP divides nothing."""
+    p = 7_000_000_000
+    ddp = _states(p, Strategy("ddp"), 8)
+    assert _states(p, Strategy("ddp"), 64) == ddp
+    z3_8 = _states(p, Strategy("zero3"), 8, largest=100)
+    z3_64 = _states(p, Strategy("zero3"), 64, largest=100)
+    assert z3_64 < z3_8 / 7
+    assert _states(p, Strategy("zero1"), 8) < ddp
+
+
+def test_megatron_mixed_precision_bytes_per_param() -> None:
+    """Megatron-LM without the distributed optimizer: bf16 18 B/param (fp32 main grads), fp16 20, fp32 16."""
+    p = 1_000_000_000
+    assert _states(p, Strategy("tp", 1), 1) == 18 * p
+    assert _states(p, Strategy("tp", 1), 1, dtype="fp16") == 20 * p
+    assert _states(p, Strategy("tp", 1), 1, dtype="fp32") == 16 * p
+    assert _states(p, Strategy("tp", 4, 2), 8) == 18 * p // 8
+
+
+# --- activations: Korthikanti et al. 2022, GPT-3 175B -------------------------------------------------
+
+GPT3 = replace(estimate_shape(175_000_000_000), hidden=12288, heads=96, layers=1, vocab=51200)
+
+
+def test_megatron_gpt3_per_layer_activations() -> None:
+    """GPT-3 175B (a=96, h=12288, s=2048): 5as/h = 80, so one layer holds sbh(34 + 80) bytes; selective
+    recomputation keeps 34sbh ("reduces activation memory by 70%" for GPT-3); full keeps 2sbh."""
+    s, b, h = 2048, 1, 12288
+    assert 5 * 96 * s // h == 80
+    one_layer_pp = Strategy("tp", 1, 2)  # pp > 1: no output-layer term, so this is exactly one layer
+    none = activation_bytes(Workload(GPT3, seq_len=s, micro_batch=b), one_layer_pp)
+    selective = activation_bytes(Workload(GPT3, seq_len=s, micro_batch=b, recompute="selective"), one_layer_pp)
+    full = activation_bytes(Workload(GPT3, seq_len=s, micro_batch=b, recompute="full"), one_layer_pp)
+    assert none == s * b * h * (34 + 80)
+    assert selective == 34 * s * b * h
+    assert full == 2 * s * b * h
+    assert round(1 - selective / none, 2) == 0.70
+    # Tensor parallel with sequence parallelism divides all of it by t (Table 2).
+    tp8 = activation_bytes(Workload(GPT3, seq_len=s, micro_batch=b), Strategy("tp", 8, 2))
+    assert tp8 == s * b * h * (34 + 80) // 8
+
+
+def test_activations_output_layer_and_fp32() -> None:
+    """Without pipelining the output layer and loss add 4sbh(1 + v/h); fp32 activations take twice."""
+    s, b, h, v = 2048, 2, 12288, 51200
+    w = Workload(GPT3, seq_len=s, micro_batch=b, recompute="full")
+    assert activation_bytes(w, Strategy("ddp")) == 2 * s * b * h + 4 * s * b * h + 4 * s * b * v
+    assert activation_bytes(replace(w, dtype="fp32"), Strategy("ddp")) == 2 * activation_bytes(w, Strategy("ddp"))
+
+
+# --- parameter counting from real configs --------------------------------------------------------------
+
+PUBLISHED = {
+    "llama-2-7b-hf.config.json": 6_738_415_616,
+    "mistral-7b-v0.1.config.json": 7_241_732_096,
+    "qwen2.5-0.5b.config.json": 494_032_768,
+    "gpt2.config.json": 124_439_808,
+}
+ROUNDED = {  # as the model cards and papers write them
+    "llama-2-7b-hf.config.json": 6.74e9,
+    "mistral-7b-v0.1.config.json": 7.24e9,
+    "qwen2.5-0.5b.config.json": 0.49e9,
+    "gpt2.config.json": 124e6,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_from_real_config(name: str) -> None:
+    shape = load_shape(CONFIGS / name)
+    assert abs(shape.params - PUBLISHED[name]) / PUBLISHED[name] < 0.01
+    assert abs(shape.params - ROUNDED[name]) / ROUNDED[name] < 0.01
+    assert not shape.estimated
+
+
+def test_config_details() -> None:
+    llama = load_shape(CONFIGS / "llama-2-7b-hf.config.json")
+    assert (llama.hidden, llama.layers, llama.heads, llama.kv_heads, llama.tied) == (4096, 32, 32, 32, False)
+    assert llama.largest_layer == 32000 * 4096  # embed_tokens / lm_head, as DeepSpeed's module walk finds
+    mistral = load_shape(CONFIGS / "mistral-7b-v0.1.config.json")
+    assert mistral.kv_heads == 8
+    qwen = load_shape(CONFIGS / "qwen2.5-0.5b.config.json")
+    assert qwen.tied and qwen.root_params == 151936 * 896 + 896
+    gpt2 = load_shape(CONFIGS / "gpt2.config.json")
+    assert gpt2.tied and gpt2.intermediate == 4 * 768
+
+
+def test_estimated_shape_is_plausible() -> None:
+    s = estimate_shape(7_000_000_000)
+    assert s.estimated and s.hidden == 4096 and 28 <= s.layers <= 36 and s.heads % 8 == 0
+    tiny = estimate_shape(1000)
+    assert tiny.params == 1000 and tiny.layers >= 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b"\xff\xfe{}", "UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper|JSON object"),
+        (b'{"a":' * 40 + b"1" + b"}" * 40, "nested deeper"),
+        (b'{"hidden_size": 4096}', "no layer count"),
+        (b'{"hidden_size": true, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 5}', "hidden_size"),
+        (b'{"hidden_size": 1e400, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 5}', "hidden_size"),
+        (b'{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 3, '
+         b'"vocab_size": 5}', "grouped"),
+        (b'{"hidden_size": 99999999999, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 5}',
+         "positive integer"),
+    ],
+)  # fmt: skip
+def test_bad_configs_are_input_errors(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    with pytest.raises(PlanInputError, match=message):
+        load_shape(path)
+
+
+def test_huge_config_is_refused_without_reading_it_all(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    with path.open("wb") as f:
+        f.truncate(10 * 1024**3)  # sparse: 10 GiB that a naive read would load
+    with pytest.raises(PlanInputError, match="larger than"):
+        read_config(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_fifo_and_directory_are_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(PlanInputError, match="not a regular file"):
+        read_config(fifo)  # must not block waiting for a writer
+    with pytest.raises(PlanInputError):
+        read_config(tmp_path)
+    with pytest.raises(PlanInputError, match="cannot open"):
+        read_config(tmp_path / "missing.json")
+
+
+# --- judging --------------------------------------------------------------------------------------------
+
+
+def test_strategy_parsing() -> None:
+    assert parse_strategy("zero2") == Strategy("zero2")
+    assert parse_strategy("tp=4,pp=2") == Strategy("tp", 4, 2)
+    assert parse_strategy("TP=8").label == "tp=8"
+    for bad in ("zero4", "tp=0", "tp=x", "pp=2", "tp=2,pp=0", "ddp;rm"):
+        with pytest.raises(ValueError):
+            parse_strategy(bad)
+
+
+def test_nothing_fits_gives_replanned_advice() -> None:
+    w = Workload(estimate_shape(70_000_000_000), seq_len=4096, micro_batch=4)
+    hw = Hardware(8, 1, 80 * GIB, "NVIDIA H100 80GB HBM3", "hopper")
+    plan = make_plan(w, hw)
+    assert plan.cheapest is None and plan.exit_code == 1
+    assert plan.summary.startswith("Nothing fits") and plan.advice
+    assert plan.advice[0] in plan.summary
+    # Every piece of advice is true: planning again with it makes the named strategy fit.
+    alternatives = find_alternatives(w, hw, default_strategies(8))
+    assert [a.describe() for a in alternatives] == plan.advice
+    for alt in alternatives:
+        again = make_plan(alt.workload, alt.hardware)
+        assert again.cheapest == alt.strategy, alt.flags
+    assert any("--nodes" in a.flags for a in alternatives)  # this one needs more GPUs
+
+
+def test_advice_prefers_recompute_when_it_suffices() -> None:
+    w = Workload(load_shape(CONFIGS / "llama-2-7b-hf.config.json"), seq_len=4096, micro_batch=2)
+    hw = Hardware(8, 1, 80 * GIB, None, "hopper")
+    plan = make_plan(w, hw, [Strategy("zero3")])
+    assert plan.cheapest is None
+    assert plan.advice[0].startswith("--recompute selective: zero3 fits")
+
+
+def test_every_item_is_counted() -> None:
+    """The checklist: weights, gradients, optimizer state, master, activations, inputs, buffers, overhead."""
+    w = Workload(load_shape(CONFIGS / "llama-2-7b-hf.config.json"))
+    mem, _ = breakdown(w, Strategy("ddp"), 8, "hopper")
+    d = mem.to_dict()
+    for item in ("parameters", "gradients", "optimizer", "master", "activations", "inputs", "temporary", "overhead"):
+        assert d[item] > 0, item
+    assert d["total"] == sum(d[k] for k in d if k not in ("total", "model_states"))
+
+
+def test_invalid_tensor_parallel_is_explained() -> None:
+    w = Workload(load_shape(CONFIGS / "qwen2.5-0.5b.config.json"))  # 14 heads
+    plan = make_plan(w, Hardware(8, 1, 80 * GIB), [Strategy("tp", 8), Strategy("tp", 2, 4), Strategy("tp", 16)])
+    verdicts = [(r.strategy.label, r.verdict) for r in plan.rows]
+    assert verdicts[0] == ("tp=8", "invalid") and "heads" in plan.rows[0].notes[0]
+    assert verdicts[1][1] in ("fits", "tight")
+    assert verdicts[2] == ("tp=16", "invalid")
+
+
+# --- CLI -----------------------------------------------------------------------------------------------
+
+runner = CliRunner()
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["plan", *args], env={"COLUMNS": "120"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _replay(tmp_path: Path, smi_q: Path | None) -> Path:
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    if smi_q is not None:
+        shutil.copy(smi_q, snap / "nvidia-smi-q.txt")
+    else:  # a CPU node's snapshot: NVML could not start, nvidia-smi absent
+        (snap / "nvml.json").write_text(
+            json.dumps({"available": False, "error": {"kind": "library_missing", "message": "nvmlInit: not found"}})
+        )
+    return snap
+
+
+def test_cli_done_when_7b_on_8x80(tmp_path: Path) -> None:
+    code, out, _ = _run("--params", "7B", "--dtype", "bf16", "--optimizer", "adamw", "--gpus", "8",
+                        "--gpu-mem", "80GiB", "--json")  # fmt: skip
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    assert code == 0 and data["cheapest"] == "zero1"
+    labels = [s["strategy"] for s in data["strategies"]]
+    assert labels == ["ddp", "zero1", "zero2", "fsdp", "zero3", "tp=8"]
+    ddp = data["strategies"][0]
+    assert ddp["verdict"] == "does_not_fit" and ddp["bytes"]["model_states"] == 16 * 7_000_000_000
+    code, out, _ = _run("--params", "7B", "--gpus", "8", "--gpu-mem", "80GiB")
+    assert code == 0
+    assert out.splitlines()[0].startswith("Cheapest strategy that fits: zero1 on 8 x 80.0 GiB")
+    for label in labels:
+        assert label in out
+
+
+def test_cli_no_gpu_explains_and_exits_3(tmp_path: Path) -> None:
+    snap = _replay(tmp_path, None)
+    code, out, _ = _run("--params", "7B", "--gpus", "8", "--replay", str(snap), "--json")
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    assert code == 3 and data["hardware"]["memory_bytes"] is None
+    assert "No GPU memory" in data["summary"] and "--gpu-mem" in data["summary"]
+    assert all(s["verdict"] in ("unknown", "invalid") for s in data["strategies"])
+    code, out, _ = _run("--params", "7B", "--gpus", "8", "--replay", str(snap), "--gpu-mem", "80GiB")
+    assert code == 0 and out.startswith("Cheapest strategy that fits")
+
+
+def test_cli_reads_gpus_from_snapshot(tmp_path: Path) -> None:
+    snap = _replay(tmp_path, H100_SMI_Q)
+    code, out, _ = _run("--config", str(CONFIGS / "llama-2-7b-hf.config.json"), "--replay", str(snap), "--json")
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    hw = data["hardware"]
+    assert hw["total_gpus"] == 8 and hw["generation"] == "hopper" and "H100" in hw["gpu_name"]
+    assert hw["memory_bytes"] == 81559 * 1024 * 1024
+    assert code in (0, 1) and data["model"]["params"] == 6_738_415_616
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--params", "7X"],
+        ["--params", "7B", "--config", "x.json"],
+        [],
+        ["--params", "7B", "--gpu-mem", "eighty"],
+        ["--params", "7B", "--dtype", "int3"],
+        ["--params", "7B", "--optimizer", "lion"],
+        ["--params", "7B", "--recompute", "some"],
+        ["--params", "7B", "--strategy", "zero9"],
+        ["--params", "7B", "--micro-batch", "0"],
+        ["--params", "7B", "--micro-batch", "1000000", "--seq-len", "100000000"],
+        ["--config", "/nonexistent/config.json"],
+    ],
+)
+def test_cli_usage_errors_exit_2(args: list[str]) -> None:
+    result = runner.invoke(app, ["plan", *args, "--gpu-mem", "80GiB"] if "--gpu-mem" not in args else ["plan", *args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_cli_bad_config_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[" * 50_000)
+    code, _, err = _run("--config", str(path), "--gpu-mem", "80GiB")
+    assert code == 2 and "error:" in err
+
+
+def test_cli_strategy_list_and_tp_pp() -> None:
+    code, out, _ = _run("--params", "70B", "--gpus", "8", "--nodes", "2", "--gpu-mem", "80GiB",
+                        "--strategy", "zero3,tp=8,pp=2", "--strategy", "fsdp", "--json")  # fmt: skip
+    data = json.loads(out)
+    assert [s["strategy"] for s in data["strategies"]] == ["zero3", "tp=8,pp=2", "fsdp"]
+    assert data["strategies"][1]["data_parallel"] == 1
+    assert code in (0, 1)
+
+
+def test_plan_and_help_do_not_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from ddpdoctor.cli import app\n"
+        "r = CliRunner().invoke(app, ['plan', '--params', '7B', '--gpus', '8', '--gpu-mem', '80GiB'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "r = CliRunner().invoke(app, ['plan', '--help'])\n"
+        "assert r.exit_code == 0\n"
+        "assert 'torch' not in sys.modules, 'plan imported torch'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=REPO)
+
+
+# --- measured: a real torch model and a real AdamW step -----------------------------------------------
+
+TINY = {
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def _tiny_llama(torch: object, cfg: dict[str, int]) -> object:
+    """The modules transformers' LlamaForCausalLM builds, written out with torch.nn (no transformers)."""
+    import torch.nn as nn
+
+    h, i, v, n_heads, kv = (cfg[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                             "num_attention_heads", "num_key_value_heads"))  # fmt: skip
+    d = h // n_heads
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k = nn.Linear(h, n_heads * d, bias=False), nn.Linear(h, kv * d, bias=False)
+            self.v, self.o = nn.Linear(h, kv * d, bias=False), nn.Linear(n_heads * d, h, bias=False)
+            self.gate, self.up = nn.Linear(h, i, bias=False), nn.Linear(h, i, bias=False)
+            self.down = nn.Linear(i, h, bias=False)
+            self.norm1, self.norm2 = nn.Parameter(torch.ones(h)), nn.Parameter(torch.ones(h))  # type: ignore[attr-defined]
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            a = x * self.norm1
+            att = self.o(self.q(a) + self.k(a).repeat(1, 1, n_heads // kv) + self.v(a).repeat(1, 1, n_heads // kv))
+            x = x + att
+            m = x * self.norm2
+            return x + self.down(nn.functional.silu(self.gate(m)) * self.up(m))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(v, h)
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg["num_hidden_layers"]))
+            self.norm = nn.Parameter(torch.ones(h))  # type: ignore[attr-defined]
+            self.head = nn.Linear(h, v, bias=False)
+
+        def forward(self, ids):  # type: ignore[no-untyped-def]
+            x = self.embed(ids)
+            for b in self.blocks:
+                x = b(x)
+            return self.head(x * self.norm)
+
+    return Model()
+
+
+def _train_step(torch: object, model: object, optimizer_name: str, device: str) -> object:
+    import torch.nn.functional as F
+
+    model = model.to(device)  # type: ignore[attr-defined]
+    params = list(model.parameters())  # type: ignore[attr-defined]
+    opt = {
+        "adamw": lambda: torch.optim.AdamW(params, lr=1e-3),  # type: ignore[attr-defined]
+        "sgd-momentum": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9),  # type: ignore[attr-defined]
+        "sgd": lambda: torch.optim.SGD(params, lr=1e-3),  # type: ignore[attr-defined]
+    }[optimizer_name]()
+    ids = torch.randint(0, TINY["vocab_size"], (2, 16), device=device)  # type: ignore[attr-defined]
+    loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())  # type: ignore[operator]
+    loss.backward()
+    opt.step()
+    return opt
+
+
+def _bytes(tensors: object) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd-momentum", "sgd"])
+def test_measured_model_states_match_a_real_training_step(optimizer: str) -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = _tiny_llama(torch, TINY)
+    opt = _train_step(torch, model, optimizer, "cpu")
+    params = list(model.parameters())  # type: ignore[attr-defined]
+    shape = shape_from_config(TINY)
+    assert shape.params == sum(p.numel() for p in params)  # counting == what torch builds
+    state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]  # type: ignore[attr-defined]
+    per_param_state = [t for t in state if t.numel() > 1 or t.dim() > 0]
+    steps = [t for t in state if t.dim() == 0]  # AdamW's per-tensor step counters: scalars
+    got_p, got_g, got_o, got_m, _ = model_states(Workload(shape, dtype="fp32", optimizer=optimizer), Strategy("ddp"), 1)
+    assert _bytes(params) == got_p
+    assert _bytes(p.grad for p in params) == got_g
+    assert _bytes(per_param_state) == got_o  # exact: exp_avg + exp_avg_sq, or momentum_buffer, or nothing
+    assert got_m == 0  # fp32 training: the parameters are the master copy
+    assert _bytes(steps) <= 8 * len(params)  # the step counters are the only thing not counted
+
+
+@pytest.mark.gpu
+def test_measured_on_gpu_with_max_memory_allocated() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    cfg = {**TINY, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "vocab_size": 32000,
+           "num_attention_heads": 8, "num_key_value_heads": 8}  # fmt: skip
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    model = _tiny_llama(torch, cfg)
+    _train_step(torch, model, "adamw", "cuda")
+    torch.cuda.synchronize()
+    shape = shape_from_config(cfg)
+    p, g, o, m, _ = model_states(Workload(shape, dtype="fp32"), Strategy("ddp"), 1)
+    held = torch.cuda.memory_allocated() - base
+    peak = torch.cuda.max_memory_allocated() - base
+    # After the step torch holds exactly the model states (plus step counters and allocator rounding).
+    assert abs(held - (p + g + o + m)) / (p + g + o + m) < 0.01
+    assert peak >= p + g + o + m
