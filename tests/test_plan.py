@@ -33,7 +33,7 @@ from ddpdoctor.plan import (
     shape_from_config,
 )
 from ddpdoctor.plan.judge import default_strategies, find_alternatives
-from ddpdoctor.plan.memory import activation_bytes, model_states
+from ddpdoctor.plan.memory import activation_bytes, model_states, overhead_for, process_groups
 from ddpdoctor.plan.units import GIB
 
 REPO = Path(__file__).resolve().parent.parent
@@ -269,6 +269,18 @@ def test_fifo_and_directory_are_refused(tmp_path: Path) -> None:
         read_config(tmp_path / "missing.json")
 
 
+def test_overhead_items() -> None:
+    """NVLS buffers only where NCCL uses NVLink SHARP; NCCL buffers per communicator; none on one GPU."""
+    h100 = overhead_for("hopper", "NVIDIA H100 80GB HBM3", 8, 1)
+    assert h100.nvls > 2 * GIB and h100.driver_reserve >= 454 * 1024**2  # nvidia-smi -q Reserved, R565
+    assert overhead_for("hopper", "NVIDIA H100 PCIe", 8, 1).nvls == 0
+    assert overhead_for("hopper", "NVIDIA H100 80GB HBM3", 2, 1).nvls == 0
+    assert overhead_for("ampere", "NVIDIA A100-SXM4-80GB", 8, 1).nvls == 0
+    alone = overhead_for("hopper", "NVIDIA H100 80GB HBM3", 1, process_groups(Strategy("ddp"), 1))
+    assert alone.nccl_buffers == 0 and alone.nvls == 0
+    assert process_groups(Strategy("tp", 4, 2), 16) == 3
+
+
 # --- judging --------------------------------------------------------------------------------------------
 
 
@@ -308,7 +320,7 @@ def test_advice_prefers_recompute_when_it_suffices() -> None:
 def test_every_item_is_counted() -> None:
     """The checklist: weights, gradients, optimizer state, master, activations, inputs, buffers, overhead."""
     w = Workload(load_shape(CONFIGS / "llama-2-7b-hf.config.json"))
-    mem, _ = breakdown(w, Strategy("ddp"), 8, "hopper")
+    mem, _ = breakdown(w, Strategy("ddp"), 8, overhead_for("hopper", "NVIDIA H100 80GB HBM3", 8, 1))
     d = mem.to_dict()
     for item in ("parameters", "gradients", "optimizer", "master", "activations", "inputs", "temporary", "overhead"):
         assert d[item] > 0, item

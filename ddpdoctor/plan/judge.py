@@ -6,7 +6,15 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
-from ddpdoctor.plan.memory import Breakdown, Strategy, Workload, breakdown
+from ddpdoctor.plan.memory import (
+    Breakdown,
+    Overhead,
+    Strategy,
+    Workload,
+    breakdown,
+    overhead_for,
+    process_groups,
+)
 from ddpdoctor.plan.units import GIB
 
 # Cheapest first, by what each costs besides memory: DDP all-reduces once; ZeRO-1/2 add bookkeeping but
@@ -64,6 +72,7 @@ class Row:
     verdict: str = "unknown"  # fits, tight, does_not_fit, unknown, invalid
     headroom: Optional[int] = None  # capacity - total (negative: short by)
     notes: tuple[str, ...] = ()
+    overhead: Optional[Overhead] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +84,7 @@ class Row:
             "bytes": self.memory.to_dict() if self.memory else None,
             "verdict": self.verdict,
             "headroom_bytes": self.headroom,
+            "overhead_bytes": self.overhead.to_dict() if self.overhead else None,
             "notes": list(self.notes),
         }
 
@@ -115,11 +125,12 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
     reason = _invalid(s, w, hw)
     if reason:
         return Row(s, dp, verdict="invalid", notes=(reason,))
-    mem, notes = breakdown(w, s, dp, hw.generation)
+    overhead = overhead_for(hw.generation, hw.name, hw.gpus_per_node, process_groups(s, hw.total_gpus))
+    mem, notes = breakdown(w, s, dp, overhead)
     if s.kind in ("zero1", "zero2", "zero3", "fsdp") and dp == 1:
         notes = [*notes, "one GPU: nothing to shard across"]
     if hw.memory is None:
-        return Row(s, dp, mem, "unknown", None, tuple(notes))
+        return Row(s, dp, mem, "unknown", None, tuple(notes), overhead)
     headroom = hw.memory - mem.total
     if headroom < 0:
         verdict = "does_not_fit"
@@ -127,7 +138,7 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
         verdict = "tight"
     else:
         verdict = "fits"
-    return Row(s, dp, mem, verdict, headroom, tuple(notes))
+    return Row(s, dp, mem, verdict, headroom, tuple(notes), overhead)
 
 
 def _gib(n: float) -> str:
@@ -151,9 +162,11 @@ class Alternative:
     hardware: Hardware
     strategy: str
     total: int
+    tight: bool = False
 
     def describe(self) -> str:
-        return f"{self.flags}: {self.strategy} fits ({_gib(self.total)} per GPU)"
+        fit = "fits tightly" if self.tight else "fits"
+        return f"{self.flags}: {self.strategy} {fit} ({_gib(self.total)} per GPU)"
 
 
 def find_alternatives(
@@ -186,7 +199,8 @@ def find_alternatives(
     for flags, w2, hw2 in tries:
         best = _cheapest([judge_row(w2, s, hw2) for s in strategies])
         if best is not None and best.memory is not None:
-            out.append(Alternative(flags, w2, hw2, best.strategy.label, best.memory.total))
+            tight = best.verdict == "tight"
+            out.append(Alternative(flags, w2, hw2, best.strategy.label, best.memory.total, tight))
             if len(out) >= limit:
                 break
     return out

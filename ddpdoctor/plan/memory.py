@@ -28,17 +28,66 @@ RECOMPUTE = ("none", "selective", "full")
 ZERO_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed reduce_bucket_size / allgather_bucket_size defaults (5e8)
 ZERO3_PREFETCH_ELEMENTS = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default (5e7)
 
-# Fixed per-GPU overhead by generation: driver reserve + CUDA context (kernels, cuBLAS/cuDNN workspaces)
-# + NCCL buffers. Figures and how they were chosen: docs/plan.md#overhead.
-OVERHEAD_GIB = {
-    "blackwell": (0.5, 0.75, 1.0),
-    "hopper": (0.5, 0.75, 1.0),
-    "ada": (0.25, 0.5, 0.5),
-    "ampere": (0.25, 0.5, 0.5),
-    "turing": (0.25, 0.4, 0.25),
-    "volta": (0.25, 0.4, 0.25),
-    "unknown": (0.5, 0.75, 1.0),
-}
+# Fixed per-GPU overhead (docs/plan.md#overhead gives the sources):
+# - driver reserve: nvidia-smi -q "FB Memory Usage / Reserved" on H100 80GB: 454 MiB (R565), 480 MiB (R580);
+# - CUDA context with its kernels and cuBLAS/cuDNN workspaces, lazily loaded (PyTorch 2.x default);
+# - NCCL ring/tree buffers per communicator (NCCL_BUFFSIZE 4 MiB x channels x peers);
+# - NVLink SHARP (NVLS) buffers on NVSwitch Hopper/Blackwell nodes with > 2 GPUs: nvlsTotalSize
+#   2415919104 bytes on 8 GPUs in NCCL's own log (vllm-project/vllm#9699); NCCL_NVLS_ENABLE=0 frees it.
+DRIVER_RESERVE_GIB = 0.5
+CUDA_CONTEXT_GIB = {"volta": 0.75, "turing": 0.75}  # no lazy module loading before CUDA 11.7 drivers
+DEFAULT_CUDA_CONTEXT_GIB = 0.5
+NCCL_BUFFERS_GIB = 0.5  # per communicator (process group) the GPU belongs to
+NVLS_GIB = 2.25
+_NO_NVSWITCH = re.compile(r"PCIe|\bNVL\b|RTX|GeForce", re.I)
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The fixed part of a GPU's memory, by item (bytes)."""
+
+    driver_reserve: int
+    cuda_context: int
+    nccl_buffers: int
+    nvls: int
+
+    @property
+    def total(self) -> int:
+        return self.driver_reserve + self.cuda_context + self.nccl_buffers + self.nvls
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "driver_reserve": self.driver_reserve,
+            "cuda_context": self.cuda_context,
+            "nccl_buffers": self.nccl_buffers,
+            "nvls": self.nvls,
+        }
+
+
+def overhead_for(generation: str, gpu_name: Optional[str], gpus_per_node: int, groups: int) -> Overhead:
+    """Driver reserve, CUDA context and NCCL buffers of one GPU in `groups` process groups (0: no NCCL)."""
+    nvls = (
+        groups > 0
+        and generation in ("hopper", "blackwell")
+        and gpus_per_node > 2
+        and not (gpu_name and _NO_NVSWITCH.search(gpu_name))
+    )
+    return Overhead(
+        driver_reserve=int(DRIVER_RESERVE_GIB * GIB),
+        cuda_context=int(CUDA_CONTEXT_GIB.get(generation, DEFAULT_CUDA_CONTEXT_GIB) * GIB),
+        nccl_buffers=int(NCCL_BUFFERS_GIB * groups * GIB),
+        nvls=int(NVLS_GIB * GIB) if nvls else 0,
+    )
+
+
+def process_groups(s: Strategy, n_gpus: int) -> int:
+    """NCCL communicators a rank belongs to: data parallel, plus tensor and pipeline groups."""
+    groups = 1 if n_gpus > 1 else 0
+    if s.kind == "tp":
+        groups += (s.tp > 1) + (s.pp > 1)
+    return groups
+
+
 _GENERATIONS = (
     ("blackwell", re.compile(r"\b(GB|B)(100|200|300)\b|RTX (PRO )?50\d0|RTX PRO 6000 Blackwell", re.I)),
     ("hopper", re.compile(r"\b(GH|H)(100|200|800|20)\b", re.I)),
@@ -55,10 +104,6 @@ def gpu_generation(name: Optional[str]) -> str:
         if name and pattern.search(name):
             return generation
     return "unknown"
-
-
-def overhead_bytes(generation: str) -> int:
-    return int(sum(OVERHEAD_GIB.get(generation, OVERHEAD_GIB["unknown"])) * GIB)
 
 
 @dataclass(frozen=True)
@@ -245,8 +290,8 @@ def temporary_bytes(w: Workload, s: Strategy, grads_per_gpu: int) -> int:
     return 0
 
 
-def breakdown(w: Workload, s: Strategy, n_gpus: int, generation: str) -> tuple[Breakdown, list[str]]:
-    """Every item of GPU memory for one strategy on `n_gpus` GPUs of `generation`."""
+def breakdown(w: Workload, s: Strategy, n_gpus: int, overhead: Overhead) -> tuple[Breakdown, list[str]]:
+    """Every item of GPU memory for one strategy; `n_gpus` is the data-parallel degree."""
     params, grads, opt, master, notes = model_states(w, s, n_gpus)
     return (
         Breakdown(
@@ -257,7 +302,7 @@ def breakdown(w: Workload, s: Strategy, n_gpus: int, generation: str) -> tuple[B
             activations=activation_bytes(w, s),
             inputs=input_bytes(w),
             temporary=temporary_bytes(w, s, grads),
-            overhead=overhead_bytes(generation),
+            overhead=overhead.total,
         ),
         notes,
     )
