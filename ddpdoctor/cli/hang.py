@@ -10,7 +10,7 @@ from ddpdoctor.cli.app import app, format_option, json_option, pick_format, seco
 
 HANG_FORMATS = ("table", "json", "markdown")
 HANG_EXIT_CODES = (
-    "Exit codes: 0 no sign of a hang; 1 a culprit named (or every rank waits in the same collective); "
+    "Exit codes: 0 no culprit found (a warning when every local rank waits in the same collective); 1 a culprit named; "
     "2 usage error; 3 nothing could be read (no job, no py-spy, no dump)."
 )
 

@@ -142,6 +142,12 @@ def _as_str(value: Any) -> str:
     return value if isinstance(value, str) else ("" if value is None else str(value)[:200])
 
 
+def _as_strs(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(d[:50] for d in value[:64] if isinstance(d, str))
+
+
 def _as_sizes(value: Any) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, (list, tuple)):
         return ()
@@ -187,7 +193,7 @@ def _parse_entry(raw: Any) -> Optional[Entry]:
         backend=backend,
         is_p2p=is_p2p,
         input_sizes=_as_sizes(raw.get("input_sizes")),
-        input_dtypes=tuple(_as_str(d) for d in raw.get("input_dtypes") or () if isinstance(d, str))[:64],
+        input_dtypes=_as_strs(raw.get("input_dtypes")),
         output_sizes=_as_sizes(raw.get("output_sizes")),
         state=_as_str(raw.get("state")),
         frames=_as_frames(raw.get("frames")),
