@@ -152,3 +152,27 @@ def test_help_imports_neither_torch_nor_psutil():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "--fr" in out.stdout and out.stdout.strip().endswith("[]"), out.stdout[-300:]
+
+
+def test_explain_reads_a_directory_of_flight_recorder_dumps():
+    runner = CliRunner()
+    fr = str(FIX / "flight_recorder" / "gloo-pair")
+    res = runner.invoke(app, ["explain", fr, "--json"])
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.output)
+    verdict = data["flight_recorder"]["verdict"]
+    assert verdict["kind"] == "desync" and verdict["collective"]["seq"] == 2
+    assert data["exit_code"] == 1 and data["inputs"] == []
+    text = runner.invoke(app, ["explain", fr])
+    assert "Flight Recorder dumps" in text.output and "#2 of the default group" in text.output
+    md = runner.invoke(app, ["explain", str(FIX / "flight_recorder" / "sleep"), "--format", "markdown"])
+    assert "`hang.verdict`" in md.output and "rank 2 is behind" in md.output
+
+
+def test_explain_logs_and_dumps_together(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text("hello\n")
+    res = CliRunner().invoke(app, ["explain", str(log), str(FIX / "flight_recorder" / "skip"), "--json"])
+    data = json.loads(res.output)
+    assert [i["name"] for i in data["inputs"]] == [str(log)]
+    assert data["flight_recorder"]["verdict"]["culprit_ranks"] == [0]

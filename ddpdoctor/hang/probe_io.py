@@ -302,13 +302,7 @@ def gather_facts(
         ras_future = pool.submit(query_ras, addr, timeout_s) if use_ras else None
         stack_futures = [pool.submit(dump_stack, w.pid, w.rank, pyspy, timeout_s) for w in workers]
         if fr_spec:
-            for read in read_dumps(fr_spec):
-                if read.dump is not None:
-                    facts.dumps.append(read.dump)
-                else:
-                    facts.dump_errors.append(read.error)
-            if not facts.dumps and not facts.dump_errors:
-                facts.dump_errors.append(f"{fr_spec}: no Flight Recorder dump there (a file, a directory or a prefix)")
+            read_fr_into(facts, fr_spec)
         facts.stacks = [f.result() for f in stack_futures]
         if ras_future is not None:
             reply = ras_future.result()
@@ -321,6 +315,25 @@ def gather_facts(
                     facts.ras = parse_ras(body)
                 except ValueError as exc:
                     facts.ras_error, facts.ras_error_kind = f"{reply.addr}: {exc}", "garbage"
+    read_sources_into(facts)
+    facts.duration_s = time.monotonic() - start
+    return facts
+
+
+def read_fr_into(facts: HangFacts, spec: str) -> None:
+    """Add the dumps `spec` names to facts (and why each unusable file was left out)."""
+    before = (len(facts.dumps), len(facts.dump_errors))
+    for read in read_dumps(spec):
+        if read.dump is not None:
+            facts.dumps.append(read.dump)
+        else:
+            facts.dump_errors.append(read.error)
+    if (len(facts.dumps), len(facts.dump_errors)) == before:
+        facts.dump_errors.append(f"{spec}: no Flight Recorder dump there (a file, a directory or a prefix)")
+
+
+def read_sources_into(facts: HangFacts) -> None:
+    """Read (never run) the source files the stacks and dumps point at, to quote the lines."""
     wanted = set()
     for stack in facts.stacks:
         frame = stack.user_frame()
@@ -335,5 +348,14 @@ def gather_facts(
         lines = read_source(filename)
         if lines is not None:
             facts.sources[filename] = lines
+
+
+def gather_fr_facts(specs: list[str]) -> HangFacts:
+    """Only the Flight Recorder part (for `explain DIR`): dumps of every spec, and their source lines."""
+    start = time.monotonic()
+    facts = HangFacts(host=socket.gethostname(), fr_spec=", ".join(specs))
+    for spec in specs:
+        read_fr_into(facts, spec)
+    read_sources_into(facts)
     facts.duration_s = time.monotonic() - start
     return facts

@@ -265,8 +265,8 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
         o_what = ctx.where_entry(div.other_entry) if div.other_entry is not None else "?"
         if div.tie:
             summary = (
-                f"{_plural(culprits)} and {_plural(others)} are out of step (desync) at #{div.seq} of {group}: "
-                f"{_plural(culprits)} issued {c_what}, {_plural(others)} issued {o_what}{branch_note} "
+                f"{_plural(others)} and {_plural(culprits)} are out of step (desync) at #{div.seq} of {group}: "
+                f"{_plural(others)} issued {o_what}, {_plural(culprits)} issued {c_what}{branch_note} "
                 f"-> the cause is rank-dependent control flow, not the network"
             )
         else:
@@ -577,3 +577,19 @@ def _fr_finding(facts: HangFacts, alignment: Optional[Alignment]) -> Finding:
     if facts.dump_errors:
         summary += f"; {len(facts.dump_errors)} file(s) refused or unreadable"
     return FLIGHT_RECORDER.finding(Severity.INFO, summary, evidence=evidence)
+
+
+def judge_flight_recorder(facts: HangFacts) -> tuple[dict[str, Any], list[Finding]]:
+    """The Flight Recorder part of a hang report, for `explain DIR`: (verdict, alignment and findings as
+    JSON-able data; the findings)."""
+    report = judge_hang(facts)
+    fr_findings = [f for f in report.findings if f.id in (VERDICT.id, FLIGHT_RECORDER.id)]
+    if report.verdict["kind"] == "none" and not facts.dumps:
+        fr_findings = [f for f in fr_findings if f.id == FLIGHT_RECORDER.id]
+    data = {
+        "verdict": report.verdict,
+        "alignment": report.facts["flight_recorder"],
+        "exit_code": int(exit_code_for(fr_findings)),
+        "findings": [{**f.to_dict(), "fix": f.fix or None} for f in fr_findings],
+    }
+    return data, fr_findings

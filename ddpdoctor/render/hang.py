@@ -92,3 +92,19 @@ def render_hang_markdown(report: Mapping[str, Any]) -> str:
         out.append(md_details("Flight Recorder divergences", md_code_block("\n".join(rows))))
     out.append(f"_ddpdoctor {report['tool']['version']}, {report['duration_s']:.1f}s, exit code {report['exit_code']}_")
     return "\n".join(out).rstrip() + "\n"
+
+
+def render_fr_text(fr: Mapping[str, Any]) -> None:
+    """The Flight Recorder section `explain DIR` prints after the log explanation."""
+    from rich.text import Text
+
+    from ddpdoctor.render import console
+
+    con = console()
+    con.print(Text("\nFlight Recorder dumps", style="bold"))
+    for finding in fr["findings"]:
+        row = Text(f"  {finding['severity']:5} ", style=_SEVERITY_STYLE.get(finding["severity"], ""))
+        row.append(finding["summary"])
+        con.print(row)
+        if finding.get("fix"):
+            con.print(Text("        fix: " + finding["fix"], style="dim"))
