@@ -9,71 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from _hang_harness import NPROC, HungJob, group_alive, marker_line
 
-JOB = Path(__file__).with_name("_hang_job.py")
 REPO = Path(__file__).resolve().parent.parent
-NPROC = 3
-
-
-def _marker_line(tag: str) -> int:
-    for number, text in enumerate(JOB.read_text().splitlines(), 1):
-        if f"HANG-LINE {tag}" in text:
-            return number
-    raise AssertionError(tag)
-
-
-def _torchrun() -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run"]
-
-
-class HungJob:
-    def __init__(self, scenario: str, tmp: Path) -> None:
-        self.prefix = str(tmp / "fr_rank_")
-        env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_FR_AFTER="2", TORCH_FR_BUFFER_SIZE="200",
-                   PYTHONUNBUFFERED="1")
-        self.log = open(tmp / "job.log", "wb")
-        self.proc = subprocess.Popen(
-            [*_torchrun(), "--standalone", "--nproc-per-node", str(NPROC),
-             str(JOB), scenario],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp,
-        )
-
-    def wait_for_dumps(self, limit_s: float = 120.0) -> None:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            if all(Path(f"{self.prefix}{r}").exists() for r in range(NPROC)):
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"job exited with {self.proc.returncode}")
-            time.sleep(0.3)
-        raise AssertionError("the hung job did not dump its Flight Recorder buffers in time")
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=30)
-        self.log.close()
-
-
-def _group_alive(pgid: int) -> list[int]:
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    alive.append(int(entry.name))
-            except (ProcessLookupError, PermissionError):
-                continue
-    return alive
 
 
 def run_hang(*args: str) -> tuple[dict, float]:
@@ -95,7 +39,7 @@ def hung(request, tmp_path_factory):
         yield request.param, job
     finally:
         job.kill()
-        assert _group_alive(job.proc.pid) == [], "processes of the hung job survived"
+        assert group_alive(job.proc.pid) == [], "processes of the hung job survived"
 
 
 EXPECTED = {
@@ -127,8 +71,8 @@ def test_hang_names_rank_and_line_with_flight_recorder(hung):
     if _stacks_readable(report):
         culprit = verdict["culprits"][0]
         assert culprit["file"].endswith("_hang_job.py")
-        assert culprit["line"] == _marker_line(marker), culprit
-        assert f"_hang_job.py:{_marker_line(marker)}" in verdict["summary"]
+        assert culprit["line"] == marker_line(marker), culprit
+        assert f"_hang_job.py:{marker_line(marker)}" in verdict["summary"]
     else:
         pytest.skip("py-spy could not read the ranks here (ptrace denied): line checked from FR only")
 
@@ -144,7 +88,7 @@ def test_hang_names_rank_from_stacks_alone(hung):
     verdict = report["verdict"]
     assert verdict["kind"] == "stack_outlier", verdict
     assert verdict["culprit_ranks"] == [rank]
-    assert verdict["culprits"][0]["line"] == _marker_line(marker)
+    assert verdict["culprits"][0]["line"] == marker_line(marker)
     groups = report["stack_groups"]
     assert len(groups) == 2 and sorted(groups[0]["ranks"] + groups[1]["ranks"]) == list(range(NPROC))
 

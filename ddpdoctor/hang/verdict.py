@@ -273,7 +273,7 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
             summary = (
                 f"{ctx.who(lead) if len(culprits) == 1 else _plural(culprits)} is out of step (desync): it issued "
                 f"{c_what} where {_plural(others)} issued {o_what}{branch_note} "
-                f"-> the cause is on {_plural(culprits)}' code path, not the network"
+                f"-> the cause is the code path of {_plural(culprits)}, not the network"
             )
         fix = (
             "Make every rank issue the same collective (same op, sizes and dtypes) at the same point: look "
