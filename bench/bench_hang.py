@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _hang_harness import HungJob, group_alive, marker_line  # noqa: E402
+from _hang_harness import HungJob, marker_line  # noqa: E402
 
 EXPECTED = {"sleep": (2, "sleep"), "mismatch": (1, "mismatch"), "skip": (0, "skip")}
 GOAL_S = 15.0
@@ -38,7 +38,7 @@ def run_once(scenario: str, extra: list[str]) -> tuple[float, bool, str]:
             elapsed = time.monotonic() - start
         finally:
             job.kill()
-            assert group_alive(job.proc.pid) == []
+            assert job.alive() == []
     verdict = json.loads(out.stdout)["verdict"]
     rank, tag = EXPECTED[scenario]
     culprit = (verdict.get("culprits") or [{}])[0]

@@ -34,6 +34,7 @@ class HungJob:
         env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_FR_AFTER="2", TORCH_FR_BUFFER_SIZE="200",
                    PYTHONUNBUFFERED="1")
         self.log = open(tmp / "job.log", "wb")
+        self.ranks: list[int] = []
         self.proc = subprocess.Popen(
             [*_torchrun(), "--standalone", "--nproc-per-node", str(NPROC),
              str(JOB), scenario],
@@ -44,19 +45,49 @@ class HungJob:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
             if all(Path(f"{self.prefix}{r}").exists() for r in range(NPROC)):
+                self.ranks = self.descendants()
                 return
             if self.proc.poll() is not None:
                 raise AssertionError(f"job exited with {self.proc.returncode}")
             time.sleep(0.3)
         raise AssertionError("the hung job did not dump its Flight Recorder buffers in time")
 
-    def kill(self) -> None:
+    def descendants(self) -> list[int]:
+        import psutil
+
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            return [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill(self) -> None:
+        """SIGKILL the agent's group and every rank's: torchrun starts each rank in a session of its own,
+        so killing the agent's group alone would leave the ranks running."""
+        pids = [self.proc.pid, *self.descendants(), *self.ranks]
+        for pid in pids:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         self.proc.wait(timeout=30)
         self.log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.alive():
+            time.sleep(0.1)
+
+    def alive(self) -> list[int]:
+        """Pids of this job (agent, ranks, anything in their process groups) still running."""
+        pids = {self.proc.pid, *self.ranks}
+        return sorted(p for p in pids if _running(p)) + [p for g in pids for p in group_alive(g) if p not in pids]
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def group_alive(pgid: int) -> list[int]:

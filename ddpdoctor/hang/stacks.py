@@ -180,7 +180,7 @@ def describe_stack(stack: RankStack) -> str:
         return f"{main.frames[0].name} ({main.frames[0].where()})"
     text = f"{frame.where()} in {frame.name}()"
     if waiting:
-        text += f", waiting in {waiting}"
+        text += f" (in {waiting})"
     else:
         inner = stack.main.frames[0] if stack.main and stack.main.frames else None
         if inner is not None and inner != frame:

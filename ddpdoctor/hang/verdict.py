@@ -173,6 +173,14 @@ class _Context:
                 text += f" `{code}`"
         return text
 
+    def where_line(self, stack: RankStack) -> str:
+        """`file:line `code`` of the rank's innermost user frame."""
+        frame = stack.user_frame()
+        if frame is None:
+            return describe_stack(stack)
+        code = self.code(frame.filename, frame.line)
+        return frame.where() + (f" `{code}`" if code else "")
+
     def where_entry(self, entry: Any) -> str:
         text = describe_entry(entry)
         frame = entry.user_frame()
@@ -310,13 +318,29 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         main = groups[0] if groups[0] not in odd else next(g for g in groups if g not in odd)
         lead = culprits[0]
         main_where = describe_stack(main.example)
-        summary = (
-            f"{ctx.who(lead) if len(culprits) == 1 else _plural(culprits)} is not where the others are: "
-            f"its stack is in {ctx.where_stack(lead)}, while {_plural(main.ranks)} "
-            f"{'wait' if main.example.waiting_in() else 'are'} in {main_where}"
-            f" -> the cause is on {_plural(culprits)}"
-            + (", not the network" if main.example.waiting_in() else "")
-        )
+        who = ctx.who(lead) if len(culprits) == 1 else _plural(culprits)
+        odd_wait = ctx.stack_by_rank[lead].waiting_in() if lead in ctx.stack_by_rank else None
+        main_wait = main.example.waiting_in()
+        if odd_wait and main_wait:
+            # Both sides wait in a collective, at different places: the ranks are out of step.
+            summary = (
+                f"{who} waits in {odd_wait} at {ctx.where_line(ctx.stack_by_rank[lead])}, while "
+                f"{_plural(main.ranks)} wait in {main_wait} at {ctx.where_line(main.example)}: the ranks are "
+                f"in different collectives (out of step) -> the cause is the code path of {_plural(culprits)}, "
+                "not the network"
+            )
+            fix = (
+                "Make every rank issue the same collectives in the same order: look for an if on the rank "
+                "(or on data that differs between ranks) around those lines. `--fr` with Flight Recorder "
+                "dumps tells a collective only some ranks call from ranks taking different branches."
+            )
+        else:
+            summary = (
+                f"{who} is not where the others are: its stack is in {ctx.where_stack(lead)}, while "
+                f"{_plural(main.ranks)} {'wait in' if main_wait else 'are in'} {main_where} "
+                f"-> the cause is on {_plural(culprits)}" + (", not the network" if main_wait else "")
+            )
+            fix = "Look at what the named rank does at that line instead of joining the collective."
         return {
             "kind": "stack_outlier",
             "summary": summary,
@@ -325,7 +349,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             "culprits": _culprit_records(ctx, culprits),
             "collective": None,
             "tie": False,
-            "fix": "Look at what the named rank does at that line instead of joining the collective.",
+            "fix": fix,
             "source": "stacks",
         }
     if len(groups) == 1 and waiting:
@@ -410,8 +434,13 @@ def judge_hang(facts: HangFacts) -> HangReport:
         }
     severity = Severity.FAIL if verdict["kind"] not in ("none", "all_waiting") else Severity.WARN
     if verdict["kind"] == "none":
+        # The job finding alone says nothing about the job's state: only stacks, RAS and FR do.
         sources_ran = any(f.severity in (Severity.OK, Severity.INFO, Severity.WARN) for f in findings[1:])
         severity = Severity.OK if sources_ran else Severity.ERROR
+        if not sources_ran:
+            errors = [f.summary for f in findings if f.severity == Severity.ERROR]
+            verdict["summary"] = "inconclusive, nothing could be read: " + (errors[0] if errors else "no source ran")
+            verdict["fix"] = next((f.fix for f in findings if f.severity == Severity.ERROR and f.fix), "")
     evidence = [Evidence(f.title, f.summary) for f in findings if f.severity not in (Severity.SKIP,)]
     findings.insert(
         0,

@@ -17,6 +17,16 @@ def _source_lines(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return [(f["severity"], f["title"], f["summary"]) for f in report["findings"] if f["id"] != "hang.verdict"]
 
 
+def describe_divergence(div: Mapping[str, Any]) -> str:
+    """One line per Flight Recorder divergence."""
+    culprits = ", ".join(str(r) for r in div["culprit_ranks"])
+    others = ", ".join(str(r) for r in div["other_ranks"])
+    head = f"{div['kind']} at #{div['seq']} of pg {div['process_group']}: "
+    if div["kind"] == "behind":
+        return head + f"rank(s) {culprits} last issued {div['culprit'] or 'nothing'}; rank(s) {others} issued {div['others'] or '?'}"
+    return head + f"rank(s) {culprits} issued {div['culprit'] or 'nothing'}; rank(s) {others} issued {div['others'] or 'nothing'}"
+
+
 def _stack_lines(report: Mapping[str, Any]) -> list[str]:
     out = []
     for group in report.get("stack_groups") or []:
@@ -55,15 +65,8 @@ def render_hang_text(report: Mapping[str, Any]) -> None:
             con.print(Text("  " + text))
     fr = report.get("flight_recorder") or {}
     for div in fr.get("divergences") or []:
-        con.print(
-            Text(
-                f"flight recorder: {div['kind']} at #{div['seq']} of pg {div['process_group']}: ranks "
-                f"{div['culprit_ranks']} issued {div['culprit'] or 'nothing'}; ranks {div['other_ranks']} "
-                f"issued {div['others'] or 'nothing'}",
-                style="dim",
-            )
-        )
-    con.print(Text(f"\n{report['host']}, {report['duration_s']:.1f}s, exit code {report['exit_code']}", style="dim"))
+        con.print(Text("flight recorder: " + describe_divergence(div), style="dim"))
+    con.print(Text(f"\n{report['host']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}", style="dim"))
 
 
 def render_hang_markdown(report: Mapping[str, Any]) -> str:
@@ -84,13 +87,9 @@ def render_hang_markdown(report: Mapping[str, Any]) -> str:
             out.append(md_details(f"rank {stack['rank']} (pid {stack['pid']})", md_code_block("\n".join(stack["frames"]))))
     fr = report.get("flight_recorder") or {}
     if fr.get("divergences"):
-        rows = [
-            f"{d['kind']} #{d['seq']} pg {d['process_group']}: ranks {d['culprit_ranks']} -> {d['culprit']}; "
-            f"ranks {d['other_ranks']} -> {d['others']}"
-            for d in fr["divergences"]
-        ]
+        rows = [describe_divergence(d) for d in fr["divergences"]]
         out.append(md_details("Flight Recorder divergences", md_code_block("\n".join(rows))))
-    out.append(f"_ddpdoctor {report['tool']['version']}, {report['duration_s']:.1f}s, exit code {report['exit_code']}_")
+    out.append(f"_ddpdoctor {report['tool']['version']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}_")
     return "\n".join(out).rstrip() + "\n"
 
 
