@@ -29,14 +29,15 @@ def _torchrun() -> list[str]:
 
 
 class HungJob:
-    def __init__(self, scenario: str, tmp: Path) -> None:
+    def __init__(self, scenario: str, tmp: Path, nproc: int = NPROC, **env_extra: str) -> None:
         self.prefix = str(tmp / "fr_rank_")
+        self.nproc = nproc
         env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_FR_AFTER="2", TORCH_FR_BUFFER_SIZE="200",
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", **env_extra)
         self.log = open(tmp / "job.log", "wb")
         self.ranks: list[int] = []
         self.proc = subprocess.Popen(
-            [*_torchrun(), "--standalone", "--nproc-per-node", str(NPROC),
+            [*_torchrun(), "--standalone", "--nproc-per-node", str(nproc),
              str(JOB), scenario],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp,
         )
@@ -44,7 +45,7 @@ class HungJob:
     def wait_for_dumps(self, limit_s: float = 120.0) -> None:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
-            if all(Path(f"{self.prefix}{r}").exists() for r in range(NPROC)):
+            if all(Path(f"{self.prefix}{r}").exists() for r in range(self.nproc)):
                 self.ranks = self.descendants()
                 return
             if self.proc.poll() is not None:

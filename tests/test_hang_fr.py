@@ -19,7 +19,8 @@ from ddpdoctor.hang.source import classify_split, enclosing_if
 from ddpdoctor.hang.verdict import HangFacts, judge_hang
 
 FIX = Path(__file__).parent / "fixtures" / "flight_recorder"
-JOB = Path(__file__).with_name("_hang_job.py")
+# The fixtures were recorded from this version of tests/_hang_job.py (their frames name its lines).
+JOB = FIX / "hang_job_as_recorded.py.txt"
 
 
 def _line(tag: str) -> int:
@@ -58,11 +59,11 @@ def test_alignment_of_the_three_hangs(fmt, scenario, kind, culprits, others, seq
 
 
 def test_verdicts_name_rank_and_line_from_dumps_alone():
-    sources = {str(JOB): JOB.read_text().splitlines()}
+    recorded = JOB.read_text().splitlines()
     for scenario, kind, rank, tag in [("mismatch", "desync", 1, "mismatch"), ("skip", "only_some", 0, "skip")]:
         dumps = _dumps(scenario, "pickle")
-        # The fixtures were recorded in another checkout: point their frames at this one's job file.
-        facts = HangFacts(host="h", dumps=dumps, sources={e.user_frame().filename: sources[str(JOB)]
+        # The frames name the recording checkout's path: give the verdict that file's text as recorded.
+        facts = HangFacts(host="h", dumps=dumps, sources={e.user_frame().filename: recorded
                                                           for d in dumps for e in d.entries if e.user_frame()})
         verdict = judge_hang(facts).verdict
         assert verdict["kind"] == kind and verdict["culprit_ranks"] == [rank]
@@ -147,13 +148,19 @@ def test_json_and_pickle_of_one_rank_keep_the_pickle():
     assert len(reads) == 3 and all(r.dump.entries_have_frames() for r in reads)
 
 
-def test_source_classification_of_the_job_file():
-    lines = JOB.read_text().splitlines()
-    assert classify_split(lines, _line("skip"), _line("skip") + 1)[0] == "only_some"
-    assert classify_split(lines, _line("mismatch"), _line("mismatch") + 2)[0] == "branches"
-    branch = enclosing_if(lines, _line("skip"))
+@pytest.mark.parametrize("job", [JOB, Path(__file__).with_name("_hang_job.py")])
+def test_source_classification_of_the_job_file(job):
+    lines = job.read_text().splitlines()
+
+    def line(tag: str) -> int:
+        return next(n for n, t in enumerate(lines, 1) if f"HANG-LINE {tag}" in t)
+
+    assert classify_split(lines, line("skip"), line("skip") + 1)[0] == "only_some"
+    assert classify_split(lines, line("mismatch"), line("mismatch") + 2)[0] == "branches"
+    assert classify_split(lines, line("sleep"), line("sleep") + 1)[0] == "only_some"
+    branch = enclosing_if(lines, line("skip"))
     assert branch.condition == "if rank == 0:" and branch.rank_dependent
-    assert read_source(str(JOB)) == lines
+    assert read_source(str(job)) == lines
 
 
 @settings(max_examples=300, deadline=None)
