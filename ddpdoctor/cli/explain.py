@@ -99,7 +99,8 @@ def explain(
     if fmt == "json":
         print_json(report)
     elif fmt == "table":
-        render_explanation(report, show_all=show_all)
+        if names or not fr_dirs:  # with only dumps given there is no log to explain
+            render_explanation(report, show_all=show_all)
         if fr_dirs:
             from ddpdoctor.render.hang import render_fr_text
 

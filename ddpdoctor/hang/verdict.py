@@ -337,8 +337,10 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         else:
             summary = (
                 f"{who} is not where the others are: its stack is in {ctx.where_stack(lead)}, while "
-                f"{_plural(main.ranks)} {'wait in' if main_wait else 'are in'} {main_where} "
-                f"-> the cause is on {_plural(culprits)}" + (", not the network" if main_wait else "")
+                f"{_plural(main.ranks)} "
+                + (f"wait in {main_wait} at {ctx.where_line(main.example)} " if main_wait else f"are in {main_where} ")
+                + f"-> the cause is on {_plural(culprits)}"
+                + (", not the network" if main_wait else "")
             )
             fix = "Look at what the named rank does at that line instead of joining the collective."
         return {
