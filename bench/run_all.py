@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "bench_fidelity.py": ([], ["--rounds", "1"]),
     "bench_lint.py": ([], ["--runs", "1"]),
     "bench_explain.py": ([], ["--size", "128"]),
+    "bench_hang.py": ([], ["--rounds", "1"]),
 }
 TIMEOUT_S = 1800
 

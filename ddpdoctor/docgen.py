@@ -85,6 +85,7 @@ DECLARING_MODULES = (
     "ddpdoctor.cluster.pairwise",
     "ddpdoctor.bench.preflight",
     "ddpdoctor.render.formats",  # the bench-nccl verdicts and per-op bandwidth findings
+    "ddpdoctor.hang.verdict",  # `ddpdoctor hang`
 )
 # Finding groups that are not check areas (or whose id prefix differs from the area name).
 EXTRA_TITLES = {
@@ -93,6 +94,7 @@ EXTRA_TITLES = {
     "expect": "Expectations (`check --expect`, `bench-nccl --expect`)",
     "cluster": "Cluster (`check --cluster`, `bench-nccl --pairwise`; see docs/cluster.md)",
     "net": "Network and ports (area `network`)",
+    "hang": "Hanging jobs (`ddpdoctor hang`; see docs/hang.md)",
 }
 
 

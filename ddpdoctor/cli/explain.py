@@ -35,10 +35,14 @@ def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
     help="Explain a failed distributed run from its logs: the root cause first (signature, rank, host, "
     "first occurrence, evidence), then its consequences, each with cause and fix. FILEs may be plain or "
     ".gz, one per rank or node; with no FILE (or '-') the log is read from stdin, e.g. "
-    "`torchrun ... 2>&1 | ddpdoctor explain`. Knowledge base: docs/explain.md.\n\n" + EXPLAIN_EXIT_CODES
+    "`torchrun ... 2>&1 | ddpdoctor explain`. A directory is read as torch Flight Recorder dumps (one per "
+    "rank) and aligned like `ddpdoctor hang --fr` (docs/hang.md). Knowledge base: docs/explain.md.\n\n"
+    + EXPLAIN_EXIT_CODES
 )
 def explain(
-    files: Optional[List[str]] = typer.Argument(None, help="Log files (plain or .gz); '-' for stdin."),
+    files: Optional[List[str]] = typer.Argument(
+        None, help="Log files (plain or .gz); '-' for stdin; a directory of Flight Recorder dumps."
+    ),
     json_out: bool = json_option("Print the explanation as JSON (same as --format json)."),
     output_format: str = format_option(),
     show_all: bool = typer.Option(
@@ -56,7 +60,9 @@ def explain(
         fmt = pick_format(json_out, output_format, FORMATS)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
-    names = list(files or ["-"])
+    # Directories hold Flight Recorder dumps (docs/hang.md); with only those, stdin is not read.
+    fr_dirs = [name for name in files or [] if name != "-" and os.path.isdir(name)]
+    names = [name for name in files or [] if name not in fr_dirs] or ([] if fr_dirs else ["-"])
     if names.count("-") > 1:
         raise usage_error("stdin ('-') can be given only once")
     if "-" in names and not files and sys.stdin.isatty():
@@ -76,10 +82,33 @@ def explain(
         raise usage_error(f"cannot read input: {exc.strerror or exc}") from None
     explanation = explain_scan(kb, scan)
     report = redact_data(explanation.to_dict(show_all))
+    exit_code = int(explanation.exit_code)
+    fr_findings: list = []
+    if fr_dirs:
+        from ddpdoctor.hang.probe_io import gather_fr_facts
+        from ddpdoctor.hang.verdict import judge_flight_recorder
+
+        fr_facts = gather_fr_facts(fr_dirs)
+        if not fr_facts.dumps:
+            reason = fr_facts.dump_errors[0] if fr_facts.dump_errors else "empty"
+            raise usage_error(f"{', '.join(fr_dirs)}: not a file, and no Flight Recorder dump in it ({reason})")
+        fr_data, fr_findings = judge_flight_recorder(fr_facts)
+        report["flight_recorder"] = redact_data(fr_data)
+        exit_code = max(exit_code, min(fr_data["exit_code"], 1))
+        report["exit_code"] = exit_code
     if fmt == "json":
         print_json(report)
     elif fmt == "table":
-        render_explanation(report, show_all=show_all)
+        if names or not fr_dirs:  # with only dumps given there is no log to explain
+            render_explanation(report, show_all=show_all)
+        if fr_dirs:
+            from ddpdoctor.render.hang import render_fr_text
+
+            render_fr_text(report["flight_recorder"])
     else:
-        typer.echo(render_document(fmt, document_from_explain(report)), nl=False)
-    raise typer.Exit(int(explanation.exit_code))
+        doc = document_from_explain(report)
+        if fr_findings:
+            logs_found = bool(report.get("root_cause") or report.get("consequences") or report.get("notes"))
+            doc.findings = fr_findings + (doc.findings if logs_found else [])
+        typer.echo(render_document(fmt, doc), nl=False)
+    raise typer.Exit(exit_code)

@@ -1,0 +1,267 @@
+"""Flight Recorder dumps: bytes in, plain dataclasses out. Pure; reading the files is probe_io's job.
+
+torch writes a dump per rank (`TORCH_FR_DUMP_TEMP_FILE=<prefix>` + rank, or on demand with
+`torch._C._distributed_c10d._dump_fr_trace()` / `_dump_fr_trace_json()`). The pickle holds only dicts,
+lists, tuples, strings, numbers, booleans and None, so it is read here with a restricted unpickler that
+can build nothing else: a dump from someone else's job must never run code on the machine that reads it.
+
+Real structure (torch 2.13, gloo; the JSON form has no `frames` and strings for pg_status counters):
+`{"version": "2.10", "pg_config": {name: {"name", "desc", "ranks": "[0, 1]"}}, "pg_status": {pg_id:
+{"last_enqueued_collective", "last_started_collective", "last_completed_collective"}}, "entries":
+[{"pg_id", "process_group": (pg_id, name), "collective_seq_id", "p2p_seq_id", "is_p2p",
+"profiling_name": "gloo:all_reduce", "input_sizes", "input_dtypes", "output_sizes", "state",
+"retired", "frames": [{"filename", "line", "name"}], ...}]}`. Newer dumps may carry "rank".
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+# A dump holds at most TORCH_FR_BUFFER_SIZE entries; anything past these bounds is not a dump.
+MAX_DUMP_BYTES = 256 * 1024 * 1024
+MAX_ENTRIES = 1_000_000
+
+
+class DumpError(ValueError):
+    """The bytes are not a Flight Recorder dump we can read (the message says why)."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds only containers and scalars: any class or function reference is refused.
+
+    Protocol opcodes for dict/list/tuple/str/bytes/int/float/bool/None need no global lookup; every
+    other object needs `find_class`, which refuses. REDUCE/BUILD/INST/OBJ cannot run without a class.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise DumpError(
+            f"refused: the pickle asks for {module}.{name}; a Flight Recorder dump holds only plain "
+            "containers and scalars, so this file is not one (it could run code if loaded with pickle.load)"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise DumpError("refused: the pickle uses persistent ids; a Flight Recorder dump does not")
+
+
+def load_plain_pickle(data: bytes) -> Any:
+    """Unpickle `data` allowing only plain containers and scalars; DumpError otherwise."""
+    if len(data) > MAX_DUMP_BYTES:
+        raise DumpError(f"{len(data)} bytes: larger than any Flight Recorder dump ({MAX_DUMP_BYTES})")
+    try:
+        return _PlainUnpickler(io.BytesIO(data)).load()
+    except DumpError:
+        raise
+    except RecursionError:
+        raise DumpError("not a Flight Recorder dump: nested too deeply") from None
+    except Exception as exc:  # a truncated or garbage pickle raises almost anything
+        raise DumpError(f"not a readable pickle: {type(exc).__name__}: {exc}"[:300]) from None
+
+
+@dataclass(frozen=True)
+class Frame:
+    filename: str
+    line: int
+    name: str
+
+    def where(self) -> str:
+        return f"{self.filename}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One collective (or p2p op) as a rank recorded it."""
+
+    pg: str  # process group id as torch numbers it ("0" is the default group)
+    pg_name: str
+    seq: int  # collective_seq_id (p2p_seq_id for p2p ops)
+    op: str  # all_reduce, broadcast, barrier, send ... (backend prefix removed)
+    backend: str  # gloo, nccl, ...
+    is_p2p: bool
+    input_sizes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    state: str
+    frames: tuple[Frame, ...] = ()
+
+    def signature(self) -> tuple[Any, ...]:
+        """What must be equal on every rank for the collective to match."""
+        return (self.op, self.input_sizes, self.input_dtypes)
+
+    def user_frame(self) -> Optional[Frame]:
+        """The innermost frame outside torch: the line of the training script that issued it."""
+        for frame in self.frames:
+            if not _is_library_file(frame.filename):
+                return frame
+        return None
+
+
+@dataclass(frozen=True)
+class PgStatus:
+    last_enqueued: int
+    last_started: int
+    last_completed: int
+
+
+@dataclass
+class Dump:
+    rank: Optional[int]
+    source: str  # file name (or "<bytes>")
+    version: str
+    entries: list[Entry] = field(default_factory=list)
+    pg_status: dict[str, PgStatus] = field(default_factory=dict)
+    pg_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)  # by pg name, when parsable
+    pg_names: dict[str, str] = field(default_factory=dict)  # pg id -> name
+
+    def entries_have_frames(self) -> bool:
+        return any(entry.frames for entry in self.entries)
+
+
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen")
+
+
+def _is_library_file(filename: str) -> bool:
+    return any(part in filename for part in _LIBRARY_PARTS) or filename.startswith("<")
+
+
+def _as_int(value: Any, default: int = -1) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value.strip()):
+        return int(value.strip())
+    return default
+
+
+def _as_str(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value)[:200])
+
+
+def _as_strs(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(d[:50] for d in value[:64] if isinstance(d, str))
+
+
+def _as_sizes(value: Any) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    out = []
+    for shape in value[:64]:
+        if isinstance(shape, (list, tuple)):
+            out.append(tuple(_as_int(d) for d in shape[:16]))
+    return tuple(out)
+
+
+def _as_frames(value: Any) -> tuple[Frame, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    frames = []
+    for raw in value[:64]:
+        if isinstance(raw, dict):
+            frames.append(
+                Frame(_as_str(raw.get("filename")), _as_int(raw.get("line"), 0), _as_str(raw.get("name")))
+            )
+    return tuple(frames)
+
+
+def _parse_entry(raw: Any) -> Optional[Entry]:
+    if not isinstance(raw, dict):
+        return None
+    name = _as_str(raw.get("profiling_name"))
+    backend, _, op = name.partition(":")
+    if not op:
+        backend, op = "", name
+    pg = raw.get("process_group")
+    pg_id = _as_str(raw.get("pg_id")) if raw.get("pg_id") is not None else ""
+    pg_name = ""
+    if isinstance(pg, (list, tuple)) and pg:
+        pg_id = pg_id or _as_str(pg[0])
+        pg_name = _as_str(pg[1]) if len(pg) > 1 else ""
+    is_p2p = bool(raw.get("is_p2p"))
+    seq = _as_int(raw.get("p2p_seq_id" if is_p2p else "collective_seq_id"))
+    return Entry(
+        pg=pg_id,
+        pg_name=pg_name,
+        seq=seq,
+        op=op,
+        backend=backend,
+        is_p2p=is_p2p,
+        input_sizes=_as_sizes(raw.get("input_sizes")),
+        input_dtypes=_as_strs(raw.get("input_dtypes")),
+        output_sizes=_as_sizes(raw.get("output_sizes")),
+        state=_as_str(raw.get("state")),
+        frames=_as_frames(raw.get("frames")),
+    )
+
+
+def _parse_ranks(text: Any) -> tuple[int, ...]:
+    if isinstance(text, (list, tuple)):
+        return tuple(_as_int(r) for r in text[:100_000])
+    if isinstance(text, str) and len(text) < 1_000_000:
+        return tuple(int(m) for m in re.findall(r"\d{1,9}", text))
+    return ()
+
+
+def build_dump(raw: Any, source: str = "<bytes>", rank: Optional[int] = None) -> Dump:
+    """Turn the decoded dump (a dict) into a Dump; DumpError when it is not shaped like one."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("entries", []), (list, tuple)):
+        raise DumpError("not a Flight Recorder dump: no `entries` list at the top level")
+    if "entries" not in raw and "pg_status" not in raw:
+        raise DumpError("not a Flight Recorder dump: neither `entries` nor `pg_status` present")
+    entries_raw = raw.get("entries") or []
+    if len(entries_raw) > MAX_ENTRIES:
+        raise DumpError(f"not a Flight Recorder dump: {len(entries_raw)} entries")
+    dump_rank = raw.get("rank")
+    dump = Dump(
+        rank=_as_int(dump_rank) if isinstance(dump_rank, (int, str)) and _as_int(dump_rank) >= 0 else rank,
+        source=source,
+        version=_as_str(raw.get("version")),
+    )
+    dump.entries = [e for e in (_parse_entry(r) for r in entries_raw) if e is not None]
+    status = raw.get("pg_status")
+    if isinstance(status, dict):
+        for pg, st in list(status.items())[:10_000]:
+            if isinstance(st, dict):
+                dump.pg_status[_as_str(pg)] = PgStatus(
+                    _as_int(st.get("last_enqueued_collective")),
+                    _as_int(st.get("last_started_collective")),
+                    _as_int(st.get("last_completed_collective")),
+                )
+    config = raw.get("pg_config")
+    if isinstance(config, dict):
+        for name, conf in list(config.items())[:10_000]:
+            if isinstance(conf, dict):
+                dump.pg_ranks[_as_str(name)] = _parse_ranks(conf.get("ranks"))
+    for entry in dump.entries:
+        if entry.pg_name:
+            dump.pg_names.setdefault(entry.pg, entry.pg_name)
+    return dump
+
+
+def parse_dump(data: bytes, source: str = "<bytes>", rank: Optional[int] = None) -> Dump:
+    """Decode a dump in either format (JSON text, or pickle through the restricted unpickler)."""
+    head = data[:64].lstrip()
+    if head.startswith(b"{"):
+        try:
+            raw = json.loads(data.decode("utf-8", errors="replace"))
+        except (ValueError, RecursionError) as exc:
+            raise DumpError(f"not valid JSON: {exc}"[:300]) from None
+    elif head.startswith(b"\x80") or head[:1] in (b"(", b"}", b"]"):
+        raw = load_plain_pickle(data)
+    else:
+        raise DumpError("neither JSON nor a pickle (a Flight Recorder dump is one of those)")
+    return build_dump(raw, source, rank)
+
+
+def rank_from_name(name: str) -> Optional[int]:
+    """torch names dumps `<prefix><rank>` (optionally with .json/.pkl): the trailing number is the rank."""
+    base = name.rsplit("/", 1)[-1]
+    base = re.sub(r"\.(json|pkl|pickle)$", "", base)
+    match = re.search(r"(\d{1,7})$", base)
+    return int(match.group(1)) if match else None

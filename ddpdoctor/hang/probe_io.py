@@ -1,0 +1,361 @@
+"""The I/O of `ddpdoctor hang`: every read of the live machine happens here, each bounded in time and
+size, and comes back as data (never an exception) for the pure modules to judge.
+
+- processes: psutil, plus a few variables from /proc/PID/environ (ENV_KEYS only: environments hold secrets)
+- NCCL RAS: a TCP conversation with the RAS port (Equivalent: `echo 'verbose status' | nc 127.0.0.1 28028`)
+- py-spy: `py-spy dump --json --pid PID` through runner.run_argv (timeout, own process group)
+- Flight Recorder dumps: bounded reads of files (parsed by hang.fr's restricted unpickler)
+- source lines of the user's script, read (never imported) to show the line a rank is stuck on
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
+from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
+from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
+from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
+from ddpdoctor.hang.verdict import HangFacts
+
+MAX_ENVIRON_BYTES = 1024 * 1024
+MAX_FR_FILES = 4096
+
+
+def read_environ(pid: int) -> tuple[dict[str, str], str]:
+    """The ENV_KEYS variables of a process, or ('', why not) when /proc/PID/environ is unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            data = handle.read(MAX_ENVIRON_BYTES)
+    except OSError as exc:
+        return {}, f"/proc/{pid}/environ: {exc.strerror or exc}"
+    env = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        name = key.decode("utf-8", "replace")
+        if sep and name in ENV_KEYS:
+            env[name] = value.decode("utf-8", "replace")[:500]
+    return env, ""
+
+
+def list_processes() -> list[ProcInfo]:
+    """Every process psutil can see, with the job-related variables of those whose environ is readable.
+
+    Equivalent: `ps -eo pid,ppid,args` + `tr '\\0' '\\n' < /proc/PID/environ`.
+    """
+    import psutil
+
+    out = []
+    host = socket.gethostname()
+    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+        info = proc.info
+        cmdline = tuple(info.get("cmdline") or ())
+        if not cmdline:
+            continue
+        joined = " ".join(cmdline[:8])
+        # Only python processes and launchers can be ranks; skip reading everyone else's environ.
+        env: dict[str, str] = {}
+        env_error = ""
+        if "python" in joined or "torchrun" in joined or (info.get("name") or "").startswith("pt_"):
+            env, env_error = read_environ(info["pid"])
+        out.append(
+            ProcInfo(
+                pid=info["pid"], ppid=info.get("ppid") or 0, name=info.get("name") or "",
+                cmdline=tuple(c[:500] for c in cmdline[:64]), env=env, env_error=env_error, host=host,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class RasReply:
+    addr: str
+    data: bytes = b""
+    error: str = ""  # refused, timed out, ...
+    error_kind: str = ""  # refused | timeout | unreachable | bad_addr
+    duration_s: float = 0.0
+    command: str = ""
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """`host:port`, `[v6]:port` or `host` (port 28028) -> (host, port); ValueError for garbage."""
+    text = addr.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.lstrip(":") or "28028"
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:
+        host, port = text, "28028"
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"not a host:port address: {addr!r}")
+    return host, int(port)
+
+
+def query_ras(addr: str = RAS_DEFAULT_ADDR, timeout_s: float = 5.0, verbose: bool = True, json_format: bool = True) -> RasReply:
+    """One RAS conversation bounded by `timeout_s` in all: handshake, TIMEOUT, format, (VERBOSE) STATUS.
+
+    Equivalent: `printf 'CLIENT PROTOCOL 2\\nTIMEOUT 5\\nSET FORMAT json\\nVERBOSE STATUS\\n' | nc 127.0.0.1 28028`
+    """
+    start = time.monotonic()
+    deadline = start + timeout_s
+    try:
+        host, port = parse_addr(addr)
+    except ValueError as exc:
+        return RasReply(addr, error=str(exc), error_kind="bad_addr")
+    # RAS gathers data from every process before it answers; tell it to give up before we do.
+    ras_timeout = max(1, int(timeout_s) - 1)
+    lines = ["CLIENT PROTOCOL 2", f"TIMEOUT {ras_timeout}"]
+    if json_format:
+        lines.append("SET FORMAT json")
+    lines.append("VERBOSE STATUS" if verbose else "STATUS")
+    command = "; ".join(lines)
+    data = bytearray()
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            # Line by line, as ncclras does: the server reads one command per line and answers each.
+            for line in lines[:-1]:
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                sock.sendall(line.encode() + b"\n")
+                reply = _read_line(sock, deadline)
+                data += reply
+                if not reply.endswith(b"\n"):
+                    raise socket.timeout()
+                if reply.startswith(b"ERROR") and line.startswith("SET FORMAT"):
+                    # NCCL < 2.28.7 knows no JSON: go on in text.
+                    data = data[: len(data) - len(reply)]
+            sock.sendall(lines[-1].encode() + b"\n")
+            while len(data) < MAX_REPLY_BYTES:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise socket.timeout()
+                sock.settimeout(remaining)
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except ConnectionRefusedError:
+        return RasReply(addr, bytes(data), f"connection to {host}:{port} refused: no NCCL process listens there",
+                        "refused", time.monotonic() - start, command)
+    except (socket.timeout, TimeoutError):
+        return RasReply(addr, bytes(data), f"no complete answer from {host}:{port} within {timeout_s:g}s",
+                        "timeout", time.monotonic() - start, command)
+    except OSError as exc:
+        return RasReply(addr, bytes(data), f"{host}:{port}: {exc.strerror or exc}", "unreachable",
+                        time.monotonic() - start, command)
+    return RasReply(addr, bytes(data), duration_s=time.monotonic() - start, command=command)
+
+
+def _read_line(sock: socket.socket, deadline: float) -> bytes:
+    buf = bytearray()
+    while not buf.endswith(b"\n") and len(buf) < 4096:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        sock.settimeout(remaining)
+        chunk = sock.recv(1)
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
+def find_pyspy() -> Optional[str]:
+    """py-spy on PATH, or next to this interpreter (a venv's bin/ is often not on PATH)."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
+def dump_stack(pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: float = 10.0) -> RankStack:
+    """One rank's Python stacks. Equivalent: `py-spy dump --json --pid PID`."""
+    from ddpdoctor.runner import run_argv
+
+    if pyspy is None:
+        return RankStack(rank, pid, error="py-spy is not installed", error_kind="missing")
+    result = run_argv([pyspy, "dump", "--json", "--pid", str(pid)], timeout_s=timeout_s)
+    if result.timed_out:
+        return RankStack(rank, pid, error=f"py-spy timed out after {timeout_s:g}s", error_kind="timeout")
+    if not result.found:
+        return RankStack(rank, pid, error=result.describe_failure(), error_kind="missing")
+    return parse_pyspy_result(rank, pid, result.stdout, result.stderr, result.ok)
+
+
+def ptrace_scope() -> Optional[int]:
+    """kernel.yama.ptrace_scope, or None where Yama is absent."""
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def has_cap_sys_ptrace() -> Optional[bool]:
+    """Whether this process holds CAP_SYS_PTRACE (bit 19 of CapEff), None when unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) & (1 << 19))
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class DumpRead:
+    path: str
+    dump: Optional[Dump] = None
+    error: str = ""
+
+
+def fr_candidates(spec: str) -> list[Path]:
+    """The dump files `--fr` names: a file, a directory (every file in it), or a prefix (`/tmp/fr_`)."""
+    path = Path(spec)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    elif path.is_file():
+        files = [path]
+    else:
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            return []
+        files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and p.is_file())
+    return files[:MAX_FR_FILES]
+
+
+def read_dumps(spec: str) -> list[DumpRead]:
+    """Read and parse every dump `--fr` names; the pickle and JSON of one rank are not both kept."""
+    out: list[DumpRead] = []
+    seen_ranks: dict[int, int] = {}
+    for path in fr_candidates(spec):
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_DUMP_BYTES + 1)
+        except OSError as exc:
+            out.append(DumpRead(str(path), error=f"{path}: {exc.strerror or exc}"))
+            continue
+        try:
+            dump = parse_dump(data, str(path), rank_from_name(path.name))
+        except DumpError as exc:
+            out.append(DumpRead(str(path), error=f"{path}: {exc}"))
+            continue
+        if dump.rank is not None and dump.rank in seen_ranks:
+            previous = out[seen_ranks[dump.rank]]
+            # Prefer the pickle: only it carries the Python frames that name the source line.
+            if previous.dump is not None and not previous.dump.entries_have_frames() and dump.entries_have_frames():
+                out[seen_ranks[dump.rank]] = DumpRead(str(path), dump)
+            continue
+        if dump.rank is not None:
+            seen_ranks[dump.rank] = len(out)
+        out.append(DumpRead(str(path), dump))
+    return out
+
+
+
+def read_source(filename: str, max_bytes: int = 4 * 1024 * 1024) -> Optional[list[str]]:
+    """A source file's lines (read as text, never imported or executed), or None."""
+    if not filename or filename.startswith("<"):
+        return None
+    try:
+        path = Path(filename)
+        if not path.is_file():
+            return None
+        with open(path, "rb") as handle:
+            return handle.read(max_bytes).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+
+
+def gather_facts(
+    pid: Optional[int],
+    fr_spec: Optional[str],
+    ras_addr: Optional[str],
+    use_ras: bool,
+    use_stacks: bool,
+    timeout_s: float,
+) -> HangFacts:
+    """Everything `ddpdoctor hang` reads, in parallel where it can, each part bounded by timeout_s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ddpdoctor.hang.procs import find_jobs, select_job
+    from ddpdoctor.hang.ras import parse_ras, split_reply
+
+    start = time.monotonic()
+    facts = HangFacts(host=socket.gethostname(), fr_spec=fr_spec or "")
+    if use_stacks or use_ras or pid is not None or not fr_spec:
+        facts.job, facts.job_error = select_job(find_jobs(list_processes(), own_pid=os.getpid()), pid)
+    addr = ras_addr or (facts.job.ras_addr() if facts.job else None) or os.environ.get("NCCL_RAS_ADDR") or RAS_DEFAULT_ADDR
+    pyspy = find_pyspy()
+    facts.pyspy_missing = use_stacks and facts.job is not None and pyspy is None
+    facts.ptrace_scope = ptrace_scope()
+    facts.cap_sys_ptrace = has_cap_sys_ptrace()
+    workers = facts.job.workers if (facts.job and use_stacks) else []
+    with ThreadPoolExecutor(max_workers=max(2, min(16, len(workers) + 1))) as pool:
+        ras_future = pool.submit(query_ras, addr, timeout_s) if use_ras else None
+        stack_futures = [pool.submit(dump_stack, w.pid, w.rank, pyspy, timeout_s) for w in workers]
+        if fr_spec:
+            read_fr_into(facts, fr_spec)
+        facts.stacks = [f.result() for f in stack_futures]
+        if ras_future is not None:
+            reply = ras_future.result()
+            facts.ras_addr, facts.ras_command = reply.addr, reply.command
+            if reply.error:
+                facts.ras_error, facts.ras_error_kind = reply.error, reply.error_kind
+            else:
+                try:
+                    _, body = split_reply(reply.data)
+                    facts.ras = parse_ras(body)
+                except ValueError as exc:
+                    facts.ras_error, facts.ras_error_kind = f"{reply.addr}: {exc}", "garbage"
+    read_sources_into(facts)
+    facts.duration_s = time.monotonic() - start
+    return facts
+
+
+def read_fr_into(facts: HangFacts, spec: str) -> None:
+    """Add the dumps `spec` names to facts (and why each unusable file was left out)."""
+    before = (len(facts.dumps), len(facts.dump_errors))
+    for read in read_dumps(spec):
+        if read.dump is not None:
+            facts.dumps.append(read.dump)
+        else:
+            facts.dump_errors.append(read.error)
+    if (len(facts.dumps), len(facts.dump_errors)) == before:
+        facts.dump_errors.append(f"{spec}: no Flight Recorder dump there (a file, a directory or a prefix)")
+
+
+def read_sources_into(facts: HangFacts) -> None:
+    """Read (never run) the source files the stacks and dumps point at, to quote the lines."""
+    wanted = set()
+    for stack in facts.stacks:
+        frame = stack.user_frame()
+        if frame is not None:
+            wanted.add(frame.filename)
+    for dump in facts.dumps:
+        for entry in dump.entries[-8:]:
+            frame = entry.user_frame()
+            if frame is not None:
+                wanted.add(frame.filename)
+    for filename in sorted(wanted)[:32]:
+        lines = read_source(filename)
+        if lines is not None:
+            facts.sources[filename] = lines
+
+
+def gather_fr_facts(specs: list[str]) -> HangFacts:
+    """Only the Flight Recorder part (for `explain DIR`): dumps of every spec, and their source lines."""
+    start = time.monotonic()
+    facts = HangFacts(host=socket.gethostname(), fr_spec=", ".join(specs))
+    for spec in specs:
+        read_fr_into(facts, spec)
+    read_sources_into(facts)
+    facts.duration_s = time.monotonic() - start
+    return facts

@@ -1,0 +1,153 @@
+"""Which processes on this node make up the job: torchrun/elastic agents and their workers. Pure.
+
+probe_io lists processes (psutil) and reads /proc/PID/environ where permitted; this module decides
+which of them are ranks of one job, from their command lines, parents and RANK/LOCAL_RANK/
+TORCHELASTIC_RUN_ID variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+# The variables read from a worker's environment (nothing else is kept: environments hold secrets).
+ENV_KEYS = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR", "MASTER_PORT", "NCCL_RAS_ADDR", "NCCL_RAS_ENABLE", "TORCH_FR_BUFFER_SIZE",
+    "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+)
+_AGENT_MARKERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "torchx")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    name: str
+    cmdline: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)  # only ENV_KEYS
+    env_error: str = ""  # why /proc/PID/environ could not be read
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class Worker:
+    pid: int
+    rank: Optional[int]
+    local_rank: Optional[int]
+    cmdline: tuple[str, ...]
+    env: Mapping[str, str]
+    env_error: str = ""
+
+
+@dataclass
+class Job:
+    agent_pid: Optional[int]
+    agent_cmdline: tuple[str, ...]
+    workers: list[Worker] = field(default_factory=list)
+    world_size: Optional[int] = None
+    run_id: str = ""
+
+    def ras_addr(self) -> Optional[str]:
+        for worker in self.workers:
+            if worker.env.get("NCCL_RAS_ADDR"):
+                return worker.env["NCCL_RAS_ADDR"]
+        return None
+
+    def fr_prefix(self) -> Optional[str]:
+        for worker in self.workers:
+            prefix = worker.env.get("TORCH_FR_DUMP_TEMP_FILE") or worker.env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+            if prefix:
+                return prefix
+        return None
+
+
+def is_agent(proc: ProcInfo) -> bool:
+    """A torchrun / torch.distributed.run / launch process (the elastic agent)."""
+    joined = " ".join(proc.cmdline[:4])
+    first = proc.cmdline[0].rsplit("/", 1)[-1] if proc.cmdline else ""
+    # `timeout 60 torchrun ...` or `srun torchrun ...` mention torchrun but are not the agent.
+    if not (_is_python(proc) or first == "torchrun"):
+        return False
+    return any(marker in joined for marker in _AGENT_MARKERS) and "ddpdoctor" not in joined
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    if text is None or not text.strip().isdigit() or len(text.strip()) > 9:
+        return None
+    return int(text.strip())
+
+
+def _is_python(proc: ProcInfo) -> bool:
+    first = proc.cmdline[0].rsplit("/", 1)[-1] if proc.cmdline else proc.name
+    return first.startswith("python") or proc.name.startswith("python") or first.startswith("pt_")
+
+
+def find_jobs(procs: list[ProcInfo], own_pid: int = -1) -> list[Job]:
+    """Group processes into jobs: each agent with the workers below it, plus workers with no agent
+    (srun/mpirun-launched ranks) grouped by TORCHELASTIC_RUN_ID or MASTER_ADDR:MASTER_PORT."""
+    by_pid = {p.pid: p for p in procs}
+    jobs: dict[object, Job] = {}
+    for proc in procs:
+        if proc.pid == own_pid:
+            continue
+        if is_agent(proc):
+            jobs.setdefault(("agent", proc.pid), Job(proc.pid, proc.cmdline))
+    for proc in procs:
+        if proc.pid == own_pid or is_agent(proc):
+            continue
+        agent = _agent_of(proc, by_pid)
+        rank = _int(proc.env.get("RANK"))
+        has_rank = rank is not None or _int(proc.env.get("LOCAL_RANK")) is not None
+        if agent is None and not has_rank:
+            continue
+        if agent is not None and by_pid.get(proc.ppid) is not None and by_pid[proc.ppid].pid != agent:
+            # A grandchild of the agent (DataLoader worker, compile worker) is not a rank of its own
+            # unless it carries its own RANK and its parent does not.
+            parent = by_pid[proc.ppid]
+            if not (has_rank and not is_agent(parent) and parent.env.get("RANK") is None):
+                continue
+        if agent is None and not _is_python(proc):
+            continue
+        key: object = ("agent", agent) if agent is not None else (
+            "run", proc.env.get("TORCHELASTIC_RUN_ID") or f"{proc.env.get('MASTER_ADDR')}:{proc.env.get('MASTER_PORT')}"
+        )
+        job = jobs.setdefault(key, Job(None, ()))
+        job.workers.append(
+            Worker(proc.pid, rank, _int(proc.env.get("LOCAL_RANK")), proc.cmdline, dict(proc.env), proc.env_error)
+        )
+        job.world_size = job.world_size or _int(proc.env.get("WORLD_SIZE"))
+        job.run_id = job.run_id or proc.env.get("TORCHELASTIC_RUN_ID", "")
+    for job in jobs.values():
+        job.workers.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.pid))
+    return [job for job in jobs.values() if job.workers]
+
+
+def _agent_of(proc: ProcInfo, by_pid: Mapping[int, ProcInfo]) -> Optional[int]:
+    """The nearest agent among the process's ancestors (bounded walk: pid loops must not spin)."""
+    seen = set()
+    current = by_pid.get(proc.ppid)
+    while current is not None and current.pid not in seen and len(seen) < 64:
+        if is_agent(current):
+            return current.pid
+        seen.add(current.pid)
+        current = by_pid.get(current.ppid)
+    return None
+
+
+def select_job(jobs: list[Job], pid: Optional[int]) -> tuple[Optional[Job], str]:
+    """The job to diagnose: the one holding `pid` (agent or worker), or the only one; else why not."""
+    if pid is not None:
+        for job in jobs:
+            if job.agent_pid == pid or any(w.pid == pid for w in job.workers):
+                return job, ""
+        return None, f"process {pid} is not a torchrun agent nor a rank of a distributed job on this node"
+    if not jobs:
+        return None, "no distributed job found on this node (no torchrun agent, no process with RANK set)"
+    if len(jobs) > 1:
+        listing = "; ".join(
+            f"agent {j.agent_pid}" if j.agent_pid else f"ranks pid {','.join(str(w.pid) for w in j.workers[:4])}"
+            for j in jobs
+        )
+        return None, f"{len(jobs)} jobs on this node ({listing}): pick one with --pid"
+    return jobs[0], ""

@@ -1,0 +1,214 @@
+"""Python stacks of the ranks (py-spy's `dump --json` output): parse, group, name the odd ones out. Pure.
+
+Running py-spy is probe_io's job; this module reads what it printed. py-spy prints a JSON list of
+threads, each `{"pid", "thread_id", "thread_name", "owns_gil", "active", "frames": [{"name",
+"filename", "short_filename", "line", ...}]}`, innermost frame first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ddpdoctor.hang.fr import _is_library_file
+
+# The stderr lines py-spy prints when it may not attach (captured from py-spy 0.4.3 run as nobody).
+_PERMISSION_MARKERS = ("Permission Denied", "Operation not permitted", "os error 1)", "os error 13)")
+_GONE_MARKERS = ("Failed to get process executable name", "No such process", "Check that the process is running")
+_NOT_PYTHON_MARKERS = ("Failed to find python version",)
+
+# Calls that mean "waiting in a collective" when they are the innermost frames of a rank.
+COLLECTIVE_NAMES = frozenset(
+    {
+        "all_reduce", "broadcast", "barrier", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+        "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "reduce", "gather", "scatter",
+        "send", "recv", "monitored_barrier", "wait", "all_gather_object", "broadcast_object_list",
+        "gather_object", "scatter_object_list", "batch_isend_irecv", "synchronize",
+    }
+)
+
+
+@dataclass(frozen=True)
+class PyFrame:
+    name: str
+    filename: str
+    line: int
+
+    def where(self) -> str:
+        return f"{self.filename}:{self.line}"
+
+    @property
+    def is_user(self) -> bool:
+        return not _is_library_file(self.filename)
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    thread_name: str
+    frames: tuple[PyFrame, ...]  # innermost first
+    owns_gil: bool = False
+
+
+@dataclass
+class RankStack:
+    """The main thread's stack of one rank, or why there is none."""
+
+    rank: Optional[int]
+    pid: int
+    threads: list[ThreadStack] = field(default_factory=list)
+    error: str = ""  # why py-spy gave nothing
+    error_kind: str = ""  # permission | gone | not_python | missing | timeout | garbage | other
+
+    @property
+    def main(self) -> Optional[ThreadStack]:
+        for thread in self.threads:
+            if thread.thread_name == "MainThread":
+                return thread
+        return self.threads[0] if self.threads else None
+
+    def user_frame(self) -> Optional[PyFrame]:
+        """The innermost frame in the user's own code (not the library it is waiting in)."""
+        main = self.main
+        if main is None:
+            return None
+        return next((f for f in main.frames if f.is_user), None)
+
+    def waiting_in(self) -> Optional[str]:
+        """The torch.distributed call the main thread is blocked in (innermost library frames), if any."""
+        main = self.main
+        if main is None:
+            return None
+        for frame in main.frames:
+            if frame.is_user:
+                return None
+            if frame.name in COLLECTIVE_NAMES and "distributed" in frame.filename:
+                return frame.name
+        return None
+
+    def signature(self) -> tuple[str, ...]:
+        """What makes two ranks 'in the same place': the user frames of the main thread."""
+        main = self.main
+        if main is None:
+            return ()
+        return tuple(f"{f.name}@{f.where()}" for f in main.frames if f.is_user) or tuple(
+            f"{f.name}@{f.where()}" for f in main.frames[:3]
+        )
+
+
+def parse_pyspy_json(text: str) -> list[ThreadStack]:
+    """py-spy's `dump --json` output -> threads; ValueError when it is not that."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"py-spy printed something that is not JSON: {exc}") from None
+    if not isinstance(raw, list):
+        raise ValueError("py-spy JSON is not a list of threads")
+    threads = []
+    for item in raw[:10_000]:
+        if not isinstance(item, dict):
+            continue
+        frames = []
+        for f in item.get("frames") or []:
+            if isinstance(f, dict):
+                line = f.get("line")
+                frames.append(
+                    PyFrame(
+                        name=str(f.get("name") or "?")[:200],
+                        filename=str(f.get("filename") or f.get("short_filename") or "?")[:500],
+                        line=line if isinstance(line, int) and not isinstance(line, bool) else 0,
+                    )
+                )
+        threads.append(
+            ThreadStack(str(item.get("thread_name") or "")[:100], tuple(frames), bool(item.get("owns_gil")))
+        )
+    return threads
+
+
+def classify_pyspy_error(stderr: str) -> str:
+    """What kind of failure py-spy's stderr describes."""
+    if any(m in stderr for m in _PERMISSION_MARKERS):
+        return "permission"
+    if any(m in stderr for m in _GONE_MARKERS):
+        return "gone"
+    if any(m in stderr for m in _NOT_PYTHON_MARKERS):
+        return "not_python"
+    return "other"
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    signature: tuple[str, ...]
+    ranks: tuple[int, ...]
+    example: RankStack
+
+
+def group_stacks(stacks: list[RankStack]) -> list[StackGroup]:
+    """Ranks with identical main-thread stacks, largest group first."""
+    groups: dict[tuple[str, ...], list[RankStack]] = defaultdict(list)
+    for stack in stacks:
+        if stack.main is not None:
+            groups[stack.signature()].append(stack)
+    out = [
+        StackGroup(sig, tuple(sorted(s.rank if s.rank is not None else -s.pid for s in members)), members[0])
+        for sig, members in groups.items()
+    ]
+    return sorted(out, key=lambda g: (-len(g.ranks), g.ranks))
+
+
+def odd_ones_out(groups: list[StackGroup]) -> list[StackGroup]:
+    """The groups that are not the largest one (nothing when all agree or it is a tie of singletons)."""
+    if len(groups) < 2:
+        return []
+    if len(groups[0].ranks) == len(groups[1].ranks):
+        # No majority: prefer naming the groups that are NOT waiting in a collective (the ones that
+        # never arrived), since ranks waiting in a collective are the victims.
+        idle = [g for g in groups if g.example.waiting_in() is None]
+        return idle if 0 < len(idle) < len(groups) else []
+    return groups[1:]
+
+
+def describe_stack(stack: RankStack) -> str:
+    """`train.py:88 loss.item()`-like: where the rank is, in one line."""
+    frame = stack.user_frame()
+    waiting = stack.waiting_in()
+    if frame is None:
+        main = stack.main
+        if main is None or not main.frames:
+            return "no Python frames"
+        return f"{main.frames[0].name} ({main.frames[0].where()})"
+    text = f"{frame.where()} in {frame.name}()"
+    if waiting:
+        text += f" (in {waiting})"
+    else:
+        inner = stack.main.frames[0] if stack.main and stack.main.frames else None
+        if inner is not None and inner != frame:
+            text += f", inside {inner.name}()"
+    return text
+
+
+def parse_pyspy_result(rank: Optional[int], pid: int, stdout: str, stderr: str, ok: bool) -> RankStack:
+    """One py-spy run -> RankStack (with the failure kind when it gave nothing)."""
+    if not ok:
+        kind = classify_pyspy_error(stderr)
+        first = next((line.strip() for line in stderr.splitlines() if line.strip()), "no output")
+        return RankStack(rank, pid, error=first[:300], error_kind=kind)
+    try:
+        threads = parse_pyspy_json(stdout)
+    except ValueError as exc:
+        return RankStack(rank, pid, error=str(exc)[:300], error_kind="garbage")
+    return RankStack(rank, pid, threads=threads)
+
+
+def to_dict(stack: RankStack) -> dict[str, Any]:
+    main = stack.main
+    return {
+        "rank": stack.rank,
+        "pid": stack.pid,
+        "where": describe_stack(stack) if main is not None else None,
+        "waiting_in": stack.waiting_in(),
+        "frames": [f"{f.name} ({f.where()})" for f in main.frames] if main is not None else [],
+        "error": stack.error or None,
+        "error_kind": stack.error_kind or None,
+    }

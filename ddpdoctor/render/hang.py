@@ -1,0 +1,109 @@
+"""Human and bug-report output of `ddpdoctor hang`: the verdict first, then the evidence of each source.
+
+Takes the JSON-able report (already redacted) so that text, markdown and --json show the same facts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ddpdoctor.render.formats import md_cell, md_code_block, md_details
+
+_SEVERITY_STYLE = {"fail": "bold red", "error": "magenta", "warn": "yellow", "info": "cyan", "skip": "dim", "ok": "green"}
+
+
+def _source_lines(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(severity, title, summary) of each source finding, verdict excluded."""
+    return [(f["severity"], f["title"], f["summary"]) for f in report["findings"] if f["id"] != "hang.verdict"]
+
+
+def describe_divergence(div: Mapping[str, Any]) -> str:
+    """One line per Flight Recorder divergence."""
+    culprits = ", ".join(str(r) for r in div["culprit_ranks"])
+    others = ", ".join(str(r) for r in div["other_ranks"])
+    head = f"{div['kind']} at #{div['seq']} of pg {div['process_group']}: "
+    if div["kind"] == "behind":
+        return head + f"rank(s) {culprits} last issued {div['culprit'] or 'nothing'}; rank(s) {others} issued {div['others'] or '?'}"
+    return head + f"rank(s) {culprits} issued {div['culprit'] or 'nothing'}; rank(s) {others} issued {div['others'] or 'nothing'}"
+
+
+def _stack_lines(report: Mapping[str, Any]) -> list[str]:
+    out = []
+    for group in report.get("stack_groups") or []:
+        ranks = group["ranks"]
+        label = "rank " if len(ranks) == 1 else "ranks "
+        out.append(f"{label}{', '.join(str(r) for r in ranks)}: {group['where']}")
+    return out
+
+
+def render_hang_text(report: Mapping[str, Any]) -> None:
+    """Print the verdict and the evidence behind it."""
+    from rich.text import Text
+
+    from ddpdoctor.render import console
+
+    con = console()
+    verdict = report["verdict"]
+    head = report["findings"][0]
+    line = Text()
+    line.append(f"{head['severity'].upper():5} ", style=_SEVERITY_STYLE.get(head["severity"], ""))
+    line.append("verdict: ", style="bold")
+    line.append(verdict["summary"])
+    con.print(line)
+    if verdict.get("fix"):
+        con.print(Text("  fix: ", style="bold").append(Text(verdict["fix"], style="")))
+    con.print()
+    for severity, title, summary in _source_lines(report):
+        row = Text(f"{severity:5} ", style=_SEVERITY_STYLE.get(severity, ""))
+        row.append(f"{title}: ", style="bold")
+        row.append(summary)
+        con.print(row)
+    stacks = _stack_lines(report)
+    if stacks:
+        con.print(Text("\nstacks (grouped):", style="bold"))
+        for text in stacks:
+            con.print(Text("  " + text))
+    fr = report.get("flight_recorder") or {}
+    for div in fr.get("divergences") or []:
+        con.print(Text("flight recorder: " + describe_divergence(div), style="dim"))
+    con.print(Text(f"\n{report['host']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}", style="dim"))
+
+
+def render_hang_markdown(report: Mapping[str, Any]) -> str:
+    """A bug-report section: verdict, sources table, stacks and divergences."""
+    verdict = report["verdict"]
+    out = [f"## ddpdoctor hang on `{report['host']}`", "", f"**Verdict ({verdict['kind']}):** {md_cell(verdict['summary'])}", ""]
+    if verdict.get("fix"):
+        out += [f"**Fix:** {verdict['fix']}", ""]
+    out += ["| source | severity | summary |", "|---|---|---|"]
+    for severity, title, summary in _source_lines(report):
+        out.append(f"| {md_cell(title)} | {severity} | {md_cell(summary)} |")
+    out.append("")
+    stacks = _stack_lines(report)
+    if stacks:
+        out.append(md_details("Python stacks, grouped", md_code_block("\n".join(stacks))))
+    for stack in report.get("stacks") or []:
+        if stack.get("frames"):
+            out.append(md_details(f"rank {stack['rank']} (pid {stack['pid']})", md_code_block("\n".join(stack["frames"]))))
+    fr = report.get("flight_recorder") or {}
+    if fr.get("divergences"):
+        rows = [describe_divergence(d) for d in fr["divergences"]]
+        out.append(md_details("Flight Recorder divergences", md_code_block("\n".join(rows))))
+    out.append(f"_ddpdoctor {report['tool']['version']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}_")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_fr_text(fr: Mapping[str, Any]) -> None:
+    """The Flight Recorder section `explain DIR` prints after the log explanation."""
+    from rich.text import Text
+
+    from ddpdoctor.render import console
+
+    con = console()
+    con.print(Text("\nFlight Recorder dumps", style="bold"))
+    for finding in fr["findings"]:
+        row = Text(f"  {finding['severity']:5} ", style=_SEVERITY_STYLE.get(finding["severity"], ""))
+        row.append(finding["summary"])
+        con.print(row)
+        if finding.get("fix"):
+            con.print(Text("        fix: " + finding["fix"], style="dim"))

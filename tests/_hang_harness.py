@@ -1,0 +1,105 @@
+"""Start a job of tests/_hang_job.py that hangs on purpose under a real torchrun agent, and kill it.
+
+Shared by tests/test_hang_live.py and bench/bench_hang.py. The job leads its own session, so one
+killpg takes the agent and every rank; `group_alive` proves nothing survived.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+JOB = Path(__file__).with_name("_hang_job.py")
+NPROC = 3
+
+
+def marker_line(tag: str) -> int:
+    for number, text in enumerate(JOB.read_text().splitlines(), 1):
+        if f"HANG-LINE {tag}" in text:
+            return number
+    raise AssertionError(tag)
+
+
+def _torchrun() -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+class HungJob:
+    def __init__(self, scenario: str, tmp: Path, nproc: int = NPROC, **env_extra: str) -> None:
+        self.prefix = str(tmp / "fr_rank_")
+        self.nproc = nproc
+        env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_FR_AFTER="2", TORCH_FR_BUFFER_SIZE="200",
+                   PYTHONUNBUFFERED="1", **env_extra)
+        self.log = open(tmp / "job.log", "wb")
+        self.ranks: list[int] = []
+        self.proc = subprocess.Popen(
+            [*_torchrun(), "--standalone", "--nproc-per-node", str(nproc),
+             str(JOB), scenario],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp,
+        )
+
+    def wait_for_dumps(self, limit_s: float = 120.0) -> None:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if all(Path(f"{self.prefix}{r}").exists() for r in range(self.nproc)):
+                self.ranks = self.descendants()
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"job exited with {self.proc.returncode}")
+            time.sleep(0.3)
+        raise AssertionError("the hung job did not dump its Flight Recorder buffers in time")
+
+    def descendants(self) -> list[int]:
+        import psutil
+
+        try:
+            return [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill(self) -> None:
+        """SIGKILL the agent's group and every rank's: torchrun starts each rank in a session of its own,
+        so killing the agent's group alone would leave the ranks running."""
+        pids = [self.proc.pid, *self.descendants(), *self.ranks]
+        for pid in pids:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.proc.wait(timeout=30)
+        self.log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.alive():
+            time.sleep(0.1)
+
+    def alive(self) -> list[int]:
+        """Pids of this job (agent, ranks, anything in their process groups) still running."""
+        pids = {self.proc.pid, *self.ranks}
+        return sorted(p for p in pids if _running(p)) + [p for g in pids for p in group_alive(g) if p not in pids]
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def group_alive(pgid: int) -> list[int]:
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    alive.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    return alive
+
+

@@ -1,0 +1,66 @@
+"""A gloo job that hangs on purpose, run under torchrun by tests/test_hang_live.py (never imported).
+
+argv[1] is the scenario: `sleep` (the last rank sleeps before a collective), `mismatch` (rank 1 issues a
+broadcast where the others issue an all_reduce), `skip` (only rank 0 issues a collective), `idle` (every
+rank sleeps after its collectives). HANG_BACKEND=nccl runs on cuda:LOCAL_RANK (the GPU test). A thread dumps
+this rank's Flight Recorder buffer to $HANG_FR_PREFIX<rank> (pickle) and .json after $HANG_FR_AFTER
+seconds, the way TORCH_FR_DUMP_TEMP_FILE names them, so the test reads real dumps of a real hang.
+"""
+
+import os
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def dump_later(rank: int) -> None:
+    from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json
+
+    time.sleep(float(os.environ.get("HANG_FR_AFTER", "2")))
+    prefix = os.environ["HANG_FR_PREFIX"]
+    with open(f"{prefix}{rank}.tmp", "wb") as out:
+        out.write(_dump_fr_trace())
+    os.replace(f"{prefix}{rank}.tmp", f"{prefix}{rank}")
+    with open(f"{prefix}{rank}.json.tmp", "wb") as out:
+        out.write(_dump_fr_trace_json())
+    os.replace(f"{prefix}{rank}.json.tmp", f"{prefix}{rank}.json")
+
+
+def main() -> None:
+    scenario = sys.argv[1]
+    backend = os.environ.get("HANG_BACKEND", "gloo")
+    device = "cpu"
+    if backend == "nccl":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=timedelta(seconds=int(os.environ.get("HANG_PG_TIMEOUT", "120"))))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if os.environ.get("HANG_FR_PREFIX"):
+        threading.Thread(target=dump_later, args=(rank,), daemon=True).start()
+    grad = torch.ones(16, device=device)
+    for _ in range(3):
+        dist.all_reduce(grad)
+    if scenario == "sleep":
+        if rank == world - 1:
+            time.sleep(3600)  # HANG-LINE sleep
+        dist.all_reduce(grad)
+    elif scenario == "mismatch":
+        if rank == 1:
+            dist.broadcast(grad, src=0)  # HANG-LINE mismatch
+        else:
+            dist.all_reduce(grad)
+    elif scenario == "skip":
+        if rank == 0:
+            dist.all_reduce(torch.zeros(1, device=device))  # HANG-LINE skip
+        dist.barrier()
+    if backend == "nccl":
+        torch.cuda.synchronize()
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""`ddpdoctor hang` on a real NCCL job on one GPU: NCCL RAS answers (JSON on NCCL >= 2.28.7, text
+before), the Flight Recorder dump of an NCCL rank is readable, and an idle single-rank job is not
+called hung. Skips without CUDA."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _hang_harness import HungJob
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA"),
+]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_hang_on_a_real_nccl_job(tmp_path):
+    job = HungJob("idle", tmp_path, nproc=1, HANG_BACKEND="nccl")
+    try:
+        job.wait_for_dumps()
+        out = subprocess.run(
+            [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(job.proc.pid), "--fr", job.prefix, "--json",
+             "--timeout", "10"],
+            capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
+        )
+    finally:
+        job.kill()
+    assert job.alive() == []
+    report = json.loads(out.stdout)
+    ras = next(f for f in report["findings"] if f["id"] == "hang.ras")
+    assert ras["severity"] == "info", ras  # RAS answered and every rank is accounted for
+    assert report["ras"]["nccl_version"] and report["ras"]["communicators"] >= 1
+    fr = report["flight_recorder"]
+    assert fr["ranks"] == [0] and fr["errors"] == []
+    assert report["verdict"]["kind"] == "none" and report["exit_code"] == 0
+    assert report["stacks"][0]["frames"] or report["stacks"][0]["error_kind"] == "permission"

@@ -1,0 +1,178 @@
+"""`ddpdoctor hang` pieces fed with real captured outputs: py-spy stacks of the hung ranks, process
+discovery, the verdict from stacks alone, the CLI's formats and its JSON schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from ddpdoctor.cli import app
+from ddpdoctor.hang.procs import ProcInfo, find_jobs, select_job
+from ddpdoctor.hang.stacks import group_stacks, odd_ones_out, parse_pyspy_json, parse_pyspy_result
+from ddpdoctor.hang.verdict import HangFacts, format_ranks, judge_hang
+
+FIX = Path(__file__).parent / "fixtures"
+SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "schemas" / "hang.schema.json").read_text())
+# py-spy 0.4.3's stderr when it may not ptrace the target (run as nobody against a root process).
+DENIED = "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'\n"
+
+
+def _stacks(scenario: str):
+    return [
+        parse_pyspy_result(rank, 1000 + rank, (FIX / "py-spy" / scenario / f"rank_{rank}.json").read_text(), "", True)
+        for rank in range(3)
+    ]
+
+
+@pytest.mark.parametrize("scenario,odd_rank,line", [("sleep", 2, 43), ("mismatch", 1, 47), ("skip", 0, 52)])
+def test_real_stacks_grouped_and_odd_one_named(scenario, odd_rank, line):
+    stacks = _stacks(scenario)
+    groups = group_stacks(stacks)
+    assert len(groups) == 2 and len(groups[0].ranks) == 2
+    odd = odd_ones_out(groups)
+    assert [g.ranks for g in odd] == [(odd_rank,)]
+    assert odd[0].example.user_frame().line == line
+    verdict = judge_hang(HangFacts(host="node-b", stacks=stacks)).verdict
+    assert verdict["kind"] == "stack_outlier" and verdict["culprit_ranks"] == [odd_rank]
+    assert f"_hang_job.py:{line}" in verdict["summary"]
+
+
+def test_sleeping_rank_is_not_waiting_in_a_collective():
+    stacks = _stacks("sleep")
+    assert [s.waiting_in() for s in stacks] == ["all_reduce", "all_reduce", None]
+
+
+def test_permission_denied_says_how_to_grant_it():
+    stack = parse_pyspy_result(0, 42, "", DENIED, False)
+    assert stack.error_kind == "permission"
+    facts = HangFacts(host="h", stacks=[stack], ptrace_scope=1, cap_sys_ptrace=False)
+    finding = judge_hang(facts).findings[2]
+    assert finding.id == "hang.stacks" and finding.severity.label == "error"
+    for needle in ("kernel.yama.ptrace_scope is 1", "CAP_SYS_PTRACE", "--cap-add SYS_PTRACE", "ptrace_scope=0"):
+        assert needle in finding.summary
+
+
+def test_missing_pyspy_says_what_to_install():
+    facts = HangFacts(host="h", stacks=[parse_pyspy_result(0, 1, "", "", False)], pyspy_missing=True)
+    finding = judge_hang(facts).findings[2]
+    assert "pip install 'ddpdoctor[hang]'" in finding.summary and finding.severity.label == "error"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=500))
+def test_pyspy_parser_never_crashes(text):
+    try:
+        parse_pyspy_json(text)
+    except ValueError:
+        pass
+    parse_pyspy_result(0, 1, text, text, False)
+
+
+def _proc(pid, ppid, cmd, **env):
+    return ProcInfo(pid, ppid, cmd.split()[0].rsplit("/", 1)[-1], tuple(cmd.split()), env)
+
+
+def test_find_jobs_agent_workers_and_dataloader_children():
+    procs = [
+        _proc(10, 1, "timeout 60 torchrun --nproc-per-node 2 train.py"),
+        _proc(11, 10, "/usr/bin/python3 /venv/bin/torchrun --nproc-per-node 2 train.py"),
+        _proc(12, 11, "/usr/bin/python3 -u train.py", RANK="0", LOCAL_RANK="0", WORLD_SIZE="4"),
+        _proc(13, 11, "/usr/bin/python3 -u train.py", RANK="1", LOCAL_RANK="1", WORLD_SIZE="4"),
+        _proc(14, 12, "/usr/bin/python3 -u train.py", RANK="0", LOCAL_RANK="0", WORLD_SIZE="4"),  # DataLoader worker
+        _proc(20, 1, "python other.py"),
+    ]
+    jobs = find_jobs(procs)
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job.agent_pid == 11 and [(w.rank, w.pid) for w in job.workers] == [(0, 12), (1, 13)]
+    assert job.world_size == 4
+    assert select_job(jobs, 13)[0] is job and select_job(jobs, 11)[0] is job
+    assert "not a torchrun agent" in select_job(jobs, 20)[1]
+
+
+def test_find_jobs_without_agent_and_unreadable_environ():
+    procs = [
+        _proc(30, 1, "python train.py", RANK="0", MASTER_ADDR="n1", MASTER_PORT="29500"),
+        _proc(31, 1, "python train.py", RANK="1", MASTER_ADDR="n1", MASTER_PORT="29500"),
+        ProcInfo(40, 1, "python", ("python", "x.py"), {}, "/proc/40/environ: Permission denied"),
+    ]
+    jobs = find_jobs(procs)
+    assert [[w.rank for w in j.workers] for j in jobs] == [[0, 1]]
+    assert "no distributed job" in select_job([], None)[1]
+
+
+def test_format_ranks():
+    assert format_ranks([0, 1, 2, 4, 6, 7]) == "0-2, 4, 6-7"
+
+
+def test_cli_json_matches_schema_and_markdown(tmp_path):
+    runner = CliRunner()
+    fr = str(FIX / "flight_recorder" / "mismatch")
+    res = runner.invoke(app, ["hang", "--fr", fr, "--no-ras", "--no-stacks", "--json"])
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.output)
+    jsonschema.validate(data, SCHEMA)
+    assert data["verdict"]["culprit_ranks"] == [1] and data["verdict"]["kind"] == "desync"
+    md = runner.invoke(app, ["hang", "--fr", fr, "--no-ras", "--no-stacks", "--format", "markdown"])
+    assert md.exit_code == 1 and md.output.startswith("## ddpdoctor hang on") and "**Verdict (desync):**" in md.output
+    bad = runner.invoke(app, ["hang", "--format", "junit"])
+    assert bad.exit_code == 2
+
+
+def test_cli_refused_pickle_is_an_error_not_a_crash(tmp_path):
+    import os
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.getcwd, ())
+
+    (tmp_path / "rank_0").write_bytes(pickle.dumps({"entries": [Evil()]}))
+    res = CliRunner().invoke(app, ["hang", "--fr", str(tmp_path), "--no-ras", "--no-stacks", "--json"])
+    data = json.loads(res.output)
+    jsonschema.validate(data, SCHEMA)
+    fr = next(f for f in data["findings"] if f["id"] == "hang.flight_recorder")
+    assert fr["severity"] == "error" and "refused" in fr["summary"]
+
+
+def test_help_imports_neither_torch_nor_psutil():
+    code = (
+        "import sys\nfrom ddpdoctor.cli import main\n"
+        "for argv in (['ddpdoctor', '--help'], ['ddpdoctor', 'hang', '--help']):\n"
+        "    sys.argv = argv\n    try:\n        main()\n    except SystemExit:\n        pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'psutil') or m.startswith('ddpdoctor.hang')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "--fr" in out.stdout and out.stdout.strip().endswith("[]"), out.stdout[-300:]
+
+
+def test_explain_reads_a_directory_of_flight_recorder_dumps():
+    runner = CliRunner()
+    fr = str(FIX / "flight_recorder" / "gloo-pair")
+    res = runner.invoke(app, ["explain", fr, "--json"])
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.output)
+    verdict = data["flight_recorder"]["verdict"]
+    assert verdict["kind"] == "desync" and verdict["collective"]["seq"] == 2
+    assert data["exit_code"] == 1 and data["inputs"] == []
+    text = runner.invoke(app, ["explain", fr])
+    assert "Flight Recorder dumps" in text.output and "#2 of the default group" in text.output
+    md = runner.invoke(app, ["explain", str(FIX / "flight_recorder" / "sleep"), "--format", "markdown"])
+    assert "`hang.verdict`" in md.output and "rank 2 is behind" in md.output
+
+
+def test_explain_logs_and_dumps_together(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text("hello\n")
+    res = CliRunner().invoke(app, ["explain", str(log), str(FIX / "flight_recorder" / "skip"), "--json"])
+    data = json.loads(res.output)
+    assert [i["name"] for i in data["inputs"]] == [str(log)]
+    assert data["flight_recorder"]["verdict"]["culprit_ranks"] == [0]
