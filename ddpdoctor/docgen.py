@@ -84,6 +84,7 @@ DECLARING_MODULES = (
     "ddpdoctor.cluster.judge",
     "ddpdoctor.cluster.pairwise",
     "ddpdoctor.bench.preflight",
+    "ddpdoctor.bench.limits",
     "ddpdoctor.render.formats",  # the bench-nccl verdicts and per-op bandwidth findings
 )
 # Finding groups that are not check areas (or whose id prefix differs from the area name).
