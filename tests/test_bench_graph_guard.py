@@ -504,3 +504,25 @@ def test_no_graph_flag_is_accepted_and_recorded(clean_env: None, tmp_path: Path)
     data = json.loads(out.read_text())
     assert data["config"]["timing"] == "eager" and data["rows"][0]["timing"] == "eager"
     assert os.path.exists(out)
+
+
+def test_single_gpu_expectation_holds_for_the_real_h100_copy() -> None:
+    from ddpdoctor.bench.expected import SINGLE_GPU_METRIC, expected_single_gpu
+
+    assert expected_single_gpu(None) is None
+    rng = expected_single_gpu(memory_bandwidth_from_nvml(H100_BUS_BITS, H100_MEM_MHZ).gbps)
+    assert rng is not None and rng.metric == SINGLE_GPU_METRIC
+    assert WORLD_SIZE_ONE_HEADING in rng.note and "busbw is 0" in rng.note
+    big = [
+        r
+        for r in _h100_rows()
+        if r["size"] == 1 << 30 and r["op"] in ("all_gather", "reduce_scatter", "all_to_all")
+    ]
+    assert len(big) == 3 and all(rng.low <= r["algbw"] <= rng.high for r in big)
+    assert rng.to_dict()["metric"] == SINGLE_GPU_METRIC
+
+
+def test_files_written_before_these_fields_still_validate() -> None:
+    data = json.loads((H100 / "bench-nccl-nproc1.json").read_text())
+    jsonschema.validate(data, SCHEMA)
+    assert "timing" not in data["rows"][0] and "implausible" not in data["rows"][0]

@@ -350,8 +350,9 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
     except LaunchRefused as exc:  # the pinned port was taken between the check and the launch
         typer.echo(f"refused before launch: MASTER_PORT: {exc}", err=True)
         return int(ExitCode.USAGE)
-    expected, interconnect = _expected(decision, facts, result.world_size)
     gpus = visible_gpus(facts)[: result.world_size] if decision.backend == "nccl" else []
+    ceiling = _memory_ceiling(decision.backend, [g.index for g in gpus], [g.name for g in gpus])
+    expected, interconnect = _expected(decision, facts, result.world_size, ceiling)
     return _report(
         options,
         plan,
@@ -360,7 +361,7 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
         expected,
         interconnect,
         show=True,
-        ceiling=_memory_ceiling(decision.backend, [g.index for g in gpus], [g.name for g in gpus]),
+        ceiling=ceiling,
     )
 
 
@@ -466,10 +467,18 @@ def _environment(facts: Any, rank_env: dict[str, Any], backend: str, nproc: int)
     return env
 
 
-def _expected(decision: Any, facts: Any, world_size: int) -> tuple[Optional[dict[str, Any]], Optional[str]]:
-    """Expected all_reduce busbw for the GPUs of this run (NCCL, one node)."""
-    if decision.backend != "nccl" or world_size < 2:
+def _expected(
+    decision: Any, facts: Any, world_size: int, ceiling: Any = None
+) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """Expected all_reduce busbw for the GPUs of this run (NCCL, one node); at one rank, the local
+    copy's algbw range instead (no interconnect)."""
+    if decision.backend != "nccl" or world_size < 1:
         return None, None
+    if world_size == 1:
+        from ddpdoctor.bench.expected import expected_single_gpu
+
+        one = expected_single_gpu(ceiling.gbps if ceiling is not None else None)
+        return (one.to_dict(), "one GPU") if one is not None else (None, None)
     from ddpdoctor.bench.expected import (
         expected_busbw,
         nvlink_interconnect,

@@ -205,7 +205,8 @@ def render_bench_summary(
         out(line, highlight=False)
     if expected:
         out(
-            f"# expected all_reduce busbw for {interconnect}: {expected['low']:.0f}-{expected['high']:.0f} GB/s "
+            f"# expected {expected.get('metric') or 'all_reduce busbw'} for {interconnect}: "
+            f"{expected['low']:.0f}-{expected['high']:.0f} GB/s "
             f"at >= 1 GiB ({expected['basis']}: {expected['note']}; sources in docs/bench.md)",
             highlight=False,
         )
