@@ -84,6 +84,7 @@ DECLARING_MODULES = (
     "ddpdoctor.cluster.judge",
     "ddpdoctor.cluster.pairwise",
     "ddpdoctor.bench.preflight",
+    "ddpdoctor.bench.limits",
     "ddpdoctor.render.formats",  # the bench-nccl verdicts and per-op bandwidth findings
     "ddpdoctor.hang.verdict",  # `ddpdoctor hang`
 )

@@ -662,3 +662,50 @@ def gather_nvml(lib: Any = None) -> dict[str, Any]:
             except Exception:  # noqa: BLE001, S110 - shutdown failures change nothing we report
                 pass
     return out
+
+
+NVML_CLOCK_MEM = 2  # nvmlClockType_t
+
+
+def read_memory_specs(indices: Optional[list[int]] = None, lib: Any = None) -> list[dict[str, Any]]:
+    """Name, memory bus width (bits) and maximum memory clock (MHz) of GPUs `indices` (all when None),
+    for bench-nccl's memory-bandwidth ceiling; never raises ([] when NVML is unusable, None per missing
+    reading). Equivalent: nvidia-smi --query-gpu=name,clocks.max.memory --format=csv (no CLI field
+    gives the bus width)."""
+    out: list[dict[str, Any]] = []
+    with _LOCK:
+        try:
+            lib = lib if lib is not None else _load_bindings()
+            lib.nvmlInit()
+        except Exception:  # noqa: BLE001 - no NVML: the caller falls back to its datasheet table
+            return out
+        try:
+            r = NvmlReader(lib)
+            try:
+                count = r.query("device_count", "nvmlDeviceGetCount")
+            except GpuLost:
+                count = None
+            for index in indices if indices is not None else range(count or 0):
+                spec: dict[str, Any] = {
+                    "index": index,
+                    "name": None,
+                    "bus_width_bits": None,
+                    "max_memory_clock_mhz": None,
+                }
+                try:
+                    handle = r.query("handle", "nvmlDeviceGetHandleByIndex", index)
+                    if handle is not None:
+                        spec["name"] = _text(r.query("name", "nvmlDeviceGetName", handle))
+                        spec["bus_width_bits"] = r.query("bus_width", "nvmlDeviceGetMemoryBusWidth", handle)
+                        spec["max_memory_clock_mhz"] = r.query(
+                            "max_memory_clock", "nvmlDeviceGetMaxClockInfo", handle, NVML_CLOCK_MEM
+                        )
+                except GpuLost:
+                    pass  # a lost GPU gets no ceiling; `check` reports it
+                out.append(spec)
+        finally:
+            try:
+                lib.nvmlShutdown()
+            except Exception:  # noqa: BLE001, S110 - shutdown failures change nothing we report
+                pass
+    return out

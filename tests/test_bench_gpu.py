@@ -66,3 +66,57 @@ def test_two_ranks_refused_with_one_visible_gpu(monkeypatch: pytest.MonkeyPatch)
     result = CliRunner().invoke(app, ["bench-nccl", "--backend", "nccl", "--nproc", "2", "--timeout", "20"])
     assert result.exit_code == 2
     assert "More NCCL ranks than visible GPUs" in result.output
+
+
+def _bench_json(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "g.json"
+    result = CliRunner().invoke(app, ["bench-nccl", "--backend", "nccl", *args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
+def _assert_plausible(data: dict) -> None:
+    ceiling = (data["config"].get("memory_bandwidth") or {}).get("gbps")
+    assert ceiling, "no GPU memory bandwidth found for this GPU (NVML or the datasheet table)"
+    for r in data["rows"]:
+        if r.get("algbw") is not None and not r["implausible"]:
+            assert r["algbw"] <= ceiling, r
+    for s in data["summary"]:
+        assert s["peak_busbw"] is None or s["peak_busbw"] <= ceiling
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_graphed_timing_runs_correct_and_plausible(tmp_path: Path, nproc: int) -> None:
+    """#14: CUDA-graph timing (nccl-tests -G 1) on every op, checked on the graphed path."""
+    if _gpu_count() < nproc:
+        pytest.skip(f"needs {nproc} GPU(s)")
+    data = _bench_json(
+        tmp_path,
+        "--nproc", str(nproc), "--min-bytes", "1K", "--max-bytes", "64M", "--step-factor", "8",
+        "--iters", "20", "--graph",
+    )  # fmt: skip
+    measured = [r for r in data["rows"] if not r.get("skipped")]
+    assert measured and all(r["wrong"] == 0 and r["time_us"] > 0 for r in measured)
+    assert data["config"]["timing"] == "graph"
+    fallbacks = {r["op"]: r.get("timing_note") for r in measured if r["timing"] != "graph"}
+    assert fallbacks == {}, f"capture fell back to eager: {fallbacks}"
+    _assert_plausible(data)
+    if nproc == 1:
+        assert all(s["peak_busbw"] is None for s in data["summary"])
+        assert any("one rank" in n for n in data["notes"])
+
+
+def test_eager_timing_with_no_graph(tmp_path: Path) -> None:
+    if _gpu_count() < 1:
+        pytest.skip("torch sees no CUDA device")
+    data = _bench_json(
+        tmp_path,
+        "--nproc", "1", "--ops", "all_reduce,all_gather", "--min-bytes", "1K", "--max-bytes", "1G",
+        "--step-factor", "1024", "--iters", "5", "--no-graph",
+    )  # fmt: skip
+    assert data["config"]["timing"] == "eager"
+    assert all(r["timing"] == "eager" and r["wrong"] == 0 for r in data["rows"])
+    # torch's all_reduce at one rank moves no data: its 1 GiB row is above the memory bandwidth.
+    big = next(r for r in data["rows"] if r["op"] == "all_reduce" and r["size"] == 1 << 30)
+    assert big["inplace"] is True and big["implausible"] is True
+    _assert_plausible(data)

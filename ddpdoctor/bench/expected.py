@@ -41,6 +41,7 @@ class ExpectedRange:
     basis: str  # "reported" or "derived"
     note: str
     sources: tuple[str, ...]
+    metric: str = "all_reduce busbw"  # what the range is for (one GPU: the out-of-place ops' algbw)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -49,6 +50,7 @@ class ExpectedRange:
             "basis": self.basis,
             "note": self.note,
             "sources": list(self.sources),
+            "metric": self.metric,
         }
 
 
@@ -210,6 +212,40 @@ def expected_busbw(ic: Interconnect) -> Optional[ExpectedRange]:
         "derived",
         f"{ic.label}: {EFFICIENCY_LOW:.0%}-{EFFICIENCY_HIGH:.0%} of the {ic.line_rate_gbps:g} GB/s line rate",
         ("NVIDIA/nccl-tests#212: NCCL's protocol overhead is ~20% of the line rate",),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# One GPU (world size 1): no interconnect. busbw is 0 by definition for all_reduce and the chunked ops
+# (factor (n-1)/n), and in-place ops move no data at all; what a single rank does measure is the
+# out-of-place ops' local copy, which reads and writes every byte: its algbw at >= 1 GiB stays below
+# half the GPU memory bandwidth.
+SINGLE_GPU_COPY_LOW = 0.35
+SINGLE_GPU_COPY_HIGH = 0.50
+SINGLE_GPU_METRIC = "out-of-place algbw (all_gather, reduce_scatter, all_to_all) at one rank"
+SINGLE_GPU_SOURCES = (
+    "tests/fixtures/bench/h100-nproc1 (one H100 80GB HBM3, 3352 GB/s, NCCL 2.28.9): bench-nccl all_gather/"
+    "reduce_scatter/all_to_all at 1 GiB in 713-717 us = 1498-1506 GB/s (0.45 of memory bandwidth); nccl-tests "
+    "2.19.6 out-of-place 713 us (default), 884 us (-G 1, 0.36)",
+    "a device copy reads and writes each byte: algbw <= memory bandwidth / 2",
+)
+
+
+def expected_single_gpu(memory_gbps: Optional[float]) -> Optional[ExpectedRange]:
+    """The one-GPU case: no interconnect to expect a busbw of; the local copy's algbw range instead
+    (35-50% of the GPU memory bandwidth), None when that bandwidth is unknown."""
+    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING
+
+    if not memory_gbps or memory_gbps <= 0:
+        return None
+    return ExpectedRange(
+        memory_gbps * SINGLE_GPU_COPY_LOW,
+        memory_gbps * SINGLE_GPU_COPY_HIGH,
+        "reported",
+        f"{WORLD_SIZE_ONE_HEADING}: a copy within the GPU, {SINGLE_GPU_COPY_LOW:.0%}-{SINGLE_GPU_COPY_HIGH:.0%} "
+        f"of its {memory_gbps:.0f} GB/s memory bandwidth; all_reduce busbw is 0 by definition",
+        SINGLE_GPU_SOURCES,
+        metric=SINGLE_GPU_METRIC,
     )
 
 

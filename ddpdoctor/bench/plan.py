@@ -21,6 +21,7 @@ class BenchPlan:
     iters: int = 20
     warmup: int = 5
     check: bool = True
+    graph: bool = False  # CUDA-graph timing (nccl-tests -G 1) where the ranks are on GPUs
 
     @property
     def steps(self) -> int:

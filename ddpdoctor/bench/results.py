@@ -31,6 +31,9 @@ ROW_FIELDS = (
     "algbw",
     "busbw",
     "wrong",
+    "timing",  # "graph" (CUDA graph, as nccl-tests -G 1) or "eager"; null for a skipped row
+    "inplace",  # torch runs this op in place (nccl-tests' in-place columns)
+    "implausible",  # algbw above the GPU memory bandwidth: left out of peaks and gates
     "scope",
     "node",
 )
@@ -114,17 +117,26 @@ def output_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def summarize(
-    rows: Iterable[Mapping[str, Any]], ops: Sequence[str], whole_world: bool = True
+    rows: Iterable[Mapping[str, Any]],
+    ops: Sequence[str],
+    whole_world: bool = True,
+    bandwidth: bool = True,
 ) -> list[OpSummary]:
     """Peak and average busbw per op, in the order asked (nccl-tests' 'Avg bus bandwidth' is the mean).
 
     Only whole-world rows count unless `whole_world` is False (then `rows` are one scope's table).
+    Rows flagged `implausible` never make a peak or an average; with `bandwidth` False (one rank: no
+    interconnect measured) no busbw is summarised at all, only the wrong elements.
     """
     out = []
     rows = world_rows(rows) if whole_world else list(rows)
     for op in ops:
         mine = [r for r in rows if r.get("op") == op]
-        timed = [r for r in mine if isinstance(r.get("busbw"), (int, float))]
+        timed = [
+            r
+            for r in mine
+            if bandwidth and isinstance(r.get("busbw"), (int, float)) and r.get("implausible") is not True
+        ]
         peak_row = max(timed, key=lambda r: r["busbw"], default=None)
         wrongs = [r["wrong"] for r in mine if isinstance(r.get("wrong"), int)]
         out.append(
@@ -231,7 +243,7 @@ def compare_baseline(
     tolerance: float = DEFAULT_BASELINE_TOLERANCE,
 ) -> list[BaselineRatio]:
     """Per op: peak busbw over the (size, dtype) points both runs measured, now / then (whole-world
-    rows of both runs)."""
+    rows of both runs, implausible ones left out)."""
 
     def key(r: Mapping[str, Any]) -> tuple[Any, Any, Any]:
         return (r.get("op"), r.get("size"), r.get("dtype"))
@@ -240,8 +252,9 @@ def compare_baseline(
         v = r.get("busbw")
         return float(v) if isinstance(v, (int, float)) else None
 
-    then = {key(r): bw(r) for r in world_rows(baseline_rows)}
-    rows = world_rows(rows)
+    # Implausible rows (this run's or the baseline's) are no measurement: they are compared with nothing.
+    then = {key(r): bw(r) for r in world_rows(baseline_rows) if r.get("implausible") is not True}
+    rows = [r for r in world_rows(rows) if r.get("implausible") is not True]
     out = []
     for op in ops:
         pairs = [(bw(r), then[key(r)]) for r in rows if r.get("op") == op and key(r) in then]

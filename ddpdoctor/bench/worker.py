@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from ddpdoctor.bench import graphs  # noqa: E402
 from ddpdoctor.bench.math import (  # noqa: E402
     DTYPE_LABELS,
     bandwidths,
@@ -40,6 +41,7 @@ from ddpdoctor.bench.plan import (  # noqa: E402
     SmokePlan,
     parse_fault_hook,
 )
+from ddpdoctor.bench.timing import GRAPH, is_inplace, select_timing  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Largest integer below which every integer is exact: sums of the 0/1/2 test pattern stay exact
@@ -228,11 +230,17 @@ def run_one(
     device: torch.device,
     group: Optional[dist.ProcessGroup] = None,
     corrupt: bool = False,
+    capture_errors: Optional[dict[str, str]] = None,
 ) -> dict[str, Any]:
-    """Benchmark one op at one requested size; every rank returns the same (reduced) row."""
+    """Benchmark one op at one requested size; every rank returns the same (reduced) row.
+
+    `capture_errors` (op -> why) remembers ops whose CUDA-graph capture failed: they stay eager for
+    the remaining sizes.
+    """
     n, rank = dist.get_world_size(group), dist.get_rank(group)
     dtype = DTYPES[plan.dtype]
     counts = coll_counts(op, size, dtype.itemsize, n)
+    capture_errors = {} if capture_errors is None else capture_errors
     row: dict[str, Any] = {
         "op": op,
         "size": counts.size_bytes,
@@ -243,6 +251,7 @@ def run_one(
         "redop": redop_label(op),
         "root": root_of(op),
         "nranks": n,
+        "inplace": is_inplace(op),
     }
     if op == "sendrecv" and n < 2:
         row.update(
@@ -251,26 +260,43 @@ def run_one(
             algbw=None,
             busbw=None,
             wrong=None,
+            timing=None,
             skipped="sendrecv needs at least 2 ranks",
         )
         return row
     case = _Case(op, counts.count, n, rank, dtype, device, group)
-    for _ in range(plan.warmup):
-        case.run()
+    choice = select_timing(plan.graph, device.type, _graph_api(device), capture_errors.get(op))
+    graphed = None
+    if choice.mode == GRAPH:
+        graphed, error = graphs.prepare(case.run, plan.iters, plan.warmup, plan.check, device, group)
+        if graphed is None:
+            capture_errors[op] = error or "unknown"
+            choice = select_timing(plan.graph, device.type, True, capture_errors[op])
+    else:
+        for _ in range(plan.warmup):
+            case.run()
     _sync(device)
     dist.barrier(group=group)
-    seconds = _time_ops(case.run, plan.iters, device)
+    if graphed is not None:
+        seconds = graphs.time_replay(graphed.timed, plan.iters, device)
+    else:
+        seconds = _time_ops(case.run, plan.iters, device)
     wrong = 0.0
     if plan.check:
         case.reset()
         _sync(device)
-        case.run()
+        if graphed is not None and graphed.check is not None:
+            graphed.check.replay()  # the check runs on the graphed path too
+        else:
+            case.run()
         _sync(device)
         if corrupt and case.out.numel():
             case.out.view(-1)[0] += 1  # test-only (FAULT_ENV action=corrupt): a flipped element
         expected = case.expected()
         if expected is not None:
             wrong = float(count_wrong(case.out, expected, plan.dtype, n))
+    if graphed is not None:
+        graphs.release(graphed.timed, graphed.check)
     # As nccl-tests, one time for all ranks; we report the slowest rank's (and keep the mean).
     slowest = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
@@ -284,8 +310,17 @@ def run_one(
         algbw=algbw,
         busbw=busbw,
         wrong=wrong_sum if plan.check else None,
+        timing=choice.mode,
     )
+    if choice.note:
+        row["timing_note"] = choice.note
     return row
+
+
+def _graph_api(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    return graphs.graph_api_available()
 
 
 def run_benchmark(
@@ -299,13 +334,14 @@ def run_benchmark(
     reporter = reporter or NullReporter()
     rank = dist.get_rank(group)
     rows = []
+    capture_errors: dict[str, str] = {}  # an op whose capture failed stays eager at every size
     for op in plan.ops:
         for size in plan.sizes:
             reporter.step(op, size)
             corrupt = fault is not None and fault.action == "corrupt" and fault.matches(rank, op, size)
             if not corrupt:
                 _maybe_fault(fault, rank, op, size)
-            row = run_one(op, size, plan, device, group, corrupt=corrupt)
+            row = run_one(op, size, plan, device, group, corrupt=corrupt, capture_errors=capture_errors)
             reporter.row(row)
             rows.append(row)
     return rows

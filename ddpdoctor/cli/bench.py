@@ -120,6 +120,13 @@ def bench_nccl(
     check_values: bool = typer.Option(
         True, "--check/--no-check", help="Verify every result against the expected values (#wrong)."
     ),
+    graph: bool = typer.Option(
+        True,
+        "--graph/--no-graph",
+        help="With NCCL on GPUs, capture each op's --iters loop in a CUDA graph and time its replay, as "
+        "nccl-tests -G 1 (an op whose capture fails is timed eagerly, and says so). --no-graph: an eager "
+        "loop, as nccl-tests without -G. The correctness check runs on the same path.",
+    ),
     timeout: float = seconds_option(
         DEFAULT_TIMEOUT_S,
         "--timeout",
@@ -265,6 +272,7 @@ def bench_nccl(
         warmup=warmup,
         dtype=dtype,
         check=check_values,
+        graph=graph,
         timeout=timeout,
         json_file=json_file,
         csv_file=csv_file,
@@ -298,17 +306,19 @@ def _plan(decision_backend: str, options: dict[str, Any]):
         iters=options["iters"],
         warmup=options["warmup"],
         check=options["check"],
+        graph=options.get("graph", False),
     )
 
 
 def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
     from ddpdoctor.bench.launcher import LaunchRefused, launch_local
-    from ddpdoctor.bench.preflight import cpu_count, gather_launch_facts, plan_launch
+    from ddpdoctor.bench.preflight import cpu_count, gather_launch_facts, plan_launch, visible_gpus
     from ddpdoctor.render.bench import BenchProgress, render_notes, render_refusals
     from ddpdoctor.runner import run_argv
 
     facts = gather_launch_facts(lambda c: run_argv(c.argv, c.timeout_s), os.environ)
     decision = plan_launch(facts, backend, nproc, cpu_count())
+    decision = _with_gate_refusal(decision, options)
     if decision.refusals:
         render_refusals(decision.refusals)
         _write_outputs(
@@ -340,7 +350,9 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
     except LaunchRefused as exc:  # the pinned port was taken between the check and the launch
         typer.echo(f"refused before launch: MASTER_PORT: {exc}", err=True)
         return int(ExitCode.USAGE)
-    expected, interconnect = _expected(decision, facts, result.world_size)
+    gpus = visible_gpus(facts)[: result.world_size] if decision.backend == "nccl" else []
+    ceiling = _memory_ceiling(decision.backend, [g.index for g in gpus], [g.name for g in gpus])
+    expected, interconnect = _expected(decision, facts, result.world_size, ceiling)
     return _report(
         options,
         plan,
@@ -349,6 +361,7 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
         expected,
         interconnect,
         show=True,
+        ceiling=ceiling,
     )
 
 
@@ -373,6 +386,12 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         _, cuda = read_torch_build()
         chosen = "nccl" if cuda and os.path.exists("/dev/nvidiactl") else "gloo"
     plan = _plan(chosen, options)
+    refusal = _gate_refusal(ext.world_size, options)
+    if refusal is not None:
+        from ddpdoctor.render.bench import render_refusals
+
+        render_refusals([refusal])
+        return int(ExitCode.USAGE)
     with BenchProgress(plan.steps if ext.rank == 0 else 0) as progress:
         result = join_as_rank(
             plan,
@@ -385,7 +404,45 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     env.setdefault("host", socket.gethostname())
     env["world_size"] = ext.world_size
     env["launcher"] = ext.launcher
-    return _report(options, plan, result, env, None, None, show=ext.rank == 0)
+    names = [str(d) for d in (result.env.get("devices") or [])]
+    ceiling = _memory_ceiling(chosen, None, names) if ext.rank == 0 else None
+    return _report(options, plan, result, env, None, None, show=ext.rank == 0, ceiling=ceiling)
+
+
+def _gate_refusal(world_size: int, options: dict[str, Any]) -> Any:
+    """At world size 1 a bandwidth gate cannot judge: the refusal (a Finding), or None."""
+    from ddpdoctor.bench.limits import one_rank_gate_refusal
+
+    expectations = options.get("expectations")
+    return one_rank_gate_refusal(
+        world_size,
+        options["min_busbw"],
+        options["baseline_rows"] is not None,
+        bool(expectations is not None and expectations.busbw_min_gbps),
+    )
+
+
+def _with_gate_refusal(decision: Any, options: dict[str, Any]) -> Any:
+    """The launch decision with the world-size-1 gate refusal added (when it applies)."""
+    import dataclasses
+
+    refusal = _gate_refusal(decision.nproc, options) if not decision.refusals else None
+    if refusal is None:
+        return decision
+    return dataclasses.replace(decision, refusals=(*decision.refusals, refusal))
+
+
+def _memory_ceiling(backend: str, indices: Optional[list[int]], names: Sequence[str]) -> Any:
+    """The GPUs' memory bandwidth (NVML, else the datasheet table): no algbw above it is real."""
+    if backend != "nccl":
+        return None
+    from ddpdoctor.bench.limits import bandwidth_ceiling
+    from ddpdoctor.nvml import read_memory_specs
+
+    specs = read_memory_specs(indices)
+    if specs:
+        return bandwidth_ceiling([(s["name"], s["bus_width_bits"], s["max_memory_clock_mhz"]) for s in specs])
+    return bandwidth_ceiling([(n, None, None) for n in names])
 
 
 def _environment(facts: Any, rank_env: dict[str, Any], backend: str, nproc: int) -> dict[str, Any]:
@@ -410,10 +467,18 @@ def _environment(facts: Any, rank_env: dict[str, Any], backend: str, nproc: int)
     return env
 
 
-def _expected(decision: Any, facts: Any, world_size: int) -> tuple[Optional[dict[str, Any]], Optional[str]]:
-    """Expected all_reduce busbw for the GPUs of this run (NCCL, one node)."""
-    if decision.backend != "nccl" or world_size < 2:
+def _expected(
+    decision: Any, facts: Any, world_size: int, ceiling: Any = None
+) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """Expected all_reduce busbw for the GPUs of this run (NCCL, one node); at one rank, the local
+    copy's algbw range instead (no interconnect)."""
+    if decision.backend != "nccl" or world_size < 1:
         return None, None
+    if world_size == 1:
+        from ddpdoctor.bench.expected import expected_single_gpu
+
+        one = expected_single_gpu(ceiling.gbps if ceiling is not None else None)
+        return (one.to_dict(), "one GPU") if one is not None else (None, None)
     from ddpdoctor.bench.expected import (
         expected_busbw,
         nvlink_interconnect,
@@ -445,7 +510,9 @@ def _report(
     expected: Optional[dict[str, Any]],
     interconnect: Optional[str],
     show: bool,
+    ceiling: Any = None,
 ) -> int:
+    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING, flag_implausible, implausible_note, plausible
     from ddpdoctor.bench.results import (
         compare_baseline,
         exit_code_for,
@@ -458,10 +525,19 @@ def _report(
     )
     from ddpdoctor.render.bench import render_bench_header, render_bench_results, render_launch_failure
 
-    rows = result.rows
+    # An algbw above the GPU memory bandwidth is no measurement: flagged, and left out of every peak
+    # and gate below.
+    rows = flag_implausible(result.rows, ceiling)
+    notes = list(options.get("notes", ()))
+    one_rank = result.world_size == 1
+    if one_rank:
+        notes.append(WORLD_SIZE_ONE_HEADING)
+    flagged = implausible_note(rows, ceiling)
+    if flagged:
+        notes.append(flagged)
     # Bandwidth verdicts judge the whole-world run; intra-/inter-node rows (ranks spanning nodes) are
     # reported beside it, and a wrong element in any of them is still a failure.
-    summaries = summarize(rows, plan.ops)
+    summaries = summarize(rows, plan.ops, bandwidth=not one_rank)
     scope_summaries = summarize_scopes(rows, plan.ops)
     verdicts = []
     correctness = judge_correctness(rows) if plan.check else None
@@ -480,7 +556,7 @@ def _report(
         from ddpdoctor.expect import judge_bench
         from ddpdoctor.model import Severity
 
-        expect_findings = judge_bench(options["expectations"], world_rows(rows))
+        expect_findings = judge_bench(options["expectations"], plausible(world_rows(rows)))
         if code == 0 and any(f.severity == Severity.FAIL for f in expect_findings):
             code = int(ExitCode.FAILED)
     if launch_failed and result.root_cause is not None and result.root_cause.rank == -1:
@@ -494,6 +570,8 @@ def _report(
         "iters": plan.iters,
         "warmup": plan.warmup,
         "check": plan.check,
+        "timing": "graph" if plan.graph and result.backend == "nccl" else "eager",
+        "memory_bandwidth": ceiling.to_dict() if ceiling is not None else None,
         "timeout_s": options["timeout"],
     }
     if show:
@@ -529,7 +607,7 @@ def _report(
             expected=expected,
             ratios=ratios,
             extra=expect_findings,
-            notes=options.get("notes", ()),
+            notes=notes,
         )
         if not written and code == 0:
             code = int(ExitCode.FAILED)  # the results are lost: a CI step must not read this as a pass
@@ -567,7 +645,12 @@ def _write_outputs(
             "environment": env,
             "config": config,
             "rows": [
-                {**output_row(r), **({"skipped": r["skipped"]} if r.get("skipped") else {})} for r in rows
+                {
+                    **output_row(r),
+                    **({"skipped": r["skipped"]} if r.get("skipped") else {}),
+                    **({"timing_note": r["timing_note"]} if r.get("timing_note") else {}),
+                }
+                for r in rows
             ],
             "summary": [s.to_dict() for s in summaries],
             "scope_summary": [s.to_dict() for s in scope_summaries],

@@ -47,31 +47,69 @@ def format_row(r: Mapping[str, Any]) -> str:
     )
 
 
+# Above the time column, as nccl-tests labels its two groups of columns.
+_PLACE_LABEL = "#" + " " * 57
+
+
 def bench_table_lines(rows: Sequence[Mapping[str, Any]], ops: Sequence[str]) -> list[str]:
+    """nccl-tests' table per op; an in-place op and an op timed eagerly although a CUDA graph was asked
+    for say so above their header, an implausible row says so at its end."""
+    from ddpdoctor.bench.timing import eager_fallbacks
+
     lines: list[str] = []
+    fallbacks = eager_fallbacks(rows)
     for op in ops:
         mine = [r for r in rows if r.get("op") == op]
         if not mine:
             continue
         lines.append(f"# Collective test: {op}")
+        inplace = any(r.get("inplace") for r in mine)
+        if inplace:
+            lines.append(
+                f"#   in place: torch's {op} writes into its input, as nccl-tests' in-place columns "
+                "(torch has no out-of-place form)"
+            )
+        if op in fallbacks:
+            lines.append(f"#   timing: eager, {fallbacks[op]}")
+        if any(r.get("inplace") is not None for r in mine):
+            lines.append(_PLACE_LABEL + ("in-place" if inplace else "out-of-place"))
         lines.extend(HEADER)
         for r in mine:
             line = format_row(r)
             if r.get("skipped"):
                 line += f"  # skipped: {r['skipped']}"
+            elif r.get("implausible") is True:
+                line += "  # implausible: algbw above the GPU memory bandwidth"
             lines.append(line)
         lines.append("#")
     return lines
 
 
-def render_bench_header(env: Mapping[str, Any], config: Mapping[str, Any]) -> None:
-    out = console().out
-    out(
+def bench_header_lines(env: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """The lines above the tables: parameters (nccl-tests' `graph: 0|1` among them), versions, and at
+    world size 1 the heading that says no interconnect is measured."""
+    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING
+
+    lines = [
         f"# ddpdoctor bench-nccl: backend {config.get('backend')}  ranks {config.get('world_size')}  "
         f"dtype {config.get('dtype')}  warmup iters: {config.get('warmup')}  iters: {config.get('iters')}  "
-        f"validation: {1 if config.get('check') else 0}",
-        highlight=False,
-    )
+        f"validation: {1 if config.get('check') else 0}  graph: {1 if config.get('timing') == 'graph' else 0}"
+    ]
+    ceiling = config.get("memory_bandwidth")
+    if isinstance(ceiling, Mapping) and ceiling.get("gbps"):
+        lines.append(
+            f"# GPU memory bandwidth {ceiling['gbps']:.0f} GB/s ({ceiling.get('source')}): "
+            "a higher algbw is flagged implausible"
+        )
+    if config.get("world_size") == 1:
+        lines.append(f"# == {WORLD_SIZE_ONE_HEADING} ==")
+    return lines
+
+
+def render_bench_header(env: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    out = console().out
+    lines = bench_header_lines(env, config)
+    out(lines[0], highlight=False)
     parts = [f"torch {env.get('torch') or '?'}"]
     if env.get("nccl"):
         parts.append(f"NCCL {env['nccl']}")
@@ -81,6 +119,8 @@ def render_bench_header(env: Mapping[str, Any], config: Mapping[str, Any]) -> No
         parts.append("GPUs: " + ", ".join(str(g) for g in env["gpus"]))
     parts.append(f"host {env.get('host') or '?'}")
     out("# " + "; ".join(parts), highlight=False)
+    for line in lines[1:]:
+        out(line, highlight=False)
     out("#", highlight=False)
 
 
@@ -109,6 +149,8 @@ def summary_lines(summaries: Iterable[Any]) -> list[str]:
     lines = []
     for s in summaries:
         if s.peak_busbw is None:
+            if s.wrong is not None and s.rows:  # one rank: no busbw summarised, the check still counts
+                lines.append(f"# {s.op:<15} #wrong {s.wrong}")
             continue
         wrong = "" if s.wrong is None else f"  #wrong {s.wrong}"
         lines.append(
@@ -163,7 +205,8 @@ def render_bench_summary(
         out(line, highlight=False)
     if expected:
         out(
-            f"# expected all_reduce busbw for {interconnect}: {expected['low']:.0f}-{expected['high']:.0f} GB/s "
+            f"# expected {expected.get('metric') or 'all_reduce busbw'} for {interconnect}: "
+            f"{expected['low']:.0f}-{expected['high']:.0f} GB/s "
             f"at >= 1 GiB ({expected['basis']}: {expected['note']}; sources in docs/bench.md)",
             highlight=False,
         )
