@@ -17,7 +17,6 @@ from ddpdoctor.checks.gpu.placement import (
     LocalRanks,
     judge_placement,
     read_local_ranks,
-    refusal_lines,
     supply_from_gpus,
     tasks_on_node,
 )
@@ -126,14 +125,6 @@ def test_gpu_held_by_another_job_is_a_warning() -> None:
     assert f.severity == Severity.WARN and "another job" in f.summary
     mine = supply_from_gpus(gpus, None, "NVML", job_pids=frozenset({4242}))
     assert mine.held_gpus == 0
-
-
-def test_refusal_lines_explain_once_per_node() -> None:
-    f = judge_placement(LocalRanks(2, "LOCAL_WORLD_SIZE=2", "torchrun"), GpuSupply(1, "NVML"), "nccl")
-    first = refusal_lines(f, 0)
-    assert first[0].startswith("ddpdoctor: refused before start: gpu.ranks_per_node") and "fix:" in first[1]
-    other = refusal_lines(f, 1)
-    assert len(other) == 1 and "see local rank 0" in other[0]
 
 
 _VALUE = st.one_of(

@@ -45,7 +45,8 @@ class LocalRanks:
 
     count: Optional[int] = None
     source: str = ""  # e.g. "LOCAL_WORLD_SIZE=2", "SLURM_TASKS_PER_NODE=2(x3)", "--nproc-per-node 8"
-    launcher: str = ""  # "torchrun", "slurm", "env" (set by hand), "preflight" (--nproc-per-node)
+    # "torchrun", "slurm", "env" (set by hand), "preflight" (check --nproc-per-node), "bench" (--nproc)
+    launcher: str = ""
     gpus_per_task: Optional[int] = None  # SLURM_GPUS_PER_TASK
     gpus_on_node: Optional[int] = None  # SLURM_GPUS_ON_NODE
     # srun with --gpus-per-task binds GPUs per task: each task sees only its own GPU(s).
@@ -160,7 +161,9 @@ def _consequence(n: int, have: int) -> str:
 
 
 def _fix(n: int, have: int, ranks: LocalRanks) -> str:
-    if ranks.launcher == "slurm":
+    if ranks.launcher == "bench":
+        fewer = f"bench-nccl --nproc {have}" if have else "a node with GPUs"
+    elif ranks.launcher == "slurm":
         fewer = f"srun --ntasks-per-node={have}" if have else "a GPU partition (--gpus-per-node)"
     elif ranks.launcher == "preflight":
         fewer = f"--nproc-per-node {have}" if have else "a node with GPUs"
@@ -309,22 +312,6 @@ def _describe_supply(supply: GpuSupply) -> str:
         return supply.why_unknown or "GPUs unknown"
     held = f"; held by another job: {'; '.join(supply.held_by_others[:4])}" if supply.held_by_others else ""
     return f"{supply.visible} GPU(s) visible{held}"
-
-
-def refusal_lines(findings: list[Finding], local_rank: int) -> list[str]:
-    """What a rank prints on stderr when it refuses: the explanation on each node's local rank 0, one
-    line naming it on the others (a launcher interleaves every rank's stderr)."""
-    bad = [f for f in findings if f.severity >= Severity.FAIL]
-    if not bad:
-        return []
-    if local_rank != 0:
-        return [f"ddpdoctor: refused before start: {bad[0].id}: {bad[0].summary} (see local rank 0)"]
-    lines = []
-    for f in bad:
-        lines.append(f"ddpdoctor: refused before start: {f.id}: {f.summary}")
-        if f.fix:
-            lines.append(f"  fix: {f.fix}")
-    return lines
 
 
 def _visible_gpu_dicts(gpus: list[Mapping], raw_visible: Optional[str]) -> list[Mapping]:
