@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-from ddpdoctor.cli.app import app, expect_option, seconds_option
+from ddpdoctor.cli.app import app, expect_option, linger_for_siblings, seconds_option
 from ddpdoctor.model import ExitCode
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -459,6 +459,7 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
                 expected=None,
                 ratios=[],
             )
+        linger_for_siblings()
         return int(ExitCode.USAGE)
     if ext.local_rank == 0:
         render_notes(decision.notes)
