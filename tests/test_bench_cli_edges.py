@@ -119,6 +119,47 @@ def test_unwritable_output_is_a_usage_error_before_launch(
     assert no_launch == []
 
 
+@pytest.mark.parametrize("flag", ["--json", "--csv"])
+def test_output_that_cannot_be_opened_is_refused_before_launch(
+    flag: str, tmp_path: Path, no_launch: list[str]
+) -> None:
+    # /proc exists and looks writable to access() as root, but no file can be created in it: only
+    # opening the file proves it (issue #20 item 11). A FIFO without a reader is refused, not waited on.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/proc/x.json", str(fifo)):
+        result = _invoke(*TINY, flag, path)
+        assert result.exit_code == 2, result.output
+        assert f"cannot write {flag} {path}" in result.output and "nothing was run" in result.output
+    assert no_launch == []
+    # A file created by the check is removed again: a refused run leaves nothing behind.
+    fresh = tmp_path / "fresh.json"
+    result = _invoke(*TINY, flag, str(fresh), "--ops", "all_gather", "--min-busbw", "1")
+    assert result.exit_code == 2 and not fresh.exists()
+
+
+def test_malformed_launcher_variable_is_refused(
+    no_launch: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RANK=abc used to start local ranks and exit 0 (issue #20 item 10); `check` reports it as
+    # launch.var.malformed, and bench-nccl now refuses it the same way, JSON refusal included.
+    monkeypatch.setenv("RANK", "abc")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    result = _invoke(*TINY)
+    assert result.exit_code == 2, result.output
+    assert "RANK='abc' is not an integer" in result.output and "fix:" in result.output
+    result = _invoke(*TINY, "--format", "json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert [f["id"] for f in doc["refusals"]] == ["launch.var.malformed"] and doc["exit_code"] == 2
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "x")
+    result = _invoke(*TINY)
+    assert result.exit_code == 2 and "SLURM_NTASKS='x'" in result.output
+    assert no_launch == []
+
+
 def test_output_in_read_only_directory_refused(tmp_path: Path, no_launch: list[str]) -> None:
     if os.geteuid() == 0:
         pytest.skip("root writes into read-only directories")

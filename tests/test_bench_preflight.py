@@ -79,10 +79,10 @@ def test_auto_with_gpus_is_one_nccl_rank_per_gpu() -> None:
 def test_more_ranks_than_gpus_refused() -> None:
     outputs = {NVIDIA_SMI_GPUS.id: ok(NVIDIA_SMI_GPUS, TWO_GPUS)}
     d = plan_launch(facts_for(outputs), "nccl", 4)
-    assert [f.id for f in d.refusals] == ["bench.nccl.oversubscribed"]
+    assert [f.id for f in d.refusals] == ["gpu.ranks_per_node"]
     # CUDA_VISIBLE_DEVICES=1 leaves one GPU: --nproc 2 refused.
     d = plan_launch(facts_for(outputs, env={"CUDA_VISIBLE_DEVICES": "1"}), "nccl", 2)
-    assert "only 1 GPU" in d.refusals[0].summary
+    assert "2 rank(s) per node (--nproc 2) but 1 GPU(s) visible" in d.refusals[0].summary
 
 
 def test_duplicate_visible_devices_refused() -> None:

@@ -7,11 +7,13 @@ build metadata (read without importing torch); `plan_launch` judges them with no
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from ddpdoctor.checks.gpu.placement import GpuSupply, LocalRanks, judge_placement, read_local_ranks
 from ddpdoctor.model import Evidence, Finding, Severity, define
 from ddpdoctor.runner import Command, CommandResult, define_command
 from ddpdoctor.visible_devices import VisibleDevices, parse_visible_devices
@@ -38,12 +40,11 @@ NVIDIA_SMI_NVLINK = define_command(
 
 DEFAULT_GLOO_NPROC = 4
 
-NCCL_OVERSUBSCRIBED = define(
-    "bench.nccl.oversubscribed",
-    "More NCCL ranks than visible GPUs",
-    "NCCL needs one GPU per rank: two ranks on one GPU deadlock or fail with 'Duplicate GPU detected'.",
-    "Use --nproc at most the number of visible GPUs (check CUDA_VISIBLE_DEVICES), or --backend gloo.",
-)
+# Test-only: a directory holding a real `nvml.json` and `torch-info.txt` (as `ddpdoctor snapshot` writes
+# them) that stands in for this node's GPUs and torch build, so that real torchrun agents on a CPU
+# machine can be given a one-GPU node. Read only here, at the edge. Never set it in production.
+FAKE_GPU_ENV = "DDPDOCTOR_FAKE_GPU_DIR"
+
 NCCL_NO_CUDA = define(
     "bench.nccl.no_cuda",
     "NCCL requested without usable CUDA",
@@ -171,6 +172,33 @@ def read_torch_build() -> tuple[Optional[str], Optional[str]]:
     return (str(version) if version else None, str(cuda) if cuda else None)
 
 
+def read_fake_gpus(directory: str) -> tuple[CommandResult, list[GpuInfo], Optional[str], Optional[str]]:
+    """The test-only stand-in (FAKE_GPU_ENV): GPUs from nvml.json, torch's build from torch-info.txt."""
+    root = Path(directory)
+    try:
+        nvml = json.loads((root / "nvml.json").read_text()[:4_000_000])
+        torch_info = json.loads((root / "torch-info.txt").read_text()[:1_000_000])
+        gpus = [
+            GpuInfo(
+                index=int(g["index"]),
+                uuid=str(g.get("uuid") or ""),
+                name=str(g.get("name") or ""),
+                compute_mode=str(g.get("compute_mode") or "Default"),
+                pcie_gen=(g.get("pcie") or {}).get("gen_max"),
+                pcie_width=(g.get("pcie") or {}).get("width_max"),
+                driver=str(nvml.get("driver_version") or ""),
+            )
+            for g in nvml.get("gpus") or []
+        ]
+        torch = torch_info.get("torch") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        result = CommandResult(argv=NVIDIA_SMI_GPUS.argv, found=False, error=f"{FAKE_GPU_ENV}: {exc}")
+        return result, [], None, None
+    shown = "\n".join(f"{g.index}, {g.uuid}, {g.name}, {g.compute_mode}" for g in gpus)
+    result = CommandResult(argv=NVIDIA_SMI_GPUS.argv, returncode=0, stdout=shown)
+    return result, gpus, torch.get("version"), torch.get("cuda")
+
+
 def gather_launch_facts(
     run: Callable[[Command], CommandResult],
     env: Mapping[str, str],
@@ -178,14 +206,18 @@ def gather_launch_facts(
 ) -> LaunchFacts:
     """Equivalent: nvidia-smi --query-gpu=...; nvidia-smi --query-compute-apps=...; ss -ltnp sport = :$MASTER_PORT."""
     facts = LaunchFacts(visible=parse_visible_devices(env.get("CUDA_VISIBLE_DEVICES")))
-    facts.gpu_query = run(NVIDIA_SMI_GPUS)
-    if facts.gpu_query.ok:
-        facts.gpus = parse_gpu_query(facts.gpu_query.stdout)
+    fake = os.environ.get(FAKE_GPU_ENV)
+    if fake:
+        facts.gpu_query, facts.gpus, facts.torch_version, facts.torch_cuda = read_fake_gpus(fake)
+    else:
+        facts.gpu_query = run(NVIDIA_SMI_GPUS)
+        if facts.gpu_query.ok:
+            facts.gpus = parse_gpu_query(facts.gpu_query.stdout)
+        facts.torch_version, facts.torch_cuda = read_torch_build()
     if any(g.compute_mode.lower().startswith("exclusive") for g in facts.gpus):
         apps = run(NVIDIA_SMI_APPS)
         if apps.ok:
             facts.apps = parse_compute_apps(apps.stdout)
-    facts.torch_version, facts.torch_cuda = read_torch_build()
     raw_port = env.get("MASTER_PORT")
     if raw_port:
         port = _int(raw_port)
@@ -287,15 +319,8 @@ def plan_launch(
                 evidence=evidence,
             )
         )
-    if n > len(gpus):
-        refusals.append(
-            NCCL_OVERSUBSCRIBED.finding(
-                Severity.FAIL,
-                f"--nproc {n} with NCCL but only {len(gpus)} GPU(s) visible: two ranks would share a GPU",
-                evidence=evidence,
-                data={"nproc": n, "gpus": len(gpus)},
-            )
-        )
+    ranks = LocalRanks(n, f"--nproc {n}", "bench")
+    refusals += [f for f in judge_placement(ranks, gpu_supply(facts), "nccl") if f.severity >= Severity.FAIL]
     for g in gpus[:n]:
         if g.compute_mode.lower().startswith("exclusive"):
             busy = facts.apps.get(g.uuid, [])
@@ -310,6 +335,56 @@ def plan_launch(
                     )
                 )
     return LaunchDecision("nccl", n, tuple(g.index for g in gpus[:n]), tuple(refusals), tuple(notes))
+
+
+def gpu_supply(facts: LaunchFacts) -> GpuSupply:
+    """The GPUs this node's ranks can have, from the launch facts (CUDA_VISIBLE_DEVICES applied)."""
+    query = facts.gpu_query
+    source = query.display if query is not None else "nvidia-smi"
+    excerpt = f"CUDA_VISIBLE_DEVICES={facts.visible.raw if facts.visible.is_set else '(unset)'}"
+    if facts.gpus or (query is not None and query.ok):
+        gpus = visible_gpus(facts)
+        listed = "; ".join(f"{g.index} {g.name}" for g in facts.gpus)
+        return GpuSupply(len(gpus), source, excerpt=f"{listed or 'no GPU listed'}; {excerpt} -> {len(gpus)}")
+    why = query.describe_failure() if query is not None else "not queried"
+    return GpuSupply(None, source, why_unknown=f"no GPU found: {why}", excerpt=why)
+
+
+def plan_joined(facts: LaunchFacts, backend: str, env: Mapping[str, str]) -> LaunchDecision:
+    """Backend and refusals for a rank started by torchrun/srun (pure): every rank of a node computes the
+    same answer from the same facts, so all of them refuse together, before init_process_group."""
+    ranks = read_local_ranks(env)
+    supply = gpu_supply(facts)
+    cuda_build = facts.torch_cuda is not None
+    chosen = backend
+    notes: list[str] = []
+    if backend == "auto":
+        chosen = "nccl" if cuda_build and (supply.visible or 0) > 0 else "gloo"
+        if chosen == "gloo":
+            notes.append(
+                f"backend gloo on CPU ({'no GPU is visible' if cuda_build else 'torch is a CPU-only build'})"
+            )
+    refusals: list[Finding] = []
+    if chosen == "nccl" and not cuda_build:
+        refusals.append(
+            NCCL_NO_CUDA.finding(
+                Severity.FAIL,
+                f"--backend nccl needs CUDA, but this torch ({facts.torch_version or 'not found'}) is a CPU-only build",
+                evidence=[
+                    Evidence("torch/version.py", f"torch {facts.torch_version}, cuda {facts.torch_cuda}")
+                ],
+            )
+        )
+    if chosen == "nccl" and facts.visible.duplicates:
+        refusals.append(
+            DUPLICATE_DEVICES.finding(
+                Severity.FAIL,
+                f"CUDA_VISIBLE_DEVICES={facts.visible.raw!r} lists {', '.join(facts.visible.duplicates)} more than once",
+                evidence=[Evidence("CUDA_VISIBLE_DEVICES", str(facts.visible.raw))],
+            )
+        )
+    refusals += [f for f in judge_placement(ranks, supply, chosen) if f.severity >= Severity.FAIL]
+    return LaunchDecision(chosen, ranks.count or 0, (), tuple(refusals), tuple(notes))
 
 
 def cpu_count() -> int:

@@ -98,3 +98,15 @@ def timeout_option() -> float:
 def replay_option(help: str) -> Optional[Path]:
     """`--replay DIR`: a snapshot directory (it must exist) read instead of this machine."""
     return typer.Option(None, "--replay", help=help, exists=True, file_okay=False, dir_okay=True)
+
+
+# Under torchrun the agent SIGTERMs every rank as soon as one of them exits non-zero. A rank refusing
+# before init_process_group waits this long (bounded) so that its siblings, which reach the same verdict
+# moments later, get to print theirs too: no rank's log may be empty.
+LAUNCHER_REFUSAL_GRACE_S = 2.0
+
+
+def linger_for_siblings() -> None:
+    import time
+
+    time.sleep(LAUNCHER_REFUSAL_GRACE_S)

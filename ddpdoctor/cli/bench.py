@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-from ddpdoctor.cli.app import app, expect_option, seconds_option
+from ddpdoctor.cli.app import app, expect_option, linger_for_siblings, seconds_option
 from ddpdoctor.model import ExitCode
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -66,7 +66,73 @@ def output_path_problem(path: str) -> Optional[str]:
             return "it is not writable"
     elif not os.access(parent, os.W_OK | os.X_OK):
         return f"its directory {str(parent)!r} is not writable"
+    return _open_for_writing(target)
+
+
+def _open_for_writing(target: Path) -> Optional[str]:
+    """Really open FILE for writing (created when absent, never truncated), the only test that holds
+    for /proc, read-only mounts and quotas; a file created here is removed again, so a run refused later
+    leaves nothing behind. O_NONBLOCK: a FIFO without a reader is refused instead of blocking."""
+    existed = target.exists()
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    if not existed:
+        try:
+            target.unlink()
+        except OSError:
+            pass
     return None
+
+
+def _refuse_malformed_launch(json_file: Optional[str]) -> None:
+    """A launcher variable that is not a number (RANK=abc) is refused, as `check` reports it
+    (launch.var.malformed), instead of silently running a local benchmark: exit 2 on every rank."""
+    from ddpdoctor.checks.launch import SLURM_INT_VARS, TORCH_INT_VARS, check_malformed, parse_launch_env
+    from ddpdoctor.render.bench import render_refusals
+
+    # MASTER_PORT/MASTER_ADDR have refusals of their own (bench.master_port.invalid, the launch checks).
+    names = set(TORCH_INT_VARS + SLURM_INT_VARS)
+    refusals = [f for f in check_malformed(parse_launch_env(os.environ)) if f.data.get("name") in names]
+    if not refusals:
+        return
+    render_refusals(refusals)
+    if json_file:
+        _write_refusal_json(refusals, json_file)
+    raise typer.Exit(int(ExitCode.USAGE))
+
+
+def _write_refusal_json(refusals: Sequence[Any], json_file: str) -> None:
+    from ddpdoctor import __version__
+    from ddpdoctor.bench.results import JSON_SCHEMA
+    from ddpdoctor.render import print_json
+
+    data = {
+        "schema": JSON_SCHEMA,
+        "tool": {"name": "ddpdoctor", "version": __version__},
+        "environment": {"host": socket.gethostname()},
+        "config": {},
+        "rows": [],
+        "summary": [],
+        "scope_summary": [],
+        "expected_all_reduce_busbw": None,
+        "baseline": [],
+        "verdicts": [],
+        "launch": None,
+        "refusals": [f.to_dict() for f in refusals],
+        "expectations": [],
+        "notes": [],
+        "exit_code": int(ExitCode.USAGE),
+    }
+    if json_file == "-":
+        print_json(data)
+        return
+    try:
+        Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
+    except OSError as exc:
+        typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
 
 
 def _check_outputs(json_file: Optional[str], csv_file: Optional[str]) -> None:
@@ -182,6 +248,7 @@ def bench_nccl(
     except ValueError as exc:
         raise _usage(str(exc)) from None
     _check_outputs(json_file, csv_file)
+    _refuse_malformed_launch("-" if output_format == "json" else json_file)
     if pairwise:
         from ddpdoctor.cli.cluster import run_pairwise_command
         from ddpdoctor.cluster.launch import LaunchError, detect_launch
@@ -367,8 +434,9 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
 
 def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
     from ddpdoctor.bench.launcher import join_as_rank
-    from ddpdoctor.bench.preflight import read_torch_build
-    from ddpdoctor.render.bench import BenchProgress
+    from ddpdoctor.bench.preflight import gather_launch_facts, plan_joined
+    from ddpdoctor.render.bench import BenchProgress, render_notes, render_rank_failure, render_rank_refusals
+    from ddpdoctor.runner import run_argv
 
     if nproc is not None and nproc != ext.world_size:
         raise _usage(
@@ -381,10 +449,34 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
             f"launched by {ext.launcher} as rank {ext.rank}, but MASTER_ADDR/MASTER_PORT are not set; under srun: "
             "export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1) MASTER_PORT=29500"
         )
-    chosen = backend
-    if backend == "auto":
-        _, cuda = read_torch_build()
-        chosen = "nccl" if cuda and os.path.exists("/dev/nvidiactl") else "gloo"
+    # Every rank judges this node's GPUs before init_process_group and refuses with the others (exit 2):
+    # torchrun's ChildFailedError must never be all a user sees.
+    facts = gather_launch_facts(
+        lambda c: run_argv(c.argv, c.timeout_s),
+        {k: v for k, v in os.environ.items() if k != "MASTER_PORT"},  # held by the launcher's store: fine
+    )
+    decision = plan_joined(facts, backend, os.environ)
+    if decision.refusals:
+        render_rank_refusals(decision.refusals, ext.rank, ext.local_rank)
+        if ext.rank == 0:
+            _write_outputs(
+                options,
+                rows=[],
+                env=_environment(facts, {"launcher": ext.launcher}, decision.backend, ext.world_size),
+                config={},
+                summaries=[],
+                verdicts=[],
+                launch=None,
+                refusals=[f.to_dict() for f in decision.refusals],
+                code=int(ExitCode.USAGE),
+                expected=None,
+                ratios=[],
+            )
+        linger_for_siblings()
+        return int(ExitCode.USAGE)
+    if ext.local_rank == 0:
+        render_notes(decision.notes)
+    chosen = decision.backend
     plan = _plan(chosen, options)
     refusal = _gate_refusal(ext.world_size, options)
     if refusal is not None:
@@ -406,6 +498,8 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     env["launcher"] = ext.launcher
     names = [str(d) for d in (result.env.get("devices") or [])]
     ceiling = _memory_ceiling(chosen, None, names) if ext.rank == 0 else None
+    if not result.ok and not result.interrupted and ext.rank != 0:
+        render_rank_failure(result, ext.rank)  # rank 0 reports the whole launch below
     return _report(options, plan, result, env, None, None, show=ext.rank == 0, ceiling=ceiling)
 
 

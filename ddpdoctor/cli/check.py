@@ -112,6 +112,14 @@ def check(
         "--hosts",
         help="With --cluster: expected hosts (Slurm hostlist, e.g. gpu[01-16]) to name absent ones.",
     ),
+    nproc_per_node: Optional[int] = typer.Option(
+        None,
+        "--nproc-per-node",
+        min=1,
+        max=4096,
+        help="Judge the GPUs for a job that will start N ranks on this node (preflight before torchrun/srun; "
+        "under a launcher its variables are used). See gpu.ranks_per_node in docs/checks.md.",
+    ),
 ) -> None:
     given = {
         name
@@ -137,7 +145,7 @@ def check(
         _check(
             live, fmt=(json_out, output_format), expect=expect, prolog=prolog, only=only_names,
             skip=skip_names, strict=strict, verbose=verbose, timeout=timeout, replay=replay, smoke=smoke,
-            cluster=cluster, join_timeout=join_timeout, hosts=hosts,
+            cluster=cluster, join_timeout=join_timeout, hosts=hosts, nproc_per_node=nproc_per_node,
         )  # fmt: skip
     finally:
         if live is not None:
@@ -181,6 +189,7 @@ def _check(
     cluster: bool,
     join_timeout: float,
     hosts: Optional[str],
+    nproc_per_node: Optional[int] = None,
 ) -> None:
     """The body of `check`, always ending in typer.Exit."""
     from ddpdoctor.render.formats import (
@@ -191,7 +200,7 @@ def _check(
         render_prolog,
     )
 
-    options = {"smoke": smoke, "timeout": timeout}
+    options = {"smoke": smoke, "timeout": timeout, "nproc_per_node": nproc_per_node}
     try:
         output_format = pick_format(*fmt, FORMATS)
         extra = ()

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import typer
 
-from ddpdoctor.cli.app import usage_error
+from ddpdoctor.cli.app import linger_for_siblings, usage_error
 from ddpdoctor.model import ExitCode
 
 
@@ -47,6 +47,7 @@ def run_cluster_command(
         expected_hosts=expand_hostlist(hosts) if hosts else (),
         strict=strict,
     )
+    _refuse_crowded_node(fmt, strict)
     outcome = run_cluster_check(opts)  # ClusterUsageError is a ValueError: check.py makes it exit 2
     if outcome.report is None:
         print_rank_message(outcome)
@@ -63,6 +64,44 @@ def run_cluster_command(
     raise typer.Exit(int(report.exit_code(strict)))
 
 
+def _refuse_crowded_node(fmt: str, strict: bool) -> None:
+    """More ranks of this job on this node than GPUs (gpu.ranks_per_node): every rank refuses before
+    joining, with the same judgement as `check` (exit 2; rank 0 prints the JSON refusal with --json)."""
+    from ddpdoctor.bench.preflight import gather_launch_facts, gpu_supply
+    from ddpdoctor.checks.gpu.placement import judge_placement, read_local_ranks
+    from ddpdoctor.cluster.launch import LaunchError, detect_launch
+    from ddpdoctor.model import Severity
+    from ddpdoctor.runner import run_argv
+
+    try:
+        info = detect_launch(os.environ)
+    except LaunchError:
+        return  # run_cluster_check names what is wrong with the launch
+    if info is None:
+        return
+    ranks = read_local_ranks(os.environ)
+    if ranks.count is None:
+        return
+    facts = gather_launch_facts(
+        lambda c: run_argv(c.argv, c.timeout_s), {k: v for k, v in os.environ.items() if k != "MASTER_PORT"}
+    )
+    refusals = [f for f in judge_placement(ranks, gpu_supply(facts), None) if f.severity >= Severity.FAIL]
+    if not refusals:
+        return
+    from ddpdoctor.render.bench import render_rank_refusals
+
+    render_rank_refusals(refusals, info.rank, info.local_rank)
+    if fmt == "json" and info.rank == 0:
+        from ddpdoctor.cluster.report import ClusterReport
+        from ddpdoctor.render import print_json
+
+        data = ClusterReport(info.launcher, info.world_size, [], refusals).to_dict(strict)
+        data["exit_code"] = int(ExitCode.USAGE)
+        print_json(data)
+    linger_for_siblings()
+    raise typer.Exit(int(ExitCode.USAGE))
+
+
 def run_pairwise_command(
     *,
     backend: str,
@@ -74,7 +113,6 @@ def run_pairwise_command(
     json_file: Optional[str],
 ) -> None:
     """`bench-nccl --pairwise` on this rank; always ends with typer.Exit (rank 0 prints the matrix)."""
-    import json
 
     from ddpdoctor import __version__
     from ddpdoctor.cluster.pairwise import SCHEMA, PairwiseSettings, run_pairwise
@@ -92,6 +130,26 @@ def run_pairwise_command(
     except Exception as exc:  # noqa: BLE001 - a broken process group is reported, never a traceback
         typer.echo(f"error: pairwise benchmark failed: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(int(ExitCode.INCONCLUSIVE)) from None
+    if outcome.refusals:
+        from ddpdoctor.render.bench import render_rank_refusals
+
+        render_rank_refusals(outcome.refusals, outcome.rank, outcome.local_rank)
+        if outcome.rank == 0:
+            refusal = {
+                "schema": SCHEMA,
+                "tool": {"name": "ddpdoctor", "version": __version__},
+                "backend": outcome.backend,
+                "refusals": [f.to_dict() for f in outcome.refusals],
+                "exit_code": outcome.exit_code,
+            }
+            if output_format == "json":
+                _emit_pairwise(refusal, "-")
+            _emit_pairwise(refusal, json_file)
+        linger_for_siblings()
+        raise typer.Exit(outcome.exit_code)
+    if outcome.rank == 0:
+        for note in outcome.notes:
+            typer.echo(f"note: {note}", err=True)
     if outcome.analysis is None:
         raise typer.Exit(outcome.exit_code)
     data = {
@@ -102,19 +160,30 @@ def run_pairwise_command(
         "iters": outcome.settings.iters,
         "warmup": outcome.settings.warmup,
         **outcome.analysis.to_dict(),
+        "notes": outcome.notes,
         "exit_code": outcome.exit_code,
     }
     if output_format == "json" or json_file == "-":
-        from ddpdoctor.render import print_json
-
-        print_json(data)
+        _emit_pairwise(data, "-")
     else:
         from ddpdoctor.render.cluster import render_pairwise
 
         render_pairwise(data, outcome.analysis.findings)
-    if json_file and json_file != "-":
+    if json_file != "-":
+        _emit_pairwise(data, json_file)
+    raise typer.Exit(outcome.exit_code)
+
+
+def _emit_pairwise(data: Mapping[str, Any], json_file: Optional[str]) -> None:
+    """The pairwise JSON document to stdout ('-') or to FILE (--json FILE)."""
+    import json
+
+    if json_file == "-":
+        from ddpdoctor.render import print_json
+
+        print_json(data)
+    elif json_file:
         try:
             Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
         except OSError as exc:
             typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
-    raise typer.Exit(outcome.exit_code)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Mapping, Optional, Sequence
 
+from ddpdoctor.checks.gpu.placement import GpuSupply, LocalRanks, judge_placement
 from ddpdoctor.model import Evidence, Finding, Severity, define
 
 SLOW_FRACTION = 0.5
@@ -365,6 +366,70 @@ class PairwiseOutcome:
     settings: PairwiseSettings
     backend: str = ""
     error: str = ""
+    local_rank: int = 0
+    refusals: list[Finding] = field(default_factory=list)  # refused before init_process_group
+    notes: list[str] = field(default_factory=list)
+
+
+def choose_backend(
+    entries: Sequence[Mapping[str, Any]], backend: str
+) -> tuple[str, list[str], list[Finding]]:
+    """(backend, notes, refusals) from every rank's {host, visible, cuda} (pure, so that every rank
+    picks the same). Ranks on one host share its GPUs: with more of them than GPUs, NCCL would give a
+    matrix of failed pairs, so auto picks gloo with a note and an explicit nccl is refused."""
+    by_host: dict[str, list[Mapping[str, Any]]] = {}
+    for e in entries:
+        by_host.setdefault(str(e.get("host")), []).append(e)
+    crowded: list[Finding] = []
+    for host, on_host in sorted(by_host.items()):
+        counts = [e.get("visible") for e in on_host]
+        visible = None if any(not isinstance(c, int) for c in counts) else min(counts)
+        ranks = LocalRanks(len(on_host), f"counted on host {host}", "torchrun")
+        supply = GpuSupply(visible, "nvidia-smi", why_unknown="no GPU found")
+        crowded += [f for f in judge_placement(ranks, supply, "nccl") if f.severity >= Severity.FAIL]
+    if backend == "auto":
+        if entries and all(e.get("cuda") for e in entries) and not crowded:
+            return "nccl", [], []
+        why = crowded[0].summary if crowded else "not every rank has a CUDA build of torch and a visible GPU"
+        return "gloo", [f"backend gloo on CPU: {why}"], []
+    if backend == "nccl" and crowded:
+        return backend, [], crowded
+    return backend, [], []
+
+
+def _placement_entry(env: Mapping[str, str]) -> dict[str, Any]:
+    """This rank's host and GPUs, for choose_backend (the I/O: nvidia-smi, or the test-only stand-in)."""
+    import socket
+
+    from ddpdoctor.bench.preflight import gather_launch_facts, gpu_supply
+    from ddpdoctor.runner import run_argv
+
+    facts = gather_launch_facts(
+        lambda c: run_argv(c.argv, c.timeout_s), {k: v for k, v in env.items() if k != "MASTER_PORT"}
+    )
+    visible = gpu_supply(facts).visible
+    return {
+        "host": socket.gethostname(),
+        "visible": visible,
+        "cuda": bool(facts.torch_cuda) and bool(visible),
+    }
+
+
+def agree_on_backend(
+    store: Any, rank: int, world_size: int, backend: str, env: Mapping[str, str], timeout_s: float
+) -> tuple[str, list[str], list[Finding]]:
+    """Every rank publishes its entry through the launcher's store and judges all of them the same way,
+    before init_process_group (a rank that never publishes is left out; init then names it)."""
+    from ddpdoctor.cluster.membership import Channel
+
+    channel = Channel(store)
+    channel.set_json(f"placement/{rank}", _placement_entry(env))
+    deadline = time.monotonic() + max(timeout_s, 1.0)
+    entries = []
+    for r in range(world_size):
+        if channel.wait_for(f"placement/{r}", deadline) is not None:
+            entries.append(channel.get_json(f"placement/{r}") or {})
+    return choose_backend(entries, backend)
 
 
 def run_pairwise(
@@ -386,15 +451,32 @@ def run_pairwise(
     from ddpdoctor.model import ExitCode
 
     info = require_launch(os.environ if env is None else env)
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    store = dist.PrefixStore("pairwise", open_store(info, settings.timeout_s))
+    asked = backend
+    backend, notes, refusals = agree_on_backend(
+        store, info.rank, info.world_size, asked, os.environ if env is None else env, settings.timeout_s
+    )
+    if refusals:
+        return PairwiseOutcome(
+            info.rank,
+            None,
+            int(ExitCode.USAGE),
+            settings,
+            backend,
+            local_rank=info.local_rank,
+            refusals=refusals,
+        )
+    if asked == "auto" and backend == "nccl" and not (torch.cuda.is_available() and dist.is_nccl_available()):
+        backend, notes = (
+            "gloo",
+            [*notes, "backend gloo on CPU: torch cannot use CUDA or NCCL in this process"],
+        )
     if settings.nbytes <= 0:
         settings = dataclasses.replace(settings, nbytes=DEFAULT_BYTES.get(backend, DEFAULT_BYTES["gloo"]))
     device = torch.device("cuda", info.local_rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=settings.timeout_s)
-    store = dist.PrefixStore("pairwise", open_store(info, settings.timeout_s))
     dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.world_size, timeout=timeout)
     try:
         # Control traffic (identities, results, the exit code) on CPU tensors: a gloo group.
@@ -437,7 +519,15 @@ def run_pairwise(
             )
         # Every rank exits with rank 0's verdict (torchrun agents otherwise wait in their exit barrier).
         dist.broadcast(code, src=0, group=ctrl)
-        return PairwiseOutcome(info.rank, analysis, int(code[0].item()), settings, backend)
+        return PairwiseOutcome(
+            info.rank,
+            analysis,
+            int(code[0].item()),
+            settings,
+            backend,
+            local_rank=info.local_rank,
+            notes=notes,
+        )
     finally:
         dist.destroy_process_group()
 

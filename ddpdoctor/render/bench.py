@@ -269,6 +269,29 @@ def render_refusals(refusals: Sequence[Finding]) -> None:
             out(f"  fix: {f.fix}", highlight=False)
 
 
+def render_rank_refusals(refusals: Sequence[Finding], rank: int, local_rank: int) -> None:
+    """A rank started by torchrun/srun refusing before init_process_group: each node's local rank 0
+    explains (why and fix), the others print one line naming it (a launcher interleaves their stderr)."""
+    if local_rank == 0:
+        render_refusals(refusals)
+        return
+    first = refusals[0]
+    err_console().out(
+        f"refused before launch (rank {rank}): {first.id}: {first.summary} (explained by local rank 0)",
+        highlight=False,
+    )
+
+
+def render_rank_failure(result: Any, rank: int) -> None:
+    """Why this rank failed, on its own stderr: never an empty log under a launcher."""
+    own = [f for f in result.failures if f.rank == rank] or list(result.failures)
+    out = err_console().out
+    for f in own[:3]:
+        out(f"ddpdoctor rank {rank}: {f.describe()}", highlight=False)
+    if not own and result.timed_out:
+        out(f"ddpdoctor rank {rank}: no progress within --timeout {result.timeout_s:g}s", highlight=False)
+
+
 def _why(f: Finding) -> str:
     from ddpdoctor.model import all_specs
 

@@ -42,7 +42,7 @@ from ddpdoctor.checks.gpu.health import (
 from ddpdoctor.checks.gpu.interconnect import FABRIC_CHECK, judge_nvlink, judge_topology
 from ddpdoctor.checks.gpu.kernel_log import judge_dmesg, judge_pcie_limited
 from ddpdoctor.checks.gpu.per_gpu import gpu_label, run_per_gpu
-from ddpdoctor.checks.gpu.sharing import judge_sharing
+from ddpdoctor.checks.gpu.sharing import judge_local_ranks, judge_sharing
 from ddpdoctor.engine import Area
 from ddpdoctor.model import Finding, Severity
 
@@ -72,7 +72,8 @@ def check_gpu(c: GpuCollected) -> list[Finding]:
     dmesg_findings, limited = judge_dmesg(c)
     if not go_on:
         # Kernel-log evidence still helps explain a missing or broken driver (Xid 79, fallen off the bus).
-        return findings + [f for f in dmesg_findings if f.severity > Severity.OK]
+        # Ranks per node still get their verdict: a skip saying why the GPUs cannot be judged here.
+        return findings + judge_local_ranks(c) + [f for f in dmesg_findings if f.severity > Severity.OK]
     findings += judge_inventory(c)
     findings += judge_lost(c)
     findings += judge_torch(c)

@@ -173,6 +173,49 @@ class GpuCollected:
     torch_result: Optional[CommandResult] = None
     env: Mapping[str, str] = field(default_factory=dict)
     replay: bool = False
+    nproc_per_node: Optional[int] = None  # `check --nproc-per-node N`: ranks per node for a preflight
+    job_pids: Optional[frozenset[int]] = None  # this job's processes (live only): others hold GPUs
+
+
+def _parent_of(pid: int) -> Optional[int]:
+    try:
+        # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+        fields = Path(f"/proc/{pid}/stat").read_text()[:4096].rsplit(")", 1)[1].split()
+        return int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def read_job_pids(proc: str = "/proc") -> frozenset[int]:
+    """This process, its ancestors and every descendant of its parent (under torchrun: the agent and all
+    of this node's workers), so that a GPU process outside the set belongs to another job.
+
+    Equivalent: ps -o pid= --ppid $PPID; ps -o ppid= -p $$ (up to init)."""
+    me = os.getpid()
+    pids = {me}
+    pid: Optional[int] = me
+    for _ in range(64):  # bounded walk up; a loop in /proc cannot happen, a very deep tree can
+        pid = _parent_of(pid) if pid else None
+        if not pid or pid in pids:
+            break
+        pids.add(pid)
+    parent = _parent_of(me)
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e.name for e in os.scandir(proc) if e.name.isdigit()][:100000]
+    except OSError:
+        entries = []
+    for name in entries:
+        ppid = _parent_of(int(name))
+        if ppid is not None:
+            children.setdefault(ppid, []).append(int(name))
+    stack = [parent] if parent else []
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in pids:
+                pids.add(child)
+                stack.append(child)
+    return frozenset(pids)
 
 
 def _read_width(path: Path) -> Optional[int]:
@@ -342,6 +385,10 @@ def collect_gpu(ctx: Context) -> GpuCollected:
     c = collect_gpu_base(ctx.sources)
     # A hand-written env.json may hold numbers or nulls: CUDA and torchrun read strings.
     c.env = {k: str(v) for k, v in ctx.env.items() if v is not None}
+    nproc = ctx.options.get("nproc_per_node")
+    c.nproc_per_node = nproc if isinstance(nproc, int) and nproc > 0 else None
+    if ctx.sources.is_live and c.gpus:
+        c.job_pids = read_job_pids()
     gpu_evidence = bool(c.gpus) or bool(c.pci_devices) or bool((c.smi_parsed or {}).get("errors"))
     if gpu_evidence:
         c.dmesg = ctx.sources.run(DMESG)

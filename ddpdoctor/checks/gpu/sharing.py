@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional
 from ddpdoctor.checks.gpu.collect import GpuCollected
 from ddpdoctor.checks.gpu.driver import expected_cuda_count
 from ddpdoctor.checks.gpu.per_gpu import evidence_source, gpu_fix, gpu_label, live_gpus
+from ddpdoctor.checks.gpu.placement import judge_placement, read_local_ranks, supply_from_gpus
 from ddpdoctor.model import Evidence, Finding, Severity, define
 
 COMPUTE_MODE = define(
@@ -39,12 +40,8 @@ PROCESSES = define(
 KNOWN_MODES = ("Default", "Exclusive_Process", "Exclusive_Thread", "Prohibited")
 
 
-def _local_world_size(env: Mapping[str, str]) -> Optional[int]:
-    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
-        value = str(env.get(name, "")).split("(")[0].strip()
-        if value.isascii() and value.isdigit() and int(value) > 0:
-            return int(value)
-    return None
+def _local_world_size(c: GpuCollected) -> Optional[int]:
+    return read_local_ranks(c.env, c.nproc_per_node).count
 
 
 def _mode_verdict(mode: str, ranks: Optional[int], sharing: bool, visible: int) -> tuple[Severity, str]:
@@ -67,7 +64,7 @@ def judge_compute_mode(c: GpuCollected) -> list[Finding]:
     """Exclusive Process / Prohibited GPUs, failing when more local ranks than GPUs must share them."""
     findings: list[Finding] = []
     live = live_gpus(c)
-    ranks = _local_world_size(c.env)
+    ranks = _local_world_size(c)
     visible = expected_cuda_count(c.gpus, c.env.get("CUDA_VISIBLE_DEVICES")) or len(live)
     sharing = ranks is not None and visible > 0 and ranks > visible
     src = evidence_source(c, "nvmlDeviceGetComputeMode", "Compute Mode")
@@ -181,6 +178,21 @@ def judge_processes(c: GpuCollected) -> list[Finding]:
     return []
 
 
+def judge_local_ranks(c: GpuCollected) -> list[Finding]:
+    """This job's ranks per node (launcher variables, or `check --nproc-per-node`) against the GPUs
+    visible to them; a skip, never a pass, when no GPU can be read here."""
+    ranks = read_local_ranks(c.env, c.nproc_per_node)
+    if not c.gpus:
+        why = "no NVIDIA GPU or driver found" + (" in the snapshot" if c.replay else " on this machine")
+        supply = supply_from_gpus([], None, "NVML, nvidia-smi -q", why_unknown=why)
+    else:
+        source = evidence_source(c, "nvmlDeviceGetCount + CUDA_VISIBLE_DEVICES", "Attached GPUs")
+        supply = supply_from_gpus(
+            c.gpus, c.env.get("CUDA_VISIBLE_DEVICES"), source, None if c.replay else c.job_pids
+        )
+    return judge_placement(ranks, supply, None)
+
+
 def judge_sharing(c: GpuCollected) -> list[Finding]:
-    """Compute mode vs ranks sharing a GPU, MIG, and other processes on the GPUs."""
-    return judge_compute_mode(c) + judge_mig(c) + judge_processes(c)
+    """Ranks per node vs GPUs, compute mode vs ranks sharing a GPU, MIG, and other processes on the GPUs."""
+    return judge_local_ranks(c) + judge_compute_mode(c) + judge_mig(c) + judge_processes(c)

@@ -1,0 +1,212 @@
+"""Ranks per node against GPUs (gpu.ranks_per_node): the pure judgement, and `check` live and on replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ddpdoctor.checks.gpu.placement import (
+    GpuSupply,
+    LocalRanks,
+    judge_placement,
+    read_local_ranks,
+    supply_from_gpus,
+    tasks_on_node,
+)
+from ddpdoctor.model import Severity
+
+FIX = Path(__file__).parent / "fixtures"
+REPLAY = FIX / "check" / "real-h100-torchrun-2ranks"
+H100_GPUS = json.loads((REPLAY / "nvml.json").read_text())["gpus"]
+
+
+def one(findings):
+    assert len(findings) == 1, findings
+    return findings[0]
+
+
+@pytest.mark.parametrize(
+    "text,node,expected",
+    [
+        ("2(x3),1", 0, 2),
+        ("2(x3),1", 2, 2),
+        ("2(x3),1", 3, 1),
+        ("2(x3),1", 4, None),
+        ("2(x3),1", None, None),  # differs per node and the node is not known
+        ("4(x2)", None, 4),
+        ("8", None, 8),
+        ("8", 5, 8),
+        ("", None, None),
+        ("0", None, None),
+        ("2(x)", 0, None),
+        ("abc", 0, None),
+    ],
+)
+def test_tasks_on_node(text, node, expected) -> None:
+    assert tasks_on_node(text, node) == expected
+
+
+def test_local_ranks_sources_in_order() -> None:
+    assert read_local_ranks({}).count is None
+    env = {"LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x", "SLURM_NTASKS_PER_NODE": "1"}
+    r = read_local_ranks(env)
+    assert (r.count, r.launcher, r.source) == (2, "torchrun", "LOCAL_WORLD_SIZE=2")
+    assert read_local_ranks(env, nproc_per_node=8).count == 8
+    slurm = {"SLURM_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3", "SLURM_STEP_ID": "0"}
+    r = read_local_ranks(slurm)
+    assert (r.count, r.launcher, r.per_task_binding) == (1, "slurm", False)
+    r = read_local_ranks({**slurm, "SLURM_GPUS_PER_TASK": "a100:1", "SLURM_GPUS_ON_NODE": "1"})
+    assert (r.gpus_per_task, r.gpus_on_node, r.per_task_binding) == (1, 1, True)
+    r = read_local_ranks({"LOCAL_WORLD_SIZE": "abc", "SLURM_NTASKS_PER_NODE": "4"})
+    assert r.count == 4 and "LOCAL_WORLD_SIZE" in r.problems[0]
+
+
+def test_two_ranks_one_gpu_fails_with_the_consequence() -> None:
+    ranks = read_local_ranks({"LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x"})
+    supply = supply_from_gpus(H100_GPUS, None, "NVML")
+    f = one(judge_placement(ranks, supply, None))
+    assert f.id == "gpu.ranks_per_node" and f.severity == Severity.FAIL
+    assert "2 rank(s) per node" in f.summary and "1 GPU(s) visible" in f.summary
+    assert "invalid device ordinal" in f.summary and "Duplicate GPU detected" in f.summary
+    assert "torchrun --nproc-per-node 1" in (f.fix or "")
+    assert one(judge_placement(ranks, supply, "nccl")).severity == Severity.FAIL
+    gloo = one(judge_placement(ranks, supply, "gloo"))
+    assert gloo.severity == Severity.OK and "fine for gloo on CPU" in gloo.summary
+
+
+def test_visible_devices_narrow_the_supply() -> None:
+    two = [dict(H100_GPUS[0]), dict(H100_GPUS[0], index=1, uuid="GPU-11111111-2222-3333-4444-555555555555")]
+    ranks = LocalRanks(2, "LOCAL_WORLD_SIZE=2", "torchrun")
+    assert one(judge_placement(ranks, supply_from_gpus(two, None, "NVML"))).severity == Severity.OK
+    assert supply_from_gpus(two, "1", "NVML").visible == 1
+    assert supply_from_gpus(two, "GPU-11111111", "NVML").visible == 1
+    assert supply_from_gpus(two, "MIG-GPU-11111111-2222-3333-4444-555555555555/1/0", "NVML").visible == 1
+    assert supply_from_gpus(two, "", "NVML").visible == 0
+    assert one(judge_placement(ranks, supply_from_gpus(two, "1", "NVML"))).severity == Severity.FAIL
+
+
+def test_no_gpu_here_is_a_skip_not_a_pass() -> None:
+    ranks = LocalRanks(8, "--nproc-per-node 8", "preflight")
+    unknown = GpuSupply(None, "NVML", why_unknown="no NVIDIA GPU or driver found on this machine")
+    f = one(judge_placement(ranks, unknown, None))
+    assert f.severity == Severity.SKIP and "cannot be read here" in f.summary
+    assert one(judge_placement(ranks, unknown, "nccl")).severity == Severity.FAIL
+    hidden = GpuSupply(0, "NVML")
+    assert one(judge_placement(ranks, hidden, None)).severity == Severity.SKIP
+    assert one(judge_placement(ranks, hidden, "nccl")).severity == Severity.FAIL
+    assert one(judge_placement(ranks, hidden, "gloo")).severity == Severity.OK
+
+
+def test_slurm_gave_fewer_gpus_than_asked_names_both_numbers() -> None:
+    env = {"SLURM_NTASKS_PER_NODE": "4", "SLURM_GPUS_PER_TASK": "1", "SLURM_GPUS_ON_NODE": "2"}
+    findings = judge_placement(read_local_ranks(env), GpuSupply(4, "NVML"), None)
+    short = [f for f in findings if f.id == "gpu.slurm.gpus_short"]
+    assert short and short[0].severity == Severity.FAIL
+    assert "= 4 GPU(s)" in short[0].summary and "allocated 2" in short[0].summary
+    # Bound per task: each task sees its own GPU; one task seeing none fails naming 1 and 0.
+    bound = {**env, "SLURM_GPUS_ON_NODE": "4", "SLURM_STEP_ID": "0"}
+    assert one(judge_placement(read_local_ranks(bound), GpuSupply(1, "NVML"))).severity == Severity.OK
+    f = one(judge_placement(read_local_ranks(bound), GpuSupply(0, "NVML")))
+    assert f.id == "gpu.slurm.gpus_short" and "1 GPU(s) per task" in f.summary and "sees 0" in f.summary
+
+
+def test_gpu_held_by_another_job_is_a_warning() -> None:
+    gpus = [dict(H100_GPUS[0], processes=[{"pid": 4242, "name": "python", "type": "C"}])]
+    supply = supply_from_gpus(gpus, None, "NVML", job_pids=frozenset({1, 2}))
+    assert supply.held_gpus == 1 and "pid 4242" in supply.held_by_others[0]
+    f = one(judge_placement(LocalRanks(1, "LOCAL_WORLD_SIZE=1", "torchrun"), supply))
+    assert f.severity == Severity.WARN and "another job" in f.summary
+    mine = supply_from_gpus(gpus, None, "NVML", job_pids=frozenset({4242}))
+    assert mine.held_gpus == 0
+
+
+_VALUE = st.one_of(
+    st.integers(-3, 20).map(str),
+    st.sampled_from(["", "abc", "2(x3),1", "4(x2)", "1,2", "٣", "1_0", "9" * 40, "a100:2", "2(x0)"]),
+    st.text(max_size=12),
+)
+_NAMES = [
+    "LOCAL_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+    "GROUP_RANK",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_NODEID",
+    "SLURM_STEP_ID",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_GPUS_ON_NODE",
+]
+
+
+@given(
+    env=st.dictionaries(st.sampled_from(_NAMES), _VALUE, max_size=8),
+    visible=st.one_of(st.none(), st.integers(0, 16)),
+    backend=st.sampled_from([None, "nccl", "gloo"]),
+)
+def test_any_launcher_environment_gives_a_consistent_verdict(env, visible, backend) -> None:
+    ranks = read_local_ranks(env)
+    findings = judge_placement(ranks, GpuSupply(visible, "NVML", why_unknown="none here"), backend)
+    if ranks.count is None:
+        assert findings == []
+        return
+    assert ranks.count > 0
+    worst = max(f.severity for f in findings)
+    if backend == "gloo":
+        assert worst == Severity.OK
+    elif ranks.per_task_binding:
+        assert worst in (Severity.OK, Severity.FAIL)
+    elif visible is None or (visible == 0 and backend is None):
+        assert worst in (Severity.SKIP, Severity.FAIL) and (worst == Severity.FAIL) == (
+            backend == "nccl" or any(f.id == "gpu.slurm.gpus_short" for f in findings)
+        )
+    elif ranks.count > visible:
+        assert any(f.id == "gpu.ranks_per_node" and f.severity == Severity.FAIL for f in findings)
+    else:
+        placement = [f for f in findings if f.id == "gpu.ranks_per_node"]
+        assert placement and placement[0].severity == Severity.OK
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LOCAL_", "TORCHELASTIC_"))}
+    base.update({"COLUMNS": "120", "NO_COLOR": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def placement_of(stdout: str) -> dict:
+    doc = json.loads(stdout)
+    return next(f for f in doc["findings"] if f["id"] == "gpu.ranks_per_node")
+
+
+def test_replay_of_a_torchrun_rank_on_the_real_one_gpu_node_fails() -> None:
+    out = run_cli("check", "--replay", str(REPLAY), "--only", "gpu,launch", "--json")
+    assert out.returncode == 1, out.stderr
+    f = placement_of(out.stdout)
+    assert f["severity"] == "fail" and "LOCAL_WORLD_SIZE=2" in f["summary"] and "1 GPU(s)" in f["summary"]
+
+
+def test_nproc_per_node_preflight_on_a_replay_fails() -> None:
+    out = run_cli("check", "--replay", str(REPLAY), "--only", "gpu", "--json", "--nproc-per-node", "8")
+    assert out.returncode == 1, out.stderr
+    assert "8 rank(s) per node (--nproc-per-node 8)" in placement_of(out.stdout)["summary"]
+
+
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="judges a machine without GPUs")
+def test_nproc_per_node_without_gpus_says_why_it_cannot_judge() -> None:
+    out = run_cli("check", "--only", "gpu", "--json", "--nproc-per-node", "8", "--no-smoke")
+    f = placement_of(out.stdout)
+    assert f["severity"] == "skip" and "cannot be read here" in f["summary"], f
+    assert out.returncode == 0
