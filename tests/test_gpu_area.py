@@ -413,7 +413,8 @@ def test_replay_topology_nvlink_p2p_dmesg(tmp_path: Path) -> None:
     ids = by_id(report)
     (topo,) = ids["gpu.topology"]
     assert topo.severity == Severity.INFO and "28 NV" in topo.summary
-    assert "G0" in topo.evidence[0].excerpt and "NV8" in topo.evidence[0].excerpt
+    assert "GPU0" in topo.evidence[0].excerpt and "NV8" in topo.evidence[0].excerpt
+    assert "Legend" not in topo.evidence[0].excerpt and "G0" not in topo.evidence[0].excerpt
     (nic,) = ids["gpu.nic_affinity"]
     assert "GPU1->mlx5_0 (PIX)" in nic.summary
     assert worst(report, "gpu.nvlink.inactive") == Severity.OK

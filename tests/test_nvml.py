@@ -156,6 +156,7 @@ def h100(index: int, **overrides: Any) -> dict[str, Any]:
         "nvmlDeviceGetPciInfo": SimpleNamespace(busId=f"00000000:{H100_BUSES[index % 8]}:00.0".encode()),
         "nvmlDeviceGetSerial": "1650124031592",
         "nvmlDeviceGetVbiosVersion": "96.00.74.00.0D",
+        "nvmlDeviceGetArchitecture": 9,  # NVML_DEVICE_ARCH_HOPPER
         "nvmlDeviceGetMinorNumber": index,
         "nvmlDeviceGetPersistenceMode": 1,
         "nvmlDeviceGetComputeMode": 0,
@@ -227,6 +228,7 @@ def test_healthy_8x_h100() -> None:
     assert fake.inits == 1 and fake.shutdowns == 1
     g = out["gpus"][3]
     assert g["index"] == 3 and g["bus_id"] == "00000000:5D:00.0" and g["name"] == "NVIDIA H100 80GB HBM3"
+    assert g["architecture"] == "Hopper"
     assert g["lost"] is False and g["errors"] == {}
     assert g["compute_mode"] == "Default" and g["persistence_mode"] is True
     assert g["ecc"]["volatile"]["uncorrectable"] == 0 and g["ecc"]["aggregate"]["correctable"] == 0
@@ -587,6 +589,10 @@ def test_constants_agree_with_the_real_bindings() -> None:
     )
     assert nvml.FI_NVLINK_SPEED_MBPS_COMMON == pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON
     assert nvml.FI_NVLINK_GET_SPEED == pynvml.NVML_FI_DEV_NVLINK_GET_SPEED
+    for code, name in nvml.ARCHITECTURES.items():
+        binding = f"NVML_DEVICE_ARCH_{name.split()[0].upper()}"
+        if name != "Rubin" or hasattr(pynvml, binding):  # Rubin: newer bindings only
+            assert getattr(pynvml, binding) == code, name
     reasons = {
         "idle": "GpuIdle",
         "applications_clocks_setting": "ApplicationsClocksSetting",
