@@ -836,6 +836,30 @@ def test_snapshot_then_replay_gives_the_same_findings(
     }
 
 
+def test_snapshot_keeps_raw_nvidia_smi_q_when_nvml_works(
+    fake_nvml: Callable[..., FakeNvml], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Support engineers read the raw `nvidia-smi -q` of a bug report: stored even though NVML answered.
+    A stand-in nvidia-smi on PATH prints the real R580 output of the H100 node."""
+    import os
+    import stat
+
+    monkeypatch.setattr(gpu_collect, "_read_torch", lambda sources: (None, None))
+    fake_nvml(healthy(1))
+    real = GPU / "real-h100" / "nvidia-smi-q.txt"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f'#!/bin/sh\n[ "$1" = "-q" ] && exec cat "{real}"\nexit 9\n')
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    snap = tmp_path / "snap"
+    result = CliRunner().invoke(app, ["snapshot", str(snap), "--only", "gpu", "--timeout", "30"])
+    assert result.exit_code == 0, result.output
+    assert (snap / "nvml.json").is_file()
+    assert (snap / "nvidia-smi-q.txt").read_text() == real.read_text()
+
+
 def test_read_gpu_facts_summary(fake_nvml: Callable[..., FakeNvml]) -> None:
     fake_nvml(
         [
