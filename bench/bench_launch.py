@@ -49,11 +49,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--nproc", type=int, default=8)
     a = ap.parse_args()
-    bindir = Path(sys.executable).parent
     env = dict(os.environ)
     env.pop("MASTER_PORT", None)
+    # `python -m`, not the console scripts next to the interpreter: ddpdoctor may run from the source tree
+    # (PYTHONPATH=., nothing installed), and torchrun may not be on PATH either.
+    repo = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
     ours_argv = [
-        str(bindir / "ddpdoctor"),
+        sys.executable,
+        "-m",
+        "ddpdoctor",
         "bench-nccl",
         "--nproc",
         str(a.nproc),
@@ -70,7 +75,9 @@ def main() -> None:
         script = Path(tmp) / "trivial_allreduce.py"
         script.write_text(TRIVIAL)
         theirs_argv = [
-            str(bindir / "torchrun"),
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
             "--standalone",
             "--nproc-per-node",
             str(a.nproc),

@@ -57,7 +57,8 @@ SNAPSHOT_HEADER = """# Snapshots and replay
 
 - A command's output is stored as `DIR/<command-id>.txt` (its standard output, as the tool printed it).
   When the command failed or wrote to stderr, `DIR/<command-id>.meta.json` keeps `argv`, `returncode`,
-  `timed_out` and `stderr`.
+  `timed_out` and `stderr`. A tool that is not installed leaves no `.txt`, only a `.meta.json` with
+  `"found": false`, so that the replay reports the missing tool as the live run did.
 - Other facts are stored as `DIR/<fact>.json`.
 - A missing file means "not available there": the checks that need it report a `skip` naming the
   missing file, never a pass. A file that is present but unusable (empty, garbage, a tool that timed

@@ -64,6 +64,20 @@ CLOCK_EVENT_BITS = {
 }
 # nvmlGpuP2PStatus_t, as `nvidia-smi topo -p2p` abbreviates it.
 P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
+# nvmlDeviceArchitecture_t, named as `nvidia-smi -q` prints "Product Architecture" (so NVML and the
+# nvidia-smi fallback give the same text). 0xffffffff is NVML_DEVICE_ARCH_UNKNOWN.
+ARCHITECTURES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada Lovelace",
+    9: "Hopper",
+    10: "Blackwell",
+    13: "Rubin",
+}
 FABRIC_STATES = {0: None, 1: "Not Started", 2: "In Progress", 3: "Completed"}
 # nvmlDeviceGetFieldValues ids (nvml.h), for readings that have no call of their own.
 FI_NVLINK_SPEED_MBPS = (84, 85, 86, 87, 88, 89, 132, 133, 134, 135, 136, 137)  # links 0-11
@@ -474,6 +488,9 @@ def read_gpu(lib: Any, index: int) -> tuple[dict[str, Any], Any]:
         gpu["bus_id"] = _text(getattr(pci, "busId", None)) if pci is not None else None
         gpu["serial"] = _text(q("serial", "nvmlDeviceGetSerial", handle))
         gpu["vbios_version"] = _text(q("vbios_version", "nvmlDeviceGetVbiosVersion", handle))
+        arch = q("architecture", "nvmlDeviceGetArchitecture", handle)
+        if isinstance(arch, int) and not isinstance(arch, bool):
+            gpu["architecture"] = ARCHITECTURES.get(arch) or (None if arch == 0xFFFFFFFF else f"arch {arch}")
         gpu["minor_number"] = q("minor_number", "nvmlDeviceGetMinorNumber", handle)
         gpu["persistence_mode"] = _bool(q("persistence_mode", "nvmlDeviceGetPersistenceMode", handle))
         mode = q("compute_mode", "nvmlDeviceGetComputeMode", handle)

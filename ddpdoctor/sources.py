@@ -261,7 +261,13 @@ class RecordingSources(LiveSources):
         env = os.environ
         for cid, res in sorted(self.commands.items()):
             if not res.found:
-                continue  # absence is recorded by the file being absent
+                # A tool missing here is a finding live ("lspci: command not found"); record it so that the
+                # replay gives the same one rather than "not in snapshot" (a skip).
+                meta_path = directory / f"{cid}.meta.json"
+                meta = {"argv": list(res.argv), "found": False, "error": redact_text(res.error, env)}
+                meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+                written.append(meta_path)
+                continue
             path = directory / f"{cid}.txt"
             path.write_text(redact_text(res.stdout, env))
             written.append(path)
@@ -310,6 +316,16 @@ class ReplaySources:
 
     def run(self, cmd: Command) -> CommandResult:
         path = self.directory / f"{cmd.id}.txt"
+        meta_path = self.directory / f"{cmd.id}.meta.json"
+        if not path.is_file() and meta_path.is_file():
+            meta = _read_meta(meta_path)
+            if meta.get("found") is False:  # the tool was missing on the recorded machine
+                error = meta.get("error")
+                return CommandResult(
+                    argv=cmd.argv,
+                    found=False,
+                    error=error if isinstance(error, str) else f"{cmd.argv[0]}: command not found",
+                )
         if not path.is_file():
             return CommandResult(
                 argv=cmd.argv,
@@ -318,7 +334,6 @@ class ReplaySources:
                 error=f"{cmd.id}.txt not in snapshot {self.directory}",
             )
         stdout = path.read_bytes().decode("utf-8", errors="replace")
-        meta_path = self.directory / f"{cmd.id}.meta.json"
         returncode: int | None = 0
         stderr, timed_out = "", False
         if meta_path.is_file():

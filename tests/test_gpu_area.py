@@ -413,7 +413,8 @@ def test_replay_topology_nvlink_p2p_dmesg(tmp_path: Path) -> None:
     ids = by_id(report)
     (topo,) = ids["gpu.topology"]
     assert topo.severity == Severity.INFO and "28 NV" in topo.summary
-    assert "G0" in topo.evidence[0].excerpt and "NV8" in topo.evidence[0].excerpt
+    assert "GPU0" in topo.evidence[0].excerpt and "NV8" in topo.evidence[0].excerpt
+    assert "Legend" not in topo.evidence[0].excerpt and "G0" not in topo.evidence[0].excerpt
     (nic,) = ids["gpu.nic_affinity"]
     assert "GPU1->mlx5_0 (PIX)" in nic.summary
     assert worst(report, "gpu.nvlink.inactive") == Severity.OK
@@ -833,6 +834,30 @@ def test_snapshot_then_replay_gives_the_same_findings(
         "gpu.pcie.width",
         "gpu.remapped_rows.pending",
     }
+
+
+def test_snapshot_keeps_raw_nvidia_smi_q_when_nvml_works(
+    fake_nvml: Callable[..., FakeNvml], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Support engineers read the raw `nvidia-smi -q` of a bug report: stored even though NVML answered.
+    A stand-in nvidia-smi on PATH prints the real R580 output of the H100 node."""
+    import os
+    import stat
+
+    monkeypatch.setattr(gpu_collect, "_read_torch", lambda sources: (None, None))
+    fake_nvml(healthy(1))
+    real = GPU / "real-h100" / "nvidia-smi-q.txt"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f'#!/bin/sh\n[ "$1" = "-q" ] && exec cat "{real}"\nexit 9\n')
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    snap = tmp_path / "snap"
+    result = CliRunner().invoke(app, ["snapshot", str(snap), "--only", "gpu", "--timeout", "30"])
+    assert result.exit_code == 0, result.output
+    assert (snap / "nvml.json").is_file()
+    assert (snap / "nvidia-smi-q.txt").read_text() == real.read_text()
 
 
 def test_read_gpu_facts_summary(fake_nvml: Callable[..., FakeNvml]) -> None:

@@ -176,3 +176,29 @@ def test_any_settings_are_judged_without_error(env: dict[str, str], conf_text: s
     findings = judge(env, {"files": {"/etc/nccl.conf": conf_text}})
     assert findings[0].id == "nccl_env.set"
     assert all(f.id.startswith("nccl_env.") for f in findings)
+
+
+def test_image_metadata_is_info_not_a_typo() -> None:
+    # As NVIDIA's CUDA images set them (`ENV NCCL_VERSION 2.7.8` in nvidia/cuda-derived Dockerfiles, e.g.
+    # deezer/spleeter docker/cuda-10-1.dockerfile; 2.28.3-1 seen on a real H100 node's image).
+    env = {
+        "NCCL_VERSION": "2.28.3-1",
+        "NV_LIBNCCL_PACKAGE": "libnccl2=2.28.3-1+cuda13.0",
+        "NV_LIBNCCL_PACKAGE_VERSION": "2.28.3-1",
+        "NCCL_DEBUG": "WARN",
+    }
+    findings = judge(env)
+    assert not by_id(findings, "nccl_env.unknown")
+    (meta,) = by_id(findings, "nccl_env.image_metadata")
+    assert meta.severity == Severity.INFO and "NCCL_VERSION=2.28.3-1" in meta.summary
+    assert set(meta.data["variables"]) == {"NCCL_VERSION", "NV_LIBNCCL_PACKAGE", "NV_LIBNCCL_PACKAGE_VERSION"}
+    (listed,) = by_id(findings, "nccl_env.set")
+    assert listed.summary == "1 set: NCCL_DEBUG=WARN"
+    assert exit_code_for(findings) == ExitCode.HEALTHY
+
+
+def test_nccl_version_that_is_not_a_version_is_still_judged() -> None:
+    # Not package bookkeeping: a value no image writes, from a config file or not version-like.
+    assert not by_id(judge({"NCCL_VERSION": "INFO"}), "nccl_env.image_metadata")
+    conf = {"files": {"/etc/nccl.conf": "NCCL_VERSION=2.28.3-1\n"}}
+    assert not by_id(judge({}, conf), "nccl_env.image_metadata")

@@ -11,9 +11,16 @@ from ddpdoctor.checks.nccl import SmokeFacts, check_nccl
 from ddpdoctor.cli import app
 from ddpdoctor.model import Severity
 
+# These tests are about the CPU-only behaviour (the gloo path, the skip without GPUs): hide any GPU
+# so that they hold on a GPU node too. CUDA_VISIBLE_DEVICES="" is what users would set, and the ranks
+# the smoke test spawns inherit it. The NCCL path itself is covered by tests/test_bench_gpu.py.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
+
 
 def _check(*args: str) -> tuple[int, dict]:
-    result = CliRunner().invoke(app, ["check", "--only", "nccl", "--json", "--timeout", "60", *args])
+    result = CliRunner().invoke(
+        app, ["check", "--only", "nccl", "--json", "--timeout", "60", *args], env=CPU_ONLY
+    )
     return result.exit_code, json.loads(result.output)
 
 

@@ -156,6 +156,7 @@ def h100(index: int, **overrides: Any) -> dict[str, Any]:
         "nvmlDeviceGetPciInfo": SimpleNamespace(busId=f"00000000:{H100_BUSES[index % 8]}:00.0".encode()),
         "nvmlDeviceGetSerial": "1650124031592",
         "nvmlDeviceGetVbiosVersion": "96.00.74.00.0D",
+        "nvmlDeviceGetArchitecture": 9,  # NVML_DEVICE_ARCH_HOPPER
         "nvmlDeviceGetMinorNumber": index,
         "nvmlDeviceGetPersistenceMode": 1,
         "nvmlDeviceGetComputeMode": 0,
@@ -227,6 +228,7 @@ def test_healthy_8x_h100() -> None:
     assert fake.inits == 1 and fake.shutdowns == 1
     g = out["gpus"][3]
     assert g["index"] == 3 and g["bus_id"] == "00000000:5D:00.0" and g["name"] == "NVIDIA H100 80GB HBM3"
+    assert g["architecture"] == "Hopper"
     assert g["lost"] is False and g["errors"] == {}
     assert g["compute_mode"] == "Default" and g["persistence_mode"] is True
     assert g["ecc"]["volatile"]["uncorrectable"] == 0 and g["ecc"]["aggregate"]["correctable"] == 0
@@ -524,28 +526,73 @@ def test_every_call_exists_in_the_real_bindings_with_that_signature() -> None:
         inspect.signature(real).bind(*args)  # raises TypeError on a wrong argument count
 
 
+# Names nvml.py mirrors as plain numbers, with the first nvidia-ml-py release that defines them (found by
+# unpacking the published wheels: 12.535.161, 12.550.52/.89, 12.560.30, 12.570.86, 13.595.45, 13.610.43,
+# 13.615.71). nvml.py never reads these from the bindings, so it runs with any nvidia-ml-py>=12 (a GPU
+# image often carries an older one than ours); the test checks the values where the installed bindings
+# have them, and that a missing name really is newer than the installed release.
+NEWER_CONSTANTS: dict[str, tuple[int, tuple[int, ...]]] = {
+    "NVML_FI_DEV_RESET_STATUS": (nvml.FI_RESET_STATUS, (12, 550, 89)),
+    "NVML_FI_DEV_DRAIN_AND_RESET_STATUS": (nvml.FI_DRAIN_AND_RESET_STATUS, (12, 550, 89)),
+    "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION": (nvml.FI_GPU_RECOVERY_ACTION, (12, 570, 86)),
+    **{
+        f"NVML_GPU_RECOVERY_ACTION_{name}": (code, since)
+        for code, (name, since) in enumerate(
+            [
+                ("NONE", (12, 570, 86)),
+                ("GPU_RESET", (12, 570, 86)),
+                ("NODE_REBOOT", (12, 570, 86)),
+                ("DRAIN_P2P", (12, 570, 86)),
+                ("DRAIN_AND_RESET", (12, 570, 86)),
+                ("RECOVER_IMEX_DOMAIN", (13, 610, 43)),
+                ("BUS_RESET", (13, 615, 71)),
+                ("SYSTEM_REBOOT", (13, 615, 71)),
+            ]
+        )
+    },
+}
+
+
+def _installed_bindings_version() -> Optional[tuple[int, ...]]:
+    """The nvidia-ml-py release that provides the imported pynvml, when its metadata says."""
+    from importlib import metadata
+
+    try:
+        dist = next(
+            d for d in metadata.distributions() if (d.metadata["Name"] or "").lower() == "nvidia-ml-py"
+        )
+        located = dist.locate_file("pynvml.py")
+    except (StopIteration, Exception):  # noqa: BLE001 - no metadata: check only what is defined
+        return None
+    if os.path.realpath(str(located)) != os.path.realpath(pynvml.__file__ or ""):
+        return None  # pynvml imported from elsewhere (PYTHONPATH, another package): version unknown
+    try:
+        return tuple(int(p) for p in dist.version.split(".")[:3])
+    except ValueError:
+        return None
+
+
+def test_newer_constants_agree_with_the_bindings_that_define_them() -> None:
+    installed = _installed_bindings_version()
+    for name, (value, since) in NEWER_CONSTANTS.items():
+        if hasattr(pynvml, name):
+            assert getattr(pynvml, name) == value, name
+        else:
+            assert installed is None or installed < since, f"nvidia-ml-py {installed} should define {name}"
+    # The table covers every recovery action nvml.py names.
+    assert len([n for n in NEWER_CONSTANTS if "RECOVERY_ACTION_" in n]) == len(nvml.RECOVERY_ACTIONS)
+
+
 def test_constants_agree_with_the_real_bindings() -> None:
     assert nvml.FI_NVLINK_SPEED_MBPS == tuple(
         getattr(pynvml, f"NVML_FI_DEV_NVLINK_SPEED_MBPS_L{i}") for i in range(12)
     )
     assert nvml.FI_NVLINK_SPEED_MBPS_COMMON == pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON
     assert nvml.FI_NVLINK_GET_SPEED == pynvml.NVML_FI_DEV_NVLINK_GET_SPEED
-    assert nvml.FI_RESET_STATUS == pynvml.NVML_FI_DEV_RESET_STATUS
-    assert nvml.FI_DRAIN_AND_RESET_STATUS == pynvml.NVML_FI_DEV_DRAIN_AND_RESET_STATUS
-    assert nvml.FI_GPU_RECOVERY_ACTION == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
-    actions = (
-        "NONE",
-        "GPU_RESET",
-        "NODE_REBOOT",
-        "DRAIN_P2P",
-        "DRAIN_AND_RESET",
-        "RECOVER_IMEX_DOMAIN",
-        "BUS_RESET",
-        "SYSTEM_REBOOT",
-    )
-    assert [getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{a}") for a in actions] == list(
-        range(len(nvml.RECOVERY_ACTIONS))
-    )
+    for code, name in nvml.ARCHITECTURES.items():
+        binding = f"NVML_DEVICE_ARCH_{name.split()[0].upper()}"
+        if name != "Rubin" or hasattr(pynvml, binding):  # Rubin: newer bindings only
+            assert getattr(pynvml, binding) == code, name
     reasons = {
         "idle": "GpuIdle",
         "applications_clocks_setting": "ApplicationsClocksSetting",

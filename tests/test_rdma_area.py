@@ -698,3 +698,30 @@ def test_virtual_functions_of_different_adapter_families_are_no_firmware_mismatc
     ibstat = RDMA / "ibstat__a100-9x-mt4126-vf-roce-fw22-plus-8-ib-fw28-tabs.txt"
     findings = run_rdma(snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files={"ibstat.txt": ibstat}))
     assert not [f for f in findings if f.id == "rdma.firmware.mismatch"]
+
+
+def test_missing_tools_replay_as_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node without lspci/ibstat/lsmod: the replay must name the missing tools as the live run did,
+    not report their files as absent from the snapshot (seen on a GPU node without pciutils)."""
+    from ddpdoctor.runner import Command
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no tool is found: every one is missing
+    rec = RecordingSources()
+    live = run_checks(rec, [AREA], timeout_s=30)
+    missing = Command("no-such-tool", ("ddpdoctor-no-such-tool", "-v"), "a tool that is not installed")
+    assert not rec.run(missing).found
+    rec.write(tmp_path / "snap")
+    assert not (tmp_path / "snap" / "lspci-vvv.txt").exists()
+    assert (tmp_path / "snap" / "lspci-vvv.meta.json").is_file()
+    replay_sources = ReplaySources(tmp_path / "snap")
+    replayed = replay_sources.run(missing)
+    assert (replayed.found, replayed.captured, replayed.error) == (
+        False,
+        True,
+        "ddpdoctor-no-such-tool: command not found",
+    )
+    replay = run_checks(replay_sources, [AREA], timeout_s=30)
+    assert [(f.id, f.severity, f.summary) for f in live.findings] == [
+        (f.id, f.severity, f.summary) for f in replay.findings
+    ]
+    assert not any("not in snapshot" in f.summary for f in replay.findings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +174,14 @@ DEPRECATED = define(
     "ignored or will be.",
     "Rename the variable as suggested, or remove it.",
 )
+IMAGE_METADATA = define(
+    "nccl_env.image_metadata",
+    "Container image metadata",
+    "NVIDIA's CUDA and NGC container images set NCCL_VERSION (e.g. `ENV NCCL_VERSION 2.21.5-1`) and "
+    "NV_LIBNCCL_* to record which libnccl2 package the image installed. NCCL itself reads neither, and "
+    "torch's pip wheels bring their own NCCL, whose version can differ.",
+    "Nothing to fix; `ddpdoctor check` reports the NCCL torch really loads (torch.nccl).",
+)
 UNKNOWN = define(
     "nccl_env.unknown",
     "Unknown variable",
@@ -321,9 +330,23 @@ def effective_settings(
                 if name.startswith("NCCL_"):
                     out[name] = (value, str(path))
     for name, value in env.items():
-        if name.startswith(PREFIXES) or name in DEPRECATED_TORCH:
+        if name.startswith(PREFIXES + (IMAGE_PREFIX,)) or name in DEPRECATED_TORCH:
             out[name] = (str(value), "environment")
     return dict(sorted(out.items()))
+
+
+# Set by the images as package bookkeeping: NCCL_VERSION holds the libnccl2 package version ("2.28.3-1").
+_IMAGE_VERSION = re.compile(r"\d+\.\d+(\.\d+)?(-\d+)?([+.][\w.]+)?")
+IMAGE_PREFIX = "NV_LIBNCCL_"
+
+
+def is_image_metadata(name: str, value: str, where: str) -> bool:
+    """NCCL_VERSION=<package version> or NV_LIBNCCL_* from the environment: not a setting NCCL reads."""
+    if where != "environment":
+        return False
+    if name.startswith(IMAGE_PREFIX):
+        return True
+    return name == "NCCL_VERSION" and bool(_IMAGE_VERSION.fullmatch(value.strip()))
 
 
 def suggest_name(name: str) -> Optional[str]:
@@ -339,6 +362,8 @@ def _ev(name: str, value: str, where: str) -> list[Evidence]:
 
 def check_settings(settings: Mapping[str, tuple[str, str]]) -> list[Finding]:
     """Judge the effective NCCL/torch settings (pure)."""
+    metadata = {n: v for n, (v, w) in settings.items() if is_image_metadata(n, v.strip(), w)}
+    settings = {n: vw for n, vw in settings.items() if n not in metadata}
     listing = "\n".join(
         f"{n}={v}" + ("" if w == "environment" else f"  (from {w})") for n, (v, w) in settings.items()
     )
@@ -354,6 +379,17 @@ def check_settings(settings: Mapping[str, tuple[str, str]]) -> list[Finding]:
             data={"settings": {n: {"value": v, "source": w} for n, (v, w) in settings.items()}},
         )
     ]
+    if metadata:
+        shown = ", ".join(f"{n}={v}" for n, v in metadata.items())
+        findings.append(
+            IMAGE_METADATA.finding(
+                Severity.INFO,
+                f"{shown[:200]}: set by the container image (NVIDIA CUDA/NGC) to record its NCCL package; "
+                "NCCL does not read it",
+                evidence=[Evidence("environment", "\n".join(f"{n}={v}" for n, v in metadata.items()))],
+                data={"variables": metadata},
+            )
+        )
     for name, (value, where) in settings.items():
         findings += _check_one(name, value.strip(), where, settings)
     return findings

@@ -271,8 +271,16 @@ def snapshot(
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     with RecordingSources(deadline=time.monotonic() + timeout) as sources:
+        if any(area.name == "gpu" for area in areas):
+            from ddpdoctor.checks.gpu.collect import NVIDIA_SMI_Q
+
+            # The checks read NVML when they can and nvidia-smi -q only as a fallback, but support engineers
+            # read the raw `nvidia-smi -q` of a bug report: keep it too (started now, it overlaps the rest).
+            sources.prefetch(NVIDIA_SMI_Q)
         # Running the checks drives every probe once; the smoke test is left out: it has no raw output.
         run_checks(sources, areas, timeout_s=timeout, options={"smoke": False, "timeout": timeout})
+        if any(area.name == "gpu" for area in areas):
+            sources.run(NVIDIA_SMI_Q)  # waits for the prefetched run; recorded even when nothing else asked
     try:
         written = sources.write(directory)
     except OSError as exc:  # e.g. the disk filled up, or DIR was removed meanwhile

@@ -23,7 +23,7 @@ _NIC_LEGEND_LINE = re.compile(r"^\s*(?P<nic>NIC\d+)\s*:\s*(?P<name>\S+)")
 _LEGEND_LINE = re.compile(r"^\s*(?P<code>[A-Z#]+)\s*=\s*(?P<text>.+?)\s*$")
 _NV = re.compile(r"^NV(\d{1,6})$")
 # Terminal escape sequences: newer drivers underline the header row (`\x1b[4mGPU0 ... GPU NUMA ID\x1b[0m`).
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # One matrix cell. Two of them with no separator between (`NODENODE`) are split back into two cells;
 # affinity values (`0-55,112-167`, `N/A`) never match.
 _CELL = r"(?:X|NV\d{1,3}|PIX|PXB|PHB|NODE|SYS|SOC|C2C|OK|NS|CNS|GNS|TNS|DR|U)"
@@ -75,7 +75,7 @@ def parse_topo_matrix(text: str) -> dict[str, Any]:
     `PXB`, `PHB`, `NODE`, `SYS`, and for `-p2p` `OK`, `NS`, `GNS`, ...).
     """
     out = _empty()
-    lines = _ANSI.sub("", text).splitlines()
+    lines = ANSI.sub("", text).splitlines()
     # The header names GPU0 but, unlike the rows, has no `X` (self) cell.
     header_at = next(
         (i for i, line in enumerate(lines) if "GPU0" in line.split() and "X" not in line.split()),

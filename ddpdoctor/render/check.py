@@ -38,8 +38,10 @@ def _extra_view(f: Finding) -> RenderableType | None:
     return None
 
 
-def finding_body(f: Finding, verbose: bool) -> Text:
-    """Title and summary; the fix for warn and worse; with -v the evidence and the id."""
+def finding_body(f: Finding, verbose: bool, pictured: bool = False) -> Text:
+    """Title and summary; the fix for warn and worse; with -v the evidence and the id.
+    `pictured`: the finding's picture is drawn below it, so its evidence excerpt (the same matrix as
+    printed) is not repeated."""
     body = Text.assemble((f.title, "bold"), ": ", f.summary)
     if f.fix and f.severity >= Severity.WARN:
         body.append("\n  fix: ", style="bold")
@@ -48,7 +50,9 @@ def finding_body(f: Finding, verbose: bool) -> Text:
         for ev in f.evidence:
             body.append("\n  evidence: ", style="dim")
             body.append(ev.source, style="dim")
-            if ev.excerpt:
+            if pictured:
+                body.append(" (drawn below)", style="dim")
+            elif ev.excerpt:
                 body.append("\n    " + ev.excerpt.replace("\n", "\n    "), style="dim")
         body.append(f"\n  id: {f.id}", style="dim")
     return body
@@ -65,8 +69,8 @@ def findings_table(
     ordered = sorted(findings, key=lambda f: -f.severity)
     shown = [f for f in ordered if verbose or show_ok or f.severity != Severity.OK]
     for f in shown:
-        body = finding_body(f, verbose)
         extra = _extra_view(f) if pictures else None
+        body = finding_body(f, verbose, pictured=extra is not None)
         table.add_row(severity_text(f.severity), Group(body, extra) if extra is not None else body)
     hidden = len(ordered) - len(shown)
     if hidden:

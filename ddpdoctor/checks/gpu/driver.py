@@ -208,9 +208,13 @@ def judge_presence(c: GpuCollected) -> tuple[list[Finding], bool]:
 def judge_inventory(c: GpuCollected) -> list[Finding]:
     """The models, count, driver and CUDA version, for the record."""
     names: dict[str, int] = {}
+    archs: dict[str, str] = {}
     for g in c.gpus:
-        names[g.get("name") or "unknown GPU"] = names.get(g.get("name") or "unknown GPU", 0) + 1
-    models = ", ".join(f"{n}x {name}" for name, n in names.items())
+        name = g.get("name") or "unknown GPU"
+        names[name] = names.get(name, 0) + 1
+        # "unknown", never null: old drivers and nvidia-smi before R450 do not say.
+        archs.setdefault(name, g.get("architecture") or "unknown architecture")
+    models = ", ".join(f"{n}x {name} ({archs[name]})" for name, n in names.items())
     text = f"{models}; driver {c.driver_version or '?'}, supports CUDA {c.cuda_driver_version or '?'}"
     src = (
         "NVML nvmlSystemGetDriverVersion, nvmlSystemGetCudaDriverVersion"
@@ -225,6 +229,7 @@ def judge_inventory(c: GpuCollected) -> list[Finding]:
             data={
                 "count": len(c.gpus),
                 "models": list(names),
+                "architectures": [archs[name] for name in names],
                 "driver_version": c.driver_version,
                 "cuda_driver_version": c.cuda_driver_version,
                 "source": c.source,

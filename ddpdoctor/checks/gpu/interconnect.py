@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 from ddpdoctor.checks.gpu.collect import TOPO_M, TOPO_P2P, GpuCollected
 from ddpdoctor.checks.gpu.per_gpu import PerGpuCheck, Verdict, gpu_fix, gpu_label
 from ddpdoctor.model import Evidence, Finding, Severity, define
-from ddpdoctor.parsers.nvidia_smi_topo import closest_nics, link_rank
+from ddpdoctor.parsers.nvidia_smi_topo import ANSI, closest_nics, link_rank
 
 NVLINK_INACTIVE = define(
     "gpu.nvlink.inactive",
@@ -179,10 +179,23 @@ FABRIC_CHECK = PerGpuCheck(
 )
 
 
-def judge_topology(c: GpuCollected) -> list[Finding]:
-    """The GPU-pair link kinds (slow pairs named), and the closest NIC of each GPU."""
-    from ddpdoctor.render.gpu import topology_text
+def matrix_excerpt(text: str, max_lines: int = 40) -> str:
+    """The matrix rows of `nvidia-smi topo -m` as printed (escape codes removed, legend left out)."""
+    lines = ANSI.sub("", text).strip("\n").splitlines()
+    rows: list[str] = []
+    for line in lines:
+        if not line.strip():
+            break  # the legend follows the first blank line
+        rows.append(line.rstrip())
+    if len(rows) > max_lines:
+        rows = rows[:max_lines] + [f"... ({len(rows) - max_lines} more rows)"]
+    return "\n".join(rows)
 
+
+def judge_topology(c: GpuCollected) -> list[Finding]:
+    """The GPU-pair link kinds (slow pairs named), and the closest NIC of each GPU.
+
+    The matrix itself travels as data (`data["topology"]`); the renderer draws it, once."""
     findings: list[Finding] = []
     topo = c.topo_parsed
     if topo and topo.get("gpus"):
@@ -204,7 +217,7 @@ def judge_topology(c: GpuCollected) -> list[Finding]:
             TOPOLOGY.finding(
                 Severity.INFO,
                 text,
-                evidence=[Evidence(f"{TOPO_M.display} (compact)", topology_text(topo))],
+                evidence=[Evidence(TOPO_M.display, matrix_excerpt(c.topo.stdout if c.topo else ""))],
                 data={"pairs": kinds, "slow_pairs": slow, "topology": dict(topo)},
             )
         )
