@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
 import tracemalloc
@@ -214,3 +215,61 @@ def test_50mb_single_line_is_scanned_in_bounded_memory(tmp_path: Path) -> None:
     res = invoke([str(path), "--json"])
     data = json.loads(res.stdout)
     assert res.exit_code == 1 and data["inputs"][0]["long_lines"] == 1
+
+
+def test_stdin_closed_is_usage_error() -> None:
+    # issue #20 item 5: `explain <&-` used to die with AttributeError on sys.stdin.isatty().
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$0" -m ddpdoctor explain <&-', sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "stdin is closed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_corrupt_gzip_with_nothing_readable_is_exit_2(tmp_path: Path) -> None:
+    # issue #20 item 5: a .gz whose first block is garbage was "nothing recognised", exit 0.
+    path = tmp_path / "rank0.log.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(7, 200)))
+    res = invoke([str(path)])
+    assert res.exit_code == 2, res.output
+    assert "nothing readable" in res.output
+
+
+def _repeat_real_log(name: str, times: int) -> bytes:
+    return (Path(__file__).parent / "fixtures" / "explain" / "real-h100" / name).read_bytes() * times
+
+
+def test_repeated_real_log_keeps_memory_and_answer_bounded() -> None:
+    # issue #20 item 8: torchrun's failure summary was kept once per repetition (memory grew with the
+    # log). 2,000 repetitions of a real torchrun log: the summary is capped, the answer is unchanged and
+    # every repetition is still counted.
+    kb = load_knowledge_base()
+    from ddpdoctor.explain import explain
+    from ddpdoctor.explain.scan import MAX_SUMMARY
+
+    once = scan_inputs(kb, [("dup_gpu.log", io.BytesIO(_repeat_real_log("dup_gpu.log", 1)))])
+    many = scan_inputs(kb, [("dup_gpu.log", io.BytesIO(_repeat_real_log("dup_gpu.log", 2000)))])
+    assert len(many.summary) <= MAX_SUMMARY
+    assert many.counts["nccl.duplicate_gpu"] == 2000 * once.counts["nccl.duplicate_gpu"]
+    assert len(many.events) <= 4 * len(once.events)
+    assert explain(kb, many).root.id == explain(kb, once).root.id == "nccl.duplicate_gpu"
+
+
+def test_dense_lines_are_counted_and_every_rank_is_attributed() -> None:
+    # The shape cache counts repeats without matching them again; the first lines of each rank are still
+    # matched in full, so every rank shows up.
+    kb = load_knowledge_base()
+    line = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity"
+    )
+    text = "".join(f"[rank{i % 16}]:{line}\n" for i in range(20_000)).encode()
+    res = scan_inputs(kb, [("train.log", io.BytesIO(text))])
+    assert res.counts["device.cuda_oom"] == 20_000
+    assert {e.rank for e in res.events if e.sig == "device.cuda_oom"} == set(range(16))
+    assert res.inputs[0].lines == 20_000

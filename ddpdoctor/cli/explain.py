@@ -22,7 +22,7 @@ def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
 
     for name in names:
         if name == "-":
-            yield "<stdin>", sys.stdin.buffer
+            yield "<stdin>", sys.stdin.buffer  # checked not closed by explain() before scanning
             continue
         stream = open_log(name)
         try:
@@ -65,8 +65,12 @@ def explain(
     names = [name for name in files or [] if name not in fr_dirs] or ([] if fr_dirs else ["-"])
     if names.count("-") > 1:
         raise usage_error("stdin ('-') can be given only once")
-    if "-" in names and not files and sys.stdin.isatty():
-        raise usage_error("no input: give log FILEs or pipe a log into stdin (see --help)")
+    if "-" in names:
+        # `explain <&-` leaves sys.stdin None: a usage error, not a traceback.
+        if sys.stdin is None or getattr(sys.stdin, "buffer", None) is None:
+            raise usage_error("no input: stdin is closed; give log FILEs or pipe a log into stdin")
+        if not files and sys.stdin.isatty():
+            raise usage_error("no input: give log FILEs or pipe a log into stdin (see --help)")
     for name in names:
         if name == "-":
             continue
@@ -80,6 +84,11 @@ def explain(
         scan = scan_inputs(kb, _streams(names))
     except OSError as exc:
         raise usage_error(f"cannot read input: {exc.strerror or exc}") from None
+    # A file that yielded nothing before a read error (a corrupt .gz) was not read at all: saying
+    # "nothing recognised" (exit 0) would pass a log nobody looked at.
+    unreadable = [s for s in scan.inputs if s.error and s.bytes == 0]
+    if unreadable:
+        raise usage_error(f"{unreadable[0].name}: nothing readable ({unreadable[0].error})")
     explanation = explain_scan(kb, scan)
     report = redact_data(explanation.to_dict(show_all))
     exit_code = int(explanation.exit_code)

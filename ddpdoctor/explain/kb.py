@@ -41,6 +41,14 @@ class Signature:
     fix: str
     references: tuple[str, ...]
 
+    @property
+    def cacheable(self) -> bool:
+        """A repeat of a line this signature matched may be counted without matching it again: not when
+        the line opens torchrun's failure summary, maps pids to ranks (context), or carries fields that
+        reasoning needs from every occurrence. The first few occurrences of each shape (per rank or pid) are
+        always matched in full, so the first watchdog timeout of each rank is kept."""
+        return not self.context_lines and self.role != "context"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

@@ -25,8 +25,36 @@ HEAD = 256  # bytes kept from the start of an over-long line (its prefixes)
 MAX_TEXT = 400  # characters of a line kept as evidence
 EVENTS_PER_KEY = 3  # events kept per (signature, file, rank/pid attribution); the rest are only counted
 KEYS_PER_SIGNATURE = 128
+MAX_SUMMARY = 512  # torchrun failure-summary entries kept (a log of many restarts repeats the block)
+# Line shapes: a hit line with its digits zeroed, plus who printed it (launcher prefix or NCCL pid). Once a
+# shape has been fully matched SHAPE_FULL times with the same result, further lines of that shape are only
+# counted: dense logs repeat a few shapes millions of times, and full matching costs ~40 us a line.
+SHAPE_FULL = EVENTS_PER_KEY + 1
+MAX_SHAPES = 4096  # per input; past this, new shapes are matched in full (memory stays bounded)
+MAX_SHAPE_LEN = 1024  # longer lines are never cached
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _who(line: bytes) -> bytes:
+    """Who printed a line, cheaply: its launcher prefix ([rank3]:, [default0]:), NCCL's host:pid, or
+    ProcessGroupNCCL's [Rank N]; enough to match the first lines of each rank or process in full."""
+    if line.startswith((b"[rank", b"[default")):
+        return line[: line.find(b"]") + 1]
+    word = line[: line.find(b" ")]
+    if word.count(b":") == 2:
+        return word[: word.rfind(b":")]
+    at = line.find(b"Rank ")
+    return line[at : at + 10] if at >= 0 else b""
+
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Any line of torchrun's failure summary block has one of these; the first line without one ends the block
+# (so a ChildFailedError line without its block does not send 40 ordinary lines down the slow path).
+_SUMMARY_SHAPE = re.compile(
+    rb"====|----|FAILED|Failures:|Root Cause|<NO_OTHER_FAILURES>|\[\d+\]:|"
+    rb"(?:time|host|rank|exitcode|error_file|traceback) *:|^[ \t\r]*$",
+    re.MULTILINE,
+)
 _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
 _SUMMARY_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
 _SUMMARY_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
@@ -83,8 +111,14 @@ class Collector:
         self.events: list[Event] = []
         self.counts: Counter[str] = Counter()
         self.summary: list[SummaryEntry] = []
+        self.summary_dropped = 0
         self._kept: dict[tuple[Any, ...], int] = {}
         self._keys_per_sig: Counter[str] = Counter()
+
+    @property
+    def summary_full(self) -> bool:
+        """Enough failure-summary entries kept: later summary blocks (restarts) are not read."""
+        return len(self.summary) >= MAX_SUMMARY
 
     def add(self, ev: Event) -> None:
         self.counts[ev.sig] += 1
@@ -116,6 +150,9 @@ class StreamScanner:
         self._entry: SummaryEntry | None = None
         self._entry_is_root = False
         self._last_line = (-1, frozenset())  # (line number, signatures recorded on it)
+        # shape -> [full matches so far, signature ids it matched, or None once two matches disagreed]
+        self._shapes: dict[tuple[bytes, bytes], list[Any]] = {}
+        self._recorded: list[str] | None = None  # signature ids recorded by the current full match
 
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> None:
@@ -149,30 +186,90 @@ class StreamScanner:
 
     # ------------------------------------------------------------------ scanning
     def _scan(self, buf: bytes, end: int) -> None:
-        """Scan the complete lines buf[0:end] (end is just after a newline)."""
+        """Scan the complete lines buf[0:end] (end is just after a newline).
+
+        Sparse stretches are skipped by the prefilter in C; a hit line is looked up by its shape (digits
+        zeroed) and who printed it: a shape already matched SHAPE_FULL times with one stable result is only
+        counted, so dense logs (every line a keyword) cost a dictionary lookup per line, not a match."""
         search = self.kb.prefilter.search
+        shapes = self._shapes
+        counts = self.collector.counts
         pos = 0
         cur = 0  # buf position whose line number is self._newlines + 1
+        dense = False
         while pos < end:
             if self._context_left:
                 nl = buf.find(b"\n", pos, end)
+                if not _SUMMARY_SHAPE.search(buf, pos, nl):
+                    self._end_summary()
+                    self._context_left = 0
+                    continue
                 self._newlines += buf.count(b"\n", cur, pos)
                 cur = pos
                 self._line(buf, pos, nl, pos, head=self._long_head if pos == 0 else None, context=True)
                 self._context_left = max(0, self._context_left - 1)
                 pos = nl + 1
                 continue
+            if dense:
+                # The previous line was a hit: in a dense stretch the next line is most likely a known
+                # shape, and a lookup is cheaper than running the prefilter over it.
+                dense = False
+                le = buf.find(b"\n", pos, end)
+                if le - pos <= MAX_SHAPE_LEN:
+                    line = buf[pos:le]
+                    shape = shapes.get((line.translate(_DIGITS_TO_ZERO), _who(line)))
+                    if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
+                        for sig_id in shape[1]:
+                            counts[sig_id] += 1
+                        pos = le + 1
+                        dense = True
+                        continue
             m = search(buf, pos, end)
             if m is None:
                 break
             hit = m.start()
             ls = buf.rfind(b"\n", pos, hit) + 1 or pos
             le = buf.find(b"\n", hit, end)
+            dense = True
+            if le - ls > MAX_SHAPE_LEN or (ls == 0 and self._long_head is not None):
+                self._newlines += buf.count(b"\n", cur, ls)
+                cur = ls
+                self._line(buf, ls, le, hit, head=self._long_head if ls == 0 else None, context=False)
+                pos = le + 1
+                continue
+            line = buf[ls:le]
+            key = (line.translate(_DIGITS_TO_ZERO), _who(line))
+            shape = shapes.get(key)
+            if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
+                for sig_id in shape[1]:
+                    counts[sig_id] += 1
+                pos = le + 1
+                continue
             self._newlines += buf.count(b"\n", cur, ls)
             cur = ls
-            self._line(buf, ls, le, hit, head=self._long_head if ls == 0 else None, context=False)
+            self._recorded = []
+            self._line(buf, ls, le, hit, head=None, context=False)
+            self._note_shape(key, shape, self._recorded)
+            self._recorded = None
             pos = le + 1
         self._newlines += buf.count(b"\n", cur, end)
+
+    def _note_shape(self, key: tuple[bytes, bytes], shape: list[Any] | None, recorded: list[str]) -> None:
+        """Remember what a full match of this line shape found; only results that may be replayed by
+        counting (no torchrun summary, no fields that reasoning compares across ranks) are cacheable."""
+        summary_full = self.collector.summary_full
+        cacheable = all(
+            self.kb.by_id[sid].cacheable or (summary_full and self.kb.by_id[sid].role != "context")
+            for sid in recorded
+        )
+        result = tuple(recorded) if cacheable else None
+        if shape is None:
+            if len(self._shapes) < MAX_SHAPES:
+                self._shapes[key] = [1, result]
+            return
+        shape[0] += 1
+        if shape[1] != result:
+            shape[1] = None
 
     def _scan_fragment(self, rest: bytes, cut: int) -> None:
         """Matches starting before `cut` in a piece of an over-long line."""
@@ -244,8 +341,10 @@ class StreamScanner:
             if sig.id in last_sigs:
                 continue  # the same over-long line matched again in another window
             last_sigs = last_sigs | {sig.id}
+            if self._recorded is not None:
+                self._recorded.append(sig.id)
             self.collector.add(self._event(sig, m, info, text, lineno))
-            if sig.context_lines and not self._context_left:
+            if sig.context_lines and not self._context_left and not self.collector.summary_full:
                 self._start_summary(sig, info)
         self._last_line = (lineno, last_sigs)
 
@@ -331,7 +430,10 @@ class StreamScanner:
 
     def _flush_entry(self) -> None:
         if self._entry is not None and (self._entry.rank is not None or self._entry.pid is not None):
-            self.collector.summary.append(self._entry)
+            if len(self.collector.summary) < MAX_SUMMARY:
+                self.collector.summary.append(self._entry)
+            else:
+                self.collector.summary_dropped += 1
         self._entry = None
 
     def _end_summary(self) -> None:
