@@ -1,0 +1,139 @@
+"""Precision, recall and speed of `ddpdoctor lint` on real public training scripts (a benchmark, not a test).
+
+The corpus is listed in bench/lint-corpus/manifest.json (repository, path, commit, license: permissive
+licenses only). The scripts are not committed; `extract` copies them out of local git snapshots
+(`<mirror>/<owner>+<name>/repo`, one per repository) into bench/lint-corpus/files/<owner>+<name>/<path>:
+
+  python bench/lint_corpus.py extract --mirror /work/.mirror
+  python bench/lint_corpus.py score            # default tier, then the opinionated tier, then lines/s
+
+The verdicts live in bench/lint-corpus/expected.json, written by reading the code before the rules were
+tuned. Each entry names a file, a line, a rule id and a verdict:
+
+  "bug"    a real bug or risk: the default tier must report it (a miss counts against recall)
+  "style"  advice, not a bug: only the opinionated tier may report it
+  "fp"     a false positive: nothing may report it
+
+A default-tier finding that has no entry, or whose entry is "style" or "fp", is a false positive of the
+default tier. Each repository is linted as one project (its files together), the way users run
+`ddpdoctor lint src/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "lint-corpus"
+MANIFEST = HERE / "manifest.json"
+EXPECTED = HERE / "expected.json"
+FILES = HERE / "files"
+
+
+def load_manifest() -> list[dict]:
+    return json.loads(MANIFEST.read_text())["files"]
+
+
+def repo_dir(repo: str) -> Path:
+    return FILES / repo.replace("/", "+")
+
+
+def extract(mirror: Path) -> int:
+    """Copy each listed file at its commit out of `<mirror>/<owner>+<name>/repo` (git show, no checkout)."""
+    missing = 0
+    for entry in load_manifest():
+        git_dir = mirror / entry["repo"].replace("/", "+") / "repo"
+        out = repo_dir(entry["repo"]) / entry["path"]
+        proc = subprocess.run(
+            ["git", "--git-dir", str(git_dir), "show", f"{entry['commit']}:{entry['path']}"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        if proc.returncode != 0:
+            print(f"missing: {entry['repo']} {entry['path']}@{entry['commit'][:10]}", file=sys.stderr)
+            missing += 1
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(proc.stdout)
+    print(f"extracted {len(load_manifest()) - missing} files into {FILES}")
+    return 1 if missing else 0
+
+
+def lint_corpus(rules) -> tuple[list, int, float]:
+    from ddpdoctor.lint import lint_paths
+
+    diags, lines, cpu = [], 0, 0.0
+    for repo in sorted({e["repo"] for e in load_manifest()}):
+        paths = [repo_dir(repo) / e["path"] for e in load_manifest() if e["repo"] == repo]
+        paths = [p for p in paths if p.exists()]
+        if not paths:
+            continue
+        start = time.process_time()
+        report = lint_paths(paths, rules)
+        cpu += time.process_time() - start
+        lines += report.lines
+        for d in report.diagnostics:
+            rel = Path(d.path).relative_to(FILES).as_posix()
+            diags.append((rel, d.line, d.code, d.message))
+    return diags, lines, cpu
+
+
+def score(label: str, diags: list, expected: dict, want: set[str]) -> None:
+    """`want`: the verdicts this tier should report."""
+    tp: Counter = Counter()
+    fp: Counter = Counter()
+    fn: Counter = Counter()
+    got = {(p, line, code) for p, line, code, _ in diags}
+    for p, line, code, message in sorted(diags):
+        verdict = expected.get((p, line, code), "unlisted")
+        if verdict in want:
+            tp[code] += 1
+        else:
+            fp[code] += 1
+            print(f"  FP  {p}:{line} {code} ({verdict}) {message}")
+    for (p, line, code), verdict in sorted(expected.items()):
+        if verdict == "bug" and (p, line, code) not in got:
+            fn[code] += 1
+            print(f"  FN  {p}:{line} {code}")
+    t, f_p, f_n = sum(tp.values()), sum(fp.values()), sum(fn.values())
+    print(f"{label}: {t} true, {f_p} false positives, {f_n} missed bugs")
+    print(f"  precision {t / max(t + f_p, 1):.2f}   recall of bugs {t / max(t + f_n, 1):.2f}" if "bug" in want else "")
+    for code in sorted(set(tp) | set(fp) | set(fn)):
+        print(f"  {code}: TP {tp[code]} FP {fp[code]} FN {fn[code]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("extract", help="copy the listed files out of local git snapshots")
+    ex.add_argument("--mirror", type=Path, default=Path("/work/.mirror"))
+    sub.add_parser("score", help="precision/recall per tier, and lines/s")
+    args = ap.parse_args(argv)
+    if args.cmd == "extract":
+        return extract(args.mirror)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from ddpdoctor.lint import RULES, default_rules
+
+    raw = json.loads(EXPECTED.read_text())["findings"]
+    expected = {(e["file"], e["line"], e["code"]): e["verdict"] for e in raw}
+    default = default_rules()
+    opinionated = [r for r in RULES.values() if r not in default]
+    diags, lines, _ = lint_corpus(default)
+    n_files = sum(1 for e in load_manifest() if (repo_dir(e["repo"]) / e["path"]).exists())
+    print(f"corpus: {n_files} files, {lines} lines; {len(expected)} verdicts")
+    score("default tier", diags, expected, {"bug"})
+    diags_o, _, _ = lint_corpus(opinionated)
+    score("opinionated tier (style counts as true)", diags_o, expected, {"bug", "style"})
+    best = min(lint_corpus(list(RULES.values()))[2] for _ in range(5))
+    print(f"speed, all rules, project mode: {lines / best:,.0f} lines/s (CPU time, best of 5)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
