@@ -39,6 +39,31 @@ PROBE_CRASHED = define(
     "A probe raised an unexpected error, so its area is unchecked. This is a ddpdoctor bug worth reporting.",
     "Report it with `ddpdoctor snapshot DIR` attached; meanwhile run the area's tools by hand.",
 )
+SNAPSHOT_BAD_FILE = define(
+    "core.snapshot.bad_file",
+    "Snapshot file unusable",
+    "A file of the replayed snapshot could not be used: unreadable, not a regular file, too large, not "
+    "valid JSON, nested too deeply or not in the shape docs/snapshot.md documents. The checks that need it "
+    "ran as if it were absent, so the replay is inconclusive rather than a pass.",
+    "Record the snapshot again with `ddpdoctor snapshot DIR`, or fix the named file by hand "
+    "(docs/snapshot.md lists each file's content).",
+)
+
+
+def snapshot_problem_findings(sources: Sources) -> list[Finding]:
+    """One finding per snapshot file the sources could not use (ReplaySources.problems)."""
+    problems: Mapping[str, str] = getattr(sources, "problems", None) or {}
+    directory = getattr(sources, "directory", "")
+    out = []
+    for file, why in sorted(dict(problems).items()):
+        f = SNAPSHOT_BAD_FILE.finding(
+            Severity.ERROR,
+            f"{file} in snapshot {directory} is unusable: {why}",
+            evidence=[Evidence(f"read {directory}/{file}", why)],
+            data={"file": file},
+        )
+        out.append(dataclasses.replace(f, area="core"))
+    return out
 
 
 @dataclass
@@ -148,6 +173,7 @@ def run_checks(
                     evidence=[Evidence(f"ddpdoctor area {area.name}", f"still running after {timeout_s:g}s")],
                 )
                 findings.append(dataclasses.replace(f, area=area.name))
+    findings.extend(snapshot_problem_findings(sources))
     return Report(
         host=host,
         findings=findings,

@@ -175,7 +175,10 @@ def parse_int(text: str) -> Optional[int]:
     Stricter than Python's int(), which also takes '٣' or '1_0': the C++ side of c10d does not.
     """
     text = text.strip()
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
+    # At most 18 digits: any real rank, size or port fits, and int() of a 5000-digit string raises
+    # ValueError (Python's integer-digit limit) instead of answering. A longer number is as malformed
+    # as RANK=abc.
+    if len(text) > 19 or not re.fullmatch(r"[+-]?[0-9]{1,18}", text):
         return None
     return int(text)
 
