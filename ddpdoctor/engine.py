@@ -48,13 +48,30 @@ SNAPSHOT_BAD_FILE = define(
     "Record the snapshot again with `ddpdoctor snapshot DIR`, or fix the named file by hand "
     "(docs/snapshot.md lists each file's content).",
 )
+SNAPSHOT_EMPTY = define(
+    "core.snapshot.empty",
+    "Snapshot held nothing to check",
+    "No file of the replayed directory was a snapshot file any check could use, so nothing was checked: "
+    "a check of nothing is inconclusive, never a pass.",
+    "Point --replay at a directory written by `ddpdoctor snapshot DIR`, or add the captured outputs under "
+    "the names docs/snapshot.md lists (e.g. nvidia-smi-q.txt, env.json).",
+)
 
 
 def snapshot_problem_findings(sources: Sources) -> list[Finding]:
-    """One finding per snapshot file the sources could not use (ReplaySources.problems)."""
+    """One finding per snapshot file the sources could not use (ReplaySources.problems), and one when
+    no file at all was used (ReplaySources.used empty)."""
     problems: Mapping[str, str] = getattr(sources, "problems", None) or {}
     directory = getattr(sources, "directory", "")
     out = []
+    used = getattr(sources, "used", None)
+    if used is not None and not used and not problems:
+        f = SNAPSHOT_EMPTY.finding(
+            Severity.ERROR,
+            f"No file in {directory} was a snapshot file the selected checks could use: nothing was checked.",
+            evidence=[Evidence(f"ls {directory}", "no <command>.txt or <fact>.json that a check read")],
+        )
+        out.append(dataclasses.replace(f, area="core"))
     for file, why in sorted(dict(problems).items()):
         f = SNAPSHOT_BAD_FILE.finding(
             Severity.ERROR,

@@ -270,6 +270,7 @@ class ReplaySources:
         self.directory = Path(directory)
         self.deadline = time.monotonic() + 3600
         self.problems: dict[str, str] = {}
+        self.used: set[str] = set()  # the files read successfully: none means nothing was checked
 
     def __enter__(self) -> ReplaySources:
         return self
@@ -295,6 +296,7 @@ class ReplaySources:
         except OSError as exc:
             self.problems[name] = f"cannot read it: {_reason(exc)}"
             return CommandResult(argv=cmd.argv, error=f"cannot read {path}: {_reason(exc)}")
+        self.used.add(name)
         meta_path = self.directory / f"{cmd.id}.meta.json"
         returncode: int | None = 0
         stderr, timed_out = "", False
@@ -324,6 +326,7 @@ class ReplaySources:
             shape = fact_shape(name)
             mismatch = find_mismatch(value, shape) if shape is not None else None
             if mismatch is None:
+                self.used.add(file)
                 return redact_data(value)
             why = f"not in the documented shape (docs/snapshot.md): {mismatch}"
         self.problems[file] = why

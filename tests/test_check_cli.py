@@ -270,7 +270,6 @@ def _assert_dies(child: int) -> None:
 def test_usage_error_after_the_torch_prefetch_leaves_no_child(tmp_path: Path) -> None:
     """`check` starts the torch import before it has read --expect; when that file turns out to be
     invalid (a usage error, exit 2), the already running torch-info subprocess must die with it."""
-    import os
 
     # The prefetch starts before --expect is read. (A FIFO used to hold check here until the probe ran;
     # a FIFO is now refused before it is opened, #20 item 1.) Whether the probe got far enough to write

@@ -206,7 +206,8 @@ def parse_launch_env(env: Mapping[str, str]) -> LaunchEnv:
             # Slurm may write "4(x2)" or "2,1"; only the plain form is used below.
             continue
         if number is None:
-            out.malformed[name] = f"{name}={value!r} is not an integer"
+            shown = repr(value) if len(value) <= 40 else f"{value[:20]!r}... ({len(value)} characters)"
+            out.malformed[name] = f"{name}={shown} is not an integer (or more than 18 digits)"
         elif number < 0:
             out.malformed[name] = f"{name}={value!r} is negative"
         else:
