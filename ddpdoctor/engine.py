@@ -39,6 +39,48 @@ PROBE_CRASHED = define(
     "A probe raised an unexpected error, so its area is unchecked. This is a ddpdoctor bug worth reporting.",
     "Report it with `ddpdoctor snapshot DIR` attached; meanwhile run the area's tools by hand.",
 )
+SNAPSHOT_BAD_FILE = define(
+    "core.snapshot.bad_file",
+    "Snapshot file unusable",
+    "A file of the replayed snapshot could not be used: unreadable, not a regular file, too large, not "
+    "valid JSON, nested too deeply or not in the shape docs/snapshot.md documents. The checks that need it "
+    "ran as if it were absent, so the replay is inconclusive rather than a pass.",
+    "Record the snapshot again with `ddpdoctor snapshot DIR`, or fix the named file by hand "
+    "(docs/snapshot.md lists each file's content).",
+)
+SNAPSHOT_EMPTY = define(
+    "core.snapshot.empty",
+    "Snapshot held nothing to check",
+    "No file of the replayed directory was a snapshot file any check could use, so nothing was checked: "
+    "a check of nothing is inconclusive, never a pass.",
+    "Point --replay at a directory written by `ddpdoctor snapshot DIR`, or add the captured outputs under "
+    "the names docs/snapshot.md lists (e.g. nvidia-smi-q.txt, env.json).",
+)
+
+
+def snapshot_problem_findings(sources: Sources) -> list[Finding]:
+    """One finding per snapshot file the sources could not use (ReplaySources.problems), and one when
+    no file at all was used (ReplaySources.used empty)."""
+    problems: Mapping[str, str] = getattr(sources, "problems", None) or {}
+    directory = getattr(sources, "directory", "")
+    out = []
+    used = getattr(sources, "used", None)
+    if used is not None and not used and not problems:
+        f = SNAPSHOT_EMPTY.finding(
+            Severity.ERROR,
+            f"No file in {directory} was a snapshot file the selected checks could use: nothing was checked.",
+            evidence=[Evidence(f"ls {directory}", "no <command>.txt or <fact>.json that a check read")],
+        )
+        out.append(dataclasses.replace(f, area="core"))
+    for file, why in sorted(dict(problems).items()):
+        f = SNAPSHOT_BAD_FILE.finding(
+            Severity.ERROR,
+            f"{file} in snapshot {directory} is unusable: {why}",
+            evidence=[Evidence(f"read {directory}/{file}", why)],
+            data={"file": file},
+        )
+        out.append(dataclasses.replace(f, area="core"))
+    return out
 
 
 @dataclass
@@ -148,6 +190,7 @@ def run_checks(
                     evidence=[Evidence(f"ddpdoctor area {area.name}", f"still running after {timeout_s:g}s")],
                 )
                 findings.append(dataclasses.replace(f, area=area.name))
+    findings.extend(snapshot_problem_findings(sources))
     return Report(
         host=host,
         findings=findings,

@@ -26,9 +26,9 @@ from ddpdoctor.runner import Command, CommandResult, all_commands
 from ddpdoctor.sources import Sources, fact_or_none
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - exercised on Python < 3.11 only
-    import tomli as tomllib
+    pass
 
 FORMAT_VERSION = 1
 BENCH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
@@ -314,11 +314,13 @@ def parse_expectations(data: Mapping[str, Any], path: str = "") -> Expectations:
 
 def load_expectations(path: Path) -> Expectations:
     """Read and validate an expectations TOML file; raises ExpectationsError on any problem."""
+    from ddpdoctor.edge.files import TOML_FILE_LIMIT, load_toml_text, read_user_bytes
+
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = load_toml_text(read_user_bytes(path, TOML_FILE_LIMIT).decode("utf-8"))
     except OSError as exc:
         raise ExpectationsError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError, nesting
         raise ExpectationsError(f"{path} is not valid TOML: {exc}") from None
     return parse_expectations(data, str(path))
 

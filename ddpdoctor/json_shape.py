@@ -8,7 +8,9 @@ then never meet a type they were not written for, and no check needs its own isi
 
 Shapes: the scalar types `str`, `int`, `float` (an int is accepted; NaN and infinities are not) and
 `bool` (never confused with int either way); `Record` (a dict with declared keys), `Nullable(Record)`
-(a section that may be absent as a whole), `ListOf(shape)` and `MapOf(shape)` (string keys).
+(a section that may be absent as a whole), `Maybe(shape)` (a value or null), `ListOf(shape)` and
+`MapOf(shape)` (string keys). `find_mismatch` is the strict counterpart of `conform`: it says where a
+value departs from its shape (used at the edge to refuse a malformed snapshot file with one finding).
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ class Nullable:
 
 
 @dataclass(frozen=True)
+class Maybe:
+    """A value of `shape`, or null (a field the producer leaves None when it cannot tell)."""
+
+    shape: Any
+
+
+@dataclass(frozen=True)
 class ListOf:
     item: Any
     limit: int = 100_000  # a damaged file must not make a judge loop for minutes
@@ -45,7 +54,81 @@ class MapOf:
     value: Any
 
 
-Shape = Union[type, Record, Nullable, ListOf, MapOf]
+Shape = Union[type, Record, Nullable, Maybe, ListOf, MapOf]
+
+
+_KIND_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list",
+}
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number" if isinstance(value, float) else "an integer"
+    return _KIND_NAMES.get(type(value), type(value).__name__)
+
+
+def _wanted(shape: Any) -> str:
+    if isinstance(shape, (Record, Nullable, MapOf)):
+        return "an object"
+    if isinstance(shape, ListOf):
+        return "a list"
+    if isinstance(shape, Maybe):
+        return _wanted(shape.shape) + " or null"
+    return _KIND_NAMES.get(shape, getattr(shape, "__name__", str(shape)))
+
+
+def find_mismatch(value: Any, shape: Shape, where: str = "") -> Optional[str]:
+    """The first place where `value` does not have `shape`, said plainly ("`.vm`: a string where an
+    object belongs"), or None when it fits. Strict, unlike `conform`: null fits only Maybe and
+    Nullable; absent Record keys and extra keys fit (hand-built snapshots omit what they lack)."""
+    if isinstance(shape, Maybe):
+        return None if value is None else find_mismatch(value, shape.shape, where)
+    if isinstance(shape, Nullable):
+        return None if value is None else find_mismatch(value, shape.shape, where)
+    ok: bool
+    if isinstance(shape, Record):
+        ok = isinstance(value, Mapping)
+    elif isinstance(shape, MapOf) or shape is dict:
+        ok = isinstance(value, Mapping)
+    elif isinstance(shape, ListOf) or shape is list:
+        ok = isinstance(value, list)
+    elif shape is bool:
+        ok = isinstance(value, bool)
+    elif shape is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif shape is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    else:
+        ok = isinstance(value, shape)
+    if not ok:
+        return f"`{where or '(top level)'}`: {_kind_of(value)} where {_wanted(shape)} belongs"
+    if isinstance(shape, Record):
+        for key, sub in shape.fields.items():
+            if key in value:
+                found = find_mismatch(value[key], sub, f"{where}.{key}")
+                if found:
+                    return found
+    elif isinstance(shape, MapOf):
+        for key, item in value.items():
+            found = find_mismatch(item, shape.value, f"{where}.{key}")
+            if found:
+                return found
+    elif isinstance(shape, ListOf):
+        for i, item in enumerate(value[: shape.limit]):
+            found = find_mismatch(item, shape.item, f"{where}[{i}]")
+            if found:
+                return found
+    return None
 
 
 def _fits(value: Any, shape: Any) -> bool:
@@ -76,6 +159,8 @@ def conform(value: Any, shape: Shape) -> Any:
         return out
     if isinstance(shape, Nullable):
         return conform(value, shape.shape) if isinstance(value, Mapping) else None
+    if isinstance(shape, Maybe):
+        return None if value is None else conform(value, shape.shape)
     if isinstance(shape, ListOf):
         if not isinstance(value, list):
             return None

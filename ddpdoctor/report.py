@@ -325,14 +325,18 @@ def build_report_text(inputs: ReportInputs, env: Optional[Mapping[str, str]] = N
     return redact_text(render_report_markdown(inputs), env)
 
 
-def write_report(text: str, path: Optional[Path]) -> None:
+def write_report(text: str, path: Optional[Path], force: bool = False) -> None:
+    """Print the report, or write it to `path`: never over an existing file unless `force`, never
+    through a symbolic link (edge.files.write_new_file raises InputRefused, an OSError)."""
     if path is None:
         import sys
 
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        path.write_text(text)
+        from ddpdoctor.edge.files import write_new_file
+
+        write_new_file(path, text, force=force)
 
 
 BENCH_ARGS = (

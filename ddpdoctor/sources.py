@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Optional, Protocol
 
+from ddpdoctor.edge.files import JSON_FILE_LIMIT, TOOL_OUTPUT_LIMIT, load_json_text, read_user_bytes
+from ddpdoctor.edge.redact import (
+    REDACTED,
+    SECRET_NAME,
+    URL_CREDENTIALS,
+    redact_data,
+    redact_env,
+    redact_text,
+    redact_value,
+)
+from ddpdoctor.json_shape import Shape, find_mismatch
 from ddpdoctor.runner import Command, CommandResult, kill_process_group, run_argv
 
 
@@ -24,107 +34,43 @@ class NotAvailable(Exception):
     """A fact that this source cannot provide (e.g. absent from a snapshot)."""
 
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
-# The password may itself contain "@": the credentials run to the last "@" before the host.
-URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^/@\s:]+(?::[^/\s]*)?)@")
-REDACTED = "<redacted>"
-
-
-def redact_value(name: str, value: str) -> str:
-    if SECRET_NAME.search(name):
-        return REDACTED
-    return URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", value)
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Environment with secret-looking values replaced: safe to store or print."""
-    return {k: redact_value(k, v) for k, v in env.items()}
-
-
-# In free text (logs from another machine, command output) secrets show up as assignments to a
-# secret-named variable or option (`HF_TOKEN=hf_...`, `"password": "..."`, `--api-key=...`) or as tokens
-# whose format gives them away. Names are matched by whole segments, so NCCL_IB_PKEY or AUTHOR stay.
-_SECRET_SEGMENT = (
-    r"(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API[_-]?KEY|ACCESS[_-]?KEY|PRIVATE[_-]?KEY|SECRET[_-]?KEY|AUTH[_-]?KEY"
-    r"|CREDENTIALS?|COOKIE|SESSION[_-]?KEY)"
-)
-_SECRET_ASSIGNMENT = re.compile(
-    r"(?P<name>\b[A-Za-z0-9_.-]*(?<![A-Za-z0-9])" + _SECRET_SEGMENT + r"(?![A-Za-z0-9]))"
-    r"(?P<sep>\"?\s*[=:]\s*\"?)(?P<value>[^\s\"',;&]+)",
-    re.IGNORECASE,
-)
-_TOKEN_FORMATS = re.compile(
-    r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}"
-    r"|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})\b"
-)
-_BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
-
-
-def _redact_assignment(m: re.Match[str]) -> str:
-    value = m.group("value")
-    if value.lower() in _NOT_SECRET_VALUES or value == REDACTED or value.startswith("<"):
-        return m.group(0)
-    return f"{m.group('name')}{m.group('sep')}{REDACTED}"
-
-
-def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
-    """Remove credentials in URLs, values assigned to secret-named variables or options, tokens in a
-    known format (Hugging Face, GitHub, GitLab, OpenAI-style, AWS access keys, Slack, Bearer), and any
-    literal value of a secret-named variable in `env` (the current environment by default)."""
-    text = URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
-    text = _SECRET_ASSIGNMENT.sub(_redact_assignment, text)
-    text = _TOKEN_FORMATS.sub(REDACTED, text)
-    text = _BEARER.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
-    secrets = [
-        value
-        for name, value in (env if env is not None else os.environ).items()
-        if SECRET_NAME.search(name) and len(value) >= 4 and value.lower() not in _NOT_SECRET_VALUES
-    ]
-    # Longest first: a secret that contains a shorter one must not be left half replaced.
-    for value in sorted(secrets, key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    return text
-
-
-# Flag-like values of secret-named variables (AUTH_MODE=none) are not secrets; replacing the word
-# everywhere would only garble reports.
-_NOT_SECRET_VALUES = frozenset(
-    {"true", "false", "none", "null", "unset", "auto", "default", "enabled", "disabled"}
-)
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
-
-
-def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
-    """A JSON-able value with every string redacted (redact_text), and string values under
-    environment-variable-like keys with secret names (an environment dict) replaced."""
-    if isinstance(value, str):
-        return redact_text(value, env)
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            secret_key = isinstance(k, str) and _ENV_NAME.fullmatch(k) and SECRET_NAME.search(k)
-            out[k] = REDACTED if secret_key and isinstance(v, str) and v else redact_data(v, env)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [redact_data(v, env) for v in value]
-    return value
+# Redaction lives at the edge (ddpdoctor/edge/redact.py); these names stay importable from here.
+__all__ = [
+    "REDACTED",
+    "SECRET_NAME",
+    "URL_CREDENTIALS",
+    "redact_data",
+    "redact_env",
+    "redact_text",
+    "redact_value",
+]
 
 
 _FACTS: dict[str, str] = {}
+_SHAPES: dict[str, Shape] = {}
 
 
-def define_fact(name: str, description: str) -> str:
-    """Declare a fact name (stored as DIR/<name>.json in snapshots, documented in docs/snapshot.md)."""
+def define_fact(name: str, description: str, shape: Optional[Shape] = None) -> str:
+    """Declare a fact name (stored as DIR/<name>.json in snapshots, documented in docs/snapshot.md) and
+    the shape its file must have (json_shape): a replayed file that departs from it is refused at the
+    edge with one finding, so no judge meets a type it was not written for."""
     _FACTS[name] = description
+    if shape is not None:
+        _SHAPES[name] = shape
     return name
+
+
+def fact_shape(name: str) -> Optional[Shape]:
+    """The declared shape of a fact, if any."""
+    return _SHAPES.get(name)
 
 
 def all_facts() -> dict[str, str]:
     return dict(_FACTS)
 
 
-ENV_FACT = define_fact("env", "The process environment, secret-looking values redacted")
-HOST_FACT = define_fact("host", "The host name")
+ENV_FACT = define_fact("env", "The process environment, secret-looking values redacted", dict)
+HOST_FACT = define_fact("host", "The host name", str)
 
 
 class Sources(Protocol):
@@ -231,7 +177,8 @@ class LiveSources:
             kill_process_group(proc)
 
     def fact(self, name: str, produce: Callable[[], Any]) -> Any:
-        return produce()
+        # Redacted here, where the fact enters: no check, finding or output format can see a secret.
+        return redact_data(produce())
 
 
 class RecordingSources(LiveSources):
@@ -250,7 +197,7 @@ class RecordingSources(LiveSources):
         return result
 
     def fact(self, name: str, produce: Callable[[], Any]) -> Any:
-        value = produce()
+        value = redact_data(produce())
         with self._lock:
             self.facts[name] = value
         return value
@@ -288,22 +235,48 @@ class RecordingSources(LiveSources):
         return written
 
 
+# A .meta.json holds argv, a return code and stderr: far below this.
+META_FILE_LIMIT = 1024 * 1024
+
+
+def _is_present(path: Path) -> bool:
+    """Whether `path` names anything at all (a special or unreadable file included: those are read,
+    and refused, with a finding, rather than silently taken for absent)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _read_meta(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads(path.read_text(errors="replace"))
+        meta = load_json_text(read_user_bytes(path, META_FILE_LIMIT))
     except (OSError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
 
 
+def _reason(exc: BaseException) -> str:
+    return (getattr(exc, "strerror", None) or str(exc)) if isinstance(exc, OSError) else str(exc)
+
+
 class ReplaySources:
-    """A snapshot directory instead of the live machine."""
+    """A snapshot directory instead of the live machine.
+
+    Every file is read bounded and regular-only (edge/files.py), each fact file is checked against its
+    declared shape, and every value is redacted as it enters. A file that cannot be used is kept in
+    `problems` (file name -> what was wrong); the engine reports each as one finding."""
 
     is_live = False
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.deadline = time.monotonic() + 3600
+        self.problems: dict[str, str] = {}
+        self.used: set[str] = set()  # the files read successfully: none means nothing was checked
 
     def __enter__(self) -> ReplaySources:
         return self
@@ -315,28 +288,35 @@ class ReplaySources:
         """Nothing runs from a snapshot: here for symmetry with LiveSources."""
 
     def run(self, cmd: Command) -> CommandResult:
-        path = self.directory / f"{cmd.id}.txt"
+        name = f"{cmd.id}.txt"
+        path = self.directory / name
         meta_path = self.directory / f"{cmd.id}.meta.json"
-        if not path.is_file() and meta_path.is_file():
+        if not _is_present(path) and _is_present(meta_path):
             meta = _read_meta(meta_path)
             if meta.get("found") is False:  # the tool was missing on the recorded machine
+                self.used.add(meta_path.name)
                 error = meta.get("error")
                 return CommandResult(
                     argv=cmd.argv,
                     found=False,
                     error=error if isinstance(error, str) else f"{cmd.argv[0]}: command not found",
                 )
-        if not path.is_file():
+        if not _is_present(path):
             return CommandResult(
                 argv=cmd.argv,
                 found=False,
                 captured=False,
-                error=f"{cmd.id}.txt not in snapshot {self.directory}",
+                error=f"{name} not in snapshot {self.directory}",
             )
-        stdout = path.read_bytes().decode("utf-8", errors="replace")
+        try:
+            stdout = read_user_bytes(path, TOOL_OUTPUT_LIMIT).decode("utf-8", errors="replace")
+        except OSError as exc:
+            self.problems[name] = f"cannot read it: {_reason(exc)}"
+            return CommandResult(argv=cmd.argv, error=f"cannot read {path}: {_reason(exc)}")
+        self.used.add(name)
         returncode: int | None = 0
         stderr, timed_out = "", False
-        if meta_path.is_file():
+        if _is_present(meta_path):
             meta = _read_meta(meta_path)
             # A hand-edited meta file may hold anything: keep only well-typed values.
             rc = meta.get("returncode", 0)
@@ -348,13 +328,25 @@ class ReplaySources:
         )
 
     def fact(self, name: str, produce: Callable[[], Any]) -> Any:
-        path = self.directory / f"{name}.json"
-        if not path.is_file():
-            raise NotAvailable(f"{name}.json not in snapshot {self.directory}")
+        file = f"{name}.json"
+        path = self.directory / file
+        if not _is_present(path):
+            raise NotAvailable(f"{file} not in snapshot {self.directory}")
         try:
-            return json.loads(path.read_text())
+            value = load_json_text(read_user_bytes(path, JSON_FILE_LIMIT))
+        except OSError as exc:
+            why = f"cannot read it: {_reason(exc)}"
         except ValueError as exc:
-            raise NotAvailable(f"{name}.json in {self.directory} is not valid JSON: {exc}") from exc
+            why = f"not valid JSON: {exc}"
+        else:
+            shape = fact_shape(name)
+            mismatch = find_mismatch(value, shape) if shape is not None else None
+            if mismatch is None:
+                self.used.add(file)
+                return redact_data(value)
+            why = f"not in the documented shape (docs/snapshot.md): {mismatch}"
+        self.problems[file] = why
+        raise NotAvailable(f"{file} in {self.directory}: {why}")
 
 
 def fact_or_none(sources: Sources, name: str, produce: Callable[[], Any]) -> Any:

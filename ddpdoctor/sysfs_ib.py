@@ -68,6 +68,7 @@ IB_SYSFS_FACT = define_fact(
     "infiniband-sysfs",
     "RDMA devices from /sys/class/infiniband (type, firmware, NUMA node, port state/rate/link layer), "
     "/dev/infiniband entries and GPUDirect RDMA markers",
+    dict,  # the fields are conformed by load_infiniband_sysfs
 )
 
 

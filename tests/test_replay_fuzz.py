@@ -325,6 +325,11 @@ def write_snapshot(directory: Path, files: dict[str, Optional[str]], metas: dict
 def check_replay(directory: Path) -> dict[str, Any]:
     """Run the CLI on the snapshot and assert the never-crash contract; the JSON report."""
     result = CliRunner().invoke(app, ["check", "--replay", str(directory), "--only", "gpu,rdma", "--json"])
+    if not any(p.suffix in (".txt", ".json") for p in directory.iterdir()):
+        # A directory with no snapshot file checks nothing: a usage error, never a pass (#20 item 9).
+        assert result.exit_code == 2, (result.exit_code, result.output[-2000:])
+        assert "holds no snapshot files" in result.output
+        return {}
     assert result.exit_code in (0, 1, 3), (result.exit_code, result.output[-2000:], result.exception)
     report = json.loads(result.stdout)
     crashed = [f for f in report["findings"] if f["id"] == PROBE_CRASHED.id]

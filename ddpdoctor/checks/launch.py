@@ -175,7 +175,10 @@ def parse_int(text: str) -> Optional[int]:
     Stricter than Python's int(), which also takes '٣' or '1_0': the C++ side of c10d does not.
     """
     text = text.strip()
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
+    # At most 18 digits: any real rank, size or port fits, and int() of a 5000-digit string raises
+    # ValueError (Python's integer-digit limit) instead of answering. A longer number is as malformed
+    # as RANK=abc.
+    if len(text) > 19 or not re.fullmatch(r"[+-]?[0-9]{1,18}", text):
         return None
     return int(text)
 
@@ -203,7 +206,8 @@ def parse_launch_env(env: Mapping[str, str]) -> LaunchEnv:
             # Slurm may write "4(x2)" or "2,1"; only the plain form is used below.
             continue
         if number is None:
-            out.malformed[name] = f"{name}={value!r} is not an integer"
+            shown = repr(value) if len(value) <= 40 else f"{value[:20]!r}... ({len(value)} characters)"
+            out.malformed[name] = f"{name}={shown} is not an integer (or more than 18 digits)"
         elif number < 0:
             out.malformed[name] = f"{name}={value!r} is negative"
         else:

@@ -11,12 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from ddpdoctor.edge.files import describe_file_type
 from ddpdoctor.engine import ENV_NOT_RECORDED, Area, Context
+from ddpdoctor.json_shape import MapOf, Record
 from ddpdoctor.model import Evidence, Finding, Severity, define
 from ddpdoctor.sources import define_fact, fact_or_none
 
 NCCL_CONF_FACT = define_fact(
-    "nccl-conf", "Contents of the NCCL config files (/etc/nccl.conf, ~/.nccl.conf, $NCCL_CONF_FILE)"
+    "nccl-conf",
+    "Contents of the NCCL config files (/etc/nccl.conf, ~/.nccl.conf, $NCCL_CONF_FILE)",
+    Record({"files": MapOf(str), "unreadable": MapOf(str)}),
 )
 
 PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "TORCH_FR_", "TORCH_GLOO_")
@@ -260,20 +264,6 @@ def read_conf_file(path: str) -> str:
         return os.read(fd, CONF_READ_LIMIT).decode(errors="replace")
     finally:
         os.close(fd)
-
-
-def describe_file_type(mode: int) -> str:
-    """'directory', 'FIFO', 'character device', ... for an st_mode."""
-    for test, name in (
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISSOCK, "socket"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
 
 
 def read_nccl_conf() -> dict[str, Any]:

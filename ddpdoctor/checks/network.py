@@ -15,20 +15,57 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ddpdoctor.checks.launch import is_multi_node, parse_launch_env
 from ddpdoctor.engine import Area, Context
+from ddpdoctor.json_shape import ListOf, MapOf, Maybe, Nullable, Record
 from ddpdoctor.model import Evidence, Finding, Severity, define
 from ddpdoctor.ports import find_port_holder, read_ephemeral_range
 from ddpdoctor.sources import HOST_FACT, define_fact, fact_or_none, redact_text
 
 RESOLVE_FACT = define_fact(
-    "net-resolve", "Addresses the host name and MASTER_ADDR resolve to (getaddrinfo), or the resolver error"
+    "net-resolve",
+    "Addresses the host name and MASTER_ADDR resolve to (getaddrinfo), or the resolver error",
+    MapOf(Record({"addresses": ListOf(str), "error": str})),
 )
 INTERFACES_FACT = define_fact(
-    "net-interfaces", "Network interfaces: up or down, MTU, speed and IP addresses (psutil)"
+    "net-interfaces",
+    "Network interfaces: up or down, MTU, speed and IP addresses (psutil)",
+    Record(
+        {
+            "error": str,
+            "interfaces": ListOf(
+                Record(
+                    {
+                        "name": str,
+                        "up": bool,
+                        "mtu": Maybe(int),
+                        "speed_mbps": Maybe(int),
+                        "addresses": ListOf(Record({"family": str, "address": str})),
+                    }
+                )
+            ),
+        }
+    ),
 )
 PORT_FACT = define_fact(
     "net-master-port",
     "Who holds MASTER_PORT on this host (PID, command line, whether it is our own launcher), and "
     "net.ipv4.ip_local_port_range",
+    Record(
+        {
+            "port": int,
+            "holder": Nullable(
+                Record(
+                    {
+                        "pid": Maybe(int),
+                        "name": Maybe(str),
+                        "cmdline": Maybe(str),
+                        "address": Maybe(str),
+                        "is_our_launcher": bool,
+                    }
+                )
+            ),
+            "ephemeral_range": Maybe(ListOf(int)),
+        }
+    ),
 )
 
 RESOLVE_TIMEOUT_S = 5.0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ddpdoctor.engine import Area, Context
+from ddpdoctor.json_shape import ListOf, Maybe, Record
 from ddpdoctor.model import Evidence, Finding, Severity, define
 from ddpdoctor.parsers.df import DfEntry, find_mount, parse_df
 from ddpdoctor.parsers.ulimit import Ulimits, parse_ulimit
@@ -21,7 +22,21 @@ ULIMIT_A = define_command(
 DF_SHM = define_command("df-shm", ("df", "-k", "/dev/shm"), "Size and use of the /dev/shm tmpfs")
 
 SYSTEM_FACT = define_fact(
-    "system", "OS, kernel, CPU count and affinity, memory, cgroup memory limit, container"
+    "system",
+    "OS, kernel, CPU count and affinity, memory, cgroup memory limit, container",
+    Record(
+        {
+            "os": Maybe(str),
+            "kernel": Maybe(str),
+            "machine": Maybe(str),
+            "python": Maybe(str),
+            "cpu_count": Maybe(int),
+            "cpu_affinity": Maybe(int),
+            "mem_total_bytes": Maybe(int),
+            "cgroup_memory_limit_bytes": Maybe(int),
+            "container": Maybe(Record({"kinds": ListOf(str)})),
+        }
+    ),
 )
 
 # NCCL's shared-memory transport and DataLoader workers live in /dev/shm; Docker's default is 64 MiB.

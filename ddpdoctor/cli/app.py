@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -95,9 +96,41 @@ def timeout_option() -> float:
     return seconds_option(DEFAULT_TIMEOUT_S, "--timeout", "Bound, in seconds, on each probe.")
 
 
+def check_snapshot_dir(directory: Optional[Path]) -> Optional[Path]:
+    """A `--replay DIR` that can be replayed, or typer.BadParameter (exit 2) saying why not.
+
+    Click's own check lets a FIFO or device through (it only refuses regular files), and an empty
+    directory would replay as a node where every area skipped: a check of nothing is no pass."""
+    if directory is None:
+        return None
+    import stat
+
+    try:
+        mode = directory.stat().st_mode
+    except OSError as exc:
+        raise typer.BadParameter(f"{directory}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(mode):
+        raise typer.BadParameter(f"{directory} is not a snapshot directory")
+    try:
+        names = [e.name for e in os.scandir(directory)]
+    except OSError as exc:
+        raise typer.BadParameter(
+            f"cannot list snapshot directory {directory}: {exc.strerror or exc}"
+        ) from None
+    if not any(n.endswith((".txt", ".json")) for n in names):
+        raise typer.BadParameter(
+            f"{directory} holds no snapshot files (<command>.txt or <fact>.json; see docs/snapshot.md): "
+            "replaying it would check nothing"
+        )
+    return directory
+
+
 def replay_option(help: str) -> Optional[Path]:
-    """`--replay DIR`: a snapshot directory (it must exist) read instead of this machine."""
-    return typer.Option(None, "--replay", help=help, exists=True, file_okay=False, dir_okay=True)
+    """`--replay DIR`: a snapshot directory (it must exist and hold snapshot files) read instead of
+    this machine."""
+    return typer.Option(
+        None, "--replay", help=help, exists=True, file_okay=False, dir_okay=True, callback=check_snapshot_dir
+    )
 
 
 # Under torchrun the agent SIGTERMs every rank as soon as one of them exits non-zero. A rank refusing

@@ -311,15 +311,16 @@ def bench_nccl(
     baseline_rows = None
     if baseline is not None:
         from ddpdoctor.bench.results import load_baseline_rows
+        from ddpdoctor.edge.files import JSON_FILE_LIMIT, load_json_text, read_user_bytes
 
         try:
-            text = baseline.read_text()
+            text = read_user_bytes(baseline, JSON_FILE_LIMIT)
         except (OSError, ValueError) as exc:
             raise _usage(
                 f"cannot read --baseline {baseline}: {getattr(exc, 'strerror', None) or exc}"
             ) from None
         try:
-            baseline_rows = load_baseline_rows(json.loads(text))
+            baseline_rows = load_baseline_rows(load_json_text(text))
         except ValueError as exc:
             why = "it is not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise _usage(

@@ -44,8 +44,10 @@ def expect(
     if to_stdout:
         typer.echo(text, nl=False)
     else:
+        from ddpdoctor.edge.files import write_new_file
+
         try:
-            write.write_text(text)
+            write_new_file(write, text, force=force)
         except OSError as exc:
             raise usage_error(f"cannot write {write}: {exc.strerror or exc}") from None
         typer.echo(

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import typer
 
 from ddpdoctor.cli.app import app, usage_error
@@ -30,8 +27,12 @@ def parse(
         raise typer.Exit(0)
     if tool not in tools:
         raise usage_error(f"unknown tool {tool!r}; known: {', '.join(tools)}")
+    from ddpdoctor.edge.files import TOOL_OUTPUT_LIMIT, read_stdin_bytes, read_user_bytes
+
     try:
-        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        data = (
+            read_stdin_bytes(TOOL_OUTPUT_LIMIT) if file == "-" else read_user_bytes(file, TOOL_OUTPUT_LIMIT)
+        )
     except OSError as exc:
         raise usage_error(f"cannot read {file}: {exc.strerror or exc}") from None
     print_json(to_jsonable(tools[tool](data.decode("utf-8", errors="replace"))))

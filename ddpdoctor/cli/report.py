@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +25,9 @@ def report(
     replay: Optional[Path] = replay_option(
         "Build the report from a snapshot directory instead of this machine."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite FILE.md if it exists (never through a link)."
+    ),
     timeout: float = timeout_option(),
 ) -> None:
     from ddpdoctor.engine import load_environment
@@ -32,6 +36,12 @@ def report(
 
     if replay is not None and bench:
         raise usage_error("--bench measures this machine; it cannot be combined with --replay")
+    # Before any probe runs: a refusal must not cost a full run (write_report checks again, atomically).
+    if output is not None and os.path.lexists(output):
+        if output.is_symlink():
+            raise usage_error(f"{output} is a symbolic link; refusing to write through it")
+        if not force:
+            raise usage_error(f"{output} exists (use --force to overwrite)")
     # Leaving the block kills any probe still running (a hung tool, or Ctrl-C): nothing is orphaned.
     with ReplaySources(replay) if replay is not None else LiveSources() as sources:
         inputs = gather_report_inputs(
@@ -43,7 +53,7 @@ def report(
         )
     text = build_report_text(inputs)
     try:
-        write_report(text, output)
+        write_report(text, output, force=force)
     except OSError as exc:
         raise usage_error(f"cannot write {output}: {exc.strerror or exc}") from None
     if output is not None:

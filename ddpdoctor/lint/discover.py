@@ -3,6 +3,10 @@
 The .gitignore support covers the common patterns (globs, `**`, `/`-anchoring, trailing `/` for
 directories, `!` negation, comments); it is not a full reimplementation of git's matcher. Files named
 explicitly on the command line are always linted.
+
+Reading is bounded and never blocks (`read_source`, edge/files.py): a `.py` that is a FIFO, a link to
+/dev/zero, a link loop or an unreadable file or directory is reported by the linter as unreadable,
+never hangs and never raises.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
+
+from ddpdoctor.edge.files import GITIGNORE_LIMIT, SOURCE_FILE_LIMIT, read_user_bytes, read_user_text
 
 # Directories never worth linting (the same list ruff skips, plus __pycache__).
 SKIP_DIRS = frozenset(
@@ -133,17 +139,37 @@ def is_ignored(path: Path, is_dir: bool, rules: Sequence[IgnoreRule]) -> bool:
     return ignored
 
 
+def read_source(path: Path) -> bytes:
+    """The bytes of a file to lint: regular files only, at most SOURCE_FILE_LIMIT bytes.
+
+    OSError (with strerror) for anything else: a directory we cannot list (PermissionError), a FIFO or
+    device (InputRefused, judged before opening), a link loop (ELOOP), a file too large."""
+    if os.path.isdir(path):
+        with os.scandir(path):  # an unreadable directory raises its own PermissionError here
+            pass
+    return read_user_bytes(path, SOURCE_FILE_LIMIT)
+
+
 def _read_gitignore(directory: Path) -> list[IgnoreRule]:
     try:
-        text = (directory / ".gitignore").read_text(encoding="utf-8", errors="replace")
+        text = read_user_text(directory / ".gitignore", GITIGNORE_LIMIT)
     except OSError:
         return []
     return parse_gitignore(text, directory)
 
 
+def _exists(path: Path) -> bool:
+    """Path.exists() that answers False instead of raising (PermissionError, link loops)."""
+    try:
+        os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _repo_root(start: Path) -> Optional[Path]:
     for d in [start, *start.parents]:
-        if (d / ".git").exists():
+        if _exists(d / ".git"):
             return d
     return None
 
@@ -161,10 +187,16 @@ def _ancestor_rules(directory: Path) -> list[IgnoreRule]:
 
 
 def _walk(top: Path) -> Iterable[Path]:
-    absolute = top.resolve()
+    # os.path.realpath, not Path.resolve(): it never raises on a link loop.
+    absolute = Path(os.path.realpath(top))
     inherited = _ancestor_rules(absolute)
     rules_at: dict[str, list[IgnoreRule]] = {}
-    for dirpath, dirnames, filenames in os.walk(absolute):
+    unreadable: list[str] = []
+    # A directory os.walk cannot list is yielded as it is: the linter then reports it as unreadable
+    # instead of the walk skipping it in silence (or raising).
+    for dirpath, dirnames, filenames in os.walk(absolute, onerror=lambda e: unreadable.append(e.filename)):
+        while unreadable:
+            yield top / Path(unreadable.pop()).relative_to(absolute)
         here = Path(dirpath)
         parent_rules = rules_at.get(str(here.parent), inherited) if here != absolute else inherited
         rules = parent_rules + _read_gitignore(here)
@@ -175,6 +207,8 @@ def _walk(top: Path) -> Iterable[Path]:
         for name in sorted(filenames):
             if name.endswith(".py") and not is_ignored(here / name, False, rules):
                 yield top / (here / name).relative_to(absolute)
+    while unreadable:
+        yield top / Path(unreadable.pop()).relative_to(absolute)
 
 
 def discover_files(paths: Sequence[Path]) -> list[Path]:
@@ -185,14 +219,16 @@ def discover_files(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     seen: set[Path] = set()
     for p in paths:
-        if p.is_dir():
-            found: Iterable[Path] = _walk(p)
-        elif p.exists():
-            found = [p]
-        else:
-            raise FileNotFoundError(str(p))
+        try:
+            is_dir = os.path.isdir(p)
+            os.lstat(p)
+        except FileNotFoundError:
+            raise FileNotFoundError(str(p)) from None
+        except (OSError, ValueError):
+            is_dir = False  # lint_file reports why it cannot be read
+        found: Iterable[Path] = _walk(p) if is_dir else [p]
         for f in found:
-            key = f.resolve()
+            key = Path(os.path.realpath(f))
             if key not in seen:
                 seen.add(key)
                 out.append(f)

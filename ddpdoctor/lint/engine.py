@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
-from ddpdoctor.lint.discover import discover_files
+from ddpdoctor.lint.discover import discover_files, read_source
 from ddpdoctor.lint.facts import ModuleFacts
 from ddpdoctor.lint.rules import RULES, Rule
 
@@ -182,7 +182,7 @@ def lint_file(
     """Lint one file; an unreadable file is reported, not raised. Returns (diagnostics, line count)."""
     shown = display or str(path)
     try:
-        data = path.read_bytes()
+        data = read_source(path)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         return [Diagnostic(shown, 1, 1, SYNTAX_ERROR, f"cannot read file: {reason}", "", "unreadable")], 0

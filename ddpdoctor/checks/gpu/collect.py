@@ -68,11 +68,13 @@ NVML_FACT = define_fact(
     "nvml",
     "NVML readings: driver and CUDA driver version, per-GPU health (ECC, remapped rows, PCIe, clocks, "
     "compute mode, MIG, processes, NVLink, fabric) and GPU-pair P2P status",
+    dict,  # the fields are conformed by load_nvml_fact
 )
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 GPU_PCI_FACT = define_fact(
     "gpu-pci",
     "NVIDIA display/3D PCI devices listed in /sys/bus/pci/devices (GPUs present with or without a driver)",
+    list,  # the items are conformed by load_gpu_pci
 )
 GPU_PCI_SHAPE = ListOf(
     Record(

@@ -1,0 +1,153 @@
+"""The one redaction function family: what a secret looks like, and how it is removed.
+
+Applied at the edge (every fact a Sources object returns goes through `redact_data`) and again by every
+renderer, so no output path can print a secret it read. Every pattern is linear in its input: each can
+only start where a run of its characters starts (a look-behind for "not preceded by one of us"), so
+the engine never rescans a long run from each of its positions (the quadratic blow-up a 40k-character
+value used to cost 13 s). `REDACT_INPUT_LIMIT` bounds the text scanned at all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping
+
+REDACTED = "<redacted>"
+# Longer text is cut before matching: no value worth reporting is this long, and a bound on the input
+# is a bound on the work whatever the patterns.
+REDACT_INPUT_LIMIT = 4 * 1024 * 1024
+
+# Variable names whose values are secret (matched anywhere in the name, as before), plus short words
+# that only count as whole segments (`DB_PASS`, `MY_PWD`, but not `PWD`, `OLDPWD` or `BYPASS`).
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|WEBHOOK|SIGNATURE"
+    r"|_(?:PASS|PWD|PW|SIG)(?![A-Za-z0-9])|^(?:PASS|PW)_",
+    re.I,
+)
+# scheme://user:password@host. The password may itself contain "@": the credentials run to the last
+# "@" before the host. The scheme starts where a run of scheme characters starts.
+URL_CREDENTIALS = re.compile(
+    r"(?<![a-zA-Z0-9+.-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]{0,31}://)(?P<cred>[^/@\s:]{1,256}(?::[^/\s]{0,256})?)@"
+)
+# Query parameters of presigned / signed URLs (S3, GCS, Azure SAS, generic tokens).
+_URL_SECRET_PARAM = re.compile(
+    r"(?<=[?&])(?P<name>X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|X-Goog-Signature"
+    r"|X-Goog-Credential|Signature|sig|AWSAccessKeyId|access_token|token|api_key|apikey|key)"
+    r"=(?P<value>[^&\s\"'#]+)",
+    re.IGNORECASE,
+)
+
+# In free text (logs from another machine, command output) secrets show up as assignments to a
+# secret-named variable or option (`HF_TOKEN=hf_...`, `"password": "..."`, `--api-key=...`,
+# `--password X`) or as tokens whose format gives them away. Names are matched by whole segments, so
+# NCCL_IB_PKEY or AUTHOR stay.
+_SECRET_SEGMENT = (
+    r"(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|API[_-]?KEY|ACCESS[_-]?KEY|PRIVATE[_-]?KEY"
+    r"|SECRET[_-]?KEY|AUTH[_-]?KEY|AUTH[_-]?TOKEN|CREDENTIALS?|COOKIE|SESSION[_-]?KEY|WEBHOOK(?:[_-]?URL)?)"
+)
+_NAME_CHARS = r"A-Za-z0-9_.-"
+_SECRET_ASSIGNMENT = re.compile(
+    # The name starts only where a run of name characters starts (linear), ends in a secret segment.
+    rf"(?<![{_NAME_CHARS}])(?P<name>[{_NAME_CHARS}]{{0,128}}?(?<![A-Za-z0-9])"
+    + _SECRET_SEGMENT
+    + r"(?![A-Za-z0-9]))"
+    r"(?P<sep>\"?[ \t]{0,8}[=:][ \t]{0,8}\"?)(?P<value>[^\s\"',;&]+)",
+    re.IGNORECASE,
+)
+# `--password X`, `-password X` in a command line: the value is the next word.
+_SECRET_OPTION_WORD = re.compile(
+    r"(?<![^\s])(?P<name>--?[A-Za-z0-9_-]{0,64}?(?<![A-Za-z0-9])"
+    + _SECRET_SEGMENT
+    + r")(?P<sep>[ \t]{1,8})(?P<value>[^\s-]\S*)",
+    re.IGNORECASE,
+)
+_TOKEN_FORMATS = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})\b"
+)
+_BEARER = re.compile(r"(?P<head>(?<![A-Za-z0-9_])(?:Bearer|Basic)[ \t]{1,8})[A-Za-z0-9._~+/=-]{8,}")
+_WEBHOOK_URL = re.compile(r"(?<![A-Za-z0-9])https://hooks\.slack\.com/[^\s\"']+")
+
+# Flag-like values of secret-named variables (AUTH_MODE=none) are not secrets; replacing the word
+# everywhere would only garble reports.
+_NOT_SECRET_VALUES = frozenset(
+    {"true", "false", "none", "null", "unset", "auto", "default", "enabled", "disabled"}
+)
+# Whole names that end in a secret-looking segment but are not secrets (the working directory).
+_NOT_SECRET_NAMES = frozenset({"PWD", "PASS"})
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable named `name` holds a secret (its value is never shown)."""
+    return bool(SECRET_NAME.search(name[:256]))
+
+
+def _redact_assignment(m: re.Match[str]) -> str:
+    value = m.group("value")
+    if value.lower() in _NOT_SECRET_VALUES or value == REDACTED or value.startswith("<"):
+        return m.group(0)
+    if m.group("name").strip("-\"'").upper() in _NOT_SECRET_NAMES:
+        return m.group(0)
+    return f"{m.group('name')}{m.group('sep')}{REDACTED}"
+
+
+def _redact_url_credentials(text: str) -> str:
+    return URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+
+
+def redact_value(name: str, value: str) -> str:
+    """One environment value: all of it when the name is secret, else credentials in URLs."""
+    if is_secret_name(name):
+        return REDACTED
+    return redact_text(value, {})
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Environment with secret-looking values replaced: safe to store or print."""
+    return {k: redact_value(k, v) for k, v in env.items()}
+
+
+def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Remove credentials in URLs and signed-URL parameters, values assigned to secret-named variables
+    or options (`NAME=value`, `--name value`), tokens in a known format (Hugging Face, GitHub, GitLab,
+    OpenAI-style, AWS access keys, Slack tokens and webhooks, Bearer), and any literal value of a
+    secret-named variable in `env` (the current environment by default)."""
+    if len(text) > REDACT_INPUT_LIMIT:
+        text = text[:REDACT_INPUT_LIMIT] + " [truncated]"
+    text = _redact_url_credentials(text)
+    text = _URL_SECRET_PARAM.sub(lambda m: f"{m.group('name')}={REDACTED}", text)
+    text = _WEBHOOK_URL.sub(REDACTED, text)
+    text = _SECRET_ASSIGNMENT.sub(_redact_assignment, text)
+    text = _SECRET_OPTION_WORD.sub(_redact_assignment, text)
+    text = _TOKEN_FORMATS.sub(REDACTED, text)
+    text = _BEARER.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
+    secrets = [
+        value
+        for name, value in (env if env is not None else os.environ).items()
+        if is_secret_name(name) and len(value) >= 4 and value.lower() not in _NOT_SECRET_VALUES
+    ]
+    # Longest first: a secret that contains a shorter one must not be left half replaced.
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
+    """A JSON-able value with every string redacted (redact_text), and string values under
+    environment-variable-like keys with secret names (an environment dict) replaced.
+
+    Iterative over containers' depth is not needed: inputs are depth-checked at the edge
+    (files.MAX_NESTING) before they get here."""
+    if isinstance(value, str):
+        return redact_text(value, env)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            secret_key = isinstance(k, str) and _ENV_NAME.fullmatch(k) and is_secret_name(k)
+            out[k] = REDACTED if secret_key and isinstance(v, str) and v else redact_data(v, env)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [redact_data(v, env) for v in value]
+    return value
