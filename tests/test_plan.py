@@ -107,6 +107,13 @@ def test_transformer_math_16_bytes_per_param() -> None:
     assert _states(p, Strategy("ddp"), 8, optimizer="adamw8bit") == 10 * p
 
 
+def test_accelerate_training_is_four_times_the_weights() -> None:
+    """accelerate estimate-memory: training with Adam takes "roughly 4x" the weights (1x model, 1x
+    gradients, 2x optimizer): fp32 DDP model states are 4 x (4 B x P)."""
+    p = 1_300_000_000
+    assert _states(p, Strategy("ddp"), 1, dtype="fp32") == 4 * (4 * p)
+
+
 def test_deepspeed_zero2_documented_example() -> None:
     """DeepSpeed docs (memory.rst): estimate_zero2_model_states_mem_needs_all_cold(total_params=2851e6,
     num_gpus_per_node=8, num_nodes=1) -> 15.93GB per GPU with offload_optimizer=none ("GB" = 2**30)."""
@@ -434,6 +441,21 @@ def test_cli_strategy_list_and_tp_pp() -> None:
     assert [s["strategy"] for s in data["strategies"]] == ["zero3", "tp=8,pp=2", "fsdp"]
     assert data["strategies"][1]["data_parallel"] == 1
     assert code in (0, 1)
+
+
+def test_table_prints_gpu_names_verbatim(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A GPU name or snapshot path with brackets is data: never rich markup that vanishes or restyles."""
+    from ddpdoctor.render import reset_consoles
+    from ddpdoctor.render.plan import render_plan
+
+    monkeypatch.setenv("COLUMNS", "200")
+    reset_consoles()
+    w = Workload(load_shape(CONFIGS / "gpt2.config.json"))
+    render_plan(make_plan(w, Hardware(2, 1, 24 * GIB, "[bold]Weird GPU[/bold]", "unknown", "snapshot [x]")))
+    reset_consoles()
+    out = capsys.readouterr().out
+    assert "[bold]Weird GPU[/bold]" in out and "[from snapshot [x]; overhead as unknown]" in out
+    assert out.splitlines()[0].startswith("Cheapest strategy that fits: ddp on 2 x 24.0 GiB")
 
 
 def test_plan_and_help_do_not_import_torch() -> None:

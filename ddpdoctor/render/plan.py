@@ -71,6 +71,7 @@ def render_plan(plan: Plan) -> None:
         f"Model: {model}; {w.dtype}, {w.optimizer}, micro-batch {w.micro_batch} x {w.seq_len} tokens, "
         f"recompute {w.recompute}",
         soft_wrap=True,
+        markup=False,
     )
     mem = f"{hw.memory / GIB:.1f} GiB" if hw.memory is not None else "unknown"
     con.print(
@@ -78,6 +79,7 @@ def render_plan(plan: Plan) -> None:
         + (f", {hw.name}" if hw.name else "") + f" [from {hw.source}; overhead as {hw.generation}]"
         + (f"; {hw.note}" if hw.note and hw.memory is not None else ""),
         soft_wrap=True,
+        markup=False,  # GPU names and snapshot paths are data, never rich markup
     )
     from rich import box
 
@@ -109,14 +111,14 @@ def render_plan(plan: Plan) -> None:
         notes += [f"{row.strategy.label}: {note}" for note in row.notes]
     con.print(table)
     con.print(
-        "param/grads/optim = parameters, gradients, optimizer states; mastr = fp32 copy of the "
-        "weights (mixed precision); activ = activations; temp = communication buckets; ovhd = driver reserve + CUDA context + NCCL buffers; verdict: fits +X = X GiB headroom, short Y = "
-        "over by Y GiB; inputs (token ids, labels) are in the "
-        "JSON. See docs/plan.md.",
+        "param/grads/optim = parameters, gradients, optimizer states; mastr = fp32 copy of the weights "
+        "(mixed precision); activ = activations; temp = communication buckets; ovhd = driver reserve + "
+        "CUDA context + NCCL buffers; verdict: fits +X = X GiB headroom, short Y = over by Y GiB; inputs "
+        "(token ids, labels) and the overhead's items are in the JSON. See docs/plan.md.",
         style="dim",
         soft_wrap=True,
     )
     for note in notes:
-        con.print(f"note: {note}", style="dim", soft_wrap=True)
+        con.print(f"note: {note}", style="dim", soft_wrap=True, markup=False)
     for item in plan.advice:
-        con.print(f"try: {item}", soft_wrap=True)
+        con.print(f"try: {item}", soft_wrap=True, markup=False)
