@@ -13,6 +13,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpdoctor.cli import app
@@ -286,6 +288,36 @@ def test_overhead_items() -> None:
     alone = overhead_for("hopper", "NVIDIA H100 80GB HBM3", 1, process_groups(Strategy("ddp"), 1))
     assert alone.nccl_buffers == 0 and alone.nvls == 0
     assert process_groups(Strategy("tp", 4, 2), 16) == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30))
+def test_parse_count_and_bytes_never_raise_anything_but_value_error(text: str) -> None:
+    for parse in (parse_count, parse_bytes):
+        try:
+            assert parse(text) >= 1
+        except ValueError:
+            pass
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=20), inner, max_size=6),
+    max_leaves=30,
+)
+_KEYS = ["hidden_size", "n_embd", "num_hidden_layers", "n_layer", "num_attention_heads", "n_head", "vocab_size",
+         "num_key_value_heads", "intermediate_size", "head_dim", "tie_word_embeddings", "model_type",
+         "num_local_experts", "text_config", "multi_query", "attention_bias", "n_positions"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(_KEYS), st.integers(-5, 5000) | _JSON, max_size=12))
+def test_shape_from_any_config_is_a_count_or_value_error(cfg: dict[str, object]) -> None:
+    try:
+        shape = shape_from_config(cfg)
+    except ValueError:
+        return
+    assert shape.params >= 1 and shape.largest_layer >= 1 and shape.block_params >= 1
 
 
 # --- judging --------------------------------------------------------------------------------------------
@@ -569,6 +601,9 @@ def test_measured_on_gpu_with_max_memory_allocated() -> None:
         pytest.skip("no CUDA")
     cfg = {**TINY, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "vocab_size": 32000,
            "num_attention_heads": 8, "num_key_value_heads": 8}  # fmt: skip
+    # cuBLAS allocates its workspace through the caching allocator on first use: do that before the baseline.
+    (torch.ones(64, 64, device="cuda") @ torch.ones(64, 64, device="cuda")).sum().item()
+    torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     model = _tiny_llama(torch, cfg)
@@ -578,6 +613,6 @@ def test_measured_on_gpu_with_max_memory_allocated() -> None:
     p, g, o, m, _ = model_states(Workload(shape, dtype="fp32"), Strategy("ddp"), 1)
     held = torch.cuda.memory_allocated() - base
     peak = torch.cuda.max_memory_allocated() - base
-    # After the step torch holds exactly the model states (plus step counters and allocator rounding).
-    assert abs(held - (p + g + o + m)) / (p + g + o + m) < 0.01
+    # After the step torch holds the model states (plus step counters and allocator rounding to 512 B).
+    assert abs(held - (p + g + o + m)) / (p + g + o + m) < 0.02
     assert peak >= p + g + o + m

@@ -242,7 +242,9 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
     # t·p ways. bf16 keeps fp32 main grads (18 B/param), fp16 16-bit grads + an fp32 copy (20 B/param).
     mp = s.model_parallel
     grads = 4 * p if w.dtype == "bf16" else wb * p + fp32_grad * p
-    notes.append("tensor/pipeline split assumed even; the first pipeline stage also holds the embeddings")
+    notes.append("Megatron-LM layout, sequence parallel on, no distributed optimizer")
+    if s.pp > 1:
+        notes.append("layers split evenly over the stages; the first also holds the embeddings")
     return _ceil(wb * p, mp), _ceil(grads, mp), _ceil(opt * p, mp), _ceil(master * p, mp), notes
 
 

@@ -82,7 +82,9 @@ def shape_from_config(cfg: Mapping[str, Any]) -> ModelShape:
     if kv is None:
         kv = 1 if cfg.get("multi_query") is True else heads
     head_dim = _int_key(cfg, ("head_dim",), "head dimension") or h // heads
-    if head_dim < 1 or heads % kv:
+    if head_dim < 1:
+        raise ValueError(f"config: hidden size {h} is smaller than the {heads} attention heads")
+    if heads % kv:
         raise ValueError(f"config: {heads} attention heads cannot be grouped over {kv} key/value heads")
     gated = family in GATED_FAMILIES or (
         family not in ("gpt2",) and str(cfg.get("hidden_act", "")).lower() in ("silu", "swiglu")
