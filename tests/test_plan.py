@@ -183,6 +183,16 @@ def test_megatron_gpt3_per_layer_activations() -> None:
     assert tp8 == s * b * h * (34 + 80) // 8
 
 
+def test_megatron_mt_nlg_selective_saving() -> None:
+    """MT-NLG 530B (a=128, h=20480, s=2048): 5as/h = 64 and selective recomputation saves 65% (§5)."""
+    mt = replace(GPT3, hidden=20480, heads=128)
+    assert 5 * 128 * 2048 // 20480 == 64
+    pp = Strategy("tp", 1, 2)
+    none = activation_bytes(Workload(mt), pp)
+    selective = activation_bytes(Workload(mt, recompute="selective"), pp)
+    assert round(1 - selective / none, 2) == 0.65
+
+
 def test_activations_output_layer_and_fp32() -> None:
     """Without pipelining the output layer and loss add 4sbh(1 + v/h); fp32 activations take twice."""
     s, b, h, v = 2048, 2, 12288, 51200
@@ -225,6 +235,15 @@ def test_config_details() -> None:
     assert qwen.tied and qwen.root_params == 151936 * 896 + 896
     gpt2 = load_shape(CONFIGS / "gpt2.config.json")
     assert gpt2.tied and gpt2.intermediate == 4 * 768
+
+
+def test_mixture_of_experts_counts_every_expert() -> None:
+    """Mixtral-8x7B's config values (mistralai/Mixtral-8x7B-v0.1): 46.7B parameters on its model card."""
+    cfg = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "vocab_size": 32000,
+           "tie_word_embeddings": False}  # fmt: skip
+    shape = shape_from_config(cfg)
+    assert shape.experts == 8 and abs(shape.params - 46.7e9) / 46.7e9 < 0.01
 
 
 def test_estimated_shape_is_plausible() -> None:

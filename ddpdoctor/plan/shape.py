@@ -116,6 +116,9 @@ def shape_from_config(cfg: Mapping[str, Any]) -> ModelShape:
         matrices = 3 if gated else 2
         expert_mlp = matrices * h * moe_inner + (matrices * moe_inner + h if _flag(cfg, "mlp_bias", False) else 0)
         mlp = expert_mlp * experts + (h * experts if experts > 1 else 0)  # + the router
+        shared = _int_key(cfg, ("shared_expert_intermediate_size",), "shared expert size")
+        if shared and experts > 1:
+            mlp += matrices * h * shared + h  # Qwen-MoE's always-on shared expert and its gate
         norms = 2 * h
         final_norm = h
         positions = 0
