@@ -9,14 +9,14 @@ from typing import List, Optional
 import typer
 
 from ddpdoctor.cli.app import app, json_option, replay_option, timeout_option, usage_error
+from ddpdoctor.plan.memory import DTYPE_BYTES, OPTIMIZER_BYTES, RECOMPUTE
 
 PLAN_EXIT_HELP = (
     "Exit codes: 0 a strategy fits; 1 none fits; 2 usage error (bad size, unreadable or uncountable "
     "config); 3 no GPU memory known (no GPU found and no --gpu-mem): bytes printed, nothing judged."
 )
-DTYPES = ("bf16", "fp16", "fp32")
-OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
-RECOMPUTE = ("none", "selective", "full")
+DTYPES = tuple(DTYPE_BYTES)
+OPTIMIZERS = tuple(OPTIMIZER_BYTES)
 MAX_TOKENS = 10**9  # micro-batch x sequence length beyond this is a typo (and overflows nothing useful)
 
 

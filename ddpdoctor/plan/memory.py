@@ -19,7 +19,7 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state per parameter, master copy excluded (that is its own item).
 OPTIMIZER_BYTES = {
     "adamw": 8.0,  # exp_avg + exp_avg_sq, fp32 (torch.optim.AdamW; DeepSpeed docs: 4 + 4)
-    "adamw8bit": 2.0,  # bitsandbytes 8-bit AdamW: two 1-byte states (+ block statistics, < 0.3%)
+    "adamw8bit": 2.0,  # bitsandbytes 8-bit AdamW: two 1-byte states (+ an fp32 absmax per 2048 values: 0.2%)
     "sgd": 0.0,  # torch.optim.SGD without momentum keeps no state
     "sgd-momentum": 4.0,  # one fp32 momentum buffer
     "adafactor": 0.0,  # factored second moment: row + column statistics (see optimizer_bytes)
