@@ -183,6 +183,16 @@ def test_megatron_gpt3_per_layer_activations() -> None:
     assert tp8 == s * b * h * (34 + 80) // 8
 
 
+def test_flash_attention_drops_the_score_term() -> None:
+    """FlashAttention keeps the 34·s·b·h of the layer plus an fp32 logsumexp per head and row."""
+    s, b, h, a = 2048, 1, 12288, 96
+    pp = Strategy("tp", 1, 2)
+    flash = activation_bytes(Workload(GPT3, seq_len=s, micro_batch=b, attention="flash"), pp)
+    assert flash == 34 * s * b * h + 4 * a * s * b
+    selective = activation_bytes(Workload(GPT3, seq_len=s, micro_batch=b, attention="flash", recompute="selective"), pp)
+    assert selective == 34 * s * b * h
+
+
 def test_megatron_mt_nlg_selective_saving() -> None:
     """MT-NLG 530B (a=128, h=20480, s=2048): 5as/h = 64 and selective recomputation saves 65% (§5)."""
     mt = replace(GPT3, hidden=20480, heads=128)
@@ -367,12 +377,16 @@ def test_nothing_fits_gives_replanned_advice() -> None:
     assert any("--nodes" in a.flags for a in alternatives)  # this one needs more GPUs
 
 
-def test_advice_prefers_recompute_when_it_suffices() -> None:
+def test_advice_prefers_the_least_disruptive_change() -> None:
     w = Workload(load_shape(CONFIGS / "llama-2-7b-hf.config.json"), seq_len=4096, micro_batch=2)
     hw = Hardware(8, 1, 80 * GIB, None, "hopper")
     plan = make_plan(w, hw, [Strategy("zero3")])
     assert plan.cheapest is None
-    assert plan.advice[0].startswith("--recompute selective: zero3 fits")
+    assert plan.advice[0].startswith("--attention flash: zero3 fits")
+    assert plan.advice[1].startswith("--recompute selective: zero3 fits")
+    assert any("attention scores are" in note for note in plan.notes)
+    flash = make_plan(replace(w, attention="flash"), hw, [Strategy("zero3")])
+    assert flash.cheapest == "zero3" and not any("attention scores" in n for n in flash.notes)
 
 
 def test_every_item_is_counted() -> None:

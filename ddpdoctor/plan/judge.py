@@ -97,6 +97,7 @@ class Plan:
     cheapest: Optional[str] = None
     summary: str = ""
     advice: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -174,6 +175,8 @@ def find_alternatives(
 ) -> list[Alternative]:
     """Changes that make some strategy fit, each re-planned; the least disruptive first."""
     tries: list[tuple[str, Workload, Hardware]] = []
+    if w.recompute == "none" and w.attention == "eager":
+        tries.append(("--attention flash", replace(w, attention="flash"), hw))
     if w.recompute == "none":
         tries.append(("--recompute selective", replace(w, recompute="selective"), hw))
     if w.recompute != "full":
@@ -206,11 +209,29 @@ def find_alternatives(
     return out
 
 
+def _workload_notes(w: Workload) -> list[str]:
+    notes = []
+    if w.shape.estimated:
+        notes.append(
+            f"shape estimated from the parameter count (h={w.shape.hidden}, {w.shape.layers} layers, "
+            f"{w.shape.heads} heads, vocabulary {w.shape.vocab}): activations are approximate; give --config"
+        )
+    if w.recompute == "none" and w.attention == "eager":
+        scores = 5 * w.shape.heads * w.seq_len
+        share = scores / (34 * w.shape.hidden + scores)
+        if share > 0.5:
+            notes.append(
+                f"attention scores are {share:.0%} of each layer's activations (eager attention); "
+                "FlashAttention or PyTorch SDPA (transformers' default) does not keep them: --attention flash"
+            )
+    return notes
+
+
 def make_plan(w: Workload, hw: Hardware, strategies: Optional[Sequence[Strategy]] = None) -> Plan:
     """Judge every strategy; name the cheapest that fits, or what to change."""
     chosen = list(strategies) if strategies else default_strategies(hw.gpus_per_node)
     rows = [judge_row(w, s, hw) for s in chosen]
-    plan = Plan(w, hw, rows)
+    plan = Plan(w, hw, rows, notes=_workload_notes(w))
     if hw.memory is None:
         plan.summary = (
             f"No GPU memory to judge against: {hw.note or 'no GPU found'}. Per-GPU bytes are below; "

@@ -25,6 +25,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "summary": plan.summary,
         "cheapest": plan.cheapest,
         "advice": list(plan.advice),
+        "notes": list(plan.notes),
         "exit_code": plan.exit_code,
         "model": {**w.shape.to_dict()},
         "workload": {
@@ -33,6 +34,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "micro_batch": w.micro_batch,
             "seq_len": w.seq_len,
             "recompute": w.recompute,
+            "attention": w.attention,
         },
         "hardware": {
             "gpus_per_node": hw.gpus_per_node,
@@ -64,12 +66,12 @@ def render_plan(plan: Plan) -> None:
     w, hw = plan.workload, plan.hardware
     sh = w.shape
     model = f"{sh.params / 1e9:.2f}B parameters" + (
-        f" (shape estimated: h={sh.hidden}, {sh.layers} layers; give --config for exact)" if sh.estimated else
+        " (shape estimated)" if sh.estimated else
         f" ({sh.family}: h={sh.hidden}, {sh.layers} layers, {sh.heads} heads)"
     )
     con.print(
         f"Model: {model}; {w.dtype}, {w.optimizer}, micro-batch {w.micro_batch} x {w.seq_len} tokens, "
-        f"recompute {w.recompute}",
+        f"recompute {w.recompute}, {w.attention} attention",
         soft_wrap=True,
         markup=False,
     )
@@ -93,7 +95,7 @@ def render_plan(plan: Plan) -> None:
         table.add_column(name, justify="right", no_wrap=True, min_width=5)
     table.add_column("total", justify="right", style="bold", no_wrap=True, min_width=5)
     table.add_column("verdict", no_wrap=True)
-    notes: list[str] = []
+    notes: list[str] = list(plan.notes)
     for row in plan.rows:
         cells = [row.strategy.label]
         if row.memory is None:
