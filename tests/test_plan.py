@@ -499,6 +499,20 @@ def test_cli_bad_config_exit_2(tmp_path: Path) -> None:
     assert code == 2 and "error:" in err
 
 
+def test_cli_matches_deepspeed_estimator_within_1_percent() -> None:
+    """The done-when check through the command line: ZeRO-2 model states for 2851M params on 8 GPUs."""
+    code, out, _ = _run("--params", "2851M", "--gpus", "8", "--gpu-mem", "80GiB", "--strategy", "zero2", "--json")
+    row = json.loads(out)["strategies"][0]
+    assert code == 0 and abs(row["bytes"]["model_states"] / GIB - 15.93) / 15.93 < 0.01
+
+
+def test_cli_gpus_flag_differs_from_snapshot(tmp_path: Path) -> None:
+    snap = _replay(tmp_path, H100_SMI_Q)
+    code, out, _ = _run("--params", "1B", "--gpus", "4", "--replay", str(snap), "--json")
+    hw = json.loads(out)["hardware"]
+    assert code == 0 and hw["total_gpus"] == 4 and "has 8" in hw["note"]
+
+
 def test_cli_strategy_list_and_tp_pp() -> None:
     code, out, _ = _run("--params", "70B", "--gpus", "8", "--nodes", "2", "--gpu-mem", "80GiB",
                         "--strategy", "zero3,tp=8,pp=2", "--strategy", "fsdp", "--json")  # fmt: skip

@@ -111,7 +111,12 @@ def read_hardware(
         smallest = min(found, key=lambda g: g.memory_total_mib or 0)
         count = gpus or len(found)
         names = sorted({g.name for g in found if g.name})
-        note = f"GPUs differ ({', '.join(names)}): planned for the smallest" if len(names) > 1 else None
+        notes = []
+        if len(names) > 1:
+            notes.append(f"GPUs differ ({', '.join(names)}): planned for the smallest")
+        if gpus and gpus != len(found):
+            notes.append(f"planned for --gpus {gpus} per node; {source_label} has {len(found)}")
+        note = "; ".join(notes) or None
         return Hardware(
             count,
             nodes,
