@@ -399,6 +399,21 @@ def test_every_item_is_counted() -> None:
     assert d["total"] == sum(d[k] for k in d if k not in ("total", "model_states"))
 
 
+def test_cheapest_follows_cost_not_command_line_order() -> None:
+    w = Workload(load_shape(CONFIGS / "gpt2.config.json"))
+    plan = make_plan(w, Hardware(8, 1, 80 * GIB), [Strategy("tp", 2, 2), Strategy("zero3"), Strategy("tp", 2), Strategy("ddp")])
+    assert all(r.verdict == "fits" for r in plan.rows) and plan.cheapest == "ddp"
+    plan = make_plan(w, Hardware(8, 1, 80 * GIB), [Strategy("tp", 2, 2), Strategy("tp", 2)])
+    assert plan.cheapest == "tp=2"
+
+
+def test_advice_has_no_duplicates() -> None:
+    w = Workload(estimate_shape(70_000_000_000), attention="flash")
+    plan = make_plan(w, Hardware(8, 2, 80 * GIB), [Strategy("fsdp"), Strategy("zero3")])
+    assert plan.cheapest is None and len({a.split(":")[0] for a in plan.advice}) == len(plan.advice)
+    assert not any(a.startswith("--micro-batch 1 --recompute full:") for a in plan.advice)  # same as --recompute full
+
+
 def test_invalid_tensor_parallel_is_explained() -> None:
     w = Workload(load_shape(CONFIGS / "qwen2.5-0.5b.config.json"))  # 14 heads
     plan = make_plan(w, Hardware(8, 1, 80 * GIB), [Strategy("tp", 8), Strategy("tp", 2, 4), Strategy("tp", 16)])
@@ -517,7 +532,8 @@ def test_cli_strategy_list_and_tp_pp() -> None:
     code, out, _ = _run("--params", "70B", "--gpus", "8", "--nodes", "2", "--gpu-mem", "80GiB",
                         "--strategy", "zero3,tp=8,pp=2", "--strategy", "fsdp", "--json")  # fmt: skip
     data = json.loads(out)
-    assert [s["strategy"] for s in data["strategies"]] == ["zero3", "tp=8,pp=2", "fsdp"]
+    assert [s["strategy"] for s in data["strategies"]] == ["zero3", "tp=8,pp=2", "fsdp"]  # as given
+
     assert data["strategies"][1]["data_parallel"] == 1
     assert code in (0, 1)
 

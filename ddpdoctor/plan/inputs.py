@@ -10,11 +10,14 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ddpdoctor.plan.judge import Hardware
 from ddpdoctor.plan.memory import gpu_generation
 from ddpdoctor.plan.shape import ModelShape, shape_from_config
+
+if TYPE_CHECKING:
+    from ddpdoctor.sources import Sources
 
 # Hugging Face config.json files are a few KiB; the largest (label maps, quantization tables) stay
 # well under a MiB. Anything bigger is not a config.
@@ -86,7 +89,7 @@ def load_shape(path: Path) -> ModelShape:
 
 
 def read_hardware(
-    sources: Any,
+    sources: Optional[Sources],
     gpus: Optional[int],
     nodes: int,
     gpu_mem: Optional[int],

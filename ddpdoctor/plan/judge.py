@@ -122,6 +122,7 @@ def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
 
 
 def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
+    """One strategy's bytes per GPU and its verdict against the GPU's memory (unknown without one)."""
     dp = hw.total_gpus // s.model_parallel if s.kind == "tp" else hw.total_gpus
     reason = _invalid(s, w, hw)
     if reason:
@@ -146,9 +147,16 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def cost_rank(s: Strategy) -> tuple[int, int, int]:
+    """Sort key, cheapest first: COST_ORDER, then fewer pipeline stages, then less tensor parallel."""
+    return (COST_ORDER.index(s.kind), s.pp, s.tp)
+
+
 def _cheapest(rows: Sequence[Row]) -> Optional[Row]:
+    """The cheapest row that fits comfortably, else the cheapest that fits tightly, whatever the order given."""
+    ranked = sorted(rows, key=lambda r: cost_rank(r.strategy))
     for verdict in ("fits", "tight"):
-        for row in rows:
+        for row in ranked:
             if row.verdict == verdict:
                 return row
     return None
@@ -199,7 +207,11 @@ def find_alternatives(
             if lean != w:
                 tries.append((f"--micro-batch 1 --recompute full {gpus}", lean, more))
     out: list[Alternative] = []
+    seen: set[tuple[Workload, Hardware]] = set()
     for flags, w2, hw2 in tries:
+        if (w2, hw2) in seen:  # e.g. "--micro-batch 1 --recompute full" when the micro-batch is already 1
+            continue
+        seen.add((w2, hw2))
         best = _cheapest([judge_row(w2, s, hw2) for s in strategies])
         if best is not None and best.memory is not None:
             tight = best.verdict == "tight"
