@@ -657,6 +657,66 @@ def test_measured_model_states_match_a_real_training_step(optimizer: str) -> Non
     assert _bytes(steps) <= 8 * len(params)  # the step counters are the only thing not counted
 
 
+def _gpt_block_saved_bytes(torch: object, s: int, b: int, h: int, a: int, flash: bool) -> int:
+    """Bytes autograd saves for backward in one GPT layer as the Megatron paper draws it (LayerNorm,
+    QKV, attention with dropout, projection, dropout, LayerNorm, 4h GeLU MLP, dropout), in bf16.
+    Counted by storage, parameters excluded: what a real forward keeps alive for backward."""
+    import math
+
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    d = h // a
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.qkv, self.proj = nn.LayerNorm(h), nn.Linear(h, 3 * h), nn.Linear(h, h)
+            self.ln2, self.fc1, self.fc2 = nn.LayerNorm(h), nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            q, k, v = self.qkv(self.ln1(x)).view(s, b, 3, a, d).permute(2, 1, 3, 0, 4)
+            if flash:
+                o = F.scaled_dot_product_attention(q, k, v)
+            else:
+                scores = torch.softmax((q @ k.transpose(-1, -2)) * (1 / math.sqrt(d)), -1)  # type: ignore[attr-defined]
+                o = F.dropout(scores, 0.1, True) @ v
+            x = x + F.dropout(self.proj(o.permute(2, 0, 1, 3).reshape(s, b, h)), 0.1, True)
+            return x + F.dropout(self.fc2(F.gelu(self.fc1(self.ln2(x)))), 0.1, True)
+
+    block = Block().to(torch.bfloat16)  # type: ignore[attr-defined]
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):  # type: ignore[no-untyped-def]
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    x = torch.randn(s, b, h, dtype=torch.bfloat16, requires_grad=True)  # type: ignore[attr-defined]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # type: ignore[attr-defined]
+        out = block(x)
+    del out
+    return sum(saved.values())
+
+
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+def test_measured_activations_of_a_real_gpt_layer(attention: str) -> None:
+    """The paper's per-layer figure, measured: what autograd keeps for one layer on CPU equals the plan's
+    activation bytes, plus two CPU differences that are counted exactly: CPU dropout keeps its masks in
+    the input dtype (2 B instead of CUDA's 1 B: +2·s·b·h, and +a·s²·b for the attention dropout) and
+    LayerNorm keeps its mean and rstd (2 x s·b values per norm)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    s, b, h, a = 64, 2, 64, 4
+    shape = replace(estimate_shape(1000), hidden=h, heads=a, layers=1)
+    plan = activation_bytes(Workload(shape, seq_len=s, micro_batch=b, attention=attention), Strategy("tp", 1, 2))
+    cpu_masks = 2 * s * b * h + (a * s * s * b if attention == "eager" else 0)
+    norm_stats = 2 * 2 * s * b * 2
+    assert _gpt_block_saved_bytes(torch, s, b, h, a, attention == "flash") == plan + cpu_masks + norm_stats
+
+
 @pytest.mark.gpu
 def test_measured_on_gpu_with_max_memory_allocated() -> None:
     torch = pytest.importorskip("torch")
