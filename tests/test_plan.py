@@ -507,6 +507,15 @@ def test_cli_usage_errors_exit_2(args: list[str]) -> None:
     assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
 
 
+def test_cli_invalid_row_validates(tmp_path: Path) -> None:
+    code, out, _ = _run("--config", str(CONFIGS / "qwen2.5-0.5b.config.json"), "--gpus", "8", "--gpu-mem", "24GiB", "--json")
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    tp = data["strategies"][-1]
+    assert tp["strategy"] == "tp=8" and tp["verdict"] == "invalid" and tp["bytes"] is None
+    assert "14 attention heads" in tp["notes"][0] and code == 0 and data["cheapest"] == "ddp"
+
+
 def test_cli_bad_config_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text("[" * 50_000)
