@@ -9,14 +9,14 @@ from typing import List, Optional
 import typer
 
 from ddpdoctor.cli.app import app, json_option, replay_option, timeout_option, usage_error
+from ddpdoctor.plan.memory import ATTENTION, DTYPE_BYTES, OPTIMIZER_BYTES, RECOMPUTE
 
 PLAN_EXIT_HELP = (
     "Exit codes: 0 a strategy fits; 1 none fits; 2 usage error (bad size, unreadable or uncountable "
     "config); 3 no GPU memory known (no GPU found and no --gpu-mem): bytes printed, nothing judged."
 )
-DTYPES = ("bf16", "fp16", "fp32")
-OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "sgd-momentum", "adafactor")
-RECOMPUTE = ("none", "selective", "full")
+DTYPES = tuple(DTYPE_BYTES)
+OPTIMIZERS = tuple(OPTIMIZER_BYTES)
 MAX_TOKENS = 10**9  # micro-batch x sequence length beyond this is a typo (and overflows nothing useful)
 
 
@@ -45,6 +45,9 @@ def plan(
     micro_batch: int = typer.Option(1, "--micro-batch", min=1, max=1_000_000, help="Sequences per GPU per step."),
     seq_len: int = typer.Option(2048, "--seq-len", min=1, max=100_000_000, help="Tokens per sequence."),
     recompute: str = typer.Option("none", "--recompute", help="Activation recomputation: none, selective, full."),
+    attention: str = typer.Option(
+        "eager", "--attention", help="eager (scores stored) or flash (FlashAttention / PyTorch SDPA)."
+    ),
     gpus: Optional[int] = typer.Option(
         None, "--gpus", min=1, max=4096, help="GPUs per node (default: this node's, from NVML)."
     ),
@@ -82,6 +85,7 @@ def plan(
             micro_batch=micro_batch,
             seq_len=seq_len,
             recompute=_choice(recompute, RECOMPUTE, "--recompute"),
+            attention=_choice(attention, ATTENTION, "--attention"),
         )
         if micro_batch * seq_len > MAX_TOKENS:
             raise ValueError(f"--micro-batch x --seq-len = {micro_batch * seq_len} tokens per GPU: too many")

@@ -10,11 +10,14 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ddpdoctor.plan.judge import Hardware
 from ddpdoctor.plan.memory import gpu_generation
 from ddpdoctor.plan.shape import ModelShape, shape_from_config
+
+if TYPE_CHECKING:
+    from ddpdoctor.sources import Sources
 
 # Hugging Face config.json files are a few KiB; the largest (label maps, quantization tables) stay
 # well under a MiB. Anything bigger is not a config.
@@ -86,7 +89,7 @@ def load_shape(path: Path) -> ModelShape:
 
 
 def read_hardware(
-    sources: Any,
+    sources: Optional[Sources],
     gpus: Optional[int],
     nodes: int,
     gpu_mem: Optional[int],
@@ -111,7 +114,12 @@ def read_hardware(
         smallest = min(found, key=lambda g: g.memory_total_mib or 0)
         count = gpus or len(found)
         names = sorted({g.name for g in found if g.name})
-        note = f"GPUs differ ({', '.join(names)}): planned for the smallest" if len(names) > 1 else None
+        notes = []
+        if len(names) > 1:
+            notes.append(f"GPUs differ ({', '.join(names)}): planned for the smallest")
+        if gpus and gpus != len(found):
+            notes.append(f"planned for --gpus {gpus} per node; {source_label} has {len(found)}")
+        note = "; ".join(notes) or None
         return Hardware(
             count,
             nodes,

@@ -97,6 +97,7 @@ class Plan:
     cheapest: Optional[str] = None
     summary: str = ""
     advice: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -121,6 +122,7 @@ def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
 
 
 def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
+    """One strategy's bytes per GPU and its verdict against the GPU's memory (unknown without one)."""
     dp = hw.total_gpus // s.model_parallel if s.kind == "tp" else hw.total_gpus
     reason = _invalid(s, w, hw)
     if reason:
@@ -145,9 +147,16 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def cost_rank(s: Strategy) -> tuple[int, int, int]:
+    """Sort key, cheapest first: COST_ORDER, then fewer pipeline stages, then less tensor parallel."""
+    return (COST_ORDER.index(s.kind), s.pp, s.tp)
+
+
 def _cheapest(rows: Sequence[Row]) -> Optional[Row]:
+    """The cheapest row that fits comfortably, else the cheapest that fits tightly, whatever the order given."""
+    ranked = sorted(rows, key=lambda r: cost_rank(r.strategy))
     for verdict in ("fits", "tight"):
-        for row in rows:
+        for row in ranked:
             if row.verdict == verdict:
                 return row
     return None
@@ -174,6 +183,8 @@ def find_alternatives(
 ) -> list[Alternative]:
     """Changes that make some strategy fit, each re-planned; the least disruptive first."""
     tries: list[tuple[str, Workload, Hardware]] = []
+    if w.recompute == "none" and w.attention == "eager":
+        tries.append(("--attention flash", replace(w, attention="flash"), hw))
     if w.recompute == "none":
         tries.append(("--recompute selective", replace(w, recompute="selective"), hw))
     if w.recompute != "full":
@@ -196,7 +207,11 @@ def find_alternatives(
             if lean != w:
                 tries.append((f"--micro-batch 1 --recompute full {gpus}", lean, more))
     out: list[Alternative] = []
+    seen: set[tuple[Workload, Hardware]] = set()
     for flags, w2, hw2 in tries:
+        if (w2, hw2) in seen:  # e.g. "--micro-batch 1 --recompute full" when the micro-batch is already 1
+            continue
+        seen.add((w2, hw2))
         best = _cheapest([judge_row(w2, s, hw2) for s in strategies])
         if best is not None and best.memory is not None:
             tight = best.verdict == "tight"
@@ -206,11 +221,29 @@ def find_alternatives(
     return out
 
 
+def _workload_notes(w: Workload) -> list[str]:
+    notes = []
+    if w.shape.estimated:
+        notes.append(
+            f"shape estimated from the parameter count (h={w.shape.hidden}, {w.shape.layers} layers, "
+            f"{w.shape.heads} heads, vocabulary {w.shape.vocab}): activations are approximate; give --config"
+        )
+    if w.recompute == "none" and w.attention == "eager":
+        scores = 5 * w.shape.heads * w.seq_len
+        share = scores / (34 * w.shape.hidden + scores)
+        if share > 0.5:
+            notes.append(
+                f"attention scores are {share:.0%} of each layer's activations (eager attention); "
+                "FlashAttention or PyTorch SDPA (transformers' default) does not keep them: --attention flash"
+            )
+    return notes
+
+
 def make_plan(w: Workload, hw: Hardware, strategies: Optional[Sequence[Strategy]] = None) -> Plan:
     """Judge every strategy; name the cheapest that fits, or what to change."""
     chosen = list(strategies) if strategies else default_strategies(hw.gpus_per_node)
     rows = [judge_row(w, s, hw) for s in chosen]
-    plan = Plan(w, hw, rows)
+    plan = Plan(w, hw, rows, notes=_workload_notes(w))
     if hw.memory is None:
         plan.summary = (
             f"No GPU memory to judge against: {hw.note or 'no GPU found'}. Per-GPU bytes are below; "

@@ -19,12 +19,15 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state per parameter, master copy excluded (that is its own item).
 OPTIMIZER_BYTES = {
     "adamw": 8.0,  # exp_avg + exp_avg_sq, fp32 (torch.optim.AdamW; DeepSpeed docs: 4 + 4)
-    "adamw8bit": 2.0,  # bitsandbytes 8-bit AdamW: two 1-byte states (+ block statistics, < 0.3%)
+    "adamw8bit": 2.0,  # bitsandbytes 8-bit AdamW: two 1-byte states (+ an fp32 absmax per 2048 values: 0.2%)
     "sgd": 0.0,  # torch.optim.SGD without momentum keeps no state
     "sgd-momentum": 4.0,  # one fp32 momentum buffer
     "adafactor": 0.0,  # factored second moment: row + column statistics (see optimizer_bytes)
 }
 RECOMPUTE = ("none", "selective", "full")
+# eager: the attention scores and probabilities are stored (the paper's 5·a·s²·b); flash: FlashAttention
+# (and PyTorch SDPA's flash/memory-efficient kernels) store only a logsumexp per row and recompute them.
+ATTENTION = ("eager", "flash")
 ZERO_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed reduce_bucket_size / allgather_bucket_size defaults (5e8)
 ZERO3_PREFETCH_ELEMENTS = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default (5e7)
 
@@ -135,6 +138,7 @@ class Workload:
     micro_batch: int = 1
     seq_len: int = 2048
     recompute: str = "none"
+    attention: str = "eager"
 
     @property
     def mixed(self) -> bool:
@@ -242,14 +246,17 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
     # t·p ways. bf16 keeps fp32 main grads (18 B/param), fp16 16-bit grads + an fp32 copy (20 B/param).
     mp = s.model_parallel
     grads = 4 * p if w.dtype == "bf16" else wb * p + fp32_grad * p
-    notes.append("tensor/pipeline split assumed even; the first pipeline stage also holds the embeddings")
+    notes.append("Megatron-LM layout, sequence parallel on, no distributed optimizer")
+    if s.pp > 1:
+        notes.append("layers split evenly over the stages; the first also holds the embeddings")
     return _ceil(wb * p, mp), _ceil(grads, mp), _ceil(opt * p, mp), _ceil(master * p, mp), notes
 
 
 def activation_bytes(w: Workload, s: Strategy) -> int:
     """Korthikanti et al. 2022 (Table 2, §4.3), per GPU, with sequence parallelism on under TP.
 
-    Per layer and micro-batch: s·b·h·(34 + 5·a·s/h) without recomputation, 34·s·b·h with selective,
+    Per layer and micro-batch: s·b·h·(34 + 5·a·s/h) without recomputation (eager attention; FlashAttention
+    keeps 34·s·b·h plus its fp32 logsumexp, 4·a·s·b), 34·s·b·h with selective,
     2·s·b·h (the layer input) with full recomputation; all divided by t. The 1F1B pipeline schedule keeps
     p micro-batches of L/p layers on the first stage: L layers' worth on any p. Without pipelining, the
     output layer and loss add 4·s·b·h·(1 + v/h)/t. The formulas count 16-bit activations; fp32 doubles.
@@ -260,6 +267,8 @@ def activation_bytes(w: Workload, s: Strategy) -> int:
         per_layer = 2 * seq * b * h
     elif w.recompute == "selective":
         per_layer = 34 * seq * b * h
+    elif w.attention == "flash":
+        per_layer = 34 * seq * b * h + 4 * a * seq * b  # fp32 logsumexp per head and row (Dao et al.)
     else:
         per_layer = 34 * seq * b * h + 5 * a * seq * seq * b
     total = per_layer * sh.layers

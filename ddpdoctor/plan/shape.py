@@ -82,7 +82,9 @@ def shape_from_config(cfg: Mapping[str, Any]) -> ModelShape:
     if kv is None:
         kv = 1 if cfg.get("multi_query") is True else heads
     head_dim = _int_key(cfg, ("head_dim",), "head dimension") or h // heads
-    if head_dim < 1 or heads % kv:
+    if head_dim < 1:
+        raise ValueError(f"config: hidden size {h} is smaller than the {heads} attention heads")
+    if heads % kv:
         raise ValueError(f"config: {heads} attention heads cannot be grouped over {kv} key/value heads")
     gated = family in GATED_FAMILIES or (
         family not in ("gpt2",) and str(cfg.get("hidden_act", "")).lower() in ("silu", "swiglu")
@@ -114,6 +116,9 @@ def shape_from_config(cfg: Mapping[str, Any]) -> ModelShape:
         matrices = 3 if gated else 2
         expert_mlp = matrices * h * moe_inner + (matrices * moe_inner + h if _flag(cfg, "mlp_bias", False) else 0)
         mlp = expert_mlp * experts + (h * experts if experts > 1 else 0)  # + the router
+        shared = _int_key(cfg, ("shared_expert_intermediate_size",), "shared expert size")
+        if shared and experts > 1:
+            mlp += matrices * h * shared + h  # Qwen-MoE's always-on shared expert and its gate
         norms = 2 * h
         final_norm = h
         positions = 0

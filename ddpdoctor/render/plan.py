@@ -25,6 +25,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "summary": plan.summary,
         "cheapest": plan.cheapest,
         "advice": list(plan.advice),
+        "notes": list(plan.notes),
         "exit_code": plan.exit_code,
         "model": {**w.shape.to_dict()},
         "workload": {
@@ -33,6 +34,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "micro_batch": w.micro_batch,
             "seq_len": w.seq_len,
             "recompute": w.recompute,
+            "attention": w.attention,
         },
         "hardware": {
             "gpus_per_node": hw.gpus_per_node,
@@ -64,13 +66,14 @@ def render_plan(plan: Plan) -> None:
     w, hw = plan.workload, plan.hardware
     sh = w.shape
     model = f"{sh.params / 1e9:.2f}B parameters" + (
-        f" (shape estimated: h={sh.hidden}, {sh.layers} layers; give --config for exact)" if sh.estimated else
+        " (shape estimated)" if sh.estimated else
         f" ({sh.family}: h={sh.hidden}, {sh.layers} layers, {sh.heads} heads)"
     )
     con.print(
         f"Model: {model}; {w.dtype}, {w.optimizer}, micro-batch {w.micro_batch} x {w.seq_len} tokens, "
-        f"recompute {w.recompute}",
+        f"recompute {w.recompute}, {w.attention} attention",
         soft_wrap=True,
+        markup=False,
     )
     mem = f"{hw.memory / GIB:.1f} GiB" if hw.memory is not None else "unknown"
     con.print(
@@ -78,6 +81,7 @@ def render_plan(plan: Plan) -> None:
         + (f", {hw.name}" if hw.name else "") + f" [from {hw.source}; overhead as {hw.generation}]"
         + (f"; {hw.note}" if hw.note and hw.memory is not None else ""),
         soft_wrap=True,
+        markup=False,  # GPU names and snapshot paths are data, never rich markup
     )
     from rich import box
 
@@ -91,7 +95,7 @@ def render_plan(plan: Plan) -> None:
         table.add_column(name, justify="right", no_wrap=True, min_width=5)
     table.add_column("total", justify="right", style="bold", no_wrap=True, min_width=5)
     table.add_column("verdict", no_wrap=True)
-    notes: list[str] = []
+    notes: list[str] = list(plan.notes)
     for row in plan.rows:
         cells = [row.strategy.label]
         if row.memory is None:
@@ -109,14 +113,14 @@ def render_plan(plan: Plan) -> None:
         notes += [f"{row.strategy.label}: {note}" for note in row.notes]
     con.print(table)
     con.print(
-        "param/grads/optim = parameters, gradients, optimizer states; mastr = fp32 copy of the "
-        "weights (mixed precision); activ = activations; temp = communication buckets; ovhd = driver reserve + CUDA context + NCCL buffers; verdict: fits +X = X GiB headroom, short Y = "
-        "over by Y GiB; inputs (token ids, labels) are in the "
-        "JSON. See docs/plan.md.",
+        "param/grads/optim = parameters, gradients, optimizer states; mastr = fp32 copy of the weights "
+        "(mixed precision); activ = activations; temp = communication buckets; ovhd = driver reserve + "
+        "CUDA context + NCCL buffers; verdict: fits +X = X GiB headroom, short Y = over by Y GiB; inputs "
+        "(token ids, labels) and the overhead's items are in the JSON. See docs/plan.md.",
         style="dim",
         soft_wrap=True,
     )
     for note in notes:
-        con.print(f"note: {note}", style="dim", soft_wrap=True)
+        con.print(f"note: {note}", style="dim", soft_wrap=True, markup=False)
     for item in plan.advice:
-        con.print(f"try: {item}", soft_wrap=True)
+        con.print(f"try: {item}", soft_wrap=True, markup=False)

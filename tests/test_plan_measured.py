@@ -1,0 +1,184 @@
+"""`ddpdoctor plan` measured: a real torch model, a real training step, and the bytes torch holds for
+parameters, gradients, optimizer state and saved activations, against the plan's arithmetic."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ddpdoctor.plan import Strategy, Workload, estimate_shape, shape_from_config
+from ddpdoctor.plan.memory import activation_bytes, model_states
+
+# --- measured: a real torch model and a real AdamW step -----------------------------------------------
+
+TINY = {
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def _tiny_llama(torch: object, cfg: dict[str, int]) -> object:
+    """The modules transformers' LlamaForCausalLM builds, written out with torch.nn (no transformers)."""
+    import torch.nn as nn
+
+    h, i, v, n_heads, kv = (cfg[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                             "num_attention_heads", "num_key_value_heads"))  # fmt: skip
+    d = h // n_heads
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k = nn.Linear(h, n_heads * d, bias=False), nn.Linear(h, kv * d, bias=False)
+            self.v, self.o = nn.Linear(h, kv * d, bias=False), nn.Linear(n_heads * d, h, bias=False)
+            self.gate, self.up = nn.Linear(h, i, bias=False), nn.Linear(h, i, bias=False)
+            self.down = nn.Linear(i, h, bias=False)
+            self.norm1, self.norm2 = nn.Parameter(torch.ones(h)), nn.Parameter(torch.ones(h))  # type: ignore[attr-defined]
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            a = x * self.norm1
+            att = self.o(self.q(a) + self.k(a).repeat(1, 1, n_heads // kv) + self.v(a).repeat(1, 1, n_heads // kv))
+            x = x + att
+            m = x * self.norm2
+            return x + self.down(nn.functional.silu(self.gate(m)) * self.up(m))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(v, h)
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg["num_hidden_layers"]))
+            self.norm = nn.Parameter(torch.ones(h))  # type: ignore[attr-defined]
+            self.head = nn.Linear(h, v, bias=False)
+
+        def forward(self, ids):  # type: ignore[no-untyped-def]
+            x = self.embed(ids)
+            for b in self.blocks:
+                x = b(x)
+            return self.head(x * self.norm)
+
+    return Model()
+
+
+def _train_step(torch: object, model: object, optimizer_name: str, device: str) -> object:
+    import torch.nn.functional as F
+
+    model = model.to(device)  # type: ignore[attr-defined]
+    params = list(model.parameters())  # type: ignore[attr-defined]
+    opt = {
+        "adamw": lambda: torch.optim.AdamW(params, lr=1e-3),  # type: ignore[attr-defined]
+        "sgd-momentum": lambda: torch.optim.SGD(params, lr=1e-3, momentum=0.9),  # type: ignore[attr-defined]
+        "sgd": lambda: torch.optim.SGD(params, lr=1e-3),  # type: ignore[attr-defined]
+    }[optimizer_name]()
+    ids = torch.randint(0, TINY["vocab_size"], (2, 16), device=device)  # type: ignore[attr-defined]
+    loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())  # type: ignore[operator]
+    loss.backward()
+    opt.step()
+    return opt
+
+
+def _bytes(tensors: object) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd-momentum", "sgd"])
+def test_measured_model_states_match_a_real_training_step(optimizer: str) -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = _tiny_llama(torch, TINY)
+    opt = _train_step(torch, model, optimizer, "cpu")
+    params = list(model.parameters())  # type: ignore[attr-defined]
+    shape = shape_from_config(TINY)
+    assert shape.params == sum(p.numel() for p in params)  # counting == what torch builds
+    state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]  # type: ignore[attr-defined]
+    per_param_state = [t for t in state if t.numel() > 1 or t.dim() > 0]
+    steps = [t for t in state if t.dim() == 0]  # AdamW's per-tensor step counters: scalars
+    got_p, got_g, got_o, got_m, _ = model_states(Workload(shape, dtype="fp32", optimizer=optimizer), Strategy("ddp"), 1)
+    assert _bytes(params) == got_p
+    assert _bytes(p.grad for p in params) == got_g
+    assert _bytes(per_param_state) == got_o  # exact: exp_avg + exp_avg_sq, or momentum_buffer, or nothing
+    assert got_m == 0  # fp32 training: the parameters are the master copy
+    assert _bytes(steps) <= 8 * len(params)  # the step counters are the only thing not counted
+
+
+def _gpt_block_saved_bytes(torch: object, s: int, b: int, h: int, a: int, flash: bool) -> int:
+    """Bytes autograd saves for backward in one GPT layer as the Megatron paper draws it (LayerNorm,
+    QKV, attention with dropout, projection, dropout, LayerNorm, 4h GeLU MLP, dropout), in bf16.
+    Counted by storage, parameters excluded: what a real forward keeps alive for backward."""
+    import math
+
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    d = h // a
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.qkv, self.proj = nn.LayerNorm(h), nn.Linear(h, 3 * h), nn.Linear(h, h)
+            self.ln2, self.fc1, self.fc2 = nn.LayerNorm(h), nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            q, k, v = self.qkv(self.ln1(x)).view(s, b, 3, a, d).permute(2, 1, 3, 0, 4)
+            if flash:
+                o = F.scaled_dot_product_attention(q, k, v)
+            else:
+                scores = torch.softmax((q @ k.transpose(-1, -2)) * (1 / math.sqrt(d)), -1)  # type: ignore[attr-defined]
+                o = F.dropout(scores, 0.1, True) @ v
+            x = x + F.dropout(self.proj(o.permute(2, 0, 1, 3).reshape(s, b, h)), 0.1, True)
+            return x + F.dropout(self.fc2(F.gelu(self.fc1(self.ln2(x)))), 0.1, True)
+
+    block = Block().to(torch.bfloat16)  # type: ignore[attr-defined]
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):  # type: ignore[no-untyped-def]
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    x = torch.randn(s, b, h, dtype=torch.bfloat16, requires_grad=True)  # type: ignore[attr-defined]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # type: ignore[attr-defined]
+        out = block(x)
+    del out
+    return sum(saved.values())
+
+
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+def test_measured_activations_of_a_real_gpt_layer(attention: str) -> None:
+    """The paper's per-layer figure, measured: what autograd keeps for one layer on CPU equals the plan's
+    activation bytes, plus two CPU differences that are counted exactly: CPU dropout keeps its masks in
+    the input dtype (2 B instead of CUDA's 1 B: +2·s·b·h, and +a·s²·b for the attention dropout) and
+    LayerNorm keeps its mean and rstd (2 x s·b values per norm)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    s, b, h, a = 64, 2, 64, 4
+    shape = replace(estimate_shape(1000), hidden=h, heads=a, layers=1)
+    plan = activation_bytes(Workload(shape, seq_len=s, micro_batch=b, attention=attention), Strategy("tp", 1, 2))
+    cpu_masks = 2 * s * b * h + (a * s * s * b if attention == "eager" else 0)
+    norm_stats = 2 * 2 * s * b * 2
+    assert _gpt_block_saved_bytes(torch, s, b, h, a, attention == "flash") == plan + cpu_masks + norm_stats
+
+
+@pytest.mark.gpu
+def test_measured_on_gpu_with_max_memory_allocated() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    cfg = {**TINY, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "vocab_size": 32000,
+           "num_attention_heads": 8, "num_key_value_heads": 8}  # fmt: skip
+    # cuBLAS allocates its workspace through the caching allocator on first use: do that before the baseline.
+    (torch.ones(64, 64, device="cuda") @ torch.ones(64, 64, device="cuda")).sum().item()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    model = _tiny_llama(torch, cfg)
+    _train_step(torch, model, "adamw", "cuda")
+    torch.cuda.synchronize()
+    shape = shape_from_config(cfg)
+    p, g, o, m, _ = model_states(Workload(shape, dtype="fp32"), Strategy("ddp"), 1)
+    held = torch.cuda.memory_allocated() - base
+    peak = torch.cuda.max_memory_allocated() - base
+    # After the step torch holds the model states (plus step counters and allocator rounding to 512 B).
+    assert abs(held - (p + g + o + m)) / (p + g + o + m) < 0.02
+    assert peak >= p + g + o + m
