@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
 from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
-from ddpdoctor.hang.verdict import HangFacts
 
 MAX_ENVIRON_BYTES = 1024 * 1024
 MAX_FR_FILES = 4096
