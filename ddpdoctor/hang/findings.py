@@ -196,8 +196,8 @@ def stacks_finding(facts: HangFacts) -> Finding:
                 Severity.ERROR,
                 "py-spy may not attach to the ranks (ptrace denied"
                 + (": " + ", ".join(reasons) if reasons else "")
-                + "): run as root or the job's user with `sysctl kernel.yama.ptrace_scope=0`, or start the "
-                "container with `--cap-add SYS_PTRACE`",
+                + "): run ddpdoctor as root, or as the job's user with `sysctl kernel.yama.ptrace_scope=0`; in "
+                "a container, start it with `--cap-add SYS_PTRACE`",
                 evidence=evidence,
             )
         return STACKS.finding(Severity.ERROR, f"no stack could be read: {failed[0].error}", evidence=evidence)
