@@ -118,3 +118,19 @@ def test_ptrace_denied_is_a_clear_error(hung):
     assert {s["error_kind"] for s in report["stacks"]} == {"permission"}
     assert all(r["rank"] is None for r in report["job"]["ranks"])  # environ unreadable: rank unknown
     assert report["exit_code"] == 3 and report["verdict"]["kind"] == "none"
+
+
+def test_dumps_found_from_the_jobs_torch_fr_dump_temp_file(tmp_path):
+    job = HungJob("skip", tmp_path, announce_prefix=True)
+    try:
+        job.wait_for_dumps()
+        report, _ = run_hang("--pid", str(job.proc.pid), "--no-ras")
+        without, _ = run_hang("--pid", str(job.proc.pid), "--no-ras", "--no-fr")
+    finally:
+        job.kill()
+    assert job.alive() == []
+    assert report["verdict"]["source"] == "flight_recorder" and report["verdict"]["kind"] == "only_some"
+    assert report["flight_recorder"]["ranks"] == list(range(NPROC))
+    assert without["flight_recorder"] is None
+    if _stacks_readable(without):
+        assert without["verdict"]["source"] == "stacks"

@@ -281,6 +281,7 @@ def gather_facts(
     use_ras: bool,
     use_stacks: bool,
     timeout_s: float,
+    use_fr: bool = True,
 ) -> HangFacts:
     """Everything `ddpdoctor hang` reads, in parallel where it can, each part bounded by timeout_s."""
     from concurrent.futures import ThreadPoolExecutor
@@ -293,6 +294,12 @@ def gather_facts(
     if use_stacks or use_ras or pid is not None or not fr_spec:
         facts.job, facts.job_error = select_job(find_jobs(list_processes(), own_pid=os.getpid()), pid)
     addr = ras_addr or (facts.job.ras_addr() if facts.job else None) or os.environ.get("NCCL_RAS_ADDR") or RAS_DEFAULT_ADDR
+    if not fr_spec and use_fr and facts.job is not None:
+        # The job said where torch dumps on a watchdog timeout (TORCH_FR_DUMP_TEMP_FILE): read what is there.
+        prefix = facts.job.fr_prefix()
+        if prefix and fr_candidates(prefix):
+            fr_spec = prefix
+            facts.fr_spec = prefix
     pyspy = find_pyspy()
     facts.pyspy_missing = use_stacks and facts.job is not None and pyspy is None
     facts.ptrace_scope = ptrace_scope()
