@@ -4,7 +4,7 @@ source (stacks, NCCL RAS, Flight Recorder). Pure: facts in, HangReport out; noth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 from ddpdoctor.hang.align import Alignment, Divergence, align_dumps, describe_entry
@@ -129,7 +129,34 @@ def _culprit_records(ctx: _Context, ranks: Sequence[int]) -> list[dict[str, Any]
     return out
 
 
+def _refine_desync(ctx: _Context, div: Divergence) -> tuple[Divergence, str, str]:
+    """(divergence, kind, note): read the source around both calls of a desync; a call inside a
+    rank-dependent `if` with the other call after it is a collective only some ranks issue, and its
+    ranks are the culprits (with two ranks, whichever side that is)."""
+    entry_c, entry_o = div.culprit_entry, div.other_entry
+    frame_c = entry_c.user_frame() if entry_c is not None else None
+    frame_o = entry_o.user_frame() if entry_o is not None else None
+    if div.kind != "desync" or not frame_c or not frame_o or frame_c.filename != frame_o.filename:
+        return div, div.kind, ""
+    lines = ctx.facts.sources.get(frame_c.filename)
+    if not lines:
+        return div, div.kind, ""
+    split, branch = classify_split(lines, frame_c.line, frame_o.line)
+    if branch is None or split == "unknown":
+        return div, div.kind, ""
+    if split == "branches":
+        return div, "desync", f" (ranks take different branches of `{branch.condition}` at line {branch.if_line})"
+    if split == "only_some_other":
+        div = replace(
+            div, culprits=div.others, others=div.culprits, culprit_entry=entry_o, other_entry=entry_c,
+            culprit_last=div.others_last, others_last=div.culprit_last,
+        )
+        frame_c = frame_o
+    return div, "only_some", f" inside `{branch.condition}` ({frame_c.filename}:{branch.if_line})"
+
+
 def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
+    div, kind, branch_note = _refine_desync(ctx, div)
     group = group_name(div.pg, div.pg_name)
     culprits, others = list(div.culprits), list(div.others)
     lead = culprits[0]
@@ -137,19 +164,6 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
     others_wait = f"{plural_ranks(others)} wait in " + (
         ctx.where_entry(div.other_entry) if div.other_entry is not None else f"#{div.others_last}"
     ) + f" of {group}"
-    kind = div.kind
-    frame_c = div.culprit_entry.user_frame() if div.culprit_entry is not None else None
-    frame_o = div.other_entry.user_frame() if div.other_entry is not None else None
-    branch_note = ""
-    if kind == "desync" and frame_c and frame_o and frame_c.filename == frame_o.filename:
-        lines = ctx.facts.sources.get(frame_c.filename)
-        if lines:
-            split, branch = classify_split(lines, frame_c.line, frame_o.line)
-            if split == "only_some" and branch is not None:
-                kind = "only_some"
-                branch_note = f" inside `{branch.condition}` ({frame_c.filename}:{branch.if_line})"
-            elif split == "branches" and branch is not None:
-                branch_note = f" (ranks take different branches of `{branch.condition}` at line {branch.if_line})"
     if kind == "behind":
         where = stack_where or (
             f"its last collective was {ctx.where_entry(div.culprit_entry)}" if div.culprit_entry else
