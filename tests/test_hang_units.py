@@ -205,3 +205,18 @@ def test_rank_unknown_is_named_by_pid():
         "file": verdict["culprits"][0]["file"], "line": 43,
     }
     jsonschema.validate(judge_hang(HangFacts(host="h", stacks=stacks)).to_dict(), SCHEMA)
+
+
+def test_pid_of_an_unknown_launcher_takes_its_python_children():
+    procs = [
+        _proc(50, 1, "python train_spawn.py"),  # mp.spawn parent: RANK is set in code, not in environ
+        _proc(51, 50, "python -c from multiprocessing.spawn import spawn_main"),
+        _proc(52, 50, "python -c from multiprocessing.spawn import spawn_main"),
+        _proc(53, 1, "bash"),
+    ]
+    job, why = select_job(find_jobs(procs), 50, procs)
+    assert why == "" and job.agent_pid == 50 and [w.pid for w in job.workers] == [51, 52]
+    assert all(w.rank is None for w in job.workers)
+    lone, _ = select_job([], 51, procs)
+    assert [w.pid for w in lone.workers] == [51] and lone.agent_pid is None
+    assert "not a torchrun agent" in select_job([], 53, procs)[1]
