@@ -15,10 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 from _hang_harness import NPROC, HungJob, marker_line
 
 REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
 
 
 def run_hang(*args: str) -> tuple[dict, float]:
@@ -29,7 +31,10 @@ def run_hang(*args: str) -> tuple[dict, float]:
     )
     elapsed = time.monotonic() - start
     assert out.returncode in (0, 1, 3), out.stderr.decode()
-    return json.loads(out.stdout), elapsed
+    report = json.loads(out.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["exit_code"] == out.returncode
+    return report, elapsed
 
 
 @pytest.fixture(scope="module", params=["sleep", "mismatch", "skip"])
