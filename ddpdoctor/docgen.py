@@ -87,7 +87,7 @@ DECLARING_MODULES = (
     "ddpdoctor.bench.preflight",
     "ddpdoctor.bench.limits",
     "ddpdoctor.render.formats",  # the bench-nccl verdicts and per-op bandwidth findings
-    "ddpdoctor.hang.verdict",  # `ddpdoctor hang`
+    "ddpdoctor.hang.findings",  # `ddpdoctor hang`
 )
 # Finding groups that are not check areas (or whose id prefix differs from the area name).
 EXTRA_TITLES = {

@@ -29,15 +29,23 @@ def _torchrun() -> list[str]:
 
 
 class HungJob:
-    def __init__(self, scenario: str, tmp: Path, nproc: int = NPROC, **env_extra: str) -> None:
+    def __init__(
+        self, scenario: str, tmp: Path, nproc: int = NPROC, announce_prefix: bool = False, **env_extra: str
+    ) -> None:
         self.prefix = str(tmp / "fr_rank_")
         self.nproc = nproc
         env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_FR_AFTER="2", TORCH_FR_BUFFER_SIZE="200",
-                   PYTHONUNBUFFERED="1", **env_extra)
+                   PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME="lo", **env_extra)
+        if announce_prefix:
+            # Where torch would dump on an NCCL watchdog timeout: `hang` finds the dumps from it alone.
+            env["TORCH_FR_DUMP_TEMP_FILE"] = self.prefix
         self.log = open(tmp / "job.log", "wb")
         self.ranks: list[int] = []
         self.proc = subprocess.Popen(
-            [*_torchrun(), "--standalone", "--nproc-per-node", str(nproc),
+            # Like --standalone, but the rendezvous listens on 127.0.0.1 only.
+            [*_torchrun(), "--nnodes", "1", "--local-addr", "127.0.0.1", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", "127.0.0.1:0",
+             "--rdzv-id", f"hang-{os.getpid()}-{scenario}", "--max-restarts", "0", "--nproc-per-node", str(nproc),
              str(JOB), scenario],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp,
         )

@@ -199,3 +199,39 @@ def test_loaders_never_crash_on_dump_shapes(entries, status, config, fmt):
     alignment = align_dumps([dump, other])
     judge_hang(HangFacts(host="h", dumps=[dump, other]))
     assert alignment.ranks
+
+
+def test_two_rank_skip_names_the_rank_inside_the_if():
+    # With two ranks the dumps alone are a tie; the source text says which side is conditional.
+    dumps = [d for d in _dumps("skip", "pickle") if d.rank in (0, 1)]
+    recorded = JOB.read_text().splitlines()
+    sources = {e.user_frame().filename: recorded for d in dumps for e in d.entries if e.user_frame()}
+    verdict = judge_hang(HangFacts(host="h", dumps=dumps, sources=sources)).verdict
+    assert verdict["kind"] == "only_some" and verdict["culprit_ranks"] == [0], verdict["summary"]
+    assert f"_hang_job.py:{_line('skip')}" in verdict["summary"] and "inside `if rank == 0:`" in verdict["summary"]
+    # Without the source it stays an honest tie.
+    tie = judge_hang(HangFacts(host="h", dumps=dumps)).verdict
+    assert tie["kind"] == "desync" and tie["tie"]
+
+
+def test_classification_of_elif_else_chains():
+    lines = [
+        "def step(rank):",
+        "    if rank == 0:",
+        "        dist.all_reduce(a)",
+        "    elif rank == 1:",
+        "        dist.broadcast(a, 0)",
+        "    else:",
+        "        # comment",
+        "        dist.barrier()",
+        "    dist.all_gather(b)",
+        "    if epoch > 3:",
+        "        dist.all_reduce(c)",
+        "    dist.barrier()",
+    ]
+    assert classify_split(lines, 3, 5)[0] == "branches"
+    assert classify_split(lines, 8, 3)[0] == "branches"
+    assert classify_split(lines, 5, 9)[0] == "only_some"
+    assert classify_split(lines, 9, 8)[0] == "only_some_other"
+    assert classify_split(lines, 11, 12)[0] == "unknown"  # not a rank test
+    assert enclosing_if(lines, 8).condition == "if rank == 0:"

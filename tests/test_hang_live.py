@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 from _hang_harness import NPROC, HungJob, marker_line
 
 REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
 
 
 def run_hang(*args: str) -> tuple[dict, float]:
@@ -28,7 +31,10 @@ def run_hang(*args: str) -> tuple[dict, float]:
     )
     elapsed = time.monotonic() - start
     assert out.returncode in (0, 1, 3), out.stderr.decode()
-    return json.loads(out.stdout), elapsed
+    report = json.loads(out.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["exit_code"] == out.returncode
+    return report, elapsed
 
 
 @pytest.fixture(scope="module", params=["sleep", "mismatch", "skip"])
@@ -99,3 +105,37 @@ def test_hang_reports_ras_absent_for_gloo(hung):
     report, _ = run_hang("--pid", str(job.proc.pid), "--no-stacks", "--ras-addr", "127.0.0.1:1")
     ras = next(f for f in report["findings"] if f["id"] == "hang.ras")
     assert ras["severity"] == "skip" and "refused" in ras["summary"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_ptrace_denied_is_a_clear_error(hung):
+    # ddpdoctor run as nobody against root's job: py-spy really is denied, environ really is unreadable.
+    _, job = hung
+    out = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "ddpdoctor",
+         "hang", "--pid", str(job.proc.pid), "--no-ras", "--json"],
+        capture_output=True, timeout=120, cwd="/", env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    report = json.loads(out.stdout)
+    stacks = next(f for f in report["findings"] if f["id"] == "hang.stacks")
+    assert stacks["severity"] == "error" and "ptrace denied" in stacks["summary"]
+    assert "--cap-add SYS_PTRACE" in stacks["summary"] and "ptrace_scope=0" in stacks["summary"]
+    assert {s["error_kind"] for s in report["stacks"]} == {"permission"}
+    assert all(r["rank"] is None for r in report["job"]["ranks"])  # environ unreadable: rank unknown
+    assert report["exit_code"] == 3 and report["verdict"]["kind"] == "none"
+
+
+def test_dumps_found_from_the_jobs_torch_fr_dump_temp_file(tmp_path):
+    job = HungJob("skip", tmp_path, announce_prefix=True)
+    try:
+        job.wait_for_dumps()
+        report, _ = run_hang("--pid", str(job.proc.pid), "--no-ras")
+        without, _ = run_hang("--pid", str(job.proc.pid), "--no-ras", "--no-fr")
+    finally:
+        job.kill()
+    assert job.alive() == []
+    assert report["verdict"]["source"] == "flight_recorder" and report["verdict"]["kind"] == "only_some"
+    assert report["flight_recorder"]["ranks"] == list(range(NPROC))
+    assert without["flight_recorder"] is None
+    if _stacks_readable(without):
+        assert without["verdict"]["source"] == "stacks"

@@ -186,3 +186,21 @@ def test_split_reply_never_crashes(data):
         split_reply(data)
     except RasReplyError:
         pass
+
+
+def test_cli_verdict_from_ras_alone():
+    import json
+
+    import jsonschema
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+
+    server = RasServer((FIX / "synthetic-json-behind.txt").read_bytes())
+    res = CliRunner().invoke(app, ["hang", "--ras-addr", server.addr, "--no-stacks", "--no-fr", "--json"])
+    data = json.loads(res.output)
+    schema = json.loads((Path(__file__).parent.parent / "docs" / "schemas" / "hang.schema.json").read_text())
+    jsonschema.validate(data, schema)
+    assert data["verdict"]["kind"] == "behind" and data["verdict"]["source"] == "ras"
+    assert data["verdict"]["culprit_ranks"] == [2] and "pid 5002" in data["verdict"]["summary"]
+    assert data["ras"]["ranks_behind"][0]["count"] == 41 and res.exit_code == 1

@@ -176,3 +176,47 @@ def test_explain_logs_and_dumps_together(tmp_path):
     data = json.loads(res.output)
     assert [i["name"] for i in data["inputs"]] == [str(log)]
     assert data["flight_recorder"]["verdict"]["culprit_ranks"] == [0]
+
+
+def test_two_ranks_in_different_collectives_is_a_tie_from_stacks():
+    stacks = _stacks("mismatch")[:2]  # rank 0 in all_reduce, rank 1 in broadcast: no majority
+    verdict = judge_hang(HangFacts(host="h", stacks=stacks)).verdict
+    assert verdict["kind"] == "stack_outlier" and verdict["tie"] and verdict["culprit_ranks"] == [0, 1]
+    assert "waits in all_reduce" in verdict["summary"] and "waits in broadcast" in verdict["summary"]
+
+
+def test_every_local_rank_waiting_points_at_other_nodes():
+    from ddpdoctor.hang.procs import Job, Worker
+
+    stacks = _stacks("sleep")[:2]  # ranks 0 and 1 both wait in all_reduce
+    job = Job(7, ("torchrun",), [Worker(1000 + r, r, r, (), {}) for r in range(2)], world_size=8)
+    report = judge_hang(HangFacts(host="node-a", job=job, stacks=stacks))
+    assert report.verdict["kind"] == "all_waiting" and "the job has 8 ranks" in report.verdict["summary"]
+    assert report.exit_code() == 0 and report.findings[0].severity.label == "warn"
+
+
+def test_rank_unknown_is_named_by_pid():
+    stacks = _stacks("sleep")
+    stacks[2].rank = None  # its /proc/PID/environ was unreadable
+    verdict = judge_hang(HangFacts(host="h", stacks=stacks)).verdict
+    assert "pid 1002 on h (rank unknown)" in verdict["summary"]
+    assert verdict["culprit_ranks"] == [] and verdict["culprits"][0] == {
+        "rank": None, "pid": 1002, "host": "h", "where": verdict["culprits"][0]["where"],
+        "file": verdict["culprits"][0]["file"], "line": 43,
+    }
+    jsonschema.validate(judge_hang(HangFacts(host="h", stacks=stacks)).to_dict(), SCHEMA)
+
+
+def test_pid_of_an_unknown_launcher_takes_its_python_children():
+    procs = [
+        _proc(50, 1, "python train_spawn.py"),  # mp.spawn parent: RANK is set in code, not in environ
+        _proc(51, 50, "python -c from multiprocessing.spawn import spawn_main"),
+        _proc(52, 50, "python -c from multiprocessing.spawn import spawn_main"),
+        _proc(53, 1, "bash"),
+    ]
+    job, why = select_job(find_jobs(procs), 50, procs)
+    assert why == "" and job.agent_pid == 50 and [w.pid for w in job.workers] == [51, 52]
+    assert all(w.rank is None for w in job.workers)
+    lone, _ = select_job([], 51, procs)
+    assert [w.pid for w in lone.workers] == [51] and lone.agent_pid is None
+    assert "not a torchrun agent" in select_job([], 53, procs)[1]

@@ -24,13 +24,19 @@ HANG_EXIT_CODES = (
 def hang(
     pid: Optional[int] = typer.Option(None, "--pid", min=1, help="The torchrun agent or any rank of the job."),
     fr: Optional[str] = typer.Option(
-        None, "--fr", help="Flight Recorder dumps: a file, a directory, or the prefix of TORCH_FR_DUMP_TEMP_FILE."
+        None,
+        "--fr",
+        help="Flight Recorder dumps: a file, a directory, or a prefix (default: the job's TORCH_FR_DUMP_TEMP_FILE, "
+        "when dumps are there).",
     ),
     ras_addr: Optional[str] = typer.Option(
         None, "--ras-addr", help="NCCL RAS host:port (default: the job's NCCL_RAS_ADDR, else 127.0.0.1:28028)."
     ),
     no_ras: bool = typer.Option(False, "--no-ras", help="Do not query NCCL RAS."),
     no_stacks: bool = typer.Option(False, "--no-stacks", help="Do not read the ranks' stacks with py-spy."),
+    no_fr: bool = typer.Option(
+        False, "--no-fr", help="Without --fr, do not read the dumps the job's TORCH_FR_DUMP_TEMP_FILE names."
+    ),
     timeout: float = seconds_option(5.0, "--timeout", "Bound, in seconds, on each source (RAS, each py-spy)."),
     json_out: bool = json_option("Print the diagnosis as JSON (schema docs/schemas/hang.schema.json)."),
     output_format: str = format_option("table (text), json or markdown (for a bug report)."),
@@ -43,7 +49,11 @@ def hang(
         fmt = pick_format(json_out, output_format, HANG_FORMATS)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
-    facts = gather_facts(pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, timeout_s=timeout)
+    if fr is not None and no_fr:
+        raise usage_error("--fr and --no-fr contradict each other")
+    facts = gather_facts(
+        pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, timeout_s=timeout, use_fr=not no_fr
+    )
     report = judge_hang(facts)
     data = redact_data(report.to_dict())
     if fmt == "json":

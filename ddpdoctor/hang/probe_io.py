@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
 from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
-from ddpdoctor.hang.verdict import HangFacts
 
 MAX_ENVIRON_BYTES = 1024 * 1024
 MAX_FR_FILES = 4096
@@ -281,6 +281,7 @@ def gather_facts(
     use_ras: bool,
     use_stacks: bool,
     timeout_s: float,
+    use_fr: bool = True,
 ) -> HangFacts:
     """Everything `ddpdoctor hang` reads, in parallel where it can, each part bounded by timeout_s."""
     from concurrent.futures import ThreadPoolExecutor
@@ -291,8 +292,15 @@ def gather_facts(
     start = time.monotonic()
     facts = HangFacts(host=socket.gethostname(), fr_spec=fr_spec or "")
     if use_stacks or use_ras or pid is not None or not fr_spec:
-        facts.job, facts.job_error = select_job(find_jobs(list_processes(), own_pid=os.getpid()), pid)
+        procs = list_processes()
+        facts.job, facts.job_error = select_job(find_jobs(procs, own_pid=os.getpid()), pid, procs)
     addr = ras_addr or (facts.job.ras_addr() if facts.job else None) or os.environ.get("NCCL_RAS_ADDR") or RAS_DEFAULT_ADDR
+    if not fr_spec and use_fr and facts.job is not None:
+        # The job said where torch dumps on a watchdog timeout (TORCH_FR_DUMP_TEMP_FILE): read what is there.
+        prefix = facts.job.fr_prefix()
+        if prefix and fr_candidates(prefix):
+            fr_spec = prefix
+            facts.fr_spec = prefix
     pyspy = find_pyspy()
     facts.pyspy_missing = use_stacks and facts.job is not None and pyspy is None
     facts.ptrace_scope = ptrace_scope()

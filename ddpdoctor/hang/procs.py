@@ -135,12 +135,27 @@ def _agent_of(proc: ProcInfo, by_pid: Mapping[int, ProcInfo]) -> Optional[int]:
     return None
 
 
-def select_job(jobs: list[Job], pid: Optional[int]) -> tuple[Optional[Job], str]:
-    """The job to diagnose: the one holding `pid` (agent or worker), or the only one; else why not."""
+def select_job(jobs: list[Job], pid: Optional[int], procs: Optional[list[ProcInfo]] = None) -> tuple[Optional[Job], str]:
+    """The job to diagnose: the one holding `pid` (agent or worker), or the only one; else why not.
+
+    A `pid` that is in no job (a launcher ddpdoctor does not know, e.g. `mp.spawn`, whose ranks set RANK
+    in code) is taken as the parent of its Python children, or as a lone rank."""
     if pid is not None:
         for job in jobs:
             if job.agent_pid == pid or any(w.pid == pid for w in job.workers):
                 return job, ""
+        by_pid = {p.pid: p for p in procs or []}
+        if pid in by_pid:
+            parent = by_pid[pid]
+            children = [p for p in procs or [] if p.ppid == pid and _is_python(p)]
+            members = children or ([parent] if _is_python(parent) else [])
+            if members:
+                workers = [
+                    Worker(p.pid, _int(p.env.get("RANK")), _int(p.env.get("LOCAL_RANK")), p.cmdline, dict(p.env),
+                           p.env_error)
+                    for p in members
+                ]
+                return Job(pid if children else None, parent.cmdline if children else (), workers), ""
         return None, f"process {pid} is not a torchrun agent nor a rank of a distributed job on this node"
     if not jobs:
         return None, "no distributed job found on this node (no torchrun agent, no process with RANK set)"

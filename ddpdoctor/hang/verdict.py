@@ -4,89 +4,34 @@ source (stacks, NCCL RAS, Flight Recorder). Pure: facts in, HangReport out; noth
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 from ddpdoctor.hang.align import Alignment, Divergence, align_dumps, describe_entry
-from ddpdoctor.hang.fr import Dump
-from ddpdoctor.hang.procs import Job
+from ddpdoctor.hang.findings import (
+    FLIGHT_RECORDER,
+    VERDICT,
+    HangFacts,
+    alignment_dict,
+    format_ranks,
+    fr_finding,
+    group_name,
+    job_dict,
+    job_finding,
+    plural_ranks,
+    ras_finding,
+    stacks_finding,
+)
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.ras import to_dict as ras_to_dict
 from ddpdoctor.hang.source import classify_split
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
 from ddpdoctor.hang.stacks import to_dict as stack_to_dict
-from ddpdoctor.model import Evidence, Finding, Severity, define, exit_code_for
+from ddpdoctor.model import Evidence, Finding, Severity, exit_code_for
+
+__all__ = ["HangFacts", "HangReport", "format_ranks", "judge_flight_recorder", "judge_hang"]
 
 HANG_SCHEMA_VERSION = "ddpdoctor.hang/1"
-
-VERDICT = define(
-    "hang.verdict",
-    "Why the job hangs",
-    "The root cause of a hanging job, from every source `ddpdoctor hang` could read (Python stacks of "
-    "the ranks, Flight Recorder dumps, NCCL RAS): which rank is behind or out of step, where in the "
-    "code, and what the other ranks wait in. Its kind (`data.kind`) is `behind` (a rank never reached "
-    "the collective the others wait in), `desync` (ranks issued different collectives at the same "
-    "sequence number), `only_some` (a collective only some ranks issued, e.g. inside `if rank == 0:`), "
-    "`stack_outlier` (one rank's stack differs from all others, no collective data), `missing` (RAS: a "
-    "rank is unresponsive), `all_waiting` (every local rank waits in the same collective: the cause is "
-    "on another node or in the network) or `none` (no sign of a hang).",
-    "Fix the code path of the named rank: make every rank issue the same collectives in the same order.",
-)
-STACKS = define(
-    "hang.stacks",
-    "Python stacks of the ranks",
-    "Each local rank's Python stack (`py-spy dump --pid`), grouped: identical stacks are one group; a "
-    "rank whose stack differs from the rest is named. Needs py-spy (`pip install ddpdoctor[hang]`) and "
-    "permission to ptrace the ranks.",
-    "Install py-spy (`pip install 'ddpdoctor[hang]'`) and allow ptrace: run as the job's user with "
-    "`kernel.yama.ptrace_scope` 0 (`sysctl kernel.yama.ptrace_scope=0`), as root, or in a container "
-    "started with `--cap-add SYS_PTRACE`.",
-)
-RAS = define(
-    "hang.ras",
-    "NCCL RAS",
-    "NCCL's RAS port (NCCL >= 2.24; 127.0.0.1:28028 or NCCL_RAS_ADDR) queried for the job's "
-    "communicators: ranks that are missing or unresponsive, ranks that launched fewer collectives than "
-    "their peers. Not listening means no NCCL communicator runs on this node (gloo jobs have none).",
-    "If the job uses NCCL, check `NCCL_RAS_ENABLE` is not 0 and query the address in NCCL_RAS_ADDR.",
-)
-FLIGHT_RECORDER = define(
-    "hang.flight_recorder",
-    "Flight Recorder dumps",
-    "torch's Flight Recorder dumps of the ranks (`--fr PATH|PREFIX`), read with a restricted unpickler "
-    "that builds only plain containers and scalars (a pickle asking for anything else is refused, never "
-    "run), then aligned by (process group, collective sequence id).",
-    "Enable the recorder before starting the job: `TORCH_FR_BUFFER_SIZE=2000 "
-    "TORCH_FR_DUMP_TEMP_FILE=/tmp/fr_ TORCH_NCCL_DUMP_ON_TIMEOUT=1`.",
-)
-JOB = define(
-    "hang.job",
-    "Job found on this node",
-    "The distributed job's processes on this node: the torchrun/elastic agent and its workers, their "
-    "RANK and LOCAL_RANK read from /proc/PID/environ.",
-    "Point at the job with `--pid PID` (the torchrun agent or any rank), or run on a node where it runs.",
-)
-
-
-@dataclass
-class HangFacts:
-    host: str
-    job: Optional[Job] = None
-    job_error: str = ""
-    stacks: list[RankStack] = field(default_factory=list)
-    pyspy_missing: bool = False
-    ptrace_scope: Optional[int] = None
-    cap_sys_ptrace: Optional[bool] = None
-    ras: Optional[RasStatus] = None
-    ras_error: str = ""
-    ras_error_kind: str = ""
-    ras_addr: str = ""
-    ras_command: str = ""
-    dumps: list[Dump] = field(default_factory=list)
-    dump_errors: list[str] = field(default_factory=list)
-    fr_spec: str = ""
-    sources: dict[str, Sequence[str]] = field(default_factory=dict)  # filename -> lines (read, not run)
-    duration_s: float = 0.0
 
 
 @dataclass
@@ -115,43 +60,18 @@ class HangReport:
         }
 
 
-def format_ranks(ranks: Sequence[int]) -> str:
-    """[0, 1, 2, 4] -> '0-2, 4'."""
-    values = sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = None
-    for value in values:
-        if start is None:
-            start = prev = value
-        elif value == prev + 1:
-            prev = value
-        else:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = value
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
-
-
-def _plural(ranks: Sequence[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + format_ranks(ranks)
-
-
-def _group_name(pg: str, name: str) -> str:
-    if pg in ("0", "") or name == "default_pg":
-        return "the default group"
-    return f"process group {pg}" + (f" ({name})" if name else "")
-
-
 class _Context:
     """Lookups the verdict needs: pid/host/stack by rank, source text by line."""
 
     def __init__(self, facts: HangFacts) -> None:
         self.facts = facts
-        self.stack_by_rank = {s.rank: s for s in facts.stacks if s.rank is not None}
+        # Ranks are keyed as group_stacks numbers them: a process of unknown rank is -pid.
+        self.stack_by_rank = {s.rank if s.rank is not None else -s.pid: s for s in facts.stacks}
         self.pid_by_rank = {w.rank: w.pid for w in (facts.job.workers if facts.job else []) if w.rank is not None}
 
     def who(self, rank: int) -> str:
+        if rank < 0:
+            return f"pid {-rank} on {self.facts.host} (rank unknown)"
         pid = self.pid_by_rank.get(rank)
         return f"rank {rank} (pid {pid} on {self.facts.host})" if pid else f"rank {rank}"
 
@@ -198,8 +118,8 @@ def _culprit_records(ctx: _Context, ranks: Sequence[int]) -> list[dict[str, Any]
         frame = stack.user_frame() if stack else None
         out.append(
             {
-                "rank": rank,
-                "pid": ctx.pid_by_rank.get(rank),
+                "rank": rank if rank >= 0 else None,
+                "pid": ctx.pid_by_rank.get(rank) if rank >= 0 else -rank,
                 "host": ctx.facts.host,
                 "where": ctx.where_stack(rank) or None,
                 "file": frame.filename if frame else None,
@@ -209,27 +129,41 @@ def _culprit_records(ctx: _Context, ranks: Sequence[int]) -> list[dict[str, Any]
     return out
 
 
+def _refine_desync(ctx: _Context, div: Divergence) -> tuple[Divergence, str, str]:
+    """(divergence, kind, note): read the source around both calls of a desync; a call inside a
+    rank-dependent `if` with the other call after it is a collective only some ranks issue, and its
+    ranks are the culprits (with two ranks, whichever side that is)."""
+    entry_c, entry_o = div.culprit_entry, div.other_entry
+    frame_c = entry_c.user_frame() if entry_c is not None else None
+    frame_o = entry_o.user_frame() if entry_o is not None else None
+    if div.kind != "desync" or not frame_c or not frame_o or frame_c.filename != frame_o.filename:
+        return div, div.kind, ""
+    lines = ctx.facts.sources.get(frame_c.filename)
+    if not lines:
+        return div, div.kind, ""
+    split, branch = classify_split(lines, frame_c.line, frame_o.line)
+    if branch is None or split == "unknown":
+        return div, div.kind, ""
+    if split == "branches":
+        return div, "desync", f" (ranks take different branches of `{branch.condition}` at line {branch.if_line})"
+    if split == "only_some_other":
+        div = replace(
+            div, culprits=div.others, others=div.culprits, culprit_entry=entry_o, other_entry=entry_c,
+            culprit_last=div.others_last, others_last=div.culprit_last,
+        )
+        frame_c = frame_o
+    return div, "only_some", f" inside `{branch.condition}` ({frame_c.filename}:{branch.if_line})"
+
+
 def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
-    group = _group_name(div.pg, div.pg_name)
+    div, kind, branch_note = _refine_desync(ctx, div)
+    group = group_name(div.pg, div.pg_name)
     culprits, others = list(div.culprits), list(div.others)
     lead = culprits[0]
     stack_where = ctx.where_stack(lead)
-    others_wait = f"{_plural(others)} wait in " + (
+    others_wait = f"{plural_ranks(others)} wait in " + (
         ctx.where_entry(div.other_entry) if div.other_entry is not None else f"#{div.others_last}"
     ) + f" of {group}"
-    kind = div.kind
-    frame_c = div.culprit_entry.user_frame() if div.culprit_entry is not None else None
-    frame_o = div.other_entry.user_frame() if div.other_entry is not None else None
-    branch_note = ""
-    if kind == "desync" and frame_c and frame_o and frame_c.filename == frame_o.filename:
-        lines = ctx.facts.sources.get(frame_c.filename)
-        if lines:
-            split, branch = classify_split(lines, frame_c.line, frame_o.line)
-            if split == "only_some" and branch is not None:
-                kind = "only_some"
-                branch_note = f" inside `{branch.condition}` ({frame_c.filename}:{branch.if_line})"
-            elif split == "branches" and branch is not None:
-                branch_note = f" (ranks take different branches of `{branch.condition}` at line {branch.if_line})"
     if kind == "behind":
         where = stack_where or (
             f"its last collective was {ctx.where_entry(div.culprit_entry)}" if div.culprit_entry else
@@ -238,12 +172,12 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
         if stack_where:
             where = f"its stack is in {stack_where}"
         summary = (
-            f"{ctx.who(lead) if len(culprits) == 1 else _plural(culprits)} "
+            f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} "
             f"{'is' if len(culprits) == 1 else 'are'} behind: {where}, while {others_wait} "
-            f"-> the cause is on {_plural(culprits)}, not the network"
+            f"-> the cause is on {plural_ranks(culprits)}, not the network"
         )
         fix = (
-            f"Look at what {_plural(culprits)} does at that line instead of reaching the collective (a slow "
+            f"Look at what {plural_ranks(culprits)} does at that line instead of reaching the collective (a slow "
             "or blocked step, I/O, a dataloader, a host-device sync like .item()); if it is waiting on "
             "something else, fix that."
         )
@@ -251,14 +185,14 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
         what = ctx.where_entry(div.culprit_entry) if div.culprit_entry is not None else f"#{div.seq}"
         if kind == "extra":
             summary = (
-                f"{ctx.who(lead) if len(culprits) == 1 else _plural(culprits)} issued a collective the other ranks "
-                f"did not: {what} of {group}, one more than {_plural(others)} (last #{div.others_last}) "
+                f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} issued a collective the other ranks "
+                f"did not: {what} of {group}, one more than {plural_ranks(others)} (last #{div.others_last}) "
                 f"-> the cause is a collective only some ranks call, not the network"
             )
         else:
             summary = (
-                f"{ctx.who(lead) if len(culprits) == 1 else _plural(culprits)} issued {what}{branch_note} "
-                f"that {_plural(others)} never issue: they went on to "
+                f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} issued {what}{branch_note} "
+                f"that {plural_ranks(others)} never issue: they went on to "
                 f"{ctx.where_entry(div.other_entry) if div.other_entry is not None else 'another collective'} "
                 f"-> the cause is a collective only some ranks call, not the network"
             )
@@ -273,15 +207,15 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
         o_what = ctx.where_entry(div.other_entry) if div.other_entry is not None else "?"
         if div.tie:
             summary = (
-                f"{_plural(others)} and {_plural(culprits)} are out of step (desync) at #{div.seq} of {group}: "
-                f"{_plural(others)} issued {o_what}, {_plural(culprits)} issued {c_what}{branch_note} "
+                f"{plural_ranks(others)} and {plural_ranks(culprits)} are out of step (desync) at #{div.seq} of {group}: "
+                f"{plural_ranks(others)} issued {o_what}, {plural_ranks(culprits)} issued {c_what}{branch_note} "
                 f"-> the cause is rank-dependent control flow, not the network"
             )
         else:
             summary = (
-                f"{ctx.who(lead) if len(culprits) == 1 else _plural(culprits)} is out of step (desync): it issued "
-                f"{c_what} where {_plural(others)} issued {o_what}{branch_note} "
-                f"-> the cause is the code path of {_plural(culprits)}, not the network"
+                f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} is out of step (desync): it issued "
+                f"{c_what} where {plural_ranks(others)} issued {o_what}{branch_note} "
+                f"-> the cause is the code path of {plural_ranks(culprits)}, not the network"
             )
         fix = (
             "Make every rank issue the same collective (same op, sizes and dtypes) at the same point: look "
@@ -318,15 +252,15 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         main = groups[0] if groups[0] not in odd else next(g for g in groups if g not in odd)
         lead = culprits[0]
         main_where = describe_stack(main.example)
-        who = ctx.who(lead) if len(culprits) == 1 else _plural(culprits)
+        who = ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)
         odd_wait = ctx.stack_by_rank[lead].waiting_in() if lead in ctx.stack_by_rank else None
         main_wait = main.example.waiting_in()
         if odd_wait and main_wait:
             # Both sides wait in a collective, at different places: the ranks are out of step.
             summary = (
                 f"{who} waits in {odd_wait} at {ctx.where_line(ctx.stack_by_rank[lead])}, while "
-                f"{_plural(main.ranks)} wait in {main_wait} at {ctx.where_line(main.example)}: the ranks are "
-                f"in different collectives (out of step) -> the cause is the code path of {_plural(culprits)}, "
+                f"{plural_ranks(main.ranks)} wait in {main_wait} at {ctx.where_line(main.example)}: the ranks are "
+                f"in different collectives (out of step) -> the cause is the code path of {plural_ranks(culprits)}, "
                 "not the network"
             )
             fix = (
@@ -337,21 +271,44 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         else:
             summary = (
                 f"{who} is not where the others are: its stack is in {ctx.where_stack(lead)}, while "
-                f"{_plural(main.ranks)} "
+                f"{plural_ranks(main.ranks)} "
                 + (f"wait in {main_wait} at {ctx.where_line(main.example)} " if main_wait else f"are in {main_where} ")
-                + f"-> the cause is on {_plural(culprits)}"
+                + f"-> the cause is on {plural_ranks(culprits)}"
                 + (", not the network" if main_wait else "")
             )
             fix = "Look at what the named rank does at that line instead of joining the collective."
         return {
             "kind": "stack_outlier",
             "summary": summary,
-            "culprit_ranks": culprits,
-            "other_ranks": list(main.ranks),
+            "culprit_ranks": [r for r in culprits if r >= 0],
+            "other_ranks": [r for r in main.ranks if r >= 0],
             "culprits": _culprit_records(ctx, culprits),
             "collective": None,
             "tie": False,
             "fix": fix,
+            "source": "stacks",
+        }
+    if len(groups) > 1 and len(waiting) == len(groups):
+        # No majority (e.g. two ranks), each side waiting in a different collective: out of step, and
+        # the stacks alone cannot say which side is wrong.
+        sides = "; ".join(
+            f"{plural_ranks(g.ranks)} {'waits' if len(g.ranks) == 1 else 'wait'} in {g.example.waiting_in()} at "
+            f"{ctx.where_line(g.example)}"
+            for g in groups
+        )
+        ranks = sorted(r for g in groups for r in g.ranks)
+        return {
+            "kind": "stack_outlier",
+            "summary": f"the ranks are in different collectives (out of step): {sides} -> the cause is "
+            "rank-dependent control flow, not the network",
+            "culprit_ranks": [r for r in ranks if r >= 0],
+            "other_ranks": [],
+            "culprits": _culprit_records(ctx, ranks),
+            "collective": None,
+            "tie": True,
+            "fix": "Make every rank issue the same collectives in the same order: look for an if on the rank "
+            "(or on data that differs between ranks) around those lines; `--fr` with Flight Recorder dumps "
+            "gives the sequence numbers.",
             "source": "stacks",
         }
     if len(groups) == 1 and waiting:
@@ -359,7 +316,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         world = ctx.facts.job.world_size if ctx.facts.job else None
         elsewhere = world is not None and world > len(ranks)
         summary = (
-            f"every local rank ({_plural(ranks)}) waits in {describe_stack(groups[0].example)}: "
+            f"every local rank ({plural_ranks(ranks)}) waits in {describe_stack(groups[0].example)}: "
             + (
                 f"no rank on {ctx.facts.host} is behind; the job has {world} ranks, so look at the others "
                 "(`srun ... ddpdoctor hang` on every node) or at the network"
@@ -416,10 +373,10 @@ def judge_hang(facts: HangFacts) -> HangReport:
     ctx = _Context(facts)
     findings: list[Finding] = []
     alignment: Optional[Alignment] = align_dumps(facts.dumps) if facts.dumps else None
-    findings.append(_job_finding(facts))
-    findings.append(_stacks_finding(facts))
-    findings.append(_ras_finding(facts))
-    findings.append(_fr_finding(facts, alignment))
+    findings.append(job_finding(facts))
+    findings.append(stacks_finding(facts))
+    findings.append(ras_finding(facts))
+    findings.append(fr_finding(facts, alignment))
     verdict: Optional[dict[str, Any]] = None
     if alignment is not None and alignment.worst() is not None:
         verdict = _verdict_from_fr(ctx, alignment.worst())
@@ -452,162 +409,16 @@ def judge_hang(facts: HangFacts) -> HangReport:
         ),
     )
     facts_out = {
-        "job": _job_dict(facts),
+        "job": job_dict(facts),
         "stacks": [stack_to_dict(s) for s in facts.stacks],
         "stack_groups": [
             {"ranks": list(g.ranks), "where": describe_stack(g.example), "waiting_in": g.example.waiting_in()}
             for g in group_stacks([s for s in facts.stacks if s.main is not None])
         ],
         "ras": ras_to_dict(facts.ras) if facts.ras is not None else None,
-        "flight_recorder": _alignment_dict(alignment, facts),
+        "flight_recorder": alignment_dict(alignment, facts),
     }
     return HangReport(facts.host, verdict, findings, facts_out, facts.duration_s)
-
-
-def _job_dict(facts: HangFacts) -> Optional[dict[str, Any]]:
-    if facts.job is None:
-        return None
-    return {
-        "agent_pid": facts.job.agent_pid,
-        "world_size": facts.job.world_size,
-        "ranks": [{"rank": w.rank, "local_rank": w.local_rank, "pid": w.pid} for w in facts.job.workers],
-    }
-
-
-def _alignment_dict(alignment: Optional[Alignment], facts: HangFacts) -> Optional[dict[str, Any]]:
-    if alignment is None and not facts.dump_errors:
-        return None
-    out: dict[str, Any] = {"ranks": [], "divergences": [], "last_enqueued": {}, "errors": facts.dump_errors}
-    if alignment is not None:
-        out["ranks"] = list(alignment.ranks)
-        out["last_enqueued"] = {pg: {str(r): s for r, s in v.items()} for pg, v in alignment.last_enqueued.items()}
-        out["divergences"] = [
-            {
-                "kind": d.kind, "process_group": d.pg, "seq": d.seq, "culprit_ranks": list(d.culprits),
-                "other_ranks": list(d.others), "tie": d.tie,
-                "culprit": describe_entry(d.culprit_entry) if d.culprit_entry else None,
-                "others": describe_entry(d.other_entry) if d.other_entry else None,
-            }
-            for d in alignment.divergences
-        ]
-    return out
-
-
-def _job_finding(facts: HangFacts) -> Finding:
-    if facts.job is None:
-        severity = Severity.SKIP if facts.dumps else Severity.ERROR
-        return JOB.finding(severity, facts.job_error or "no job found", evidence=[Evidence("psutil.process_iter", "")])
-    job = facts.job
-    ranks = ", ".join(
-        f"rank {w.rank if w.rank is not None else '?'} pid {w.pid}" for w in job.workers[:16]
-    )
-    unreadable = [w.pid for w in job.workers if w.env_error]
-    summary = f"{len(job.workers)} local rank(s) of a {job.world_size or '?'}-rank job" + (
-        f" under agent pid {job.agent_pid}" if job.agent_pid else ""
-    )
-    if unreadable:
-        summary += f"; /proc/PID/environ unreadable for pid {', '.join(map(str, unreadable[:8]))} (rank unknown)"
-    return JOB.finding(
-        Severity.INFO, summary,
-        evidence=[Evidence("psutil.process_iter + /proc/PID/environ", ranks)],
-        data=_job_dict(facts) or {},
-    )
-
-
-def _stacks_finding(facts: HangFacts) -> Finding:
-    got = [s for s in facts.stacks if s.main is not None]
-    failed = [s for s in facts.stacks if s.main is None]
-    if not facts.stacks:
-        return STACKS.finding(Severity.SKIP, "no rank to look at" if facts.job is None else "not collected")
-    if facts.pyspy_missing:
-        return STACKS.finding(
-            Severity.ERROR,
-            "py-spy is not installed, so no rank's Python stack could be read: `pip install 'ddpdoctor[hang]'` "
-            "(or `pip install py-spy`)",
-            evidence=[Evidence("shutil.which('py-spy')", "not found")],
-            fix="pip install 'ddpdoctor[hang]'",
-        )
-    evidence = []
-    for group in group_stacks(got):
-        evidence.append(Evidence(f"py-spy dump --json --pid {group.example.pid}", f"{_plural(group.ranks)}: {describe_stack(group.example)}"))
-    for stack in failed[:4]:
-        evidence.append(Evidence(f"py-spy dump --json --pid {stack.pid}", stack.error))
-    if failed and not got:
-        kinds = {s.error_kind for s in failed}
-        if "permission" in kinds:
-            reasons = []
-            if facts.ptrace_scope is not None and facts.ptrace_scope > 0:
-                reasons.append(f"kernel.yama.ptrace_scope is {facts.ptrace_scope}")
-            if facts.cap_sys_ptrace is False:
-                reasons.append("this process lacks CAP_SYS_PTRACE")
-            return STACKS.finding(
-                Severity.ERROR,
-                "py-spy may not attach to the ranks (ptrace denied"
-                + (": " + ", ".join(reasons) if reasons else "")
-                + "): run as root or the job's user with `sysctl kernel.yama.ptrace_scope=0`, or start the "
-                "container with `--cap-add SYS_PTRACE`",
-                evidence=evidence,
-            )
-        return STACKS.finding(Severity.ERROR, f"no stack could be read: {failed[0].error}", evidence=evidence)
-    groups = group_stacks(got)
-    odd = odd_ones_out(groups)
-    summary = f"{len(got)} stack(s) in {len(groups)} group(s)"
-    if odd:
-        summary += "; odd one(s) out: " + "; ".join(
-            f"{_plural(g.ranks)} in {describe_stack(g.example)}" for g in odd
-        )
-    if failed:
-        summary += f"; {len(failed)} rank(s) unreadable ({failed[0].error})"
-    return STACKS.finding(Severity.WARN if odd else Severity.INFO, summary, evidence=evidence, fix="" if not odd else None)
-
-
-def _ras_finding(facts: HangFacts) -> Finding:
-    command = f"{facts.ras_addr}: {facts.ras_command}" if facts.ras_addr else "NCCL RAS"
-    if facts.ras is None:
-        if not facts.ras_error:
-            return RAS.finding(Severity.SKIP, "not queried (--no-ras)")
-        if facts.ras_error_kind == "refused":
-            return RAS.finding(
-                Severity.SKIP,
-                f"{facts.ras_error} (NCCL < 2.24, RAS disabled, or a job without NCCL communicators such as gloo)",
-                evidence=[Evidence(command, facts.ras_error)],
-            )
-        return RAS.finding(Severity.ERROR, facts.ras_error, evidence=[Evidence(command, facts.ras_error)])
-    ras = facts.ras
-    excerpt = (ras.errors_text + "\n" + ras.warnings_text).strip()[:600]
-    if ras.missing or ras.behind or ras.dead_processes:
-        parts = []
-        if ras.missing:
-            parts.append(f"missing/unresponsive rank(s) {format_ranks([r.rank for r in ras.missing if r.rank >= 0]) or '?'}")
-        if ras.behind:
-            parts.append(f"rank(s) {format_ranks([r.rank for r in ras.behind])} launched fewer collectives")
-        if ras.dead_processes:
-            parts.append(f"{len(ras.dead_processes)} process(es) considered dead")
-        return RAS.finding(Severity.WARN, f"NCCL {ras.nccl_version}: " + "; ".join(parts),
-                           evidence=[Evidence(command, excerpt)], fix="")
-    summary = f"NCCL {ras.nccl_version}: {len(ras.comms) or len(ras.group_rows)} communicator(s), every rank answered, counts agree"
-    if ras.timeouts:
-        summary += f"; {ras.timeouts} RAS timeout(s) while gathering"
-    return RAS.finding(Severity.INFO, summary, evidence=[Evidence(command, excerpt or "(no errors, no warnings)")])
-
-
-def _fr_finding(facts: HangFacts, alignment: Optional[Alignment]) -> Finding:
-    evidence = [Evidence(f"read {facts.fr_spec}", e) for e in facts.dump_errors[:4]]
-    if alignment is None:
-        if facts.dump_errors:
-            return FLIGHT_RECORDER.finding(Severity.ERROR, facts.dump_errors[0], evidence=evidence)
-        return FLIGHT_RECORDER.finding(Severity.SKIP, "no dump given (--fr)" if not facts.fr_spec else f"no dump found at {facts.fr_spec}")
-    summary = f"{len(alignment.ranks)} rank dump(s) ({format_ranks(alignment.ranks)})"
-    worst = alignment.worst()
-    if worst is not None:
-        summary += f"; first divergence: {worst.kind} at #{worst.seq} of {_group_name(worst.pg, worst.pg_name)}"
-    else:
-        summary += "; all ranks agree on every recorded collective"
-    for pg, last in alignment.last_enqueued.items():
-        evidence.append(Evidence(f"pg {pg} last enqueued", ", ".join(f"rank {r}: #{s}" for r, s in sorted(last.items()))))
-    if facts.dump_errors:
-        summary += f"; {len(facts.dump_errors)} file(s) refused or unreadable"
-    return FLIGHT_RECORDER.finding(Severity.INFO, summary, evidence=evidence)
 
 
 def judge_flight_recorder(facts: HangFacts) -> tuple[dict[str, Any], list[Finding]]:

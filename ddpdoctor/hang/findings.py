@@ -1,0 +1,262 @@
+"""The findings of `ddpdoctor hang`: their declarations, the facts they are judged from, and one finding
+per source (job, stacks, NCCL RAS, Flight Recorder). Pure; verdict.py builds the root-cause verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from ddpdoctor.hang.align import Alignment, describe_entry
+from ddpdoctor.hang.fr import Dump
+from ddpdoctor.hang.procs import Job
+from ddpdoctor.hang.ras import RasStatus
+from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
+from ddpdoctor.model import Evidence, Finding, Severity, define
+
+VERDICT = define(
+    "hang.verdict",
+    "Why the job hangs",
+    "The root cause of a hanging job, from every source `ddpdoctor hang` could read (Python stacks of "
+    "the ranks, Flight Recorder dumps, NCCL RAS): which rank is behind or out of step, where in the "
+    "code, and what the other ranks wait in. Its kind (`data.kind`) is `behind` (a rank never reached "
+    "the collective the others wait in), `desync` (ranks issued different collectives at the same "
+    "sequence number), `only_some` (a collective only some ranks issued, e.g. inside `if rank == 0:`), "
+    "`stack_outlier` (one rank's stack differs from all others, no collective data), `missing` (RAS: a "
+    "rank is unresponsive), `all_waiting` (every local rank waits in the same collective: the cause is "
+    "on another node or in the network) or `none` (no sign of a hang).",
+    "Fix the code path of the named rank: make every rank issue the same collectives in the same order.",
+)
+STACKS = define(
+    "hang.stacks",
+    "Python stacks of the ranks",
+    "Each local rank's Python stack (`py-spy dump --pid`), grouped: identical stacks are one group; a "
+    "rank whose stack differs from the rest is named. Needs py-spy (`pip install ddpdoctor[hang]`) and "
+    "permission to ptrace the ranks.",
+    "Install py-spy (`pip install 'ddpdoctor[hang]'`) and allow ptrace: run as the job's user with "
+    "`kernel.yama.ptrace_scope` 0 (`sysctl kernel.yama.ptrace_scope=0`), as root, or in a container "
+    "started with `--cap-add SYS_PTRACE`.",
+)
+RAS = define(
+    "hang.ras",
+    "NCCL RAS",
+    "NCCL's RAS port (NCCL >= 2.24; 127.0.0.1:28028 or NCCL_RAS_ADDR) queried for the job's "
+    "communicators: ranks that are missing or unresponsive, ranks that launched fewer collectives than "
+    "their peers. Not listening means no NCCL communicator runs on this node (gloo jobs have none).",
+    "If the job uses NCCL, check `NCCL_RAS_ENABLE` is not 0 and query the address in NCCL_RAS_ADDR.",
+)
+FLIGHT_RECORDER = define(
+    "hang.flight_recorder",
+    "Flight Recorder dumps",
+    "torch's Flight Recorder dumps of the ranks (`--fr PATH|PREFIX`), read with a restricted unpickler "
+    "that builds only plain containers and scalars (a pickle asking for anything else is refused, never "
+    "run), then aligned by (process group, collective sequence id).",
+    "Enable the recorder before starting the job: `TORCH_FR_BUFFER_SIZE=2000 "
+    "TORCH_FR_DUMP_TEMP_FILE=/tmp/fr_ TORCH_NCCL_DUMP_ON_TIMEOUT=1`.",
+)
+JOB = define(
+    "hang.job",
+    "Job found on this node",
+    "The distributed job's processes on this node: the torchrun/elastic agent and its workers, their "
+    "RANK and LOCAL_RANK read from /proc/PID/environ.",
+    "Point at the job with `--pid PID` (the torchrun agent or any rank), or run on a node where it runs.",
+)
+
+
+@dataclass
+class HangFacts:
+    host: str
+    job: Optional[Job] = None
+    job_error: str = ""
+    stacks: list[RankStack] = field(default_factory=list)
+    pyspy_missing: bool = False
+    ptrace_scope: Optional[int] = None
+    cap_sys_ptrace: Optional[bool] = None
+    ras: Optional[RasStatus] = None
+    ras_error: str = ""
+    ras_error_kind: str = ""
+    ras_addr: str = ""
+    ras_command: str = ""
+    dumps: list[Dump] = field(default_factory=list)
+    dump_errors: list[str] = field(default_factory=list)
+    fr_spec: str = ""
+    sources: dict[str, Sequence[str]] = field(default_factory=dict)  # filename -> lines (read, not run)
+    duration_s: float = 0.0
+
+
+def format_ranks(ranks: Sequence[int]) -> str:
+    """[0, 1, 2, 4] -> '0-2, 4'."""
+    values = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = None
+    for value in values:
+        if start is None:
+            start = prev = value
+        elif value == prev + 1:
+            prev = value
+        else:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = value
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)
+
+
+def plural_ranks(ranks: Sequence[int]) -> str:
+    """'rank 2', 'ranks 0-1, 3'; a process whose rank is unknown (its environ was unreadable) is carried
+    as -pid and shown as 'pid N (rank unknown)'."""
+    known = [r for r in ranks if r >= 0]
+    unknown = [f"pid {-r}" for r in ranks if r < 0]
+    parts = ([("rank " if len(known) == 1 else "ranks ") + format_ranks(known)] if known else []) + unknown
+    return " and ".join(parts) + (" (rank unknown)" if unknown else "")
+
+
+def group_name(pg: str, name: str) -> str:
+    if pg in ("0", "") or name == "default_pg":
+        return "the default group"
+    return f"process group {pg}" + (f" ({name})" if name else "")
+
+
+def job_dict(facts: HangFacts) -> Optional[dict[str, Any]]:
+    if facts.job is None:
+        return None
+    return {
+        "agent_pid": facts.job.agent_pid,
+        "world_size": facts.job.world_size,
+        "ranks": [{"rank": w.rank, "local_rank": w.local_rank, "pid": w.pid} for w in facts.job.workers],
+    }
+
+
+def alignment_dict(alignment: Optional[Alignment], facts: HangFacts) -> Optional[dict[str, Any]]:
+    if alignment is None and not facts.dump_errors:
+        return None
+    out: dict[str, Any] = {"ranks": [], "divergences": [], "last_enqueued": {}, "errors": facts.dump_errors}
+    if alignment is not None:
+        out["ranks"] = list(alignment.ranks)
+        out["last_enqueued"] = {pg: {str(r): s for r, s in v.items()} for pg, v in alignment.last_enqueued.items()}
+        out["divergences"] = [
+            {
+                "kind": d.kind, "process_group": d.pg, "seq": d.seq, "culprit_ranks": list(d.culprits),
+                "other_ranks": list(d.others), "tie": d.tie,
+                "culprit": describe_entry(d.culprit_entry) if d.culprit_entry else None,
+                "others": describe_entry(d.other_entry) if d.other_entry else None,
+            }
+            for d in alignment.divergences
+        ]
+    return out
+
+
+def job_finding(facts: HangFacts) -> Finding:
+    if facts.job is None:
+        severity = Severity.SKIP if facts.dumps else Severity.ERROR
+        return JOB.finding(severity, facts.job_error or "no job found", evidence=[Evidence("psutil.process_iter", "")])
+    job = facts.job
+    ranks = ", ".join(
+        f"rank {w.rank if w.rank is not None else '?'} pid {w.pid}" for w in job.workers[:16]
+    )
+    unreadable = [w.pid for w in job.workers if w.env_error]
+    summary = f"{len(job.workers)} local rank(s) of a {job.world_size or '?'}-rank job" + (
+        f" under agent pid {job.agent_pid}" if job.agent_pid else ""
+    )
+    if unreadable:
+        summary += f"; /proc/PID/environ unreadable for pid {', '.join(map(str, unreadable[:8]))} (rank unknown)"
+    return JOB.finding(
+        Severity.INFO, summary,
+        evidence=[Evidence("psutil.process_iter + /proc/PID/environ", ranks)],
+        data=job_dict(facts) or {},
+    )
+
+
+def stacks_finding(facts: HangFacts) -> Finding:
+    got = [s for s in facts.stacks if s.main is not None]
+    failed = [s for s in facts.stacks if s.main is None]
+    if not facts.stacks:
+        return STACKS.finding(Severity.SKIP, "no rank to look at" if facts.job is None else "not collected")
+    if facts.pyspy_missing:
+        return STACKS.finding(
+            Severity.ERROR,
+            "py-spy is not installed, so no rank's Python stack could be read: `pip install 'ddpdoctor[hang]'` "
+            "(or `pip install py-spy`)",
+            evidence=[Evidence("shutil.which('py-spy')", "not found")],
+            fix="pip install 'ddpdoctor[hang]'",
+        )
+    evidence = []
+    for group in group_stacks(got):
+        evidence.append(Evidence(f"py-spy dump --json --pid {group.example.pid}", f"{plural_ranks(group.ranks)}: {describe_stack(group.example)}"))
+    for stack in failed[:4]:
+        evidence.append(Evidence(f"py-spy dump --json --pid {stack.pid}", stack.error))
+    if failed and not got:
+        kinds = {s.error_kind for s in failed}
+        if "permission" in kinds:
+            reasons = []
+            if facts.ptrace_scope is not None and facts.ptrace_scope > 0:
+                reasons.append(f"kernel.yama.ptrace_scope is {facts.ptrace_scope}")
+            if facts.cap_sys_ptrace is False:
+                reasons.append("this process lacks CAP_SYS_PTRACE")
+            return STACKS.finding(
+                Severity.ERROR,
+                "py-spy may not attach to the ranks (ptrace denied"
+                + (": " + ", ".join(reasons) if reasons else "")
+                + "): run ddpdoctor as root, or as the job's user with `sysctl kernel.yama.ptrace_scope=0`; in "
+                "a container, start it with `--cap-add SYS_PTRACE`",
+                evidence=evidence,
+            )
+        return STACKS.finding(Severity.ERROR, f"no stack could be read: {failed[0].error}", evidence=evidence)
+    groups = group_stacks(got)
+    odd = odd_ones_out(groups)
+    summary = f"{len(got)} stack(s) in {len(groups)} group(s)"
+    if odd:
+        summary += "; odd one(s) out: " + "; ".join(
+            f"{plural_ranks(g.ranks)} in {describe_stack(g.example)}" for g in odd
+        )
+    if failed:
+        summary += f"; {len(failed)} rank(s) unreadable ({failed[0].error})"
+    return STACKS.finding(Severity.WARN if odd else Severity.INFO, summary, evidence=evidence, fix="" if not odd else None)
+
+
+def ras_finding(facts: HangFacts) -> Finding:
+    command = f"{facts.ras_addr}: {facts.ras_command}" if facts.ras_addr else "NCCL RAS"
+    if facts.ras is None:
+        if not facts.ras_error:
+            return RAS.finding(Severity.SKIP, "not queried (--no-ras)")
+        if facts.ras_error_kind == "refused":
+            return RAS.finding(
+                Severity.SKIP,
+                f"{facts.ras_error} (NCCL < 2.24, RAS disabled, or a job without NCCL communicators such as gloo)",
+                evidence=[Evidence(command, facts.ras_error)],
+            )
+        return RAS.finding(Severity.ERROR, facts.ras_error, evidence=[Evidence(command, facts.ras_error)])
+    ras = facts.ras
+    excerpt = (ras.errors_text + "\n" + ras.warnings_text).strip()[:600]
+    if ras.missing or ras.behind or ras.dead_processes:
+        parts = []
+        if ras.missing:
+            parts.append(f"missing/unresponsive rank(s) {format_ranks([r.rank for r in ras.missing if r.rank >= 0]) or '?'}")
+        if ras.behind:
+            parts.append(f"rank(s) {format_ranks([r.rank for r in ras.behind])} launched fewer collectives")
+        if ras.dead_processes:
+            parts.append(f"{len(ras.dead_processes)} process(es) considered dead")
+        return RAS.finding(Severity.WARN, f"NCCL {ras.nccl_version}: " + "; ".join(parts),
+                           evidence=[Evidence(command, excerpt)], fix="")
+    summary = f"NCCL {ras.nccl_version}: {len(ras.comms) or len(ras.group_rows)} communicator(s), every rank answered, counts agree"
+    if ras.timeouts:
+        summary += f"; {ras.timeouts} RAS timeout(s) while gathering"
+    return RAS.finding(Severity.INFO, summary, evidence=[Evidence(command, excerpt or "(no errors, no warnings)")])
+
+
+def fr_finding(facts: HangFacts, alignment: Optional[Alignment]) -> Finding:
+    evidence = [Evidence(f"read {facts.fr_spec}", e) for e in facts.dump_errors[:4]]
+    if alignment is None:
+        if facts.dump_errors:
+            return FLIGHT_RECORDER.finding(Severity.ERROR, facts.dump_errors[0], evidence=evidence)
+        return FLIGHT_RECORDER.finding(Severity.SKIP, "no dump given (--fr)" if not facts.fr_spec else f"no dump found at {facts.fr_spec}")
+    summary = f"{len(alignment.ranks)} rank dump(s) ({format_ranks(alignment.ranks)})"
+    worst = alignment.worst()
+    if worst is not None:
+        summary += f"; first divergence: {worst.kind} at #{worst.seq} of {group_name(worst.pg, worst.pg_name)}"
+    else:
+        summary += "; all ranks agree on every recorded collective"
+    for pg, last in alignment.last_enqueued.items():
+        evidence.append(Evidence(f"pg {pg} last enqueued", ", ".join(f"rank {r}: #{s}" for r, s in sorted(last.items()))))
+    if facts.dump_errors:
+        summary += f"; {len(facts.dump_errors)} file(s) refused or unreadable"
+    return FLIGHT_RECORDER.finding(Severity.INFO, summary, evidence=evidence)
