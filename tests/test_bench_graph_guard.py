@@ -526,3 +526,13 @@ def test_files_written_before_these_fields_still_validate() -> None:
     data = json.loads((H100 / "bench-nccl-nproc1.json").read_text())
     jsonschema.validate(data, SCHEMA)
     assert "timing" not in data["rows"][0] and "implausible" not in data["rows"][0]
+
+
+def test_ci_formats_say_why_no_peak_at_one_rank(clean_env: None) -> None:
+    args = ["--backend", "gloo", "--nproc", "1", "--ops", "all_gather,sendrecv", "--min-bytes", "1K"]
+    result = CliRunner().invoke(
+        app, ["bench-nccl", *args, "--max-bytes", "1K", "--iters", "1", "--format", "markdown"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"all_gather bus bandwidth | no busbw peak: {WORLD_SIZE_ONE_HEADING}" in result.output
+    assert "sendrecv bus bandwidth | not measured" in result.output
