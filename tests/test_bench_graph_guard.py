@@ -536,3 +536,19 @@ def test_ci_formats_say_why_no_peak_at_one_rank(clean_env: None) -> None:
     assert result.exit_code == 0, result.output
     assert f"all_gather bus bandwidth | no busbw peak: {WORLD_SIZE_ONE_HEADING}" in result.output
     assert "sendrecv bus bandwidth | not measured" in result.output
+
+
+def test_report_bench_section_marks_implausible_rows_and_notes() -> None:
+    from types import SimpleNamespace
+
+    from ddpdoctor.report import _bench_section
+
+    rows = flag_implausible(_h100_rows(), MemoryBandwidth(3352.3, "test"))
+    data = {"rows": rows, "notes": [WORLD_SIZE_ONE_HEADING]}
+    lines = _bench_section(SimpleNamespace(bench_error="", bench=data))  # type: ignore[arg-type]
+    flagged = [line for line in lines if "(implausible)" in line]
+    assert len(flagged) == sum(1 for r in rows if r["implausible"])
+    assert any(line.startswith("| all_reduce | 1073741824 |") for line in flagged)
+        "| all_reduce | 1073741824 |" in x for x in flagged
+    )
+    assert lines[-2:] == ["", f"Note: {WORLD_SIZE_ONE_HEADING}"]
