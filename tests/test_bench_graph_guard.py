@@ -550,3 +550,49 @@ def test_report_bench_section_marks_implausible_rows_and_notes() -> None:
     assert len(flagged) == sum(1 for r in rows if r["implausible"])
     assert any(line.startswith("| all_reduce | 1073741824 |") for line in flagged)
     assert lines[-2:] == ["", f"Note: {WORLD_SIZE_ONE_HEADING}"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker's fallback bookkeeping, on a real one-rank gloo group. CUDA graphs cannot run on CPU, so
+# the capture boundary is faked: "this is a GPU" for the timing choice, and a capture that fails.
+
+
+def test_worker_falls_back_per_op_and_remembers_the_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from ddpdoctor.bench import graphs, worker
+    from ddpdoctor.bench.plan import BenchPlan
+
+    calls: list[tuple[str, int]] = []
+
+    def failing_prepare(run: Any, iters: int, warmup: int, with_check: bool, device: Any, group: Any) -> Any:
+        calls.append(("prepare", iters))
+        run()  # the warm-up really runs the collective
+        return None, "RuntimeError: operation not permitted when stream is capturing"
+
+    real_select = worker.select_timing
+    monkeypatch.setattr(
+        worker, "select_timing", lambda req, _dev, _api, err=None: real_select(req, "cuda", True, err)
+    )
+    monkeypatch.setattr(graphs, "prepare", failing_prepare)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        plan = BenchPlan(
+            ops=("all_gather", "broadcast"), sizes=(8, 1024, 4096), iters=2, warmup=1, graph=True
+        )
+        rows = worker.run_benchmark(plan, torch.device("cpu"))
+    finally:
+        dist.destroy_process_group()
+    # all_gather at 8 B is size 0 (chunk alignment): its failure is not remembered, the 1 KiB one is.
+    assert [(r["op"], r["size"]) for r in rows][:3] == [
+        ("all_gather", 0),
+        ("all_gather", 1024),
+        ("all_gather", 4096),
+    ]
+    assert len(calls) == 3  # all_gather at 0 and 1 KiB, broadcast at 8 B; then both ops stay eager
+    assert all(r["timing"] == EAGER and "capture failed" in r["timing_note"] for r in rows)
+    assert all(r["wrong"] == 0 for r in rows)
+    assert eager_fallbacks(rows).keys() == {"all_gather", "broadcast"}
