@@ -184,6 +184,10 @@ def test_real_h100_world_size_one_in_place_rows_are_flagged_and_leave_peaks() ->
     assert before["broadcast"] == pytest.approx(69227.22, abs=0.01)
     assert after["broadcast"] is not None and after["broadcast"] <= ceiling.gbps
     assert all(r["algbw"] <= ceiling.gbps for r in plausible(rows) if r.get("algbw") is not None)
+    # No impossible number survives anywhere: flagged rows keep their (real) time, not their bandwidth.
+    assert all(r["algbw"] is None or r["algbw"] <= ceiling.gbps for r in rows)
+    big = next(r for r in rows if r["op"] == "all_reduce" and r["size"] == 1 << 30)
+    assert big["algbw"] is None and big["busbw"] is None and big["time_us"] == pytest.approx(30.41, abs=0.01)
     note = implausible_note(rows, ceiling)
     assert note is not None and f"{len(flagged)} row(s)" in note and "3352 GB/s" in note
 
@@ -243,7 +247,7 @@ def test_table_marks_in_place_fallback_and_implausible_and_still_parses() -> Non
     assert "#   in place: torch's all_reduce writes into its input" in text
     assert "#   in place: torch's all_gather" not in text
     assert "#   timing: eager, CUDA graph capture failed (X)" in text
-    assert text.count("# implausible: algbw above the GPU memory bandwidth") == sum(
+    assert text.count("# implausible: size / time is above the GPU memory bandwidth") == sum(
         1 for r in rows if r["implausible"]
     )
     parsed = parse_nccl_tests(text)
@@ -474,7 +478,7 @@ def test_implausible_rows_leave_gates(
     args += ["--iters", "2", "--warmup", "0", "--min-busbw", "0"]
     result = CliRunner().invoke(app, ["bench-nccl", *args, "--json", str(out)])
     assert result.exit_code == 1, result.output  # --min-busbw 0 cannot pass on no plausible row
-    assert "# implausible: algbw above the GPU memory bandwidth" in result.output
+    assert "# implausible: size / time is above the GPU memory bandwidth" in result.output
     data = json.loads(out.read_text())
     jsonschema.validate(data, SCHEMA)
     assert all(r["implausible"] is True for r in data["rows"])
