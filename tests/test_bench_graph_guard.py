@@ -188,6 +188,7 @@ def test_real_h100_world_size_one_in_place_rows_are_flagged_and_leave_peaks() ->
     assert all(r["algbw"] is None or r["algbw"] <= ceiling.gbps for r in rows)
     big = next(r for r in rows if r["op"] == "all_reduce" and r["size"] == 1 << 30)
     assert big["algbw"] is None and big["busbw"] is None and big["time_us"] == pytest.approx(30.41, abs=0.01)
+    assert flag_implausible(rows, ceiling) == rows  # flagging twice changes nothing
     note = implausible_note(rows, ceiling)
     assert note is not None and f"{len(flagged)} row(s)" in note and "3352 GB/s" in note
 

@@ -115,6 +115,8 @@ def bandwidth_ceiling(
 def is_implausible(row: Mapping[str, Any], ceiling_gbps: Optional[float]) -> Optional[bool]:
     """True when the row's algbw is above the memory bandwidth; None when there is no ceiling (CPU, an
     unknown GPU) or no bandwidth to judge."""
+    if row.get("implausible") is True:
+        return True  # flagged before (its algbw is gone): stays flagged
     algbw = row.get("algbw")
     if ceiling_gbps is None or not isinstance(algbw, (int, float)) or row.get("skipped"):
         return None
