@@ -601,3 +601,20 @@ def test_worker_falls_back_per_op_and_remembers_the_failure(
     assert all(r["timing"] == EAGER and "capture failed" in r["timing_note"] for r in rows)
     assert all(r["wrong"] == 0 for r in rows)
     assert eager_fallbacks(rows).keys() == {"all_gather", "broadcast"}
+
+
+def test_gate_refused_for_a_one_rank_torchrun_job(monkeypatch: pytest.MonkeyPatch, clean_env: None) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("joined the job although the gate was refused")
+
+    monkeypatch.setattr(launcher, "join_as_rank", refuse)
+    for name, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ):
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(app, ["bench-nccl", "--backend", "gloo", "--min-busbw", "10"])
+    assert result.exit_code == 2, result.output
+    assert "Bandwidth gate asked for at world size 1" in result.output
