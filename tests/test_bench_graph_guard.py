@@ -618,3 +618,58 @@ def test_gate_refused_for_a_one_rank_torchrun_job(monkeypatch: pytest.MonkeyPatc
     result = CliRunner().invoke(app, ["bench-nccl", "--backend", "gloo", "--min-busbw", "10"])
     assert result.exit_code == 2, result.output
     assert "Bandwidth gate asked for at world size 1" in result.output
+
+
+def test_script_measures_with_real_outputs_behind_fake_binaries(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The script's glue: nccl-tests binaries that print the real H100 output (graph or default by -G),
+    ddpdoctor's rows from the real bench-nccl JSON; ratios per size, medians over rounds."""
+    import argparse
+    import sys
+
+    script = _load_script()
+    build = tmp_path / "build"
+    build.mkdir()
+    for op in ("all_gather", "all_reduce"):
+        exe = build / BINARIES[op]
+        exe.write_text(
+            f"#!{sys.executable}\n"
+            "import sys\n"
+            f"graph = sys.argv[sys.argv.index('-G') + 1] != '0'\n"
+            f"name = {str(H100 / 'nccl-tests' / BINARIES[op])!r} + '-g1' + ('-G1' if graph else '') + '.txt'\n"
+            "sys.stdout.write(open(name).read())\n"
+        )
+        exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    order: list[str] = []
+
+    def fake_ddpdoctor(op: str, args: Any, graph: bool) -> list[dict[str, Any]]:
+        order.append("ours")
+        return [{**r, "timing": "graph" if graph else "eager"} for r in _h100_rows()]
+
+    real_nccl_tests = script.run_nccl_tests
+
+    def counting_nccl_tests(binary: str, args: Any, graph: bool) -> str:
+        order.append("theirs")
+        return real_nccl_tests(binary, args, graph)
+
+    monkeypatch.setattr(script, "run_ddpdoctor", fake_ddpdoctor)
+    monkeypatch.setattr(script, "run_nccl_tests", counting_nccl_tests)
+    found, _ = script.find_binaries(str(tmp_path), {"PATH": ""})
+    args = argparse.Namespace(
+        ops="all_gather,all_reduce,sendrecv",
+        rounds=2,
+        min_bytes="1K",
+        max_bytes="1G",
+        nproc=1,
+        iters=20,
+        warmup=5,
+    )
+    ratios = script.measure(args, found, "eager")
+    assert order[:4] == ["ours", "theirs", "theirs", "ours"]  # alternating first tool per round
+    ag = {r.size: r for r in ratios if r.op == "all_gather"}
+    assert 0.96 < ag[1 << 30].ratio < 1.04
+    assert ag[1024].ratio > 3.0
+    graph = {r.size: r for r in script.measure(args, found, "graph") if r.op == "all_gather"}
+    assert graph[1024].theirs_us == pytest.approx(3.45)  # the -G 1 file's out-of-place 1 KiB time
+    assert {r.op for r in ratios} == {"all_gather", "all_reduce"}  # no sendrecv_perf: not compared
