@@ -526,7 +526,9 @@ def test_worker_falls_back_per_op_and_remembers_the_failure(
     assert eager_fallbacks(rows).keys() == {"all_gather", "broadcast"}
 
 
-def test_gate_refused_for_a_one_rank_torchrun_job(monkeypatch: pytest.MonkeyPatch, clean_env: None) -> None:
+def test_gate_refused_for_a_one_rank_torchrun_job(
+    monkeypatch: pytest.MonkeyPatch, clean_env: None, tmp_path: Path
+) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("joined the job although the gate was refused")
 
@@ -538,6 +540,12 @@ def test_gate_refused_for_a_one_rank_torchrun_job(monkeypatch: pytest.MonkeyPatc
         ("MASTER_PORT", "29500"),
     ):
         monkeypatch.setenv(name, value)
-    result = CliRunner().invoke(app, ["bench-nccl", "--backend", "gloo", "--min-busbw", "10"])
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(
+        app, ["bench-nccl", "--backend", "gloo", "--min-busbw", "10", "--json", str(out)]
+    )
     assert result.exit_code == 2, result.output
     assert "Bandwidth gate asked for at world size 1" in result.output
+    data = json.loads(out.read_text())
+    jsonschema.validate(data, SCHEMA)
+    assert [r["id"] for r in data["refusals"]] == ["bench.one_rank.not_judged"] and data["exit_code"] == 2
