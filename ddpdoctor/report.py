@@ -201,7 +201,13 @@ def _bench_section(inputs: ReportInputs) -> list[str]:
             number(r.get("busbw"), format_gbps),
             r.get("wrong"),
         ]
+        if r.get("implausible") is True:  # above the GPU memory bandwidth: no data moved (bench-nccl)
+            cells[3] = f"{cells[3]} (implausible)"
         out.append("| " + " | ".join(md_cell("-" if c is None else c) for c in cells) + " |")
+    # bench-nccl's own notes: one rank (no interconnect measured), implausible rows left out of peaks.
+    notes = [f"Note: {md_cell(n)}" for n in data.get("notes") or [] if isinstance(n, str)]
+    if notes:
+        out += ["", *notes]  # a blank line first: a line right below a table would be one more row
     return out
 
 

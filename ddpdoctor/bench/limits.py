@@ -115,6 +115,8 @@ def bandwidth_ceiling(
 def is_implausible(row: Mapping[str, Any], ceiling_gbps: Optional[float]) -> Optional[bool]:
     """True when the row's algbw is above the memory bandwidth; None when there is no ceiling (CPU, an
     unknown GPU) or no bandwidth to judge."""
+    if row.get("implausible") is True:
+        return True  # flagged before (its algbw is gone): stays flagged
     algbw = row.get("algbw")
     if ceiling_gbps is None or not isinstance(algbw, (int, float)) or row.get("skipped"):
         return None
@@ -124,9 +126,17 @@ def is_implausible(row: Mapping[str, Any], ceiling_gbps: Optional[float]) -> Opt
 def flag_implausible(
     rows: Iterable[Mapping[str, Any]], ceiling: Optional[MemoryBandwidth]
 ) -> list[dict[str, Any]]:
-    """Copies of the rows with `implausible` set (True, False, or None where it cannot be judged)."""
+    """Copies of the rows with `implausible` set (True, False, or None where it cannot be judged).
+
+    A flagged row keeps its time (a real measurement: the launch of an operation that moved no data)
+    but loses its algbw and busbw (None): no impossible bandwidth is printed or written anywhere.
+    """
     limit = ceiling.gbps if ceiling is not None else None
-    return [{**r, "implausible": is_implausible(r, limit)} for r in rows]
+    out = []
+    for r in rows:
+        flag = is_implausible(r, limit)
+        out.append({**r, "implausible": flag, **({"algbw": None, "busbw": None} if flag else {})})
+    return out
 
 
 def plausible(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -270,8 +270,9 @@ def run_one(
     if choice.mode == GRAPH:
         graphed, error = graphs.prepare(case.run, plan.iters, plan.warmup, plan.check, device, group)
         if graphed is None:
-            capture_errors[op] = error or "unknown"
-            choice = select_timing(plan.graph, device.type, True, capture_errors[op])
+            choice = select_timing(plan.graph, device.type, True, error or "unknown")
+            if counts.count:  # an empty buffer (size 0) may capture nothing: no verdict on the op
+                capture_errors[op] = error or "unknown"
     else:
         for _ in range(plan.warmup):
             case.run()

@@ -484,6 +484,21 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         from ddpdoctor.render.bench import render_refusals
 
         render_refusals([refusal])
+        if ext.rank == 0:
+            env = {"host": socket.gethostname(), "backend": chosen, "world_size": ext.world_size}
+            _write_outputs(
+                options,
+                rows=[],
+                env={**env, "launcher": ext.launcher},
+                config={},
+                summaries=[],
+                verdicts=[],
+                launch=None,
+                refusals=[refusal.to_dict()],
+                code=int(ExitCode.USAGE),
+                expected=None,
+                ratios=[],
+            )
         return int(ExitCode.USAGE)
     with BenchProgress(plan.steps if ext.rank == 0 else 0) as progress:
         result = join_as_rank(

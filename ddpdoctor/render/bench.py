@@ -79,7 +79,7 @@ def bench_table_lines(rows: Sequence[Mapping[str, Any]], ops: Sequence[str]) -> 
             if r.get("skipped"):
                 line += f"  # skipped: {r['skipped']}"
             elif r.get("implausible") is True:
-                line += "  # implausible: algbw above the GPU memory bandwidth"
+                line += "  # implausible: size / time is above the GPU memory bandwidth (no data moved)"
             lines.append(line)
         lines.append("#")
     return lines

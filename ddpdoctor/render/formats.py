@@ -301,6 +301,19 @@ def document_from_explain(data: Mapping[str, Any]) -> Document:
     )
 
 
+def _no_peak_reason(op: str, config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """Why an op has no busbw peak: one rank (nothing crosses an interconnect), every row implausible,
+    or nothing measured."""
+    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING
+
+    mine = [r for r in rows if r.get("op") == op and not r.get("skipped")]
+    if config.get("world_size") == 1 and mine:
+        return f"no busbw peak: {WORLD_SIZE_ONE_HEADING}"
+    if mine and all(r.get("implausible") is True for r in mine):
+        return "no busbw peak: every row's algbw was above the GPU memory bandwidth (implausible)"
+    return "not measured"
+
+
 def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) -> Document:
     """`ddpdoctor bench-nccl --json` (ddpdoctor.bench/1) as a Document: refusals, the launch outcome, the
     verdicts (correctness, --min-busbw, --baseline), peak busbw per op, plus `extra` findings (e.g. the
@@ -366,6 +379,8 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
                     data=dict(v.get("data") or {}),
                 )
             )
+    cfg = data.get("config") if isinstance(data.get("config"), Mapping) else {}
+    rows = [r for r in data.get("rows") or [] if isinstance(r, Mapping)]
     for s in data.get("summary") or []:
         if isinstance(s, Mapping) and s.get("op"):
             peak = s.get("peak_busbw")
@@ -373,7 +388,7 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
                 f"peak busbw {show_gbps(peak)} GB/s at {s.get('peak_size')} bytes, "
                 f"average {show_gbps(float(s.get('avg_busbw') or 0))} GB/s"
                 if isinstance(peak, (int, float))
-                else "not measured"
+                else _no_peak_reason(s["op"], cfg, rows)
             )
             findings.append(
                 Finding(
