@@ -161,12 +161,13 @@ def test_any_launcher_environment_gives_a_consistent_verdict(env, visible, backe
     worst = max(f.severity for f in findings)
     if backend == "gloo":
         assert worst == Severity.OK
+    elif visible is None:
+        assert worst == (Severity.FAIL if backend == "nccl" else Severity.SKIP)
     elif ranks.per_task_binding:
         assert worst in (Severity.OK, Severity.FAIL)
-    elif visible is None or (visible == 0 and backend is None):
-        assert worst in (Severity.SKIP, Severity.FAIL) and (worst == Severity.FAIL) == (
-            backend == "nccl" or any(f.id == "gpu.slurm.gpus_short" for f in findings)
-        )
+    elif visible == 0 and backend is None:
+        assert worst in (Severity.SKIP, Severity.FAIL)
+        assert (worst == Severity.FAIL) == any(f.id == "gpu.slurm.gpus_short" for f in findings)
     elif ranks.count > visible:
         assert any(f.id == "gpu.ranks_per_node" and f.severity == Severity.FAIL for f in findings)
     else:
@@ -210,3 +211,20 @@ def test_nproc_per_node_without_gpus_says_why_it_cannot_judge() -> None:
     f = placement_of(out.stdout)
     assert f["severity"] == "skip" and "cannot be read here" in f["summary"], f
     assert out.returncode == 0
+
+
+@pytest.mark.parametrize("local_rank,why", [("1", "local rank 0 runs it"), ("0", "do not fit its GPUs")])
+def test_smoke_test_inside_a_job_runs_once_per_node_and_only_where_ranks_fit(
+    local_rank: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+
+    # The real one-GPU H100 facts stand in for this node's GPUs (test-only, at the edge).
+    monkeypatch.setenv("DDPDOCTOR_FAKE_GPU_DIR", str(REPLAY))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    result = CliRunner().invoke(app, ["check", "--only", "nccl", "--json", "--smoke"])
+    (smoke,) = json.loads(result.output)["findings"]
+    assert smoke["id"] == "nccl.smoke" and smoke["severity"] == "skip" and why in smoke["summary"]

@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ddpdoctor.bench.preflight import gather_launch_facts, plan_launch
+from ddpdoctor.bench.preflight import gather_launch_facts, gpu_supply, plan_launch
+from ddpdoctor.checks.gpu.placement import judge_placement, read_local_ranks
 from ddpdoctor.engine import Area, Context
 from ddpdoctor.model import Evidence, Finding, Severity, define
 
@@ -56,7 +57,21 @@ def collect_nccl(ctx: Context) -> SmokeFacts:
         return SmokeFacts("skip", "disabled with --no-smoke")
     if not ctx.sources.is_live:
         return SmokeFacts("skip", "the smoke test runs live only (not from a snapshot)")
-    facts = gather_launch_facts(ctx.sources.run, dict(os.environ))
+    env = dict(os.environ)
+    facts = gather_launch_facts(ctx.sources.run, env)
+    ranks = read_local_ranks(env, ctx.options.get("nproc_per_node"))
+    if ranks.launcher != "preflight" and ranks.count and ranks.count > 1:
+        # Inside a job: the node's ranks would each start a smoke test on every GPU at once.
+        local = str(env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "0"))).strip()
+        if local != "0":
+            return SmokeFacts("skip", f"local rank 0 runs it for the {ranks.count} ranks of this node")
+        supply = gpu_supply(facts)
+        if supply.visible and any(
+            f.severity >= Severity.FAIL for f in judge_placement(ranks, supply, "nccl")
+        ):
+            return SmokeFacts(
+                "skip", f"{ranks.count} ranks on this node do not fit its GPUs (see gpu.ranks_per_node)"
+            )
     decision = plan_launch(facts, "auto", None)
     if decision.backend != "nccl":
         if smoke is None:

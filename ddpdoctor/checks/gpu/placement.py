@@ -22,7 +22,13 @@ PLACEMENT = define(
     "LOCAL_RANK has no GPU fail with 'CUDA error: invalid device ordinal', and ranks mapped onto the same "
     "GPU (LOCAL_RANK % GPUs, or no set_device at all) make NCCL fail with 'Duplicate GPU detected : rank 0 "
     "and rank 1 both on CUDA device ...' or deadlock in the first collective. A gloo job on CPU does not "
-    "use the GPUs and is unaffected.",
+    "use the GPUs and is unaffected. Ranks per node come from `check --nproc-per-node N` (a preflight "
+    "before the job starts), torchrun's LOCAL_WORLD_SIZE, or Slurm's SLURM_STEP_TASKS_PER_NODE / "
+    "SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE (the `2(x3),1` form read for this SLURM_NODEID); GPUs "
+    "from NVML or nvidia-smi after CUDA_VISIBLE_DEVICES (indices, UUIDs, MIG ids), less those already "
+    "running another job's compute process (a warning). Judged the same way by `check`, `check "
+    "--cluster`, `bench-nccl` (local and on every rank under torchrun/srun, which refuse with exit 2), "
+    "`bench-nccl --pairwise` and the smoke test. Where no GPU can be read it is a skip, never a pass.",
     "Start at most one rank per visible GPU (torchrun --nproc-per-node, srun --ntasks-per-node), make more "
     "GPUs visible (CUDA_VISIBLE_DEVICES, the scheduler's GPU request), or run the job with gloo on CPU.",
 )
