@@ -53,6 +53,14 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     has_gpu = os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (/dev/nvidia0 absent)")
+    # A test that checks what ddpdoctor says on a machine without GPUs must not run where the machine (or
+    # the --fake-gpu edge) has one: it would be testing the wrong machine.
+    looks_like_gpu = has_gpu or config.getoption("--fake-gpu")
+    skip_nogpu = pytest.mark.skip(
+        reason="judges a machine without NVIDIA GPUs; this one has one (or --fake-gpu)"
+    )
     for item in items:
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(skip_gpu)
+        if "nogpu" in item.keywords and looks_like_gpu:
+            item.add_marker(skip_nogpu)

@@ -5,8 +5,8 @@ one-GPU H100 node of tests/fixtures/gpu/real-h100/ at the I/O edge, on a CPU-onl
 What is faked, and only this (the edge the product reads GPUs through):
 - the command runner (`ddpdoctor.runner.run_argv`): `nvidia-smi ...` and `python -m ddpdoctor.torch_info`
   answer with that node's real outputs (nvidia-smi -q R580, topo -m, empty nvlink -s, torch-info);
-  every other command runs for real;
-- NVML (`ddpdoctor.nvml.gather_nvml`): that node's nvml.json;
+  every other command runs for real (torch-info too when run with an environment of its own);
+- NVML (`ddpdoctor.nvml.gather_nvml`): that node's nvml.json, unless a test brings its own bindings;
 - torch's build metadata (`ddpdoctor.bench.preflight.read_torch_build`): torch 2.11.0+cu130, as there.
 
 torch itself is left alone (torch.cuda.is_available() stays False), so a test that launches NCCL ranks
@@ -78,14 +78,24 @@ def install(node: Path) -> None:
             return runner.CommandResult(
                 argv=argv, returncode=2, stderr=f"fake-gpu: no captured output for {' '.join(argv)}"
             )
-        if len(argv) >= 3 and argv[1:3] == ("-m", "ddpdoctor.torch_info"):
+        # Only the probe as check runs it (its own environment): tests that run it with a fake torch on
+        # PYTHONPATH (env given) exercise the probe itself, not the machine.
+        if len(argv) >= 3 and argv[1:3] == ("-m", "ddpdoctor.torch_info") and env is None:
             return runner.CommandResult(argv=argv, returncode=0, stdout=torch_info, duration_s=0.05)
         return real_run(argv, timeout_s=timeout_s, env=env, started=started)
 
     nvml_fact = json.loads((node / "nvml.json").read_text())
     runner.run_argv = fake_run_argv  # type: ignore[assignment]
     sources.run_argv = fake_run_argv  # type: ignore[attr-defined]
-    nvml.gather_nvml = lambda lib=None: json.loads(json.dumps(nvml_fact))  # type: ignore[assignment]
+    real_gather, real_load = nvml.gather_nvml, nvml._load_bindings
+
+    def fake_gather_nvml(lib=None):  # type: ignore[no-untyped-def]
+        # A test that brings its own bindings (a lib, or a patched _load_bindings) is testing NVML reading.
+        if lib is not None or nvml._load_bindings is not real_load:
+            return real_gather(lib)
+        return json.loads(json.dumps(nvml_fact))
+
+    nvml.gather_nvml = fake_gather_nvml  # type: ignore[assignment]
     preflight.read_torch_build = lambda: ("2.11.0+cu130", "13.0")  # type: ignore[assignment]
 
 
