@@ -319,7 +319,10 @@ def test_prefetch_only_for_the_areas_that_read_torch_info(monkeypatch: pytest.Mo
     for only, skip in (([], []), (["mp"], []), (["launch"], []), ([], ["torch", "mp"])):
         prefetched.append([])
         start_live_sources(30.0, only, skip).close()
-    assert prefetched == [["torch-info"], ["torch-info"], [], []]
+    # The nccl area (selected unless --only leaves it out) also gets its GPU query started: see
+    # test_nccl_smoke.py::test_gpu_query_of_the_smoke_test_starts_with_the_check.
+    gpus = "bench-nvidia-smi-gpus"
+    assert prefetched == [["torch-info", gpus], ["torch-info"], [], [gpus]]
 
 
 MODULES_AFTER_CHECK = (
