@@ -138,12 +138,10 @@ def test_pinned_master_port_taken_is_refused_before_launch() -> None:
 
 
 def test_nccl_without_cuda_refused_clearly() -> None:
-    pytest.importorskip("torch")
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
-    code, out, err, took, marker = _run("--backend", "nccl", "--nproc", "2")
+    # CUDA_VISIBLE_DEVICES="" hides every GPU: the refusal holds on a GPU node too.
+    code, out, err, took, marker = _run(
+        "--backend", "nccl", "--nproc", "2", extra_env={"CUDA_VISIBLE_DEVICES": ""}
+    )
     assert code == 2
     assert "refused before launch: NCCL requested without usable CUDA" in err
     assert "fix:" in err and "--backend gloo" in err
@@ -211,3 +209,51 @@ def test_port_clash_is_retried_with_another_port(monkeypatch: pytest.MonkeyPatch
         )
     assert result.ok, result.root_cause
     assert result.port_attempts == 2 and result.master_port != taken
+
+
+BLOCKED_RANK = """
+import faulthandler, os, signal, sys
+from ddpdoctor.bench.worker import acknowledge_stack_dumps
+stack = open(sys.argv[1], "w")
+acknowledge_stack_dumps(sys.argv[1] + ".done")
+faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True, chain=True)
+def blocked_in_c():
+    os.read(int(sys.argv[2]), 1)  # blocked in a system call, as a rank waiting inside a collective
+print("ready", flush=True)
+blocked_in_c()
+"""
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["blocked", "stopped"])
+def test_stack_dump_is_acknowledged_once_complete(tmp_path: Path, stopped: bool) -> None:
+    """The launcher reads a rank's stack once the rank says the dump is complete (no fixed sleep), for a
+    rank blocked in C and for one stopped by SIGSTOP (continued after the dump is requested)."""
+    stack = tmp_path / "rank2.stack"
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_RANK, str(stack), str(read_end)],
+        stdout=subprocess.PIPE,
+        text=True,
+        pass_fds=(read_end,),
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        if stopped:
+            proc.send_signal(signal.SIGSTOP)
+            deadline = time.monotonic() + 30
+            while psutil.Process(proc.pid).status() != "stopped" and time.monotonic() < deadline:
+                time.sleep(0.01)
+        state = launcher.RankState(rank=2, pid=proc.pid)
+        result = launcher.LaunchResult(world_size=3, backend="gloo", timeout_s=5)
+        launcher._report_stuck(result, [state], tmp_path)
+        (failure,) = result.failures
+        assert failure.kind == "stuck" and failure.status == ("stopped" if stopped else "sleeping")
+        assert (tmp_path / "rank2.stack.done").read_bytes() == bytes([signal.SIGUSR1])
+        # Whole: the innermost frame and the outermost one, in faulthandler's order.
+        assert "blocked_in_c" in failure.stack and failure.stack.rstrip().endswith("in <module>")
+        assert proc.poll() is None  # the dump did not disturb the rank
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(read_end)
+        os.close(write_end)

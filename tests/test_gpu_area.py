@@ -140,9 +140,8 @@ def replay_dir(tmp_path: Path, files: Mapping[str, str]) -> Path:
 # --- this machine: no GPU, no driver -----------------------------------------------------------------
 
 
+@pytest.mark.nogpu
 def test_cpu_only_machine_is_a_clean_skip() -> None:
-    if Path("/dev/nvidiactl").exists():
-        pytest.skip("this machine has an NVIDIA driver")
     report = run_gpu(LiveSources())
     (f,) = report.findings
     assert f.id == "gpu.driver" and f.severity == Severity.SKIP
@@ -150,9 +149,8 @@ def test_cpu_only_machine_is_a_clean_skip() -> None:
     assert report.exit_code() == 0
 
 
+@pytest.mark.nogpu
 def test_cpu_only_machine_cli_json() -> None:
-    if Path("/dev/nvidiactl").exists():
-        pytest.skip("this machine has an NVIDIA driver")
     res = CliRunner().invoke(app, ["check", "--only", "gpu", "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)

@@ -79,3 +79,16 @@ def test_wrong_values_on_a_rank_fail() -> None:
     findings = check_nccl(SmokeFacts("ran", backend="nccl", nproc=2, launch=launch))
     assert findings[0].severity == Severity.FAIL and "1 rank(s) received wrong values" in findings[0].summary
     assert [f.severity for f in findings[1:]] == [Severity.OK, Severity.FAIL]
+
+
+def test_gpu_query_of_the_smoke_test_starts_with_the_check() -> None:
+    """On a GPU node the smoke test is the longest path: its GPU query must not wait for the areas."""
+    from ddpdoctor.bench.preflight import NVIDIA_SMI_GPUS
+    from ddpdoctor.cli.check import start_live_sources
+
+    with start_live_sources(30, ["nccl"], [], None) as sources:
+        assert NVIDIA_SMI_GPUS.id in sources._cache  # started (or done) already
+    with start_live_sources(30, ["nccl"], [], False) as sources:
+        assert NVIDIA_SMI_GPUS.id not in sources._cache  # --no-smoke: nothing to prepare
+    with start_live_sources(30, ["gpu"], [], None) as sources:
+        assert NVIDIA_SMI_GPUS.id not in sources._cache

@@ -683,6 +683,54 @@ def test_switched_off_ports_next_to_active_rails_are_info(tmp_path: Path) -> Non
     assert all("switched off, NCCL skips it" in f.summary for f in ports)
 
 
+H100_8X_Q = (
+    Path(__file__).parent
+    / "fixtures"
+    / "gpu"
+    / ("nvidia-smi-q__8xh100-sxm-565.57.01-recovery-action-none-gpu0-7-replays.txt")
+)
+
+
+def _two_rails_down(text: str) -> str:
+    """The real 12-CA H100 ibstat with two of its eight ConnectX-7 ports taken down in memory, as on the
+    node of issue #15 (6 ConnectX-7 Active, one Polling, one Disabled; the ConnectX-6 Dx as they were)."""
+    blocks = text.split("CA '")
+    for i, block in enumerate(blocks):
+        if block.startswith("mlx5_10'"):
+            blocks[i] = block.replace("State: Active", "State: Down").replace("LinkUp", "Polling")
+        if block.startswith("mlx5_11'"):
+            blocks[i] = block.replace("State: Active", "State: Down").replace("LinkUp", "Disabled")
+    return "CA '".join(blocks)
+
+
+def test_disabled_rail_on_a_node_short_of_rails_is_a_warning(tmp_path: Path) -> None:
+    real = RDMA / "ibstat__h100-8x-cx7-ndr400-ib-4x-cx6dx-roce-3-down-disabled-tabs.txt"
+    (tmp_path / "ibstat.txt").write_text(_two_rails_down(real.read_text()))
+    files = {"ibstat.txt": tmp_path / "ibstat.txt", "nvidia-smi-q.txt": H100_8X_Q}
+    findings = run_rdma(snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files=files))
+    ports = {f.data["device"]: f for f in by_id(findings, "rdma.port.state")}
+    assert ports["mlx5_10"].severity == Severity.FAIL  # Polling: no link
+    rail = ports["mlx5_11"]
+    assert rail.severity == Severity.WARN
+    assert "this node has 6 rails of 8 for 8 GPUs" in rail.summary and "MT4129" in rail.summary
+    # The ConnectX-6 Dx RoCE ports switched off are evident spares: another model than the rails.
+    for spare in ("mlx5_2", "mlx5_7", "mlx5_8"):
+        assert (
+            ports[spare].severity == Severity.INFO and "switched off, NCCL skips it" in ports[spare].summary
+        )
+
+
+def test_disabled_rail_is_info_when_every_gpu_still_has_a_rail(tmp_path: Path) -> None:
+    # Same ports, but the node's GPU count is unknown (no GPU readings): nothing says a rail is missing.
+    real = RDMA / "ibstat__h100-8x-cx7-ndr400-ib-4x-cx6dx-roce-3-down-disabled-tabs.txt"
+    (tmp_path / "ibstat.txt").write_text(_two_rails_down(real.read_text()))
+    findings = run_rdma(
+        snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files={"ibstat.txt": tmp_path / "ibstat.txt"})
+    )
+    ports = {f.data["device"]: f for f in by_id(findings, "rdma.port.state")}
+    assert ports["mlx5_11"].severity == Severity.INFO
+
+
 def test_down_port_next_to_active_ports_of_its_layer_is_a_missing_rail(tmp_path: Path) -> None:
     make_ib_tree(
         tmp_path / "root", {"mlx5_0": {"ports": {1: ACTIVE_400}}, "mlx5_1": {"ports": {1: DOWN_POLLING}}}

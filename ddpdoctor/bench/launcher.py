@@ -40,7 +40,11 @@ PORT_ATTEMPTS = 3
 # After the first failure, how long to keep listening before judging: the root cause's own report
 # (an exception or an exit status) often arrives just after its peers' complaints.
 FAILURE_GRACE_S = 1.0
-STACK_WAIT_S = 3.0  # a stopped rank must be continued, scheduled and dump: slow on a loaded machine
+# Waiting for the ranks' stack dumps ends as soon as each rank has acknowledged its dump (rankN.stack.done).
+# A rank that has not after STACK_WAIT_S is given up unless it is runnable (continued or starved of CPU on a
+# loaded machine: it will dump once scheduled); STACK_WAIT_MAX_S bounds the wait in every case.
+STACK_WAIT_S = 3.0
+STACK_WAIT_MAX_S = 15.0
 EXIT_WAIT_S = 5.0
 # The start of a rank (the zygote's interpreter and `import torch`, then the fork) is not a step of the
 # benchmark: a cold import from a network filesystem can take tens of seconds whatever --timeout says.
@@ -673,6 +677,31 @@ def _record_exit(result: LaunchResult, rank: int, exitcode: Optional[int], workd
     result.failures.append(failure)
 
 
+def _stack_dumped(workdir: Path, rank: int) -> bool:
+    try:
+        return (workdir / f"rank{rank}.stack.done").stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _await_stack_dumps(waiting: list[RankState], workdir: Path) -> None:
+    """Until every rank still alive has acknowledged its stack dump (see worker.acknowledge_stack_dumps)."""
+    start = time.monotonic()
+    pending = list(waiting)
+    while pending:
+        pending = [
+            s
+            for s in pending
+            if not _stack_dumped(workdir, s.rank) and _process_status(s.pid) not in ("gone", "zombie", "dead")
+        ]
+        elapsed = time.monotonic() - start
+        if not pending or elapsed >= STACK_WAIT_MAX_S:
+            return
+        if elapsed >= STACK_WAIT_S and not any(_process_status(s.pid) == "running" for s in pending):
+            return  # alive but neither dumping nor waiting for a CPU: the signal cannot get through
+        time.sleep(0.02)
+
+
 def _report_stuck(result: LaunchResult, waiting: list[RankState], workdir: Path) -> None:
     """Dump the Python stacks of the ranks still in a step, then record them as stuck."""
     now = time.monotonic()
@@ -684,15 +713,8 @@ def _report_stuck(result: LaunchResult, waiting: list[RankState], workdir: Path)
                 os.kill(s.pid, signal.SIGCONT)  # type: ignore[arg-type]  # so it can run the dump
         except (ProcessLookupError, PermissionError, TypeError):
             pass
-    end = time.monotonic() + STACK_WAIT_S
-    stacks: dict[int, str] = {}
-    while time.monotonic() < end:
-        stacks = {s.rank: _tail(workdir / f"rank{s.rank}.stack", 6000) for s in waiting}
-        if all(stacks.values()):
-            time.sleep(0.1)  # let the last lines land
-            stacks = {s.rank: _tail(workdir / f"rank{s.rank}.stack", 6000) for s in waiting}
-            break
-        time.sleep(0.05)
+    _await_stack_dumps(waiting, workdir)
+    stacks = {s.rank: _tail(workdir / f"rank{s.rank}.stack", 6000) for s in waiting}
     for s in waiting:
         result.failures.append(
             RankFailure(

@@ -503,6 +503,20 @@ def _redirect_output(path: str) -> None:
     os.close(fd)
 
 
+def acknowledge_stack_dumps(done_path: str) -> None:
+    """After each SIGUSR1 stack dump, append one byte to `done_path`: the launcher's signal that the dump
+    is complete, so it reads whole stacks and never waits a fixed time.
+
+    faulthandler dumps from its C signal handler (it works while the rank is blocked inside a collective,
+    where a Python handler would never run); registered with chain=True it then calls the previous
+    handler, Python's own C handler, which writes the signal number to the wakeup fd before returning.
+    The Python-level handler below runs later, if ever, and does nothing.
+    """
+    fd = os.open(done_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o600)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+
+
 def rank_main(spec: RankSpec, conn: Any) -> None:
     """Entry point of a spawned rank (forked by the zygote); never returns."""
     # The launcher owns Ctrl-C and SIGTERM (scancel signals every process of the step): it stops every
@@ -513,7 +527,9 @@ def rank_main(spec: RankSpec, conn: Any) -> None:
     os.environ.update(spec.env)
     _redirect_output(spec.log_path)
     stack_file = open(spec.stack_path, "w") if spec.stack_path else sys.stderr  # noqa: SIM115
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=False)
+    if spec.stack_path:
+        acknowledge_stack_dumps(spec.stack_path + ".done")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=bool(spec.stack_path))
     reporter = PipeReporter(conn, spec.rank)
     fault = parse_fault_hook(os.environ.get(FAULT_ENV))
     code = 0

@@ -90,7 +90,9 @@ PORT_STATE = define(
     "RDMA port state",
     "A port that is not Active/LinkUp carries no traffic. NCCL skips it, so ranks on this node get fewer "
     "NICs than their peers (slow), or none (TCP sockets); a listed HCA that is down makes NCCL fail. A "
-    "port switched off (physical state Disabled) with NCCL_IB_HCA unset is only reported.",
+    "port switched off (physical state Disabled) with NCCL_IB_HCA unset is only reported, unless it is one "
+    "of the node's rails (same model and firmware as the active ports) and the node is left with fewer "
+    "active rails than GPUs.",
     "Polling: no link; reseat or replace the cable/transceiver and check the switch port. LinkUp but "
     "Down/Init/Armed: the subnet manager has not configured the port; check opensm (`sminfo`). Disabled: "
     "enable the port. RoCE: bring the Ethernet interface up (`ip link set DEV up`).",
@@ -298,6 +300,7 @@ class RdmaFacts:
     lsmod: Optional[CommandResult] = None
     ulimit: Optional[CommandResult] = None
     env: Mapping[str, str] = field(default_factory=dict)
+    gpu_count: Optional[int] = None  # GPUs of the node (NVML or nvidia-smi -q); None when unknown
 
     def __post_init__(self) -> None:
         # Facts may come from a hand-edited snapshot: conformed once, here, for every judge and caller.
@@ -338,6 +341,11 @@ def collect_rdma(ctx: Context) -> RdmaFacts:
     )
     if not (facts.modules and (facts.modules["proc_modules"] or facts.modules["sys_module"])):
         facts.lsmod = sources.run(LSMOD)
+    if (facts.sysfs and facts.sysfs.get("devices")) or (facts.ibstat is not None and facts.ibstat.ok):
+        # How many rails the node needs: one per GPU (read once per Sources, shared with the gpu area).
+        from ddpdoctor.checks.gpu.collect import read_gpu_facts
+
+        facts.gpu_count = read_gpu_facts(sources).count or None
     return facts
 
 
@@ -633,10 +641,45 @@ def _port_fix(hca: Hca, p: HcaPort) -> str:
     return PORT_STATE.fix
 
 
+def rail_group(summary: RdmaSummary) -> Optional[tuple[tuple[Any, Any, Any], int, int]]:
+    """The node's rails: (model, firmware, link layer) of the most numerous active ports, with how many of
+    that kind are active and how many exist in all; None without an active port."""
+    active: dict[tuple[Any, Any, Any], int] = defaultdict(int)
+    total: dict[tuple[Any, Any, Any], int] = defaultdict(int)
+    for hca, p in summary.ports:
+        key = (hca.model, hca.firmware, p.link_layer)
+        total[key] += 1
+        active[key] += int(p.active)
+    if not any(active.values()):
+        return None
+    key = max(active, key=lambda k: active[k])
+    return key, active[key], total[key]
+
+
+def _disabled_rail_note(
+    hca: Hca, p: HcaPort, rails: Optional[tuple[tuple[Any, Any, Any], int, int]], gpus: Optional[int]
+) -> tuple[Severity, str]:
+    """A port switched off is a spare (info) unless it is one of the node's rails, missing: same model and
+    firmware as the active rails, on a node left with fewer active rails than GPUs (warn)."""
+    if rails is not None and (hca.model, hca.firmware, p.link_layer) == rails[0]:
+        _, active, total = rails
+        if gpus and active < gpus:
+            return Severity.WARN, (
+                f"; switched off, but it is a rail ({hca.model or 'same model'}, firmware "
+                f"{hca.firmware or '?'}, like the {active} active ones): this node has {active} rails of "
+                f"{total} for {gpus} GPUs, and NCCL skips it"
+            )
+    return Severity.INFO, "; switched off, NCCL skips it"
+
+
 def check_ports(
-    summary: RdmaSummary, hca_filter: Optional[HcaFilter], disabled_by: Optional[str]
+    summary: RdmaSummary,
+    hca_filter: Optional[HcaFilter],
+    disabled_by: Optional[str],
+    gpu_count: Optional[int] = None,
 ) -> list[Finding]:
     findings = []
+    rails = rail_group(summary)
     active_layers = {p.link_layer for _, p in summary.ports if p.active}
     for hca, p in summary.ports:
         if p.active:
@@ -652,7 +695,7 @@ def check_ports(
         # NCCL_IB_HCA unset: NCCL skips ports that are not active, so what a dead port costs depends on
         # what else is up.
         elif p.physical_state == "Disabled":
-            severity, note = Severity.INFO, "; switched off, NCCL skips it"
+            severity, note = _disabled_rail_note(hca, p, rails, gpu_count)
         elif p.link_layer in active_layers:
             note = "; NCCL skips it, so this node has one rail fewer than its peers"
         elif active_layers:
@@ -1170,7 +1213,8 @@ def check_rdma(facts: RdmaFacts) -> list[Finding]:
     hca_filter = parse_nccl_ib_hca(env.get("NCCL_IB_HCA"))
     disabled_by = _ib_disabled(env)
     findings = [check_inventory(summary)]
-    findings += check_ports(summary, hca_filter, disabled_by)
+    gpus = facts.gpu_count or sum(1 for d in pci if d.kind == "gpu" and "nvidia" in d.description.lower())
+    findings += check_ports(summary, hca_filter, disabled_by, gpus or None)
     findings += check_rates(summary)
     findings += check_firmware(summary)
     findings += check_roce(summary, env)

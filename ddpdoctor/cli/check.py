@@ -36,10 +36,16 @@ def split_names(values: Optional[List[str]]) -> list[str]:
     return out
 
 
-def start_live_sources(timeout: float, only: Sequence[str], skip: Sequence[str]) -> LiveSources:
+def start_live_sources(
+    timeout: float, only: Sequence[str], skip: Sequence[str], smoke: Optional[bool] = None
+) -> LiveSources:
     """Live sources for one check, with the slowest probe already running: the torch import (in the
     torch-info subprocess) starts before the areas are even imported, so everything else overlaps it.
-    The caller must close() them: an early exit then kills the subprocess instead of orphaning it."""
+    The caller must close() them: an early exit then kills the subprocess instead of orphaning it.
+
+    On a GPU node the NCCL smoke test is the longest path (its ranks import torch, then NCCL starts):
+    the GPU query that decides its backend and rank count starts here too, so that the smoke test's
+    launch waits for no command."""
     from ddpdoctor.checks.torch import TORCH_INFO_READERS, live_command
     from ddpdoctor.engine import is_selected
     from ddpdoctor.sources import LiveSources
@@ -47,6 +53,10 @@ def start_live_sources(timeout: float, only: Sequence[str], skip: Sequence[str])
     sources = LiveSources(deadline=time.monotonic() + timeout)
     if any(is_selected(name, only, skip) for name in TORCH_INFO_READERS):
         sources.prefetch(live_command())
+    if smoke is not False and is_selected("nccl", only, skip):
+        from ddpdoctor.bench.preflight import NVIDIA_SMI_GPUS
+
+        sources.prefetch(NVIDIA_SMI_GPUS)
     return sources
 
 
@@ -140,7 +150,9 @@ def check(
         hard_deadline = arm_hard_deadline(timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0))
     only_names, skip_names = split_names(only), split_names(skip)
     # Before anything else is imported: start the torch import (see start_live_sources).
-    live = None if replay is not None or cluster else start_live_sources(timeout, only_names, skip_names)
+    live = (
+        None if replay is not None or cluster else start_live_sources(timeout, only_names, skip_names, smoke)
+    )
     try:
         _check(
             live, fmt=(json_out, output_format), expect=expect, prolog=prolog, only=only_names,
