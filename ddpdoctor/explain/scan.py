@@ -26,25 +26,15 @@ MAX_TEXT = 400  # characters of a line kept as evidence
 EVENTS_PER_KEY = 3  # events kept per (signature, file, rank/pid attribution); the rest are only counted
 KEYS_PER_SIGNATURE = 128
 MAX_SUMMARY = 512  # torchrun failure-summary entries kept (a log of many restarts repeats the block)
-# Line shapes: a hit line with its digits zeroed, plus who printed it (launcher prefix or NCCL pid). Once a
-# shape has been fully matched SHAPE_FULL times with the same result, further lines of that shape are only
-# counted: dense logs repeat a few shapes millions of times, and full matching costs ~40 us a line.
+# Line shapes: a hit line with its digits zeroed except in its first WHO_BYTES bytes, which keep who printed
+# it ([rank12]:, [default3]:, a short host:pid). Once a shape has been fully matched SHAPE_FULL times with
+# the same result, further lines of that shape are only counted: dense logs repeat a few shapes millions of
+# times, and full matching costs ~40 us a line.
+WHO_BYTES = 12
 SHAPE_FULL = EVENTS_PER_KEY + 1
 MAX_SHAPES = 4096  # per input; past this, new shapes are matched in full (memory stays bounded)
 MAX_SHAPE_LEN = 1024  # longer lines are never cached
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
-
-
-def _who(line: bytes) -> bytes:
-    """Who printed a line, cheaply: its launcher prefix ([rank3]:, [default0]:), NCCL's host:pid, or
-    ProcessGroupNCCL's [Rank N]; enough to match the first lines of each rank or process in full."""
-    if line.startswith((b"[rank", b"[default")):
-        return line[: line.find(b"]") + 1]
-    word = line[: line.find(b" ")]
-    if word.count(b":") == 2:
-        return word[: word.rfind(b":")]
-    at = line.find(b"Rank ")
-    return line[at : at + 10] if at >= 0 else b""
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -151,7 +141,7 @@ class StreamScanner:
         self._entry_is_root = False
         self._last_line = (-1, frozenset())  # (line number, signatures recorded on it)
         # shape -> [full matches so far, signature ids it matched, or None once two matches disagreed]
-        self._shapes: dict[tuple[bytes, bytes], list[Any]] = {}
+        self._shapes: dict[bytes, list[Any]] = {}
         self._recorded: list[str] | None = None  # signature ids recorded by the current full match
 
     # ------------------------------------------------------------------ input
@@ -216,11 +206,14 @@ class StreamScanner:
                 dense = False
                 le = buf.find(b"\n", pos, end)
                 if le - pos <= MAX_SHAPE_LEN:
-                    line = buf[pos:le]
-                    shape = shapes.get((line.translate(_DIGITS_TO_ZERO), _who(line)))
+                    shape = shapes.get(
+                        buf[pos : pos + WHO_BYTES] + buf[pos + WHO_BYTES : le].translate(_DIGITS_TO_ZERO)
+                    )
                     if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
                         for sig_id in shape[1]:
                             counts[sig_id] += 1
+                        if shape[2]:
+                            self._replay_summary_start(shape[2], buf, pos, le)
                         pos = le + 1
                         dense = True
                         continue
@@ -237,12 +230,13 @@ class StreamScanner:
                 self._line(buf, ls, le, hit, head=self._long_head if ls == 0 else None, context=False)
                 pos = le + 1
                 continue
-            line = buf[ls:le]
-            key = (line.translate(_DIGITS_TO_ZERO), _who(line))
+            key = buf[ls : ls + WHO_BYTES] + buf[ls + WHO_BYTES : le].translate(_DIGITS_TO_ZERO)
             shape = shapes.get(key)
             if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
                 for sig_id in shape[1]:
                     counts[sig_id] += 1
+                if shape[2]:
+                    self._replay_summary_start(shape[2], buf, ls, le)
                 pos = le + 1
                 continue
             self._newlines += buf.count(b"\n", cur, ls)
@@ -254,22 +248,32 @@ class StreamScanner:
             pos = le + 1
         self._newlines += buf.count(b"\n", cur, end)
 
-    def _note_shape(self, key: tuple[bytes, bytes], shape: list[Any] | None, recorded: list[str]) -> None:
+    def _note_shape(self, key: bytes, shape: list[Any] | None, recorded: list[str]) -> None:
         """Remember what a full match of this line shape found; only results that may be replayed by
         counting (no torchrun summary, no fields that reasoning compares across ranks) are cacheable."""
-        summary_full = self.collector.summary_full
-        cacheable = all(
-            self.kb.by_id[sid].cacheable or (summary_full and self.kb.by_id[sid].role != "context")
-            for sid in recorded
-        )
+        by_id = self.kb.by_id
+        cacheable = all(by_id[sid].cacheable for sid in recorded)
+        context = max((by_id[sid].context_lines for sid in recorded), default=0)
         result = tuple(recorded) if cacheable else None
         if shape is None:
-            if len(self._shapes) < MAX_SHAPES:
-                self._shapes[key] = [1, result]
+            if len(self._shapes) >= MAX_SHAPES:
+                # Timestamps in the kept prefix make new shapes as time passes: start over rather than
+                # stop caching (memory stays bounded, old shapes are rarely seen again).
+                self._shapes.clear()
+            self._shapes[key] = [1, result, context]
             return
         shape[0] += 1
         if shape[1] != result:
             shape[1] = None
+
+    def _replay_summary_start(self, context: int, buf: bytes, ls: int, le: int) -> None:
+        """A cached line that opens torchrun's failure summary: read the block that follows, as a full
+        match would have."""
+        if self._context_left or self.collector.summary_full:
+            return
+        self._end_summary()
+        self._context_left = context
+        self._entry_is_root = buf.find(b"Root Cause", ls, le) >= 0
 
     def _scan_fragment(self, rest: bytes, cut: int) -> None:
         """Matches starting before `cut` in a piece of an over-long line."""
