@@ -421,8 +421,20 @@ def test_sigbus_is_the_root_cause_not_child_failed_error() -> None:
 
 
 def test_deepspeed_exit_code_minus_7_is_sigbus() -> None:
-    # deepspeedai/DeepSpeed#4002 (issue title: the launcher's only output); fixed with --shm-size.
-    ex = run({"ds.log": ['Have "exits with return code = -7" without any error message']})
+    # hiyouga/LlamaFactory#2061: DeepSpeed's launcher line (its argv list elided here; the issue title gives
+    # the ending "exits with return code = -7"); deepspeedai/DeepSpeed#4002 fixed the same with --shm-size.
+    line = (
+        "[2024-01-03 14:05:36,716] [ERROR] [launch.py:321:sigkill_handler] ['/home/bingxing2/home/scx9042/"
+        ".conda/envs/myLLM/bin/python', '-u', 'src/train_bash.py', '--local_rank=3'] exits with return code = -7"
+    )
+    ex = run(
+        {
+            "ds.log": [
+                "[2024-01-03 14:05:36,090] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 2726715",
+                line,
+            ]
+        }
+    )
     assert ex.root is not None and ex.root.id == "launch.sigbus"
 
 
