@@ -66,7 +66,7 @@ def run_case(case: dict) -> dict:
     }
 
 
-def render_markdown(rows: list[dict], totals: dict[str, int]) -> str:
+def render_markdown(rows: list[dict], totals: dict[str, int], history: list[str]) -> str:
     n = len(rows)
     held_rows = [r for r in rows if r["held_out"]]
     held = {"n": len(held_rows), "right": sum(r["verdict"] == "right" for r in held_rows)}
@@ -83,6 +83,7 @@ def render_markdown(rows: list[dict], totals: dict[str, int]) -> str:
         f"Held out (threads the knowledge base, its tests and the shared reference list had never seen): "
         f"{held['right']} of {held['n']} right. The other cases overlap with material used to write "
         "signatures (the manifest's `overlap` field says how), so their score flatters explain.\n\n",
+        "".join(f"History: {h}\n\n" for h in history),
         "| case | verdict | explain named | source |\n|---|---|---|---|\n",
     ]
     for r in rows:
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print every case as JSON")
     ap.add_argument("--markdown", action="store_true", help=f"write {RESULTS.relative_to(ROOT.parents[1])}")
     args = ap.parse_args(argv)
-    cases = json.loads((ROOT / "manifest.json").read_text())["cases"]
+    manifest = json.loads((ROOT / "manifest.json").read_text())
+    cases = manifest["cases"]
     rows = [run_case(c) for c in cases]
     totals = {k: sum(r["verdict"] == k for r in rows) for k in ("right", "partial", "wrong", "none")}
     totals["consequence_as_root"] = sum(r["consequence_as_root"] for r in rows)
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         held = [r for r in rows if r["held_out"]]
         print(f"held out: {sum(r['verdict'] == 'right' for r in held)} of {len(held)} right")
     if args.markdown:
-        RESULTS.write_text(render_markdown(rows, totals), encoding="utf-8")
+        RESULTS.write_text(render_markdown(rows, totals, manifest.get("history", [])), encoding="utf-8")
     ok = totals["right"] >= 0.7 * len(rows) and totals["consequence_as_root"] == 0
     return 0 if ok else 1
 
