@@ -516,3 +516,26 @@ def test_net_plugin_none_is_named_and_healthy_plugin_chatter_is_not() -> None:
     assert ex.root is not None and ex.root.id == "nccl.net_plugin_none"  # WARN string from NCCL's source
     healthy = explain_files(REAL / "nccl_info.log")  # real: "NET/Plugin: Could not find: libnccl-net.so"
     assert healthy.root is None and healthy.exit_code == ExitCode.HEALTHY
+
+
+def test_progress_bar_near_the_timeout_on_the_timeout_line_is_a_busy_rank_not_a_hang() -> None:
+    # issue #17 class 2(b): the shape of hiyouga/LlamaFactory#8261's line (a tqdm bar glued in front of the
+    # watchdog line; the bar's numbers substituted so that it ran 29:55 of a 30-minute timeout).
+    bar = "Running tokenizer on dataset:  99%|█████████▉| 990000/1000000 [29:55<00:18, 551.23 examples/s]"
+    lines = [
+        bar + WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1).replace("600000", "1800000") for r in (0,)
+    ]
+    lines += [
+        WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1).replace("600000", "1800000") for r in (1, 2, 3)
+    ]
+    ex = run({"job.log": lines})
+    assert ex.root is not None and ex.root.id == "watchdog.straggler"
+    assert "1795 s" in ex.root.reasoning and "Not a network hang" in ex.root.reasoning
+
+
+def test_progress_bar_far_from_the_timeout_changes_nothing() -> None:
+    bar = "  1%|▏         | 24/1752 [01:08<1:22:56,  2.88s/it]"  # hiyouga/LlamaFactory#8261, verbatim bar
+    lines = [bar + WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1) for r in (0,)]
+    lines += [WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1) for r in (1, 2, 3)]
+    ex = run({"job.log": lines})
+    assert ex.root is not None and ex.root.id == "watchdog.hang"

@@ -62,7 +62,9 @@ file, a compressed file with nothing readable).
    each rank is compared: PyTorch's own desync report (`[7] finished collective #182, but didn't join
    collective #183`, `ranks [..] are the lagging ranks`) names stragglers first (`watchdog.straggler`);
    different SeqNum -> `watchdog.desync`; same SeqNum but different OpType/NumelIn ->
-   `watchdog.op_mismatch`; all equal but some known rank never reported -> `watchdog.straggler`; only one
+   `watchdog.op_mismatch`; all equal but a progress bar glued to a timeout line had been running for at
+   least 90% of the timeout (rank 0 tokenising while the others waited), or some known rank never
+   reported -> `watchdog.straggler`; only one
    rank's report, or fewer ranks than NCCL's `nranks` -> `watchdog.unconfirmed` (not a root cause: the
    other ranks' logs are needed); `watchdog.hang` (network or GPU) only when every rank of the job
    reported the same collective.

@@ -304,6 +304,16 @@ def _desync_report(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | None:
     )
 
 
+def _busy_reports(first_by_rank: dict[int, Event]) -> list[Event]:
+    """Timeout reports glued to a progress bar whose elapsed time is at least 90% of the timeout."""
+    out = []
+    for ev in first_by_rank.values():
+        busy, timeout_ms = ev.fields.get("busy_elapsed_s"), ev.fields.get("timeout_ms")
+        if busy and timeout_ms and int(busy) * 1000 >= 0.9 * int(timeout_ms):
+            out.append(ev)
+    return sorted(out, key=_event_key)
+
+
 def _watchdog_diagnosis(
     kb: KnowledgeBase, events: list[Event], known_ranks: set[int], world_size: int | None
 ) -> Diagnosis | None:
@@ -364,6 +374,20 @@ def _watchdog_diagnosis(
         reasoning = (
             f"All ranks timed out at SeqNum {seq[ranks[0]]} but with different collectives ({'; '.join(parts)}): "
             f"rank(s) {fmt(suspects)} issued a different operation or size."
+        )
+    elif busy := _busy_reports(first_by_rank):
+        # The timeout line itself shows a progress bar that had been running for about the whole timeout:
+        # the process printing it was busy outside the collective while the others waited in it.
+        spec = kb.diagnoses["watchdog.straggler"]
+        ev = busy[0]
+        suspects = []
+        reasoning = (
+            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]}) "
+            f"after {int(ev.fields['timeout_ms']) // 1000} s, but the timeout line of rank {ev.rank} shares its "
+            f"text with a progress bar that had been running for {int(ev.fields['busy_elapsed_s'])} s "
+            f"({ev.fields['busy_bar'].strip()}): the process printing it (usually rank 0) was still busy outside "
+            "the collective (data preparation, tokenisation) while the others waited. Not a network hang: do "
+            "that work before init_process_group, or raise the timeout."
         )
     else:
         missing = sorted(known_ranks - set(ranks))

@@ -45,6 +45,9 @@ _SUMMARY_SHAPE = re.compile(
     rb"(?:time|host|rank|exitcode|error_file|traceback) *:|^[ \t\r]*$",
     re.MULTILINE,
 )
+# A tqdm-style progress bar (` 99%|#########9| 9990/10000 [29:55<00:01, 5.57it/s]`) glued in front of a
+# matched line: its elapsed time says how long the process printing it had been busy.
+_PROGRESS = re.compile(rb"(\d{1,3})%\|[^|\n]{0,120}\| *\d+/\d+ *\[(?:(\d{1,3}):)?(\d{1,2}):(\d\d)<")
 _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
 _SUMMARY_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
 _SUMMARY_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
@@ -143,6 +146,7 @@ class StreamScanner:
         # shape -> [full matches so far, signature ids it matched, or None once two matches disagreed]
         self._shapes: dict[bytes, list[Any]] = {}
         self._recorded: list[str] | None = None  # signature ids recorded by the current full match
+        self._busy: tuple[int, str] | None = None  # progress bar glued before the current line's match
 
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> None:
@@ -302,6 +306,14 @@ class StreamScanner:
 
     def _window(self, raw: bytes, hit: int, lineno: int, head: bytes | None, context: bool = False) -> None:
         raw = raw.rstrip(b"\r")
+        self._busy = None
+        if hit > 0 and b"%|" in raw[:hit]:
+            bars = list(_PROGRESS.finditer(raw, 0, hit))
+            if bars:
+                last = bars[-1]
+                hours, minutes, seconds = (int(g or 0) for g in last.group(2, 3, 4))
+                bar = raw[last.start() : last.end() + 40].split(b"]")[0] + b"]"
+                self._busy = (hours * 3600 + minutes * 60 + seconds, bar.decode("utf-8", "replace"))
         if b"\r" in raw:
             # Progress bars redraw with \r: keep the segment the match is in.
             start = raw.rfind(b"\r", 0, max(hit, 0)) + 1
@@ -363,6 +375,10 @@ class StreamScanner:
             host = host or entry.host
         if "pid" in fields and pid is None:
             pid = int(fields["pid"])
+        if self._busy is not None:
+            # The line shares its text with a progress bar printed just before it (same stream, no newline).
+            fields["busy_elapsed_s"] = str(self._busy[0])
+            fields["busy_bar"] = self._busy[1][:MAX_TEXT]
         if "local_rank" in fields and local_rank is None and rank is None:
             local_rank = int(fields["local_rank"])
         if "host" in fields and host is None:
