@@ -172,16 +172,72 @@ def test_watchdog_timeouts_with_same_seqnum_but_other_op_mean_op_mismatch() -> N
     assert ex.root.ranks == [3]
 
 
-def test_watchdog_timeouts_with_equal_seqnum_mean_hang_and_name_silent_ranks() -> None:
+def test_watchdog_timeouts_with_a_silent_rank_name_the_straggler_not_a_hang() -> None:
     files = {
         f"rank{r}.log": [WATCHDOG.format(r=r, seq=7753, op="_REDUCE_SCATTER_BASE", n=544997376)]
         for r in range(3)
     }
-    files["rank3.log"] = []  # this rank never reported: dead or hung
+    files["rank3.log"] = []  # this rank never reported: it was not in the collective
+    ex = run(files)
+    assert ex.root is not None and ex.root.id == "watchdog.straggler"
+    assert ex.root.ranks == [3]
+    assert "never reported" in ex.root.reasoning and "not in step" in ex.root.reasoning
+
+
+def test_watchdog_hang_only_when_every_rank_reports_the_same_collective() -> None:
+    files = {
+        f"rank{r}.log": [WATCHDOG.format(r=r, seq=7753, op="_REDUCE_SCATTER_BASE", n=544997376)]
+        for r in range(4)
+    }
     ex = run(files)
     assert ex.root is not None and ex.root.id == "watchdog.hang"
-    assert ex.root.ranks == [3]
-    assert "never reported" in ex.root.reasoning
+    assert "no rank of the job is missing" in ex.root.reasoning
+
+
+def test_one_rank_timeout_is_not_called_a_network_hang() -> None:
+    # issue #17 class 2(a): hiyouga/LlamaFactory#8261 pasted rank 5's log only.
+    ex = run({"train.log": [WATCHDOG.format(r=5, seq=1580, op="ALLREDUCE", n=466119168)]})
+    assert ex.root is None
+    assert "watchdog.unconfirmed" in ids(ex.consequences)
+    assert ex.exit_code == ExitCode.FAILED
+    assert any("every rank's log" in s for s in ex.next_logs)
+
+
+def test_world_size_from_nccl_init_shows_missing_ranks_logs() -> None:
+    # Two ranks' timeouts agree, but NCCL's init line says the job had 64 ranks: unconfirmed, not a hang.
+    init = (
+        "hostname-test:984:1257 [4] NCCL INFO comm 0x557fe785f7a0 rank 36 nranks 64 cudaDev 4 nvmlDev 4 "
+        "busId 9b000 commId 0x5ae77eb5ea4ec1ee - Init COMPLETE"
+    )  # NVIDIA/nccl#1814
+    lines = [init] + [WATCHDOG.format(r=r, seq=880, op="BROADCAST", n=131137536) for r in (34, 36)]
+    ex = run({"node.log": lines})
+    assert ex.root is None
+    unconfirmed = next(d for d in ex.consequences if d.id == "watchdog.unconfirmed")
+    assert "of 64" in unconfirmed.reasoning
+
+
+# NVIDIA/nccl#2213, verbatim: rank 1 crashed, rank 0's watchdog fired, PyTorch's desync report names rank 1.
+NCCL_2213 = [
+    "*** SIGSEGV received at time=1775734074 on cpu 19 ***",
+    "PC: @     0xe1e2567f5014  (unknown)  ncclLocalOpAppend()",
+    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1155874, OpType=ALLREDUCE, "
+    "NumelIn=9445376, NumelOut=9445376, Timeout(ms)=1800000) ran for 1800002 milliseconds before timing out.",
+    "[1] finished collective #1155873, but didn't join collective #1155874",
+]
+
+
+def test_desync_report_names_the_lagging_rank() -> None:
+    ex = run({"job.log": NCCL_2213[2:]})
+    assert ex.root is not None and ex.root.id == "watchdog.straggler"
+    assert ex.root.ranks == [1]
+    assert "never joined #1155874" in ex.root.reasoning and "not a network hang" in ex.root.reasoning
+
+
+def test_crash_beats_the_desync_report_it_caused() -> None:
+    ex = run({"job.log": NCCL_2213})
+    assert ex.root is not None and ex.root.id == "launch.sigsegv"
+    straggler = next(d for d in ex.consequences if d.id == "watchdog.straggler")
+    assert straggler.ranks == [1]
 
 
 def test_port_clash_on_rank0_explains_store_timeouts_elsewhere() -> None:
@@ -316,3 +372,170 @@ def test_a_rank_exception_beats_the_peers_connection_closed() -> None:
     assert result.root is not None and result.root.id == "python.exception" and result.root.ranks == [1]
     assert "inconsistent tensor size" in result.root.first.text
     assert "gloo.connection_closed" in [d.id for d in result.consequences]
+
+
+# ---------------------------------------------------------------- issue #17 classes 3-5, real logs
+REAL = Path(__file__).parent / "fixtures" / "explain" / "real-h100"
+
+
+def explain_files(*paths: Path):
+    return explain(KB, scan_inputs(KB, [(p.name, io.BytesIO(p.read_bytes())) for p in paths]))
+
+
+def test_launcher_consequences_alone_are_never_the_root_cause() -> None:
+    # Real H100 log: torchrun's SIGTERM to rank 0 and its summary; rank 1's own output was empty.
+    ex = explain_files(REAL / "torchrun-2ranks-1gpu-bench-nccl.log")
+    assert ex.root is None
+    assert {"launch.sigterm_siblings", "launch.child_failed"} <= set(ids(ex.consequences))
+    assert ex.exit_code == ExitCode.FAILED
+    assert ex.next_logs and "rank 1's own output" in ex.next_logs[0]
+    report = ex.to_dict()
+    assert report["root_cause"] is None
+    assert report["no_cause_found"]["summary"] == "no cause found in these logs"
+
+
+def test_rank_comes_from_torchrun_root_cause_entry() -> None:
+    # Real H100 log: the ValueError has no rank prefix; torchrun's summary says rank 0 failed first.
+    ex = explain_files(REAL / "no_gpu_nccl.log")
+    assert ex.root is not None and ex.root.id == "device.no_gpu_for_nccl"
+    assert ex.root.ranks == [0]
+    assert "Root Cause" in ex.root.data["rank_from"]
+
+
+def test_sigbus_is_the_root_cause_not_child_failed_error() -> None:
+    # msr-fiddle/pipedream#76, verbatim (backtrace shortened to its first and last frames).
+    ex = run(
+        {
+            "train.log": [
+                "[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)",
+                "==== backtrace (tid:   3095) ====",
+                " 0 0x0000000000043090 killpg()  ???:0",
+                " 9 0x000000000011f133 clone()  ???:0",
+                "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "launch.sigbus"
+    assert "/dev/shm" in ex.root.cause and "--shm-size" in ex.root.fix
+    assert "launch.child_failed" in ids(ex.consequences)
+
+
+def test_deepspeed_exit_code_minus_7_is_sigbus() -> None:
+    # hiyouga/LlamaFactory#2061: DeepSpeed's launcher line (its argv list elided here; the issue title gives
+    # the ending "exits with return code = -7"); deepspeedai/DeepSpeed#4002 fixed the same with --shm-size.
+    line = (
+        "[2024-01-03 14:05:36,716] [ERROR] [launch.py:321:sigkill_handler] ['/home/bingxing2/home/scx9042/"
+        ".conda/envs/myLLM/bin/python', '-u', 'src/train_bash.py', '--local_rank=3'] exits with return code = -7"
+    )
+    ex = run(
+        {
+            "ds.log": [
+                "[2024-01-03 14:05:36,090] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 2726715",
+                line,
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "launch.sigbus"
+
+
+def test_shm_permission_denied_is_not_shm_too_small() -> None:
+    # NVIDIA/nccl#328 (fixed by `chmod 777 /dev/shm`), verbatim.
+    ex = run(
+        {
+            "node08.log": [
+                "node08:27106:27302 [0] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied",
+                "node08:27106:27302 [0] NCCL INFO include/shm.h:41 -> 2",
+                "node08:27106:27302 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment "
+                "nccl-shm-recv-b7948f403864987a-0-3-0 (size 4460544)",
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "shm.permission"
+
+
+def test_no_cuda_gpus_under_a_launcher_is_not_a_generic_exception() -> None:
+    ex = run(
+        {"rank1.log": ["[rank1]: RuntimeError: No CUDA GPUs are available"]}
+    )  # jiaw-z/CoR-GS#23 + prefix
+    assert ex.root is not None and ex.root.id == "device.no_cuda_gpus"
+    assert ex.root.ranks == [1]
+
+
+def test_oom_message_variants() -> None:
+    for line in (
+        "RuntimeError: CUDA error: out of memory",  # kuangliu/pytorch-cifar#67
+        "  what():  CUDA error: out of memory",  # c10::Error form (shared/reference/signatures.md)
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",  # torch >= 2.1 class name
+    ):
+        ex = run({"rank0.log": [line]})
+        assert ex.root is not None and ex.root.id == "device.cuda_oom", line
+
+
+def test_nccl_internal_error_alone_is_matched_and_sends_to_nccl_debug() -> None:
+    # NVIDIA/nccl-tests#166 (issue title): the prefilter used to miss this wording entirely.
+    ex = run(
+        {
+            "test.log": [
+                "Test NCCL failure common.cu:958 'internal error - please report this issue to the NCCL developers / '"
+            ]
+        }
+    )
+    assert ex.root is None
+    assert "nccl.internal_error" in ids(ex.consequences)
+    assert any("NCCL_DEBUG=INFO" in s for s in ex.next_logs)
+
+
+def test_ib_error_12_without_peer_is_the_roce_gid_class() -> None:
+    # NVIDIA/nccl#426: the pre-2.10 wording; fixed with NCCL_IB_GID_INDEX=3.
+    ex = run(
+        {
+            "w1.log": [
+                "-worker-1:946:988 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129"
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "nccl.ib_retry_exceeded"
+    assert "NCCL_IB_GID_INDEX" in ex.root.fix
+
+
+def test_topology_xml_warn_has_a_cause() -> None:
+    ex = run(
+        {
+            "n.log": [
+                "207a4cb58d57:59200:59216 [0] graph/xml.h:82 NCCL WARN Attribute ngpus of node algo not found"
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "nccl.topology"  # microsoft/msccl-tools#4
+
+
+def test_net_plugin_none_is_named_and_healthy_plugin_chatter_is_not() -> None:
+    ex = run(
+        {"n.log": ["gpu-node-17:1234:5678 [0] init.cc:232 NCCL WARN Failed to initialize any NET plugin"]}
+    )
+    assert ex.root is not None and ex.root.id == "nccl.net_plugin_none"  # WARN string from NCCL's source
+    healthy = explain_files(REAL / "nccl_info.log")  # real: "NET/Plugin: Could not find: libnccl-net.so"
+    assert healthy.root is None and healthy.exit_code == ExitCode.HEALTHY
+
+
+def test_progress_bar_near_the_timeout_on_the_timeout_line_is_a_busy_rank_not_a_hang() -> None:
+    # issue #17 class 2(b): the shape of hiyouga/LlamaFactory#8261's line (a tqdm bar glued in front of the
+    # watchdog line; the bar's numbers substituted so that it ran 29:55 of a 30-minute timeout).
+    bar = "Running tokenizer on dataset:  99%|█████████▉| 990000/1000000 [29:55<00:18, 551.23 examples/s]"
+    lines = [
+        bar + WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1).replace("600000", "1800000") for r in (0,)
+    ]
+    lines += [
+        WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1).replace("600000", "1800000") for r in (1, 2, 3)
+    ]
+    ex = run({"job.log": lines})
+    assert ex.root is not None and ex.root.id == "watchdog.straggler"
+    assert "1795 s" in ex.root.reasoning and "Not a network hang" in ex.root.reasoning
+
+
+def test_progress_bar_far_from_the_timeout_changes_nothing() -> None:
+    bar = "  1%|▏         | 24/1752 [01:08<1:22:56,  2.88s/it]"  # hiyouga/LlamaFactory#8261, verbatim bar
+    lines = [bar + WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1) for r in (0,)]
+    lines += [WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1) for r in (1, 2, 3)]
+    ex = run({"job.log": lines})
+    assert ex.root is not None and ex.root.id == "watchdog.hang"

@@ -11,8 +11,9 @@ import typer
 from ddpdoctor.cli.app import app, format_option, json_option, pick_format, usage_error
 
 EXPLAIN_EXIT_CODES = (
-    "Exit codes: 0 nothing recognised (or only informational notes); 1 a failure diagnosed; "
-    "2 usage error (no input, unreadable file)."
+    "Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or "
+    "only its consequences: no cause found in these logs); 2 usage error (no input, stdin closed, "
+    "unreadable file, a .gz with nothing readable)."
 )
 
 

@@ -31,8 +31,9 @@ first occurrence, cause and fix). `--all` adds informational notes (e.g. NCCL fe
 and every kept evidence line. `--json` prints the same report as JSON (schema `ddpdoctor.explain/1`).
 Evidence is redacted like every ddpdoctor report (URL credentials, values of secret-named variables).
 
-Exit codes: 0 nothing recognised (or only informational notes); 1 a failure diagnosed; 2 usage error
-(no input, unreadable file).
+Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or only
+its consequences: "no cause found in these logs"); 2 usage error (no input, stdin closed, unreadable
+file, a compressed file with nothing readable).
 
 ## How the root cause is chosen
 
@@ -45,26 +46,46 @@ Exit codes: 0 nothing recognised (or only informational notes); 1 a failure diag
    else failed: timeouts, generic NCCL errors, connection resets), `consequence` (wrappers such as
    ChildFailedError, SIGTERM of sibling ranks), `hint` (informational), `context` (used for attribution only).
 3. **Order.** The root cause is the first non-empty tier of: root signatures of precedence 0
-   (kernel/hardware: OOM kill, Xid, ECC, NVLink, fabric manager) then 1; a desync or op mismatch derived
-   from watchdog timeouts; generic `NCCL WARN` lines (precedence 2: the earliest WARN explains a later
-   `unhandled system error`); an all-ranks hang derived from watchdog timeouts; symptoms; consequences.
-   Within a tier the earliest event wins by timestamp where lines carry one (python logging, glog
-   `E0321 02:07:08`, dmesg -T, syslog; the year is ignored), else by input order and line number.
-4. **Watchdog timeouts across ranks.** The first `WorkNCCL(SeqNum=..., OpType=..., NumelIn=...)` timeout of
-   each rank is compared: different SeqNum -> `watchdog.desync` (the odd or lagging ranks are named);
-   same SeqNum but different OpType/NumelIn -> `watchdog.op_mismatch`; all equal -> `watchdog.hang`, naming
-   ranks that never reported.
-5. **OOM kills.** A kernel or Slurm OOM line without a rank takes the rank torchrun reported killed
-   (exit code -9).
+   (kernel/hardware: OOM kill, Xid, ECC, NVLink, fabric manager) then 1; a desync, op mismatch or straggler
+   derived from watchdog timeouts; generic `NCCL WARN` lines and uncaught Python exceptions (precedence
+   2: the earliest WARN explains a later `unhandled system error`); an all-ranks hang derived from
+   watchdog timeouts. Within a tier the earliest event wins by timestamp where lines carry one (python
+   logging, glog `E0321 02:07:08`, dmesg -T, syslog; the year is ignored), else by input order and line.
+4. **Consequences are never the root cause.** Symptoms (timeouts, generic NCCL errors, connection resets)
+   and consequences (ChildFailedError, SIGTERM to siblings) are listed under the root cause, never as it.
+   When the logs hold nothing else, the report says **no cause found in these logs** and which log to
+   fetch next (`no_cause_found.fetch_next` in JSON): the failed rank's own output when torchrun printed
+   only its summary, the host's kernel log when a rank died of a signal, a rerun with `NCCL_DEBUG=INFO`
+   for a bare `unhandled system error`, every rank's log for a timeout seen from one rank. The exit code
+   is still 1: a failure was seen.
+5. **Watchdog timeouts across ranks.** The first `WorkNCCL(SeqNum=..., OpType=..., NumelIn=...)` timeout of
+   each rank is compared: PyTorch's own desync report (`[7] finished collective #182, but didn't join
+   collective #183`, `ranks [..] are the lagging ranks`) names stragglers first (`watchdog.straggler`);
+   different SeqNum -> `watchdog.desync`; same SeqNum but different OpType/NumelIn ->
+   `watchdog.op_mismatch`; all equal but a progress bar glued to a timeout line had been running for at
+   least 90% of the timeout (rank 0 tokenising while the others waited), or some known rank never
+   reported -> `watchdog.straggler`; only one
+   rank's report, or fewer ranks than NCCL's `nranks` -> `watchdog.unconfirmed` (not a root cause: the
+   other ranks' logs are needed); `watchdog.hang` (network or GPU) only when every rank of the job
+   reported the same collective.
+6. **Rank from the launcher.** A root cause whose lines name no rank takes it from torchrun's
+   `Root Cause (first observed failure)` entry (`rank: 1 (local_rank: 1)`); an OOM kill without a rank
+   takes the rank torchrun reported killed (exit code -9).
 
 ## Scanning in bounded memory
 
 Input is read in 1 MiB chunks and never decoded whole. One prefilter regex, a trie of every signature's
 keywords, runs over each chunk in C; only lines it hits are decoded (invalid UTF-8 replaced), stripped of
 prefixes and ANSI colours, and tested against the signatures' patterns. A line longer than 64 KiB is
-never held whole: it is scanned in windows and kept as an excerpt. Evidence is bounded (three lines per
-signature, file and rank; all occurrences are counted). bench/bench_explain.py measures throughput and
-peak RSS on a generated 1 GB log (docs/performance.md).
+never held whole: it is scanned in windows and kept as an excerpt. Dense logs (nearly every line a
+keyword) are handled by line shapes: a hit line with its digits zeroed (its first 12 bytes, which say
+who printed it, kept as they are) that has been matched in full four times with the same result is
+afterwards only counted, so a repeated line costs a dictionary lookup. Memory is bounded whatever the
+log size: three evidence lines per signature, file and rank (all occurrences counted), 512 torchrun
+failure-summary entries (a log of many restarts repeats the block), 4096 line shapes per input.
+`bench/bench_explain.py` measures throughput and peak RSS on three kinds of logs (ordinary, repeated real
+torchrun output, dense) and `bench/eval_explain.py` scores the answers on real logs (below and
+docs/performance.md).
 
 ## Knowledge base format
 
@@ -126,10 +147,17 @@ def render_markdown(doc: dict[str, Any]) -> str:
     return "".join(out)
 
 
+EVAL_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "explain-eval" / "results.md"
+
+
 def generate() -> str:
-    """docs/explain.md from the packaged knowledge base."""
+    """docs/explain.md from the packaged knowledge base, with the evaluation results when the repository's
+    bench/explain-eval/results.md (written by `python bench/eval_explain.py --markdown`) is there."""
     text = resources.files("ddpdoctor").joinpath("data", "signatures.json").read_text(encoding="utf-8")
-    return render_markdown(json.loads(text))
+    doc = render_markdown(json.loads(text))
+    if EVAL_RESULTS.is_file():
+        doc += "\n" + EVAL_RESULTS.read_text(encoding="utf-8")
+    return doc
 
 
 def main() -> int:

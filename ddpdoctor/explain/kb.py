@@ -43,11 +43,11 @@ class Signature:
 
     @property
     def cacheable(self) -> bool:
-        """A repeat of a line this signature matched may be counted without matching it again: not when
-        the line opens torchrun's failure summary, maps pids to ranks (context), or carries fields that
-        reasoning needs from every occurrence. The first few occurrences of each shape (per rank or pid) are
-        always matched in full, so the first watchdog timeout of each rank is kept."""
-        return not self.context_lines and self.role != "context"
+        """A repeat of a line this signature matched may be counted without matching it again; not a
+        context line (it maps pids to ranks, and every process's line is needed). The first few occurrences
+        of each shape (per rank) are always matched in full, so the first watchdog timeout of each rank is
+        kept; a cached line that opens torchrun's summary still starts reading it."""
+        return self.role != "context"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ddpdoctor.explain.kb import KnowledgeBase
+from ddpdoctor.explain.nextlog import suggest_next_logs
 from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
 from ddpdoctor.model import ExitCode, Severity
@@ -109,10 +110,14 @@ class Explanation:
     root: Diagnosis | None
     consequences: list[Diagnosis]
     notes: list[Diagnosis]
+    next_logs: list[str] = field(default_factory=list)  # where to look when no cause was found
 
     @property
     def exit_code(self) -> ExitCode:
+        # A failure seen only through its consequences is still a failure (exit 1), with no cause named.
         if self.root is not None and self.root.severity >= Severity.WARN:
+            return ExitCode.FAILED
+        if any(d.severity >= Severity.WARN for d in self.consequences):
             return ExitCode.FAILED
         return ExitCode.HEALTHY
 
@@ -134,6 +139,11 @@ class Explanation:
                 for s in self.inputs
             ],
             "root_cause": self.root.to_dict(show_all) if self.root else None,
+            "no_cause_found": (
+                {"summary": "no cause found in these logs", "fetch_next": self.next_logs}
+                if self.root is None and self.next_logs
+                else None
+            ),
             "consequences": [d.to_dict(show_all) for d in self.consequences],
             "notes": [d.to_dict(show_all) for d in self.notes] if show_all else [],
         }
@@ -245,9 +255,74 @@ def _merge_fields(evs: list[Event]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- watchdog analysis
-def _watchdog_diagnosis(kb: KnowledgeBase, events: list[Event], known_ranks: set[int]) -> Diagnosis | None:
+def _rank_list(text: str) -> list[int]:
+    return sorted({int(x) for x in text.replace(" ", "").split(",") if x.isdigit()})
+
+
+def _desync_report(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | None:
+    """PyTorch's own desync report (TORCH_NCCL_DESYNC_DEBUG): ranks that finished collective #N but never
+    joined #N+1, or never joined any, are the stragglers; it outranks our comparison of timeouts."""
+    reports = sorted((e for e in events if e.sig == "watchdog.desync_report"), key=_event_key)
+    lagging: set[int] = set()
+    stuck: set[int] = set()
+    for ev in reports:
+        lagging.update(_rank_list(ev.fields.get("lagging", "") + "," + ev.fields.get("missing", "")))
+        stuck.update(_rank_list(ev.fields.get("stuck", "")))
+    if not lagging:
+        return None
+    suspects = sorted(lagging)
+    shown = [e for e in reports if "lagging" in e.fields or "missing" in e.fields]
+    spec = kb.diagnoses["watchdog.straggler"]
+    first = shown[0]
+    reasoning = (
+        f"PyTorch's desync report says rank(s) {', '.join(map(str, suspects))} "
+        + (
+            f"finished collective #{first.fields['seq']} but never joined #{first.fields['next_seq']}"
+            if "next_seq" in first.fields
+            else "never joined any collective"
+        )
+        + (f", while rank(s) {', '.join(map(str, sorted(stuck)))} waited inside it" if stuck else "")
+        + ": the code was not in step on every rank, so this is not a network hang."
+    )
+    return Diagnosis(
+        id=spec.id,
+        title=spec.title,
+        severity=spec.severity,
+        role="derived",
+        component="ProcessGroupNCCL desync report (cross-rank)",
+        cause=spec.cause,
+        fix=spec.fix,
+        references=list(spec.references),
+        first=_occurrence(first),
+        evidence=[_occurrence(e) for e in shown],
+        count=len(shown),
+        ranks=suspects,
+        derived=True,
+        reasoning=reasoning,
+        data={"lagging_ranks": suspects, "waiting_ranks": sorted(stuck)},
+        sort_key=(1, 1, *_event_key(first)),
+    )
+
+
+def _busy_reports(first_by_rank: dict[int, Event]) -> list[Event]:
+    """Timeout reports glued to a progress bar whose elapsed time is at least 90% of the timeout."""
+    out = []
+    for ev in first_by_rank.values():
+        busy, timeout_ms = ev.fields.get("busy_elapsed_s"), ev.fields.get("timeout_ms")
+        if busy and timeout_ms and int(busy) * 1000 >= 0.9 * int(timeout_ms):
+            out.append(ev)
+    return sorted(out, key=_event_key)
+
+
+def _watchdog_diagnosis(
+    kb: KnowledgeBase, events: list[Event], known_ranks: set[int], world_size: int | None
+) -> Diagnosis | None:
     """Compare watchdog timeouts across ranks: SeqNum differs -> desync; OpType/NumelIn differs -> op
-    mismatch; all equal -> the collective itself hung (network, GPU, or a rank that never reported)."""
+    mismatch; all equal -> a hang only when every rank of the job reported it; ranks missing -> stragglers;
+    one rank's view -> unconfirmed (not a root cause)."""
+    report = _desync_report(kb, events)
+    if report is not None:
+        return report
     groups: dict[str, dict[int, Event]] = defaultdict(dict)
     for ev in sorted((e for e in events if e.sig in _WATCHDOG_SIGS and "seq" in e.fields), key=_event_key):
         if ev.rank is None:
@@ -300,16 +375,48 @@ def _watchdog_diagnosis(kb: KnowledgeBase, events: list[Event], known_ranks: set
             f"All ranks timed out at SeqNum {seq[ranks[0]]} but with different collectives ({'; '.join(parts)}): "
             f"rank(s) {fmt(suspects)} issued a different operation or size."
         )
-    else:
-        spec = kb.diagnoses["watchdog.hang"]
-        missing = sorted(known_ranks - set(ranks))
-        suspects = missing
+    elif busy := _busy_reports(first_by_rank):
+        # The timeout line itself shows a progress bar that had been running for about the whole timeout:
+        # the process printing it was busy outside the collective while the others waited in it.
+        spec = kb.diagnoses["watchdog.straggler"]
+        ev = busy[0]
+        suspects = []
         reasoning = (
-            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]}): "
-            "the code is in sync and the collective itself did not complete."
+            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]}) "
+            f"after {int(ev.fields['timeout_ms']) // 1000} s, but the timeout line of rank {ev.rank} shares its "
+            f"text with a progress bar that had been running for {int(ev.fields['busy_elapsed_s'])} s "
+            f"({ev.fields['busy_bar'].strip()}): the process printing it (usually rank 0) was still busy outside "
+            "the collective (data preparation, tokenisation) while the others waited. Not a network hang: do "
+            "that work before init_process_group, or raise the timeout."
+        )
+    else:
+        missing = sorted(known_ranks - set(ranks))
+        unseen = world_size is not None and world_size > len(set(ranks) | set(missing))
+        same = (
+            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]})"
         )
         if missing:
-            reasoning += f" Rank(s) {fmt(missing)} never reported a timeout: look there first (dead or hung)."
+            spec = kb.diagnoses["watchdog.straggler"]
+            suspects = missing
+            reasoning = (
+                f"{same}, but rank(s) {fmt(missing)} never reported a timeout: they were not in that collective "
+                "(slow, stuck in other code, or dead), so the code was not in step on every rank. Look there first."
+            )
+        elif len(ranks) < 2 or unseen:
+            spec = kb.diagnoses["watchdog.unconfirmed"]
+            suspects = []
+            of = f" of {world_size}" if world_size else ""
+            reasoning = (
+                f"{same}; only {len(ranks)}{of} rank(s) are in these logs, so whether the others were in it "
+                "(a network or GPU hang) or elsewhere (a straggler) cannot be told."
+            )
+        else:
+            spec = kb.diagnoses["watchdog.hang"]
+            suspects = []
+            reasoning = (
+                f"{same} and no rank of the job is missing: the code is in sync and the collective itself did "
+                "not complete."
+            )
     evidence_events = sorted(first_by_rank.values(), key=lambda e: (e.rank not in suspects, _event_key(e)))
     # First occurrence: the suspect's own report when it has one, else the earliest report.
     first = min(first_by_rank.values(), key=lambda e: (e.rank not in suspects, _event_key(e)))
@@ -357,14 +464,17 @@ def _root_reasoning(root: Diagnosis, others: list[Diagnosis], summary: list[Summ
     return text
 
 
+_WEAK_DERIVED = ("watchdog.hang", "watchdog.unconfirmed")
+
+
 def _choose_root(diags: list[Diagnosis], derived: Diagnosis | None) -> Diagnosis | None:
     tiers: list[list[Diagnosis]] = [
         [d for d in diags if d.role == "root" and d.severity >= Severity.WARN and d.sort_key[1] <= 1],
-        [derived] if derived is not None and derived.id != "watchdog.hang" else [],
+        [derived] if derived is not None and derived.id not in _WEAK_DERIVED else [],
         [d for d in diags if d.role == "root" and d.severity >= Severity.WARN],
-        [derived] if derived is not None else [],
-        [d for d in diags if d.role == "symptom" and d.severity >= Severity.WARN],
-        [d for d in diags if d.role == "consequence" and d.severity >= Severity.WARN],
+        [derived] if derived is not None and derived.id == "watchdog.hang" else [],
+        # Symptoms and consequences are never the root cause: with nothing better, no cause is named and
+        # suggest_next_logs says where the cause would be.
     ]
     for tier in tiers:
         if tier:
@@ -384,9 +494,13 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
     known_ranks |= {e.rank for e in scan.summary if e.rank is not None}
     reportable = [e for e in events if kb.by_id[e.sig].role != "context"]
     diags = list(_diagnoses(kb, reportable, scan.counts).values())
-    derived = _watchdog_diagnosis(kb, reportable, known_ranks)
+    world = max(
+        (int(e.fields.get("nranks", 0)) for e in events if e.sig == "context.nccl_comm_init"), default=0
+    )
+    derived = _watchdog_diagnosis(kb, reportable, known_ranks, world or None)
     root = _choose_root(diags, derived)
     _enrich_kill(root, diags, scan.summary, pids)
+    _rank_from_summary(root, scan.summary)
     rest = [d for d in diags if d is not root]
     if derived is not None and derived is not root:
         rest.append(derived)
@@ -397,7 +511,22 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         root.reasoning = _root_reasoning(root, consequences, scan.summary)
     elif root is not None and consequences:
         root.reasoning += f" Later errors: {', '.join(d.id for d in consequences[:8])}."
-    return Explanation(inputs=scan.inputs, root=root, consequences=consequences, notes=notes)
+    next_logs = [] if root is not None or not consequences else suggest_next_logs(consequences, scan.summary)
+    return Explanation(
+        inputs=scan.inputs, root=root, consequences=consequences, notes=notes, next_logs=next_logs
+    )
+
+
+def _rank_from_summary(root: Diagnosis | None, summary: list[SummaryEntry]) -> None:
+    """A root cause whose lines name no rank: torchrun's 'Root Cause (first observed failure)' entry does."""
+    if root is None or root.ranks or root.local_ranks:
+        return
+    first = next((e for e in summary if e.root and e.rank is not None), None)
+    if first is not None:
+        root.ranks = [first.rank]  # type: ignore[list-item]
+        root.data["rank_from"] = "torchrun's failure summary: Root Cause (first observed failure)"
+        if first.host and not root.hosts:
+            root.hosts = [first.host]
 
 
 def _enrich_kill(

@@ -26,25 +26,15 @@ MAX_TEXT = 400  # characters of a line kept as evidence
 EVENTS_PER_KEY = 3  # events kept per (signature, file, rank/pid attribution); the rest are only counted
 KEYS_PER_SIGNATURE = 128
 MAX_SUMMARY = 512  # torchrun failure-summary entries kept (a log of many restarts repeats the block)
-# Line shapes: a hit line with its digits zeroed, plus who printed it (launcher prefix or NCCL pid). Once a
-# shape has been fully matched SHAPE_FULL times with the same result, further lines of that shape are only
-# counted: dense logs repeat a few shapes millions of times, and full matching costs ~40 us a line.
+# Line shapes: a hit line with its digits zeroed except in its first WHO_BYTES bytes, which keep who printed
+# it ([rank12]:, [default3]:, a short host:pid). Once a shape has been fully matched SHAPE_FULL times with
+# the same result, further lines of that shape are only counted: dense logs repeat a few shapes millions of
+# times, and full matching costs ~40 us a line.
+WHO_BYTES = 12
 SHAPE_FULL = EVENTS_PER_KEY + 1
 MAX_SHAPES = 4096  # per input; past this, new shapes are matched in full (memory stays bounded)
 MAX_SHAPE_LEN = 1024  # longer lines are never cached
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
-
-
-def _who(line: bytes) -> bytes:
-    """Who printed a line, cheaply: its launcher prefix ([rank3]:, [default0]:), NCCL's host:pid, or
-    ProcessGroupNCCL's [Rank N]; enough to match the first lines of each rank or process in full."""
-    if line.startswith((b"[rank", b"[default")):
-        return line[: line.find(b"]") + 1]
-    word = line[: line.find(b" ")]
-    if word.count(b":") == 2:
-        return word[: word.rfind(b":")]
-    at = line.find(b"Rank ")
-    return line[at : at + 10] if at >= 0 else b""
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -55,6 +45,9 @@ _SUMMARY_SHAPE = re.compile(
     rb"(?:time|host|rank|exitcode|error_file|traceback) *:|^[ \t\r]*$",
     re.MULTILINE,
 )
+# A tqdm-style progress bar (` 99%|#########9| 9990/10000 [29:55<00:01, 5.57it/s]`) glued in front of a
+# matched line: its elapsed time says how long the process printing it had been busy.
+_PROGRESS = re.compile(rb"(\d{1,3})%\|[^|\n]{0,120}\| *\d+/\d+ *\[(?:(\d{1,3}):)?(\d{1,2}):(\d\d)<")
 _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
 _SUMMARY_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
 _SUMMARY_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
@@ -151,8 +144,9 @@ class StreamScanner:
         self._entry_is_root = False
         self._last_line = (-1, frozenset())  # (line number, signatures recorded on it)
         # shape -> [full matches so far, signature ids it matched, or None once two matches disagreed]
-        self._shapes: dict[tuple[bytes, bytes], list[Any]] = {}
+        self._shapes: dict[bytes, list[Any]] = {}
         self._recorded: list[str] | None = None  # signature ids recorded by the current full match
+        self._busy: tuple[int, str] | None = None  # progress bar glued before the current line's match
 
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> None:
@@ -216,11 +210,14 @@ class StreamScanner:
                 dense = False
                 le = buf.find(b"\n", pos, end)
                 if le - pos <= MAX_SHAPE_LEN:
-                    line = buf[pos:le]
-                    shape = shapes.get((line.translate(_DIGITS_TO_ZERO), _who(line)))
+                    shape = shapes.get(
+                        buf[pos : pos + WHO_BYTES] + buf[pos + WHO_BYTES : le].translate(_DIGITS_TO_ZERO)
+                    )
                     if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
                         for sig_id in shape[1]:
                             counts[sig_id] += 1
+                        if shape[2]:
+                            self._replay_summary_start(shape[2], buf, pos, le)
                         pos = le + 1
                         dense = True
                         continue
@@ -237,12 +234,13 @@ class StreamScanner:
                 self._line(buf, ls, le, hit, head=self._long_head if ls == 0 else None, context=False)
                 pos = le + 1
                 continue
-            line = buf[ls:le]
-            key = (line.translate(_DIGITS_TO_ZERO), _who(line))
+            key = buf[ls : ls + WHO_BYTES] + buf[ls + WHO_BYTES : le].translate(_DIGITS_TO_ZERO)
             shape = shapes.get(key)
             if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
                 for sig_id in shape[1]:
                     counts[sig_id] += 1
+                if shape[2]:
+                    self._replay_summary_start(shape[2], buf, ls, le)
                 pos = le + 1
                 continue
             self._newlines += buf.count(b"\n", cur, ls)
@@ -254,22 +252,32 @@ class StreamScanner:
             pos = le + 1
         self._newlines += buf.count(b"\n", cur, end)
 
-    def _note_shape(self, key: tuple[bytes, bytes], shape: list[Any] | None, recorded: list[str]) -> None:
+    def _note_shape(self, key: bytes, shape: list[Any] | None, recorded: list[str]) -> None:
         """Remember what a full match of this line shape found; only results that may be replayed by
         counting (no torchrun summary, no fields that reasoning compares across ranks) are cacheable."""
-        summary_full = self.collector.summary_full
-        cacheable = all(
-            self.kb.by_id[sid].cacheable or (summary_full and self.kb.by_id[sid].role != "context")
-            for sid in recorded
-        )
+        by_id = self.kb.by_id
+        cacheable = all(by_id[sid].cacheable for sid in recorded)
+        context = max((by_id[sid].context_lines for sid in recorded), default=0)
         result = tuple(recorded) if cacheable else None
         if shape is None:
-            if len(self._shapes) < MAX_SHAPES:
-                self._shapes[key] = [1, result]
+            if len(self._shapes) >= MAX_SHAPES:
+                # Timestamps in the kept prefix make new shapes as time passes: start over rather than
+                # stop caching (memory stays bounded, old shapes are rarely seen again).
+                self._shapes.clear()
+            self._shapes[key] = [1, result, context]
             return
         shape[0] += 1
         if shape[1] != result:
             shape[1] = None
+
+    def _replay_summary_start(self, context: int, buf: bytes, ls: int, le: int) -> None:
+        """A cached line that opens torchrun's failure summary: read the block that follows, as a full
+        match would have."""
+        if self._context_left or self.collector.summary_full:
+            return
+        self._end_summary()
+        self._context_left = context
+        self._entry_is_root = buf.find(b"Root Cause", ls, le) >= 0
 
     def _scan_fragment(self, rest: bytes, cut: int) -> None:
         """Matches starting before `cut` in a piece of an over-long line."""
@@ -298,6 +306,14 @@ class StreamScanner:
 
     def _window(self, raw: bytes, hit: int, lineno: int, head: bytes | None, context: bool = False) -> None:
         raw = raw.rstrip(b"\r")
+        self._busy = None
+        if hit > 0 and b"%|" in raw[:hit]:
+            bars = list(_PROGRESS.finditer(raw, 0, hit))
+            if bars:
+                last = bars[-1]
+                hours, minutes, seconds = (int(g or 0) for g in last.group(2, 3, 4))
+                bar = raw[last.start() : last.end() + 40].split(b"]")[0] + b"]"
+                self._busy = (hours * 3600 + minutes * 60 + seconds, bar.decode("utf-8", "replace"))
         if b"\r" in raw:
             # Progress bars redraw with \r: keep the segment the match is in.
             start = raw.rfind(b"\r", 0, max(hit, 0)) + 1
@@ -359,6 +375,10 @@ class StreamScanner:
             host = host or entry.host
         if "pid" in fields and pid is None:
             pid = int(fields["pid"])
+        if self._busy is not None:
+            # The line shares its text with a progress bar printed just before it (same stream, no newline).
+            fields["busy_elapsed_s"] = str(self._busy[0])
+            fields["busy_bar"] = self._busy[1][:MAX_TEXT]
         if "local_rank" in fields and local_rank is None and rank is None:
             local_rank = int(fields["local_rank"])
         if "host" in fields and host is None:

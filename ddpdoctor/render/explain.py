@@ -58,7 +58,15 @@ def render_explanation(report: Mapping[str, Any], show_all: bool = False) -> Non
             )
 
     root = report["root_cause"]
-    if root is None:
+    no_cause = report.get("no_cause_found")
+    if root is None and no_cause:
+        # Something failed (the consequences below), but these logs do not hold its cause.
+        con.print()
+        con.print(Text("ROOT CAUSE  no cause found in these logs", style="bold yellow"))
+        con.print(_labelled("  ", "Fetch next:", ""))
+        for item in no_cause["fetch_next"]:
+            con.print(Text(f"    - {item}"))
+    elif root is None:
         con.print(Text("No known failure signature found.", style="green"))
         con.print(
             Text(

@@ -1,0 +1,55 @@
+"""What to read next when the logs hold no cause: pure, from what the logs did show.
+
+A launcher wrapper (ChildFailedError, SIGTERM to siblings), a generic NCCL error or a timeout seen from one
+rank is a consequence; printing it as the root cause sends people to the wrong place. When nothing better
+is found, explain says "no cause found in these logs" and names the log that would hold the cause.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from ddpdoctor.explain.reason import Diagnosis
+    from ddpdoctor.explain.scan import SummaryEntry
+
+_SIGNALS = {-6: "SIGABRT", -7: "SIGBUS", -9: "SIGKILL", -11: "SIGSEGV", -15: "SIGTERM"}
+_NCCL_GENERIC = ("nccl.system_error", "nccl.internal_error", "nccl.remote_error", "nccl.unhandled_cuda")
+
+
+def suggest_next_logs(seen: Iterable[Diagnosis], summary: Iterable[SummaryEntry]) -> list[str]:
+    """The logs (or reruns) most likely to hold the cause, most useful first."""
+    ids = {d.id for d in seen}
+    out: list[str] = []
+    for entry in summary:
+        if not entry.root:
+            continue
+        who = f"rank {entry.rank}" if entry.rank is not None else f"pid {entry.pid}"
+        host = f" on {entry.host}" if entry.host else ""
+        if entry.exitcode is not None and entry.exitcode < 0:
+            sig = _SIGNALS.get(entry.exitcode, f"signal {-entry.exitcode}")
+            out.append(
+                f"the kernel log of the host{host} (`dmesg -T`, `journalctl -k`) around the failure: "
+                f"torchrun says {who} was killed by {sig}"
+            )
+        else:
+            out.append(
+                f"{who}'s own output{host}: torchrun printed only its summary (keep per-rank logs with "
+                "`torchrun --log-dir DIR --tee 3`, and decorate main with @record to get the traceback)"
+            )
+        break
+    if ids & set(_NCCL_GENERIC):
+        out.append(
+            "a rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV: the NCCL WARN line printed before "
+            "'unhandled system error' / 'internal error' names the cause"
+        )
+    if ids & {"watchdog.unconfirmed", "watchdog.timeout", "watchdog.blocking_wait"}:
+        out.append(
+            "every rank's log (only some ranks are here), or a rerun with TORCH_NCCL_DESYNC_DEBUG=1 / "
+            "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 so PyTorch names the lagging rank"
+        )
+    if ids & {"launch.sigterm_siblings", "launch.child_failed", "launch.spawn_raised"} and not out:
+        out.append("the log of the rank that failed first (torchrun's 'Root Cause' entry names it)")
+    if not out:
+        out.append("every rank's log and each host's kernel log (`dmesg -T`)")
+    return out
