@@ -61,10 +61,12 @@ def lint(
         fmt = "json"
     try:
         config = load_lint_config(paths)
+        chosen = split_names(select)
+        # --select on the command line is the whole choice: the file's select and extend-select step aside.
         rules = select_rules(
-            split_names(select) or config.select,
+            chosen or config.select,
             [*config.ignore, *split_names(ignore)],
-            [*config.extend_select, *split_names(extend_select)],
+            [*([] if chosen else config.extend_select), *split_names(extend_select)],
         )
         report = lint_paths(paths, rules)
     except ValueError as exc:

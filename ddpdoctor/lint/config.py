@@ -6,8 +6,8 @@
     ignore = ["DDP013"]
 
 The nearest pyproject.toml at or above the first path linted (or the working directory) is read; a file
-without the table is ignored. Command-line options win: --select replaces `select`, --extend-select and
---ignore add to the lists.
+without the table is ignored. Command-line options win: --select replaces `select` and `extend-select`,
+--extend-select and --ignore add to the lists.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def parse_lint_config(text: str, source: str = "pyproject.toml") -> LintConfig:
     config = LintConfig(source=source)
     for key in table:
         if key not in KEYS:
-            raise ValueError(f"{source}: unknown key {key!r} in [tool.ddpdoctor.lint]; known: {', '.join(KEYS)}")
+            raise ValueError(
+                f"{source}: unknown key {key!r} in [tool.ddpdoctor.lint]; known: {', '.join(KEYS)}"
+            )
     for key in KEYS:
         value = table.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

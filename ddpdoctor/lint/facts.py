@@ -256,9 +256,7 @@ class RankBranch:
 
     __slots__ = ("test", "stmt", "body", "kind", "outer")
 
-    def __init__(
-        self, stmt: ast.If, body: bool, kind: Optional[str], outer: Optional[RankBranch]
-    ) -> None:
+    def __init__(self, stmt: ast.If, body: bool, kind: Optional[str], outer: Optional[RankBranch]) -> None:
         self.stmt = stmt
         self.test = stmt.test
         self.body = body  # True: the `if` body; False: the `else`
@@ -384,7 +382,9 @@ class ModuleFacts:
                 if rank_dependent:
                     other = {ZERO: NONZERO, NONZERO: ZERO}.get(kind or "")
                     self._rank_if = RankBranch(stmt, False, other, outer_rank_if)  # type: ignore[arg-type]
-                self._walk_block(stmt.orelse, scope, guarded or (test if kind == NONZERO else False), main, loop)  # type: ignore[attr-defined]
+                self._walk_block(
+                    stmt.orelse, scope, guarded or (test if kind == NONZERO else False), main, loop
+                )  # type: ignore[attr-defined]
                 self._rank_if = outer_rank_if
                 # `if rank != 0: return` (or `if rank == 0: ... else: return`) guards the rest of the block.
                 if kind == NONZERO and ends_in_exit(stmt.body):  # type: ignore[attr-defined]
@@ -552,7 +552,10 @@ class ModuleFacts:
             key = dotted(target)
             if key:
                 self.assigns.setdefault(key, []).append((value, stmt))
-                if type(value) in (ast.Compare, ast.BoolOp, ast.Call) and classify_guard(value, self.main_vars) == ZERO:
+                if (
+                    type(value) in (ast.Compare, ast.BoolOp, ast.Call)
+                    and classify_guard(value, self.main_vars) == ZERO
+                ):
                     self.main_vars = self.main_vars | {key}
         if type(stmt.value) is ast.Call:
             names = [d for d in (dotted(t) for t in stmt.targets) if d]
@@ -612,7 +615,9 @@ class ModuleFacts:
             defaults = {}
             for cs in self.calls_named("add_argument"):
                 dest = cs.kwarg("dest")
-                names = [a.value for a in cs.node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                names = [
+                    a.value for a in cs.node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                ]
                 if isinstance(dest, ast.Constant) and isinstance(dest.value, str):
                     name = dest.value
                 else:

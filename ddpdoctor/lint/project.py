@@ -27,7 +27,9 @@ def module_names(path: PurePath) -> list[str]:
     parts = [p for p in path.with_suffix("").parts if p not in ("", ".", "..", "/") and not p.endswith(":\\")]
     if parts and parts[-1] == "__init__":
         parts = parts[:-1]
-    return [".".join(parts[i:]) for i in range(len(parts) - 1, -1, -1) if all(x.isidentifier() for x in parts[i:])]
+    return [
+        ".".join(parts[i:]) for i in range(len(parts) - 1, -1, -1) if all(x.isidentifier() for x in parts[i:])
+    ]
 
 
 def _package_of(path: PurePath) -> list[str]:
@@ -105,7 +107,9 @@ class Project:
         for i in range(len(parts)):
             target = self.module(".".join(parts[i:]))
             if target is not None and target is not facts:
-                scopes = [s for s in target.functions.get(func, ()) if s.parent is not None and s.parent.is_module]
+                scopes = [
+                    s for s in target.functions.get(func, ()) if s.parent is not None and s.parent.is_module
+                ]
                 return [(target, s) for s in scopes]
         return []
 

@@ -58,9 +58,7 @@ def _collective_in_callee(f: ModuleFacts, cs: CallSite, kind: Optional[str]) -> 
     """A collective that the function `cs` calls reaches on the ranks of `kind`: one outside any rank
     check, or inside a check that those ranks pass (transformers#1081: evaluation on rank 0 only, reaching
     the `if local_rank == 0: barrier()` of a data helper)."""
-    return find_call_in(
-        f, cs, lambda c: _is_collective(c) and (c.rank_if is None or c.rank_if.kind == kind)
-    )
+    return find_call_in(f, cs, lambda c: _is_collective(c) and (c.rank_if is None or c.rank_if.kind == kind))
 
 
 @rule(
@@ -164,8 +162,20 @@ def check_same_path_write(f: ModuleFacts) -> Iterator[Hit]:
         yield cs.node, f"{what}() runs on every rank with the same path: concurrent writers corrupt the file"
 
 
-_SEEDERS = frozenset({"manual_seed", "seed", "set_seed", "seed_everything", "fix_random_seeds", "init_seeds",
-                      "setup_seed", "seed_all", "set_random_seed", "random_seed"})
+_SEEDERS = frozenset(
+    {
+        "manual_seed",
+        "seed",
+        "set_seed",
+        "seed_everything",
+        "fix_random_seeds",
+        "init_seeds",
+        "setup_seed",
+        "seed_all",
+        "set_random_seed",
+        "random_seed",
+    }
+)
 
 
 def _rank_free_seed(cs: CallSite) -> bool:
@@ -230,4 +240,3 @@ def check_device_context_bare(f: ModuleFacts) -> Iterator[Hit]:
                 f"{short}() called as a statement: it is a context manager and selects nothing; "
                 "every rank stays on the default device",
             )
-
