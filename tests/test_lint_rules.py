@@ -132,7 +132,21 @@ POSITIVES: list[tuple[str, str]] = [
         def main():
             dist.init_process_group(backend="nccl", timeout=datetime.timedelta(minutes=5))  # <-
             local_rank = int(os.environ["LOCAL_RANK"])
+            dist.barrier()
             torch.cuda.set_device(local_rank)
+    """,
+    ),
+    (
+        "DDP003",
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--dist-backend", default="nccl")
+        args = parser.parse_args()
+        def main():
+            dist.init_process_group(backend=args.dist_backend)  # <-
+            model = nn.Linear(2, 2).cuda()
+            torch.cuda.set_device(0)
     """,
     ),
     (
@@ -904,6 +918,212 @@ NEAR_MISSES: list[tuple[str, str]] = [
 ]
 
 
+# Issue #16: the opinion half of DDP003, the rules for what every rank must do alike, and flow.
+POSITIVES += [
+    (
+        "DDP021",
+        """
+        def main():
+            dist.init_process_group(backend="nccl", timeout=datetime.timedelta(minutes=5))  # <-
+            local_rank = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(local_rank)
+    """,
+    ),
+    (
+        "DDP017",
+        """
+        def evaluate(model):
+            dist.barrier()
+        def main(model, rank):
+            if rank == 0:
+                dist.all_reduce(torch.ones(1))  # <-
+            if dist.get_rank() == 0:
+                evaluate(model)  # <-
+    """,
+    ),
+    (
+        "DDP017",
+        """
+        def is_main_process():
+            return dist.get_rank() == 0
+        def main():
+            if is_main_process():
+                torch.save({}, "a.pt")
+                dist.barrier()  # <-
+    """,
+    ),
+    (
+        "DDP018",
+        """
+        import json
+        def main():
+            dist.init_process_group("nccl")
+            with open("results.json", "w") as fh:
+                json.dump({}, fh)  # <-
+            model.save_pretrained("out")  # <-
+        if __name__ == "__main__":
+            main()
+    """,
+    ),
+    (
+        "DDP019",
+        """
+        from torch.utils.data import random_split
+        def main(ds):
+            dist.init_process_group("nccl")
+            torch.manual_seed(1337 + dist.get_rank())
+            train, val = random_split(ds, [90, 10])  # <-
+    """,
+    ),
+    (
+        "DDP020",
+        """
+        def main(rank):
+            torch.accelerator.device_index(rank)  # <-
+            torch.cuda.device(rank)  # <-
+    """,
+    ),
+    (
+        "DDP004",
+        """
+        port = 29500
+        def main():
+            os.environ["MASTER_PORT"] = str(port)  # <-
+    """,
+    ),
+    (
+        "DDP002",
+        """
+        def run(rank):
+            model = nn.Linear(2, 2).to(rank)  # <-
+        def main():
+            env = dict(os.environ)
+            rank = int(env["RANK"])
+            run(rank)
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP003",
+        """
+        def main():
+            dist.init_process_group(backend="nccl", timeout=datetime.timedelta(minutes=5))
+            local_rank = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(local_rank)
+    """,
+    ),
+    (
+        "DDP021",
+        """
+        def main():
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+            dist.init_process_group(backend="nccl")
+    """,
+    ),
+    (
+        "DDP017",
+        """
+        def main(args):
+            # download once: the other ranks wait, then rank 0 releases them
+            if args.local_rank not in [-1, 0]:
+                dist.barrier()
+            load_data()
+            if args.local_rank == 0:
+                dist.barrier()
+            if dist.get_rank() == 0:
+                dist.gather(t, gather_list, dst=0)
+            else:
+                dist.gather(t, dst=0)
+            if rank == 0:
+                dist.send(t, dst=1)
+            if world_size > 1:
+                dist.barrier()
+    """,
+    ),
+    (
+        "DDP018",
+        """
+        import json
+        import io
+        import pickle
+        def main(rank):
+            dist.init_process_group("nccl")
+            if rank == 0:
+                with open("results.json", "w") as fh:
+                    json.dump({}, fh)
+            name = "preds_" + str(rank) + ".pkl"
+            pickle.dump({}, open(name, "wb"))
+            buf = io.BytesIO()
+            pickle.dump({}, buf)
+            model.save_pretrained("out", is_main_process=accelerator.is_main_process)
+    """,
+    ),
+    (
+        "DDP019",
+        """
+        from torch.utils.data import random_split
+        def main(ds):
+            dist.init_process_group("nccl")
+            a, b = random_split(ds, [90, 10], generator=torch.Generator().manual_seed(0))
+            torch.manual_seed(0)
+            c, d = random_split(ds, [90, 10])
+    """,
+    ),
+    (
+        "DDP020",
+        """
+        def main(rank):
+            with torch.accelerator.device_index(rank):
+                pass
+            torch.accelerator.set_device_index(rank)
+            with torch.cuda.device(rank):
+                pass
+    """,
+    ),
+    (
+        "DDP004",
+        """
+        if "MASTER_PORT" not in os.environ:
+            os.environ["MASTER_PORT"] = "29500"
+        def main(args):
+            url = f"tcp://{args.host}:{args.port}"
+            dist.init_process_group("gloo", init_method=url)
+    """,
+    ),
+    (
+        "DDP007",
+        """
+        def main(args, rank):
+            ckpt = args.name + str(rank)
+            torch.save({}, ckpt)
+            args.save_logs = args.logs and is_master(args)
+            if args.save_logs:
+                torch.save({}, "latest.pt")
+    """,
+    ),
+    (
+        "DDP013",
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        if TORCH_MAJOR_VERSION == 1:
+            parser.add_argument("--local_rank", type=int)
+    """,
+    ),
+    (
+        "DDP008",
+        """
+        def load(args):
+            if args.gpu is None:
+                checkpoint = torch.load(args.resume)
+            else:
+                checkpoint = torch.load(args.resume, map_location=f"cuda:{args.gpu}")
+    """,
+    ),
+]
+
+
 # Cases added after checking the rules against pytorch/examples (precision on real repositories).
 POSITIVES += [
     (
@@ -982,7 +1202,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert list(RULES) == [f"DDP{i:03d}" for i in range(1, 17)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 22)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

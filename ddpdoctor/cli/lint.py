@@ -15,15 +15,26 @@ LINT_EXIT_HELP = "Exit codes: 0 no findings; 1 findings (or a file that does not
 
 
 @app.command(
-    help="Find DDP pitfalls in training scripts before they cost a cluster: fork-started CUDA, the GPU "
-    "picked from the global rank, hard-coded ports, set_epoch forgotten, every rank saving, and more. "
-    "Files and directories (*.py, honouring .gitignore). Silence a line with `# noqa: DDPxxx`. "
+    help="Find DDP pitfalls in training scripts before they cost a cluster: a collective only rank 0 "
+    "reaches, fork-started CUDA, the GPU picked from the global rank, hard-coded ports, set_epoch "
+    "forgotten, every rank saving, and more. Files and directories (*.py, honouring .gitignore), linted "
+    "as one project (imports between them followed). The default tier reports likely bugs; opinionated "
+    "rules via --extend-select or [tool.ddpdoctor.lint] in pyproject.toml. Silence a line with "
+    "`# noqa: DDPxxx`. "
     "Rules in docs/lint.md.\n\n" + LINT_EXIT_HELP
 )
 def lint(
     paths: List[str] = typer.Argument(..., help="Files or directories to lint."),
     select: Optional[List[str]] = typer.Option(
-        None, "--select", help="Only these rule ids or prefixes (comma-separated), e.g. DDP003,DDP01."
+        None,
+        "--select",
+        help="Run these rule ids or prefixes instead of the default tier (comma-separated), e.g. "
+        "DDP003,DDP01; ALL for every rule.",
+    ),
+    extend_select: Optional[List[str]] = typer.Option(
+        None,
+        "--extend-select",
+        help="Add rules to the default tier, e.g. the opinionated DDP009 (timeout) or DDP010 (destroy).",
     ),
     ignore: Optional[List[str]] = typer.Option(
         None, "--ignore", help="Skip these rule ids or prefixes (comma-separated)."
@@ -37,6 +48,7 @@ def lint(
     ),
 ) -> None:
     from ddpdoctor.lint import lint_paths, select_rules
+    from ddpdoctor.lint.config import load_lint_config
     from ddpdoctor.render.lint import FORMATS, render_lint_report
 
     fmt = "text" if fmt.lower() == "table" else fmt.lower()
@@ -48,7 +60,14 @@ def lint(
             raise usage_error(f"--json conflicts with --format {fmt}")
         fmt = "json"
     try:
-        rules = select_rules(split_names(select), split_names(ignore))
+        config = load_lint_config(paths)
+        chosen = split_names(select)
+        # --select on the command line is the whole choice: the file's select and extend-select step aside.
+        rules = select_rules(
+            chosen or config.select,
+            [*config.ignore, *split_names(ignore)],
+            [*([] if chosen else config.extend_select), *split_names(extend_select)],
+        )
         report = lint_paths(paths, rules)
     except ValueError as exc:
         raise usage_error(str(exc)) from None

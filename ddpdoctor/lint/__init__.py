@@ -18,7 +18,7 @@ from ddpdoctor.lint.engine import (
     lint_source,
     select_rules,
 )
-from ddpdoctor.lint.rules import RULES, Rule
+from ddpdoctor.lint.rules import RULES, Rule, default_rules
 
 __all__ = [
     "JSON_SCHEMA_VERSION",
@@ -27,6 +27,7 @@ __all__ = [
     "Diagnostic",
     "LintReport",
     "Rule",
+    "default_rules",
     "discover_files",
     "lint_file",
     "lint_paths",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import gc
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from ddpdoctor.lint.discover import discover_files, read_source
 from ddpdoctor.lint.facts import ModuleFacts
+from ddpdoctor.lint.project import Project
 from ddpdoctor.lint.rules import RULES, Rule
 
 JSON_SCHEMA_VERSION = "ddpdoctor.lint/1"
@@ -72,16 +74,25 @@ class LintReport:
         }
 
 
-def select_rules(select: Sequence[str] = (), ignore: Sequence[str] = ()) -> list[Rule]:
-    """Rules chosen by ids or id prefixes ("DDP00", "ALL"), like ruff. Raises ValueError on unknown ids."""
+def select_rules(
+    select: Sequence[str] = (), ignore: Sequence[str] = (), extend_select: Sequence[str] = ()
+) -> list[Rule]:
+    """Rules chosen by ids or id prefixes ("DDP00", "ALL"), like ruff: `select` replaces the default tier
+    (the rules that report likely bugs), `extend_select` adds to it, `ignore` removes. Raises ValueError
+    on unknown ids."""
 
     def matches(code: str, rule_id: str) -> bool:
         return code == "ALL" or rule_id.startswith(code)
 
-    for code in [*select, *ignore]:
+    for code in [*select, *ignore, *extend_select]:
         if not any(matches(code.upper(), rid) for rid in RULES):
             raise ValueError(f"unknown rule id {code!r}; known: {', '.join(sorted(RULES))}")
-    chosen = [r for r in RULES.values() if not select or any(matches(c.upper(), r.id) for c in select)]
+    chosen = [
+        r
+        for r in RULES.values()
+        if (any(matches(c.upper(), r.id) for c in select) if select else r.default)
+        or any(matches(c.upper(), r.id) for c in extend_select)
+    ]
     return [r for r in chosen if not any(matches(c.upper(), r.id) for c in ignore)]
 
 
@@ -114,27 +125,42 @@ def _char_col(lines_b: Sequence[bytes], line: int, byte_offset: int) -> int:
     return byte_offset + 1
 
 
-def lint_source(
-    source: Union[bytes, str], path: str = "<string>", rules: Optional[Sequence[Rule]] = None
-) -> list[Diagnostic]:
-    """Lint one script's text. Never imports or executes it: `ast.parse` only."""
+def parse_source(source: Union[bytes, str], path: str = "<string>") -> Union[ModuleFacts, Diagnostic]:
+    """Parse one script into the facts the rules judge, or the DDP000 diagnostic saying why not."""
     data = source.encode("utf-8") if isinstance(source, str) else source
-    chosen = list(RULES.values()) if rules is None else list(rules)
     try:
         tree = ast.parse(data, filename=path)
     except SyntaxError as exc:
         line = exc.lineno or 1
         col = exc.offset or 1
-        return [
-            Diagnostic(
-                path, line, col, SYNTAX_ERROR, f"syntax error: {exc.msg}", "fix the syntax", "syntax-error"
-            )
-        ]
+        return Diagnostic(
+            path, line, col, SYNTAX_ERROR, f"syntax error: {exc.msg}", "fix the syntax", "syntax-error"
+        )
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
-        return [
-            Diagnostic(path, 1, 1, SYNTAX_ERROR, f"cannot parse: {type(exc).__name__}", "", "syntax-error")
-        ]
-    facts = ModuleFacts(tree, data)
+        return Diagnostic(path, 1, 1, SYNTAX_ERROR, f"cannot parse: {type(exc).__name__}", "", "syntax-error")
+    try:
+        facts = ModuleFacts(tree, data)
+    except RecursionError:
+        return Diagnostic(path, 1, 1, SYNTAX_ERROR, "cannot parse: RecursionError", "", "syntax-error")
+    facts.path = path
+    return facts
+
+
+def lint_source(
+    source: Union[bytes, str], path: str = "<string>", rules: Optional[Sequence[Rule]] = None
+) -> list[Diagnostic]:
+    """Lint one script's text on its own (every rule unless `rules` says otherwise). Never imports or
+    executes it: `ast.parse` only."""
+    parsed = parse_source(source, path)
+    if isinstance(parsed, Diagnostic):
+        return [parsed]
+    return judge_facts(parsed, rules)
+
+
+def judge_facts(facts: ModuleFacts, rules: Optional[Sequence[Rule]] = None) -> list[Diagnostic]:
+    """Run the rules over one parsed file (with its project, when linted as part of one)."""
+    path, data = facts.path, facts.source
+    chosen = list(RULES.values()) if rules is None else list(rules)
     raw: list[tuple[Rule, ast.AST, str]] = []
     internal: list[Diagnostic] = []
     for rule in chosen:
@@ -176,25 +202,63 @@ def lint_source(
     return sorted(out | set(internal))
 
 
+def _read_file(path: Path, shown: str) -> Union[bytes, Diagnostic]:
+    try:
+        return read_source(path)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        return Diagnostic(shown, 1, 1, SYNTAX_ERROR, f"cannot read file: {reason}", "", "unreadable")
+
+
 def lint_file(
     path: Path, rules: Optional[Sequence[Rule]] = None, display: Optional[str] = None
 ) -> tuple[list[Diagnostic], int]:
-    """Lint one file; an unreadable file is reported, not raised. Returns (diagnostics, line count)."""
+    """Lint one file on its own; an unreadable file is reported, not raised. Returns (diagnostics, line count)."""
     shown = display or str(path)
-    try:
-        data = read_source(path)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        return [Diagnostic(shown, 1, 1, SYNTAX_ERROR, f"cannot read file: {reason}", "", "unreadable")], 0
+    data = _read_file(path, shown)
+    if isinstance(data, Diagnostic):
+        return [data], 0
     return lint_source(data, shown, rules), data.count(b"\n")
 
 
-def lint_paths(paths: Sequence[Union[str, Path]], rules: Optional[Sequence[Rule]] = None) -> LintReport:
-    """Discover the Python files under `paths` (honouring .gitignore) and lint each of them."""
+def lint_paths(
+    paths: Sequence[Union[str, Path]], rules: Optional[Sequence[Rule]] = None, project: bool = True
+) -> LintReport:
+    """Discover the Python files under `paths` (honouring .gitignore) and lint them. With `project`
+    (the default) the files are one project: imports between them are resolved (project.py), so a rule
+    sees a `set_epoch` or a rank-0 check in another file."""
+    # Every file's tree stays alive until the project is judged: millions of AST objects, which the
+    # cyclic collector would rescan again and again (end-to-end speed fell threefold). Nothing here
+    # makes reference cycles worth collecting mid-run.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _lint_project(paths, rules, project)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _lint_project(
+    paths: Sequence[Union[str, Path]], rules: Optional[Sequence[Rule]], project: bool
+) -> LintReport:
     report = LintReport()
+    parsed: list[tuple[Path, ModuleFacts]] = []
     for file in discover_files([Path(p) for p in paths]):
-        diags, n_lines = lint_file(file, rules)
-        report.files.append(str(file))
-        report.diagnostics.extend(diags)
-        report.lines += n_lines
+        shown = str(file)
+        report.files.append(shown)
+        data = _read_file(file, shown)
+        if isinstance(data, Diagnostic):
+            report.diagnostics.append(data)
+            continue
+        report.lines += data.count(b"\n")
+        facts = parse_source(data, shown)
+        if isinstance(facts, Diagnostic):
+            report.diagnostics.append(facts)
+        else:
+            parsed.append((file, facts))
+    if project and len(parsed) > 1:
+        Project(parsed)
+    for _, facts in parsed:
+        report.diagnostics.extend(judge_facts(facts, rules))
     return report

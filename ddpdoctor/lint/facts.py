@@ -129,7 +129,7 @@ def _classify_compare(node: ast.Compare) -> Optional[str]:
     return None
 
 
-def classify_guard(test: ast.AST) -> Optional[str]:
+def classify_guard(test: ast.AST, main_vars: frozenset[str] = frozenset()) -> Optional[str]:
     """Which ranks run the body of `if test:`: ZERO (rank 0 only), NONZERO (all but rank 0) or None.
 
     Lenient on purpose for ZERO: `if not distributed or rank == 0` counts as a rank-0 guard, because the
@@ -139,15 +139,17 @@ def classify_guard(test: ast.AST) -> Optional[str]:
     if t is ast.Compare:
         return _classify_compare(test)  # type: ignore[arg-type]
     if t is ast.UnaryOp and isinstance(test.op, ast.Not):  # type: ignore[attr-defined]
-        inner = classify_guard(test.operand)  # type: ignore[attr-defined]
+        inner = classify_guard(test.operand, main_vars)  # type: ignore[attr-defined]
         return {ZERO: NONZERO, NONZERO: ZERO}.get(inner or "")
     if t is ast.BoolOp:
-        kinds = [classify_guard(v) for v in test.values]  # type: ignore[attr-defined]
+        kinds = [classify_guard(v, main_vars) for v in test.values]  # type: ignore[attr-defined]
         if ZERO in kinds:
             return ZERO
         if isinstance(test.op, ast.Or) and NONZERO in kinds:  # type: ignore[attr-defined]
             return NONZERO
         return None
+    if main_vars and t in (ast.Name, ast.Attribute) and dotted(test) in main_vars:
+        return ZERO  # `save_logs = args.logs and is_master(args)` ... `if save_logs:`
     if t in (ast.Name, ast.Attribute, ast.Call):
         ident = final_identifier(test)
         if is_main_flag(ident):
@@ -156,6 +158,15 @@ def classify_guard(test: ast.AST) -> Optional[str]:
             return NONZERO  # `if rank:` is true on every rank but 0
         if t is ast.Call and is_rank_identifier(ident):
             return NONZERO  # `if dist.get_rank():`
+    return None
+
+
+def _subset_kind(test: ast.AST, main_vars: frozenset[str]) -> Optional[str]:
+    """`rank != 0 and X`: the body runs on a subset of the ranks a side of the `and` names."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        kinds = {classify_guard(v, main_vars) for v in test.values} - {None}
+        if len(kinds) == 1:
+            return kinds.pop()
     return None
 
 
@@ -173,6 +184,20 @@ def is_main_guard(test: ast.AST) -> bool:
         ):
             return True
     return False
+
+
+def env_absent_key(test: ast.AST) -> Optional[str]:
+    """`"KEY" not in os.environ` -> "KEY": the body only sets a default the launcher can override."""
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.NotIn)
+        and isinstance(test.left, ast.Constant)
+        and isinstance(test.left.value, str)
+        and (dotted(test.comparators[0]) or "").endswith("environ")
+    ):
+        return test.left.value
+    return None
 
 
 def ends_in_exit(body: list[ast.stmt]) -> bool:
@@ -226,10 +251,23 @@ class Scope:
         return self.parent is None
 
 
+class RankBranch:
+    """A branch of an `if` whose test depends on the rank: which `if`, which side, who runs it."""
+
+    __slots__ = ("test", "stmt", "body", "kind", "outer")
+
+    def __init__(self, stmt: ast.If, body: bool, kind: Optional[str], outer: Optional[RankBranch]) -> None:
+        self.stmt = stmt
+        self.test = stmt.test
+        self.body = body  # True: the `if` body; False: the `else`
+        self.kind = kind  # ZERO / NONZERO for the ranks that run this side; None: some ranks, unknown
+        self.outer = outer
+
+
 class CallSite:
     """One call, where it is and what it resolves to."""
 
-    __slots__ = ("node", "raw", "attr", "scope", "guarded", "main_guard", "loop", "qual", "local")
+    __slots__ = ("node", "raw", "attr", "scope", "guarded", "main_guard", "loop", "qual", "local", "rank_if")
 
     def __init__(
         self,
@@ -237,15 +275,18 @@ class CallSite:
         raw: Optional[str],
         attr: str,
         scope: Scope,
-        guarded: bool,
+        guarded: object,
         main_guard: bool,
         loop: int,
+        rank_if: Optional[RankBranch] = None,
     ) -> None:
         self.node = node
         self.raw = raw  # dotted callee as written, e.g. "dist.init_process_group"; None for `f()()`
         self.attr = attr  # the callee's final identifier, e.g. "init_process_group"
         self.scope = scope
-        self.guarded = guarded  # under a rank-0 check (or after an early exit of the other ranks)
+        # Under a rank-0 check (or after an early exit of the other ranks): the guarding test, else False.
+        self.guarded = guarded
+        self.rank_if = rank_if  # the innermost rank-dependent branch it sits in, if any
         self.main_guard = main_guard  # under `if __name__ == "__main__":`
         self.loop = loop  # loop nesting depth within its function
         self.qual = raw or ""  # resolved through the imports once the walk is done
@@ -283,6 +324,7 @@ class ModuleFacts:
         self.source = source
         self.aliases: dict[str, str] = {}  # local name -> qualified name ("dist" -> "torch.distributed")
         self.imported_modules: list[tuple[str, ast.stmt]] = []
+        self.relative_imports: list[ast.ImportFrom] = []  # `from . import x`, `from .utils import f`
         self.module = Scope("<module>", tree, None, False)
         self.scopes: list[Scope] = [self.module]
         self.functions: dict[str, list[Scope]] = {}
@@ -297,6 +339,16 @@ class ModuleFacts:
         self.classes: set[str] = set()  # classes defined in this file
         self.call_targets: dict[int, list[str]] = {}  # id(Call) -> names it is assigned to (x = Call())
         self.memo: dict[str, object] = {}  # per-file answers shared between rules (uses_cuda, ...)
+        # Names and attributes assigned a "main process" test (`is_master = rank == 0`), used as guards.
+        self.main_vars: frozenset[str] = frozenset()
+        # Every `x = value` / `a.b = value` by dotted target, in source order (ports, paths, flags).
+        self.assigns: dict[str, list[tuple[ast.expr, ast.stmt]]] = {}
+        self.env_defaults: set[int] = set()  # ids of statements under `if "KEY" not in os.environ:`
+        self.path = "<string>"
+        self.project: Optional[object] = None  # the Project this file was linted with (project.py)
+        self.module_name = ""
+        self._rank_if: Optional[RankBranch] = None
+        self._absent: frozenset[str] = frozenset()
         self._walk_block(tree.body, self.module, False, False, 0)
         self._resolve()
 
@@ -311,14 +363,34 @@ class ModuleFacts:
                     self._walk_block(stmt.body, scope, guarded, True, loop)  # type: ignore[attr-defined]
                     self._walk_block(stmt.orelse, scope, guarded, main, loop)  # type: ignore[attr-defined]
                     continue
-                kind = classify_guard(stmt.test)  # type: ignore[attr-defined]
-                self._walk_block(stmt.body, scope, guarded or kind == ZERO, main, loop)  # type: ignore[attr-defined]
-                self._walk_block(stmt.orelse, scope, guarded or kind == NONZERO, main, loop)  # type: ignore[attr-defined]
+                test = stmt.test  # type: ignore[attr-defined]
+                kind = classify_guard(test, self.main_vars)
+                absent = env_absent_key(test)
+                outer_rank_if, outer_absent = self._rank_if, self._absent
+                if absent:
+                    self._absent = outer_absent | {absent}
+                # Only tests that split ranks 0 / not 0 count: `if local_rank != -1` is the same on every rank.
+                # `if rank != 0 and not evaluate:` runs on some ranks other than 0: NONZERO for its body,
+                # though its `else` is no rank-0-only branch.
+                body_kind = kind or _subset_kind(test, self.main_vars)
+                rank_dependent = kind is not None
+                if body_kind is not None:
+                    self._rank_if = RankBranch(stmt, True, body_kind, outer_rank_if)  # type: ignore[arg-type]
+                self._walk_block(stmt.body, scope, guarded or (test if kind == ZERO else False), main, loop)  # type: ignore[attr-defined]
+                self._absent = outer_absent
+                self._rank_if = outer_rank_if
+                if rank_dependent:
+                    other = {ZERO: NONZERO, NONZERO: ZERO}.get(kind or "")
+                    self._rank_if = RankBranch(stmt, False, other, outer_rank_if)  # type: ignore[arg-type]
+                self._walk_block(
+                    stmt.orelse, scope, guarded or (test if kind == NONZERO else False), main, loop
+                )  # type: ignore[attr-defined]
+                self._rank_if = outer_rank_if
                 # `if rank != 0: return` (or `if rank == 0: ... else: return`) guards the rest of the block.
                 if kind == NONZERO and ends_in_exit(stmt.body):  # type: ignore[attr-defined]
-                    guarded = True
+                    guarded = test
                 elif kind == ZERO and ends_in_exit(stmt.orelse):  # type: ignore[attr-defined]
-                    guarded = True
+                    guarded = test
             elif t in _FUNC_TYPES:
                 self._walk_function(stmt, scope, guarded, main, loop)  # type: ignore[arg-type]
             elif t is ast.ClassDef:
@@ -338,6 +410,9 @@ class ModuleFacts:
             elif t is ast.With or t is ast.AsyncWith:
                 for item in stmt.items:  # type: ignore[attr-defined]
                     self._walk_expr(item.context_expr, scope, guarded, main, loop)
+                    key = dotted(item.optional_vars) if item.optional_vars is not None else None
+                    if key:  # `with open(path) as fh`: fh stands for the file at path
+                        self.assigns.setdefault(key, []).append((item.context_expr, stmt))  # type: ignore[arg-type]
                 self._walk_block(stmt.body, scope, guarded, main, loop)  # type: ignore[attr-defined]
             elif t in _TRY_TYPES:
                 self._walk_block(stmt.body, scope, guarded, main, loop)  # type: ignore[attr-defined]
@@ -361,7 +436,8 @@ class ModuleFacts:
                         self.aliases.setdefault(head, head)
             elif t is ast.ImportFrom:
                 if stmt.level or not stmt.module:  # type: ignore[attr-defined]
-                    continue  # relative imports: the user's own modules
+                    self.relative_imports.append(stmt)  # type: ignore[arg-type]  # the user's own modules
+                    continue
                 mod = stmt.module  # type: ignore[attr-defined]
                 self.imported_modules.append((mod, stmt))
                 for a in stmt.names:  # type: ignore[attr-defined]
@@ -371,6 +447,10 @@ class ModuleFacts:
             else:
                 if t is ast.Assign:
                     self._note_assign(stmt)  # type: ignore[arg-type]
+                elif t is ast.AnnAssign and stmt.value is not None:  # type: ignore[attr-defined]
+                    key = dotted(stmt.target)  # type: ignore[attr-defined]
+                    if key:
+                        self.assigns.setdefault(key, []).append((stmt.value, stmt))  # type: ignore[attr-defined]
                 self._walk_expr(stmt, scope, guarded, main, loop)
 
     def _walk_function(self, fn: ast.AST, scope: Scope, guarded: bool, main: bool, loop: int) -> None:
@@ -378,8 +458,9 @@ class ModuleFacts:
             self._walk_expr(d, scope, guarded, main, loop)
         for d in fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None]:  # type: ignore[attr-defined]
             self._walk_expr(d, scope, guarded, main, loop)
-        rank_zero = any(
-            _RANK_ZERO_DECORATOR_RE.search(final_identifier(d).lower()) for d in fn.decorator_list
+        rank_zero = next(
+            (d for d in fn.decorator_list if _RANK_ZERO_DECORATOR_RE.search(final_identifier(d).lower())),
+            False,
         )  # type: ignore[attr-defined]
         inner = Scope(fn.name, fn, scope, rank_zero)  # type: ignore[attr-defined]
         a = fn.args  # type: ignore[attr-defined]
@@ -390,7 +471,10 @@ class ModuleFacts:
         )
         self.scopes.append(inner)
         self.functions.setdefault(fn.name, []).append(inner)  # type: ignore[attr-defined]
+        outer_rank_if, outer_absent = self._rank_if, self._absent
+        self._rank_if, self._absent = None, frozenset()  # a body runs wherever it is called from
         self._walk_block(fn.body, inner, rank_zero, False, 0)  # type: ignore[attr-defined]
+        self._rank_if, self._absent = outer_rank_if, outer_absent
 
     def _walk_expr(self, root: ast.AST, scope: Scope, guarded: bool, main: bool, loop: int) -> None:
         # A hand-rolled walk: ast.walk visits every Load/Store context node and goes through two
@@ -399,6 +483,7 @@ class ModuleFacts:
         attrs = self.attrs
         names = self.names
         passed = self.passed_refs
+        rank_if = self._rank_if
         stack: list = [root]
         pop, push, extend = stack.pop, stack.append, stack.extend
         Name, Attribute, Call, Constant = ast.Name, ast.Attribute, ast.Call, ast.Constant
@@ -421,7 +506,7 @@ class ModuleFacts:
                     attr = func.id
                 else:
                     attr = ""
-                cs = CallSite(n, dotted(func), attr, scope, guarded, main, loop)
+                cs = CallSite(n, dotted(func), attr, scope, guarded, main, loop, rank_if)
                 scope.calls.append(cs)
                 self.calls.append(cs)
                 push(func)
@@ -460,6 +545,18 @@ class ModuleFacts:
                         push(v)
 
     def _note_assign(self, stmt: ast.Assign) -> None:
+        if self._absent:
+            self.env_defaults.add(id(stmt))
+        value = stmt.value
+        for target in stmt.targets:
+            key = dotted(target)
+            if key:
+                self.assigns.setdefault(key, []).append((value, stmt))
+                if (
+                    type(value) in (ast.Compare, ast.BoolOp, ast.Call)
+                    and classify_guard(value, self.main_vars) == ZERO
+                ):
+                    self.main_vars = self.main_vars | {key}
         if type(stmt.value) is ast.Call:
             names = [d for d in (dotted(t) for t in stmt.targets) if d]
             if names:
@@ -506,6 +603,33 @@ class ModuleFacts:
         head, dot, rest = raw.partition(".")
         target = self.aliases.get(head)
         return target + dot + rest if target is not None else raw
+
+    def argparse_default(self, node: ast.AST) -> Optional[ast.expr]:
+        """`args.dist_backend` -> the `default=` of `add_argument("--dist-backend", default="nccl")` in this
+        file (None when there is no such option, or it has no default)."""
+        key = dotted(node) or ""
+        if key.count(".") != 1:
+            return None
+        defaults = self.memo.get("argparse_defaults")
+        if defaults is None:
+            defaults = {}
+            for cs in self.calls_named("add_argument"):
+                dest = cs.kwarg("dest")
+                names = [
+                    a.value for a in cs.node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                ]
+                if isinstance(dest, ast.Constant) and isinstance(dest.value, str):
+                    name = dest.value
+                else:
+                    longs = [n for n in names if n.startswith("--")] or names
+                    if not longs:
+                        continue
+                    name = longs[0].lstrip("-").replace("-", "_")
+                default = cs.kwarg("default")
+                if default is not None:
+                    defaults.setdefault(name, default)
+            self.memo["argparse_defaults"] = defaults
+        return defaults.get(key.split(".", 1)[1])  # type: ignore[union-attr]
 
     def calls_named(self, *attrs: str) -> Iterator[CallSite]:
         for cs in self.calls:

@@ -40,21 +40,29 @@ class Rule:
     fix: str
     why: str
     check: Callable[[ModuleFacts], Iterable[Hit]]
+    # The default tier reports likely bugs only; opinionated rules (timeouts, cleanup, style) run when
+    # selected (--select / --extend-select / [tool.ddpdoctor.lint]).
+    default: bool = True
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(id: str, name: str, message: str, fix: str, why: str) -> Callable:
+def rule(id: str, name: str, message: str, fix: str, why: str, default: bool = True) -> Callable:
     """Register a rule function under a stable id."""
 
     def register(fn: Callable[[ModuleFacts], Iterable[Hit]]) -> Callable[[ModuleFacts], Iterable[Hit]]:
         if id in RULES:
             raise ValueError(f"rule {id} declared twice")
-        RULES[id] = Rule(id=id, name=name, message=message, fix=fix, why=why, check=fn)
+        RULES[id] = Rule(id=id, name=name, message=message, fix=fix, why=why, check=fn, default=default)
         return fn
 
     return register
+
+
+def default_rules() -> list[Rule]:
+    """The rules a plain `ddpdoctor lint` runs: those that report likely bugs."""
+    return [r for r in RULES.values() if r.default]
 
 
 # --- shared helpers ---------------------------------------------------------------------------------
@@ -174,6 +182,48 @@ def _is_set_device(cs: CallSite) -> bool:
     )
 
 
+def callees_of(f: ModuleFacts, cs: CallSite) -> list[tuple[ModuleFacts, Scope]]:
+    """The functions `cs` calls: in this file by name, or in another file of the project by import."""
+    if cs.local:
+        return [(f, s) for s in f.functions.get(cs.attr, ())]
+    if f.project is not None:
+        return f.project.callees(f, cs)  # type: ignore[attr-defined,no-any-return]
+    return []
+
+
+def callers_of(f: ModuleFacts, scope: Scope) -> list[tuple[ModuleFacts, CallSite]]:
+    """The calls into `scope`: from this file by name, and from other files of the project by import."""
+    out = [(f, c) for c in f.callers.get(scope.name, ()) if c.scope is not scope]
+    if f.project is not None and scope.parent is not None and scope.parent.is_module:
+        out += f.project.callers(f, scope)  # type: ignore[attr-defined]
+    return out
+
+
+def is_entry(f: ModuleFacts, scope: Scope) -> bool:
+    """Module code and functions passed as values (spawn targets, callbacks) run on every rank."""
+    return scope.is_module or scope.name in f.passed_refs
+
+
+def find_call_in(
+    f: ModuleFacts, cs: CallSite, pred: Callable[[CallSite], bool], depth: int = 0, seen: Optional[set] = None
+) -> Optional[CallSite]:
+    """A call matching `pred` made by the function(s) `cs` calls, a few levels deep (this file or project)."""
+    seen = set() if seen is None else seen
+    if depth > 3:
+        return None
+    for target, scope in callees_of(f, cs):
+        if id(scope) in seen:
+            continue
+        seen.add(id(scope))
+        for inner in scope.calls:
+            if pred(inner):
+                return inner
+            found = find_call_in(target, inner, pred, depth + 1, seen)
+            if found is not None:
+                return found
+    return None
+
+
 def _function_contains(
     f: ModuleFacts, name: str, pred: Callable[[CallSite], bool], depth: int, seen: set
 ) -> bool:
@@ -184,6 +234,8 @@ def _function_contains(
     for scope in f.functions.get(name, ()):
         for cs in scope.calls:
             if pred(cs) or (cs.local and _function_contains(f, cs.attr, pred, depth + 1, seen)):
+                return True
+            if not cs.local and f.project is not None and find_call_in(f, cs, pred, depth + 1) is not None:
                 return True
     return False
 
@@ -201,12 +253,14 @@ def _happens_before(
             continue
         if pred(cs) or (cs.local and _function_contains(f, cs.attr, pred, 0, {scope.name})):
             return True
-    if scope.is_module or scope.name in f.passed_refs:
+        if not cs.local and f.project is not None and find_call_in(f, cs, pred) is not None:
+            return True
+    if is_entry(f, scope):
         return False  # the module's top level and spawn targets are where a process starts
-    callers = [c for c in f.callers.get(scope.name, ()) if c.scope is not scope]
+    callers = callers_of(f, scope)
     if not callers:
         return None
-    answers = [_happens_before(f, c.scope, c.pos, pred, depth + 1) for c in callers]
+    answers = [_happens_before(g, c.scope, c.pos, pred, depth + 1) for g, c in callers]
     if True in answers:
         return True
     return False if all(a is False for a in answers) else None
@@ -216,12 +270,11 @@ def _rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
     """Every path into `scope` passes a rank-0 check (or we cannot see who calls it: stay silent)."""
     if scope.guarded:
         return True
-    if scope.is_module or scope.name in f.passed_refs:
+    if is_entry(f, scope):
         return False  # module code and spawn targets / callbacks run on every rank
     if depth > 5:
         return True
-    callers = [c for c in f.callers.get(scope.name, ()) if c.scope is not scope]
-    return all(c.guarded or _rank_zero_only(f, c.scope, depth + 1) for c in callers)
+    return all(c.guarded or _rank_zero_only(g, c.scope, depth + 1) for g, c in callers_of(f, scope))
 
 
 def _runs_at_import(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
@@ -326,6 +379,8 @@ class _GlobalRankTaint:
         self.f = f
         self.self_attrs: set[str] = set()  # "self.global_rank" keys tainted in any method
         self.hits: list[tuple[ast.AST, str]] = []
+        # (function name, positional index) -> the rank expression a caller passes there.
+        self.param_taint: dict[tuple[str, int], str] = {}
 
     def tainted(self, node: Optional[ast.AST], env: set[str]) -> Optional[str]:
         """The rank expression's name when `node` holds the global rank, else None."""
@@ -338,7 +393,11 @@ class _GlobalRankTaint:
                 return key
             return None
         if t is ast.Subscript:
-            return "RANK" if _env_key(self.f, node) in _GLOBAL_RANK_ENV else None
+            # os.environ["RANK"], and any mapping keyed "RANK" (env_dict = {k: os.environ[k] ...}).
+            key = node.slice  # type: ignore[attr-defined]
+            if isinstance(key, ast.Constant) and key.value in _GLOBAL_RANK_ENV:
+                return f"{dotted(node.value) or '...'}[{key.value!r}]"  # type: ignore[attr-defined]
+            return None
         if t is ast.Call:
             ident = final_identifier(node)
             if ident in ("int", "str") and len(node.args) == 1:  # type: ignore[attr-defined]
@@ -386,6 +445,12 @@ class _GlobalRankTaint:
         callee = f.resolve(node.func)
         attr = final_identifier(node)
         culprit: Optional[str] = None
+        if isinstance(node.func, ast.Name) and attr in f.functions:
+            # demo_basic(rank) with the global rank: the callee's parameter holds it too.
+            for index, arg in enumerate(node.args):
+                name = self.tainted(arg, env)
+                if name:
+                    self.param_taint.setdefault((attr, index), name)
         if callee.endswith("cuda.set_device") or callee == "torch.accelerator.set_device_index":
             culprit = self.tainted(node.args[0] if node.args else None, env)
         elif attr in ("to", "cuda") and isinstance(node.func, ast.Attribute):
@@ -489,7 +554,11 @@ class _GlobalRankTaint:
         """Per scope (by id), the calls and "cuda:..." strings that can pick a device, in source order."""
         out: dict[int, list[tuple[tuple[int, int], ast.AST]]] = {}
         for scope in self.f.scopes:
-            found = [(cs.pos, cs.node) for cs in scope.calls if _maybe_device_sink(cs)]
+            found = [
+                (cs.pos, cs.node)
+                for cs in scope.calls
+                if _maybe_device_sink(cs) or (cs.local and type(cs.node.func) is ast.Name)
+            ]
             if found:
                 out[id(scope)] = found
         for node, scope in self.f.cuda_strings:
@@ -515,6 +584,18 @@ class _GlobalRankTaint:
             found = sinks.get(id(scope))
             if found:
                 self.scope_pass(scope, self._initial(module_env, scope), False, found)
+        # A function handed the global rank by a caller in this file: one more pass with that parameter
+        # tainted (one level: enough for `demo_basic(rank)` called from main()).
+        for scope in functions:
+            args = scope.node.args.args  # type: ignore[attr-defined]
+            extra = {
+                args[i].arg: culprit
+                for (name, i), culprit in self.param_taint.items()
+                if name == scope.name and i < len(args)
+            }
+            found = sinks.get(id(scope))
+            if extra and found:
+                self.scope_pass(scope, self._initial(module_env, scope) | set(extra), False, found)
         return self.hits
 
     @staticmethod
@@ -566,47 +647,146 @@ def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
         )
 
 
-def _mentions_nccl(node: Optional[ast.AST]) -> Optional[bool]:
-    """True / False when the backend expression is readable, None when it is not (args.backend)."""
+def _mentions_nccl(node: Optional[ast.AST], f: Optional[ModuleFacts] = None) -> Optional[bool]:
+    """True / False when the backend expression is readable, None when it is not. `args.dist_backend`
+    is read through its argparse default in the same file."""
     if node is None:
         return None
     if isinstance(node, ast.Constant):
         return isinstance(node.value, str) and "nccl" in node.value.lower()
+    if f is not None and isinstance(node, ast.Attribute):
+        default = f.argparse_default(node)
+        return _mentions_nccl(default) if isinstance(default, ast.Constant) else None
     if isinstance(node, ast.IfExp):
-        branches = [_mentions_nccl(node.body), _mentions_nccl(node.orelse)]
+        branches = [_mentions_nccl(node.body, f), _mentions_nccl(node.orelse, f)]
         if True in branches:
             return True
         return False if branches == [False, False] else None
     return None
 
 
-@rule(
-    "DDP003",
-    "nccl-before-set-device",
-    "NCCL process group created before torch.cuda.set_device(): every rank starts on GPU 0",
-    "call torch.cuda.set_device(local_rank) before init_process_group, or pass device_id=torch.device('cuda', local_rank)",
-    "Without a current device, NCCL and CUDA contexts of every rank land on GPU 0.",
+def _is_collective_call(cs: CallSite) -> bool:
+    return cs.qual.startswith("torch.distributed.") and cs.attr in COLLECTIVE_NAMES
+
+
+# Every rank must make these calls, in the same order (point-to-point send/recv are not among them).
+COLLECTIVE_NAMES = frozenset(
+    {
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "broadcast",
+        "reduce",
+        "all_gather",
+        "all_gather_object",
+        "all_gather_into_tensor",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "broadcast_object_list",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all",
+        "all_to_all_single",
+    }
 )
-def check_nccl_before_set_device(f: ModuleFacts) -> Iterator[Hit]:
+
+
+def _gpu_work(cs: CallSite) -> bool:
+    return is_cuda_touch(cs) or cs.kwarg("device_ids") is not None or _is_collective_call(cs)
+
+
+def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
+    """Each NCCL init_process_group without a device set before it: (call, "bug" | "order", message).
+    "bug": GPU work (or a collective) runs before set_device, or set_device never follows; "order":
+    set_device follows with nothing on the GPU in between (the opinionated DDP021)."""
+    if "nccl_init_order" in f.memo:
+        return f.memo["nccl_init_order"]  # type: ignore[return-value]
+    out: list[tuple[CallSite, str, str]] = []
     for cs in _init_calls(f):
         if cs.kwarg("device_id") is not None or cs.has_star_kwargs():
             continue
         backend = cs.arg(0, "backend")
-        nccl = _mentions_nccl(backend)
         if backend is None:
             if not uses_cuda(f):
                 continue
-        elif not nccl:
+        elif not _mentions_nccl(backend, f):
             continue
         before = _happens_before(f, cs.scope, cs.pos, _is_set_device)
-        if before is None:
-            # Nobody in this file calls the function: a setup helper whose caller may pick the device
-            # first. Only when the function itself goes on to use the GPU is the order plainly wrong.
-            later = [c for c in cs.scope.calls if c.pos > cs.pos]
-            before = not any(_is_set_device(c) or is_cuda_touch(c) or c.kwarg("device_ids") for c in later)
         if before:
             continue
-        yield cs.node
+        set_at: Optional[CallSite] = None
+        work_at: Optional[CallSite] = None
+        for later in cs.scope.calls:
+            if later.pos <= cs.pos:
+                continue
+            if _is_set_device(later) or find_call_in(f, later, _is_set_device) is not None:
+                set_at = later
+                break
+            if work_at is None and (
+                _gpu_work(later) or find_call_in(f, later, _is_collective_call) is not None
+            ):
+                work_at = later
+        if set_at is not None and work_at is None:
+            out.append(
+                (
+                    cs,
+                    "order",
+                    f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}): "
+                    "nothing runs on the GPU in between, but this rank may start on GPU 0 if CUDA work "
+                    "moves before set_device",
+                )
+            )
+        elif set_at is not None and work_at is not None:
+            out.append(
+                (
+                    cs,
+                    "bug",
+                    f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}), "
+                    f"with GPU work or a collective in between (line {work_at.node.lineno}): that work runs "
+                    "on GPU 0 on every rank",
+                )
+            )
+        elif before is False or work_at is not None:
+            where = f" (GPU work at line {work_at.node.lineno})" if work_at is not None else ""
+            out.append(
+                (
+                    cs,
+                    "bug",
+                    "NCCL process group created and no torch.cuda.set_device() before or after it in this "
+                    f"process{where}: ranks may all start on GPU 0",
+                )
+            )
+    f.memo["nccl_init_order"] = out
+    return out
+
+
+@rule(
+    "DDP003",
+    "nccl-before-set-device",
+    "NCCL process group created before torch.cuda.set_device(), with GPU work in between: it runs on GPU 0",
+    "call torch.cuda.set_device(local_rank) before init_process_group, or pass device_id=torch.device('cuda', local_rank)",
+    "Without a current device, NCCL and CUDA contexts of every rank land on GPU 0.",
+)
+def check_nccl_before_set_device(f: ModuleFacts) -> Iterator[Hit]:
+    for cs, kind, message in nccl_init_order(f):
+        if kind == "bug":
+            yield cs.node, message
+
+
+@rule(
+    "DDP021",
+    "set-device-after-init",
+    "NCCL process group created before torch.cuda.set_device(), with nothing on the GPU in between",
+    "move torch.cuda.set_device(local_rank) above init_process_group, or pass device_id=",
+    "Harmless as written; fragile: CUDA work added between the two lines lands on GPU 0 on every rank.",
+    default=False,
+)
+def check_set_device_after_init(f: ModuleFacts) -> Iterator[Hit]:
+    for cs, kind, message in nccl_init_order(f):
+        if kind == "order":
+            yield cs.node, message
 
 
 _TCP_PORT_RE = re.compile(r":(\d+)/?$")
@@ -650,6 +830,20 @@ def _url_port(node: Optional[ast.AST]) -> Optional[int]:
     return int(m.group(1)) if m and int(m.group(1)) else None
 
 
+def _port_variable(f: ModuleFacts, value: ast.AST) -> Optional[tuple[str, int, int]]:
+    """`port` in `os.environ["MASTER_PORT"] = str(port)` when every assignment of `port` is a literal."""
+    if isinstance(value, ast.Call) and final_identifier(value) == "str" and len(value.args) == 1:
+        value = value.args[0]
+    key = dotted(value)
+    assigned = f.assigns.get(key or "", [])
+    if not assigned:
+        return None
+    ports = [_literal_port(v) for v, _ in assigned]
+    if all(ports):
+        return key, ports[0], assigned[0][1].lineno  # type: ignore[return-value]
+    return None
+
+
 @rule(
     "DDP004",
     "hard-coded-port",
@@ -660,9 +854,20 @@ def _url_port(node: Optional[ast.AST]) -> Optional[int]:
 def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
     for base, key, value, stmt in f.env_assigns:
         if key == "MASTER_PORT" and f.resolve_dotted(base) == "os.environ":
+            if id(stmt) in f.env_defaults:
+                continue  # under `if "MASTER_PORT" not in os.environ:`: a default, like setdefault
             port = _literal_port(value)
             if port:
                 yield stmt, f"MASTER_PORT hard-coded to {port}: two jobs on one node clash on it"
+                continue
+            held = _port_variable(f, value)
+            if held:
+                name, port, line = held
+                yield (
+                    stmt,
+                    f"MASTER_PORT set from `{name}`, hard-coded to {port} (line {line}): two jobs on one node "
+                    "clash on it",
+                )
     for cs in f.calls_named("update"):
         if cs.qual != "os.environ.update":
             continue
@@ -679,9 +884,20 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
             if port:
                 yield cs.node, f"MASTER_PORT hard-coded to {port}: two jobs on one node clash on it"
     for cs in _init_calls(f):
-        port = _url_port(cs.arg(1, "init_method"))
+        method = cs.arg(1, "init_method")
+        port = _url_port(method)
         if port:
             yield cs.node, f"init_method hard-codes port {port}: two jobs on one node clash on it"
+            continue
+        key = dotted(method) if method is not None else None
+        for value, stmt in f.assigns.get(key or "", ()):
+            port = _url_port(value)
+            if port:
+                yield (
+                    stmt,
+                    f"`{key}` hard-codes port {port} and is passed to init_method (line {cs.node.lineno}): "
+                    "two jobs on one node clash on it",
+                )
     for cs in f.calls_named("TCPStore"):
         port = _literal_port(cs.arg(1, "port"))
         if port:
@@ -705,6 +921,8 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
         arg = cs.arg(0, "epoch")
         if arg is not None and not isinstance(arg, ast.Constant):
             return  # set per epoch somewhere (through any attribute path)
+    if f.project is not None and f.project.any_call(("set_epoch",)):  # type: ignore[attr-defined]
+        return  # called in another file of the project (a trainer module)
     # Names holding a sampler, or a DataLoader built on one: handed to code in another file (a trainer,
     # `from utils import train`), set_epoch may happen there, out of sight.
     held: set[str] = set()
@@ -714,7 +932,12 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
         sampler = cs.arg(3, "sampler")
         if sampler is not None and (isinstance(sampler, ast.Call) or final_identifier(sampler) in held):
             held.update(n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(cs.node), ()))
-    if held and any(_escapes(f, cs, held) for cs in f.calls):
+    escaping = [cs for cs in f.calls if held and _escapes(f, cs, held)]
+    if f.project is not None and escaping:
+        # Linted with its project: handed to functions we can read, and no set_epoch anywhere in it.
+        if all(callees_of(f, cs) for cs in escaping):
+            escaping = []
+    if escaping:
         return
     for cs in samplers:
         yield cs.node
@@ -784,28 +1007,103 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
     if not uses_distributed(f):
         return
     for cs in f.calls:
-        if cs.qual != "torch.save" or cs.guarded:
+        if cs.qual != "torch.save":
             continue
         path = cs.arg(1, "f")
-        if path is not None and mentions_rank(path):
-            continue  # one file per rank, on purpose
-        if _rank_zero_only(f, cs.scope):
+        if path is not None and (per_rank_path(f, path) or in_memory(f, path)):
+            continue  # one file per rank, on purpose; or a BytesIO buffer
+        local = local_rank_guarded(f, cs)
+        if local is not None:
+            yield (
+                cs.node,
+                f"torch.save() runs where local rank is 0 (line {local}) in a multi-node script: the local "
+                "rank 0 of every node writes the same file",
+            )
+            continue
+        if cs.guarded or _rank_zero_only(f, cs.scope):
             continue
         yield cs.node
+
+
+def in_memory(f: ModuleFacts, target: ast.AST) -> bool:
+    """`buf = io.BytesIO(); torch.save(obj, buf)`: no file is written."""
+    if isinstance(target, ast.Call):
+        return final_identifier(target) in ("BytesIO", "StringIO")
+    return any(
+        isinstance(v, ast.Call) and final_identifier(v) in ("BytesIO", "StringIO")
+        for v, _ in f.assigns.get(dotted(target) or "", ())
+    )
+
+
+def per_rank_path(f: ModuleFacts, path: ast.AST, depth: int = 0) -> bool:
+    """The path depends on the rank: directly (`f"ckpt{rank}.pt"`) or through a variable assigned from
+    one (`name = base + str(rank)`; `os.path.join(out, name)`; `with open(shard) as fh`). A variable is
+    read at its last assignment above the use (`fh` is reused by several `with` blocks)."""
+    if mentions_rank(path):
+        return True
+    if depth > 2:
+        return False
+    line = getattr(path, "lineno", 0)
+    for n in ast.walk(path):
+        if isinstance(n, (ast.Name, ast.Attribute)):
+            value = value_before(f, dotted(n) or "", line)
+            if value is not None and per_rank_path(f, value, depth + 1):
+                return True
+    return False
+
+
+def value_before(f: ModuleFacts, key: str, line: int) -> Optional[ast.expr]:
+    """The value last assigned to `key` on a line above `line` (else its first assignment anywhere)."""
+    assigned = f.assigns.get(key, ())
+    if not assigned:
+        return None
+    above = [(stmt.lineno, value) for value, stmt in assigned if stmt.lineno <= line]
+    return max(above, key=lambda item: item[0])[1] if above else assigned[0][0]
+
+
+# The script knows it runs across nodes: it names the global rank or the node rank apart from the local
+# one. (get_rank() alone is not enough: single-node scripts call it too.)
+_MULTI_NODE_RE = re.compile(rb"global_rank|node_rank|nnodes|num_nodes|['\"]RANK['\"]")
+
+
+def _local_only(test: ast.AST) -> bool:
+    ranks = [i for i in _names_in(test) if is_rank_identifier(i)]
+    return bool(ranks) and all("local" in i.lower() for i in ranks)
+
+
+def local_rank_guarded(f: ModuleFacts, cs: CallSite, depth: int = 0) -> Optional[int]:
+    """The line of the `local_rank == 0` check that alone guards `cs` in a multi-node script, else None."""
+    if not _MULTI_NODE_RE.search(f.source):
+        return None
+    guard = cs.guarded
+    if isinstance(guard, ast.AST) and not isinstance(guard, (ast.Name, ast.Attribute, ast.Call)):
+        return guard.lineno if _local_only(guard) else None  # type: ignore[attr-defined]
+    if guard or is_entry(f, cs.scope) or depth > 3:
+        return None
+    callers = callers_of(f, cs.scope)
+    lines = [local_rank_guarded(g, c, depth + 1) for g, c in callers]
+    if lines and all(line is not None for line in lines):
+        return lines[0]
+    return None
 
 
 @rule(
     "DDP008",
     "load-without-map-location",
-    "torch.load() without map_location in DDP code: every rank loads onto the GPU it was saved from",
+    "torch.load() without map_location in DDP code: tensors saved from a GPU load back onto that GPU on every rank",
     'pass map_location="cpu" (or map_location=f"cuda:{local_rank}")',
     "Tensors saved from cuda:0 load back onto cuda:0 on every rank: extra memory on GPU 0, then OOM.",
+    default=False,
 )
 def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
     if not uses_distributed(f):
         return
     for cs in f.calls:
         if cs.qual == "torch.load" and cs.arg(1, "map_location") is None and not cs.has_star_kwargs():
+            # `if args.gpu is None: torch.load(p) else: torch.load(p, map_location=loc)`: the bare load is
+            # the one-process-per-node branch; the per-GPU branch maps.
+            if any(o.qual == "torch.load" and o.kwarg("map_location") is not None for o in cs.scope.calls):
+                continue
             yield cs.node
 
 
@@ -815,6 +1113,7 @@ def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
     "init_process_group() without timeout=: a lost rank becomes a 10-30 minute hang",
     "pass timeout=datetime.timedelta(minutes=...) sized to your slowest step (checkpointing, evaluation)",
     "The default collective timeout is 10 minutes (NCCL) to 30 minutes; a fault then looks like a hang.",
+    default=False,
 )
 def check_init_timeout(f: ModuleFacts) -> Iterator[Hit]:
     for cs in _init_calls(f):
@@ -828,10 +1127,13 @@ def check_init_timeout(f: ModuleFacts) -> Iterator[Hit]:
     "init_process_group() without destroy_process_group() anywhere in the file",
     "call dist.destroy_process_group() when training ends (in a finally: block so errors clean up too)",
     "Without it NCCL resources leak and recent PyTorch warns at exit; a crashed rank can leave peers hanging.",
+    default=False,
 )
 def check_destroy(f: ModuleFacts) -> Iterator[Hit]:
     inits = _init_calls(f)
     if inits and "destroy_process_group" not in f.attrs and "destroy_process_group" not in f.names:
+        if f.project is not None and f.project.any_call(("destroy_process_group",)):  # type: ignore[attr-defined]
+            return
         yield inits[0].node
 
 
@@ -841,6 +1143,7 @@ def check_destroy(f: ModuleFacts) -> Iterator[Hit]:
     "nn.DataParallel: single-process, GIL-bound and not the supported multi-GPU path",
     "use DistributedDataParallel with one process per GPU (torchrun --nproc_per_node=N)",
     "DataParallel replicates the model every step from one Python process; DDP is faster and maintained.",
+    default=False,
 )
 def check_data_parallel(f: ModuleFacts) -> Iterator[Hit]:
     for cs in f.calls:
@@ -892,10 +1195,31 @@ def check_distributed_launch(f: ModuleFacts) -> Iterator[Hit]:
     "PyTorch 2.0's launcher passes --local-rank=N (hyphen); a parser that knows only --local_rank exits.",
 )
 def check_local_rank_argument(f: ModuleFacts) -> Iterator[Hit]:
+    hits = []
     for cs in f.calls_named("add_argument"):
         opts = {a.value for a in cs.node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
         if "--local_rank" in opts and "--local-rank" not in opts:
+            hits.append(cs)
+    if not hits:
+        return
+    # `if torch.__version__ ... 1:` / `if TORCH_MAJOR == 1:` around the option: only the old launcher.
+    versioned: list[tuple[int, int]] = []
+    for n in ast.walk(f.tree):
+        if isinstance(n, ast.If) and any(
+            "version" in i.lower() or "major" in i.lower() for i in _names_in(n.test)
+        ):
+            versioned.append((n.body[0].lineno, n.body[-1].end_lineno or n.body[-1].lineno))
+    for cs in hits:
+        if not any(a <= cs.node.lineno <= b for a, b in versioned):
             yield cs.node
+
+
+def _names_in(node: ast.AST) -> Iterator[str]:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
 
 
 def _collective(f: ModuleFacts, node: ast.Call) -> Optional[tuple[str, list[ast.expr]]]:
@@ -1135,3 +1459,7 @@ def check_spawn_main_guard(f: ModuleFacts) -> Iterator[Hit]:
 
 def all_rules() -> dict[str, Rule]:
     return dict(RULES)
+
+
+# The rules about what every rank must do alike live in their own module; importing it registers them.
+from ddpdoctor.lint import rank_rules  # noqa: E402,F401

@@ -1,0 +1,242 @@
+"""Rules about what every rank must do alike: the same collectives, distinct files, the same random split,
+its own GPU. Registered in the same table as rules.py (imported at its end).
+
+These are the misses found by reading real training scripts (issue #16): a barrier only rank 0 reaches
+(a hang), a seedless `random_split` (each rank trains on a different split), `device_index()` called as
+if it set the device. Like the other rules they prefer silence to a false alarm.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator, Optional
+
+from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, RankBranch, mentions_rank
+from ddpdoctor.lint.rules import (
+    COLLECTIVE_NAMES,
+    Hit,
+    _happens_before,
+    _rank_zero_only,
+    find_call_in,
+    in_memory,
+    per_rank_path,
+    rule,
+    uses_distributed,
+)
+
+
+def _is_collective(cs: CallSite) -> bool:
+    return cs.attr in COLLECTIVE_NAMES and cs.qual.startswith("torch.distributed.")
+
+
+def _branch_name(branch: RankBranch) -> str:
+    return "rank 0" if branch.kind == ZERO else "ranks other than 0"
+
+
+def _matched(cs: CallSite, branch: RankBranch, calls: list[CallSite], name: str) -> bool:
+    """Another call of the same collective sits on the other side: the `else` of the same `if`, or a
+    branch the other ranks take (`if rank != 0: barrier()` ... `if rank == 0: barrier()`, the
+    download-once pattern)."""
+    for other in calls:
+        if other is cs or other.rank_if is None:
+            continue
+        if name not in (other.attr, _collective_reached_name(other)):
+            continue
+        ob = other.rank_if
+        if ob.stmt is branch.stmt and ob.body != branch.body:
+            return True
+        if ob.kind is not None and branch.kind is not None and ob.kind != branch.kind:
+            return True
+    return False
+
+
+def _collective_reached_name(cs: CallSite) -> str:
+    return cs.attr if _is_collective(cs) else ""
+
+
+def _collective_in_callee(f: ModuleFacts, cs: CallSite, kind: Optional[str]) -> Optional[CallSite]:
+    """A collective that the function `cs` calls reaches on the ranks of `kind`: one outside any rank
+    check, or inside a check that those ranks pass (transformers#1081: evaluation on rank 0 only, reaching
+    the `if local_rank == 0: barrier()` of a data helper)."""
+    return find_call_in(f, cs, lambda c: _is_collective(c) and (c.rank_if is None or c.rank_if.kind == kind))
+
+
+@rule(
+    "DDP017",
+    "collective-in-rank-branch",
+    "collective called only under a rank check: the other ranks never reach it and the job hangs",
+    "call the collective on every rank (move it out of the `if rank == 0:` block), or give the other ranks "
+    "the matching call in an `else:`",
+    "A collective completes only when every rank of the group calls it; the ranks that skip it wait "
+    "in the next collective, and the job hangs until the NCCL timeout.",
+)
+def check_collective_in_rank_branch(f: ModuleFacts) -> Iterator[Hit]:
+    if not uses_distributed(f) and f.project is None:
+        return
+    for scope in f.scopes:
+        calls = scope.calls
+        for cs in calls:
+            branch = cs.rank_if
+            if branch is None or branch.kind not in (ZERO, NONZERO):
+                continue
+            if _is_collective(cs):
+                if _matched(cs, branch, calls, cs.attr):
+                    continue
+                yield (
+                    cs.node,
+                    f"{cs.attr}() is called only on {_branch_name(branch)} (the check on line "
+                    f"{branch.stmt.lineno}): the other ranks never reach it and the job hangs",
+                )
+                continue
+            inner = _collective_in_callee(f, cs, branch.kind)
+            if inner is None or _matched(cs, branch, calls, inner.attr):
+                continue
+            if any(o is not cs and o.rank_if is not None and o.attr == cs.attr for o in calls):
+                continue  # the same helper is called on the other side too
+            yield (
+                cs.node,
+                f"{cs.attr}() runs only on {_branch_name(branch)} (the check on line {branch.stmt.lineno}) "
+                f"and calls {inner.attr}() (line {inner.node.lineno}): the other ranks never reach it "
+                "and the job hangs",
+            )
+        if scope.guarded and not scope.is_module:
+            # @rank_zero_only def f(): dist.barrier()
+            for cs in calls:
+                if _is_collective(cs):
+                    yield cs.node, f"{cs.attr}() in a function decorated to run on rank 0 only: a hang"
+
+
+# Writers that every rank would point at one path; torch.save is DDP007's.
+_WRITERS = {
+    "pickle.dump": 1,
+    "json.dump": 1,
+    "yaml.dump": 1,
+    "yaml.safe_dump": 1,
+    "numpy.save": 0,
+    "numpy.savez": 0,
+    "numpy.savez_compressed": 0,
+    "numpy.savetxt": 0,
+}
+
+
+def _write_target(f: ModuleFacts, cs: CallSite) -> Optional[tuple[str, ast.AST]]:
+    """(what writes, the path expression) for a write whose destination we can see."""
+    index = _WRITERS.get(cs.qual)
+    if index is not None:
+        target = cs.arg(index, "file" if index == 0 else "fp")
+        if target is None:
+            return None
+        if isinstance(target, ast.Call) and target.args and cs.qual != "numpy.save":
+            # pickle.dump(obj, open(path, "wb")): the path is open()'s argument
+            return (cs.qual, target.args[0]) if getattr(target.func, "id", "") == "open" else None
+        return cs.qual, target
+    if cs.attr == "save_pretrained" and cs.node.args:
+        if cs.kwarg("is_main_process") is not None or cs.has_star_kwargs():
+            return None  # accelerate's `is_main_process=accelerator.is_main_process`
+        return "save_pretrained", cs.node.args[0]
+    return None
+
+
+@rule(
+    "DDP018",
+    "same-path-write-every-rank",
+    "every rank writes the same file: concurrent writers truncate or corrupt it",
+    "write on one rank only (`if rank == 0:`), or put the rank in the file name",
+    "Several processes writing one path at once leave a truncated or interleaved file, or fail on "
+    "network filesystems; it also multiplies the I/O by the world size.",
+)
+def check_same_path_write(f: ModuleFacts) -> Iterator[Hit]:
+    if not uses_distributed(f):
+        return
+    for cs in f.calls:
+        found = _write_target(f, cs)
+        if found is None or cs.guarded or cs.rank_if is not None:
+            continue
+        what, path = found
+        if per_rank_path(f, path) or in_memory(f, path):
+            continue
+        if _rank_zero_only(f, cs.scope):
+            continue
+        # Only where we can see the code runs on every rank: the module's top level, a spawn target, or a
+        # function whose every caller we see (rank_zero_only says False only then).
+        yield cs.node, f"{what}() runs on every rank with the same path: concurrent writers corrupt the file"
+
+
+_SEEDERS = frozenset(
+    {
+        "manual_seed",
+        "seed",
+        "set_seed",
+        "seed_everything",
+        "fix_random_seeds",
+        "init_seeds",
+        "setup_seed",
+        "seed_all",
+        "set_random_seed",
+        "random_seed",
+    }
+)
+
+
+def _rank_free_seed(cs: CallSite) -> bool:
+    if cs.attr not in _SEEDERS or cs.attr == "seed" and not cs.qual.startswith(("random.", "numpy.random.")):
+        return False
+    return not any(mentions_rank(a) for a in list(cs.node.args) + [k.value for k in cs.node.keywords])
+
+
+@rule(
+    "DDP019",
+    "seedless-split",
+    "random_split() without a seeded generator: each rank draws a different split",
+    "pass generator=torch.Generator().manual_seed(SEED) (the same seed on every rank)",
+    "Every rank runs random_split itself; unseeded, rank 0's validation samples are rank 1's training "
+    "samples, so the model is evaluated on data it trained on and the ranks' shards overlap.",
+)
+def check_seedless_split(f: ModuleFacts) -> Iterator[Hit]:
+    if not (uses_distributed(f) or f.project is not None):
+        return
+    for cs in f.calls_named("random_split"):
+        if not cs.qual.endswith("data.random_split") and cs.qual != "random_split":
+            continue
+        if cs.arg(2, "generator") is not None or cs.has_star_kwargs() or cs.guarded or cs.rank_if:
+            continue
+        seeded = _happens_before(f, cs.scope, cs.pos, _rank_free_seed)
+        if seeded or (seeded is None and any(_rank_free_seed(c) for c in f.calls)):
+            continue
+        if not _distributed_reach(f):
+            continue
+        yield cs.node
+
+
+def _distributed_reach(f: ModuleFacts) -> bool:
+    """This file, or a file of its project, sets up a process group or DDP."""
+    if uses_distributed(f):
+        return True
+    project = f.project
+    return project is not None and project.any_call(  # type: ignore[attr-defined]
+        ("init_process_group", "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel")
+    )
+
+
+@rule(
+    "DDP020",
+    "device-context-called-bare",
+    "torch.accelerator.device_index() called as a statement: it is a context manager and selects nothing",
+    "use torch.accelerator.set_device_index(i) (or torch.cuda.set_device(i)), or `with device_index(i):`",
+    "device_index(i) (like torch.cuda.device(i)) only switches the device inside a `with` block; called "
+    "bare it builds the manager and drops it, so every rank stays on GPU 0.",
+)
+def check_device_context_bare(f: ModuleFacts) -> Iterator[Hit]:
+    if not any(True for _ in f.calls_named("device_index", "device")):
+        return
+    for n in ast.walk(f.tree):
+        if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)):
+            continue
+        qual = f.resolve(n.value.func)
+        if qual in ("torch.accelerator.device_index", "torch.cuda.device", "torch.xpu.device"):
+            short = qual.split(".", 1)[1]
+            yield (
+                n.value,
+                f"{short}() called as a statement: it is a context manager and selects nothing; "
+                "every rank stays on the default device",
+            )

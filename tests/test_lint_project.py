@@ -1,0 +1,199 @@
+"""Project-level lint (issue #16): imports resolved between the files given, tiers, pyproject config."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path, PurePath
+
+import pytest
+from typer.testing import CliRunner
+
+from ddpdoctor.cli import app
+from ddpdoctor.lint import RULES, default_rules, lint_paths, select_rules
+from ddpdoctor.lint.config import parse_lint_config
+from ddpdoctor.lint.project import module_names
+
+
+def write(root: Path, files: dict[str, str]) -> list[Path]:
+    out = []
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        out.append(path)
+    return out
+
+
+def found(paths: list[Path], codes: list[str], project: bool = True) -> set[tuple[str, int, str]]:
+    report = lint_paths(paths, select_rules(codes), project=project)
+    return {(Path(d.path).name, d.line, d.code) for d in report.diagnostics}
+
+
+def test_module_names_are_every_dotted_suffix() -> None:
+    assert module_names(PurePath("src/pkg/utils.py")) == ["utils", "pkg.utils", "src.pkg.utils"]
+    assert module_names(PurePath("pkg/__init__.py")) == ["pkg"]
+    assert module_names(PurePath("my-repo/train.py")) == ["train"]  # not an identifier: no longer name
+
+
+def test_set_device_in_caller_of_another_file(tmp_path: Path) -> None:
+    # helpers.setup() creates the NCCL group; main.py calls it without setting the device and then uses
+    # the GPU. Alone, helpers.py cannot be judged (its caller may set the device first).
+    files = write(
+        tmp_path,
+        {
+            "helpers.py": """
+                import torch.distributed as dist
+                def setup():
+                    dist.init_process_group("nccl")
+            """,
+            "main.py": """
+                import torch
+                from helpers import setup
+                def main():
+                    setup()
+                    x = torch.ones(1).cuda()
+                if __name__ == "__main__":
+                    main()
+            """,
+        },
+    )
+    assert found(files, ["DDP003"]) == {("helpers.py", 4, "DDP003")}
+    assert found(files, ["DDP003"], project=False) == set()
+    fixed = write(
+        tmp_path,
+        {
+            "main.py": (tmp_path / "main.py")
+            .read_text()
+            .replace("    setup()", "    torch.cuda.set_device(0)\n    setup()")
+        },
+    )
+    assert found([files[0], *fixed], ["DDP003", "DDP021"]) == set()
+
+
+def test_collective_reached_through_an_import_under_a_rank_check(tmp_path: Path) -> None:
+    files = write(
+        tmp_path,
+        {
+            "util/comm.py": """
+                import torch.distributed as dist
+                def synchronize():
+                    if dist.get_world_size() > 1:
+                        dist.barrier()
+                def is_main_process():
+                    return dist.get_rank() == 0
+            """,
+            "train.py": """
+                from util import comm
+                def evaluate():
+                    if comm.is_main_process():
+                        comm.synchronize()
+            """,
+        },
+    )
+    hits = found(files, ["DDP017"])
+    assert hits == {("train.py", 5, "DDP017")}
+    report = lint_paths(files, select_rules(["DDP017"]))
+    assert "synchronize() runs only on rank 0" in report.diagnostics[0].message
+
+
+def test_relative_import_and_set_epoch_in_another_module(tmp_path: Path) -> None:
+    files = write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/engine.py": """
+                def train_one_epoch(model, loader, epoch):
+                    loader.sampler.set_epoch(epoch)
+                    for batch in loader:
+                        model(batch)
+            """,
+            "pkg/main.py": """
+                from torch.utils.data import DataLoader, DistributedSampler
+                from .engine import train_one_epoch
+                def main(ds, model):
+                    loader = DataLoader(ds, sampler=DistributedSampler(ds))
+                    for epoch in range(3):
+                        train_one_epoch(model, loader, epoch)
+            """,
+        },
+    )
+    assert found(files, ["DDP005"]) == set()
+    # The same project without set_epoch anywhere: the sampler goes into code we read, so it is a finding.
+    write(tmp_path, {"pkg/engine.py": "def train_one_epoch(model, loader, epoch):\n    return loader\n"})
+    assert found(files, ["DDP005"]) == {("main.py", 5, "DDP005")}
+
+
+def test_destroy_in_another_file_counts(tmp_path: Path) -> None:
+    files = write(
+        tmp_path,
+        {
+            "dist_utils.py": """
+                import torch.distributed as dist
+                def init():
+                    dist.init_process_group("gloo")
+            """,
+            "run.py": """
+                import torch.distributed as dist
+                import dist_utils
+                dist_utils.init()
+                dist.destroy_process_group()
+            """,
+        },
+    )
+    assert found(files, ["DDP010"]) == set()
+    assert found(files[:1], ["DDP010"]) == {("dist_utils.py", 4, "DDP010")}
+
+
+def test_same_module_name_twice_is_ambiguous_and_resolves_to_nothing(tmp_path: Path) -> None:
+    files = write(
+        tmp_path,
+        {
+            "a/utils.py": "import torch.distributed as dist\ndef sync():\n    dist.barrier()\n",
+            "b/utils.py": "def sync():\n    return 1\n",
+            "train.py": "import torch.distributed as dist\nimport utils\nif dist.get_rank() == 0:\n    utils.sync()\n",
+        },
+    )
+    assert found(files, ["DDP017"]) == set()
+
+
+def test_default_tier_is_the_likely_bugs() -> None:
+    default = {r.id for r in default_rules()}
+    assert {"DDP008", "DDP009", "DDP010", "DDP011", "DDP021"}.isdisjoint(default)
+    assert {"DDP001", "DDP002", "DDP003", "DDP017", "DDP019", "DDP020"} <= default
+    assert {r.id for r in select_rules()} == default
+    assert {r.id for r in select_rules(extend_select=["DDP009"])} == default | {"DDP009"}
+    assert {r.id for r in select_rules(["ALL"])} == set(RULES)
+    assert {r.id for r in select_rules(["DDP01"], ["DDP013"])} == {f"DDP{i:03d}" for i in range(10, 20)} - {
+        "DDP013"
+    }
+    with pytest.raises(ValueError):
+        select_rules(extend_select=["DDP999"])
+
+
+def test_config_table_is_read_and_checked() -> None:
+    text = '[tool.ddpdoctor.lint]\nextend-select = ["DDP009"]\nignore = ["DDP013"]\n'
+    config = parse_lint_config(text)
+    assert config.extend_select == ["DDP009"] and config.ignore == ["DDP013"] and config.select == []
+    assert parse_lint_config("[tool.other]\nx = 1\n").extend_select == []
+    for bad in (
+        '[tool.ddpdoctor.lint]\nselcet = ["DDP0"]\n',
+        '[tool.ddpdoctor.lint]\nselect = "DDP0"\n',
+        "[tool",
+    ):
+        with pytest.raises(ValueError):
+            parse_lint_config(bad)
+
+
+def test_cli_reads_pyproject_and_options_win(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpdoctor.lint]\nextend-select = ["DDP009"]\n')
+    script = tmp_path / "train.py"
+    script.write_text('import torch.distributed as dist\ndist.init_process_group("gloo")\n')
+    runner = CliRunner()
+    res = runner.invoke(app, ["lint", str(script)])
+    assert res.exit_code == 1 and "DDP009" in res.output and "DDP010" not in res.output
+    res = runner.invoke(app, ["lint", str(script), "--ignore", "DDP009"])
+    assert res.exit_code == 0
+    res = runner.invoke(app, ["lint", str(script), "--select", "DDP010"])
+    assert res.exit_code == 1 and "DDP010" in res.output and "DDP009" not in res.output
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpdoctor.lint]\nextend-select = ["DDP999"]\n')
+    assert runner.invoke(app, ["lint", str(script)]).exit_code == 2
