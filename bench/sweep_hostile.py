@@ -73,13 +73,13 @@ def ddpdoctor_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "ddpdoctor", *args]
 
 
-def run_case(case: Case, cwd: Path) -> Outcome:
+def run_case(case: Case, cwd: Path, root: Path = ROOT) -> Outcome:
     argv = list(case.argv)
     if case.as_nobody:
         # Root without the capabilities that bypass permission bits: file access as an unprivileged user
         # (nobody itself cannot run an interpreter that lives under /root).
         argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **case.env}
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "120", **case.env}
     start = time.monotonic()
     stdin = open(case.stdin, "rb") if case.stdin else subprocess.DEVNULL  # noqa: SIM115
     try:
@@ -341,7 +341,7 @@ def port_holder_case(tmp: Path) -> tuple[Case, subprocess.Popen]:
     code = (
         "import socket, sys, time\n"
         f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); print('up', flush=True)\n"
-        "time.sleep(120)\n"
+        "time.sleep(3600)\n"
     )
     holder = subprocess.Popen(
         [sys.executable, "-c", code, "--password", "hunter2secret"], stdout=subprocess.PIPE, text=True
@@ -363,6 +363,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--only", help="only groups whose name contains this")
+    parser.add_argument(
+        "--root", type=Path, default=ROOT, help="the source tree to run (e.g. an older commit, to compare)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-sweep-") as t:
         tmp = Path(t)
@@ -375,7 +378,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         outcomes: list[Outcome] = []
         try:
             for case in cases:
-                o = run_case(case, tmp)
+                o = run_case(case, tmp, args.root.resolve())
                 outcomes.append(o)
                 if args.verbose or not o.ok:
                     print(f"{'PASS' if o.ok else 'FAIL'} {o.seconds:5.1f}s [{case.group}] {case.name}"
