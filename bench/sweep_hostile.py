@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -73,8 +74,10 @@ def ddpdoctor_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "ddpdoctor", *args]
 
 
-def run_case(case: Case, cwd: Path, root: Path = ROOT) -> Outcome:
+def run_case(case: Case, cwd: Path, root: Path = ROOT, mem_mib: int = 4096) -> Outcome:
     argv = list(case.argv)
+    if shutil.which("prlimit"):
+        argv = ["prlimit", f"--as={mem_mib * 1024 * 1024}", "--", *argv]
     if case.as_nobody:
         # Root without the capabilities that bypass permission bits: file access as an unprivileged user
         # (nobody itself cannot run an interpreter that lives under /root).
@@ -83,15 +86,20 @@ def run_case(case: Case, cwd: Path, root: Path = ROOT) -> Outcome:
     start = time.monotonic()
     stdin = open(case.stdin, "rb") if case.stdin else subprocess.DEVNULL  # noqa: SIM115
     try:
-        proc = subprocess.run(
-            argv, cwd=cwd, env=env, stdin=stdin, capture_output=True, text=True, errors="replace",
-            timeout=case.cap_s, start_new_session=True,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return Outcome(case, False, f"still running after {case.cap_s:g}s", time.monotonic() - start)
+        with subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            errors="replace", start_new_session=True,
+        ) as popen:  # fmt: skip
+            try:
+                stdout, stderr = popen.communicate(timeout=case.cap_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(popen.pid, signal.SIGKILL)  # the whole session: no probe left behind
+                popen.communicate()
+                return Outcome(case, False, f"still running after {case.cap_s:g}s", time.monotonic() - start)
     finally:
         if case.stdin:
             stdin.close()
+    proc = subprocess.CompletedProcess(argv, popen.returncode, stdout, stderr)
     took = time.monotonic() - start
     out = proc.stdout + proc.stderr
     if "Traceback (most recent call last)" in out:
@@ -366,6 +374,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument(
         "--root", type=Path, default=ROOT, help="the source tree to run (e.g. an older commit, to compare)"
     )
+    parser.add_argument(
+        "--mem-limit",
+        type=int,
+        default=4096,
+        help="address-space limit per command, MiB (an unbounded "
+        "read of /dev/zero by an older tree must not take the machine down)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-sweep-") as t:
         tmp = Path(t)
@@ -378,7 +393,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         outcomes: list[Outcome] = []
         try:
             for case in cases:
-                o = run_case(case, tmp, args.root.resolve())
+                o = run_case(case, tmp, args.root.resolve(), args.mem_limit)
                 outcomes.append(o)
                 if args.verbose or not o.ok:
                     print(f"{'PASS' if o.ok else 'FAIL'} {o.seconds:5.1f}s [{case.group}] {case.name}"
