@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -73,25 +74,32 @@ def ddpdoctor_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "ddpdoctor", *args]
 
 
-def run_case(case: Case, cwd: Path) -> Outcome:
+def run_case(case: Case, cwd: Path, root: Path = ROOT, mem_mib: int = 4096) -> Outcome:
     argv = list(case.argv)
+    if shutil.which("prlimit"):
+        argv = ["prlimit", f"--as={mem_mib * 1024 * 1024}", "--", *argv]
     if case.as_nobody:
         # Root without the capabilities that bypass permission bits: file access as an unprivileged user
         # (nobody itself cannot run an interpreter that lives under /root).
         argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **case.env}
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "120", **case.env}
     start = time.monotonic()
     stdin = open(case.stdin, "rb") if case.stdin else subprocess.DEVNULL  # noqa: SIM115
     try:
-        proc = subprocess.run(
-            argv, cwd=cwd, env=env, stdin=stdin, capture_output=True, text=True, errors="replace",
-            timeout=case.cap_s, start_new_session=True,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return Outcome(case, False, f"still running after {case.cap_s:g}s", time.monotonic() - start)
+        with subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            errors="replace", start_new_session=True,
+        ) as popen:  # fmt: skip
+            try:
+                stdout, stderr = popen.communicate(timeout=case.cap_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(popen.pid, signal.SIGKILL)  # the whole session: no probe left behind
+                popen.communicate()
+                return Outcome(case, False, f"still running after {case.cap_s:g}s", time.monotonic() - start)
     finally:
         if case.stdin:
             stdin.close()
+    proc = subprocess.CompletedProcess(argv, popen.returncode, stdout, stderr)
     took = time.monotonic() - start
     out = proc.stdout + proc.stderr
     if "Traceback (most recent call last)" in out:
@@ -341,7 +349,7 @@ def port_holder_case(tmp: Path) -> tuple[Case, subprocess.Popen]:
     code = (
         "import socket, sys, time\n"
         f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); print('up', flush=True)\n"
-        "time.sleep(120)\n"
+        "time.sleep(3600)\n"
     )
     holder = subprocess.Popen(
         [sys.executable, "-c", code, "--password", "hunter2secret"], stdout=subprocess.PIPE, text=True
@@ -363,6 +371,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--only", help="only groups whose name contains this")
+    parser.add_argument(
+        "--root", type=Path, default=ROOT, help="the source tree to run (e.g. an older commit, to compare)"
+    )
+    parser.add_argument(
+        "--mem-limit",
+        type=int,
+        default=4096,
+        help="address-space limit per command, MiB (an unbounded "
+        "read of /dev/zero by an older tree must not take the machine down)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-sweep-") as t:
         tmp = Path(t)
@@ -375,7 +393,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         outcomes: list[Outcome] = []
         try:
             for case in cases:
-                o = run_case(case, tmp)
+                o = run_case(case, tmp, args.root.resolve(), args.mem_limit)
                 outcomes.append(o)
                 if args.verbose or not o.ok:
                     print(f"{'PASS' if o.ok else 'FAIL'} {o.seconds:5.1f}s [{case.group}] {case.name}"

@@ -68,7 +68,18 @@ SNAPSHOT_HEADER = """# Snapshots and replay
   `--only`) would be replayed as if this run had written it. It never deletes files; pick a new
   directory per snapshot. A path that cannot be a directory is refused before any probe runs.
 - Secrets are redacted before anything is written: environment values whose names contain TOKEN,
-  SECRET, PASSWORD, KEY, CREDENTIAL, AUTH (and similar), and credentials inside URLs.
+  SECRET, PASSWORD, KEY, CREDENTIAL, AUTH, WEBHOOK (and similar, `DB_PASS`, `MY_PWD`), values of
+  secret-named options (`--password X`, `--api-key=X`), credentials inside URLs and signed-URL
+  parameters (`X-Amz-Signature`, `sig`, ...). Replayed files are redacted again as they are read.
+- Every file is read as a hostile input (docs/inputs.md): regular files only (a FIFO, device, socket or
+  link to one is refused before it is opened), at most 64 MiB per `.txt` and 16 MiB per `.json`, JSON
+  nested at most 64 levels. Each `<fact>.json` must have the shape its producer writes (the table
+  below); a file that is unreadable, too large, not JSON, too deep or of the wrong shape is one
+  `core.snapshot.bad_file` finding (an `error`: the replay is inconclusive, exit 3) naming the file
+  and what was wrong, and the checks that need it run as if it were absent.
+- `--replay` of a directory with no `.txt` or `.json` file at all, or of something that is not a
+  directory, is a usage error (exit 2); when no file in it was one any selected check could use, the
+  report carries `core.snapshot.empty` (exit 3). A check of nothing is never a pass.
 
 A directory can be built by hand from outputs pasted in a bug report: save the output of
 `nvidia-smi -q` as `DIR/nvidia-smi-q.txt`, `ibstat` as `DIR/ibstat.txt`, and so on, then run

@@ -385,10 +385,12 @@ def run_short_bench(timeout_s: float) -> tuple[Optional[dict], str]:
         result = run_argv(argv, timeout_s=timeout_s)
         data: Optional[dict] = None
         if out.is_file():
+            from ddpdoctor.edge.files import load_json_file
+
             try:
-                loaded = json.loads(out.read_text())
+                loaded = load_json_file(out)
                 data = loaded if isinstance(loaded, dict) else None
-            except ValueError:
+            except (OSError, ValueError):
                 data = None
     if data is None:
         return None, result.describe_failure() or "bench-nccl wrote no JSON"

@@ -53,7 +53,9 @@ LSPCI_VVV = define_command(
 )
 LSMOD = define_command("lsmod", ("lsmod",), "Loaded kernel modules (read when /proc/modules is not)")
 MODULES_FACT = define_fact(
-    "kernel-modules", "Text of /proc/modules and the names in /sys/module (nvidia_peermem, ib_core, mlx5_ib)", dict
+    "kernel-modules",
+    "Text of /proc/modules and the names in /sys/module (nvidia_peermem, ib_core, mlx5_ib)",
+    dict,
 )
 
 # RDMA registration pins memory: the 64 KiB kernel default, 8 MiB or Docker's 64 MiB all end in

@@ -14,9 +14,9 @@ import re
 from typing import Any, Mapping
 
 REDACTED = "<redacted>"
-# Longer text is cut before matching: no value worth reporting is this long, and a bound on the input
-# is a bound on the work whatever the patterns.
-REDACT_INPUT_LIMIT = 4 * 1024 * 1024
+# Longer text is cut before matching (a whole report with raw probe outputs stays far below it): a bound
+# on the input is a bound on the work whatever the patterns.
+REDACT_INPUT_LIMIT = 64 * 1024 * 1024
 
 # Variable names whose values are secret (matched anywhere in the name, as before), plus short words
 # that only count as whole segments (`DB_PASS`, `MY_PWD`, but not `PWD`, `OLDPWD` or `BYPASS`).
@@ -138,8 +138,7 @@ def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
     """A JSON-able value with every string redacted (redact_text), and string values under
     environment-variable-like keys with secret names (an environment dict) replaced.
 
-    Iterative over containers' depth is not needed: inputs are depth-checked at the edge
-    (files.MAX_NESTING) before they get here."""
+    Recursive: what users hand us is depth-checked at the edge (files.MAX_NESTING) before it gets here."""
     if isinstance(value, str):
         return redact_text(value, env)
     if isinstance(value, Mapping):
