@@ -190,3 +190,22 @@ def test_real_one_gpu_node_check_fails_on_every_rank(tmp_path: Path) -> None:
         doc = json.loads(run.stdout[rank])
         f = next(f for f in doc["findings"] if f["id"] == "gpu.ranks_per_node")
         assert f["severity"] == "fail" and "LOCAL_WORLD_SIZE=2" in f["summary"]
+
+
+def test_last_resort_handler_names_exception_rank_and_host(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    import ddpdoctor.cli as cli
+
+    def crash() -> None:
+        raise RuntimeError("disk on fire\nsecond line")
+
+    monkeypatch.setattr(cli, "app", crash)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(RuntimeError):
+        cli.main()  # re-raised: Python still prints the traceback after the line
+    err = capsys.readouterr().err
+    assert f"ddpdoctor rank 3 (local rank 1) on {socket.gethostname()} died: RuntimeError: disk on fire\n" in err
