@@ -64,6 +64,10 @@ def test_local_ranks_sources_in_order() -> None:
     assert (r.count, r.launcher, r.per_task_binding) == (1, "slurm", False)
     r = read_local_ranks({**slurm, "SLURM_GPUS_PER_TASK": "a100:1", "SLURM_GPUS_ON_NODE": "1"})
     assert (r.gpus_per_task, r.gpus_on_node, r.per_task_binding) == (1, 1, True)
+    # srun --gpu-bind gave each task one of the step's four GPUs: not four ranks on one GPU.
+    bound = {"SLURM_NTASKS_PER_NODE": "4", "SLURM_STEP_ID": "0", "SLURM_STEP_GPUS": "0,1,2,3"}
+    assert read_local_ranks({**bound, "CUDA_VISIBLE_DEVICES": "2"}).per_task_binding
+    assert not read_local_ranks({**bound, "CUDA_VISIBLE_DEVICES": "0,1,2,3"}).per_task_binding
     r = read_local_ranks({"LOCAL_WORLD_SIZE": "abc", "SLURM_NTASKS_PER_NODE": "4"})
     assert r.count == 4 and "LOCAL_WORLD_SIZE" in r.problems[0]
 
@@ -127,6 +131,12 @@ def test_gpu_held_by_another_job_is_a_warning() -> None:
     assert mine.held_gpus == 0
 
 
+@given(text=st.text(max_size=40), node=st.one_of(st.none(), st.integers(0, 10**9)))
+def test_tasks_on_node_takes_any_text(text: str, node) -> None:
+    value = tasks_on_node(text, node)
+    assert value is None or value > 0
+
+
 _VALUE = st.one_of(
     st.integers(-3, 20).map(str),
     st.sampled_from(["", "abc", "2(x3),1", "4(x2)", "1,2", "٣", "1_0", "9" * 40, "a100:2", "2(x0)"]),
@@ -143,6 +153,8 @@ _NAMES = [
     "SLURM_STEP_ID",
     "SLURM_GPUS_PER_TASK",
     "SLURM_GPUS_ON_NODE",
+    "SLURM_STEP_GPUS",
+    "CUDA_VISIBLE_DEVICES",
 ]
 
 

@@ -26,7 +26,9 @@ PLACEMENT = define(
     "before the job starts), torchrun's LOCAL_WORLD_SIZE, or Slurm's SLURM_STEP_TASKS_PER_NODE / "
     "SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE (the `2(x3),1` form read for this SLURM_NODEID); GPUs "
     "from NVML or nvidia-smi after CUDA_VISIBLE_DEVICES (indices, UUIDs, MIG ids), less those already "
-    "running another job's compute process (a warning). Judged the same way by `check`, `check "
+    "running another job's compute process (a warning). Under srun's per-task GPU binding "
+    "(--gpus-per-task, or a CUDA_VISIBLE_DEVICES narrower than SLURM_STEP_GPUS) each task is judged on "
+    "its own GPUs. Judged the same way by `check`, `check "
     "--cluster`, `bench-nccl` (local and on every rank under torchrun/srun, which refuse with exit 2), "
     "`bench-nccl --pairwise` and the smoke test. Where no GPU can be read it is a skip, never a pass.",
     "Start at most one rank per visible GPU (torchrun --nproc-per-node, srun --ntasks-per-node), make more "
@@ -115,6 +117,16 @@ def _gpus_per_task(text: Optional[str]) -> Optional[int]:
     return _positive(str(text).rsplit(":", 1)[-1])
 
 
+def _bound_narrower(env: Mapping[str, str]) -> bool:
+    """srun bound this task to fewer GPUs than the step has (--gpu-bind, --gpus-per-task): the task's
+    CUDA_VISIBLE_DEVICES lists fewer entries than SLURM_STEP_GPUS / SLURM_JOB_GPUS."""
+    step = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if not step or visible is None:
+        return False
+    return len([x for x in visible.split(",") if x.strip()]) < len([x for x in step.split(",") if x.strip()])
+
+
 def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = None) -> LocalRanks:
     """Ranks of this job on this node, from the environment (pure; never raises).
 
@@ -150,7 +162,7 @@ def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = Non
             value,
             f"{name}={raw[:40]}" + (f" (node {node_id})" if node_id is not None and "," in raw else ""),
             "slurm",
-            per_task_binding=in_step and gpt is not None,
+            per_task_binding=in_step and (gpt is not None or _bound_narrower(env)),
             problems=tuple(problems),
             **common,
         )
