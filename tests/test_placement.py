@@ -114,6 +114,12 @@ def test_slurm_gave_fewer_gpus_than_asked_names_both_numbers() -> None:
     short = [f for f in findings if f.id == "gpu.slurm.gpus_short"]
     assert short and short[0].severity == Severity.FAIL
     assert "= 4 GPU(s)" in short[0].summary and "allocated 2" in short[0].summary
+    # Judged from Slurm's numbers alone where the GPUs cannot be read.
+    findings = judge_placement(read_local_ranks(env), GpuSupply(None, "NVML", why_unknown="none"), None)
+    assert [(f.id, f.severity) for f in findings] == [
+        ("gpu.slurm.gpus_short", Severity.FAIL),
+        ("gpu.ranks_per_node", Severity.SKIP),
+    ]
     # Bound per task: each task sees its own GPU; one task seeing none fails naming 1 and 0.
     bound = {**env, "SLURM_GPUS_ON_NODE": "4", "SLURM_STEP_ID": "0"}
     assert one(judge_placement(read_local_ranks(bound), GpuSupply(1, "NVML"))).severity == Severity.OK
@@ -174,7 +180,8 @@ def test_any_launcher_environment_gives_a_consistent_verdict(env, visible, backe
     if backend == "gloo":
         assert worst == Severity.OK
     elif visible is None:
-        assert worst == (Severity.FAIL if backend == "nccl" else Severity.SKIP)
+        short = any(f.id == "gpu.slurm.gpus_short" for f in findings)
+        assert worst == (Severity.FAIL if backend == "nccl" or short else Severity.SKIP)
     elif ranks.per_task_binding:
         assert worst in (Severity.OK, Severity.FAIL)
     elif visible == 0 and backend is None:

@@ -223,8 +223,9 @@ def judge_placement(ranks: LocalRanks, supply: GpuSupply, backend: Optional[str]
         else:
             text = f"{n} rank(s) per node ({src}) with gloo on CPU: the GPUs are not used"
         return [PLACEMENT.finding(Severity.OK, text, evidence=ev, data=data)]
+    findings = _judge_slurm(ranks, supply, ev, data)
     if have is None:
-        return [
+        return findings + [
             PLACEMENT.finding(
                 Severity.FAIL if backend == "nccl" else Severity.SKIP,
                 f"{n} rank(s) per node ({src}), but the GPUs cannot be read here ({supply.why_unknown or 'unknown'}): "
@@ -234,10 +235,13 @@ def judge_placement(ranks: LocalRanks, supply: GpuSupply, backend: Optional[str]
                     else "not judged (fine for gloo on CPU)"
                 ),
                 evidence=ev,
+                fix="Check that `nvidia-smi` lists the GPUs on this node (driver loaded, devices passed into "
+                "the container), or use the gloo backend on CPU."
+                if backend == "nccl"
+                else None,
                 data=data,
             )
         ]
-    findings = _judge_slurm(ranks, supply, ev, data)
     if ranks.per_task_binding:
         # Each task sees only its own GPU(s): the node-wide count is Slurm's to keep (judged above).
         if not findings:
