@@ -59,6 +59,9 @@ def test_local_ranks_sources_in_order() -> None:
     r = read_local_ranks(env)
     assert (r.count, r.launcher, r.source) == (2, "torchrun", "LOCAL_WORLD_SIZE=2")
     assert read_local_ranks(env, nproc_per_node=8).count == 8
+    pet = read_local_ranks({"PET_NPROC_PER_NODE": "4", "SLURM_NTASKS_PER_NODE": "1"})
+    assert (pet.count, pet.launcher, pet.source) == (4, "torchrun", "PET_NPROC_PER_NODE=4")
+    assert read_local_ranks({"PET_NPROC_PER_NODE": "gpu"}).count is None
     slurm = {"SLURM_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3", "SLURM_STEP_ID": "0"}
     r = read_local_ranks(slurm)
     assert (r.count, r.launcher, r.per_task_binding) == (1, "slurm", False)
@@ -161,6 +164,7 @@ _NAMES = [
     "SLURM_GPUS_ON_NODE",
     "SLURM_STEP_GPUS",
     "CUDA_VISIBLE_DEVICES",
+    "PET_NPROC_PER_NODE",
 ]
 
 

@@ -23,14 +23,14 @@ PLACEMENT = define(
     "GPU (LOCAL_RANK % GPUs, or no set_device at all) make NCCL fail with 'Duplicate GPU detected : rank 0 "
     "and rank 1 both on CUDA device ...' or deadlock in the first collective. A gloo job on CPU does not "
     "use the GPUs and is unaffected. Ranks per node come from `check --nproc-per-node N` (a preflight "
-    "before the job starts), torchrun's LOCAL_WORLD_SIZE, or Slurm's SLURM_STEP_TASKS_PER_NODE / "
-    "SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE (the `2(x3),1` form read for this SLURM_NODEID); GPUs "
-    "from NVML or nvidia-smi after CUDA_VISIBLE_DEVICES (indices, UUIDs, MIG ids), less those already "
-    "running another job's compute process (a warning). Under srun's per-task GPU binding "
-    "(--gpus-per-task, or a CUDA_VISIBLE_DEVICES narrower than SLURM_STEP_GPUS) each task is judged on "
-    "its own GPUs. Judged the same way by `check`, `check "
-    "--cluster`, `bench-nccl` (local and on every rank under torchrun/srun, which refuse with exit 2), "
-    "`bench-nccl --pairwise` and the smoke test. Where no GPU can be read it is a skip, never a pass.",
+    "before the job starts), torchrun's LOCAL_WORLD_SIZE (or its agent's PET_NPROC_PER_NODE), or Slurm's "
+    "SLURM_STEP_TASKS_PER_NODE / SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE (the `2(x3),1` form read "
+    "for this SLURM_NODEID); GPUs from NVML or nvidia-smi after CUDA_VISIBLE_DEVICES (indices, UUIDs, MIG "
+    "ids), less those already running another job's compute process (a warning). Under srun's per-task "
+    "GPU binding (--gpus-per-task, or a CUDA_VISIBLE_DEVICES narrower than SLURM_STEP_GPUS) each task is "
+    "judged on its own GPUs. Judged the same way by `check`, `check --cluster`, `bench-nccl` (local and "
+    "on every rank under torchrun/srun, which refuse with exit 2), `bench-nccl --pairwise` and the smoke "
+    "test. Where no GPU can be read it is a skip, never a pass.",
     "Start at most one rank per visible GPU (torchrun --nproc-per-node, srun --ntasks-per-node), make more "
     "GPUs visible (CUDA_VISIBLE_DEVICES, the scheduler's GPU request), or run the job with gloo on CPU.",
 )
@@ -131,7 +131,8 @@ def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = Non
     """Ranks of this job on this node, from the environment (pure; never raises).
 
     An explicit `--nproc-per-node` wins (preflight before a job starts), then torchrun's LOCAL_WORLD_SIZE
-    (torchrun starts the per-node workers, also inside a Slurm step), then Slurm's tasks per node.
+    (torchrun starts the per-node workers, also inside a Slurm step) or its agent's PET_NPROC_PER_NODE,
+    then Slurm's tasks per node.
     """
     gpt = _gpus_per_task(env.get("SLURM_GPUS_PER_TASK"))
     on_node = _positive(env.get("SLURM_GPUS_ON_NODE"))
@@ -146,6 +147,13 @@ def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = Non
             launcher = "torchrun" if torchrun else "env"
             return LocalRanks(value, f"LOCAL_WORLD_SIZE={value}", launcher, **common)
         problems.append(f"LOCAL_WORLD_SIZE={str(env['LOCAL_WORLD_SIZE'])[:40]!r} is not a positive integer")
+    # torchrun's agent reads its options from PET_* variables (Kubeflow's PyTorchJob sets them): a check
+    # in the agent's container before the job starts sees --nproc-per-node there. "gpu"/"auto" mean one
+    # rank per GPU: nothing to judge.
+    if "PET_NPROC_PER_NODE" in env:
+        value = _positive(env["PET_NPROC_PER_NODE"])
+        if value is not None:
+            return LocalRanks(value, f"PET_NPROC_PER_NODE={value}", "torchrun", **common)
     node_id = _positive(env.get("SLURM_NODEID"))
     if str(env.get("SLURM_NODEID", "")).strip() == "0":
         node_id = 0
