@@ -251,3 +251,25 @@ def test_smoke_test_inside_a_job_runs_once_per_node_and_only_where_ranks_fit(
     result = CliRunner().invoke(app, ["check", "--only", "nccl", "--json", "--smoke"])
     (smoke,) = json.loads(result.output)["findings"]
     assert smoke["id"] == "nccl.smoke" and smoke["severity"] == "skip" and why in smoke["summary"]
+
+
+def test_pairwise_backend_is_chosen_from_every_rank_alike() -> None:
+    from ddpdoctor.cluster.pairwise import choose_backend
+
+    def entry(host: str, local_rank: int, visible: int | None, cuda: bool = True) -> dict:
+        return {"host": host, "local_rank": local_rank, "visible": visible, "cuda": cuda}
+
+    two_nodes = [entry("a", 0, 8), entry("b", 0, 8)]
+    assert choose_backend(two_nodes, "auto") == ("nccl", [], [])
+    # Three agents on one 8-GPU host, each with LOCAL_RANK 0: all would use cuda:0 (issue #15 item 3).
+    agents = [entry("h", 0, 8), entry("h", 0, 8), entry("h", 0, 8)]
+    backend, notes, refusals = choose_backend(agents, "auto")
+    assert backend == "gloo" and "share LOCAL_RANK 0" in notes[0] and refusals == []
+    backend, notes, refusals = choose_backend(agents, "nccl")
+    assert backend == "nccl" and [f.id for f in refusals] == ["gpu.ranks_per_node"]
+    # Two ranks on a one-GPU host.
+    crowded = [entry("h", 0, 1), entry("h", 1, 1)]
+    assert "1 GPU(s) visible" in choose_backend(crowded, "auto")[1][0]
+    assert choose_backend(crowded, "gloo") == ("gloo", [], [])
+    # A node without CUDA: auto is gloo for everyone.
+    assert choose_backend([entry("a", 0, 8), entry("b", 0, 0, cuda=False)], "auto")[0] == "gloo"
