@@ -59,11 +59,18 @@ def test_local_ranks_sources_in_order() -> None:
     r = read_local_ranks(env)
     assert (r.count, r.launcher, r.source) == (2, "torchrun", "LOCAL_WORLD_SIZE=2")
     assert read_local_ranks(env, nproc_per_node=8).count == 8
+    pet = read_local_ranks({"PET_NPROC_PER_NODE": "4", "SLURM_NTASKS_PER_NODE": "1"})
+    assert (pet.count, pet.launcher, pet.source) == (4, "torchrun", "PET_NPROC_PER_NODE=4")
+    assert read_local_ranks({"PET_NPROC_PER_NODE": "gpu"}).count is None
     slurm = {"SLURM_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3", "SLURM_STEP_ID": "0"}
     r = read_local_ranks(slurm)
     assert (r.count, r.launcher, r.per_task_binding) == (1, "slurm", False)
     r = read_local_ranks({**slurm, "SLURM_GPUS_PER_TASK": "a100:1", "SLURM_GPUS_ON_NODE": "1"})
     assert (r.gpus_per_task, r.gpus_on_node, r.per_task_binding) == (1, 1, True)
+    # srun --gpu-bind gave each task one of the step's four GPUs: not four ranks on one GPU.
+    bound = {"SLURM_NTASKS_PER_NODE": "4", "SLURM_STEP_ID": "0", "SLURM_STEP_GPUS": "0,1,2,3"}
+    assert read_local_ranks({**bound, "CUDA_VISIBLE_DEVICES": "2"}).per_task_binding
+    assert not read_local_ranks({**bound, "CUDA_VISIBLE_DEVICES": "0,1,2,3"}).per_task_binding
     r = read_local_ranks({"LOCAL_WORLD_SIZE": "abc", "SLURM_NTASKS_PER_NODE": "4"})
     assert r.count == 4 and "LOCAL_WORLD_SIZE" in r.problems[0]
 
@@ -110,6 +117,12 @@ def test_slurm_gave_fewer_gpus_than_asked_names_both_numbers() -> None:
     short = [f for f in findings if f.id == "gpu.slurm.gpus_short"]
     assert short and short[0].severity == Severity.FAIL
     assert "= 4 GPU(s)" in short[0].summary and "allocated 2" in short[0].summary
+    # Judged from Slurm's numbers alone where the GPUs cannot be read.
+    findings = judge_placement(read_local_ranks(env), GpuSupply(None, "NVML", why_unknown="none"), None)
+    assert [(f.id, f.severity) for f in findings] == [
+        ("gpu.slurm.gpus_short", Severity.FAIL),
+        ("gpu.ranks_per_node", Severity.SKIP),
+    ]
     # Bound per task: each task sees its own GPU; one task seeing none fails naming 1 and 0.
     bound = {**env, "SLURM_GPUS_ON_NODE": "4", "SLURM_STEP_ID": "0"}
     assert one(judge_placement(read_local_ranks(bound), GpuSupply(1, "NVML"))).severity == Severity.OK
@@ -125,6 +138,12 @@ def test_gpu_held_by_another_job_is_a_warning() -> None:
     assert f.severity == Severity.WARN and "another job" in f.summary
     mine = supply_from_gpus(gpus, None, "NVML", job_pids=frozenset({4242}))
     assert mine.held_gpus == 0
+
+
+@given(text=st.text(max_size=40), node=st.one_of(st.none(), st.integers(0, 10**9)))
+def test_tasks_on_node_takes_any_text(text: str, node) -> None:
+    value = tasks_on_node(text, node)
+    assert value is None or value > 0
 
 
 _VALUE = st.one_of(
@@ -143,6 +162,9 @@ _NAMES = [
     "SLURM_STEP_ID",
     "SLURM_GPUS_PER_TASK",
     "SLURM_GPUS_ON_NODE",
+    "SLURM_STEP_GPUS",
+    "CUDA_VISIBLE_DEVICES",
+    "PET_NPROC_PER_NODE",
 ]
 
 
@@ -162,7 +184,8 @@ def test_any_launcher_environment_gives_a_consistent_verdict(env, visible, backe
     if backend == "gloo":
         assert worst == Severity.OK
     elif visible is None:
-        assert worst == (Severity.FAIL if backend == "nccl" else Severity.SKIP)
+        short = any(f.id == "gpu.slurm.gpus_short" for f in findings)
+        assert worst == (Severity.FAIL if backend == "nccl" or short else Severity.SKIP)
     elif ranks.per_task_binding:
         assert worst in (Severity.OK, Severity.FAIL)
     elif visible == 0 and backend is None:
@@ -228,3 +251,25 @@ def test_smoke_test_inside_a_job_runs_once_per_node_and_only_where_ranks_fit(
     result = CliRunner().invoke(app, ["check", "--only", "nccl", "--json", "--smoke"])
     (smoke,) = json.loads(result.output)["findings"]
     assert smoke["id"] == "nccl.smoke" and smoke["severity"] == "skip" and why in smoke["summary"]
+
+
+def test_pairwise_backend_is_chosen_from_every_rank_alike() -> None:
+    from ddpdoctor.cluster.pairwise import choose_backend
+
+    def entry(host: str, local_rank: int, visible: int | None, cuda: bool = True) -> dict:
+        return {"host": host, "local_rank": local_rank, "visible": visible, "cuda": cuda}
+
+    two_nodes = [entry("a", 0, 8), entry("b", 0, 8)]
+    assert choose_backend(two_nodes, "auto") == ("nccl", [], [])
+    # Three agents on one 8-GPU host, each with LOCAL_RANK 0: all would use cuda:0 (issue #15 item 3).
+    agents = [entry("h", 0, 8), entry("h", 0, 8), entry("h", 0, 8)]
+    backend, notes, refusals = choose_backend(agents, "auto")
+    assert backend == "gloo" and "share LOCAL_RANK 0" in notes[0] and refusals == []
+    backend, notes, refusals = choose_backend(agents, "nccl")
+    assert backend == "nccl" and [f.id for f in refusals] == ["gpu.ranks_per_node"]
+    # Two ranks on a one-GPU host.
+    crowded = [entry("h", 0, 1), entry("h", 1, 1)]
+    assert "1 GPU(s) visible" in choose_backend(crowded, "auto")[1][0]
+    assert choose_backend(crowded, "gloo") == ("gloo", [], [])
+    # A node without CUDA: auto is gloo for everyone.
+    assert choose_backend([entry("a", 0, 8), entry("b", 0, 0, cuda=False)], "auto")[0] == "gloo"

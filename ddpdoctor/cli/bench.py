@@ -99,40 +99,20 @@ def _refuse_malformed_launch(json_file: Optional[str]) -> None:
     if not refusals:
         return
     render_refusals(refusals)
-    if json_file:
-        _write_refusal_json(refusals, json_file)
+    _write_outputs(
+        {"json_file": json_file, "csv_file": None, "format": "table"},
+        rows=[],
+        env={"host": socket.gethostname()},
+        config={},
+        summaries=[],
+        verdicts=[],
+        launch=None,
+        refusals=[f.to_dict() for f in refusals],
+        code=int(ExitCode.USAGE),
+        expected=None,
+        ratios=[],
+    )
     raise typer.Exit(int(ExitCode.USAGE))
-
-
-def _write_refusal_json(refusals: Sequence[Any], json_file: str) -> None:
-    from ddpdoctor import __version__
-    from ddpdoctor.bench.results import JSON_SCHEMA
-    from ddpdoctor.render import print_json
-
-    data = {
-        "schema": JSON_SCHEMA,
-        "tool": {"name": "ddpdoctor", "version": __version__},
-        "environment": {"host": socket.gethostname()},
-        "config": {},
-        "rows": [],
-        "summary": [],
-        "scope_summary": [],
-        "expected_all_reduce_busbw": None,
-        "baseline": [],
-        "verdicts": [],
-        "launch": None,
-        "refusals": [f.to_dict() for f in refusals],
-        "expectations": [],
-        "notes": [],
-        "exit_code": int(ExitCode.USAGE),
-    }
-    if json_file == "-":
-        print_json(data)
-        return
-    try:
-        Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
-    except OSError as exc:
-        typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
 
 
 def _check_outputs(json_file: Optional[str], csv_file: Optional[str]) -> None:

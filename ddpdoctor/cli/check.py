@@ -260,7 +260,13 @@ def _check(
             ),
             nl=False,
         )
-    raise typer.Exit(int(report.exit_code(strict)))
+    code = int(report.exit_code(strict))
+    if code and "TORCHELASTIC_RUN_ID" in os.environ:
+        # torchrun SIGTERMs the other ranks as soon as one exits non-zero: let them print theirs too.
+        from ddpdoctor.cli.app import linger_for_siblings
+
+        linger_for_siblings()
+    raise typer.Exit(code)
 
 
 @app.command(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Mapping, Optional, Sequence
 
-from ddpdoctor.checks.gpu.placement import GpuSupply, LocalRanks, judge_placement
+from ddpdoctor.checks.gpu.placement import PLACEMENT, GpuSupply, LocalRanks, judge_placement
 from ddpdoctor.model import Evidence, Finding, Severity, define
 
 SLOW_FRACTION = 0.5
@@ -387,6 +387,21 @@ def choose_backend(
         ranks = LocalRanks(len(on_host), f"counted on host {host}", "torchrun")
         supply = GpuSupply(visible, "nvidia-smi", why_unknown="no GPU found")
         crowded += [f for f in judge_placement(ranks, supply, "nccl") if f.severity >= Severity.FAIL]
+        # Separate agents on one host (containers, the loopback tests) each number their workers from
+        # LOCAL_RANK 0: with NCCL they would all use cuda:0 however many GPUs the host has.
+        local_ranks = [e.get("local_rank") for e in on_host]
+        shared = sorted({lr for lr in local_ranks if isinstance(lr, int) and local_ranks.count(lr) > 1})
+        if shared and not crowded:
+            crowded.append(
+                PLACEMENT.finding(
+                    Severity.FAIL,
+                    f"{len(on_host)} ranks on host {host} share LOCAL_RANK {shared[0]} (separate launchers on one "
+                    f"host): with NCCL they would all use cuda:{shared[0]} and fail with 'Duplicate GPU detected'",
+                    evidence=[Evidence("LOCAL_RANK of every rank on the host", str(local_ranks))],
+                    fix="Start one launcher per host (torchrun --nproc-per-node N), or use --backend gloo.",
+                    data={"host": host, "local_ranks": local_ranks},
+                )
+            )
     if backend == "auto":
         if entries and all(e.get("cuda") for e in entries) and not crowded:
             return "nccl", [], []
@@ -397,7 +412,7 @@ def choose_backend(
     return backend, [], []
 
 
-def _placement_entry(env: Mapping[str, str]) -> dict[str, Any]:
+def _placement_entry(env: Mapping[str, str], local_rank: int) -> dict[str, Any]:
     """This rank's host and GPUs, for choose_backend (the I/O: nvidia-smi, or the test-only stand-in)."""
     import socket
 
@@ -416,17 +431,17 @@ def _placement_entry(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def agree_on_backend(
-    store: Any, rank: int, world_size: int, backend: str, env: Mapping[str, str], timeout_s: float
+    store: Any, info: Any, backend: str, env: Mapping[str, str], timeout_s: float
 ) -> tuple[str, list[str], list[Finding]]:
     """Every rank publishes its entry through the launcher's store and judges all of them the same way,
     before init_process_group (a rank that never publishes is left out; init then names it)."""
     from ddpdoctor.cluster.membership import Channel
 
     channel = Channel(store)
-    channel.set_json(f"placement/{rank}", _placement_entry(env))
+    channel.set_json(f"placement/{info.rank}", _placement_entry(env, info.local_rank))
     deadline = time.monotonic() + max(timeout_s, 1.0)
     entries = []
-    for r in range(world_size):
+    for r in range(info.world_size):
         if channel.wait_for(f"placement/{r}", deadline) is not None:
             entries.append(channel.get_json(f"placement/{r}") or {})
     return choose_backend(entries, backend)
@@ -454,7 +469,7 @@ def run_pairwise(
     store = dist.PrefixStore("pairwise", open_store(info, settings.timeout_s))
     asked = backend
     backend, notes, refusals = agree_on_backend(
-        store, info.rank, info.world_size, asked, os.environ if env is None else env, settings.timeout_s
+        store, info, asked, os.environ if env is None else env, settings.timeout_s
     )
     if refusals:
         return PairwiseOutcome(

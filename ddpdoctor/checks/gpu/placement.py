@@ -23,12 +23,14 @@ PLACEMENT = define(
     "GPU (LOCAL_RANK % GPUs, or no set_device at all) make NCCL fail with 'Duplicate GPU detected : rank 0 "
     "and rank 1 both on CUDA device ...' or deadlock in the first collective. A gloo job on CPU does not "
     "use the GPUs and is unaffected. Ranks per node come from `check --nproc-per-node N` (a preflight "
-    "before the job starts), torchrun's LOCAL_WORLD_SIZE, or Slurm's SLURM_STEP_TASKS_PER_NODE / "
-    "SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE (the `2(x3),1` form read for this SLURM_NODEID); GPUs "
-    "from NVML or nvidia-smi after CUDA_VISIBLE_DEVICES (indices, UUIDs, MIG ids), less those already "
-    "running another job's compute process (a warning). Judged the same way by `check`, `check "
-    "--cluster`, `bench-nccl` (local and on every rank under torchrun/srun, which refuse with exit 2), "
-    "`bench-nccl --pairwise` and the smoke test. Where no GPU can be read it is a skip, never a pass.",
+    "before the job starts), torchrun's LOCAL_WORLD_SIZE (or its agent's PET_NPROC_PER_NODE), or Slurm's "
+    "SLURM_STEP_TASKS_PER_NODE / SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE (the `2(x3),1` form read "
+    "for this SLURM_NODEID); GPUs from NVML or nvidia-smi after CUDA_VISIBLE_DEVICES (indices, UUIDs, MIG "
+    "ids), less those already running another job's compute process (a warning). Under srun's per-task "
+    "GPU binding (--gpus-per-task, or a CUDA_VISIBLE_DEVICES narrower than SLURM_STEP_GPUS) each task is "
+    "judged on its own GPUs. Judged the same way by `check`, `check --cluster`, `bench-nccl` (local and "
+    "on every rank under torchrun/srun, which refuse with exit 2), `bench-nccl --pairwise` and the smoke "
+    "test. Where no GPU can be read it is a skip, never a pass.",
     "Start at most one rank per visible GPU (torchrun --nproc-per-node, srun --ntasks-per-node), make more "
     "GPUs visible (CUDA_VISIBLE_DEVICES, the scheduler's GPU request), or run the job with gloo on CPU.",
 )
@@ -115,11 +117,22 @@ def _gpus_per_task(text: Optional[str]) -> Optional[int]:
     return _positive(str(text).rsplit(":", 1)[-1])
 
 
+def _bound_narrower(env: Mapping[str, str]) -> bool:
+    """srun bound this task to fewer GPUs than the step has (--gpu-bind, --gpus-per-task): the task's
+    CUDA_VISIBLE_DEVICES lists fewer entries than SLURM_STEP_GPUS / SLURM_JOB_GPUS."""
+    step = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if not step or visible is None:
+        return False
+    return len([x for x in visible.split(",") if x.strip()]) < len([x for x in step.split(",") if x.strip()])
+
+
 def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = None) -> LocalRanks:
     """Ranks of this job on this node, from the environment (pure; never raises).
 
     An explicit `--nproc-per-node` wins (preflight before a job starts), then torchrun's LOCAL_WORLD_SIZE
-    (torchrun starts the per-node workers, also inside a Slurm step), then Slurm's tasks per node.
+    (torchrun starts the per-node workers, also inside a Slurm step) or its agent's PET_NPROC_PER_NODE,
+    then Slurm's tasks per node.
     """
     gpt = _gpus_per_task(env.get("SLURM_GPUS_PER_TASK"))
     on_node = _positive(env.get("SLURM_GPUS_ON_NODE"))
@@ -134,6 +147,13 @@ def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = Non
             launcher = "torchrun" if torchrun else "env"
             return LocalRanks(value, f"LOCAL_WORLD_SIZE={value}", launcher, **common)
         problems.append(f"LOCAL_WORLD_SIZE={str(env['LOCAL_WORLD_SIZE'])[:40]!r} is not a positive integer")
+    # torchrun's agent reads its options from PET_* variables (Kubeflow's PyTorchJob sets them): a check
+    # in the agent's container before the job starts sees --nproc-per-node there. "gpu"/"auto" mean one
+    # rank per GPU: nothing to judge.
+    if "PET_NPROC_PER_NODE" in env:
+        value = _positive(env["PET_NPROC_PER_NODE"])
+        if value is not None:
+            return LocalRanks(value, f"PET_NPROC_PER_NODE={value}", "torchrun", **common)
     node_id = _positive(env.get("SLURM_NODEID"))
     if str(env.get("SLURM_NODEID", "")).strip() == "0":
         node_id = 0
@@ -150,7 +170,7 @@ def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = Non
             value,
             f"{name}={raw[:40]}" + (f" (node {node_id})" if node_id is not None and "," in raw else ""),
             "slurm",
-            per_task_binding=in_step and gpt is not None,
+            per_task_binding=in_step and (gpt is not None or _bound_narrower(env)),
             problems=tuple(problems),
             **common,
         )
@@ -211,8 +231,9 @@ def judge_placement(ranks: LocalRanks, supply: GpuSupply, backend: Optional[str]
         else:
             text = f"{n} rank(s) per node ({src}) with gloo on CPU: the GPUs are not used"
         return [PLACEMENT.finding(Severity.OK, text, evidence=ev, data=data)]
+    findings = _judge_slurm(ranks, supply, ev, data)
     if have is None:
-        return [
+        return findings + [
             PLACEMENT.finding(
                 Severity.FAIL if backend == "nccl" else Severity.SKIP,
                 f"{n} rank(s) per node ({src}), but the GPUs cannot be read here ({supply.why_unknown or 'unknown'}): "
@@ -222,10 +243,13 @@ def judge_placement(ranks: LocalRanks, supply: GpuSupply, backend: Optional[str]
                     else "not judged (fine for gloo on CPU)"
                 ),
                 evidence=ev,
+                fix="Check that `nvidia-smi` lists the GPUs on this node (driver loaded, devices passed into "
+                "the container), or use the gloo backend on CPU."
+                if backend == "nccl"
+                else None,
                 data=data,
             )
         ]
-    findings = _judge_slurm(ranks, supply, ev, data)
     if ranks.per_task_binding:
         # Each task sees only its own GPU(s): the node-wide count is Slurm's to keep (judged above).
         if not findings:
