@@ -220,3 +220,28 @@ def test_pid_of_an_unknown_launcher_takes_its_python_children():
     lone, _ = select_job([], 51, procs)
     assert [w.pid for w in lone.workers] == [51] and lone.agent_pid is None
     assert "not a torchrun agent" in select_job([], 53, procs)[1]
+
+
+def test_a_stopped_rank_is_named(tmp_path):
+    import os
+    import signal
+    import time
+
+    from ddpdoctor.hang.probe_io import dump_stack, find_pyspy, process_state
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while process_state(proc.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stack = dump_stack(proc.pid, 3, find_pyspy(), timeout_s=5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert stack.error_kind == "stopped" and "SIGSTOP" in stack.error
+    others = _stacks("sleep")[:2]
+    report = judge_hang(HangFacts(host="h", stacks=[*others, stack]))
+    assert report.verdict["kind"] == "stopped" and report.verdict["culprit_ranks"] == [3]
+    assert f"kill -CONT {proc.pid}" in report.verdict["fix"]
+    jsonschema.validate(report.to_dict(), SCHEMA)

@@ -241,6 +241,28 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
     }
 
 
+def _verdict_from_stopped(ctx: _Context) -> Optional[dict[str, Any]]:
+    stopped = [s for s in ctx.facts.stacks if s.error_kind == "stopped"]
+    if not stopped:
+        return None
+    ranks = sorted(s.rank if s.rank is not None else -s.pid for s in stopped)
+    lead = ranks[0]
+    return {
+        "kind": "stopped",
+        "summary": f"{ctx.who(lead) if len(ranks) == 1 else plural_ranks(ranks)} "
+        f"{'is' if len(ranks) == 1 else 'are'} not running: {stopped[0].error} -> every other rank waits "
+        "for it; the cause is that stop, not the network",
+        "culprit_ranks": [r for r in ranks if r >= 0],
+        "other_ranks": [],
+        "culprits": _culprit_records(ctx, ranks),
+        "collective": None,
+        "tie": False,
+        "fix": f"Resume it (`kill -CONT {stopped[0].pid}`) or detach the debugger; if a job scheduler "
+        "suspended it, resume the job.",
+        "source": "stacks",
+    }
+
+
 def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dict[str, Any]]:
     groups = group_stacks(stacks)
     if not groups:
@@ -377,8 +399,9 @@ def judge_hang(facts: HangFacts) -> HangReport:
     findings.append(stacks_finding(facts))
     findings.append(ras_finding(facts))
     findings.append(fr_finding(facts, alignment))
-    verdict: Optional[dict[str, Any]] = None
-    if alignment is not None and alignment.worst() is not None:
+    # A stopped process explains a hang by itself, whatever the dumps say about the collectives.
+    verdict: Optional[dict[str, Any]] = _verdict_from_stopped(ctx)
+    if verdict is None and alignment is not None and alignment.worst() is not None:
         verdict = _verdict_from_fr(ctx, alignment.worst())
     if verdict is None:
         verdict = _verdict_from_stacks(ctx, [s for s in facts.stacks if s.main is not None])
