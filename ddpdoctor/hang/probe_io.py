@@ -181,6 +181,10 @@ def dump_stack(pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: f
     from ddpdoctor.runner import run_argv
 
     state = process_state(pid)
+    if state == "t":
+        # Another tracer (a second py-spy) holds it for milliseconds; a debugger holds it for good.
+        time.sleep(0.3)
+        state = process_state(pid)
     if state in ("T", "t"):
         # A stopped rank (Ctrl-Z, SIGSTOP, a debugger holding it) hangs the whole job, and py-spy cannot
         # read it ("Failed to find python version"): say so instead.
