@@ -120,7 +120,8 @@ def _culprit_records(ctx: _Context, ranks: Sequence[int]) -> list[dict[str, Any]
             {
                 "rank": rank if rank >= 0 else None,
                 "pid": ctx.pid_by_rank.get(rank) if rank >= 0 else -rank,
-                "host": ctx.facts.host,
+                # Dumps may come from other nodes: only a rank running here is known to be on this host.
+                "host": ctx.facts.host if (rank < 0 or rank in ctx.pid_by_rank or rank in ctx.stack_by_rank) else None,
                 "where": ctx.where_stack(rank) or None,
                 "file": frame.filename if frame else None,
                 "line": frame.line if frame else None,
@@ -367,6 +368,7 @@ def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]
     if not lagging:
         return None
     ranks = sorted({r.rank for r in lagging if r.rank >= 0})
+    by_rank = {r.rank: r for r in reversed(lagging)}
     first = lagging[0]
     what = "unresponsive (RAS got no data from it)" if ras.missing else (
         f"behind: it launched {first.count} {first.op or 'collective'} operations, its peers "
@@ -382,7 +384,12 @@ def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]
         "summary": summary + " -> the cause is on that rank",
         "culprit_ranks": ranks,
         "other_ranks": [],
-        "culprits": _culprit_records(ctx, ranks),
+        "culprits": [
+            # RAS knows where every rank of the job runs: its pid and host win over "not on this node".
+            {**record, "pid": record["pid"] or by_rank[record["rank"]].pid,
+             "host": record["host"] or by_rank[record["rank"]].host or None}
+            for record in _culprit_records(ctx, ranks)
+        ],
         "collective": None,
         "tie": False,
         "fix": "Look at that rank's process on its node: `ddpdoctor hang` there shows its stack.",
