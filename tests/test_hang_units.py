@@ -213,6 +213,7 @@ def test_pid_of_an_unknown_launcher_takes_its_python_children():
         _proc(51, 50, "python -c from multiprocessing.spawn import spawn_main"),
         _proc(52, 50, "python -c from multiprocessing.spawn import spawn_main"),
         _proc(53, 1, "bash"),
+        _proc(54, 50, "python -c from multiprocessing.resource_tracker import main;main(7)"),
     ]
     job, why = select_job(find_jobs(procs), 50, procs)
     assert why == "" and job.agent_pid == 50 and [w.pid for w in job.workers] == [51, 52]
