@@ -34,7 +34,7 @@ class HungJob:
     ) -> None:
         self.prefix = str(tmp / "fr_rank_")
         self.nproc = nproc
-        env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_FR_AFTER="2", TORCH_FR_BUFFER_SIZE="200",
+        env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_FR_AFTER="1", TORCH_FR_BUFFER_SIZE="200",
                    PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME="lo", **env_extra)
         if announce_prefix:
             # Where torch would dump on an NCCL watchdog timeout: `hang` finds the dumps from it alone.

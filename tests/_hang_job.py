@@ -3,8 +3,9 @@
 argv[1] is the scenario: `sleep` (the last rank sleeps before a collective), `mismatch` (rank 1 issues a
 broadcast where the others issue an all_reduce), `skip` (only rank 0 issues a collective), `idle` (every
 rank sleeps after its collectives). HANG_BACKEND=nccl runs on cuda:LOCAL_RANK (the GPU test). A thread dumps
-this rank's Flight Recorder buffer to $HANG_FR_PREFIX<rank> (pickle) and .json after $HANG_FR_AFTER
-seconds, the way TORCH_FR_DUMP_TEMP_FILE names them, so the test reads real dumps of a real hang.
+this rank's Flight Recorder buffer to $HANG_FR_PREFIX<rank> (pickle) and .json $HANG_FR_AFTER seconds
+after the rank reached the point where it hangs (however slow the machine), the way
+TORCH_FR_DUMP_TEMP_FILE names them, so the test reads real dumps of a real hang.
 """
 
 import os
@@ -16,11 +17,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+HANGING = threading.Event()  # set just before the call this rank hangs in
+
 
 def dump_later(rank: int) -> None:
     from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json
 
-    time.sleep(float(os.environ.get("HANG_FR_AFTER", "2")))
+    HANGING.wait()
+    time.sleep(float(os.environ.get("HANG_FR_AFTER", "1")))
     prefix = os.environ["HANG_FR_PREFIX"]
     with open(f"{prefix}{rank}.tmp", "wb") as out:
         out.write(_dump_fr_trace())
@@ -45,20 +49,24 @@ def main() -> None:
     for _ in range(3):
         dist.all_reduce(grad)
     if scenario == "sleep":
+        HANGING.set()
         if rank == world - 1:
             time.sleep(3600)  # HANG-LINE sleep
         dist.all_reduce(grad)
     elif scenario == "mismatch":
+        HANGING.set()
         if rank == 1:
             dist.broadcast(grad, src=0)  # HANG-LINE mismatch
         else:
             dist.all_reduce(grad)
     elif scenario == "skip":
+        HANGING.set()
         if rank == 0:
             dist.all_reduce(torch.zeros(1, device=device))  # HANG-LINE skip
         dist.barrier()
     if backend == "nccl":
         torch.cuda.synchronize()
+    HANGING.set()
     time.sleep(3600)
 
 

@@ -235,3 +235,16 @@ def test_classification_of_elif_else_chains():
     assert classify_split(lines, 9, 8)[0] == "only_some_other"
     assert classify_split(lines, 11, 12)[0] == "unknown"  # not a rank test
     assert enclosing_if(lines, 8).condition == "if rank == 0:"
+
+
+def test_shared_reference_bomb_is_read_quickly():
+    # 40 levels of a list holding itself twice: tiny as a pickle, 2**40 leaves as a tree.
+    nested: list = ["x"]
+    for _ in range(40):
+        nested = [nested, nested]
+    data = pickle.dumps({"entries": [{"profiling_name": nested, "process_group": nested, "input_sizes": nested,
+                                      "frames": nested, "input_dtypes": nested}],
+                         "pg_status": {"0": nested}, "pg_config": {"x": {"ranks": nested}}})
+    assert len(data) < 2000
+    dump = parse_dump(data)
+    assert dump.entries[0].op == "" and align_dumps([dump, dump]) is not None

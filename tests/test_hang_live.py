@@ -139,3 +139,34 @@ def test_dumps_found_from_the_jobs_torch_fr_dump_temp_file(tmp_path):
     assert without["flight_recorder"] is None
     if _stacks_readable(without):
         assert without["verdict"]["source"] == "stacks"
+
+
+def test_pid_of_a_spawn_parent(tmp_path):
+    import socket
+    import time
+
+    spawn_job = Path(__file__).with_name("_hang_spawn_job.py")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = open(tmp_path / "spawn.log", "wb")
+    proc = subprocess.Popen([sys.executable, str(spawn_job), str(tmp_path), str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready_{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "spawn.log").read_text()
+            time.sleep(0.2)
+        time.sleep(1)  # rank 0 enters its all_reduce
+        report, _ = run_hang("--pid", str(proc.pid), "--no-ras", "--no-fr")
+    finally:
+        os.killpg(proc.pid, 9)  # spawn's children stay in the parent's process group
+        proc.wait(timeout=30)
+        log.close()
+    assert [r["rank"] for r in report["job"]["ranks"]] == [None, None]  # RANK is set in code only
+    if not _stacks_readable(report):
+        pytest.skip("py-spy cannot attach here")
+    verdict = report["verdict"]
+    line = next(n for n, t in enumerate(spawn_job.read_text().splitlines(), 1) if "HANG-LINE spawn" in t)
+    assert verdict["kind"] == "stack_outlier" and verdict["culprits"][0]["line"] == line, verdict
+    assert "(rank unknown)" in verdict["summary"]

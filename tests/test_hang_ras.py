@@ -204,3 +204,4 @@ def test_cli_verdict_from_ras_alone():
     assert data["verdict"]["kind"] == "behind" and data["verdict"]["source"] == "ras"
     assert data["verdict"]["culprit_ranks"] == [2] and "pid 5002" in data["verdict"]["summary"]
     assert data["ras"]["ranks_behind"][0]["count"] == 41 and res.exit_code == 1
+    assert data["verdict"]["culprits"][0]["pid"] == 5002 and data["verdict"]["culprits"][0]["host"] == "10.0.0.1"

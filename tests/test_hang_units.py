@@ -213,6 +213,7 @@ def test_pid_of_an_unknown_launcher_takes_its_python_children():
         _proc(51, 50, "python -c from multiprocessing.spawn import spawn_main"),
         _proc(52, 50, "python -c from multiprocessing.spawn import spawn_main"),
         _proc(53, 1, "bash"),
+        _proc(54, 50, "python -c from multiprocessing.resource_tracker import main;main(7)"),
     ]
     job, why = select_job(find_jobs(procs), 50, procs)
     assert why == "" and job.agent_pid == 50 and [w.pid for w in job.workers] == [51, 52]
@@ -220,3 +221,28 @@ def test_pid_of_an_unknown_launcher_takes_its_python_children():
     lone, _ = select_job([], 51, procs)
     assert [w.pid for w in lone.workers] == [51] and lone.agent_pid is None
     assert "not a torchrun agent" in select_job([], 53, procs)[1]
+
+
+def test_a_stopped_rank_is_named(tmp_path):
+    import os
+    import signal
+    import time
+
+    from ddpdoctor.hang.probe_io import dump_stack, find_pyspy, process_state
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while process_state(proc.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stack = dump_stack(proc.pid, 3, find_pyspy(), timeout_s=5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert stack.error_kind == "stopped" and "SIGSTOP" in stack.error
+    others = _stacks("sleep")[:2]
+    report = judge_hang(HangFacts(host="h", stacks=[*others, stack]))
+    assert report.verdict["kind"] == "stopped" and report.verdict["culprit_ranks"] == [3]
+    assert f"kill -CONT {proc.pid}" in report.verdict["fix"]
+    jsonschema.validate(report.to_dict(), SCHEMA)

@@ -21,7 +21,8 @@ VERDICT = define(
     "code, and what the other ranks wait in. Its kind (`data.kind`) is `behind` (a rank never reached "
     "the collective the others wait in), `desync` (ranks issued different collectives at the same "
     "sequence number), `only_some` (a collective only some ranks issued, e.g. inside `if rank == 0:`), "
-    "`stack_outlier` (one rank's stack differs from all others, no collective data), `missing` (RAS: a "
+    "`stack_outlier` (one rank's stack differs from all others, no collective data), `stopped` (a rank "
+    "is stopped by SIGSTOP, Ctrl-Z or a debugger), `missing` (RAS: a "
     "rank is unresponsive), `all_waiting` (every local rank waits in the same collective: the cause is "
     "on another node or in the network) or `none` (no sign of a hang).",
     "Fix the code path of the named rank: make every rank issue the same collectives in the same order.",

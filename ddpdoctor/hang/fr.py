@@ -139,7 +139,13 @@ def _as_int(value: Any, default: int = -1) -> int:
 
 
 def _as_str(value: Any) -> str:
-    return value if isinstance(value, str) else ("" if value is None else str(value)[:200])
+    # Only scalars are turned into text: str() of a container built from shared references (a pickle can
+    # nest one list in itself many times over) would take exponential time.
+    if isinstance(value, str):
+        return value[:1000]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)[:200] if not (isinstance(value, int) and value.bit_length() > 200) else ""
+    return ""
 
 
 def _as_strs(value: Any) -> tuple[str, ...]:

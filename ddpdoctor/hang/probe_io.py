@@ -180,6 +180,17 @@ def dump_stack(pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: f
     """One rank's Python stacks. Equivalent: `py-spy dump --json --pid PID`."""
     from ddpdoctor.runner import run_argv
 
+    state = process_state(pid)
+    if state == "t":
+        # Another tracer (a second py-spy) holds it for milliseconds; a debugger holds it for good.
+        time.sleep(0.3)
+        state = process_state(pid)
+    if state in ("T", "t"):
+        # A stopped rank (Ctrl-Z, SIGSTOP, a debugger holding it) hangs the whole job, and py-spy cannot
+        # read it ("Failed to find python version"): say so instead.
+        kind = "stopped by a debugger (tracing stop)" if state == "t" else "stopped (SIGSTOP or Ctrl-Z)"
+        return RankStack(rank, pid, error=f"process {pid} is {kind}: /proc/{pid}/stat state {state}",
+                         error_kind="stopped")
     if pyspy is None:
         return RankStack(rank, pid, error="py-spy is not installed", error_kind="missing")
     result = run_argv([pyspy, "dump", "--json", "--pid", str(pid)], timeout_s=timeout_s)
@@ -188,6 +199,17 @@ def dump_stack(pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: f
     if not result.found:
         return RankStack(rank, pid, error=result.describe_failure(), error_kind="missing")
     return parse_pyspy_result(rank, pid, result.stdout, result.stderr, result.ok)
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (R, S, D, T, t, Z, ...), '' when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read(4096)
+    except OSError:
+        return ""
+    fields = data.rsplit(b")", 1)[-1].split()
+    return fields[0].decode("ascii", "replace") if fields else ""
 
 
 def ptrace_scope() -> Optional[int]:

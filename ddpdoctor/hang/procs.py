@@ -78,6 +78,15 @@ def _int(text: Optional[str]) -> Optional[int]:
     return int(text.strip())
 
 
+# Python children of a launcher that are not ranks: multiprocessing's bookkeeping processes.
+_HELPER_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "semaphore_tracker")
+
+
+def _is_helper(proc: ProcInfo) -> bool:
+    joined = " ".join(proc.cmdline[:6])
+    return any(marker in joined for marker in _HELPER_MARKERS)
+
+
 def _is_python(proc: ProcInfo) -> bool:
     first = proc.cmdline[0].rsplit("/", 1)[-1] if proc.cmdline else proc.name
     return first.startswith("python") or proc.name.startswith("python") or first.startswith("pt_")
@@ -147,7 +156,7 @@ def select_job(jobs: list[Job], pid: Optional[int], procs: Optional[list[ProcInf
         by_pid = {p.pid: p for p in procs or []}
         if pid in by_pid:
             parent = by_pid[pid]
-            children = [p for p in procs or [] if p.ppid == pid and _is_python(p)]
+            children = [p for p in procs or [] if p.ppid == pid and _is_python(p) and not _is_helper(p)]
             members = children or ([parent] if _is_python(parent) else [])
             if members:
                 workers = [

@@ -59,7 +59,7 @@ class RankStack:
     pid: int
     threads: list[ThreadStack] = field(default_factory=list)
     error: str = ""  # why py-spy gave nothing
-    error_kind: str = ""  # permission | gone | not_python | missing | timeout | garbage | other
+    error_kind: str = ""  # permission | gone | not_python | missing | timeout | garbage | stopped | other
 
     @property
     def main(self) -> Optional[ThreadStack]:

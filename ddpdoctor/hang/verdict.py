@@ -120,7 +120,8 @@ def _culprit_records(ctx: _Context, ranks: Sequence[int]) -> list[dict[str, Any]
             {
                 "rank": rank if rank >= 0 else None,
                 "pid": ctx.pid_by_rank.get(rank) if rank >= 0 else -rank,
-                "host": ctx.facts.host,
+                # Dumps may come from other nodes: only a rank running here is known to be on this host.
+                "host": ctx.facts.host if (rank < 0 or rank in ctx.pid_by_rank or rank in ctx.stack_by_rank) else None,
                 "where": ctx.where_stack(rank) or None,
                 "file": frame.filename if frame else None,
                 "line": frame.line if frame else None,
@@ -241,6 +242,28 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
     }
 
 
+def _verdict_from_stopped(ctx: _Context) -> Optional[dict[str, Any]]:
+    stopped = [s for s in ctx.facts.stacks if s.error_kind == "stopped"]
+    if not stopped:
+        return None
+    ranks = sorted(s.rank if s.rank is not None else -s.pid for s in stopped)
+    lead = ranks[0]
+    return {
+        "kind": "stopped",
+        "summary": f"{ctx.who(lead) if len(ranks) == 1 else plural_ranks(ranks)} "
+        f"{'is' if len(ranks) == 1 else 'are'} not running: {stopped[0].error} -> every other rank waits "
+        "for it; the cause is that stop, not the network",
+        "culprit_ranks": [r for r in ranks if r >= 0],
+        "other_ranks": [],
+        "culprits": _culprit_records(ctx, ranks),
+        "collective": None,
+        "tie": False,
+        "fix": f"Resume it (`kill -CONT {stopped[0].pid}`) or detach the debugger; if a job scheduler "
+        "suspended it, resume the job.",
+        "source": "stacks",
+    }
+
+
 def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dict[str, Any]]:
     groups = group_stacks(stacks)
     if not groups:
@@ -345,6 +368,7 @@ def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]
     if not lagging:
         return None
     ranks = sorted({r.rank for r in lagging if r.rank >= 0})
+    by_rank = {r.rank: r for r in reversed(lagging)}
     first = lagging[0]
     what = "unresponsive (RAS got no data from it)" if ras.missing else (
         f"behind: it launched {first.count} {first.op or 'collective'} operations, its peers "
@@ -360,7 +384,12 @@ def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]
         "summary": summary + " -> the cause is on that rank",
         "culprit_ranks": ranks,
         "other_ranks": [],
-        "culprits": _culprit_records(ctx, ranks),
+        "culprits": [
+            # RAS knows where every rank of the job runs: its pid and host win over "not on this node".
+            {**record, "pid": record["pid"] or by_rank[record["rank"]].pid,
+             "host": record["host"] or by_rank[record["rank"]].host or None}
+            for record in _culprit_records(ctx, ranks)
+        ],
         "collective": None,
         "tie": False,
         "fix": "Look at that rank's process on its node: `ddpdoctor hang` there shows its stack.",
@@ -377,8 +406,9 @@ def judge_hang(facts: HangFacts) -> HangReport:
     findings.append(stacks_finding(facts))
     findings.append(ras_finding(facts))
     findings.append(fr_finding(facts, alignment))
-    verdict: Optional[dict[str, Any]] = None
-    if alignment is not None and alignment.worst() is not None:
+    # A stopped process explains a hang by itself, whatever the dumps say about the collectives.
+    verdict: Optional[dict[str, Any]] = _verdict_from_stopped(ctx)
+    if verdict is None and alignment is not None and alignment.worst() is not None:
         verdict = _verdict_from_fr(ctx, alignment.worst())
     if verdict is None:
         verdict = _verdict_from_stacks(ctx, [s for s in facts.stacks if s.main is not None])
