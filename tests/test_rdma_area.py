@@ -773,3 +773,44 @@ def test_missing_tools_replay_as_missing(tmp_path: Path, monkeypatch: pytest.Mon
         (f.id, f.severity, f.summary) for f in replay.findings
     ]
     assert not any("not in snapshot" in f.summary for f in replay.findings)
+
+
+def test_disabled_rail_is_info_when_the_rails_left_cover_the_gpus(tmp_path: Path) -> None:
+    # One ConnectX-7 of eight switched off, on a node with four GPUs (the real 4x A100 nvidia-smi -q):
+    # seven rails still give every GPU its own, so the port is a spare here.
+    real = RDMA / "ibstat__h100-8x-cx7-ndr400-ib-4x-cx6dx-roce-3-down-disabled-tabs.txt"
+    blocks = real.read_text().split("CA '")
+    blocks = [
+        b.replace("State: Active", "State: Down").replace("LinkUp", "Disabled")
+        if b.startswith("mlx5_11'")
+        else b
+        for b in blocks
+    ]
+    (tmp_path / "ibstat.txt").write_text("CA '".join(blocks))
+    a100 = (
+        Path(__file__).parent
+        / "fixtures"
+        / "gpu"
+        / ("nvidia-smi-q__4xa100-sxm4-555.42.02-gpu1-remap-pending-353-dram-correctable.txt")
+    )
+    files = {"ibstat.txt": tmp_path / "ibstat.txt", "nvidia-smi-q.txt": a100}
+    ports = {
+        f.data["device"]: f
+        for f in by_id(
+            run_rdma(snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files=files)), "rdma.port.state"
+        )
+    }
+    assert ports["mlx5_11"].severity == Severity.INFO
+    # The same port on the 8-GPU node is a missing rail: 7 of 8.
+    (tmp_path / "snap8").mkdir()
+    files["nvidia-smi-q.txt"] = H100_8X_Q
+    ports = {
+        f.data["device"]: f
+        for f in by_id(
+            run_rdma(snapshot_dir(tmp_path / "snap8", ulimit=ULIMIT_UNLIMITED, files=files)),
+            "rdma.port.state",
+        )
+    }
+    assert (
+        ports["mlx5_11"].severity == Severity.WARN and "7 rails of 8 for 8 GPUs" in ports["mlx5_11"].summary
+    )
