@@ -29,6 +29,8 @@ Output: the **root cause** first (signature, rank and host, first occurrence `fi
 why it was chosen, cause, fix), then the **consequences** (other recognised errors, each with ranks, count,
 first occurrence, cause and fix). `--all` adds informational notes (e.g. NCCL fell back to TCP sockets)
 and every kept evidence line. `--json` prints the same report as JSON (schema `ddpdoctor.explain/1`).
+In the document formats (`--format markdown`, ...) a failure seen only through its consequences adds the
+finding `explain.no_cause` (warn) with the logs to fetch next; `explain.nothing` (ok) means nothing matched.
 Evidence is redacted like every ddpdoctor report (URL credentials, values of secret-named variables).
 
 Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or only
