@@ -539,3 +539,30 @@ def test_progress_bar_far_from_the_timeout_changes_nothing() -> None:
     lines += [WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1) for r in (1, 2, 3)]
     ex = run({"job.log": lines})
     assert ex.root is not None and ex.root.id == "watchdog.hang"
+
+
+def test_creating_segment_with_permission_denied_is_the_permission_class() -> None:
+    # NCCL >= 2.19 prints errno on the same line (pytorch/ci-infra#490 shows the "No space left" form);
+    # with EACCES the same line must not read as "/dev/shm too small".
+    line = (
+        "node08:27106:27302 [0] misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment "
+        "/dev/shm/nccl-WU88OE (size 9637888), error: Permission denied (13)"
+    )
+    ex = run({"node08.log": [line]})
+    assert ex.root is not None and ex.root.id == "shm.permission"
+    assert "nccl.shm" not in ids(ex.consequences)
+
+
+def test_attaching_to_a_segment_is_not_shm_too_small() -> None:
+    # NVIDIA/nccl#1589, verbatim: downgrading NCCL to 2.21.5 solved it.
+    ex = run(
+        {
+            "g148.log": [
+                "g148:14937:69361 [0] misc/shmutils.cc:93 NCCL WARN Call to open failed: No such file or directory",
+                "g148:14937:69361 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment "
+                "/dev/shm/nccl-glnlGK (size 14156128), error: No such file or directory (2)",
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "nccl.shm_attach"
+    assert "2.21.5" in ex.root.cause
