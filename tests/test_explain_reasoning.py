@@ -566,3 +566,15 @@ def test_attaching_to_a_segment_is_not_shm_too_small() -> None:
     )
     assert ex.root is not None and ex.root.id == "nccl.shm_attach"
     assert "2.21.5" in ex.root.cause
+
+
+def test_line_shape_cache_keeps_every_ranks_first_timeout_behind_a_timestamp() -> None:
+    # A collector's timestamp in front of the [rankN]: prefix: the rank is past the shape's kept prefix,
+    # yet each rank's first timeout must still be matched in full (the cross-rank comparison needs it).
+    lines = [
+        "2024-05-01 12:00:01,123 " + WATCHDOG.format(r=r, seq=1580 if r != 7 else 1579, op="ALLREDUCE", n=4)
+        for r in range(16)
+    ]
+    ex = run({"job.log": lines * 3})
+    assert ex.root is not None and ex.root.id == "watchdog.desync"
+    assert ex.root.ranks == [7]

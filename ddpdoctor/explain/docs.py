@@ -81,8 +81,9 @@ keywords, runs over each chunk in C; only lines it hits are decoded (invalid UTF
 prefixes and ANSI colours, and tested against the signatures' patterns. A line longer than 64 KiB is
 never held whole: it is scanned in windows and kept as an excerpt. Dense logs (nearly every line a
 keyword) are handled by line shapes: a hit line with its digits zeroed (its first 12 bytes, which say
-who printed it, kept as they are) that has been matched in full four times with the same result is
-afterwards only counted, so a repeated line costs a dictionary lookup. Memory is bounded whatever the
+who printed it, kept as they are, and a `[rankN]`/`[Rank N]` further in kept too, so every rank's first
+lines are still matched) that has been matched in full four times with the same result is afterwards only
+counted, so a repeated line costs a dictionary lookup. Memory is bounded whatever the
 log size: three evidence lines per signature, file and rank (all occurrences counted), 512 torchrun
 failure-summary entries (a log of many restarts repeats the block), 4096 line shapes per input.
 `bench/bench_explain.py` measures throughput and peak RSS on three kinds of logs (ordinary, repeated real
