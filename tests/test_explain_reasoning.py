@@ -578,3 +578,24 @@ def test_line_shape_cache_keeps_every_ranks_first_timeout_behind_a_timestamp() -
     ex = run({"job.log": lines * 3})
     assert ex.root is not None and ex.root.id == "watchdog.desync"
     assert ex.root.ranks == [7]
+
+
+def test_nccl_out_of_memory_explains_the_internal_error_after_it() -> None:
+    # NVIDIA/nccl#962, verbatim (PyTorch's all_gather_object failed with "internal error").
+    ex = run(
+        {
+            "node.log": [
+                "NCCL version 2.18.1+cuda12.0",
+                "node:2134736:2285781 [0] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+                "node:2134736:2285781 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes",
+                "node:2134736:2285781 [0] proxy.cc:1518 NCCL WARN [Proxy Service 93] Failed to execute operation "
+                "Setup from rank 93, retcode 1",
+                "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                "ProcessGroupNCCL.cpp:1296, internal error - please report this issue to the NCCL developers, "
+                "NCCL version 2.18.1",
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "nccl.cuda_failure"
+    assert "NCCL_BUFFSIZE" in ex.root.fix
+    assert "nccl.internal_error" in ids(ex.consequences)
