@@ -599,3 +599,16 @@ def test_nccl_out_of_memory_explains_the_internal_error_after_it() -> None:
     assert ex.root is not None and ex.root.id == "nccl.cuda_failure"
     assert "NCCL_BUFFSIZE" in ex.root.fix
     assert "nccl.internal_error" in ids(ex.consequences)
+
+
+def test_signal_without_a_signature_sends_to_the_hosts_kernel_log() -> None:
+    # torchrun's summary for a worker killed by SIGABRT (the SIGKILL block of ColossalAI#3514 / CPPO#6 with
+    # the signal substituted): nothing in the log says why, so the host's kernel log is next.
+    lines = [
+        line.replace("-9", "-6").replace("Signal 9 (SIGKILL)", "Signal 6 (SIGABRT)")
+        for line in torchrun_sigkill(rank=2, pid=4242)
+    ]
+    ex = run({"agent.log": lines})
+    assert ex.root is None
+    assert ex.next_logs[0].startswith("the kernel log of mlxlab115rp2n7682d40d9")
+    assert "rank 2 was killed by SIGABRT" in ex.next_logs[0]
