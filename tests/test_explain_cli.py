@@ -273,3 +273,18 @@ def test_dense_lines_are_counted_and_every_rank_is_attributed() -> None:
     assert res.counts["device.cuda_oom"] == 20_000
     assert {e.rank for e in res.events if e.sig == "device.cuda_oom"} == set(range(16))
     assert res.inputs[0].lines == 20_000
+
+
+def test_no_cause_found_in_json_text_and_markdown() -> None:
+    # Real H100 log holding only torchrun's SIGTERM and summary (tests/fixtures/explain/README.md).
+    log = str(
+        Path(__file__).parent / "fixtures" / "explain" / "real-h100" / "torchrun-2ranks-1gpu-bench-nccl.log"
+    )
+    data = json.loads(invoke([log, "--json"]).stdout)
+    assert data["root_cause"] is None and data["exit_code"] == 1
+    assert data["no_cause_found"]["fetch_next"][0].startswith("rank 1's own output")
+    text = invoke([log])
+    assert text.exit_code == 1 and "no cause found in these logs" in text.stdout
+    assert "[launch.child_failed]" in text.stdout.split("Consequences")[1]
+    md = invoke([log, "--format", "markdown"])
+    assert "explain.no_cause" in md.stdout

@@ -539,3 +539,76 @@ def test_progress_bar_far_from_the_timeout_changes_nothing() -> None:
     lines += [WATCHDOG.format(r=r, seq=3, op="BROADCAST", n=1) for r in (1, 2, 3)]
     ex = run({"job.log": lines})
     assert ex.root is not None and ex.root.id == "watchdog.hang"
+
+
+def test_creating_segment_with_permission_denied_is_the_permission_class() -> None:
+    # NCCL >= 2.19 prints errno on the same line (pytorch/ci-infra#490 shows the "No space left" form);
+    # with EACCES the same line must not read as "/dev/shm too small".
+    line = (
+        "node08:27106:27302 [0] misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment "
+        "/dev/shm/nccl-WU88OE (size 9637888), error: Permission denied (13)"
+    )
+    ex = run({"node08.log": [line]})
+    assert ex.root is not None and ex.root.id == "shm.permission"
+    assert "nccl.shm" not in ids(ex.consequences)
+
+
+def test_attaching_to_a_segment_is_not_shm_too_small() -> None:
+    # NVIDIA/nccl#1589, verbatim: downgrading NCCL to 2.21.5 solved it.
+    ex = run(
+        {
+            "g148.log": [
+                "g148:14937:69361 [0] misc/shmutils.cc:93 NCCL WARN Call to open failed: No such file or directory",
+                "g148:14937:69361 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment "
+                "/dev/shm/nccl-glnlGK (size 14156128), error: No such file or directory (2)",
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "nccl.shm_attach"
+    assert "2.21.5" in ex.root.cause
+
+
+def test_line_shape_cache_keeps_every_ranks_first_timeout_behind_a_timestamp() -> None:
+    # A collector's timestamp in front of the [rankN]: prefix: the rank is past the shape's kept prefix,
+    # yet each rank's first timeout must still be matched in full (the cross-rank comparison needs it).
+    lines = [
+        "2024-05-01 12:00:01,123 " + WATCHDOG.format(r=r, seq=1580 if r != 7 else 1579, op="ALLREDUCE", n=4)
+        for r in range(16)
+    ]
+    ex = run({"job.log": lines * 3})
+    assert ex.root is not None and ex.root.id == "watchdog.desync"
+    assert ex.root.ranks == [7]
+
+
+def test_nccl_out_of_memory_explains_the_internal_error_after_it() -> None:
+    # NVIDIA/nccl#962, verbatim (PyTorch's all_gather_object failed with "internal error").
+    ex = run(
+        {
+            "node.log": [
+                "NCCL version 2.18.1+cuda12.0",
+                "node:2134736:2285781 [0] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+                "node:2134736:2285781 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes",
+                "node:2134736:2285781 [0] proxy.cc:1518 NCCL WARN [Proxy Service 93] Failed to execute operation "
+                "Setup from rank 93, retcode 1",
+                "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                "ProcessGroupNCCL.cpp:1296, internal error - please report this issue to the NCCL developers, "
+                "NCCL version 2.18.1",
+            ]
+        }
+    )
+    assert ex.root is not None and ex.root.id == "nccl.cuda_failure"
+    assert "NCCL_BUFFSIZE" in ex.root.fix
+    assert "nccl.internal_error" in ids(ex.consequences)
+
+
+def test_signal_without_a_signature_sends_to_the_hosts_kernel_log() -> None:
+    # torchrun's summary for a worker killed by SIGABRT (the SIGKILL block of ColossalAI#3514 / CPPO#6 with
+    # the signal substituted): nothing in the log says why, so the host's kernel log is next.
+    lines = [
+        line.replace("-9", "-6").replace("Signal 9 (SIGKILL)", "Signal 6 (SIGABRT)")
+        for line in torchrun_sigkill(rank=2, pid=4242)
+    ]
+    ex = run({"agent.log": lines})
+    assert ex.root is None
+    assert ex.next_logs[0].startswith("the kernel log of mlxlab115rp2n7682d40d9")
+    assert "rank 2 was killed by SIGABRT" in ex.next_logs[0]

@@ -29,6 +29,8 @@ Output: the **root cause** first (signature, rank and host, first occurrence `fi
 why it was chosen, cause, fix), then the **consequences** (other recognised errors, each with ranks, count,
 first occurrence, cause and fix). `--all` adds informational notes (e.g. NCCL fell back to TCP sockets)
 and every kept evidence line. `--json` prints the same report as JSON (schema `ddpdoctor.explain/1`).
+In the document formats (`--format markdown`, ...) a failure seen only through its consequences adds the
+finding `explain.no_cause` (warn) with the logs to fetch next; `explain.nothing` (ok) means nothing matched.
 Evidence is redacted like every ddpdoctor report (URL credentials, values of secret-named variables).
 
 Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or only
@@ -79,8 +81,9 @@ keywords, runs over each chunk in C; only lines it hits are decoded (invalid UTF
 prefixes and ANSI colours, and tested against the signatures' patterns. A line longer than 64 KiB is
 never held whole: it is scanned in windows and kept as an excerpt. Dense logs (nearly every line a
 keyword) are handled by line shapes: a hit line with its digits zeroed (its first 12 bytes, which say
-who printed it, kept as they are) that has been matched in full four times with the same result is
-afterwards only counted, so a repeated line costs a dictionary lookup. Memory is bounded whatever the
+who printed it, kept as they are, and a `[rankN]`/`[Rank N]` further in kept too, so every rank's first
+lines are still matched) that has been matched in full four times with the same result is afterwards only
+counted, so a repeated line costs a dictionary lookup. Memory is bounded whatever the
 log size: three evidence lines per signature, file and rank (all occurrences counted), 512 torchrun
 failure-summary entries (a log of many restarts repeats the block), 4096 line shapes per input.
 `bench/bench_explain.py` measures throughput and peak RSS on three kinds of logs (ordinary, repeated real

@@ -26,11 +26,16 @@ def suggest_next_logs(seen: Iterable[Diagnosis], summary: Iterable[SummaryEntry]
             continue
         who = f"rank {entry.rank}" if entry.rank is not None else f"pid {entry.pid}"
         host = f" on {entry.host}" if entry.host else ""
-        if entry.exitcode is not None and entry.exitcode < 0:
+        if entry.exitcode == -15:
+            out.append(
+                f"the scheduler's record of the job (`sacct -j JOB`, Kubernetes events): torchrun says {who}{host} "
+                "got SIGTERM from outside (time limit, preemption, node drain, or a launcher stopping it)"
+            )
+        elif entry.exitcode is not None and entry.exitcode < 0:
             sig = _SIGNALS.get(entry.exitcode, f"signal {-entry.exitcode}")
             out.append(
-                f"the kernel log of the host{host} (`dmesg -T`, `journalctl -k`) around the failure: "
-                f"torchrun says {who} was killed by {sig}"
+                f"the kernel log of {entry.host or 'that host'} (`dmesg -T`, `journalctl -k`) around the "
+                f"failure: torchrun says {who} was killed by {sig}"
             )
         else:
             out.append(

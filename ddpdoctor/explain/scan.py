@@ -37,6 +37,18 @@ MAX_SHAPE_LEN = 1024  # longer lines are never cached
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 
+def _shape_key(buf: bytes, ls: int, le: int) -> bytes:
+    """The shape of the line buf[ls:le]: its first WHO_BYTES bytes as they are, the rest with digits
+    zeroed, plus the rank it names further in (`[rank7]:` behind a timestamp, `[Rank 7]`), so that
+    every rank's first lines are still matched in full."""
+    cut = ls + WHO_BYTES
+    key = buf[ls:cut] + buf[cut:le].translate(_DIGITS_TO_ZERO)
+    if buf.find(b"ank", ls, cut) >= 0:
+        return key  # [rankN]: is in the kept prefix
+    at = buf.find(b"ank", cut, min(le, ls + 160))
+    return key + b"\0" + buf[at : at + 8] if at >= 0 else key
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Any line of torchrun's failure summary block has one of these; the first line without one ends the block
 # (so a ChildFailedError line without its block does not send 40 ordinary lines down the slow path).
@@ -175,6 +187,7 @@ class StreamScanner:
             # The last line had no newline: scan it as a complete line.
             buf, self._carry = self._carry + b"\n", b""
             self._scan(buf, len(buf))
+        self._flush_shape_counts()
         self._end_summary()
         self.stats.lines = self._newlines
 
@@ -187,7 +200,6 @@ class StreamScanner:
         counted, so dense logs (every line a keyword) cost a dictionary lookup per line, not a match."""
         search = self.kb.prefilter.search
         shapes = self._shapes
-        counts = self.collector.counts
         pos = 0
         cur = 0  # buf position whose line number is self._newlines + 1
         dense = False
@@ -210,12 +222,16 @@ class StreamScanner:
                 dense = False
                 le = buf.find(b"\n", pos, end)
                 if le - pos <= MAX_SHAPE_LEN:
-                    shape = shapes.get(
-                        buf[pos : pos + WHO_BYTES] + buf[pos + WHO_BYTES : le].translate(_DIGITS_TO_ZERO)
-                    )
+                    # _shape_key, inlined: this is the per-line cost of a dense log.
+                    cut = pos + WHO_BYTES
+                    key = buf[pos:cut] + buf[cut:le].translate(_DIGITS_TO_ZERO)
+                    if buf.find(b"ank", pos, cut) < 0:
+                        at = buf.find(b"ank", cut, min(le, pos + 160))
+                        if at >= 0:
+                            key += b"\0" + buf[at : at + 8]
+                    shape = shapes.get(key)
                     if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
-                        for sig_id in shape[1]:
-                            counts[sig_id] += 1
+                        shape[3] += 1
                         if shape[2]:
                             self._replay_summary_start(shape[2], buf, pos, le)
                         pos = le + 1
@@ -234,11 +250,10 @@ class StreamScanner:
                 self._line(buf, ls, le, hit, head=self._long_head if ls == 0 else None, context=False)
                 pos = le + 1
                 continue
-            key = buf[ls : ls + WHO_BYTES] + buf[ls + WHO_BYTES : le].translate(_DIGITS_TO_ZERO)
+            key = _shape_key(buf, ls, le)
             shape = shapes.get(key)
             if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
-                for sig_id in shape[1]:
-                    counts[sig_id] += 1
+                shape[3] += 1
                 if shape[2]:
                     self._replay_summary_start(shape[2], buf, ls, le)
                 pos = le + 1
@@ -263,12 +278,28 @@ class StreamScanner:
             if len(self._shapes) >= MAX_SHAPES:
                 # Timestamps in the kept prefix make new shapes as time passes: start over rather than
                 # stop caching (memory stays bounded, old shapes are rarely seen again).
+                self._flush_shape_counts()
                 self._shapes.clear()
-            self._shapes[key] = [1, result, context]
+            # [full matches, signature ids (None once two full matches disagreed), summary context lines,
+            #  repeats counted but not yet added to the collector's counts]
+            self._shapes[key] = [1, result, context, 0]
             return
         shape[0] += 1
         if shape[1] != result:
+            self._flush_shape(shape)
             shape[1] = None
+
+    def _flush_shape(self, shape: list[Any]) -> None:
+        if shape[3] and shape[1]:
+            counts = self.collector.counts
+            for sig_id in shape[1]:
+                counts[sig_id] += shape[3]
+        shape[3] = 0
+
+    def _flush_shape_counts(self) -> None:
+        """Add the repeats counted per shape to the collector's per-signature counts."""
+        for shape in self._shapes.values():
+            self._flush_shape(shape)
 
     def _replay_summary_start(self, context: int, buf: bytes, ls: int, le: int) -> None:
         """A cached line that opens torchrun's failure summary: read the block that follows, as a full

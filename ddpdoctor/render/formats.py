@@ -284,6 +284,20 @@ def document_from_explain(data: Mapping[str, Any]) -> Document:
     findings = []
     if isinstance(data.get("root_cause"), Mapping):
         findings.append(_diagnosis_finding(data["root_cause"], "root_cause"))
+    no_cause = data.get("no_cause_found")
+    if isinstance(no_cause, Mapping):
+        # A failure was seen only through its consequences: say so first, with where to look next.
+        fetch = [str(x) for x in no_cause.get("fetch_next") or []]
+        findings.append(
+            Finding(
+                id="explain.no_cause",
+                severity=Severity.WARN,
+                title="No cause found in these logs",
+                summary="Only consequences of the failure are in these logs; fetch next: " + "; ".join(fetch),
+                fix="; ".join(fetch),
+                area="root_cause",
+            )
+        )
     findings += [
         _diagnosis_finding(d, "consequence") for d in data.get("consequences") or [] if isinstance(d, Mapping)
     ]
