@@ -1204,7 +1204,8 @@ def check_local_rank_argument(f: ModuleFacts) -> Iterator[Hit]:
         return
     # `if torch.__version__ ... 1:` / `if TORCH_MAJOR == 1:` around the option: only the old launcher.
     versioned: list[tuple[int, int]] = []
-    for n in ast.walk(f.tree):
+    low = f.source.lower()
+    for n in ast.walk(f.tree) if b"version" in low or b"major" in low else ():
         if isinstance(n, ast.If) and any(
             "version" in i.lower() or "major" in i.lower() for i in _names_in(n.test)
         ):
