@@ -74,12 +74,14 @@ def project_of(entry: dict) -> str:
     return entry["repo"]
 
 
-def lint_corpus(rules) -> tuple[list, int, float]:
+def lint_corpus(rules, which: str = "all") -> tuple[list, int, float]:
+    """Lint the corpus (`which`: "tuning", "held-out" or "all"), each project as one lint_paths call."""
     from ddpdoctor.lint import lint_paths
 
+    entries = [e for e in load_manifest() if which == "all" or e.get("set", "tuning") == which]
     diags, lines, cpu = [], 0, 0.0
-    for project in sorted({project_of(e) for e in load_manifest()}):
-        paths = [repo_dir(e["repo"]) / e["path"] for e in load_manifest() if project_of(e) == project]
+    for project in sorted({project_of(e) for e in entries}):
+        paths = [repo_dir(e["repo"]) / e["path"] for e in entries if project_of(e) == project]
         paths = [p for p in paths if p.exists()]
         if not paths:
             continue
@@ -98,7 +100,9 @@ def lint_corpus(rules) -> tuple[list, int, float]:
 ALIASES = {"DDP021": "DDP003"}
 
 
-def score(label: str, diags: list, expected: dict, want: set[str], codes: set[str]) -> tuple[int, int, int]:
+def score(
+    label: str, diags: list, expected: dict, want: set[str], codes: set[str], files: set[str]
+) -> tuple[int, int, int]:
     """`want`: the verdicts this tier should report; `codes`: the tier's rule ids (misses count only for
     them)."""
     tp: Counter = Counter()
@@ -113,7 +117,7 @@ def score(label: str, diags: list, expected: dict, want: set[str], codes: set[st
             fp[code] += 1
             print(f"  FP  {p}:{line} {code} ({verdict}) {message}")
     for (p, line, code), verdict in sorted(expected.items()):
-        if verdict in want and code in codes and (p, line, code) not in got:
+        if verdict in want and code in codes and p in files and (p, line, code) not in got:
             fn[code] += 1
             print(f"  FN  {p}:{line} {code}")
     t, f_p, f_n = sum(tp.values()), sum(fp.values()), sum(fn.values())
@@ -140,18 +144,30 @@ def main(argv: list[str] | None = None) -> int:
     expected = {(e["file"], e["line"], e["code"]): e["verdict"] for e in raw}
     default = default_rules()
     opinionated = [r for r in RULES.values() if r not in default]
-    diags, lines, _ = lint_corpus(default)
-    n_files = sum(1 for e in load_manifest() if (repo_dir(e["repo"]) / e["path"]).exists())
-    print(f"corpus: {n_files} files, {lines} lines; {len(expected)} verdicts")
-    score("default tier", diags, expected, {"bug"}, {r.id for r in default})
-    diags_o, _, _ = lint_corpus(opinionated)
-    score(
-        "opinionated tier alone (style counts as true)",
-        diags_o,
-        expected,
-        {"bug", "style"},
-        {ALIASES.get(r.id, r.id) for r in opinionated},
-    )
+    for which in ("tuning", "held-out", "all"):
+        diags, lines, _ = lint_corpus(default, which)
+        n_files = sum(
+            1
+            for e in load_manifest()
+            if (which == "all" or e.get("set", "tuning") == which)
+            and (repo_dir(e["repo"]) / e["path"]).exists()
+        )
+        files = {
+            f"{e['repo'].replace('/', '+')}/{e['path']}"
+            for e in load_manifest()
+            if which == "all" or e.get("set", "tuning") == which
+        }
+        print(f"\n=== {which} set: {n_files} files, {lines} lines")
+        score("default tier", diags, expected, {"bug"}, {r.id for r in default}, files)
+        diags_o, _, _ = lint_corpus(opinionated, which)
+        score(
+            "opinionated tier alone (style counts as true)",
+            diags_o,
+            expected,
+            {"bug", "style"},
+            {ALIASES.get(r.id, r.id) for r in opinionated},
+            files,
+        )
     best = min(lint_corpus(list(RULES.values()))[2] for _ in range(5))
     print(f"speed, all rules, project mode: {lines / best:,.0f} lines/s (CPU time, best of 5)")
     return 0

@@ -197,3 +197,27 @@ def test_cli_reads_pyproject_and_options_win(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "DDP010" in res.output and "DDP009" not in res.output
     (tmp_path / "pyproject.toml").write_text('[tool.ddpdoctor.lint]\nextend-select = ["DDP999"]\n')
     assert runner.invoke(app, ["lint", str(script)]).exit_code == 2
+
+
+def test_messages_say_what_is_known() -> None:
+    from ddpdoctor.lint import lint_source
+
+    src = textwrap.dedent(
+        """\
+        import os
+        import torch
+        import torch.distributed as dist
+        def main():
+            dist.init_process_group("nccl")
+            x = torch.ones(1).cuda()
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        def setup():
+            dist.init_process_group("nccl")
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        """
+    )
+    by_code = {d.code: d for d in lint_source(src, "t.py", select_rules(["DDP003", "DDP021"]))}
+    assert "set_device() (line 7)" in by_code["DDP003"].message
+    assert "in between (line 6)" in by_code["DDP003"].message
+    assert by_code["DDP021"].line == 9 and "(line 10)" in by_code["DDP021"].message
+    assert "may start on GPU 0 if CUDA work" in by_code["DDP021"].message

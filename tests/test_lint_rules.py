@@ -1112,6 +1112,21 @@ NEAR_MISSES += [
     """,
     ),
     (
+        "DDP009",
+        """
+        dist.init_process_group("fake", rank=0, world_size=2)
+    """,
+    ),
+    (
+        "DDP008",
+        """
+        def load(args, rank):
+            state = torch.load(f"ckpt_rank{rank}.pt")
+            name = "shard" + str(rank)
+            other = torch.load(os.path.join(args.dir, name))
+    """,
+    ),
+    (
         "DDP008",
         """
         def load(args):

@@ -261,4 +261,5 @@ def _lint_project(
         Project(parsed)
     for _, facts in parsed:
         report.diagnostics.extend(judge_facts(facts, rules))
+        facts.project = None  # break the facts <-> project cycle: the forest is freed without a full GC
     return report

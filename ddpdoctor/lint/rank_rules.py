@@ -106,29 +106,32 @@ def check_collective_in_rank_branch(f: ModuleFacts) -> Iterator[Hit]:
                     yield cs.node, f"{cs.attr}() in a function decorated to run on rank 0 only: a hang"
 
 
-# Writers that every rank would point at one path; torch.save is DDP007's.
-_WRITERS = {
-    "pickle.dump": 1,
-    "json.dump": 1,
-    "yaml.dump": 1,
-    "yaml.safe_dump": 1,
-    "numpy.save": 0,
-    "numpy.savez": 0,
-    "numpy.savez_compressed": 0,
-    "numpy.savetxt": 0,
+# Writers that every rank would point at one path, and where their destination is: (position, keyword).
+# torch.save is DDP007's.
+_WRITERS: dict[str, tuple[int, str]] = {
+    "pickle.dump": (1, "file"),
+    "json.dump": (1, "fp"),
+    "yaml.dump": (1, "stream"),
+    "yaml.safe_dump": (1, "stream"),
+    "numpy.save": (0, "file"),
+    "numpy.savez": (0, "file"),
+    "numpy.savez_compressed": (0, "file"),
+    "numpy.savetxt": (0, "fname"),
 }
 
 
 def _write_target(f: ModuleFacts, cs: CallSite) -> Optional[tuple[str, ast.AST]]:
     """(what writes, the path expression) for a write whose destination we can see."""
-    index = _WRITERS.get(cs.qual)
-    if index is not None:
-        target = cs.arg(index, "file" if index == 0 else "fp")
+    where = _WRITERS.get(cs.qual)
+    if where is not None:
+        target = cs.arg(*where)
         if target is None:
-            return None
-        if isinstance(target, ast.Call) and target.args and cs.qual != "numpy.save":
+            return None  # yaml.dump(data) returns a string
+        if isinstance(target, ast.Call):
             # pickle.dump(obj, open(path, "wb")): the path is open()'s argument
-            return (cs.qual, target.args[0]) if getattr(target.func, "id", "") == "open" else None
+            if getattr(target.func, "id", "") == "open" and target.args:
+                return cs.qual, target.args[0]
+            return None
         return cs.qual, target
     if cs.attr == "save_pretrained" and cs.node.args:
         if cs.kwarg("is_main_process") is not None or cs.has_star_kwargs():

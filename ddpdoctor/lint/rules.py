@@ -170,7 +170,13 @@ def uses_cuda(f: ModuleFacts) -> bool:
 
 
 def _init_calls(f: ModuleFacts) -> list[CallSite]:
-    return list(f.calls_named("init_process_group"))
+    """init_process_group calls, except the "fake" backend of dry runs and tests (no rendezvous, no GPU)."""
+    out = []
+    for cs in f.calls_named("init_process_group"):
+        backend = cs.arg(0, "backend")
+        if not (isinstance(backend, ast.Constant) and backend.value == "fake"):
+            out.append(cs)
+    return out
 
 
 def _is_set_device(cs: CallSite) -> bool:
@@ -1104,6 +1110,9 @@ def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
             # the one-process-per-node branch; the per-GPU branch maps.
             if any(o.qual == "torch.load" and o.kwarg("map_location") is not None for o in cs.scope.calls):
                 continue
+            path = cs.arg(0, "f")
+            if path is not None and per_rank_path(f, path):
+                continue  # each rank reads the file it saved from its own GPU
             yield cs.node
 
 
@@ -1204,7 +1213,8 @@ def check_local_rank_argument(f: ModuleFacts) -> Iterator[Hit]:
         return
     # `if torch.__version__ ... 1:` / `if TORCH_MAJOR == 1:` around the option: only the old launcher.
     versioned: list[tuple[int, int]] = []
-    for n in ast.walk(f.tree):
+    low = f.source.lower()
+    for n in ast.walk(f.tree) if b"version" in low or b"major" in low else ():
         if isinstance(n, ast.If) and any(
             "version" in i.lower() or "major" in i.lower() for i in _names_in(n.test)
         ):
