@@ -9,9 +9,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from ddpdoctor.json_shape import describe_shape
 from ddpdoctor.model import all_specs
 from ddpdoctor.runner import all_commands
-from ddpdoctor.json_shape import describe_shape
 from ddpdoctor.sources import all_facts, fact_shape
 
 # Declarations made by tests (ids "test.*", commands "test-*") are not part of the product.
