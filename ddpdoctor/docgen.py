@@ -9,9 +9,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from ddpdoctor.json_shape import describe_shape
 from ddpdoctor.model import all_specs
 from ddpdoctor.runner import all_commands
-from ddpdoctor.sources import all_facts
+from ddpdoctor.sources import all_facts, fact_shape
 
 # Declarations made by tests (ids "test.*", commands "test-*") are not part of the product.
 TEST_PREFIX = "test"
@@ -152,6 +153,18 @@ def render_snapshot_md() -> str:
     out += ["", "## Facts\n", "| file | what |", "|---|---|"]
     for name, desc in sorted(all_facts().items()):
         out.append(f"| `{name}.json` | {desc} |")
+    out += [
+        "",
+        "## Fact file shapes\n",
+        "What each `<fact>.json` must hold when replayed (keys may be absent; extra keys are ignored; "
+        "`|null` marks a value that may be null). A file that departs from its shape is one "
+        "`core.snapshot.bad_file` finding. For `object` and `list`, only the top level is checked here: "
+        "the area that reads the fact keeps what is well typed and drops the rest.\n",
+    ]
+    for name in sorted(all_facts()):
+        shape = fact_shape(name)
+        if shape is not None:
+            out.append(f"- `{name}.json`: `{describe_shape(shape)}`")
     return "\n".join(out).rstrip() + "\n"
 
 

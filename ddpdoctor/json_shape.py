@@ -131,6 +131,21 @@ def find_mismatch(value: Any, shape: Shape, where: str = "") -> Optional[str]:
     return None
 
 
+def describe_shape(shape: Any) -> str:
+    """A shape in a compact JSON-like notation, for the docs: `{"name": string, "mtu": integer|null}`,
+    `[string]`, `{<name>: ...}`."""
+    if isinstance(shape, Record):
+        return "{" + ", ".join(f'"{k}": {describe_shape(v)}' for k, v in shape.fields.items()) + "}"
+    if isinstance(shape, (Nullable, Maybe)):
+        return describe_shape(shape.shape) + "|null"
+    if isinstance(shape, ListOf):
+        return f"[{describe_shape(shape.item)}]"
+    if isinstance(shape, MapOf):
+        return "{<name>: " + describe_shape(shape.value) + "}"
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "list"}
+    return names.get(shape, getattr(shape, "__name__", str(shape)))
+
+
 def _fits(value: Any, shape: Any) -> bool:
     """Whether a list or map item has the container type its shape asks for (scalars always fit)."""
     if isinstance(shape, (Record, Nullable, MapOf)):

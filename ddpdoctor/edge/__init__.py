@@ -1,5 +1,7 @@
-"""The edge where user-supplied input enters: bounded file reading (files.py), the one redaction
-function (redact.py) and the documented shape of every snapshot fact file (shapes.py).
+"""The edge where user-supplied input enters: the one bounded, regular-file-only reader and writer
+(files.py) and the one redaction function family (redact.py).
 
-Everything here is I/O or text hygiene: no judging, no printing.
+Snapshot fact files are checked against the shape each fact declares with `define_fact` (sources.py,
+json_shape.find_mismatch) as ReplaySources reads them. Everything here is I/O or text hygiene: no
+judging, no printing.
 """
