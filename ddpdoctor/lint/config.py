@@ -12,18 +12,14 @@ without the table is ignored. Command-line options win: --select replaces `selec
 
 from __future__ import annotations
 
-import sys
+import errno
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
+from ddpdoctor.edge.files import TOML_FILE_LIMIT, load_toml_text, read_user_text
 
-# A pyproject.toml is small; a bigger one is not ours to parse.
-MAX_PYPROJECT_BYTES = 1 << 20
 KEYS = ("select", "extend-select", "ignore")
 
 
@@ -36,22 +32,25 @@ class LintConfig:
 
 
 def find_pyproject(paths: Sequence[str]) -> Optional[Path]:
-    start = Path(paths[0]) if paths else Path.cwd()
-    start = start.resolve()
-    if not start.is_dir():
+    # abspath, not resolve(): a link loop among the paths is lint's to report, not a crash here.
+    start = Path(os.path.abspath(paths[0] if paths else os.getcwd()))
+    if not os.path.isdir(start):
         start = start.parent
     for d in [start, *start.parents]:
         candidate = d / "pyproject.toml"
-        if candidate.is_file():
-            return candidate
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError:  # an unreadable directory on the way up: look further up
+            continue
     return None
 
 
 def parse_lint_config(text: str, source: str = "pyproject.toml") -> LintConfig:
     """The [tool.ddpdoctor.lint] table of a pyproject.toml's text. Raises ValueError when it is malformed."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        data = load_toml_text(text)
+    except ValueError as exc:
         raise ValueError(f"{source}: not valid TOML ({exc})") from None
     table = data.get("tool", {}).get("ddpdoctor", {}).get("lint", {})
     if not isinstance(table, dict):
@@ -76,10 +75,9 @@ def load_lint_config(paths: Sequence[str]) -> LintConfig:
     if found is None:
         return LintConfig()
     try:
-        with open(found, "rb") as fh:
-            raw = fh.read(MAX_PYPROJECT_BYTES + 1)
-    except OSError:
-        return LintConfig()
-    if len(raw) > MAX_PYPROJECT_BYTES:
-        raise ValueError(f"{found}: larger than {MAX_PYPROJECT_BYTES} bytes, not read")
-    return parse_lint_config(raw.decode("utf-8", "replace"), str(found))
+        text = read_user_text(found, TOML_FILE_LIMIT)
+    except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise ValueError(f"{found}: {exc.strerror}") from None
+        return LintConfig()  # unreadable: lint with the defaults rather than not at all
+    return parse_lint_config(text, str(found))
