@@ -174,6 +174,21 @@ def test_a_bad_fact_file_is_one_finding_naming_it(tmp_path: Path, name: str, tex
     assert code != 0  # a replay with an unusable file is inconclusive (3) at best, never a pass
 
 
+def test_special_files_inside_a_snapshot_are_findings_not_hangs(tmp_path: Path) -> None:
+    d = snapshot_with(tmp_path, {})
+    (d / "ulimit-a.txt").unlink()
+    os.mkfifo(d / "ulimit-a.txt")
+    (d / "env.json").unlink()
+    (d / "env.json").symlink_to("/dev/zero")
+    (d / "df-shm.txt").unlink()
+    (d / "df-shm.txt").symlink_to("df-shm.txt")  # a link loop
+    code, data = replay_json(d)
+    bad = {f["data"]["file"]: f["summary"] for f in data["findings"] if f["id"] == SNAPSHOT_BAD_FILE.id}
+    assert set(bad) == {"ulimit-a.txt", "env.json", "df-shm.txt"}, bad
+    assert "FIFO" in bad["ulimit-a.txt"] and "character device" in bad["env.json"]
+    assert code == 3 and PROBE_CRASHED.id not in ids(data)
+
+
 @pytest.mark.parametrize("cmd", [("report", "--replay", "{}"), ("expect", "--replay", "{}", "--write", "-")])
 def test_deep_env_and_host_do_not_break_report_or_expect(tmp_path: Path, cmd: tuple[str, ...]) -> None:
     d = snapshot_with(tmp_path, {"env.json": DEEP, "host.json": DEEP})
