@@ -1022,6 +1022,17 @@ NEAR_MISSES += [
     """,
     ),
     (
+        "DDP003",
+        """
+        def _test_nccl_worker(rank, num_gpu, dist_url):
+            # detectron2's collect_env: the barrier names its device
+            dist.init_process_group(backend="NCCL", init_method=dist_url, rank=rank, world_size=num_gpu)
+            dist.barrier(device_ids=[rank])
+        def main():
+            mp.spawn(_test_nccl_worker, nprocs=2, args=(2, "tcp://127.0.0.1:0"))
+    """,
+    ),
+    (
         "DDP017",
         """
         def main(args):

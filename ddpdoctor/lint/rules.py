@@ -700,6 +700,8 @@ COLLECTIVE_NAMES = frozenset(
 
 
 def _gpu_work(cs: CallSite) -> bool:
+    if cs.attr == "barrier" and cs.kwarg("device_ids") is not None:
+        return False  # barrier(device_ids=[i]) names its GPU: the documented way around the guess
     return is_cuda_touch(cs) or cs.kwarg("device_ids") is not None or _is_collective_call(cs)
 
 
@@ -754,7 +756,8 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
                     "on GPU 0 on every rank",
                 )
             )
-        elif before is False or work_at is not None:
+        elif work_at is not None or (before is False and not is_entry(f, cs.scope)):
+            # (A process entry point that does nothing on the GPU after init has nothing to misplace.)
             where = f" (GPU work at line {work_at.node.lineno})" if work_at is not None else ""
             out.append(
                 (
