@@ -221,3 +221,11 @@ def test_messages_say_what_is_known() -> None:
     assert "in between (line 6)" in by_code["DDP003"].message
     assert by_code["DDP021"].line == 9 and "(line 10)" in by_code["DDP021"].message
     assert "may start on GPU 0 if CUDA work" in by_code["DDP021"].message
+
+
+def test_global_rank_device_in_unit_tests_is_not_reported(tmp_path: Path) -> None:
+    src = 'import torch\nimport torch.distributed as dist\nx = torch.zeros(2, device=f"cuda:{dist.get_rank()}")\n'
+    files = write(
+        tmp_path, {"train.py": src, "tests/test_sharding.py": src, "gpu_tests/sharded_test.py": src}
+    )
+    assert found(files, ["DDP002"]) == {("train.py", 3, "DDP002")}
