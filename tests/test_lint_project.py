@@ -6,6 +6,8 @@ import textwrap
 from pathlib import Path, PurePath
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpdoctor.cli import app
@@ -229,3 +231,38 @@ def test_global_rank_device_in_unit_tests_is_not_reported(tmp_path: Path) -> Non
         tmp_path, {"train.py": src, "tests/test_sharding.py": src, "gpu_tests/sharded_test.py": src}
     )
     assert found(files, ["DDP002"]) == {("train.py", 3, "DDP002")}
+
+
+_CORPUS_LINES = [
+    line.strip()
+    for path in sorted((Path(__file__).parent / "fixtures" / "lint").glob("*.py"))
+    for line in path.read_text().splitlines()
+    if line.strip() and not line.startswith((" ", "\t"))
+]
+_IMPORTS = [
+    "import helpers",
+    "from helpers import setup, evaluate",
+    "from . import helpers",
+    "import pkg.helpers as h",
+]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.lists(st.sampled_from(_CORPUS_LINES + _IMPORTS), min_size=1, max_size=30),
+    st.lists(st.sampled_from(_CORPUS_LINES + _IMPORTS), min_size=1, max_size=30),
+)
+def test_any_project_never_raises(
+    tmp_path_factory: pytest.TempPathFactory, a: list[str], b: list[str]
+) -> None:
+    # Top-level lines of real-looking scripts, shuffled into two modules that import each other.
+    root = tmp_path_factory.mktemp("proj")
+    files = write(
+        root, {"pkg/__init__.py": "", "pkg/helpers.py": "\n".join(a) + "\n", "train.py": "\n".join(b) + "\n"}
+    )
+    report = lint_paths(files, select_rules(["ALL"]))
+    assert all(d.code in RULES or d.code == "DDP000" for d in report.diagnostics)

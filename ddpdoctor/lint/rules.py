@@ -3,7 +3,7 @@
 Each rule is a small function over `ModuleFacts` registered with `@rule(...)`, which declares its stable
 id (DDPnnn), a short name, the default message, a one-line fix and the reason it matters. A rule yields
 the AST node to report at, optionally with a more specific message. Rules prefer silence to a false
-alarm: when an argument is an expression they cannot judge (`backend=args.backend`), they say nothing.
+alarm: when an argument is an expression they cannot judge (`backend=cfg.backend`), they say nothing.
 docs/lint.md documents every rule with a bad and a good example; tests check both against this code.
 """
 
