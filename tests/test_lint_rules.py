@@ -1123,6 +1123,15 @@ NEAR_MISSES += [
     """,
     ),
     (
+        "DDP013",
+        """
+        import argparse
+        import deepspeed  # the deepspeed launcher passes --local_rank (transformers-bloom-inference)
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", required=False, type=int)
+    """,
+    ),
+    (
         "DDP009",
         """
         dist.init_process_group("fake", rank=0, world_size=2)

@@ -618,8 +618,8 @@ def check_local_rank_argument(f: ModuleFacts) -> Iterator[Hit]:
         opts = {a.value for a in cs.node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
         if "--local_rank" in opts and "--local-rank" not in opts:
             hits.append(cs)
-    if not hits:
-        return
+    if not hits or f.imports_prefix("deepspeed"):
+        return  # the deepspeed launcher passes --local_rank (underscore): the option is right there
     # `if torch.__version__ ... 1:` / `if TORCH_MAJOR == 1:` around the option: only the old launcher.
     versioned: list[tuple[int, int]] = []
     low = f.source.lower()
