@@ -266,3 +266,23 @@ def test_any_project_never_raises(
     )
     report = lint_paths(files, select_rules(["ALL"]))
     assert all(d.code in RULES or d.code == "DDP000" for d in report.diagnostics)
+
+
+def test_wide_call_fan_out_is_walked_once(tmp_path: Path) -> None:
+    # Five layers of twelve functions, each calling every function of the layer below: without memoising
+    # "who calls this, and is it guarded", the walk is 12**5 paths per question.
+    lines = [
+        "import torch",
+        "import torch.distributed as dist",
+        "def save0():",
+        '    torch.save({}, "ckpt.pt")',
+    ]
+    prev = ["save0"]
+    for layer in range(1, 6):
+        names = [f"f{layer}_{i}" for i in range(12)]
+        for name in names:
+            lines += [f"def {name}():"] + [f"    {p}()" for p in prev]
+        prev = names
+    lines += ['if __name__ == "__main__":'] + [f"    {p}()" for p in prev]
+    files = write(tmp_path, {"deep.py": "\n".join(lines) + "\n"})
+    assert found(files, ["DDP007"]) == {("deep.py", 4, "DDP007")}

@@ -87,6 +87,20 @@ def happens_before(
     levels. None when it cannot be told (a helper whose callers live in another file)."""
     if depth > 5:
         return None
+    # Memoised per file: across a project, callers of callers fan out, and a helper called from many
+    # places would otherwise be walked again for each (the answer does not depend on who asks).
+    key = ("happens_before", id(scope), pos, id(pred))
+    if key in f.memo:
+        return f.memo[key]  # type: ignore[return-value]
+    f.memo[key] = None  # a cycle through this question answers "cannot tell"
+    answer = _happens_before(f, scope, pos, pred, depth)
+    f.memo[key] = answer
+    return answer
+
+
+def _happens_before(
+    f: ModuleFacts, scope: Scope, pos: tuple[int, int], pred: Callable[[CallSite], bool], depth: int
+) -> Optional[bool]:
     for cs in scope.calls:
         if cs.pos >= pos:
             continue
@@ -113,7 +127,11 @@ def rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
         return False  # module code and spawn targets / callbacks run on every rank
     if depth > 5:
         return True
-    return all(c.guarded or rank_zero_only(g, c.scope, depth + 1) for g, c in callers_of(f, scope))
+    key = ("rank_zero_only", id(scope))
+    if key not in f.memo:
+        f.memo[key] = True  # a recursive cycle adds no unguarded path
+        f.memo[key] = all(c.guarded or rank_zero_only(g, c.scope, depth + 1) for g, c in callers_of(f, scope))
+    return bool(f.memo[key])
 
 
 def runs_at_import(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
