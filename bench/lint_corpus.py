@@ -148,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from ddpdoctor.lint import RULES, default_rules
 
+    present = sum(1 for e in load_manifest() if local_path(e).exists())
+    if not present:
+        print(
+            f"lint corpus: no files under {FILES}; run `python bench/lint_corpus.py extract --mirror DIR` first (skipped)"
+        )
+        return 0
     raw = json.loads(EXPECTED.read_text())["findings"]
     expected = {(e["file"], e["line"], e["code"]): e["verdict"] for e in raw}
     default = default_rules()
