@@ -953,6 +953,14 @@ POSITIVES += [
     """,
     ),
     (
+        "DDP017",
+        """
+        @rank_zero_only
+        def log_metrics(t):
+            dist.all_reduce(t)  # <-
+    """,
+    ),
+    (
         "DDP018",
         """
         import json

@@ -53,7 +53,7 @@ def _matched(cs: CallSite, branch: RankBranch, calls: list[CallSite], name: str)
     for other in calls:
         if other is cs or other.rank_if is None:
             continue
-        if name not in (other.attr, _collective_reached_name(other)):
+        if other.attr != name:
             continue
         ob = other.rank_if
         if ob.stmt is branch.stmt and ob.body != branch.body:
@@ -61,10 +61,6 @@ def _matched(cs: CallSite, branch: RankBranch, calls: list[CallSite], name: str)
         if ob.kind is not None and branch.kind is not None and ob.kind != branch.kind:
             return True
     return False
-
-
-def _collective_reached_name(cs: CallSite) -> str:
-    return cs.attr if _is_collective(cs) else ""
 
 
 def _collective_in_callee(f: ModuleFacts, cs: CallSite, kind: Optional[str]) -> Optional[CallSite]:
@@ -115,7 +111,7 @@ def check_collective_in_rank_branch(f: ModuleFacts) -> Iterator[Hit]:
         if scope.guarded and not scope.is_module:
             # @rank_zero_only def f(): dist.barrier()
             for cs in calls:
-                if _is_collective(cs):
+                if _is_collective(cs) and cs.rank_if is None:  # (inside a rank check: reported above)
                     yield cs.node, f"{cs.attr}() in a function decorated to run on rank 0 only: a hang"
 
 
