@@ -43,12 +43,18 @@ def repo_dir(repo: str) -> Path:
     return FILES / repo.replace("/", "+")
 
 
+def local_path(entry: dict) -> Path:
+    """Where a listed file is kept: its path in the repository, or `as` when two commits of one file are
+    both in the corpus (a bug and its fix)."""
+    return repo_dir(entry["repo"]) / entry.get("as", entry["path"])
+
+
 def extract(mirror: Path) -> int:
     """Copy each listed file at its commit out of `<mirror>/<owner>+<name>/repo` (git show, no checkout)."""
     missing = 0
     for entry in load_manifest():
         git_dir = mirror / entry["repo"].replace("/", "+") / "repo"
-        out = repo_dir(entry["repo"]) / entry["path"]
+        out = local_path(entry)
         proc = subprocess.run(
             ["git", "--git-dir", str(git_dir), "show", f"{entry['commit']}:{entry['path']}"],
             capture_output=True,
@@ -68,6 +74,8 @@ def extract(mirror: Path) -> int:
 def project_of(entry: dict) -> str:
     """The files linted together: a repository, except pytorch/examples, whose examples are separate
     projects (imagenet/, distributed/ddp/, distributed/FSDP/, ...)."""
+    if "as" in entry:
+        return entry["repo"] + ":" + entry["as"]  # each version of a file is a project of its own
     parts = entry["path"].split("/")
     if entry["repo"] == "pytorch/examples":
         return entry["repo"] + ":" + "/".join(parts[:2] if parts[0] == "distributed" else parts[:1])
@@ -81,7 +89,7 @@ def lint_corpus(rules, which: str = "all") -> tuple[list, int, float]:
     entries = [e for e in load_manifest() if which == "all" or e.get("set", "tuning") == which]
     diags, lines, cpu = [], 0, 0.0
     for project in sorted({project_of(e) for e in entries}):
-        paths = [repo_dir(e["repo"]) / e["path"] for e in entries if project_of(e) == project]
+        paths = [local_path(e) for e in entries if project_of(e) == project]
         paths = [p for p in paths if p.exists()]
         if not paths:
             continue
@@ -140,20 +148,25 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from ddpdoctor.lint import RULES, default_rules
 
+    present = sum(1 for e in load_manifest() if local_path(e).exists())
+    if not present:
+        print(
+            f"lint corpus: no files under {FILES}; run `python bench/lint_corpus.py extract --mirror DIR` first (skipped)"
+        )
+        return 0
     raw = json.loads(EXPECTED.read_text())["findings"]
     expected = {(e["file"], e["line"], e["code"]): e["verdict"] for e in raw}
     default = default_rules()
     opinionated = [r for r in RULES.values() if r not in default]
-    for which in ("tuning", "held-out", "all"):
+    for which in ("tuning", "held-out", "regression", "all"):
         diags, lines, _ = lint_corpus(default, which)
         n_files = sum(
             1
             for e in load_manifest()
-            if (which == "all" or e.get("set", "tuning") == which)
-            and (repo_dir(e["repo"]) / e["path"]).exists()
+            if (which == "all" or e.get("set", "tuning") == which) and local_path(e).exists()
         )
         files = {
-            f"{e['repo'].replace('/', '+')}/{e['path']}"
+            local_path(e).relative_to(FILES).as_posix()
             for e in load_manifest()
             if which == "all" or e.get("set", "tuning") == which
         }

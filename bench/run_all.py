@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "bench_launch.py": ([], ["--rounds", "1"]),
     "bench_fidelity.py": ([], ["--rounds", "1"]),
     "bench_lint.py": ([], ["--runs", "1"]),
+    "lint_corpus.py": (["score"], ["score"]),  # skipped (exit 0) until `lint_corpus.py extract` has run
     "bench_explain.py": ([], ["--size", "128"]),
     "bench_hang.py": ([], ["--rounds", "1"]),
     # Skips (exit 0) without nccl-tests binaries or GPUs.

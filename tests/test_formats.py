@@ -326,23 +326,24 @@ def _run(*args: str) -> tuple[int, str]:
 def test_lint_every_format(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    code, out = _run("lint", str(script), "--format", "json")
+    # Every rule (both tiers): the opinionated DDP009/DDP010 are the findings on line 3.
+    code, out = _run("lint", "--select", "ALL", str(script), "--format", "json")
     assert code == 1
     data = json.loads(out)
     jsonschema.validate(data, _schema("lint.schema.json"))
     codes = set(data["counts"])
-    code, out = _run("lint", str(script), "--format", "junit")
+    code, out = _run("lint", "--select", "ALL", str(script), "--format", "junit")
     assert code == 1
     root = ET.fromstring(out)
     cases = list(root.iter("testcase"))
     assert {c.get("name") for c in cases} == codes
     assert all(c.find("failure") is not None and c.get("file") == str(script) for c in cases)
     assert int(root.get("failures")) == len(codes)
-    code, out = _run("lint", str(script), "--format", "github")
+    code, out = _run("lint", "--select", "ALL", str(script), "--format", "github")
     assert code == 1 and all(GITHUB_LINE.match(x) for x in out.splitlines())
-    code, out = _run("lint", str(script), "--format", "markdown")
+    code, out = _run("lint", "--select", "ALL", str(script), "--format", "markdown")
     assert code == 1 and "| **FAIL** | `DDP" in out and f"({script}:3:1)" in out
-    assert _run("lint", str(script), "--format", "table")[0] == 1
+    assert _run("lint", "--select", "ALL", str(script), "--format", "table")[0] == 1
     clean = tmp_path / "clean.py"
     clean.write_text("print('hello')\n")
     code, out = _run("lint", str(clean), "--format", "junit")

@@ -6,6 +6,8 @@ import textwrap
 from pathlib import Path, PurePath
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpdoctor.cli import app
@@ -221,3 +223,66 @@ def test_messages_say_what_is_known() -> None:
     assert "in between (line 6)" in by_code["DDP003"].message
     assert by_code["DDP021"].line == 9 and "(line 10)" in by_code["DDP021"].message
     assert "may start on GPU 0 if CUDA work" in by_code["DDP021"].message
+
+
+def test_global_rank_device_in_unit_tests_is_not_reported(tmp_path: Path) -> None:
+    src = 'import torch\nimport torch.distributed as dist\nx = torch.zeros(2, device=f"cuda:{dist.get_rank()}")\n'
+    files = write(
+        tmp_path, {"train.py": src, "tests/test_sharding.py": src, "gpu_tests/sharded_test.py": src}
+    )
+    assert found(files, ["DDP002"]) == {("train.py", 3, "DDP002")}
+
+
+_CORPUS_LINES = [
+    line.strip()
+    for path in sorted((Path(__file__).parent / "fixtures" / "lint").glob("*.py"))
+    for line in path.read_text().splitlines()
+    if line.strip() and not line.startswith((" ", "\t"))
+]
+_IMPORTS = [
+    "import helpers",
+    "from helpers import setup, evaluate",
+    "from . import helpers",
+    "import pkg.helpers as h",
+]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.lists(st.sampled_from(_CORPUS_LINES + _IMPORTS), min_size=1, max_size=30),
+    st.lists(st.sampled_from(_CORPUS_LINES + _IMPORTS), min_size=1, max_size=30),
+)
+def test_any_project_never_raises(
+    tmp_path_factory: pytest.TempPathFactory, a: list[str], b: list[str]
+) -> None:
+    # Top-level lines of real-looking scripts, shuffled into two modules that import each other.
+    root = tmp_path_factory.mktemp("proj")
+    files = write(
+        root, {"pkg/__init__.py": "", "pkg/helpers.py": "\n".join(a) + "\n", "train.py": "\n".join(b) + "\n"}
+    )
+    report = lint_paths(files, select_rules(["ALL"]))
+    assert all(d.code in RULES or d.code == "DDP000" for d in report.diagnostics)
+
+
+def test_wide_call_fan_out_is_walked_once(tmp_path: Path) -> None:
+    # Five layers of twelve functions, each calling every function of the layer below: without memoising
+    # "who calls this, and is it guarded", the walk is 12**5 paths per question.
+    lines = [
+        "import torch",
+        "import torch.distributed as dist",
+        "def save0():",
+        '    torch.save({}, "ckpt.pt")',
+    ]
+    prev = ["save0"]
+    for layer in range(1, 6):
+        names = [f"f{layer}_{i}" for i in range(12)]
+        for name in names:
+            lines += [f"def {name}():"] + [f"    {p}()" for p in prev]
+        prev = names
+    lines += ['if __name__ == "__main__":'] + [f"    {p}()" for p in prev]
+    files = write(tmp_path, {"deep.py": "\n".join(lines) + "\n"})
+    assert found(files, ["DDP007"]) == {("deep.py", 4, "DDP007")}

@@ -953,6 +953,14 @@ POSITIVES += [
     """,
     ),
     (
+        "DDP017",
+        """
+        @rank_zero_only
+        def log_metrics(t):
+            dist.all_reduce(t)  # <-
+    """,
+    ),
+    (
         "DDP018",
         """
         import json
@@ -1120,6 +1128,15 @@ NEAR_MISSES += [
         parser = argparse.ArgumentParser()
         if TORCH_MAJOR_VERSION == 1:
             parser.add_argument("--local_rank", type=int)
+    """,
+    ),
+    (
+        "DDP013",
+        """
+        import argparse
+        import deepspeed  # the deepspeed launcher passes --local_rank (transformers-bloom-inference)
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", required=False, type=int)
     """,
     ),
     (

@@ -591,6 +591,20 @@ class ModuleFacts:
                     cs.local = True
                     self.callers.setdefault(cs.attr, []).append(cs)
 
+    def release(self) -> None:
+        """Drop the references that form cycles (a scope's calls point back at the scope, a file at its
+        project), so reference counting frees the whole file at once instead of the cyclic collector
+        scanning every node of a project later."""
+        for scope in self.scopes:
+            scope.calls = []
+            scope.parent = None
+        self.scopes = []
+        self.calls = []
+        self.callers = {}
+        self.functions = {}
+        self.memo = {}
+        self.project = None
+
     # -- queries --
 
     def resolve(self, node: ast.AST) -> str:

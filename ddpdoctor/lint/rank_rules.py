@@ -11,18 +11,31 @@ from __future__ import annotations
 import ast
 from typing import Iterator, Optional
 
-from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, RankBranch, mentions_rank
-from ddpdoctor.lint.rules import (
-    COLLECTIVE_NAMES,
-    Hit,
-    _happens_before,
-    _rank_zero_only,
-    find_call_in,
-    in_memory,
-    per_rank_path,
-    rule,
-    uses_distributed,
+from ddpdoctor.lint.facts import (
+    NONZERO,
+    ZERO,
+    CallSite,
+    ModuleFacts,
+    RankBranch,
+    classify_guard,
+    ends_in_exit,
+    mentions_rank,
 )
+from ddpdoctor.lint.flow import find_call_in, happens_before, in_memory, per_rank_path, rank_zero_only
+from ddpdoctor.lint.rules import COLLECTIVE_NAMES, Hit, _is_const, rule, uses_distributed
+
+# Collectives and the (position, keyword) of the tensors every rank must pass.
+_COLLECTIVES: dict[str, tuple[tuple[int, str], ...]] = {
+    "broadcast": ((0, "tensor"),),
+    "all_reduce": ((0, "tensor"),),
+    "reduce": ((0, "tensor"),),
+    "all_gather": ((1, "tensor"),),
+    "all_gather_into_tensor": ((0, "output_tensor"), (1, "input_tensor")),
+    "reduce_scatter_tensor": ((0, "output"), (1, "input")),
+    "all_to_all_single": ((0, "output"), (1, "input")),
+    "scatter": ((0, "tensor"),),
+    "gather": ((0, "tensor"),),
+}
 
 
 def _is_collective(cs: CallSite) -> bool:
@@ -40,7 +53,7 @@ def _matched(cs: CallSite, branch: RankBranch, calls: list[CallSite], name: str)
     for other in calls:
         if other is cs or other.rank_if is None:
             continue
-        if name not in (other.attr, _collective_reached_name(other)):
+        if other.attr != name:
             continue
         ob = other.rank_if
         if ob.stmt is branch.stmt and ob.body != branch.body:
@@ -48,10 +61,6 @@ def _matched(cs: CallSite, branch: RankBranch, calls: list[CallSite], name: str)
         if ob.kind is not None and branch.kind is not None and ob.kind != branch.kind:
             return True
     return False
-
-
-def _collective_reached_name(cs: CallSite) -> str:
-    return cs.attr if _is_collective(cs) else ""
 
 
 def _collective_in_callee(f: ModuleFacts, cs: CallSite, kind: Optional[str]) -> Optional[CallSite]:
@@ -102,7 +111,7 @@ def check_collective_in_rank_branch(f: ModuleFacts) -> Iterator[Hit]:
         if scope.guarded and not scope.is_module:
             # @rank_zero_only def f(): dist.barrier()
             for cs in calls:
-                if _is_collective(cs):
+                if _is_collective(cs) and cs.rank_if is None:  # (inside a rank check: reported above)
                     yield cs.node, f"{cs.attr}() in a function decorated to run on rank 0 only: a hang"
 
 
@@ -158,7 +167,7 @@ def check_same_path_write(f: ModuleFacts) -> Iterator[Hit]:
         what, path = found
         if per_rank_path(f, path) or in_memory(f, path):
             continue
-        if _rank_zero_only(f, cs.scope):
+        if rank_zero_only(f, cs.scope):
             continue
         # Only where we can see the code runs on every rank: the module's top level, a spawn target, or a
         # function whose every caller we see (rank_zero_only says False only then).
@@ -203,7 +212,7 @@ def check_seedless_split(f: ModuleFacts) -> Iterator[Hit]:
             continue
         if cs.arg(2, "generator") is not None or cs.has_star_kwargs() or cs.guarded or cs.rank_if:
             continue
-        seeded = _happens_before(f, cs.scope, cs.pos, _rank_free_seed)
+        seeded = happens_before(f, cs.scope, cs.pos, _rank_free_seed)
         if seeded or (seeded is None and any(_rank_free_seed(c) for c in f.calls)):
             continue
         if not _distributed_reach(f):
@@ -243,3 +252,158 @@ def check_device_context_bare(f: ModuleFacts) -> Iterator[Hit]:
                 f"{short}() called as a statement: it is a context manager and selects nothing; "
                 "every rank stays on the default device",
             )
+
+
+def _collective(f: ModuleFacts, node: ast.Call) -> Optional[tuple[str, list[ast.expr]]]:
+    callee = f.resolve(node.func)
+    if not callee.startswith("torch.distributed."):
+        return None
+    name = callee.rsplit(".", 1)[-1]
+    params = _COLLECTIVES.get(name)
+    if params is None:
+        return None
+    kw = {k.arg: k.value for k in node.keywords}
+    tensors = []
+    for index, key in params:
+        if key in kw:
+            tensors.append(kw[key])
+        elif index < len(node.args):
+            tensors.append(node.args[index])
+    return name, tensors
+
+
+_DEFINED, _NONE, _PARTIAL = "defined", "none", "partial"
+
+
+def _none_checked(test: ast.AST, negated: bool = False) -> Optional[str]:
+    """`x is None` (or `x is not None` when negated) -> "x"."""
+    op = ast.IsNot if negated else ast.Is
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], op)
+        and isinstance(test.left, ast.Name)
+        and _is_const(test.comparators[0], None)
+    ):
+        return test.left.id
+    return None
+
+
+class _PartialTensor:
+    """Per function, in source order: names that only some ranks bind to a tensor."""
+
+    def __init__(self, f: ModuleFacts) -> None:
+        self.f = f
+        self.hits: list[tuple[ast.AST, str]] = []
+
+    @staticmethod
+    def value_state(value: ast.AST) -> str:
+        if _is_const(value, None):
+            return _NONE
+        if isinstance(value, ast.IfExp) and (mentions_rank(value.test) or classify_guard(value.test)):
+            if _is_const(value.body, None) != _is_const(value.orelse, None):
+                return _PARTIAL
+        return _DEFINED
+
+    def assign(self, target: ast.AST, value: Optional[ast.AST], state: dict[str, str]) -> None:
+        if isinstance(target, ast.Name):
+            state[target.id] = self.value_state(value) if value is not None else _DEFINED
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self.assign(elt, None, state)
+
+    def scan(self, root: ast.AST, state: dict[str, str], in_rank_branch: bool) -> None:
+        if in_rank_branch:
+            return  # a collective inside a rank-dependent branch is another problem, not this one
+        for n in ast.walk(root):
+            if type(n) is not ast.Call:
+                continue
+            found = _collective(self.f, n)  # type: ignore[arg-type]
+            if not found:
+                continue
+            name, tensors = found
+            for t in tensors:
+                if isinstance(t, ast.Name) and state.get(t.id) in (_PARTIAL, _NONE):
+                    self.hits.append((n, f"{name}() on `{t.id}`, which is None or unbound on some ranks"))
+                    break
+
+    def block(self, body: list[ast.stmt], state: dict[str, str], in_rank: bool) -> None:
+        for stmt in body:
+            t = type(stmt)
+            if t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                continue
+            if t is ast.Assign:
+                self.scan(stmt.value, state, in_rank)  # type: ignore[attr-defined]
+                for target in stmt.targets:  # type: ignore[attr-defined]
+                    self.assign(target, stmt.value, state)  # type: ignore[attr-defined]
+            elif t is ast.AnnAssign and stmt.value is not None:  # type: ignore[attr-defined]
+                self.scan(stmt.value, state, in_rank)  # type: ignore[attr-defined]
+                self.assign(stmt.target, stmt.value, state)  # type: ignore[attr-defined]
+            elif t is ast.Assert:
+                name = _none_checked(stmt.test, negated=True)  # type: ignore[attr-defined]
+                if name:
+                    state[name] = _DEFINED  # `assert x is not None`
+            elif t is ast.If and not stmt.orelse and ends_in_exit(stmt.body) and _none_checked(stmt.test):  # type: ignore[attr-defined]
+                state[_none_checked(stmt.test)] = _DEFINED  # type: ignore[attr-defined,index]  # `if x is None: raise`
+            elif t is ast.If:
+                self.scan(stmt.test, state, in_rank)  # type: ignore[attr-defined]
+                rank_test = bool(classify_guard(stmt.test)) or mentions_rank(stmt.test)  # type: ignore[attr-defined]
+                body_state, else_state = dict(state), dict(state)
+                self.block(stmt.body, body_state, in_rank or rank_test)  # type: ignore[attr-defined]
+                self.block(stmt.orelse, else_state, in_rank or rank_test)  # type: ignore[attr-defined]
+                for key in set(body_state) | set(else_state):
+                    a, b = body_state.get(key), else_state.get(key)
+                    if a == b:
+                        state[key] = a  # type: ignore[assignment]
+                    elif rank_test and _DEFINED in (a, b):
+                        state[key] = _PARTIAL
+                    elif _PARTIAL in (a, b):
+                        state[key] = _PARTIAL
+                    else:
+                        state[key] = _DEFINED if _DEFINED in (a, b) else (a or b)  # type: ignore[assignment]
+            elif t in (ast.For, ast.AsyncFor):
+                self.scan(stmt.iter, state, in_rank)  # type: ignore[attr-defined]
+                self.assign(stmt.target, None, state)  # type: ignore[attr-defined]
+                self.block(stmt.body, state, in_rank)  # type: ignore[attr-defined]
+                self.block(stmt.orelse, state, in_rank)  # type: ignore[attr-defined]
+            elif t is ast.While:
+                self.scan(stmt.test, state, in_rank)  # type: ignore[attr-defined]
+                self.block(stmt.body, state, in_rank)  # type: ignore[attr-defined]
+                self.block(stmt.orelse, state, in_rank)  # type: ignore[attr-defined]
+            elif t in (ast.With, ast.AsyncWith):
+                for item in stmt.items:  # type: ignore[attr-defined]
+                    self.scan(item.context_expr, state, in_rank)
+                    if item.optional_vars is not None:
+                        self.assign(item.optional_vars, None, state)
+                self.block(stmt.body, state, in_rank)  # type: ignore[attr-defined]
+            elif hasattr(stmt, "handlers"):
+                self.block(stmt.body, state, in_rank)  # type: ignore[attr-defined]
+                for h in stmt.handlers:  # type: ignore[attr-defined]
+                    self.block(h.body, state, in_rank)
+                self.block(stmt.orelse, state, in_rank)  # type: ignore[attr-defined]
+                self.block(stmt.finalbody, state, in_rank)  # type: ignore[attr-defined]
+            elif hasattr(stmt, "cases"):
+                for case in stmt.cases:  # type: ignore[attr-defined]
+                    self.block(case.body, state, in_rank)
+            else:
+                self.scan(stmt, state, in_rank)
+
+
+@rule(
+    "DDP014",
+    "collective-on-partial-tensor",
+    "collective on a tensor that only some ranks create",
+    "create the tensor on every rank with the same shape (torch.empty(shape) on the receivers) "
+    "or use dist.broadcast_object_list for Python objects",
+    "Every rank must pass a tensor of the same shape; None fails on the others, a size mismatch hangs.",
+)
+def check_collective_partial_tensor(f: ModuleFacts) -> Iterator[Hit]:
+    checker = _PartialTensor(f)
+    for scope in f.scopes:
+        if not any(
+            cs.attr in _COLLECTIVES and cs.qual.startswith("torch.distributed.") for cs in scope.calls
+        ):
+            continue
+        body = scope.node.body  # type: ignore[attr-defined]
+        checker.block(body, {}, False)
+    yield from checker.hits

@@ -1,0 +1,447 @@
+"""Rules about which GPU a rank uses: DDP002 (device from the global rank, a taint analysis in source
+order), DDP003 and DDP021 (the NCCL group created before set_device). Registered in rules.py's table.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator, Optional
+
+from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier, is_rank_identifier
+from ddpdoctor.lint.flow import find_call_in, happens_before, is_entry
+from ddpdoctor.lint.rules import (
+    _GLOBAL_RANK_ENV,
+    Hit,
+    _cuda_string,
+    _init_calls,
+    _is_collective_call,
+    _is_set_device,
+    is_cuda_touch,
+    rule,
+    uses_cuda,
+)
+
+
+def _env_key(f: ModuleFacts, node: ast.AST) -> Optional[str]:
+    """os.environ["RANK"], os.environ.get("RANK"), os.getenv("RANK") -> "RANK"."""
+    if isinstance(node, ast.Subscript):
+        if f.resolve(node.value) == "os.environ":
+            key = node.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return key.value
+        return None
+    if isinstance(node, ast.Call) and node.args:
+        callee = f.resolve(node.func)
+        if callee in ("os.environ.get", "os.getenv", "os.environ.__getitem__"):
+            key = node.args[0]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return key.value
+    return None
+
+
+def _is_composite_rank(value: ast.AST) -> bool:
+    """`node_rank * gpus_per_node + gpu`: the global rank built from the spawn index on a multi-node run."""
+    if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)):
+        return False
+    return any(
+        isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mult) for side in (value.left, value.right)
+    )
+
+
+class _GlobalRankTaint:
+    def __init__(self, f: ModuleFacts) -> None:
+        self.f = f
+        self.self_attrs: set[str] = set()  # "self.global_rank" keys tainted in any method
+        self.hits: list[tuple[ast.AST, str]] = []
+        # (function name, positional index) -> the rank expression a caller passes there.
+        self.param_taint: dict[tuple[str, int], str] = {}
+
+    def tainted(self, node: Optional[ast.AST], env: set[str]) -> Optional[str]:
+        """The rank expression's name when `node` holds the global rank, else None."""
+        if node is None:
+            return None
+        t = type(node)
+        if t is ast.Name or t is ast.Attribute:
+            key = dotted(node)
+            if key and (key in env or key in self.self_attrs):
+                return key
+            return None
+        if t is ast.Subscript:
+            # os.environ["RANK"], and any mapping keyed "RANK" (env_dict = {k: os.environ[k] ...}).
+            key = node.slice  # type: ignore[attr-defined]
+            if isinstance(key, ast.Constant) and key.value in _GLOBAL_RANK_ENV:
+                return f"{dotted(node.value) or '...'}[{key.value!r}]"  # type: ignore[attr-defined]
+            return None
+        if t is ast.Call:
+            ident = final_identifier(node)
+            if ident in ("int", "str") and len(node.args) == 1:  # type: ignore[attr-defined]
+                return self.tainted(node.args[0], env)  # type: ignore[attr-defined]
+            if ident in ("get_rank", "get_global_rank"):
+                return f"{ident}()"
+            return "RANK" if _env_key(self.f, node) in _GLOBAL_RANK_ENV else None
+        if t is ast.IfExp:
+            return self.tainted(node.body, env) or self.tainted(node.orelse, env)  # type: ignore[attr-defined]
+        if t is ast.BoolOp:
+            for v in node.values:  # type: ignore[attr-defined]
+                name = self.tainted(v, env)
+                if name:
+                    return name
+        return None
+
+    def assign(
+        self, targets: list[ast.expr], value: Optional[ast.expr], env: set[str], record_self: bool
+    ) -> None:
+        for target in targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [None] * len(target.elts)
+                if len(values) == len(target.elts):
+                    self.assign(list(target.elts), None, env, record_self)
+                    for t, v in zip(target.elts, values):
+                        self.assign([t], v, env, record_self)
+                continue
+            key = dotted(target)
+            if not key:
+                continue
+            name = self.tainted(value, env)
+            if not name and value is not None and _is_composite_rank(value):
+                ident = key.rsplit(".", 1)[-1]
+                if is_rank_identifier(ident) and "local" not in ident.lower():
+                    name = key
+            if name:
+                env.add(key)
+                if record_self and key.startswith("self."):
+                    self.self_attrs.add(key)
+            else:
+                env.discard(key)
+
+    def check_call(self, node: ast.Call, env: set[str]) -> None:
+        f = self.f
+        callee = f.resolve(node.func)
+        attr = final_identifier(node)
+        culprit: Optional[str] = None
+        if isinstance(node.func, ast.Name) and attr in f.functions:
+            # demo_basic(rank) with the global rank: the callee's parameter holds it too.
+            for index, arg in enumerate(node.args):
+                name = self.tainted(arg, env)
+                if name:
+                    self.param_taint.setdefault((attr, index), name)
+        if callee.endswith("cuda.set_device") or callee == "torch.accelerator.set_device_index":
+            culprit = self.tainted(node.args[0] if node.args else None, env)
+        elif attr in ("to", "cuda") and isinstance(node.func, ast.Attribute):
+            culprit = self.tainted(node.args[0] if node.args else None, env)
+        elif callee == "torch.device" and node.args:
+            first = node.args[0]
+            if _cuda_string(first) and len(node.args) > 1:
+                culprit = self.tainted(node.args[1], env)
+            else:
+                culprit = self.tainted(first, env)
+        for kw in node.keywords:
+            if culprit:
+                break
+            if kw.arg == "device_ids" and isinstance(kw.value, (ast.List, ast.Tuple)):
+                for elt in kw.value.elts:
+                    culprit = culprit or self.tainted(elt, env)
+            elif kw.arg in ("device", "output_device", "device_id", "map_location"):
+                culprit = self.tainted(kw.value, env)
+        if culprit:
+            self.hits.append((node, culprit))
+
+    def check_string(self, node: ast.AST, env: set[str]) -> None:
+        """Only the value right after "cuda:" picks the device: f"cuda:{x} (rank {rank})" is about x."""
+        index: Optional[ast.AST] = None
+        if isinstance(node, ast.JoinedStr):
+            for before, after in zip(node.values, node.values[1:]):
+                if (
+                    isinstance(before, ast.Constant)
+                    and str(before.value).endswith("cuda:")
+                    and isinstance(after, ast.FormattedValue)
+                ):
+                    index = after.value
+                    break
+        elif isinstance(node, ast.BinOp) and isinstance(node.left, ast.Constant):
+            if str(node.left.value).startswith("cuda:%"):
+                right = node.right
+                index = right.elts[0] if isinstance(right, ast.Tuple) and right.elts else right
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            template = node.func.value
+            if isinstance(template, ast.Constant) and str(template.value).startswith("cuda:{") and node.args:
+                index = node.args[0]
+        culprit = self.tainted(index, env)
+        if culprit:
+            self.hits.append((node, culprit))
+
+    def assignments(
+        self, body: list[ast.stmt], out: list[tuple[tuple[int, int], list[ast.expr], Optional[ast.expr]]]
+    ) -> None:
+        """The scope's assignments in source order, each keyed by where it takes effect (its end)."""
+        for stmt in body:
+            t = type(stmt)
+            if t is ast.Assign:
+                out.append(((stmt.end_lineno, stmt.end_col_offset), stmt.targets, stmt.value))  # type: ignore[attr-defined]
+            elif t is ast.AnnAssign:
+                if stmt.value is not None:  # type: ignore[attr-defined]
+                    out.append(((stmt.end_lineno, stmt.end_col_offset), [stmt.target], stmt.value))  # type: ignore[attr-defined]
+            elif t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                continue
+            elif t is ast.For or t is ast.AsyncFor:
+                it = stmt.iter  # type: ignore[attr-defined]
+                out.append(((it.end_lineno, it.end_col_offset), [stmt.target], None))  # type: ignore[attr-defined]
+                self.assignments(stmt.body, out)  # type: ignore[attr-defined]
+                self.assignments(stmt.orelse, out)  # type: ignore[attr-defined]
+            else:
+                for field in ("body", "orelse", "finalbody"):
+                    block = getattr(stmt, field, None)
+                    if block:
+                        self.assignments(block, out)
+                for h in getattr(stmt, "handlers", ()):
+                    self.assignments(h.body, out)
+                for case in getattr(stmt, "cases", ()):
+                    self.assignments(case.body, out)
+
+    def scope_pass(
+        self, scope: Scope, env: set[str], record_self: bool, sinks: list[tuple[tuple[int, int], ast.AST]]
+    ) -> set[str]:
+        """Apply the scope's assignments in source order, checking each sink against the names tainted so
+        far (flow-insensitive inside branches: simple, in source order)."""
+        events: list[tuple[tuple[int, int], list[ast.expr], Optional[ast.expr]]] = []
+        self.assignments(scope.node.body, events)  # type: ignore[attr-defined]
+        i = 0
+        for end, targets, value in events:
+            while i < len(sinks) and sinks[i][0] < end:
+                self.check_sink(sinks[i][1], env)
+                i += 1
+            self.assign(targets, value, env, record_self)
+        for _, node in sinks[i:]:
+            self.check_sink(node, env)
+        return env
+
+    def check_sink(self, node: ast.AST, env: set[str]) -> None:
+        if isinstance(node, ast.Call):
+            self.check_call(node, env)
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "format" and _cuda_prefix(func.value):
+                self.check_string(node, env)
+        else:
+            self.check_string(node, env)
+
+    def sinks(self) -> dict[int, list[tuple[tuple[int, int], ast.AST]]]:
+        """Per scope (by id), the calls and "cuda:..." strings that can pick a device, in source order."""
+        out: dict[int, list[tuple[tuple[int, int], ast.AST]]] = {}
+        for scope in self.f.scopes:
+            found = [
+                (cs.pos, cs.node)
+                for cs in scope.calls
+                if _maybe_device_sink(cs) or (cs.local and type(cs.node.func) is ast.Name)
+            ]
+            if found:
+                out[id(scope)] = found
+        for node, scope in self.f.cuda_strings:
+            out.setdefault(id(scope), []).append(((node.lineno, node.col_offset), node))  # type: ignore[attr-defined]
+        for found in out.values():
+            found.sort(key=lambda item: item[0])
+        return out
+
+    def run(self) -> list[tuple[ast.AST, str]]:
+        f = self.f
+        sinks = self.sinks()
+        if not sinks:
+            return []
+        module_env = self.scope_pass(f.module, set(), False, sinks.get(id(f.module), []))
+        functions = [s for s in f.scopes if not s.is_module]
+        # Pass 1 learns which self.<attr> hold the global rank in any method; pass 2 reports.
+        module_hits = list(self.hits)
+        if "self" in f.names:
+            for scope in functions:
+                self.scope_pass(scope, self._initial(module_env, scope), True, [])
+        self.hits = module_hits
+        for scope in functions:
+            found = sinks.get(id(scope))
+            if found:
+                self.scope_pass(scope, self._initial(module_env, scope), False, found)
+        # A function handed the global rank by a caller in this file: one more pass with that parameter
+        # tainted (one level: enough for `demo_basic(rank)` called from main()).
+        for scope in functions:
+            args = scope.node.args.args  # type: ignore[attr-defined]
+            extra = {
+                args[i].arg: culprit
+                for (name, i), culprit in self.param_taint.items()
+                if name == scope.name and i < len(args)
+            }
+            found = sinks.get(id(scope))
+            if extra and found:
+                self.scope_pass(scope, self._initial(module_env, scope) | set(extra), False, found)
+        return self.hits
+
+    @staticmethod
+    def _initial(module_env: set[str], scope: Scope) -> set[str]:
+        return {k for k in module_env if "." not in k and k not in scope.params}
+
+
+_DEVICE_KWARGS = frozenset({"device_ids", "device", "output_device", "device_id", "map_location"})
+
+
+def _maybe_device_sink(cs: CallSite) -> bool:
+    if cs.attr in ("to", "cuda", "set_device", "set_device_index", "device"):
+        return True
+    return any(kw.arg in _DEVICE_KWARGS for kw in cs.node.keywords)
+
+
+# Text that any global-rank source needs: get_rank(), a RANK-like environment key, `rank = a * b + c`.
+_RANK_SOURCE_RE = re.compile(
+    rb"get_(?:global_)?rank|['\"](?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK|PMIX_RANK)['\"]"
+    rb"|rank\s*=[^=\n][^\n]*\*"
+)
+
+
+def _cuda_prefix(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuda:")
+
+
+def is_test_file(path: str) -> bool:
+    """A unit-test module by its name: test_x.py or x_test.py (pytest's and unittest's conventions)."""
+    name = re.split(r"[\\/]", path)[-1]
+    return name.startswith("test_") or name.endswith("_test.py")
+
+
+@rule(
+    "DDP002",
+    "device-from-global-rank",
+    "GPU chosen from the global rank: on a multi-node run it is past the node's GPU count",
+    'pick the GPU with the local rank: local_rank = int(os.environ["LOCAL_RANK"]); torch.cuda.set_device(local_rank)',
+    "Ranks are numbered across nodes; GPU ordinals restart at 0 on every node.",
+)
+def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
+    if not _RANK_SOURCE_RE.search(f.source):
+        return  # no global rank is read or computed anywhere in the file
+    if is_test_file(f.path):
+        return  # unit tests of distributed code run on one node, where the global rank is the local one
+    seen: set[int] = set()
+    for node, culprit in _GlobalRankTaint(f).run():
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield (
+            node,
+            (
+                f"GPU chosen from the global rank `{culprit}`: on a multi-node run it is past the node's GPU count "
+                "(invalid device ordinal) or puts two ranks on one GPU"
+            ),
+        )
+
+
+def _mentions_nccl(node: Optional[ast.AST], f: Optional[ModuleFacts] = None) -> Optional[bool]:
+    """True / False when the backend expression is readable, None when it is not. `args.dist_backend`
+    is read through its argparse default in the same file."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and "nccl" in node.value.lower()
+    if f is not None and isinstance(node, ast.Attribute):
+        default = f.argparse_default(node)
+        return _mentions_nccl(default) if isinstance(default, ast.Constant) else None
+    if isinstance(node, ast.IfExp):
+        branches = [_mentions_nccl(node.body, f), _mentions_nccl(node.orelse, f)]
+        if True in branches:
+            return True
+        return False if branches == [False, False] else None
+    return None
+
+
+def _gpu_work(cs: CallSite) -> bool:
+    if cs.attr == "barrier" and cs.kwarg("device_ids") is not None:
+        return False  # barrier(device_ids=[i]) names its GPU: the documented way around the guess
+    return is_cuda_touch(cs) or cs.kwarg("device_ids") is not None or _is_collective_call(cs)
+
+
+def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
+    """Each NCCL init_process_group without a device set before it: (call, "bug" | "order", message).
+    "bug": GPU work (or a collective) runs before set_device, or set_device never follows; "order":
+    set_device follows with nothing on the GPU in between (the opinionated DDP021)."""
+    if "nccl_init_order" in f.memo:
+        return f.memo["nccl_init_order"]  # type: ignore[return-value]
+    out: list[tuple[CallSite, str, str]] = []
+    for cs in _init_calls(f):
+        if cs.kwarg("device_id") is not None or cs.has_star_kwargs():
+            continue
+        backend = cs.arg(0, "backend")
+        if backend is None:
+            if not uses_cuda(f):
+                continue
+        elif not _mentions_nccl(backend, f):
+            continue
+        before = happens_before(f, cs.scope, cs.pos, _is_set_device)
+        if before:
+            continue
+        set_at: Optional[CallSite] = None
+        work_at: Optional[CallSite] = None
+        for later in cs.scope.calls:
+            if later.pos <= cs.pos:
+                continue
+            if _is_set_device(later) or find_call_in(f, later, _is_set_device) is not None:
+                set_at = later
+                break
+            if work_at is None and (
+                _gpu_work(later) or find_call_in(f, later, _is_collective_call) is not None
+            ):
+                work_at = later
+        if set_at is not None and work_at is None:
+            out.append(
+                (
+                    cs,
+                    "order",
+                    f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}): "
+                    "nothing runs on the GPU in between, but this rank may start on GPU 0 if CUDA work "
+                    "moves before set_device",
+                )
+            )
+        elif set_at is not None and work_at is not None:
+            out.append(
+                (
+                    cs,
+                    "bug",
+                    f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}), "
+                    f"with GPU work or a collective in between (line {work_at.node.lineno}): that work runs "
+                    "on GPU 0 on every rank",
+                )
+            )
+        elif work_at is not None or (before is False and not is_entry(f, cs.scope)):
+            # (A process entry point that does nothing on the GPU after init has nothing to misplace.)
+            where = f" (GPU work at line {work_at.node.lineno})" if work_at is not None else ""
+            out.append(
+                (
+                    cs,
+                    "bug",
+                    "NCCL process group created and no torch.cuda.set_device() before or after it in this "
+                    f"process{where}: ranks may all start on GPU 0",
+                )
+            )
+    f.memo["nccl_init_order"] = out
+    return out
+
+
+@rule(
+    "DDP003",
+    "nccl-before-set-device",
+    "NCCL process group created before torch.cuda.set_device(), with GPU work in between: it runs on GPU 0",
+    "call torch.cuda.set_device(local_rank) before init_process_group, or pass device_id=torch.device('cuda', local_rank)",
+    "Without a current device, NCCL and CUDA contexts of every rank land on GPU 0.",
+)
+def check_nccl_before_set_device(f: ModuleFacts) -> Iterator[Hit]:
+    for cs, kind, message in nccl_init_order(f):
+        if kind == "bug":
+            yield cs.node, message
+
+
+@rule(
+    "DDP021",
+    "set-device-after-init",
+    "NCCL process group created before torch.cuda.set_device(), with nothing on the GPU in between",
+    "move torch.cuda.set_device(local_rank) above init_process_group, or pass device_id=",
+    "Harmless as written; fragile: CUDA work added between the two lines lands on GPU 0 on every rank.",
+    default=False,
+)
+def check_set_device_after_init(f: ModuleFacts) -> Iterator[Hit]:
+    for cs, kind, message in nccl_init_order(f):
+        if kind == "order":
+            yield cs.node, message

@@ -1,0 +1,217 @@
+"""Following calls and values through a project: who calls a function (in this file or, by import, in
+another), what runs before what, which guards a call sits under, which paths differ per rank.
+
+Source order and a few levels of calls: deliberately simple, and silent (None) where it cannot tell.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Callable, Iterator, Optional
+
+from ddpdoctor.lint.facts import (
+    CallSite,
+    ModuleFacts,
+    Scope,
+    dotted,
+    final_identifier,
+    is_rank_identifier,
+    mentions_rank,
+)
+
+
+def callees_of(f: ModuleFacts, cs: CallSite) -> list[tuple[ModuleFacts, Scope]]:
+    """The functions `cs` calls: in this file by name, or in another file of the project by import."""
+    if cs.local:
+        return [(f, s) for s in f.functions.get(cs.attr, ())]
+    if f.project is not None:
+        return f.project.callees(f, cs)  # type: ignore[attr-defined,no-any-return]
+    return []
+
+
+def callers_of(f: ModuleFacts, scope: Scope) -> list[tuple[ModuleFacts, CallSite]]:
+    """The calls into `scope`: from this file by name, and from other files of the project by import."""
+    out = [(f, c) for c in f.callers.get(scope.name, ()) if c.scope is not scope]
+    if f.project is not None and scope.parent is not None and scope.parent.is_module:
+        out += f.project.callers(f, scope)  # type: ignore[attr-defined]
+    return out
+
+
+def is_entry(f: ModuleFacts, scope: Scope) -> bool:
+    """Module code and functions passed as values (spawn targets, callbacks) run on every rank."""
+    return scope.is_module or scope.name in f.passed_refs
+
+
+def find_call_in(
+    f: ModuleFacts, cs: CallSite, pred: Callable[[CallSite], bool], depth: int = 0, seen: Optional[set] = None
+) -> Optional[CallSite]:
+    """A call matching `pred` made by the function(s) `cs` calls, a few levels deep (this file or project)."""
+    seen = set() if seen is None else seen
+    if depth > 3:
+        return None
+    for target, scope in callees_of(f, cs):
+        if id(scope) in seen:
+            continue
+        seen.add(id(scope))
+        for inner in scope.calls:
+            if pred(inner):
+                return inner
+            found = find_call_in(target, inner, pred, depth + 1, seen)
+            if found is not None:
+                return found
+    return None
+
+
+def function_contains(
+    f: ModuleFacts, name: str, pred: Callable[[CallSite], bool], depth: int, seen: set
+) -> bool:
+    """Some function called `name` (or one it calls, a few levels deep) makes a call matching `pred`."""
+    if depth > 4 or name in seen:
+        return False
+    seen.add(name)
+    for scope in f.functions.get(name, ()):
+        for cs in scope.calls:
+            if pred(cs) or (cs.local and function_contains(f, cs.attr, pred, depth + 1, seen)):
+                return True
+            if not cs.local and f.project is not None and find_call_in(f, cs, pred, depth + 1) is not None:
+                return True
+    return False
+
+
+def happens_before(
+    f: ModuleFacts, scope: Scope, pos: tuple[int, int], pred: Callable[[CallSite], bool], depth: int = 0
+) -> Optional[bool]:
+    """Does a call matching `pred` run before `pos` in `scope`: earlier in the same function (directly or
+    in a function it calls), or before the call into this function in some caller? Source order, a few
+    levels. None when it cannot be told (a helper whose callers live in another file)."""
+    if depth > 5:
+        return None
+    # Memoised per file: across a project, callers of callers fan out, and a helper called from many
+    # places would otherwise be walked again for each (the answer does not depend on who asks).
+    key = ("happens_before", id(scope), pos, id(pred))
+    if key in f.memo:
+        return f.memo[key]  # type: ignore[return-value]
+    f.memo[key] = None  # a cycle through this question answers "cannot tell"
+    answer = _happens_before(f, scope, pos, pred, depth)
+    f.memo[key] = answer
+    return answer
+
+
+def _happens_before(
+    f: ModuleFacts, scope: Scope, pos: tuple[int, int], pred: Callable[[CallSite], bool], depth: int
+) -> Optional[bool]:
+    for cs in scope.calls:
+        if cs.pos >= pos:
+            continue
+        if pred(cs) or (cs.local and function_contains(f, cs.attr, pred, 0, {scope.name})):
+            return True
+        if not cs.local and f.project is not None and find_call_in(f, cs, pred) is not None:
+            return True
+    if is_entry(f, scope):
+        return False  # the module's top level and spawn targets are where a process starts
+    callers = callers_of(f, scope)
+    if not callers:
+        return None
+    answers = [happens_before(g, c.scope, c.pos, pred, depth + 1) for g, c in callers]
+    if True in answers:
+        return True
+    return False if all(a is False for a in answers) else None
+
+
+def rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
+    """Every path into `scope` passes a rank-0 check (or we cannot see who calls it: stay silent)."""
+    if scope.guarded:
+        return True
+    if is_entry(f, scope):
+        return False  # module code and spawn targets / callbacks run on every rank
+    if depth > 5:
+        return True
+    key = ("rank_zero_only", id(scope))
+    if key not in f.memo:
+        f.memo[key] = True  # a recursive cycle adds no unguarded path
+        f.memo[key] = all(c.guarded or rank_zero_only(g, c.scope, depth + 1) for g, c in callers_of(f, scope))
+    return bool(f.memo[key])
+
+
+def runs_at_import(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
+    """Code in `scope` runs when the module is imported (no `__main__` guard on the way)."""
+    if scope.is_module:
+        return True
+    if depth > 5:
+        return False
+    return any(
+        not c.main_guard and runs_at_import(f, c.scope, depth + 1)
+        for c in f.callers.get(scope.name, ())
+        if c.scope is not scope
+    )
+
+
+def names_in(node: ast.AST) -> Iterator[str]:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+
+
+def in_memory(f: ModuleFacts, target: ast.AST) -> bool:
+    """`buf = io.BytesIO(); torch.save(obj, buf)`: no file is written."""
+    if isinstance(target, ast.Call):
+        return final_identifier(target) in ("BytesIO", "StringIO")
+    return any(
+        isinstance(v, ast.Call) and final_identifier(v) in ("BytesIO", "StringIO")
+        for v, _ in f.assigns.get(dotted(target) or "", ())
+    )
+
+
+def per_rank_path(f: ModuleFacts, path: ast.AST, depth: int = 0) -> bool:
+    """The path depends on the rank: directly (`f"ckpt{rank}.pt"`) or through a variable assigned from
+    one (`name = base + str(rank)`; `os.path.join(out, name)`; `with open(shard) as fh`). A variable is
+    read at its last assignment above the use (`fh` is reused by several `with` blocks)."""
+    if mentions_rank(path):
+        return True
+    if depth > 2:
+        return False
+    line = getattr(path, "lineno", 0)
+    for n in ast.walk(path):
+        if isinstance(n, (ast.Name, ast.Attribute)):
+            value = value_before(f, dotted(n) or "", line)
+            if value is not None and per_rank_path(f, value, depth + 1):
+                return True
+    return False
+
+
+def value_before(f: ModuleFacts, key: str, line: int) -> Optional[ast.expr]:
+    """The value last assigned to `key` on a line above `line` (else its first assignment anywhere)."""
+    assigned = f.assigns.get(key, ())
+    if not assigned:
+        return None
+    above = [(stmt.lineno, value) for value, stmt in assigned if stmt.lineno <= line]
+    return max(above, key=lambda item: item[0])[1] if above else assigned[0][0]
+
+
+# The script knows it runs across nodes: it names the global rank or the node rank apart from the local
+# one. (get_rank() alone is not enough: single-node scripts call it too.)
+_MULTI_NODE_RE = re.compile(rb"global_rank|node_rank|nnodes|num_nodes|['\"]RANK['\"]")
+
+
+def local_only(test: ast.AST) -> bool:
+    ranks = [i for i in names_in(test) if is_rank_identifier(i)]
+    return bool(ranks) and all("local" in i.lower() for i in ranks)
+
+
+def local_rank_guarded(f: ModuleFacts, cs: CallSite, depth: int = 0) -> Optional[int]:
+    """The line of the `local_rank == 0` check that alone guards `cs` in a multi-node script, else None."""
+    if not _MULTI_NODE_RE.search(f.source):
+        return None
+    guard = cs.guarded
+    if isinstance(guard, ast.AST) and not isinstance(guard, (ast.Name, ast.Attribute, ast.Call)):
+        return guard.lineno if local_only(guard) else None  # type: ignore[attr-defined]
+    if guard or is_entry(f, cs.scope) or depth > 3:
+        return None
+    callers = callers_of(f, cs.scope)
+    lines = [local_rank_guarded(g, c, depth + 1) for g, c in callers]
+    if lines and all(line is not None for line in lines):
+        return lines[0]
+    return None
