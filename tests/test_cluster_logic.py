@@ -600,3 +600,21 @@ def test_name_absent_when_node_names_are_not_host_names() -> None:
     # A rank is missing: it is named by number, not by a node name that may be wrong.
     ranks, hosts = name_absent([1], joined, ["queue-dy-p4d-1", "queue-dy-p4d-2"], 2, "SLURM_JOB_NODELIST")
     assert ranks == {1: ("rank 1", "never published its identity")} and hosts == []
+
+
+def test_bad_peer_payload_in_the_store_is_no_data_not_a_crash() -> None:
+    import time
+
+    torch_dist = pytest.importorskip("torch.distributed")
+    from ddpdoctor.cluster.membership import Channel, payload_key
+    from ddpdoctor.cluster.session import collect_from_store
+
+    # A real store (torch's in-process HashStore, the same API as the TCPStore between nodes).
+    channel = Channel(torch_dist.HashStore())
+    channel.set(payload_key(1), "[" * 200_000)  # json.loads raises RecursionError on this
+    channel.set(payload_key(2), "[" * 70 + "]" * 70)  # parses, but nests past the edge limit
+    channel.set(payload_key(3), "{not json")
+    channel.set_json(payload_key(4), {"facts": {}, "findings": []})
+    assert channel.get_json(payload_key(1)) is None
+    got = collect_from_store(channel, [1, 2, 3, 4], time.monotonic() + 0.3)
+    assert got == {4: {"facts": {}, "findings": []}}
