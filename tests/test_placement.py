@@ -326,3 +326,20 @@ def test_pairwise_backend_is_chosen_from_every_rank_alike() -> None:
     assert choose_backend(crowded, "gloo") == ("gloo", [], [])
     # A node without CUDA: auto is gloo for everyone.
     assert choose_backend([entry("a", 0, 8), entry("b", 0, 0, cuda=False)], "auto")[0] == "gloo"
+
+
+def test_fake_gpu_dir_is_read_through_the_bounded_edge_reader(tmp_path: Path) -> None:
+    from ddpdoctor.bench.preflight import read_fake_gpus
+
+    result, gpus, version, cuda = read_fake_gpus(str(REPLAY))
+    assert result.ok and len(gpus) == 1 and version
+    # Garbage in the stand-in directory is an unusable GPU reading, never a traceback or a hang.
+    (tmp_path / "torch-info.txt").write_text("{}")
+    (tmp_path / "nvml.json").write_text("[" * 200_000)  # RecursionError in json.loads
+    result, gpus, _, _ = read_fake_gpus(str(tmp_path))
+    assert not result.found and gpus == [] and "nested" in result.error
+    if hasattr(os, "mkfifo"):
+        (tmp_path / "nvml.json").unlink()
+        os.mkfifo(tmp_path / "nvml.json")  # read_text() would wait for a writer forever
+        result, gpus, _, _ = read_fake_gpus(str(tmp_path))
+        assert not result.found and "FIFO" in result.error

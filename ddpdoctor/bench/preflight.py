@@ -7,13 +7,13 @@ build metadata (read without importing torch); `plan_launch` judges them with no
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from ddpdoctor.checks.gpu.placement import GpuSupply, LocalRanks, judge_placement, read_local_ranks
+from ddpdoctor.edge.files import load_json_file
 from ddpdoctor.model import Evidence, Finding, Severity, define
 from ddpdoctor.runner import Command, CommandResult, define_command
 from ddpdoctor.visible_devices import VisibleDevices, parse_visible_devices
@@ -176,8 +176,8 @@ def read_fake_gpus(directory: str) -> tuple[CommandResult, list[GpuInfo], Option
     """The test-only stand-in (FAKE_GPU_ENV): GPUs from nvml.json, torch's build from torch-info.txt."""
     root = Path(directory)
     try:
-        nvml = json.loads((root / "nvml.json").read_text()[:4_000_000])
-        torch_info = json.loads((root / "torch-info.txt").read_text()[:1_000_000])
+        nvml = load_json_file(root / "nvml.json")
+        torch_info = load_json_file(root / "torch-info.txt")
         gpus = [
             GpuInfo(
                 index=int(g["index"]),
