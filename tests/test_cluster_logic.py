@@ -392,6 +392,19 @@ def test_finding_round_trip_and_report_exit_code() -> None:
     json.dumps(data)
 
 
+def test_cluster_json_writes_no_fix_as_null_like_check_json() -> None:
+    ok = SPEC.finding(Severity.OK, "fine")
+    warn = SPEC.finding(Severity.WARN, "s", fix="do this")
+    report = ClusterReport(
+        launcher="torchrun", world_size=2, nodes=[_node("node 0", dict(BASE), [ok, warn])], findings=[ok]
+    )
+    data = report.to_dict()
+    assert data["findings"][0]["fix"] is None
+    assert [f["fix"] for f in data["nodes"][0]["findings"]] == [None, "do this"]
+    # A node's payload, or a report read back, with a null fix is a finding without one (not "None").
+    assert finding_from_dict({**ok.to_json(), "fix": None}) == ok
+
+
 # ---------------------------------------------------------------------------------------------
 # Key facts from their sources
 
