@@ -10,7 +10,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ddpdoctor.checks.gpu.placement import GpuSupply, LocalRanks, judge_placement, read_local_ranks
 from ddpdoctor.edge.files import load_json_file
@@ -197,6 +197,20 @@ def read_fake_gpus(directory: str) -> tuple[CommandResult, list[GpuInfo], Option
     shown = "\n".join(f"{g.index}, {g.uuid}, {g.name}, {g.compute_mode}" for g in gpus)
     result = CommandResult(argv=NVIDIA_SMI_GPUS.argv, returncode=0, stdout=shown)
     return result, gpus, torch.get("version"), torch.get("cuda")
+
+
+def read_memory_ceiling(backend: str, indices: Optional[list[int]], names: Sequence[str]) -> Any:
+    """The GPUs' memory bandwidth (limits.MemoryBandwidth from NVML, else the datasheet table by GPU
+    name): no algbw above it is real. None for gloo on CPU."""
+    if backend != "nccl":
+        return None
+    from ddpdoctor.bench.limits import bandwidth_ceiling
+    from ddpdoctor.nvml import read_memory_specs
+
+    specs = read_memory_specs(indices)
+    if specs:
+        return bandwidth_ceiling([(s["name"], s["bus_width_bits"], s["max_memory_clock_mhz"]) for s in specs])
+    return bandwidth_ceiling([(n, None, None) for n in names])
 
 
 def gather_launch_facts(
