@@ -109,6 +109,18 @@ def test_find_jobs_without_agent_and_unreadable_environ():
     assert "no distributed job" in select_job([], None)[1]
 
 
+def test_find_jobs_takes_garbage_rank_variables_as_no_rank():
+    # Another user's process environment is untrusted: '²' passes str.isdigit() but not int().
+    procs = [
+        _proc(30, 1, "python train.py", RANK="0", MASTER_ADDR="n1", MASTER_PORT="29500"),
+        _proc(31, 1, "python train.py", RANK="²", LOCAL_RANK="1", MASTER_ADDR="n1", MASTER_PORT="29500"),
+        _proc(32, 1, "python train.py", RANK="-1", WORLD_SIZE="٣", MASTER_ADDR="n1", MASTER_PORT="29500"),
+    ]
+    jobs = find_jobs(procs)
+    assert [[(w.pid, w.rank) for w in j.workers] for j in jobs] == [[(30, 0), (31, None)]]
+    assert jobs[0].world_size is None
+
+
 def test_format_ranks():
     assert format_ranks([0, 1, 2, 4, 6, 7]) == "0-2, 4, 6-7"
 
