@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ddpdoctor.edge.files import read_user_bytes
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
@@ -259,8 +260,8 @@ def read_dumps(spec: str) -> list[DumpRead]:
     seen_ranks: dict[int, int] = {}
     for path in fr_candidates(spec):
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_DUMP_BYTES + 1)
+            # The shared bounded reader: regular files only, a file over the limit refused by its size.
+            data = read_user_bytes(path, MAX_DUMP_BYTES)
         except OSError as exc:
             out.append(DumpRead(str(path), error=f"{path}: {exc.strerror or exc}"))
             continue
