@@ -63,18 +63,10 @@ def _refuse_malformed_launch(json_file: Optional[str]) -> None:
     if not refusals:
         return
     render_refusals(refusals)
-    bench_output.write_outputs(
+    bench_output.write_refusal_outputs(
         {"json_file": json_file, "csv_file": None, "format": "table"},
-        rows=[],
-        env={"host": socket.gethostname()},
-        config={},
-        summaries=[],
-        verdicts=[],
-        launch=None,
-        refusals=[f.to_dict() for f in refusals],
-        code=int(ExitCode.USAGE),
-        expected=None,
-        ratios=[],
+        {"host": socket.gethostname()},
+        refusals,
     )
     raise typer.Exit(int(ExitCode.USAGE))
 
@@ -335,18 +327,8 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
     decision = with_one_rank_gate_refusal(decision, *_gates(options))
     if decision.refusals:
         render_refusals(decision.refusals)
-        bench_output.write_outputs(
-            options,
-            rows=[],
-            env=_environment(facts, {}, decision.backend, decision.nproc),
-            config={},
-            summaries=[],
-            verdicts=[],
-            launch=None,
-            refusals=[f.to_dict() for f in decision.refusals],
-            code=int(ExitCode.USAGE),
-            expected=None,
-            ratios=[],
+        bench_output.write_refusal_outputs(
+            options, _environment(facts, {}, decision.backend, decision.nproc), decision.refusals
         )
         return int(ExitCode.USAGE)
     render_notes(decision.notes)
@@ -408,18 +390,10 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     if decision.refusals:
         render_rank_refusals(decision.refusals, ext.rank, ext.local_rank)
         if ext.rank == 0:
-            bench_output.write_outputs(
+            bench_output.write_refusal_outputs(
                 options,
-                rows=[],
-                env=_environment(facts, {"launcher": ext.launcher}, decision.backend, ext.world_size),
-                config={},
-                summaries=[],
-                verdicts=[],
-                launch=None,
-                refusals=[f.to_dict() for f in decision.refusals],
-                code=int(ExitCode.USAGE),
-                expected=None,
-                ratios=[],
+                _environment(facts, {"launcher": ext.launcher}, decision.backend, ext.world_size),
+                decision.refusals,
             )
         linger_for_siblings()
         return int(ExitCode.USAGE)
@@ -434,19 +408,7 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         render_refusals([refusal])
         if ext.rank == 0:
             env = {"host": socket.gethostname(), "backend": chosen, "world_size": ext.world_size}
-            bench_output.write_outputs(
-                options,
-                rows=[],
-                env={**env, "launcher": ext.launcher},
-                config={},
-                summaries=[],
-                verdicts=[],
-                launch=None,
-                refusals=[refusal.to_dict()],
-                code=int(ExitCode.USAGE),
-                expected=None,
-                ratios=[],
-            )
+            bench_output.write_refusal_outputs(options, {**env, "launcher": ext.launcher}, [refusal])
         return int(ExitCode.USAGE)
     with BenchProgress(plan.steps if ext.rank == 0 else 0) as progress:
         result = join_as_rank(

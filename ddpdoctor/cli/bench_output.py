@@ -134,3 +134,23 @@ def write_csv(fh: Any, fields: list[str], rows: list[dict[str, Any]]) -> None:
     writer = csv.DictWriter(fh, fieldnames=fields)
     writer.writeheader()
     writer.writerows(rows)
+
+
+def write_refusal_outputs(options: dict[str, Any], env: dict[str, Any], refusals: Sequence[Any]) -> bool:
+    """The --json/--csv/--format outputs of a launch refused before start (exit 2): no rows, the
+    refusals (Findings) and the environment as far as it is known."""
+    from ddpdoctor.model import ExitCode
+
+    return write_outputs(
+        options,
+        rows=[],
+        env=env,
+        config={},
+        summaries=[],
+        verdicts=[],
+        launch=None,
+        refusals=[f.to_dict() for f in refusals],
+        code=int(ExitCode.USAGE),
+        expected=None,
+        ratios=[],
+    )
