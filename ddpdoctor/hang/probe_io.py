@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from ddpdoctor.edge.files import read_user_bytes
+from ddpdoctor.edge.procfs import read_process_state as process_state
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
@@ -200,17 +201,6 @@ def dump_stack(pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: f
     if not result.found:
         return RankStack(rank, pid, error=result.describe_failure(), error_kind="missing")
     return parse_pyspy_result(rank, pid, result.stdout, result.stderr, result.ok)
-
-
-def process_state(pid: int) -> str:
-    """The state letter of /proc/PID/stat (R, S, D, T, t, Z, ...), '' when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read(4096)
-    except OSError:
-        return ""
-    fields = data.rsplit(b")", 1)[-1].split()
-    return fields[0].decode("ascii", "replace") if fields else ""
 
 
 def ptrace_scope() -> Optional[int]:
