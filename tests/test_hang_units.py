@@ -258,3 +258,14 @@ def test_a_stopped_rank_is_named(tmp_path):
     assert report.verdict["kind"] == "stopped" and report.verdict["culprit_ranks"] == [3]
     assert f"kill -CONT {proc.pid}" in report.verdict["fix"]
     jsonschema.validate(report.to_dict(), SCHEMA)
+
+
+def test_deeply_nested_json_from_pyspy_or_ras_is_refused_as_garbage():
+    from ddpdoctor.hang.ras import parse_ras_json
+
+    # Nested past the edge loader's limit: never a RecursionError, never an empty reading that looks fine.
+    for text in ("[" * 70 + "]" * 70, "[" * 200_000):
+        with pytest.raises(ValueError, match="nested"):
+            parse_pyspy_json(text)
+    with pytest.raises(ValueError, match="nested"):
+        parse_ras_json('{"a":' * 70 + "1" + "}" * 70)
