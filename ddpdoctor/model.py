@@ -77,6 +77,11 @@ class Finding:
             "data": dict(self.data),
         }
 
+    def to_json(self) -> dict[str, Any]:
+        """to_dict as every --json output writes it: no fix is null, not "" (a finding with nothing to
+        do, ok, info or skip, says so plainly)."""
+        return {**self.to_dict(), "fix": self.fix or None}
+
 
 @dataclass(frozen=True)
 class CheckSpec:
@@ -170,6 +175,5 @@ class Report:
             "areas": list(self.areas),
             "exit_code": int(self.exit_code(strict)),
             "counts": counts,
-            # No fix is null, not "": a finding with nothing to do (ok, info, skip) says so plainly.
-            "findings": [{**f.to_dict(), "fix": f.fix or None} for f in self.findings],
+            "findings": [f.to_json() for f in self.findings],
         }

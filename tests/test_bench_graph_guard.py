@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 
 import ddpdoctor.bench.launcher as launcher
 import ddpdoctor.bench.preflight as preflight
-import ddpdoctor.cli.bench as bench_cli
 from ddpdoctor.bench.compare import (
     BINARIES,
     nccl_tests_column,
@@ -385,7 +384,7 @@ def test_implausible_rows_leave_gates(
     monkeypatch: pytest.MonkeyPatch, clean_env: None, tmp_path: Path
 ) -> None:
     # The edge fact faked: a memory bandwidth so low that every measured row is above it.
-    monkeypatch.setattr(bench_cli, "_memory_ceiling", lambda *a: MemoryBandwidth(1e-9, "test ceiling"))
+    monkeypatch.setattr(preflight, "read_memory_ceiling", lambda *a: MemoryBandwidth(1e-9, "test ceiling"))
     out = tmp_path / "b.json"
     args = [
         "--backend",

@@ -392,6 +392,19 @@ def test_finding_round_trip_and_report_exit_code() -> None:
     json.dumps(data)
 
 
+def test_cluster_json_writes_no_fix_as_null_like_check_json() -> None:
+    ok = SPEC.finding(Severity.OK, "fine")
+    warn = SPEC.finding(Severity.WARN, "s", fix="do this")
+    report = ClusterReport(
+        launcher="torchrun", world_size=2, nodes=[_node("node 0", dict(BASE), [ok, warn])], findings=[ok]
+    )
+    data = report.to_dict()
+    assert data["findings"][0]["fix"] is None
+    assert [f["fix"] for f in data["nodes"][0]["findings"]] == [None, "do this"]
+    # A node's payload, or a report read back, with a null fix is a finding without one (not "None").
+    assert finding_from_dict({**ok.to_json(), "fix": None}) == ok
+
+
 # ---------------------------------------------------------------------------------------------
 # Key facts from their sources
 
@@ -600,3 +613,21 @@ def test_name_absent_when_node_names_are_not_host_names() -> None:
     # A rank is missing: it is named by number, not by a node name that may be wrong.
     ranks, hosts = name_absent([1], joined, ["queue-dy-p4d-1", "queue-dy-p4d-2"], 2, "SLURM_JOB_NODELIST")
     assert ranks == {1: ("rank 1", "never published its identity")} and hosts == []
+
+
+def test_bad_peer_payload_in_the_store_is_no_data_not_a_crash() -> None:
+    import time
+
+    torch_dist = pytest.importorskip("torch.distributed")
+    from ddpdoctor.cluster.membership import Channel, payload_key
+    from ddpdoctor.cluster.session import collect_from_store
+
+    # A real store (torch's in-process HashStore, the same API as the TCPStore between nodes).
+    channel = Channel(torch_dist.HashStore())
+    channel.set(payload_key(1), "[" * 200_000)  # json.loads raises RecursionError on this
+    channel.set(payload_key(2), "[" * 70 + "]" * 70)  # parses, but nests past the edge limit
+    channel.set(payload_key(3), "{not json")
+    channel.set_json(payload_key(4), {"facts": {}, "findings": []})
+    assert channel.get_json(payload_key(1)) is None
+    got = collect_from_store(channel, [1, 2, 3, 4], time.monotonic() + 0.3)
+    assert got == {4: {"facts": {}, "findings": []}}

@@ -143,6 +143,15 @@ def test_prefix_directory_and_single_file(tmp_path):
     assert read_dumps(str(tmp_path / "rank_1"))[0].dump.rank == 1
 
 
+def test_dump_over_the_limit_is_refused_by_size(tmp_path, monkeypatch):
+    import ddpdoctor.hang.probe_io as probe_io
+
+    (tmp_path / "rank_0").write_bytes((FIX / "sleep" / "rank_0").read_bytes())
+    monkeypatch.setattr(probe_io, "MAX_DUMP_BYTES", 16)
+    reads = read_dumps(str(tmp_path / "rank_0"))
+    assert reads[0].dump is None and "too large" in reads[0].error
+
+
 def test_json_and_pickle_of_one_rank_keep_the_pickle():
     reads = read_dumps(str(FIX / "skip"))
     assert len(reads) == 3 and all(r.dump.entries_have_frames() for r in reads)

@@ -109,6 +109,18 @@ def test_find_jobs_without_agent_and_unreadable_environ():
     assert "no distributed job" in select_job([], None)[1]
 
 
+def test_find_jobs_takes_garbage_rank_variables_as_no_rank():
+    # Another user's process environment is untrusted: '²' passes str.isdigit() but not int().
+    procs = [
+        _proc(30, 1, "python train.py", RANK="0", MASTER_ADDR="n1", MASTER_PORT="29500"),
+        _proc(31, 1, "python train.py", RANK="²", LOCAL_RANK="1", MASTER_ADDR="n1", MASTER_PORT="29500"),
+        _proc(32, 1, "python train.py", RANK="-1", WORLD_SIZE="٣", MASTER_ADDR="n1", MASTER_PORT="29500"),
+    ]
+    jobs = find_jobs(procs)
+    assert [[(w.pid, w.rank) for w in j.workers] for j in jobs] == [[(30, 0), (31, None)]]
+    assert jobs[0].world_size is None
+
+
 def test_format_ranks():
     assert format_ranks([0, 1, 2, 4, 6, 7]) == "0-2, 4, 6-7"
 
@@ -246,3 +258,14 @@ def test_a_stopped_rank_is_named(tmp_path):
     assert report.verdict["kind"] == "stopped" and report.verdict["culprit_ranks"] == [3]
     assert f"kill -CONT {proc.pid}" in report.verdict["fix"]
     jsonschema.validate(report.to_dict(), SCHEMA)
+
+
+def test_deeply_nested_json_from_pyspy_or_ras_is_refused_as_garbage():
+    from ddpdoctor.hang.ras import parse_ras_json
+
+    # Nested past the edge loader's limit: never a RecursionError, never an empty reading that looks fine.
+    for text in ("[" * 70 + "]" * 70, "[" * 200_000):
+        with pytest.raises(ValueError, match="nested"):
+            parse_pyspy_json(text)
+    with pytest.raises(ValueError, match="nested"):
+        parse_ras_json('{"a":' * 70 + "1" + "}" * 70)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ddpdoctor.checks.gpu.placement import (
     GpuSupply,
     LocalRanks,
+    choose_cuda_index,
     judge_placement,
     read_local_ranks,
     supply_from_gpus,
@@ -198,6 +199,58 @@ def test_any_launcher_environment_gives_a_consistent_verdict(env, visible, backe
         assert placement and placement[0].severity == Severity.OK
 
 
+@given(
+    env=st.dictionaries(st.sampled_from(_NAMES), _VALUE, max_size=8),
+    visible=st.integers(1, 16),
+    local_rank=st.integers(0, 31),
+)
+def test_a_rank_the_judgement_passes_pins_a_gpu_it_can_see(env, visible, local_rank) -> None:
+    ranks = read_local_ranks(env)
+    if ranks.count is None or local_rank >= ranks.count:
+        return
+    findings = judge_placement(ranks, GpuSupply(visible, "NVML"), "nccl")
+    if max(f.severity for f in findings) == Severity.OK:
+        assert 0 <= choose_cuda_index(local_rank, visible, env) < visible
+
+
+def test_srun_per_task_binding_pins_the_tasks_own_gpu() -> None:
+    # srun --ntasks-per-node=4 --gpus-per-task=1: task 3 sees one GPU, as device 0.
+    bound = {"SLURM_NTASKS_PER_NODE": "4", "SLURM_STEP_ID": "0", "SLURM_GPUS_PER_TASK": "1"}
+    assert one(judge_placement(read_local_ranks(bound), GpuSupply(1, "NVML"), "nccl")).severity == Severity.OK
+    assert choose_cuda_index(3, 1, bound) == 0
+    # --gpus-per-task=2: task 3 sees its own two GPUs as 0 and 1.
+    assert choose_cuda_index(3, 2, {**bound, "SLURM_GPUS_PER_TASK": "2"}) == 0
+    # Not bound (torchrun, or srun with every GPU visible): LOCAL_RANK, as before.
+    torchrun = {"LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x"}
+    assert [choose_cuda_index(r, 4, torchrun) for r in range(4)] == [0, 1, 2, 3]
+    assert choose_cuda_index(1, None, torchrun) == 1
+    # Two ranks, two GPUs but LOCAL_RANK 3: the judgement fails it; the index stays what CUDA rejects.
+    assert choose_cuda_index(3, 2, torchrun) == 3
+    # One GPU visible per rank (a wrapper narrowing CUDA_VISIBLE_DEVICES): the only GPU there is.
+    assert choose_cuda_index(5, 1, torchrun) == 0
+
+
+def test_bench_worker_pins_the_device_the_judgement_expects(monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    from ddpdoctor.bench import worker
+
+    pinned: list[int] = []
+    # Fake only the CUDA boundary: one GPU visible to this task, set_device recorded.
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: pinned.append(index))
+    for name, value in {
+        "SLURM_NTASKS_PER_NODE": "4",
+        "SLURM_STEP_ID": "0",
+        "SLURM_GPUS_PER_TASK": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "PET_NPROC_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    assert worker.select_device("nccl", 2) == torch.device("cuda", 0)
+    assert pinned == [0]
+    assert worker.select_device("gloo", 2) == torch.device("cpu")
+
+
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LOCAL_", "TORCHELASTIC_"))}
     base.update({"COLUMNS": "120", "NO_COLOR": "1"})
@@ -273,3 +326,20 @@ def test_pairwise_backend_is_chosen_from_every_rank_alike() -> None:
     assert choose_backend(crowded, "gloo") == ("gloo", [], [])
     # A node without CUDA: auto is gloo for everyone.
     assert choose_backend([entry("a", 0, 8), entry("b", 0, 0, cuda=False)], "auto")[0] == "gloo"
+
+
+def test_fake_gpu_dir_is_read_through_the_bounded_edge_reader(tmp_path: Path) -> None:
+    from ddpdoctor.bench.preflight import read_fake_gpus
+
+    result, gpus, version, cuda = read_fake_gpus(str(REPLAY))
+    assert result.ok and len(gpus) == 1 and version
+    # Garbage in the stand-in directory is an unusable GPU reading, never a traceback or a hang.
+    (tmp_path / "torch-info.txt").write_text("{}")
+    (tmp_path / "nvml.json").write_text("[" * 200_000)  # RecursionError in json.loads
+    result, gpus, _, _ = read_fake_gpus(str(tmp_path))
+    assert not result.found and gpus == [] and "nested" in result.error
+    if hasattr(os, "mkfifo"):
+        (tmp_path / "nvml.json").unlink()
+        os.mkfifo(tmp_path / "nvml.json")  # read_text() would wait for a writer forever
+        result, gpus, _, _ = read_fake_gpus(str(tmp_path))
+        assert not result.found and "FIFO" in result.error

@@ -184,6 +184,26 @@ def test_redaction_helpers() -> None:
     assert redact_text("x secret-and-more y", both) == f"x {REDACTED} y"
 
 
+def test_literal_redaction_spares_values_that_do_not_look_like_secrets() -> None:
+    # Secret-named variables with ordinary values: replacing those everywhere would garble the report.
+    env = {
+        "SESSION_TIMEOUT": "1000",
+        "AUTH_METHOD": "password",
+        "KEY_VERSION": "2.28.9",
+        "SESSION_PIN": "12345678",
+        "DB_PASSWORD": "hunter2x9",
+        "HF_TOKEN": "hf_AbCdEfGhIjKlMnOpQrStUv",
+    }
+    text = "all_reduce 1000 bytes in 2.28.9, auth by password; db hunter2x9 hf_AbCdEfGhIjKlMnOpQrStUv"
+    assert redact_text(text, env) == (
+        f"all_reduce 1000 bytes in 2.28.9, auth by password; db {REDACTED} {REDACTED}"
+    )
+    # Assigned values are still redacted whatever they look like.
+    assert redact_text("API_KEY=12345678 DB_PASSWORD: 1000", env) == (
+        f"API_KEY={REDACTED} DB_PASSWORD: {REDACTED}"
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "leaked"),
     [

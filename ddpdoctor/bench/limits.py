@@ -179,3 +179,18 @@ def one_rank_gate_refusal(
         evidence=[Evidence("world size", "1")],
         data={"world_size": 1, "gates": gates},
     )
+
+
+def with_one_rank_gate_refusal(
+    decision: Any, min_busbw: Optional[float], baseline: bool, expect_busbw: bool
+) -> Any:
+    """A launch decision (preflight.LaunchDecision) with the world-size-1 gate refusal added, when it
+    applies and nothing else was refused already."""
+    import dataclasses
+
+    if decision.refusals:
+        return decision
+    refusal = one_rank_gate_refusal(decision.nproc, min_busbw, baseline, expect_busbw)
+    if refusal is None:
+        return decision
+    return dataclasses.replace(decision, refusals=(*decision.refusals, refusal))

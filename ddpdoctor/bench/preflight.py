@@ -7,13 +7,13 @@ build metadata (read without importing torch); `plan_launch` judges them with no
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ddpdoctor.checks.gpu.placement import GpuSupply, LocalRanks, judge_placement, read_local_ranks
+from ddpdoctor.edge.files import load_json_file
 from ddpdoctor.model import Evidence, Finding, Severity, define
 from ddpdoctor.runner import Command, CommandResult, define_command
 from ddpdoctor.visible_devices import VisibleDevices, parse_visible_devices
@@ -176,8 +176,8 @@ def read_fake_gpus(directory: str) -> tuple[CommandResult, list[GpuInfo], Option
     """The test-only stand-in (FAKE_GPU_ENV): GPUs from nvml.json, torch's build from torch-info.txt."""
     root = Path(directory)
     try:
-        nvml = json.loads((root / "nvml.json").read_text()[:4_000_000])
-        torch_info = json.loads((root / "torch-info.txt").read_text()[:1_000_000])
+        nvml = load_json_file(root / "nvml.json")
+        torch_info = load_json_file(root / "torch-info.txt")
         gpus = [
             GpuInfo(
                 index=int(g["index"]),
@@ -197,6 +197,20 @@ def read_fake_gpus(directory: str) -> tuple[CommandResult, list[GpuInfo], Option
     shown = "\n".join(f"{g.index}, {g.uuid}, {g.name}, {g.compute_mode}" for g in gpus)
     result = CommandResult(argv=NVIDIA_SMI_GPUS.argv, returncode=0, stdout=shown)
     return result, gpus, torch.get("version"), torch.get("cuda")
+
+
+def read_memory_ceiling(backend: str, indices: Optional[list[int]], names: Sequence[str]) -> Any:
+    """The GPUs' memory bandwidth (limits.MemoryBandwidth from NVML, else the datasheet table by GPU
+    name): no algbw above it is real. None for gloo on CPU."""
+    if backend != "nccl":
+        return None
+    from ddpdoctor.bench.limits import bandwidth_ceiling
+    from ddpdoctor.nvml import read_memory_specs
+
+    specs = read_memory_specs(indices)
+    if specs:
+        return bandwidth_ceiling([(s["name"], s["bus_width_bits"], s["max_memory_clock_mhz"]) for s in specs])
+    return bandwidth_ceiling([(n, None, None) for n in names])
 
 
 def gather_launch_facts(

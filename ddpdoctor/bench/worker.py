@@ -422,10 +422,14 @@ def _maybe_fault(fault: Optional[FaultHook], rank: int, op: str, size: int) -> N
 
 
 def select_device(backend: str, local_rank: int) -> torch.device:
-    """The device this rank works on; NCCL ranks pin one GPU each before any CUDA work."""
+    """The device this rank works on; NCCL ranks pin one GPU each before any CUDA work (the index as
+    the placement judgement sees it: under srun's per-task binding, the task's own GPU)."""
     if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        from ddpdoctor.checks.gpu.placement import choose_cuda_index
+
+        index = choose_cuda_index(local_rank, torch.cuda.device_count(), os.environ)
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import typer
 
+from ddpdoctor.cli import bench_output
 from ddpdoctor.cli.app import app, expect_option, linger_for_siblings, seconds_option
 from ddpdoctor.model import ExitCode
 
@@ -52,41 +51,6 @@ def _usage(message: str) -> typer.Exit:
     return typer.Exit(int(ExitCode.USAGE))
 
 
-def output_path_problem(path: str) -> Optional[str]:
-    """Why FILE cannot be written (None when it can): checked before launch, so that a benchmark is
-    never run only to lose its results. Equivalent: test -d FILE || test -w "$(dirname FILE)"."""
-    target = Path(path)
-    if target.is_dir():
-        return "it is a directory"
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        return f"its directory {str(parent)!r} does not exist"
-    if target.exists():
-        if not os.access(target, os.W_OK):
-            return "it is not writable"
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        return f"its directory {str(parent)!r} is not writable"
-    return _open_for_writing(target)
-
-
-def _open_for_writing(target: Path) -> Optional[str]:
-    """Really open FILE for writing (created when absent, never truncated), the only test that holds
-    for /proc, read-only mounts and quotas; a file created here is removed again, so a run refused later
-    leaves nothing behind. O_NONBLOCK: a FIFO without a reader is refused instead of blocking."""
-    existed = target.exists()
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    os.close(fd)
-    if not existed:
-        try:
-            target.unlink()
-        except OSError:
-            pass
-    return None
-
-
 def _refuse_malformed_launch(json_file: Optional[str]) -> None:
     """A launcher variable that is not a number (RANK=abc) is refused, as `check` reports it
     (launch.var.malformed), instead of silently running a local benchmark: exit 2 on every rank."""
@@ -99,18 +63,10 @@ def _refuse_malformed_launch(json_file: Optional[str]) -> None:
     if not refusals:
         return
     render_refusals(refusals)
-    _write_outputs(
+    bench_output.write_refusal_outputs(
         {"json_file": json_file, "csv_file": None, "format": "table"},
-        rows=[],
-        env={"host": socket.gethostname()},
-        config={},
-        summaries=[],
-        verdicts=[],
-        launch=None,
-        refusals=[f.to_dict() for f in refusals],
-        code=int(ExitCode.USAGE),
-        expected=None,
-        ratios=[],
+        {"host": socket.gethostname()},
+        refusals,
     )
     raise typer.Exit(int(ExitCode.USAGE))
 
@@ -124,7 +80,7 @@ def _check_outputs(json_file: Optional[str], csv_file: Optional[str]) -> None:
             continue
         if not value:
             raise _usage(f"{flag} needs a FILE name (or '-' for stdout)")
-        problem = output_path_problem(value)
+        problem = bench_output.output_path_problem(value)
         if problem is not None:
             raise _usage(f"cannot write {flag} {value}: {problem}; nothing was run")
 
@@ -359,28 +315,20 @@ def _plan(decision_backend: str, options: dict[str, Any]):
 
 
 def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
+    from ddpdoctor.bench import preflight
     from ddpdoctor.bench.launcher import LaunchRefused, launch_local
+    from ddpdoctor.bench.limits import with_one_rank_gate_refusal
     from ddpdoctor.bench.preflight import cpu_count, gather_launch_facts, plan_launch, visible_gpus
     from ddpdoctor.render.bench import BenchProgress, render_notes, render_refusals
     from ddpdoctor.runner import run_argv
 
     facts = gather_launch_facts(lambda c: run_argv(c.argv, c.timeout_s), os.environ)
     decision = plan_launch(facts, backend, nproc, cpu_count())
-    decision = _with_gate_refusal(decision, options)
+    decision = with_one_rank_gate_refusal(decision, *_gates(options))
     if decision.refusals:
         render_refusals(decision.refusals)
-        _write_outputs(
-            options,
-            rows=[],
-            env=_environment(facts, {}, decision.backend, decision.nproc),
-            config={},
-            summaries=[],
-            verdicts=[],
-            launch=None,
-            refusals=[f.to_dict() for f in decision.refusals],
-            code=int(ExitCode.USAGE),
-            expected=None,
-            ratios=[],
+        bench_output.write_refusal_outputs(
+            options, _environment(facts, {}, decision.backend, decision.nproc), decision.refusals
         )
         return int(ExitCode.USAGE)
     render_notes(decision.notes)
@@ -399,7 +347,7 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
         typer.echo(f"refused before launch: MASTER_PORT: {exc}", err=True)
         return int(ExitCode.USAGE)
     gpus = visible_gpus(facts)[: result.world_size] if decision.backend == "nccl" else []
-    ceiling = _memory_ceiling(decision.backend, [g.index for g in gpus], [g.name for g in gpus])
+    ceiling = preflight.read_memory_ceiling(decision.backend, [g.index for g in gpus], [g.name for g in gpus])
     expected, interconnect = _expected(decision, facts, result.world_size, ceiling)
     return _report(
         options,
@@ -414,7 +362,9 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
 
 
 def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
+    from ddpdoctor.bench import preflight
     from ddpdoctor.bench.launcher import join_as_rank
+    from ddpdoctor.bench.limits import one_rank_gate_refusal
     from ddpdoctor.bench.preflight import gather_launch_facts, plan_joined
     from ddpdoctor.render.bench import BenchProgress, render_notes, render_rank_failure, render_rank_refusals
     from ddpdoctor.runner import run_argv
@@ -440,18 +390,10 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     if decision.refusals:
         render_rank_refusals(decision.refusals, ext.rank, ext.local_rank)
         if ext.rank == 0:
-            _write_outputs(
+            bench_output.write_refusal_outputs(
                 options,
-                rows=[],
-                env=_environment(facts, {"launcher": ext.launcher}, decision.backend, ext.world_size),
-                config={},
-                summaries=[],
-                verdicts=[],
-                launch=None,
-                refusals=[f.to_dict() for f in decision.refusals],
-                code=int(ExitCode.USAGE),
-                expected=None,
-                ratios=[],
+                _environment(facts, {"launcher": ext.launcher}, decision.backend, ext.world_size),
+                decision.refusals,
             )
         linger_for_siblings()
         return int(ExitCode.USAGE)
@@ -459,26 +401,14 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         render_notes(decision.notes)
     chosen = decision.backend
     plan = _plan(chosen, options)
-    refusal = _gate_refusal(ext.world_size, options)
+    refusal = one_rank_gate_refusal(ext.world_size, *_gates(options))
     if refusal is not None:
         from ddpdoctor.render.bench import render_refusals
 
         render_refusals([refusal])
         if ext.rank == 0:
             env = {"host": socket.gethostname(), "backend": chosen, "world_size": ext.world_size}
-            _write_outputs(
-                options,
-                rows=[],
-                env={**env, "launcher": ext.launcher},
-                config={},
-                summaries=[],
-                verdicts=[],
-                launch=None,
-                refusals=[refusal.to_dict()],
-                code=int(ExitCode.USAGE),
-                expected=None,
-                ratios=[],
-            )
+            bench_output.write_refusal_outputs(options, {**env, "launcher": ext.launcher}, [refusal])
         return int(ExitCode.USAGE)
     with BenchProgress(plan.steps if ext.rank == 0 else 0) as progress:
         result = join_as_rank(
@@ -493,46 +423,21 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     env["world_size"] = ext.world_size
     env["launcher"] = ext.launcher
     names = [str(d) for d in (result.env.get("devices") or [])]
-    ceiling = _memory_ceiling(chosen, None, names) if ext.rank == 0 else None
+    ceiling = preflight.read_memory_ceiling(chosen, None, names) if ext.rank == 0 else None
     if not result.ok and not result.interrupted and ext.rank != 0:
         render_rank_failure(result, ext.rank)  # rank 0 reports the whole launch below
     return _report(options, plan, result, env, None, None, show=ext.rank == 0, ceiling=ceiling)
 
 
-def _gate_refusal(world_size: int, options: dict[str, Any]) -> Any:
-    """At world size 1 a bandwidth gate cannot judge: the refusal (a Finding), or None."""
-    from ddpdoctor.bench.limits import one_rank_gate_refusal
-
+def _gates(options: dict[str, Any]) -> tuple[Optional[float], bool, bool]:
+    """The bandwidth gates asked for (--min-busbw, --baseline, --expect busbw_min_gbps), as
+    limits.one_rank_gate_refusal takes them."""
     expectations = options.get("expectations")
-    return one_rank_gate_refusal(
-        world_size,
+    return (
         options["min_busbw"],
         options["baseline_rows"] is not None,
         bool(expectations is not None and expectations.busbw_min_gbps),
     )
-
-
-def _with_gate_refusal(decision: Any, options: dict[str, Any]) -> Any:
-    """The launch decision with the world-size-1 gate refusal added (when it applies)."""
-    import dataclasses
-
-    refusal = _gate_refusal(decision.nproc, options) if not decision.refusals else None
-    if refusal is None:
-        return decision
-    return dataclasses.replace(decision, refusals=(*decision.refusals, refusal))
-
-
-def _memory_ceiling(backend: str, indices: Optional[list[int]], names: Sequence[str]) -> Any:
-    """The GPUs' memory bandwidth (NVML, else the datasheet table): no algbw above it is real."""
-    if backend != "nccl":
-        return None
-    from ddpdoctor.bench.limits import bandwidth_ceiling
-    from ddpdoctor.nvml import read_memory_specs
-
-    specs = read_memory_specs(indices)
-    if specs:
-        return bandwidth_ceiling([(s["name"], s["bus_width_bits"], s["max_memory_clock_mhz"]) for s in specs])
-    return bandwidth_ceiling([(n, None, None) for n in names])
 
 
 def _environment(facts: Any, rank_env: dict[str, Any], backend: str, nproc: int) -> dict[str, Any]:
@@ -683,7 +588,7 @@ def _report(
                 f"{len(rows)} row(s) measured so far are reported",
                 err=True,
             )
-        written = _write_outputs(
+        written = bench_output.write_outputs(
             options,
             rows=rows,
             env=env,
@@ -702,90 +607,3 @@ def _report(
         if not written and code == 0:
             code = int(ExitCode.FAILED)  # the results are lost: a CI step must not read this as a pass
     return code
-
-
-def _write_outputs(
-    options: dict[str, Any],
-    *,
-    rows: list[dict[str, Any]],
-    env: dict[str, Any],
-    config: dict[str, Any],
-    summaries: list[Any],
-    verdicts: list[Any],
-    launch: Optional[dict[str, Any]],
-    scope_summaries: Sequence[Any] = (),
-    refusals: list[dict[str, Any]],
-    code: int,
-    expected: Optional[dict[str, Any]],
-    ratios: list[Any],
-    extra: Sequence[Any] = (),
-    notes: Sequence[str] = (),
-) -> bool:
-    """Print or write the --json/--csv/--format outputs; False when a file could not be written."""
-    from ddpdoctor import __version__
-    from ddpdoctor.bench.results import JSON_SCHEMA, ROW_FIELDS, csv_rows, output_row
-    from ddpdoctor.render import print_json
-
-    json_file, csv_file = options.get("json_file"), options.get("csv_file")
-    fmt = options.get("format", "table")
-    if json_file or fmt not in ("table", "json"):
-        data = {
-            "schema": JSON_SCHEMA,
-            "tool": {"name": "ddpdoctor", "version": __version__},
-            "environment": env,
-            "config": config,
-            "rows": [
-                {
-                    **output_row(r),
-                    **({"skipped": r["skipped"]} if r.get("skipped") else {}),
-                    **({"timing_note": r["timing_note"]} if r.get("timing_note") else {}),
-                }
-                for r in rows
-            ],
-            "summary": [s.to_dict() for s in summaries],
-            "scope_summary": [s.to_dict() for s in scope_summaries],
-            "expected_all_reduce_busbw": expected,
-            "baseline": [r.to_dict() for r in ratios],
-            "verdicts": [v.to_dict() for v in verdicts],
-            "launch": launch,
-            "refusals": refusals,
-            "expectations": [f.to_dict() for f in extra],
-            "notes": list(notes),
-            "exit_code": code,
-        }
-    if fmt not in ("table", "json"):
-        from ddpdoctor.render.formats import document_from_bench, render_document
-
-        typer.echo(render_document(fmt, document_from_bench(data, extra)), nl=False)
-    written = True
-    if json_file:
-        if json_file == "-":
-            print_json(data)
-        else:
-            try:
-                Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
-            except OSError as exc:
-                typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
-                written = False
-    if csv_file:
-        flat = csv_rows(rows, env)
-        fields = list(flat[0]) if flat else list(ROW_FIELDS)
-        if csv_file == "-":
-            buffer = io.StringIO()
-            _write_csv(buffer, fields, flat)
-            typer.echo(buffer.getvalue(), nl=False)
-        else:
-            try:
-                with open(csv_file, "w", newline="") as fh:
-                    _write_csv(fh, fields, flat)
-            except OSError as exc:
-                typer.echo(f"error: cannot write --csv {csv_file}: {exc.strerror or exc}", err=True)
-                written = False
-    sys.stdout.flush()
-    return written
-
-
-def _write_csv(fh: Any, fields: list[str], rows: list[dict[str, Any]]) -> None:
-    writer = csv.DictWriter(fh, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(rows)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ddpdoctor.cluster.launch import LaunchInfo
 from ddpdoctor.cluster.report import NodeIdentity
+from ddpdoctor.edge.files import load_json_text
 
 HEARTBEAT_INTERVAL_S = 1.0
 # A rank whose heartbeat has not changed for this long is lost (its process died or its network went).
@@ -94,11 +95,13 @@ class Channel:
         self.set(key, json.dumps(value, default=str))
 
     def get_json(self, key: str) -> Any:
+        """The JSON value another rank put under `key`; None when absent or unreadable (garbage, or
+        nested deep enough to raise RecursionError): the caller reports that rank as sending no data."""
         text = self.get_if_present(key)
         if text is None:
             return None
         try:
-            return json.loads(text)
+            return load_json_text(text)
         except ValueError:
             return None
 

@@ -488,9 +488,10 @@ def run_pairwise(
         )
     if settings.nbytes <= 0:
         settings = dataclasses.replace(settings, nbytes=DEFAULT_BYTES.get(backend, DEFAULT_BYTES["gloo"]))
-    device = torch.device("cuda", info.local_rank) if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    from ddpdoctor.bench.worker import select_device
+
+    # The device the placement judgement expects (under srun's per-task binding: the task's own GPU).
+    device = select_device(backend, info.local_rank)
     timeout = timedelta(seconds=settings.timeout_s)
     dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.world_size, timeout=timeout)
     try:

@@ -76,7 +76,7 @@ def finding_from_dict(data: Mapping[str, Any]) -> Finding:
         severity=severity,
         title=str(data.get("title", "")),
         summary=str(data.get("summary", "")),
-        fix=str(data.get("fix", "")),
+        fix=str(data.get("fix") or ""),  # null in --json output
         evidence=tuple(
             Evidence(str(e.get("source", "")), str(e.get("excerpt", "")))
             for e in data.get("evidence") or []
@@ -114,7 +114,7 @@ class NodeResult:
             "duration_s": round(self.duration_s, 3),
             "facts": dict(self.facts),
             "worst": max((f.severity for f in self.findings), default=Severity.OK).label,
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [f.to_json() for f in self.findings],
         }
 
 
@@ -152,6 +152,6 @@ class ClusterReport:
             "exit_code": int(self.exit_code(strict)),
             "counts": counts,
             "nodes": [n.to_dict() for n in self.nodes],
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [f.to_json() for f in self.findings],
             **self.extra,
         }

@@ -74,6 +74,13 @@ _WEBHOOK_URL = re.compile(r"(?<![A-Za-z0-9])https://hooks\.slack\.com/[^\s\"']+"
 _NOT_SECRET_VALUES = frozenset(
     {"true", "false", "none", "null", "unset", "auto", "default", "enabled", "disabled"}
 )
+# A secret-named variable's value is also replaced wherever it appears verbatim in text, but only when
+# it looks like a secret: at least this long, not a number or version (SESSION_TIMEOUT=1000), not a plain
+# word (AUTH_METHOD=password). Replacing short or ordinary values everywhere garbles reports ("1000"
+# in every byte count); assignments (NAME=value) and known token formats are redacted whatever the value.
+_LITERAL_MIN_LENGTH = 8
+_NUMBER_LIKE = re.compile(r"[0-9][0-9.:,_/+-]*[smhdkKMGiB%]{0,3}")
+_PLAIN_WORD = re.compile(r"[A-Za-z][a-z]*|[A-Z]+")
 # Whole names that end in a secret-looking segment but are not secrets (the working directory).
 _NOT_SECRET_NAMES = frozenset({"PWD", "PASS"})
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -82,6 +89,13 @@ _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 def is_secret_name(name: str) -> bool:
     """Whether a variable named `name` holds a secret (its value is never shown)."""
     return bool(SECRET_NAME.search(name[:256]))
+
+
+def looks_like_secret(value: str) -> bool:
+    """Whether a secret-named variable's value is distinctive enough to replace wherever it appears."""
+    if len(value) < _LITERAL_MIN_LENGTH or value.lower() in _NOT_SECRET_VALUES:
+        return False
+    return not (_NUMBER_LIKE.fullmatch(value) or _PLAIN_WORD.fullmatch(value))
 
 
 def _redact_assignment(m: re.Match[str]) -> str:
@@ -112,8 +126,9 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     """Remove credentials in URLs and signed-URL parameters, values assigned to secret-named variables
     or options (`NAME=value`, `--name value`), tokens in a known format (Hugging Face, GitHub, GitLab,
-    OpenAI-style, AWS access keys, Slack tokens and webhooks, Bearer), and any literal value of a
-    secret-named variable in `env` (the current environment by default)."""
+    OpenAI-style, AWS access keys, Slack tokens and webhooks, Bearer), and the literal value of a
+    secret-named variable in `env` (the current environment by default) wherever it appears, when it
+    looks like a secret (`looks_like_secret`: not a short value, a number or a plain word)."""
     if len(text) > REDACT_INPUT_LIMIT:
         text = text[:REDACT_INPUT_LIMIT] + " [truncated]"
     text = _redact_url_credentials(text)
@@ -126,7 +141,7 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     secrets = [
         value
         for name, value in (env if env is not None else os.environ).items()
-        if is_secret_name(name) and len(value) >= 4 and value.lower() not in _NOT_SECRET_VALUES
+        if is_secret_name(name) and looks_like_secret(value)
     ]
     # Longest first: a secret that contains a shorter one must not be left half replaced.
     for value in sorted(secrets, key=len, reverse=True):

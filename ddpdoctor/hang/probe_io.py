@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ddpdoctor.edge.files import read_user_bytes
+from ddpdoctor.edge.procfs import read_process_state as process_state
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
@@ -201,17 +203,6 @@ def dump_stack(pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: f
     return parse_pyspy_result(rank, pid, result.stdout, result.stderr, result.ok)
 
 
-def process_state(pid: int) -> str:
-    """The state letter of /proc/PID/stat (R, S, D, T, t, Z, ...), '' when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read(4096)
-    except OSError:
-        return ""
-    fields = data.rsplit(b")", 1)[-1].split()
-    return fields[0].decode("ascii", "replace") if fields else ""
-
-
 def ptrace_scope() -> Optional[int]:
     """kernel.yama.ptrace_scope, or None where Yama is absent."""
     try:
@@ -259,8 +250,8 @@ def read_dumps(spec: str) -> list[DumpRead]:
     seen_ranks: dict[int, int] = {}
     for path in fr_candidates(spec):
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_DUMP_BYTES + 1)
+            # The shared bounded reader: regular files only, a file over the limit refused by its size.
+            data = read_user_bytes(path, MAX_DUMP_BYTES)
         except OSError as exc:
             out.append(DumpRead(str(path), error=f"{path}: {exc.strerror or exc}"))
             continue

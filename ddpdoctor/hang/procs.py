@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from ddpdoctor.checks.launch import parse_int
+
 # The variables read from a worker's environment (nothing else is kept: environments hold secrets).
 ENV_KEYS = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID",
@@ -73,9 +75,10 @@ def is_agent(proc: ProcInfo) -> bool:
 
 
 def _int(text: Optional[str]) -> Optional[int]:
-    if text is None or not text.strip().isdigit() or len(text.strip()) > 9:
-        return None
-    return int(text.strip())
+    """A rank-like value from another process's environment: a non-negative ASCII integer, else None
+    (the launch checks' strict parser: str.isdigit() also takes '²', which int() then rejects)."""
+    value = parse_int(text) if text is not None else None
+    return value if value is not None and value >= 0 else None
 
 
 # Python children of a launcher that are not ranks: multiprocessing's bookkeeping processes.

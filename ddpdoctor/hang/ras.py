@@ -8,11 +8,12 @@ the server closes the connection. The socket side lives in probe_io; this module
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from ddpdoctor.edge.files import load_json_text
 
 RAS_DEFAULT_ADDR = "127.0.0.1:28028"
 MAX_REPLY_BYTES = 16 * 1024 * 1024
@@ -88,8 +89,8 @@ def _int(value: Any) -> Optional[int]:
 def parse_ras_json(body: str) -> RasStatus:
     """`SET FORMAT json` + `STATUS` output (NCCL >= 2.28.7); ValueError when it is not that."""
     try:
-        raw = json.loads(body)
-    except (ValueError, RecursionError) as exc:
+        raw = load_json_text(body)
+    except ValueError as exc:  # deep nesting included (never a RecursionError)
         raise ValueError(f"RAS JSON is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError("RAS JSON is not an object")

@@ -7,11 +7,11 @@ threads, each `{"pid", "thread_id", "thread_name", "owns_gil", "active", "frames
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ddpdoctor.edge.files import load_json_text
 from ddpdoctor.hang.fr import _is_library_file
 
 # The stderr lines py-spy prints when it may not attach (captured from py-spy 0.4.3 run as nobody).
@@ -100,8 +100,8 @@ class RankStack:
 def parse_pyspy_json(text: str) -> list[ThreadStack]:
     """py-spy's `dump --json` output -> threads; ValueError when it is not that."""
     try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+        raw = load_json_text(text)
+    except ValueError as exc:  # deep nesting included (never a RecursionError)
         raise ValueError(f"py-spy printed something that is not JSON: {exc}") from None
     if not isinstance(raw, list):
         raise ValueError("py-spy JSON is not a list of threads")

@@ -56,7 +56,7 @@ class HangReport:
             "exit_code": self.exit_code(),
             "verdict": self.verdict,
             **self.facts,
-            "findings": [{**f.to_dict(), "fix": f.fix or None} for f in self.findings],
+            "findings": [f.to_json() for f in self.findings],
         }
 
 
@@ -462,6 +462,6 @@ def judge_flight_recorder(facts: HangFacts) -> tuple[dict[str, Any], list[Findin
         "verdict": report.verdict,
         "alignment": report.facts["flight_recorder"],
         "exit_code": int(exit_code_for(fr_findings)),
-        "findings": [{**f.to_dict(), "fix": f.fix or None} for f in fr_findings],
+        "findings": [f.to_json() for f in fr_findings],
     }
     return data, fr_findings

@@ -6,12 +6,11 @@ A config.json is read as JSON and nothing else: no model code is imported or run
 
 from __future__ import annotations
 
-import json
-import os
-import stat
+import errno
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from ddpdoctor.edge.files import InputRefused, check_nesting, load_json_text, read_user_bytes
 from ddpdoctor.plan.judge import Hardware
 from ddpdoctor.plan.memory import gpu_generation
 from ddpdoctor.plan.shape import ModelShape, shape_from_config
@@ -29,53 +28,33 @@ class PlanInputError(ValueError):
     """A file or value the user gave that plan cannot use (a usage error, exit 2)."""
 
 
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth of parsed JSON, iteratively (no recursion to exhaust), stopping past `limit`."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        deepest = max(deepest, level)
-        if deepest > limit:
-            break
-        if isinstance(item, dict):
-            stack.extend((v, level + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, level + 1) for v in item)
-    return deepest
-
-
 def read_config(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`, read with a bound. PlanInputError for anything else."""
+    """The JSON object in `path`, read through the bounded edge reader. PlanInputError for anything else."""
     try:
-        # O_NONBLOCK: a FIFO named as the config must not block the open; it is refused just below.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        data = read_user_bytes(path, MAX_CONFIG_BYTES)
+    except InputRefused as exc:
+        if exc.errno == errno.EFBIG:
+            raise PlanInputError(
+                f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB: not a model config"
+            ) from None
+        raise PlanInputError(f"{path}: {exc.strerror}") from None  # a FIFO, device, directory
     except OSError as exc:
         raise PlanInputError(f"{path}: cannot open: {exc.strerror or exc}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PlanInputError(f"{path}: not a regular file")
-        with os.fdopen(fd, "rb") as f:
-            fd = -1  # the file object closes it now
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise PlanInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise PlanInputError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB: not a model config")
-    try:
-        value = json.loads(data.decode("utf-8"))
+        # Decoded strictly first: json.loads on bytes would guess UTF-16 from a byte-order mark.
+        value = load_json_text(data.decode("utf-8"))
+        if isinstance(value, dict):
+            check_nesting(value, MAX_JSON_DEPTH)
     except UnicodeDecodeError:
         raise PlanInputError(f"{path}: not UTF-8 text: not a config.json") from None
-    except RecursionError:
-        raise PlanInputError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a model config") from None
     except ValueError as exc:
+        if "nested" in str(exc):
+            raise PlanInputError(
+                f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a model config"
+            ) from None
         raise PlanInputError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise PlanInputError(f"{path}: a config.json holds a JSON object, this holds {type(value).__name__}")
-    if _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        raise PlanInputError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a model config")
     return value
 
 

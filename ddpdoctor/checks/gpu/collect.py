@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from ddpdoctor.edge.procfs import read_parent_pid
 from ddpdoctor.engine import Context
 from ddpdoctor.json_shape import ListOf, Record, conform_fact
 from ddpdoctor.nvml import gather_nvml, load_nvml_fact
@@ -179,15 +180,6 @@ class GpuCollected:
     job_pids: Optional[frozenset[int]] = None  # this job's processes (live only): others hold GPUs
 
 
-def _parent_of(pid: int) -> Optional[int]:
-    try:
-        # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-        fields = Path(f"/proc/{pid}/stat").read_text()[:4096].rsplit(")", 1)[1].split()
-        return int(fields[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def read_job_pids(proc: str = "/proc") -> frozenset[int]:
     """This process, its ancestors and every descendant of its parent (under torchrun: the agent and all
     of this node's workers), so that a GPU process outside the set belongs to another job.
@@ -197,18 +189,18 @@ def read_job_pids(proc: str = "/proc") -> frozenset[int]:
     pids = {me}
     pid: Optional[int] = me
     for _ in range(64):  # bounded walk up; a loop in /proc cannot happen, a very deep tree can
-        pid = _parent_of(pid) if pid else None
+        pid = read_parent_pid(pid, proc) if pid else None
         if not pid or pid in pids:
             break
         pids.add(pid)
-    parent = _parent_of(me)
+    parent = read_parent_pid(me, proc)
     children: dict[int, list[int]] = {}
     try:
         entries = [e.name for e in os.scandir(proc) if e.name.isdigit()][:100000]
     except OSError:
         entries = []
     for name in entries:
-        ppid = _parent_of(int(name))
+        ppid = read_parent_pid(int(name), proc)
         if ppid is not None:
             children.setdefault(ppid, []).append(int(name))
     stack = [parent] if parent else []

@@ -177,6 +177,23 @@ def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = Non
     return LocalRanks(None, "", "", problems=tuple(problems), **common)
 
 
+def choose_cuda_index(local_rank: int, visible: Optional[int], env: Mapping[str, str]) -> int:
+    """The CUDA device index a rank with `local_rank` pins, consistent with `judge_placement` (pure).
+
+    `visible`: the devices CUDA shows this process (None when unknown). LOCAL_RANK counts ranks across
+    the node, but under srun's per-task GPU binding (--gpus-per-task, --gpu-bind) each task sees only
+    its own GPU(s), renumbered from 0: the judgement calls that fine, so the rank takes its task's first
+    GPU rather than fail with 'invalid device ordinal'. Likewise with exactly one GPU visible (a wrapper
+    that sets CUDA_VISIBLE_DEVICES per rank). Otherwise LOCAL_RANK, which the judgement already fails
+    when it is past the visible GPUs.
+    """
+    if visible is None or local_rank < visible:
+        return local_rank
+    if visible == 1 or (visible > 1 and read_local_ranks(env).per_task_binding):
+        return 0
+    return local_rank
+
+
 def _consequence(n: int, have: int) -> str:
     if have == 0:
         return "with NCCL every rank fails ('no CUDA GPUs are available')"

@@ -1,0 +1,156 @@
+"""`bench-nccl`'s output files: whether --json/--csv FILE can be written (asked before launch), and
+writing the results document, the CSV rows and the --format outputs at the end."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import typer
+
+
+def output_path_problem(path: str) -> Optional[str]:
+    """Why FILE cannot be written (None when it can): checked before launch, so that a benchmark is
+    never run only to lose its results. Equivalent: test -d FILE || test -w "$(dirname FILE)"."""
+    target = Path(path)
+    if target.is_dir():
+        return "it is a directory"
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        return f"its directory {str(parent)!r} does not exist"
+    if target.exists():
+        if not os.access(target, os.W_OK):
+            return "it is not writable"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        return f"its directory {str(parent)!r} is not writable"
+    return open_for_writing(target)
+
+
+def open_for_writing(target: Path) -> Optional[str]:
+    """Really open FILE for writing (created when absent, never truncated), the only test that holds
+    for /proc, read-only mounts and quotas; a file created here is removed again, so a run refused later
+    leaves nothing behind. O_NONBLOCK: a FIFO without a reader is refused instead of blocking."""
+    existed = target.exists()
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    if not existed:
+        try:
+            target.unlink()
+        except OSError:
+            pass
+    return None
+
+
+def write_outputs(
+    options: dict[str, Any],
+    *,
+    rows: list[dict[str, Any]],
+    env: dict[str, Any],
+    config: dict[str, Any],
+    summaries: list[Any],
+    verdicts: list[Any],
+    launch: Optional[dict[str, Any]],
+    scope_summaries: Sequence[Any] = (),
+    refusals: list[dict[str, Any]],
+    code: int,
+    expected: Optional[dict[str, Any]],
+    ratios: list[Any],
+    extra: Sequence[Any] = (),
+    notes: Sequence[str] = (),
+) -> bool:
+    """Print or write the --json/--csv/--format outputs; False when a file could not be written."""
+    from ddpdoctor import __version__
+    from ddpdoctor.bench.results import JSON_SCHEMA, ROW_FIELDS, csv_rows, output_row
+    from ddpdoctor.render import print_json
+
+    json_file, csv_file = options.get("json_file"), options.get("csv_file")
+    fmt = options.get("format", "table")
+    if json_file or fmt not in ("table", "json"):
+        data = {
+            "schema": JSON_SCHEMA,
+            "tool": {"name": "ddpdoctor", "version": __version__},
+            "environment": env,
+            "config": config,
+            "rows": [
+                {
+                    **output_row(r),
+                    **({"skipped": r["skipped"]} if r.get("skipped") else {}),
+                    **({"timing_note": r["timing_note"]} if r.get("timing_note") else {}),
+                }
+                for r in rows
+            ],
+            "summary": [s.to_dict() for s in summaries],
+            "scope_summary": [s.to_dict() for s in scope_summaries],
+            "expected_all_reduce_busbw": expected,
+            "baseline": [r.to_dict() for r in ratios],
+            "verdicts": [v.to_dict() for v in verdicts],
+            "launch": launch,
+            "refusals": refusals,
+            "expectations": [f.to_dict() for f in extra],
+            "notes": list(notes),
+            "exit_code": code,
+        }
+    if fmt not in ("table", "json"):
+        from ddpdoctor.render.formats import document_from_bench, render_document
+
+        typer.echo(render_document(fmt, document_from_bench(data, extra)), nl=False)
+    written = True
+    if json_file:
+        if json_file == "-":
+            print_json(data)
+        else:
+            try:
+                Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
+            except OSError as exc:
+                typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
+                written = False
+    if csv_file:
+        flat = csv_rows(rows, env)
+        fields = list(flat[0]) if flat else list(ROW_FIELDS)
+        if csv_file == "-":
+            buffer = io.StringIO()
+            write_csv(buffer, fields, flat)
+            typer.echo(buffer.getvalue(), nl=False)
+        else:
+            try:
+                with open(csv_file, "w", newline="") as fh:
+                    write_csv(fh, fields, flat)
+            except OSError as exc:
+                typer.echo(f"error: cannot write --csv {csv_file}: {exc.strerror or exc}", err=True)
+                written = False
+    sys.stdout.flush()
+    return written
+
+
+def write_csv(fh: Any, fields: list[str], rows: list[dict[str, Any]]) -> None:
+    writer = csv.DictWriter(fh, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def write_refusal_outputs(options: dict[str, Any], env: dict[str, Any], refusals: Sequence[Any]) -> bool:
+    """The --json/--csv/--format outputs of a launch refused before start (exit 2): no rows, the
+    refusals (Findings) and the environment as far as it is known."""
+    from ddpdoctor.model import ExitCode
+
+    return write_outputs(
+        options,
+        rows=[],
+        env=env,
+        config={},
+        summaries=[],
+        verdicts=[],
+        launch=None,
+        refusals=[f.to_dict() for f in refusals],
+        code=int(ExitCode.USAGE),
+        expected=None,
+        ratios=[],
+    )

@@ -1,0 +1,44 @@
+"""The one reader of /proc/PID/stat: the fields after the command name, never an exception.
+
+The command name (field 2) is chosen by the process and may hold spaces and parentheses, so the line
+is split after its last ')'. Used by `check` (this job's processes, by parent pid) and `hang` (the
+state letter of a rank: stopped, zombie).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+# /proc/PID/stat is one line of ~52 fields; the command name is at most 64 bytes (TASK_COMM_LEN 16 today).
+STAT_READ_LIMIT = 4096
+
+
+def read_stat_fields(pid: int, proc: str = "/proc") -> Optional[list[str]]:
+    """Fields 3.. of /proc/PID/stat (state, ppid, pgrp, ...), None when unreadable or malformed.
+
+    Equivalent: cat /proc/PID/stat"""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), "rb") as handle:
+            data = handle.read(STAT_READ_LIMIT)
+    except OSError:
+        return None
+    _, sep, tail = data.rpartition(b")")
+    if not sep:
+        return None
+    fields = tail.decode("ascii", "replace").split()
+    return fields or None
+
+
+def read_parent_pid(pid: int, proc: str = "/proc") -> Optional[int]:
+    """The parent pid from /proc/PID/stat, None when unreadable."""
+    fields = read_stat_fields(pid, proc)
+    if fields is None or len(fields) < 2 or not fields[1].isascii() or not fields[1].isdigit():
+        return None
+    return int(fields[1])
+
+
+def read_process_state(pid: int, proc: str = "/proc") -> str:
+    """The state letter of /proc/PID/stat (R, S, D, T, t, Z, ...), '' when unreadable."""
+    fields = read_stat_fields(pid, proc)
+    return fields[0] if fields else ""
