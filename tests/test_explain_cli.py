@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import random
 import tracemalloc
 from pathlib import Path
@@ -118,6 +119,16 @@ def test_nothing_recognised_is_exit_0(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args", [["/nonexistent/rank0.log"], ["-", "-"]])
 def test_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
     assert invoke(args, stdin="").exit_code == 2
+
+
+def test_missing_and_special_files_say_what_they_are(tmp_path: Path) -> None:
+    # QA pass: a mistyped path said "rank0.log: not a file", as if the path were something else.
+    res = invoke([str(tmp_path / "rank0.log")])
+    assert res.exit_code == 2 and "rank0.log: no such file" in res.output
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+    res = invoke([str(fifo)])
+    assert res.exit_code == 2 and "pipe.log: not a regular file (FIFO)" in res.output
 
 
 def test_directory_is_usage_error(tmp_path: Path) -> None:

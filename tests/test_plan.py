@@ -574,3 +574,19 @@ def test_plan_and_help_do_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'plan imported torch'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=REPO)
+
+
+def test_only_impossible_layouts_is_a_usage_error_not_a_model_too_big() -> None:
+    # QA pass: `plan --params 7B --strategy tp=3 --gpus 8 --gpu-mem 80G` said "Nothing fits on 8 x 80.0 GiB.
+    # Use a smaller model or bigger GPUs." (exit 1), although 7B fits easily: tp=3 cannot be laid out on 8 GPUs.
+    code, out, _ = _run("--params", "7B", "--strategy", "tp=3", "--gpus", "8", "--gpu-mem", "80GiB")
+    assert code == 2
+    assert "smaller model" not in out and "Nothing fits" not in out
+    assert "tp=3" in out and "does not divide 8 GPUs" in out
+    code, out, _ = _run("--params", "7B", "--strategy", "tp=3,tp=16", "--gpus", "8", "--gpu-mem", "80GiB", "--json")
+    data = json.loads(out)
+    assert code == 2 and data["exit_code"] == 2 and data["cheapest"] is None
+    assert "tp=16" in data["summary"] and "does not divide" in data["summary"]
+    # One possible layout among impossible ones is judged as before.
+    code, out, _ = _run("--params", "7B", "--strategy", "tp=3,tp=8", "--gpus", "8", "--gpu-mem", "80GiB")
+    assert code == 0 and "Cheapest strategy that fits: tp=8" in out

@@ -15,9 +15,11 @@ intra-node and inter-node (`ddpdoctor.cluster.topology.run_scoped_benchmark`).
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -108,6 +110,8 @@ class RankFailure:
         return "torch/distributed/" in self.stack
 
     def describe(self) -> str:
+        if self.rank == LAUNCHER_RANK and self.exitcode is None:
+            return f"the ranks could not be started: {self.message}"
         if self.rank == LAUNCHER_RANK:
             return (
                 f"the rank launcher exited ({self.exitcode}) before the ranks ran: {first_line(self.message)}"
@@ -416,8 +420,12 @@ def _launch_once(
     pg_timeout_s: float,
 ) -> LaunchResult:
     result = LaunchResult(world_size=nproc, backend=backend, master_port=port, timeout_s=step_timeout_s)
+    try:
+        pipes = _open_pipes(nproc)
+    except OSError as exc:
+        _record_start_failure(result, nproc, exc)
+        return result
     workdir = Path(tempfile.mkdtemp(prefix="ddpdoctor-bench-"))
-    pipes = [os.pipe() for _ in range(nproc)]
     write_fds = [w for _, w in pipes]
     conns = {rank: Connection(r, writable=False) for rank, (r, _) in enumerate(pipes)}
     specs = [
@@ -439,17 +447,21 @@ def _launch_once(
     zygote: Optional[subprocess.Popen[bytes]] = None
     sigterm = _SigtermAsInterrupt(result).__enter__()
     try:
-        with open(workdir / "zygote.log", "wb") as zlog:
-            zygote = subprocess.Popen(
-                [sys.executable, "-m", "ddpdoctor.bench.zygote"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=zlog,
-                pass_fds=write_fds,
-                env=env,
-                # Own session: Ctrl-C in the terminal reaches only us, and one killpg ends every rank.
-                start_new_session=True,
-            )
+        try:
+            with open(workdir / "zygote.log", "wb") as zlog:
+                zygote = subprocess.Popen(
+                    [sys.executable, "-m", "ddpdoctor.bench.zygote"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=zlog,
+                    pass_fds=write_fds,
+                    env=env,
+                    # Own session: Ctrl-C in the terminal reaches only us, and one killpg ends every rank.
+                    start_new_session=True,
+                )
+        except OSError as exc:  # fork refused (EAGAIN, ENOMEM) or out of descriptors: no rank can run
+            _record_start_failure(result, nproc, exc)
+            return result  # the finally below closes the pipes and removes workdir
         for w in write_fds:
             os.close(w)
         write_fds = []
@@ -633,6 +645,45 @@ def _watch(
         if f.kind == "exception":
             f.log_tail = _tail(workdir / f"rank{f.rank}.log")
     result.root_cause = pick_root_cause(result.failures)
+
+
+def _open_pipes(nproc: int) -> list[tuple[int, int]]:
+    """One pipe per rank (its reports to us); on failure, the ones already opened are closed."""
+    pipes: list[tuple[int, int]] = []
+    try:
+        for _ in range(nproc):
+            pipes.append(os.pipe())
+    except OSError:
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+        raise
+    return pipes
+
+
+def _record_start_failure(result: LaunchResult, nproc: int, exc: OSError) -> None:
+    """Resources ran out before any rank ran (too many ranks for this machine): the launcher's failure."""
+    message = f"{type(exc).__name__}: {exc}"
+    if exc.errno == errno.EMFILE:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        message += (
+            f" ({nproc} ranks need {2 * nproc} pipe ends here and the open-files limit is {soft}): "
+            "start fewer ranks (--nproc) or raise the limit (ulimit -n)"
+        )
+    elif exc.errno in (errno.EAGAIN, errno.ENOMEM):
+        message += f" (starting {nproc} ranks): start fewer ranks (--nproc) or free memory/processes"
+    failure = RankFailure(
+        rank=LAUNCHER_RANK,
+        kind="exception",
+        op="start",
+        size=0,
+        host=socket.gethostname(),
+        exc_type=type(exc).__name__,
+        message=message,
+        at=time.monotonic(),
+    )
+    result.failures.append(failure)
+    result.root_cause = failure
 
 
 def _record_launcher_failure(result: LaunchResult, zygote: subprocess.Popen[bytes], workdir: Path) -> None:

@@ -17,6 +17,17 @@ EXPLAIN_EXIT_CODES = (
 )
 
 
+def _not_a_file(name: str) -> str:
+    """Why `name` cannot be read as a log: missing, a loop, or what kind of special file it is."""
+    from ddpdoctor.edge.files import describe_file_type
+
+    try:
+        mode = os.stat(name).st_mode
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return f"not a regular file ({describe_file_type(mode)})"
+
+
 def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
     """Open each input lazily (hundreds of per-rank logs must not exhaust file descriptors)."""
     from ddpdoctor.explain import open_log
@@ -76,7 +87,7 @@ def explain(
         if name == "-":
             continue
         if not os.path.isfile(name):
-            raise usage_error(f"{name}: not a file")
+            raise usage_error(f"{name}: {_not_a_file(name)}")
         if not os.access(name, os.R_OK):
             raise usage_error(f"{name}: permission denied")
 

@@ -13,7 +13,7 @@ from ddpdoctor.plan.memory import ATTENTION, DTYPE_BYTES, OPTIMIZER_BYTES, RECOM
 
 PLAN_EXIT_HELP = (
     "Exit codes: 0 a strategy fits; 1 none fits; 2 usage error (bad size, unreadable or uncountable "
-    "config); 3 no GPU memory known (no GPU found and no --gpu-mem): bytes printed, nothing judged."
+    "config, or only strategies impossible on these GPUs); 3 no GPU memory known (no GPU found and no --gpu-mem): bytes printed, nothing judged."
 )
 DTYPES = tuple(DTYPE_BYTES)
 OPTIMIZERS = tuple(OPTIMIZER_BYTES)

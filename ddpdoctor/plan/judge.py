@@ -101,7 +101,10 @@ class Plan:
 
     @property
     def exit_code(self) -> int:
-        """0 a strategy fits; 1 none fits; 3 no GPU memory known (nothing judged)."""
+        """0 a strategy fits; 1 none fits; 2 every strategy asked for is impossible on these GPUs;
+        3 no GPU memory known (nothing judged)."""
+        if self.rows and all(r.verdict == "invalid" for r in self.rows):
+            return 2  # a layout that cannot exist was asked for: nothing was judged, nothing is too big
         if self.hardware.memory is None:
             return 3
         return 0 if self.cheapest else 1
@@ -244,6 +247,14 @@ def make_plan(w: Workload, hw: Hardware, strategies: Optional[Sequence[Strategy]
     chosen = list(strategies) if strategies else default_strategies(hw.gpus_per_node)
     rows = [judge_row(w, s, hw) for s in chosen]
     plan = Plan(w, hw, rows, notes=_workload_notes(w))
+    if all(r.verdict == "invalid" for r in rows):
+        why = "; ".join(f"{r.strategy.label}: {r.notes[0]}" for r in rows if r.notes)
+        plan.summary = (
+            f"No strategy asked for can be laid out on {hw.total_gpus} GPU(s) "
+            f"({hw.nodes} node(s) x {hw.gpus_per_node}): {why}. Ask for one that can (tp*pp dividing the "
+            "GPU count, tp within a node and dividing the attention heads), or leave out --strategy."
+        )
+        return plan
     if hw.memory is None:
         plan.summary = (
             f"No GPU memory to judge against: {hw.note or 'no GPU found'}. Per-GPU bytes are below; "

@@ -1,0 +1,47 @@
+"""bench-nccl when the machine cannot start the ranks asked for (found in the QA pass).
+
+`bench-nccl --backend gloo --nproc 100000` used to die with an `OSError: Too many open files`
+traceback out of the launcher (one pipe per rank), leaving its temporary directory behind. Running
+out of a resource before any rank ran is "the ranks could not be started": exit 3 with the cause in
+words, nothing left behind.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lower_open_files(limit: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return apply
+
+
+def test_too_many_ranks_for_the_open_files_limit_is_inconclusive_not_a_traceback(tmp_path: Path) -> None:
+    # A real launch under a real (lowered) RLIMIT_NOFILE: 40 ranks need 80 pipe ends, 64 are allowed.
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor"]
+        + "bench-nccl --backend gloo --nproc 40 --ops all_reduce --max-bytes 8 --iters 1 --warmup 0".split(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+        preexec_fn=_lower_open_files(64),
+    )
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out
+    assert proc.returncode == 3, out
+    assert "could not be started" in out and "Too many open files" in out, out
+    assert "ulimit -n" in out and "--nproc" in out, out
+    # The launcher's work directory went with it.
+    assert glob.glob(os.path.join(tmp_path, "ddpdoctor-bench-*")) == []
