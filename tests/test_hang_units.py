@@ -246,3 +246,13 @@ def test_a_stopped_rank_is_named(tmp_path):
     assert report.verdict["kind"] == "stopped" and report.verdict["culprit_ranks"] == [3]
     assert f"kill -CONT {proc.pid}" in report.verdict["fix"]
     jsonschema.validate(report.to_dict(), SCHEMA)
+
+
+def test_one_waiting_rank_gets_a_singular_verb():
+    # QA pass on a real 2-rank torchrun job: "... while rank 0 wait in all_reduce at ...".
+    sleep = _stacks("sleep")
+    verdict = judge_hang(HangFacts(host="h", stacks=[sleep[0], sleep[2]])).verdict
+    assert verdict["kind"] == "stack_outlier" and verdict["culprit_ranks"] == [2]
+    assert "rank 0 waits in all_reduce" in verdict["summary"], verdict["summary"]
+    verdict = judge_hang(HangFacts(host="h", stacks=sleep)).verdict
+    assert "ranks 0-1 wait in all_reduce" in verdict["summary"], verdict["summary"]
