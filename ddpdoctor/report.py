@@ -175,6 +175,24 @@ def _rdma_section(node: NodeFacts) -> list[str]:
     return out
 
 
+def _bench_setup(data: Mapping[str, Any]) -> str:
+    """What the short benchmark ran on, from its JSON: a gloo-on-CPU figure must not read as NCCL's."""
+    config = data.get("config") if isinstance(data.get("config"), Mapping) else {}
+    env = data.get("environment") if isinstance(data.get("environment"), Mapping) else {}
+    backend = config.get("backend") or env.get("backend")
+    if not isinstance(backend, str) or not backend:
+        return ""
+    ranks = config.get("world_size") or env.get("world_size") or "?"
+    text = f"bench-nccl with {md_cell(backend)}, {md_cell(ranks)} rank(s) on {md_cell(env.get('host') or '?')}"
+    gpus = [g for g in env.get("gpus") or [] if isinstance(g, str)] if isinstance(env.get("gpus"), list) else []
+    if gpus:
+        text += " (" + ", ".join(f"{gpus.count(g)}x {md_cell(g)}" for g in dict.fromkeys(gpus)) + ")"
+    text += f", {md_cell(config.get('dtype') or '?')}, {md_cell(config.get('timing') or '?')} timing."
+    if backend == "gloo":
+        text += " gloo on CPU: these figures measure this host's memory and loopback, not a GPU interconnect."
+    return text
+
+
 def _bench_section(inputs: ReportInputs) -> list[str]:
     if inputs.bench_error:
         return [f"Not run to completion: {md_cell(inputs.bench_error)}"]
@@ -182,7 +200,8 @@ def _bench_section(inputs: ReportInputs) -> list[str]:
     rows = [r for r in data.get("rows") or data.get("results") or [] if isinstance(r, Mapping)]
     if not rows:
         return ["No rows in the benchmark result."]
-    out = [
+    setup = _bench_setup(data)
+    out = ([setup, ""] if setup else []) + [
         "| op | size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |",
         "|---|---|---|---|---|---|",
     ]

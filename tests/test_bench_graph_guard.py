@@ -215,6 +215,10 @@ def test_gate_refusal_only_at_one_rank_with_a_gate() -> None:
     refusal = one_rank_gate_refusal(1, 100.0, True, False)
     assert refusal is not None and refusal.id == "bench.one_rank.not_judged"
     assert "--min-busbw and --baseline" in refusal.summary and WORLD_SIZE_ONE_HEADING in refusal.summary
+    # QA pass: the summary read "--min-busbw judge the interconnect, but this run has one rank: one rank: ...".
+    single = one_rank_gate_refusal(1, 100.0, False, False)
+    assert single is not None and "--min-busbw judges the interconnect" in single.summary
+    assert "one rank: one rank" not in single.summary and "one rank: one rank" not in refusal.summary
 
 
 # ---------------------------------------------------------------------------------------------

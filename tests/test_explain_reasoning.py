@@ -394,6 +394,26 @@ def test_launcher_consequences_alone_are_never_the_root_cause() -> None:
     assert report["no_cause_found"]["summary"] == "no cause found in these logs"
 
 
+def test_torchrun_stopped_from_outside_is_the_root_cause_not_its_sigterm_to_workers() -> None:
+    # Real torchrun log (QA pass): the agent got SIGTERM (scancel, a time limit, a kill) and SIGTERMed its
+    # workers; it used to read "no cause found", with the SIGTERM explained as "after one failed".
+    path = Path(__file__).parent / "fixtures" / "explain" / "torchrun-2rank-gloo-agent-sigterm.log"
+    ex = explain_files(path)
+    assert ex.root is not None and ex.root.id == "launch.agent_signal"
+    assert "Received 15 death signal" in ex.root.first.text
+    assert "launch.sigterm_siblings" in ids(ex.consequences)
+    assert ex.exit_code == ExitCode.FAILED
+
+
+def test_a_worker_error_before_torchrun_is_stopped_stays_the_root_cause() -> None:
+    # The agent's own signal is generic (precedence 2): a worker's earlier error still explains the run.
+    lines = (REAL / "no_gpu_nccl.log").read_bytes() + (
+        Path(__file__).parent / "fixtures" / "explain" / "torchrun-2rank-gloo-agent-sigterm.log"
+    ).read_bytes()
+    ex = explain(KB, scan_inputs(KB, [("job.log", io.BytesIO(lines))]))
+    assert ex.root is not None and ex.root.id == "device.no_gpu_for_nccl"
+
+
 def test_rank_comes_from_torchrun_root_cause_entry() -> None:
     # Real H100 log: the ValueError has no rank prefix; torchrun's summary says rank 0 failed first.
     ex = explain_files(REAL / "no_gpu_nccl.log")

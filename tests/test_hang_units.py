@@ -197,6 +197,16 @@ def test_two_ranks_in_different_collectives_is_a_tie_from_stacks():
     assert "waits in all_reduce" in verdict["summary"] and "waits in broadcast" in verdict["summary"]
 
 
+def test_one_waiting_rank_gets_a_singular_verb():
+    # QA pass on a real 2-rank torchrun job: "... while rank 0 wait in all_reduce at ...".
+    sleep = _stacks("sleep")
+    verdict = judge_hang(HangFacts(host="h", stacks=[sleep[0], sleep[2]])).verdict
+    assert verdict["kind"] == "stack_outlier" and verdict["culprit_ranks"] == [2]
+    assert "rank 0 waits in all_reduce" in verdict["summary"], verdict["summary"]
+    verdict = judge_hang(HangFacts(host="h", stacks=sleep)).verdict
+    assert "ranks 0-1 wait in all_reduce" in verdict["summary"], verdict["summary"]
+
+
 def test_every_local_rank_waiting_points_at_other_nodes():
     from ddpdoctor.hang.procs import Job, Worker
 

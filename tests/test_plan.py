@@ -590,3 +590,15 @@ def test_only_impossible_layouts_is_a_usage_error_not_a_model_too_big() -> None:
     # One possible layout among impossible ones is judged as before.
     code, out, _ = _run("--params", "7B", "--strategy", "tp=3,tp=8", "--gpus", "8", "--gpu-mem", "80GiB")
     assert code == 0 and "Cheapest strategy that fits: tp=8" in out
+
+
+def test_advice_names_only_the_flags_that_change() -> None:
+    # QA pass: at micro-batch 1 the advice read "--micro-batch 1 --recompute full --nodes 2 (16 GPUs): ...".
+    w = Workload(estimate_shape(70_000_000_000))
+    assert w.micro_batch == 1
+    plan = make_plan(w, Hardware(8, 1, 80 * GIB))
+    assert plan.cheapest is None and plan.advice
+    assert not [a for a in plan.advice if "--micro-batch 1" in a], plan.advice
+    assert [a for a in plan.advice if a.startswith("--recompute full --nodes")], plan.advice
+    plan = make_plan(replace(w, micro_batch=4), Hardware(8, 1, 80 * GIB))
+    assert [a for a in plan.advice if a.startswith("--micro-batch 1 --recompute full --nodes")], plan.advice

@@ -236,3 +236,31 @@ def test_redaction_leaves_diagnostics_alone() -> None:
         "Port GUID: 0x1234 PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 pad_token=<pad>"
     )
     assert redact_text(text, {}) == text
+
+
+def test_report_benchmark_says_what_was_measured() -> None:
+    # QA pass: `report --bench` on a CPU node printed "1 MiB ... 0.28 GB/s" under "Benchmark (short)" with
+    # no word that it was gloo on 2 CPU ranks: read as NCCL, it looks like a broken interconnect.
+    from types import SimpleNamespace
+
+    from ddpdoctor.report import _bench_section
+
+    row = {"op": "all_reduce", "size": 1048576, "time_us": 3741.9, "algbw": 0.28, "busbw": 0.28, "wrong": 0}
+    gloo = {
+        "config": {"backend": "gloo", "world_size": 2, "dtype": "float32", "timing": "eager"},
+        "environment": {"host": "vm", "backend": "gloo", "world_size": 2, "gpus": []},
+        "rows": [row],
+    }
+    lines = _bench_section(SimpleNamespace(bench=gloo, bench_error=""))
+    assert lines[0].startswith("bench-nccl with gloo, 2 rank(s) on vm, float32, eager timing")
+    assert "not a GPU interconnect" in lines[0]
+    nccl = {
+        "config": {"backend": "nccl", "world_size": 8, "dtype": "float32", "timing": "graph"},
+        "environment": {"host": "n1", "gpus": ["NVIDIA H100 80GB HBM3"] * 8},
+        "rows": [row],
+    }
+    first = _bench_section(SimpleNamespace(bench=nccl, bench_error=""))[0]
+    assert first == "bench-nccl with nccl, 8 rank(s) on n1 (8x NVIDIA H100 80GB HBM3), float32, graph timing."
+    # Garbage in the JSON's setup fields is shown as unknown, never a traceback.
+    odd = _bench_section(SimpleNamespace(bench={"config": "x", "environment": [1], "rows": [row]}, bench_error=""))
+    assert odd[-1].startswith("| all_reduce |")

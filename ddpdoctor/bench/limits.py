@@ -175,7 +175,8 @@ def one_rank_gate_refusal(
         return None
     return ONE_RANK_GATE.finding(
         Severity.FAIL,
-        f"{' and '.join(gates)} judge the interconnect, but this run has one rank: {WORLD_SIZE_ONE_HEADING}",
+        f"{' and '.join(gates)} {'judges' if len(gates) == 1 else 'judge'} the interconnect, but this run has "
+        f"{WORLD_SIZE_ONE_HEADING}",
         evidence=[Evidence("world size", "1")],
         data={"world_size": 1, "gates": gates},
     )

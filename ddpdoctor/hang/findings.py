@@ -111,6 +111,11 @@ def plural_ranks(ranks: Sequence[int]) -> str:
     return " and ".join(parts) + (" (rank unknown)" if unknown else "")
 
 
+def ranks_verb(ranks: Sequence[int], singular: str, plural: str) -> str:
+    """`plural_ranks(ranks)` followed by the verb that agrees with it: 'rank 0 waits', 'ranks 0-1 wait'."""
+    return f"{plural_ranks(ranks)} {singular if len(ranks) == 1 else plural}"
+
+
 def group_name(pg: str, name: str) -> str:
     if pg in ("0", "") or name == "default_pg":
         return "the default group"

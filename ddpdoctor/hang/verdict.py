@@ -19,6 +19,7 @@ from ddpdoctor.hang.findings import (
     job_dict,
     job_finding,
     plural_ranks,
+    ranks_verb,
     ras_finding,
     stacks_finding,
 )
@@ -162,7 +163,7 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
     culprits, others = list(div.culprits), list(div.others)
     lead = culprits[0]
     stack_where = ctx.where_stack(lead)
-    others_wait = f"{plural_ranks(others)} wait in " + (
+    others_wait = f"{ranks_verb(others, 'waits', 'wait')} in " + (
         ctx.where_entry(div.other_entry) if div.other_entry is not None else f"#{div.others_last}"
     ) + f" of {group}"
     if kind == "behind":
@@ -282,7 +283,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             # Both sides wait in a collective, at different places: the ranks are out of step.
             summary = (
                 f"{who} waits in {odd_wait} at {ctx.where_line(ctx.stack_by_rank[lead])}, while "
-                f"{plural_ranks(main.ranks)} wait in {main_wait} at {ctx.where_line(main.example)}: the ranks are "
+                f"{ranks_verb(main.ranks, 'waits', 'wait')} in {main_wait} at {ctx.where_line(main.example)}: the ranks are "
                 f"in different collectives (out of step) -> the cause is the code path of {plural_ranks(culprits)}, "
                 "not the network"
             )
@@ -294,8 +295,11 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         else:
             summary = (
                 f"{who} is not where the others are: its stack is in {ctx.where_stack(lead)}, while "
-                f"{plural_ranks(main.ranks)} "
-                + (f"wait in {main_wait} at {ctx.where_line(main.example)} " if main_wait else f"are in {main_where} ")
+                + (
+                    f"{ranks_verb(main.ranks, 'waits', 'wait')} in {main_wait} at {ctx.where_line(main.example)} "
+                    if main_wait
+                    else f"{ranks_verb(main.ranks, 'is', 'are')} in {main_where} "
+                )
                 + f"-> the cause is on {plural_ranks(culprits)}"
                 + (", not the network" if main_wait else "")
             )

@@ -197,8 +197,17 @@ def find_alternatives(
         tries.append((f"--micro-batch {b}", replace(w, micro_batch=b), hw))
         b //= 2
     lean = replace(w, micro_batch=1, recompute="full")
+    # Only the flags that change something: at micro-batch 1 the lean run is just "--recompute full".
+    lean_flags = " ".join(
+        flag
+        for flag, changes in (
+            ("--micro-batch 1", w.micro_batch != 1),
+            ("--recompute full", w.recompute != "full"),
+        )
+        if changes
+    )
     if lean != w:
-        tries.append(("--micro-batch 1 --recompute full", lean, hw))
+        tries.append((lean_flags, lean, hw))
     if w.optimizer == "adamw":
         tries.append(("--optimizer adamw8bit", replace(w, optimizer="adamw8bit"), hw))
     # More GPUs shrink sharded model states, never activations: try them as they are, then lean.
@@ -208,7 +217,7 @@ def find_alternatives(
             gpus = f"--nodes {nodes} ({nodes * hw.gpus_per_node} GPUs)"
             tries.append((gpus, w, more))
             if lean != w:
-                tries.append((f"--micro-batch 1 --recompute full {gpus}", lean, more))
+                tries.append((f"{lean_flags} {gpus}", lean, more))
     out: list[Alternative] = []
     seen: set[tuple[Workload, Hardware]] = set()
     for flags, w2, hw2 in tries:
