@@ -60,7 +60,9 @@ SNAPSHOT_HEADER = """# Snapshots and replay
   When the command failed or wrote to stderr, `DIR/<command-id>.meta.json` keeps `argv`, `returncode`,
   `timed_out` and `stderr`. A tool that is not installed leaves no `.txt`, only a `.meta.json` with
   `"found": false`, so that the replay reports the missing tool as the live run did.
-- Other facts are stored as `DIR/<fact>.json`.
+- Other facts are stored as `DIR/<fact>.json`. With the gpu area, the raw `nvidia-smi -q` is stored as
+  `DIR/nvidia-smi-q.txt` whenever nvidia-smi is installed, even when NVML answered (`nvml.json`): it is
+  what support engineers read in a bug report.
 - A missing file means "not available there": the checks that need it report a `skip` naming the
   missing file, never a pass. A file that is present but unusable (empty, garbage, a tool that timed
   out according to its `.meta.json`) is judged like the live output would be: usually an `error`.

@@ -240,14 +240,16 @@ def test_stack_dump_is_acknowledged_once_complete(tmp_path: Path, stopped: bool)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         if stopped:
             proc.send_signal(signal.SIGSTOP)
-            deadline = time.monotonic() + 30
-            while psutil.Process(proc.pid).status() != "stopped" and time.monotonic() < deadline:
-                time.sleep(0.01)
+        # "ready" is printed just before the read: wait until the rank is really blocked (or stopped).
+        expected = "stopped" if stopped else "sleeping"
+        deadline = time.monotonic() + 30
+        while psutil.Process(proc.pid).status() != expected and time.monotonic() < deadline:
+            time.sleep(0.01)
         state = launcher.RankState(rank=2, pid=proc.pid)
         result = launcher.LaunchResult(world_size=3, backend="gloo", timeout_s=5)
         launcher._report_stuck(result, [state], tmp_path)
         (failure,) = result.failures
-        assert failure.kind == "stuck" and failure.status == ("stopped" if stopped else "sleeping")
+        assert failure.kind == "stuck" and failure.status == expected
         assert (tmp_path / "rank2.stack.done").read_bytes() == bytes([signal.SIGUSR1])
         # Whole: the innermost frame and the outermost one, in faulthandler's order.
         assert "blocked_in_c" in failure.stack and failure.stack.rstrip().endswith("in <module>")

@@ -861,6 +861,16 @@ def test_snapshot_keeps_raw_nvidia_smi_q_when_nvml_works(
     assert (snap / "nvidia-smi-q.txt").read_text() == real.read_text()
 
 
+def test_gpu_area_and_other_readers_share_one_nvml_pass(fake_nvml: Callable[..., FakeNvml]) -> None:
+    # rdma reads the GPU count (read_gpu_facts) while the gpu area runs: NVML must be read once.
+    fake = fake_nvml(healthy(2))
+    sources = FakeSources()
+    assert gpu_area.read_gpu_facts(sources).count == 2
+    report = run_gpu(sources)
+    assert "gpu.inventory" in by_id(report)
+    assert fake.inits == 1
+
+
 def test_read_gpu_facts_summary(fake_nvml: Callable[..., FakeNvml]) -> None:
     fake_nvml(
         [

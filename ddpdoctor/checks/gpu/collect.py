@@ -8,6 +8,7 @@ meet a value of the wrong type.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import threading
@@ -374,9 +375,25 @@ def collect_gpu_base(sources: Sources) -> GpuCollected:
     return c
 
 
+_BASE_CACHE: weakref.WeakKeyDictionary[Any, GpuCollected] = weakref.WeakKeyDictionary()
+_BASE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+
+
+def collect_gpu_base_once(sources: Sources) -> GpuCollected:
+    """collect_gpu_base, once per Sources: the gpu area and the areas that read `read_gpu_facts` (rdma:
+    GPUs per rail) run concurrently, and NVML is read under one lock, so a second pass would only wait."""
+    with _FACTS_LOCK:
+        lock = _BASE_LOCKS.setdefault(sources, threading.Lock())
+    with lock:
+        base = _BASE_CACHE.get(sources)
+        if base is None:
+            base = _BASE_CACHE[sources] = collect_gpu_base(sources)
+    return dataclasses.replace(base)  # a copy: the gpu area adds its own readings to it
+
+
 def collect_gpu(ctx: Context) -> GpuCollected:
     """The gpu area's collect: the base readings, the kernel log and torch's view of the GPUs."""
-    c = collect_gpu_base(ctx.sources)
+    c = collect_gpu_base_once(ctx.sources)
     # A hand-written env.json may hold numbers or nulls: CUDA and torchrun read strings.
     c.env = {k: str(v) for k, v in ctx.env.items() if v is not None}
     nproc = ctx.options.get("nproc_per_node")
@@ -449,7 +466,7 @@ def read_gpu_facts(sources: Sources) -> GpuFacts:
         cached = _FACTS_CACHE.get(sources)
     if cached is not None:
         return cached
-    facts = summarize(collect_gpu_base(sources))
+    facts = summarize(collect_gpu_base_once(sources))
     with _FACTS_LOCK:
         _FACTS_CACHE[sources] = facts
     return facts
