@@ -7,8 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from ddpdoctor.checks.gpu.models import describe_architecture
 from ddpdoctor.cli import app
 from ddpdoctor.nvml import load_nvml_fact
 from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_csv, parse_nvidia_smi_q
@@ -64,9 +66,10 @@ def test_replay_of_the_node_is_healthy(tmp_path: Path) -> None:
     assert not [f for f in report["findings"] if f["severity"] in ("warn", "fail", "error")], report
     inventory = by_id["gpu.inventory"]
     assert inventory["summary"].startswith(
-        "1x NVIDIA H100 80GB HBM3 (unknown architecture); driver 580.159.04"
+        "1x NVIDIA H100 80GB HBM3 (Hopper, from the name); driver 580.159.04"
     )
-    assert inventory["data"]["architectures"] == ["unknown architecture"]
+    # nvml.json predates the architecture reading: the name tells it, and the text says so.
+    assert inventory["data"]["architectures"] == ["Hopper, from the name"]
     assert by_id["torch.nccl"]["summary"] == "NCCL 2.28.9"
     assert by_id["gpu.topology"]["data"]["topology"]["gpus"] == ["GPU0"]
     assert by_id["gpu.topology"]["evidence"][0]["excerpt"].lstrip().startswith("GPU0\tCPU Affinity")
@@ -86,3 +89,17 @@ def test_healthy_nccl_info_log_has_no_failure_signature() -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["root_cause"] is None and report["consequences"] == [], report
+
+
+@pytest.mark.parametrize(
+    ("architecture", "name", "shown"),
+    [
+        ("Hopper", "NVIDIA H100 80GB HBM3", "Hopper"),
+        (None, "NVIDIA H100 80GB HBM3", "Hopper, from the name"),
+        (None, "NVIDIA A100-SXM4-80GB", "Ampere, from the name"),
+        (None, "NVIDIA GeForce GTX 1080", "unknown architecture"),
+        (None, None, "unknown architecture"),
+    ],
+)
+def test_architecture_is_never_null(architecture: str | None, name: str | None, shown: str) -> None:
+    assert describe_architecture(architecture, name) == shown

@@ -7,9 +7,10 @@ by item), `judge` (verdicts, cheapest strategy, what to change) are pure; `input
 
 from __future__ import annotations
 
+from ddpdoctor.checks.gpu.models import gpu_generation
 from ddpdoctor.plan.inputs import PlanInputError, load_shape, read_config, read_hardware
 from ddpdoctor.plan.judge import Hardware, Plan, Row, make_plan, parse_strategy
-from ddpdoctor.plan.memory import Breakdown, Strategy, Workload, breakdown, gpu_generation
+from ddpdoctor.plan.memory import Breakdown, Strategy, Workload, breakdown
 from ddpdoctor.plan.shape import ModelShape, estimate_shape, shape_from_config
 from ddpdoctor.plan.units import parse_bytes, parse_count
 

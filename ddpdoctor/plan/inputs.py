@@ -10,9 +10,9 @@ import errno
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from ddpdoctor.checks.gpu.models import gpu_generation
 from ddpdoctor.edge.files import InputRefused, check_nesting, load_json_text, read_user_bytes
 from ddpdoctor.plan.judge import Hardware
-from ddpdoctor.plan.memory import gpu_generation
 from ddpdoctor.plan.shape import ModelShape, shape_from_config
 
 if TYPE_CHECKING:

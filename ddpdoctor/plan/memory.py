@@ -91,24 +91,6 @@ def process_groups(s: Strategy, n_gpus: int) -> int:
     return groups
 
 
-_GENERATIONS = (
-    ("blackwell", re.compile(r"\b(GB|B)(100|200|300)\b|RTX (PRO )?50\d0|RTX PRO 6000 Blackwell", re.I)),
-    ("hopper", re.compile(r"\b(GH|H)(100|200|800|20)\b", re.I)),
-    ("ada", re.compile(r"\bL(4|20|40S?)\b|RTX 40\d0|RTX \d000 Ada", re.I)),
-    ("ampere", re.compile(r"\bA(2|10G?|16|30|40|100|800|\d000)\b|RTX 30\d0", re.I)),
-    ("turing", re.compile(r"\bT4\b|RTX 20\d0|Quadro RTX|TITAN RTX", re.I)),
-    ("volta", re.compile(r"\bV100\b|TITAN V", re.I)),
-)
-
-
-def gpu_generation(name: Optional[str]) -> str:
-    """`NVIDIA H100 80GB HBM3` -> `hopper`; `unknown` when the name matches no known generation."""
-    for generation, pattern in _GENERATIONS:
-        if name and pattern.search(name):
-            return generation
-    return "unknown"
-
-
 @dataclass(frozen=True)
 class Strategy:
     """How the model is split: `kind` is ddp, zero1, zero2, zero3, fsdp or tp (tp carries tp and pp)."""

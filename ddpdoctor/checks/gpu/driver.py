@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 
 from ddpdoctor.checks.gpu.collect import NVIDIA_SMI_Q, GpuCollected
 from ddpdoctor.checks.gpu.health import LOST
+from ddpdoctor.checks.gpu.models import describe_architecture
 from ddpdoctor.model import Evidence, Finding, Severity, define
 from ddpdoctor.visible_devices import parse_visible_devices
 
@@ -212,8 +213,8 @@ def judge_inventory(c: GpuCollected) -> list[Finding]:
     for g in c.gpus:
         name = g.get("name") or "unknown GPU"
         names[name] = names.get(name, 0) + 1
-        # "unknown", never null: old drivers and nvidia-smi before R450 do not say.
-        archs.setdefault(name, g.get("architecture") or "unknown architecture")
+        # Never null: old drivers, nvidia-smi before R450 and older snapshots do not say; the name often does.
+        archs.setdefault(name, describe_architecture(g.get("architecture"), g.get("name")))
     models = ", ".join(f"{n}x {name} ({archs[name]})" for name, n in names.items())
     text = f"{models}; driver {c.driver_version or '?'}, supports CUDA {c.cuda_driver_version or '?'}"
     src = (
