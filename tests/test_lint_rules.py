@@ -981,6 +981,10 @@ POSITIVES += [
             dist.init_process_group("nccl")
             torch.manual_seed(1337 + dist.get_rank())
             train, val = random_split(ds, [90, 10])  # <-
+        def env_seeded(ds):
+            dist.init_process_group("nccl")
+            torch.manual_seed(1337 + int(os.environ["RANK"]))
+            return random_split(ds, [90, 10])  # <-
     """,
     ),
     (

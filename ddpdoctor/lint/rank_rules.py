@@ -2,7 +2,8 @@
 its own GPU. Registered in the same table as rules.py (imported at its end).
 
 These are the misses found by reading real training scripts (issue #16): a barrier only rank 0 reaches
-(a hang), a seedless `random_split` (each rank trains on a different split), `device_index()` called as
+(a hang), a seedless `random_split` or a hand-written sampler's unseeded shuffle sliced by rank (each rank
+trains on a different split), `device_index()` called as
 if it set the device. Like the other rules they prefer silence to a false alarm.
 """
 
@@ -203,7 +204,19 @@ _SEEDERS = frozenset(
 def _rank_free_seed(cs: CallSite) -> bool:
     if cs.attr not in _SEEDERS or cs.attr == "seed" and not cs.qual.startswith(("random.", "numpy.random.")):
         return False
-    return not any(mentions_rank(a) for a in list(cs.node.args) + [k.value for k in cs.node.keywords])
+    return not any(_seed_has_rank(a) for a in list(cs.node.args) + [k.value for k in cs.node.keywords])
+
+
+# Launcher variables that hold a rank: `seed + int(os.environ["RANK"])` differs per rank too.
+_RANK_ENV = frozenset(
+    {"RANK", "LOCAL_RANK", "GROUP_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK"}
+)
+
+
+def _seed_has_rank(node: ast.AST) -> bool:
+    if mentions_rank(node):
+        return True
+    return any(isinstance(n, ast.Constant) and n.value in _RANK_ENV for n in ast.walk(node))
 
 
 @rule(
@@ -268,16 +281,16 @@ _SEEDED = {fam: (lambda c, fam=fam: _seeds(c, fam) is True) for fam in ("torch",
 def _generator_seeded_by_rank(f: ModuleFacts, cs: CallSite, gen: ast.expr) -> bool:
     """`generator=torch.Generator().manual_seed(seed + rank)`, `g = torch.Generator().manual_seed(rank)`,
     or `g.manual_seed(rank)` above the call."""
-    if mentions_rank(gen):
+    if _seed_has_rank(gen):
         return True
     name = dotted(gen)
     if not name:
         return False
     value = value_before(f, name, cs.node.lineno)
-    if value is not None and mentions_rank(value):
+    if value is not None and _seed_has_rank(value):
         return True
     return any(
-        c.raw == f"{name}.manual_seed" and c.pos < cs.pos and mentions_rank(c.node) for c in cs.scope.calls
+        c.raw == f"{name}.manual_seed" and c.pos < cs.pos and _seed_has_rank(c.node) for c in cs.scope.calls
     )
 
 
