@@ -1153,6 +1153,10 @@ NEAR_MISSES += [
             torch.manual_seed(0)
             p = torch.randperm(10)
             return p[dist.get_rank()::dist.get_world_size()]
+        def shared(n):
+            perm = torch.randperm(n).cuda()
+            dist.broadcast(perm, src=0)
+            return perm[dist.get_rank()::dist.get_world_size()]
     """,
     ),
     (

@@ -329,6 +329,13 @@ def _names_world_size(f: ModuleFacts) -> bool:
     return bool(f.memo["names_world_size"])
 
 
+def _shared_between(cs: CallSite, split: ast.Subscript) -> bool:
+    """A broadcast or scatter between the shuffle and the split: rank 0's permutation is what every rank
+    slices (`dist.broadcast(perm, src=0)`), so the ranks agree."""
+    end = (split.lineno, split.col_offset)
+    return any(cs.pos < c.pos < end and c.attr.startswith(("broadcast", "scatter")) for c in cs.scope.calls)
+
+
 def _check_rank_shuffles(f: ModuleFacts) -> Iterator[Hit]:
     for cs in f.calls:
         family = _SHUFFLES.get(cs.qual)
@@ -338,7 +345,7 @@ def _check_rank_shuffles(f: ModuleFacts) -> Iterator[Hit]:
         if cs.qual in _IN_PLACE and shuffled is None:
             continue
         split = rank_split_of(cs.scope, cs.node, shuffled)
-        if split is None:
+        if split is None or _shared_between(cs, split):
             continue
         if not (_distributed_reach(f) or _names_world_size(f)):
             continue  # `x[gpu]` in a file that knows nothing of a world of ranks
