@@ -158,6 +158,41 @@ def test_same_module_name_twice_is_ambiguous_and_resolves_to_nothing(tmp_path: P
     assert found(files, ["DDP017"]) == set()
 
 
+def test_sampler_shuffle_in_another_module(tmp_path: Path) -> None:
+    # A hand-written sampler in its own module (no torch.distributed import there): the project's trainer
+    # sets up DDP, so the unseeded shuffle split by rank is reported; a common torch seed anywhere in the
+    # project silences it (the DataLoader calls __iter__: what runs before it cannot be seen).
+    sampler = """
+        import torch
+        class ShardSampler:
+            def __init__(self, n, rank, world):
+                self.n, self.rank, self.world = n, rank, world
+            def __iter__(self):
+                perm = torch.randperm(self.n).tolist()
+                return iter(perm[self.rank::self.world])
+    """
+    train = """
+        import os
+        import torch
+        import torch.distributed as dist
+        from sampler import ShardSampler
+        def main():
+            {seed}
+            dist.init_process_group("nccl")
+            return ShardSampler(100, dist.get_rank(), dist.get_world_size())
+    """
+    root = tmp_path / "unseeded"
+    files = write(root, {"sampler.py": sampler, "train.py": train.format(seed="pass")})
+    assert found(files, ["DDP019"]) == {("sampler.py", 7, "DDP019")}
+    root = tmp_path / "seeded"
+    files = write(root, {"sampler.py": sampler, "train.py": train.format(seed="torch.manual_seed(0)")})
+    assert found(files, ["DDP019"]) == set()
+    root = tmp_path / "rank_seeded"
+    rank_seed = "torch.manual_seed(1234 + int(os.environ['RANK']))"
+    files = write(root, {"sampler.py": sampler, "train.py": train.format(seed=rank_seed)})
+    assert found(files, ["DDP019"]) == {("sampler.py", 7, "DDP019")}
+
+
 def test_default_tier_is_the_likely_bugs() -> None:
     default = {r.id for r in default_rules()}
     assert {"DDP008", "DDP009", "DDP010", "DDP011", "DDP021"}.isdisjoint(default)

@@ -981,6 +981,41 @@ POSITIVES += [
             dist.init_process_group("nccl")
             torch.manual_seed(1337 + dist.get_rank())
             train, val = random_split(ds, [90, 10])  # <-
+        def env_seeded(ds):
+            dist.init_process_group("nccl")
+            torch.manual_seed(1337 + int(os.environ["RANK"]))
+            return random_split(ds, [90, 10])  # <-
+    """,
+    ),
+    (
+        "DDP019",
+        """
+        import random
+        import numpy as np
+        def shard(files, n):
+            rank, world = dist.get_rank(), dist.get_world_size()
+            perm = torch.randperm(n)  # <-
+            mine = perm.tolist()[rank::world]
+            np.random.shuffle(files)  # <-
+            per = len(files) // world
+            part = files[rank * per:(rank + 1) * per]
+            idx = np.random.permutation(n)  # <-
+            chunk = np.array_split(idx, world)[rank]
+            random.shuffle(files)  # <-
+            return torch.chunk(torch.tensor(files), world)[dist.get_rank()], mine, part, chunk
+    """,
+    ),
+    (
+        "DDP019",
+        """
+        import numpy as np
+        class Sampler:
+            def __iter__(self):
+                np.random.seed(self.seed + self.rank)
+                idx = np.random.permutation(self.n)  # <-
+                g = torch.Generator().manual_seed(self.epoch * 1000 + self.rank)
+                perm = torch.randperm(self.n, generator=g)  # <-
+                return iter(idx[self.rank::self.num_replicas].tolist() + perm[self.rank::self.num_replicas].tolist())
     """,
     ),
     (
@@ -1087,6 +1122,41 @@ NEAR_MISSES += [
             a, b = random_split(ds, [90, 10], generator=torch.Generator().manual_seed(0))
             torch.manual_seed(0)
             c, d = random_split(ds, [90, 10])
+    """,
+    ),
+    (
+        "DDP019",
+        """
+        import random
+        import numpy as np
+        def shard(files, n, seed, epoch):
+            rank, world = dist.get_rank(), dist.get_world_size()
+            g = torch.Generator()
+            g.manual_seed(seed + epoch)
+            a = torch.randperm(n, generator=g)[rank::world]
+            b = np.random.default_rng(seed).permutation(n)[rank::world]
+            aug = torch.randperm(n)
+            x = files[aug]
+            mine = files[rank::world]
+            random.shuffle(mine)
+            if rank == 0:
+                c = torch.randperm(n)[rank::world]
+            return a, b, x, mine
+        def seeded(n):
+            np.random.seed(0)
+            idx = np.random.permutation(n)
+            random.seed(1234)
+            lst = list(range(n))
+            random.shuffle(lst)
+            return idx[dist.get_rank()::dist.get_world_size()], lst[dist.get_rank()::dist.get_world_size()]
+        def main():
+            torch.manual_seed(0)
+            p = torch.randperm(10)
+            return p[dist.get_rank()::dist.get_world_size()]
+        def shared(n):
+            perm = torch.randperm(n).cuda()
+            dist.broadcast(perm, src=0)
+            return perm[dist.get_rank()::dist.get_world_size()]
     """,
     ),
     (

@@ -215,3 +215,96 @@ def local_rank_guarded(f: ModuleFacts, cs: CallSite, depth: int = 0) -> Optional
     if lines and all(line is not None for line in lines):
         return lines[0]
     return None
+
+
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _own_exprs(stmt: ast.stmt) -> Iterator[ast.AST]:
+    """The expressions a statement evaluates itself (not those of the blocks it holds)."""
+    for field, value in ast.iter_fields(stmt):
+        if field in ("body", "orelse", "finalbody", "handlers", "cases", "decorator_list"):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, ast.AST) and not isinstance(item, _NESTED):
+                yield item
+
+
+def _dotted_names(node: ast.AST) -> set[str]:
+    return {d for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)) for d in [dotted(n)] if d}
+
+
+def _targets(stmt: ast.stmt) -> list[str]:
+    if isinstance(stmt, ast.Assign):
+        raw = list(stmt.targets)
+    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        raw = [stmt.target]
+    else:
+        return []
+    out = []
+    for t in raw:
+        for e in t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]:
+            if isinstance(e, (ast.Name, ast.Attribute)) and dotted(e):
+                out.append(dotted(e))  # type: ignore[arg-type]
+    return out
+
+
+def rank_split_of(scope: Scope, call: ast.Call, shuffled: Optional[ast.AST]) -> Optional[ast.Subscript]:
+    """Where a shuffle's result is split by rank in the same function: `indices[rank::world_size]`,
+    `indices[offset:offset + n]` with `offset = n * rank`, `np.array_split(indices, ws)[rank]`.
+
+    Follows the result through plain assignments in source order (`perm = randperm(n)`;
+    `idx = perm.tolist()`; `idx = idx[rank::ws]`). `shuffled` is the argument an in-place shuffle
+    (`random.shuffle(indices)`) permutes; None for a call that returns the permutation."""
+    tainted: set[str] = set()
+    rank_vars: set[str] = set()
+    started = False
+
+    def per_rank(index: ast.AST) -> bool:
+        return mentions_rank(index) or bool(_dotted_names(index) & rank_vars)
+
+    def visit(body: list[ast.stmt]) -> Optional[ast.Subscript]:
+        nonlocal started
+        for stmt in body:
+            if isinstance(stmt, _NESTED):
+                continue
+            exprs = list(_own_exprs(stmt))
+            here = any(n is call for e in exprs for n in ast.walk(e))
+            if here:
+                started = True
+                if shuffled is not None and dotted(shuffled):
+                    tainted.add(dotted(shuffled))  # type: ignore[arg-type]
+            if started:
+                for e in exprs:
+                    for n in ast.walk(e):
+                        if not isinstance(n, ast.Subscript) or not per_rank(n.slice):
+                            continue
+                        if _dotted_names(n.value) & tainted or any(m is call for m in ast.walk(n.value)):
+                            return n
+            names = _targets(stmt)
+            value = getattr(stmt, "value", None)
+            if names and value is not None:
+                # The permutation flows on through an assignment (or is replaced by one that drops it).
+                if started and (here or _dotted_names(value) & tainted):
+                    tainted.update(names)
+                else:
+                    tainted.difference_update(names)
+                if per_rank(value):
+                    rank_vars.update(names)
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, field, None)
+                if isinstance(block, list):
+                    found = visit(block)
+                    if found is not None:
+                        return found
+            for h in getattr(stmt, "handlers", ()) or ():
+                found = visit(h.body)
+                if found is not None:
+                    return found
+            for case in getattr(stmt, "cases", ()) or ():
+                found = visit(case.body)
+                if found is not None:
+                    return found
+        return None
+
+    return visit(scope.node.body)  # type: ignore[attr-defined]

@@ -2,13 +2,15 @@
 its own GPU. Registered in the same table as rules.py (imported at its end).
 
 These are the misses found by reading real training scripts (issue #16): a barrier only rank 0 reaches
-(a hang), a seedless `random_split` (each rank trains on a different split), `device_index()` called as
+(a hang), a seedless `random_split` or a hand-written sampler's unseeded shuffle sliced by rank (each rank
+trains on a different split), `device_index()` called as
 if it set the device. Like the other rules they prefer silence to a false alarm.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import (
@@ -18,10 +20,19 @@ from ddpdoctor.lint.facts import (
     ModuleFacts,
     RankBranch,
     classify_guard,
+    dotted,
     ends_in_exit,
     mentions_rank,
 )
-from ddpdoctor.lint.flow import find_call_in, happens_before, in_memory, per_rank_path, rank_zero_only
+from ddpdoctor.lint.flow import (
+    find_call_in,
+    happens_before,
+    in_memory,
+    per_rank_path,
+    rank_split_of,
+    rank_zero_only,
+    value_before,
+)
 from ddpdoctor.lint.rules import COLLECTIVE_NAMES, Hit, _is_const, rule, uses_distributed
 
 # Collectives and the (position, keyword) of the tensors every rank must pass.
@@ -193,19 +204,34 @@ _SEEDERS = frozenset(
 def _rank_free_seed(cs: CallSite) -> bool:
     if cs.attr not in _SEEDERS or cs.attr == "seed" and not cs.qual.startswith(("random.", "numpy.random.")):
         return False
-    return not any(mentions_rank(a) for a in list(cs.node.args) + [k.value for k in cs.node.keywords])
+    return not any(_seed_has_rank(a) for a in list(cs.node.args) + [k.value for k in cs.node.keywords])
+
+
+# Launcher variables that hold a rank: `seed + int(os.environ["RANK"])` differs per rank too.
+_RANK_ENV = frozenset(
+    {"RANK", "LOCAL_RANK", "GROUP_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK"}
+)
+
+
+def _seed_has_rank(node: ast.AST) -> bool:
+    if mentions_rank(node):
+        return True
+    return any(isinstance(n, ast.Constant) and n.value in _RANK_ENV for n in ast.walk(node))
 
 
 @rule(
     "DDP019",
     "seedless-split",
-    "random_split() without a seeded generator: each rank draws a different split",
-    "pass generator=torch.Generator().manual_seed(SEED) (the same seed on every rank)",
-    "Every rank runs random_split itself; unseeded, rank 0's validation samples are rank 1's training "
-    "samples, so the model is evaluated on data it trained on and the ranks' shards overlap.",
+    "random_split() or a shuffle split by rank without a common seed: each rank draws a different split",
+    "seed it alike on every rank: generator=torch.Generator().manual_seed(SEED) for random_split and randperm, "
+    "np.random.default_rng(SEED) or random.Random(SEED) for numpy and random (SEED + epoch, never + rank)",
+    "Every rank runs random_split, or shuffles the indices it then slices with its rank, itself; unseeded "
+    "(or seeded with the rank), each rank draws a different permutation, so the ranks' shards overlap, "
+    "some samples are never seen, and rank 0's validation samples are rank 1's training samples.",
 )
 def check_seedless_split(f: ModuleFacts) -> Iterator[Hit]:
     if not (uses_distributed(f) or f.project is not None):
+        yield from _check_rank_shuffles(f)
         return
     for cs in f.calls_named("random_split"):
         if not cs.qual.endswith("data.random_split") and cs.qual != "random_split":
@@ -218,6 +244,120 @@ def check_seedless_split(f: ModuleFacts) -> Iterator[Hit]:
         if not _distributed_reach(f):
             continue
         yield cs.node
+    yield from _check_rank_shuffles(f)
+
+
+# Shuffles that draw from a global RNG, and which RNG: (qualified name) -> family.
+_SHUFFLES = {
+    "torch.randperm": "torch",
+    "numpy.random.permutation": "numpy",
+    "numpy.random.shuffle": "numpy",
+    "random.shuffle": "random",
+}
+_IN_PLACE = frozenset({"numpy.random.shuffle", "random.shuffle"})
+# Seeders of one RNG only; any other name in _SEEDERS (set_seed, seed_everything, ...) seeds them all.
+_FAMILY_SEEDERS = {
+    "torch.manual_seed": "torch",
+    "torch.random.manual_seed": "torch",
+    "numpy.random.seed": "numpy",
+    "random.seed": "random",
+}
+_WORLD_RE = re.compile(r"world|replicas|num_processes|num_gpus|nprocs")
+
+
+def _seeds(cs: CallSite, family: str) -> Optional[bool]:
+    """True: seeds `family`'s RNG alike on every rank; False: seeds it with the rank; None: not a seeder."""
+    if cs.attr not in _SEEDERS or cs.attr in ("seed", "manual_seed") and cs.qual not in _FAMILY_SEEDERS:
+        return None
+    if _FAMILY_SEEDERS.get(cs.qual, family) != family:
+        return None
+    return _rank_free_seed(cs)
+
+
+# One predicate object per family: happens_before memoises by the predicate's identity.
+_SEEDED = {fam: (lambda c, fam=fam: _seeds(c, fam) is True) for fam in ("torch", "numpy", "random")}
+
+
+def _generator_seeded_by_rank(f: ModuleFacts, cs: CallSite, gen: ast.expr) -> bool:
+    """`generator=torch.Generator().manual_seed(seed + rank)`, `g = torch.Generator().manual_seed(rank)`,
+    or `g.manual_seed(rank)` above the call."""
+    if _seed_has_rank(gen):
+        return True
+    name = dotted(gen)
+    if not name:
+        return False
+    value = value_before(f, name, cs.node.lineno)
+    if value is not None and _seed_has_rank(value):
+        return True
+    return any(
+        c.raw == f"{name}.manual_seed" and c.pos < cs.pos and _seed_has_rank(c.node) for c in cs.scope.calls
+    )
+
+
+def _shuffle_verdict(f: ModuleFacts, cs: CallSite, family: str) -> Optional[str]:
+    """Why this shuffle differs per rank ("unseeded" / "seeded with the rank"), or None if it agrees."""
+    gen = cs.kwarg("generator")
+    if gen is not None:
+        return "seeded with the rank" if _generator_seeded_by_rank(f, cs, gen) else None
+    if cs.has_star_kwargs():
+        return None
+    # The nearest seeder above it in the same function decides (`torch.manual_seed(seed + rank)` there
+    # overrides a common seed set at start-up).
+    last = None
+    for c in cs.scope.calls:
+        if c.pos < cs.pos and _seeds(c, family) is not None:
+            last = c
+    if last is not None:
+        return None if _seeds(last, family) else "seeded with the rank"
+    seeded = happens_before(f, cs.scope, cs.pos, _SEEDED[family])
+    if seeded:
+        return None
+    if seeded is None:
+        # A sampler's __iter__ is called by the DataLoader: we cannot see what ran before it. A common
+        # seed set anywhere in the project then probably makes the global RNG agree; stay silent.
+        files = [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
+        if any(_seeds(c, family) for g in files for c in g.calls):
+            return None
+    return "unseeded"
+
+
+def _names_world_size(f: ModuleFacts) -> bool:
+    """The file names a world size (`num_replicas`, `world_size`): a hand-written sampler's evidence that
+    it splits data between processes, where it imports nothing of torch.distributed."""
+    if "names_world_size" not in f.memo:
+        f.memo["names_world_size"] = any(_WORLD_RE.search(n.lower()) for n in f.names | f.attrs)
+    return bool(f.memo["names_world_size"])
+
+
+def _shared_between(cs: CallSite, split: ast.Subscript) -> bool:
+    """A broadcast or scatter between the shuffle and the split: rank 0's permutation is what every rank
+    slices (`dist.broadcast(perm, src=0)`), so the ranks agree."""
+    end = (split.lineno, split.col_offset)
+    return any(cs.pos < c.pos < end and c.attr.startswith(("broadcast", "scatter")) for c in cs.scope.calls)
+
+
+def _check_rank_shuffles(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in f.calls:
+        family = _SHUFFLES.get(cs.qual)
+        if family is None or cs.guarded or cs.rank_if is not None:
+            continue
+        shuffled = cs.arg(0, "x") if cs.qual in _IN_PLACE else None
+        if cs.qual in _IN_PLACE and shuffled is None:
+            continue
+        split = rank_split_of(cs.scope, cs.node, shuffled)
+        if split is None or _shared_between(cs, split):
+            continue
+        if not (_distributed_reach(f) or _names_world_size(f)):
+            continue  # `x[gpu]` in a file that knows nothing of a world of ranks
+        why = _shuffle_verdict(f, cs, family)
+        if why is None:
+            continue
+        short = cs.qual.replace("numpy.", "np.")
+        yield (
+            cs.node,
+            f"{short}() {why}, then split by rank (line {split.lineno}): each rank draws a different "
+            "permutation, so the ranks' shards overlap and some samples are never seen",
+        )
 
 
 def _distributed_reach(f: ModuleFacts) -> bool:
