@@ -252,3 +252,30 @@ def test_markdown_names_culprit_and_every_node() -> None:
     text = render_hang_cluster_markdown(merge([a, b], reports))
     assert "rank 1 on node 0 (gpu-a) (host gpu-a pid 11)" in text
     assert "| node 1 (gpu-b) | lost | no heartbeat |" in text
+
+
+def test_text_names_culprit_every_node_and_the_merged_stacks(capsys: pytest.CaptureFixture[str]) -> None:
+    from ddpdoctor.render.hang import render_hang_cluster_text
+
+    a, b = node(0, "gpu-a"), node(1, "gpu-b", MISSING, "rank 1, expected on gpu-b per SLURM_JOB_NODELIST")
+    reports = {a.label: node_report("gpu-a", {0: (10, WAITING), 1: (11, SLEEPING), 2: (12, WAITING)}, 3)}
+    render_hang_cluster_text(merge([a, b], reports))
+    out = capsys.readouterr().out
+    assert "FAIL  verdict: rank 1 (pid 11 on gpu-a, node 0 (gpu-a)) is not where" in out
+    assert "culprit: rank 1 on node 0 (gpu-a) (host gpu-a pid 11)" in out
+    assert "1 of 2 nodes answered" in out and "did not answer (missing)" in out
+    assert "never joined" in out
+    assert f"ranks 0, 2 (node 0 (gpu-a)): {WAITING[0]}" in out
+
+
+def test_cli_cluster_needs_a_launcher_and_hosts_needs_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+
+    for var in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    res = CliRunner().invoke(app, ["hang", "--cluster", "--no-ras"])
+    assert res.exit_code == 2 and "hang --cluster runs under a launcher" in res.output
+    res = CliRunner().invoke(app, ["hang", "--hosts", "gpu[1-2]", "--no-ras"])
+    assert res.exit_code == 2 and "--hosts applies only with --cluster" in res.output

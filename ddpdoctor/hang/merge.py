@@ -263,11 +263,14 @@ def judge_across_nodes(reported: Sequence[tuple[NodeResult, Mapping[str, Any]]],
         culprits = [_culprit(r, seen) for r in late]
         lead = late[0]
         where = f": its stack is in {seen[lead].where}" if lead in seen and seen[lead].where else ""
+        places = {(seen[r].waiting_in, seen[r].where) for r in ahead if r in seen}
+        waiting, at = next(iter(places)) if len(places) == 1 else (None, None)
+        others = (f"{ranks_verb(ahead, 'waits', 'wait')} in {waiting} #{top} at {at}" if waiting
+                  else f"{ranks_verb(ahead, 'has', 'have')} issued #{top}")
         summary = (
             f"{who(lead, seen) if len(late) == 1 else plural_ranks(late)} {'is' if len(late) == 1 else 'are'} "
-            f"behind{where}; its last collective in process group {pg} was #{late_seq} while "
-            f"{ranks_verb(ahead, 'has', 'have')} issued #{top} (Flight Recorder dumps of every node) "
-            f"-> the cause is on {plural_ranks(late)}, not the network"
+            f"behind{where}; its last collective in process group {pg} was #{late_seq} while {others} "
+            f"(Flight Recorder dumps of every node) -> the cause is on {plural_ranks(late)}, not the network"
         )
         fix = (f"Look at what {plural_ranks(late)} does instead of reaching collective #{top} (a slow or blocked "
                "step, I/O, a dataloader, a host-device sync like .item()).")
