@@ -113,7 +113,7 @@ def test_rank_behind_on_another_node_is_named_with_host_and_pid() -> None:
                                     "where": SLEEPING[0], "file": TRAIN, "line": 54}]
     assert verdict["other_ranks"] == [0, 1, 2]
     assert "rank 3 (pid 4003 on gpu-b, node 1 (gpu-b))" in verdict["summary"]
-    assert "ranks 0-2 wait in all_reduce" in verdict["summary"]
+    assert f"ranks 0-2 wait in all_reduce at {TRAIN}:55 in main() (node 0 (gpu-a), node 1 (gpu-b))" in verdict["summary"]
     assert data["exit_code"] == 1 and data["findings"][0]["severity"] == "fail"
     assert data["job"] == {"world_size": 4, "ranks_seen": [0, 1, 2, 3], "ranks_unseen": []}
     assert data["stack_groups"][0]["ranks"] == [0, 1, 2]

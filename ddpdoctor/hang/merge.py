@@ -204,6 +204,14 @@ def _culprit(rank: int, seen: Mapping[int, RankSeen], local: Optional[Mapping[st
     return out
 
 
+def _at(where: Optional[str], waiting: Optional[str]) -> str:
+    """A stack's place without the ` (in all_reduce)` its description ends with, when the sentence
+    already says what it waits in."""
+    text = where or "?"
+    suffix = f" (in {waiting})"
+    return text[: -len(suffix)] if waiting and text.endswith(suffix) else text
+
+
 def who(rank: int, seen: Mapping[int, RankSeen]) -> str:
     record = seen.get(rank)
     if record is None:
@@ -265,7 +273,7 @@ def judge_across_nodes(reported: Sequence[tuple[NodeResult, Mapping[str, Any]]],
         where = f": its stack is in {seen[lead].where}" if lead in seen and seen[lead].where else ""
         places = {(seen[r].waiting_in, seen[r].where) for r in ahead if r in seen}
         waiting, at = next(iter(places)) if len(places) == 1 else (None, None)
-        others = (f"{ranks_verb(ahead, 'waits', 'wait')} in {waiting} #{top} at {at}" if waiting
+        others = (f"{ranks_verb(ahead, 'waits', 'wait')} in {waiting} #{top} at {_at(at, waiting)}" if waiting
                   else f"{ranks_verb(ahead, 'has', 'have')} issued #{top}")
         summary = (
             f"{who(lead, seen) if len(late) == 1 else plural_ranks(late)} {'is' if len(late) == 1 else 'are'} "
@@ -284,15 +292,17 @@ def judge_across_nodes(reported: Sequence[tuple[NodeResult, Mapping[str, Any]]],
         main_nodes = ", ".join(main["nodes"])
         if seen[lead].waiting_in and main["waiting_in"]:
             summary = (
-                f"{who(lead, seen)} waits in {seen[lead].waiting_in} at {seen[lead].where}, while "
-                f"{ranks_verb(main['ranks'], 'waits', 'wait')} in {main['waiting_in']} at {main['where']} "
+                f"{who(lead, seen)} waits in {seen[lead].waiting_in} at {_at(seen[lead].where, seen[lead].waiting_in)}, "
+                f"while {ranks_verb(main['ranks'], 'waits', 'wait')} in {main['waiting_in']} at "
+                f"{_at(main['where'], main['waiting_in'])} "
                 f"({main_nodes}): the ranks are in different collectives (out of step) -> the cause is the "
                 f"code path of {plural_ranks(late)}, not the network"
             )
             fix = ("Make every rank issue the same collectives in the same order: look for an if on the rank "
                    "(or on data that differs between ranks) around those lines.")
         else:
-            others = (f"{ranks_verb(main['ranks'], 'waits', 'wait')} in {main['waiting_in']} at {main['where']}"
+            others = (f"{ranks_verb(main['ranks'], 'waits', 'wait')} in {main['waiting_in']} at "
+                      f"{_at(main['where'], main['waiting_in'])}"
                       if main["waiting_in"] else f"{ranks_verb(main['ranks'], 'is', 'are')} in {main['where']}")
             summary = (
                 f"{who(lead, seen) if len(late) == 1 else plural_ranks(late)} is not where the ranks of the "
@@ -406,7 +416,7 @@ def _no_culprit(reported: Sequence[tuple[NodeResult, Mapping[str, Any]]], groups
         return _verdict(
             "all_waiting",
             f"every rank seen on the {len(reported)} node(s) ({plural_ranks(group['ranks'])}) waits in "
-            f"{group['waiting_in']} at {group['where']}{unseen_text}: no rank is behind; the collective itself "
+            f"{group['waiting_in']} at {_at(group['where'], group['waiting_in'])}{unseen_text}: no rank is behind; the collective itself "
             "does not complete (network, NCCL transport, or a peer that died)",
             [], list(group["ranks"]),
             "Run `ddpdoctor check --cluster` and `ddpdoctor bench-nccl --pairwise` on these nodes for a "
