@@ -279,3 +279,5 @@ def test_cli_cluster_needs_a_launcher_and_hosts_needs_cluster(monkeypatch: pytes
     assert res.exit_code == 2 and "hang --cluster runs under a launcher" in res.output
     res = CliRunner().invoke(app, ["hang", "--hosts", "gpu[1-2]", "--no-ras"])
     assert res.exit_code == 2 and "--hosts applies only with --cluster" in res.output
+    res = CliRunner().invoke(app, ["hang", "--join-timeout", "5", "--hosts", "a", "--no-ras"])
+    assert res.exit_code == 2 and "--join-timeout and --hosts apply only with --cluster" in res.output

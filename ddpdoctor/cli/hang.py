@@ -23,6 +23,7 @@ HANG_EXIT_CODES = (
     "See docs/hang.md.\n\n" + HANG_EXIT_CODES
 )
 def hang(
+    ctx: typer.Context,
     pid: Optional[int] = typer.Option(None, "--pid", min=1, help="The torchrun agent or any rank of the job."),
     fr: Optional[str] = typer.Option(
         None,
@@ -39,7 +40,9 @@ def hang(
         False, "--no-fr", help="Without --fr, do not read the dumps the job's TORCH_FR_DUMP_TEMP_FILE names."
     ),
     timeout: float = seconds_option(5.0, "--timeout", "Bound, in seconds, on each source (RAS, each py-spy)."),
-    json_out: bool = json_option("Print the diagnosis as JSON (schema docs/schemas/hang.schema.json)."),
+    json_out: bool = json_option(
+        "Print the diagnosis as JSON (schema docs/schemas/hang.schema.json; with --cluster hang-cluster.schema.json)."
+    ),
     output_format: str = format_option("table (text), json or markdown (for a bug report)."),
     cluster: bool = typer.Option(
         False,
@@ -67,8 +70,14 @@ def hang(
         raise usage_error("--fr and --no-fr contradict each other")
     if cluster:
         _run_cluster(fmt, pid, fr, ras_addr, no_ras, no_stacks, no_fr, timeout, join_timeout, hosts)
-    elif hosts is not None:
-        raise usage_error("--hosts applies only with --cluster")
+    given = [
+        flag
+        for name, flag in (("join_timeout", "--join-timeout"), ("hosts", "--hosts"))
+        # By name: typer vendors click privately, its ParameterSource enum is no public import.
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    ]
+    if given:
+        raise usage_error(f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --cluster")
     facts = gather_facts(
         pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, timeout_s=timeout, use_fr=not no_fr
     )
