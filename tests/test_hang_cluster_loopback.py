@@ -128,8 +128,6 @@ def test_hang_cluster_names_the_rank_behind_on_the_other_node(tmp_path: Path) ->
     assert sorted(n["report"]["flight_recorder"]["ranks"] for n in reported) == [[0], [1]]
 
     verdict = data["verdict"]
-    print(json.dumps({"verdict": verdict, "nodes": [(n["label"], n["status"], n["summary"]) for n in data["nodes"]]},
-                     indent=1))
     assert verdict["culprit_ranks"] == [1], verdict
     culprit = verdict["culprits"][0]
     assert culprit["pid"] == sleeper_pid and culprit["host"] == host
