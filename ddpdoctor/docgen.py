@@ -102,6 +102,7 @@ DECLARING_MODULES = (
     "ddpdoctor.bench.limits",
     "ddpdoctor.render.formats",  # the bench-nccl verdicts and per-op bandwidth findings
     "ddpdoctor.hang.findings",  # `ddpdoctor hang`
+    "ddpdoctor.hang.merge",  # `ddpdoctor hang --cluster`
 )
 # Finding groups that are not check areas (or whose id prefix differs from the area name).
 EXTRA_TITLES = {

@@ -11,7 +11,8 @@ from ddpdoctor.cli.app import app, format_option, json_option, pick_format, seco
 HANG_FORMATS = ("table", "json", "markdown")
 HANG_EXIT_CODES = (
     "Exit codes: 0 no culprit found (a warning when every local rank waits in the same collective); 1 a culprit named; "
-    "2 usage error; 3 nothing could be read (no job, no py-spy, no dump)."
+    "2 usage error; 3 nothing could be read (no job, no py-spy, no dump). With --cluster every task exits with "
+    "rank 0's code (1 also when a node did not answer)."
 )
 
 
@@ -22,6 +23,7 @@ HANG_EXIT_CODES = (
     "See docs/hang.md.\n\n" + HANG_EXIT_CODES
 )
 def hang(
+    ctx: typer.Context,
     pid: Optional[int] = typer.Option(None, "--pid", min=1, help="The torchrun agent or any rank of the job."),
     fr: Optional[str] = typer.Option(
         None,
@@ -38,8 +40,23 @@ def hang(
         False, "--no-fr", help="Without --fr, do not read the dumps the job's TORCH_FR_DUMP_TEMP_FILE names."
     ),
     timeout: float = seconds_option(5.0, "--timeout", "Bound, in seconds, on each source (RAS, each py-spy)."),
-    json_out: bool = json_option("Print the diagnosis as JSON (schema docs/schemas/hang.schema.json)."),
+    json_out: bool = json_option(
+        "Print the diagnosis as JSON (schema docs/schemas/hang.schema.json; with --cluster hang-cluster.schema.json)."
+    ),
     output_format: str = format_option("table (text), json or markdown (for a bug report)."),
+    cluster: bool = typer.Option(
+        False,
+        "--cluster",
+        help="Run as one task per node of a small diagnostic job (srun --ntasks-per-node=1, or torchrun "
+        "--nproc-per-node 1) beside the hung job: every node analyses its own ranks and rank 0 prints one "
+        "verdict for the whole job (docs/hang.md).",
+    ),
+    join_timeout: float = seconds_option(
+        60.0, "--join-timeout", "With --cluster: seconds to wait for every node to join.", min=1.0
+    ),
+    hosts: Optional[str] = typer.Option(
+        None, "--hosts", help="With --cluster: expected hosts (Slurm hostlist, e.g. gpu[01-16]) to name absent ones."
+    ),
 ) -> None:
     from ddpdoctor.hang.probe_io import gather_facts
     from ddpdoctor.hang.verdict import judge_hang
@@ -51,6 +68,16 @@ def hang(
         raise usage_error(str(exc)) from None
     if fr is not None and no_fr:
         raise usage_error("--fr and --no-fr contradict each other")
+    if cluster:
+        _run_cluster(fmt, pid, fr, ras_addr, no_ras, no_stacks, no_fr, timeout, join_timeout, hosts)
+    given = [
+        flag
+        for name, flag in (("join_timeout", "--join-timeout"), ("hosts", "--hosts"))
+        # By name: typer vendors click privately, its ParameterSource enum is no public import.
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    ]
+    if given:
+        raise usage_error(f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --cluster")
     facts = gather_facts(
         pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, timeout_s=timeout, use_fr=not no_fr
     )
@@ -69,3 +96,38 @@ def hang(
 
         render_hang_text(data)
     raise typer.Exit(report.exit_code())
+
+
+def _run_cluster(
+    fmt: str, pid: Optional[int], fr: Optional[str], ras_addr: Optional[str], no_ras: bool, no_stacks: bool,
+    no_fr: bool, timeout: float, join_timeout: float, hosts: Optional[str],
+) -> None:
+    """`hang --cluster` on this task; always ends with typer.Exit (only rank 0 prints the report)."""
+    from ddpdoctor.cluster.hostlist import expand_hostlist
+    from ddpdoctor.cluster.session import print_rank_message
+    from ddpdoctor.hang.cluster_io import HangLocalOptions, run_hang_cluster
+    from ddpdoctor.sources import redact_data
+
+    local = HangLocalOptions(pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, use_fr=not no_fr,
+                             timeout_s=timeout)
+    try:
+        outcome = run_hang_cluster(local, join_timeout, tuple(expand_hostlist(hosts)) if hosts else ())
+    except ValueError as exc:  # ClusterUsageError, or a bad --hosts list
+        raise usage_error(str(exc)) from None
+    if outcome.report is None:
+        print_rank_message(outcome)
+        raise typer.Exit(outcome.exit_code)
+    data = redact_data(outcome.report.to_dict())
+    if fmt == "json":
+        from ddpdoctor.render import print_json
+
+        print_json(data)
+    elif fmt == "markdown":
+        from ddpdoctor.render.hang import render_hang_cluster_markdown
+
+        typer.echo(render_hang_cluster_markdown(data), nl=False)
+    else:
+        from ddpdoctor.render.hang import render_hang_cluster_text
+
+        render_hang_cluster_text(data)
+    raise typer.Exit(outcome.exit_code)

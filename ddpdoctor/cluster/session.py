@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ddpdoctor.cluster.collectives import gather_json
 from ddpdoctor.cluster.facts import make_facts_area
@@ -80,19 +80,36 @@ class ClusterOptions:
 @dataclass
 class ClusterOutcome:
     rank: int
-    report: Optional[ClusterReport]  # only on rank 0
+    report: Any  # only on rank 0: a ClusterReport for check --cluster, the command's own report otherwise
     exit_code: int
     message: str = ""  # for stderr on ranks other than 0
 
 
-def require_launch(env: Mapping[str, str]) -> LaunchInfo:
+@dataclass
+class Gathered:
+    """What rank 0 holds once every rank reported, went missing or was given up on."""
+
+    info: LaunchInfo
+    outcome: WaitOutcome
+    payloads: dict[int, Any]
+    findings: list[Finding]  # about the gathering itself (the gloo gather failed)
+    no_data_detail: str
+    start: float
+
+    def nodes(self, opts: ClusterOptions) -> list[NodeResult]:
+        expected = list(opts.expected_hosts) or list(self.info.expected_hosts)
+        source = "--hosts" if opts.expected_hosts else "SLURM_JOB_NODELIST"
+        return build_nodes(self.outcome, self.payloads, self.info, expected, source, self.no_data_detail)
+
+
+def require_launch(env: Mapping[str, str], command: str = "check --cluster") -> LaunchInfo:
     try:
         info = detect_launch(env)
     except LaunchError as exc:
         raise ClusterUsageError(str(exc)) from None
     if info is None:
         raise ClusterUsageError(
-            "check --cluster runs under a launcher: start it with torchrun (RANK, WORLD_SIZE, MASTER_ADDR, "
+            f"{command} runs under a launcher: start it with torchrun (RANK, WORLD_SIZE, MASTER_ADDR, "
             "MASTER_PORT) or srun (SLURM_PROCID, SLURM_NTASKS); see docs/cluster.md"
         )
     return info
@@ -243,7 +260,33 @@ def _gather_failed_finding(error: str) -> Finding:
 
 def run_cluster_check(opts: ClusterOptions, env: Optional[Mapping[str, str]] = None) -> ClusterOutcome:
     """Run on every rank; rank 0's outcome carries the cluster report. Raises ClusterUsageError."""
-    info = require_launch(os.environ if env is None else env)
+
+    def conclude(gathered: Gathered) -> tuple[ClusterReport, int]:
+        nodes = gathered.nodes(opts)
+        report = ClusterReport(
+            launcher=gathered.info.launcher,
+            world_size=gathered.info.world_size,
+            nodes=nodes,
+            findings=gathered.findings + judge_cluster(nodes, opts.join_timeout_s),
+            duration_s=time.monotonic() - gathered.start,
+            areas=[a.name for a in opts.areas],
+        )
+        return report, int(report.exit_code(opts.strict))
+
+    return run_cluster_session(opts, lambda identity: run_local(opts, identity), conclude, env)
+
+
+def run_cluster_session(
+    opts: ClusterOptions,
+    make_payload: Callable[[NodeIdentity], Any],
+    conclude: Callable[[Gathered], tuple[Any, int]],
+    env: Optional[Mapping[str, str]] = None,
+    command: str = "check --cluster",
+) -> ClusterOutcome:
+    """The cluster mechanism of any command, on every rank: join, make this node's JSON payload (local
+    rank 0 only, bounded by the caller within opts.check_timeout_s), gather the payloads to rank 0,
+    which concludes (report, exit code); every rank exits with that code. Raises ClusterUsageError."""
+    info = require_launch(os.environ if env is None else env, command)
     start = time.monotonic()
     identity = make_identity(info)
     try:
@@ -254,7 +297,7 @@ def run_cluster_check(opts: ClusterOptions, env: Optional[Mapping[str, str]] = N
 
     heartbeat = Heartbeat(channel, info.rank).start() if info.rank != 0 else None
     try:
-        payload = run_local(opts, identity) if info.local_rank == 0 else None
+        payload = make_payload(identity) if info.local_rank == 0 else None
         channel.set(ready_key(info.rank), "1")
     except Exception as exc:  # noqa: BLE001 - store gone: rank 0 died
         return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), f"lost rank 0: {exc}")
@@ -264,7 +307,9 @@ def run_cluster_check(opts: ClusterOptions, env: Optional[Mapping[str, str]] = N
 
     if info.rank != 0:
         return _follow_plan(channel, info, opts, payload, start)
-    return _lead(channel, info, opts, identity, payload, start)
+    gathered = _lead(channel, info, opts, identity, payload, start)
+    report, code = conclude(gathered)
+    return ClusterOutcome(0, report, _finish(channel, code, gathered.outcome.ranks_in(READY)))
 
 
 def _follow_plan(
@@ -319,14 +364,13 @@ def _exit_code_from(text: str) -> int:
         return int(ExitCode.INCONCLUSIVE)
 
 
-def _finish(channel: Channel, report: ClusterReport, strict: bool, ranks: Sequence[int]) -> int:
+def _finish(channel: Channel, code: int, ranks: Sequence[int]) -> int:
     """Publish the cluster's exit code so every rank exits with it, and wait (briefly) until they read it.
 
     torchrun agents whose workers all succeeded wait in an exit barrier for the agents of the other
     nodes, which never come when those failed: one exit code on every rank keeps every agent on the
     same path, and gives srun one exit code for the step.
     """
-    code = int(report.exit_code(strict))
     try:
         channel.set(RESULT_KEY, str(code))
         deadline = time.monotonic() + ACK_WAIT_S
@@ -347,8 +391,8 @@ def _lead(
     identity: NodeIdentity,
     payload: Any,
     start: float,
-) -> ClusterOutcome:
-    """Rank 0: wait for everyone (bounded), gather, judge, and return the cluster report."""
+) -> Gathered:
+    """Rank 0: wait for everyone (bounded) and gather their payloads."""
     outcome = wait_for_ranks(
         channel,
         info.world_size,
@@ -379,19 +423,7 @@ def _lead(
         channel.set_json(PLAN_KEY, {"mode": "store", "ranks": ready})
         others = [r for r in ready if r != 0]
         payloads.update(collect_from_store(channel, others, time.monotonic() + opts.collective_timeout_s))
-    expected = list(opts.expected_hosts) or list(info.expected_hosts)
-    source = "--hosts" if opts.expected_hosts else "SLURM_JOB_NODELIST"
-    nodes = build_nodes(outcome, payloads, info, expected, source, no_data_detail)
-    findings = extra_findings + judge_cluster(nodes, opts.join_timeout_s)
-    report = ClusterReport(
-        launcher=info.launcher,
-        world_size=info.world_size,
-        nodes=nodes,
-        findings=findings,
-        duration_s=time.monotonic() - start,
-        areas=[a.name for a in opts.areas],
-    )
-    return ClusterOutcome(0, report, _finish(channel, report, opts.strict, ready))
+    return Gathered(info, outcome, payloads, extra_findings, no_data_detail, start)
 
 
 def print_rank_message(outcome: ClusterOutcome) -> None:

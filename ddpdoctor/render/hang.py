@@ -93,6 +93,82 @@ def render_hang_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _culprit_lines(verdict: Mapping[str, Any]) -> list[str]:
+    out = []
+    for c in verdict.get("culprits") or []:
+        where = f" at {c['where']}" if c.get("where") else ""
+        pid = f" pid {c['pid']}" if c.get("pid") else ""
+        out.append(f"rank {c['rank']} on {c.get('node') or '?'} (host {c.get('host') or '?'}{pid}){where}")
+    return out
+
+
+def _node_lines(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(status, text) per node of a `hang --cluster` report."""
+    out = []
+    for node in report["nodes"]:
+        if node["status"] == "reported":
+            out.append((node["status"], f"{node['label']}: {node.get('verdict_kind')}: {node.get('summary') or ''}"))
+        else:
+            out.append((node["status"], f"{node['label']}: did not answer ({node['status']}) {node.get('detail') or ''}".rstrip()))
+    return out
+
+
+def render_hang_cluster_text(report: Mapping[str, Any]) -> None:
+    """`hang --cluster` on rank 0: the verdict across nodes, then each node, then the merged stacks."""
+    from rich.text import Text
+
+    from ddpdoctor.render import console
+
+    con = console()
+    verdict = report["verdict"]
+    head = report["findings"][0]
+    line = Text(f"{head['severity'].upper():5} ", style=_SEVERITY_STYLE.get(head["severity"], ""))
+    line.append("verdict: ", style="bold")
+    line.append(verdict["summary"])
+    con.print(line)
+    for text in _culprit_lines(verdict):
+        con.print(Text("  culprit: ", style="bold").append(text))
+    if verdict.get("fix"):
+        con.print(Text("  fix: ", style="bold").append(Text(verdict["fix"], style="")))
+    answered = sum(1 for n in report["nodes"] if n["status"] == "reported")
+    con.print(Text(f"\n{answered} of {len(report['nodes'])} nodes answered:", style="bold"))
+    for status, text in _node_lines(report):
+        con.print(Text("  ").append(text, style="" if status == "reported" else "bold red"))
+    for finding in report["findings"][1:]:
+        row = Text(f"{finding['severity']:5} ", style=_SEVERITY_STYLE.get(finding["severity"], ""))
+        con.print(row.append(finding["summary"]))
+    if report.get("stack_groups"):
+        con.print(Text("\nstacks of every node (grouped):", style="bold"))
+        for group in report["stack_groups"]:
+            ranks = ", ".join(str(r) for r in group["ranks"])
+            con.print(Text(f"  rank{'s' if len(group['ranks']) > 1 else ''} {ranks} ({', '.join(group['nodes'])}): {group['where']}"))
+    job = report.get("job") or {}
+    if job.get("ranks_unseen"):
+        con.print(Text(f"ranks on no node that answered: {', '.join(str(r) for r in job['ranks_unseen'])}", style="yellow"))
+    con.print(Text(f"\n{report['launcher']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}", style="dim"))
+
+
+def render_hang_cluster_markdown(report: Mapping[str, Any]) -> str:
+    """A bug-report section for `hang --cluster`: verdict, culprits, one row per node, merged stacks."""
+    verdict = report["verdict"]
+    out = [f"## ddpdoctor hang --cluster ({len(report['nodes'])} nodes)", "",
+           f"**Verdict ({verdict['kind']}):** {md_cell(verdict['summary'])}", ""]
+    out += [f"- culprit: {md_cell(text)}" for text in _culprit_lines(verdict)]
+    if verdict.get("fix"):
+        out += ["", f"**Fix:** {verdict['fix']}"]
+    out += ["", "| node | status | local verdict |", "|---|---|---|"]
+    for node in report["nodes"]:
+        text = node.get("summary") if node["status"] == "reported" else node.get("detail")
+        out.append(f"| {md_cell(node['label'])} | {node['status']} | {md_cell(text or '')} |")
+    out.append("")
+    if report.get("stack_groups"):
+        rows = [f"ranks {', '.join(str(r) for r in g['ranks'])} ({', '.join(g['nodes'])}): {g['where']}"
+                for g in report["stack_groups"]]
+        out.append(md_details("Python stacks of every node, grouped", md_code_block("\n".join(rows))))
+    out.append(f"_ddpdoctor {report['tool']['version']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}_")
+    return "\n".join(out).rstrip() + "\n"
+
+
 def render_fr_text(fr: Mapping[str, Any]) -> None:
     """The Flight Recorder section `explain DIR` prints after the log explanation."""
     from rich.text import Text
