@@ -178,3 +178,31 @@ def test_pcie_and_ib_ranges() -> None:
 def test_table_entries_are_sourced() -> None:
     for e in TABLE:
         assert e.sources and e.low < e.high <= e.line_rate_gbps * 1.1
+
+
+def test_gloo_nproc_above_four_per_cpu_refused_and_at_the_ceiling_allowed() -> None:
+    facts = facts_for({}, cuda=None)
+    refused = plan_launch(facts, "gloo", 9, cpu_count=2)
+    assert [f.id for f in refused.refusals] == ["bench.nproc.too_many"]
+    assert "on 2 usable CPU(s)" in refused.refusals[0].summary
+    assert plan_launch(facts, "gloo", 8, cpu_count=2).refusals == ()
+    assert plan_launch(facts, "gloo", None, cpu_count=2).refusals == ()
+
+
+def test_buffer_memory_judged_from_the_op_that_needs_most() -> None:
+    from ddpdoctor.bench.math import rank_buffer_bytes
+    from ddpdoctor.bench.preflight import MAX_BYTES_CEILING, judge_buffer_memory
+
+    gib = 1024**3
+    # all_reduce works in place; all_to_all holds a send and a receive buffer of the full size.
+    assert rank_buffer_bytes("all_reduce", gib, 4, 2, check=False) == gib
+    assert rank_buffer_bytes("all_to_all", gib, 4, 2, check=False) == 2 * gib
+    assert rank_buffer_bytes("all_gather", gib, 4, 2, check=False) == gib + gib // 2
+    ops = ("all_reduce", "all_to_all")
+    refusal = judge_buffer_memory(ops, gib, 4, 2, 2, False, 3 * gib, "free")
+    assert refusal is not None and refusal.id == "bench.max_bytes.too_large"
+    assert refusal.data["op"] == "all_to_all" and refusal.data["needed_bytes"] == 4 * gib
+    assert judge_buffer_memory(ops, gib, 4, 2, 2, False, 4 * gib, "free") is None
+    assert judge_buffer_memory(ops, gib, 4, 2, 2, False, None, "unknown") is None  # unknown: no guess
+    absurd = judge_buffer_memory(ops, MAX_BYTES_CEILING * 2, 4, 2, 1, False, None, "--max-bytes")
+    assert absurd is not None and "ceiling" in absurd.summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -325,6 +326,11 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
     facts = gather_launch_facts(lambda c: run_argv(c.argv, c.timeout_s), os.environ)
     decision = plan_launch(facts, backend, nproc, cpu_count())
     decision = with_one_rank_gate_refusal(decision, *_gates(options))
+    plan = _plan(decision.backend, options)
+    local = decision.nproc if decision.backend == "gloo" else 1  # NCCL: one rank per GPU
+    too_large = _buffer_refusal(plan, decision.backend, decision.nproc, local, decision.gpu_indices)
+    if too_large is not None:
+        decision = dataclasses.replace(decision, refusals=(*decision.refusals, too_large))
     if decision.refusals:
         render_refusals(decision.refusals)
         bench_output.write_refusal_outputs(
@@ -332,7 +338,6 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
         )
         return int(ExitCode.USAGE)
     render_notes(decision.notes)
-    plan = _plan(decision.backend, options)
     try:
         with BenchProgress(plan.steps) as progress:
             result = launch_local(
@@ -387,6 +392,12 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         {k: v for k, v in os.environ.items() if k != "MASTER_PORT"},  # held by the launcher's store: fine
     )
     decision = plan_joined(facts, backend, os.environ)
+    local = (decision.nproc or 1) if decision.backend == "gloo" else 1  # NCCL: one rank per GPU
+    too_large = _buffer_refusal(
+        _plan(decision.backend, options), decision.backend, ext.world_size, local, [ext.local_rank]
+    )
+    if too_large is not None:
+        decision = dataclasses.replace(decision, refusals=(*decision.refusals, too_large))
     if decision.refusals:
         render_rank_refusals(decision.refusals, ext.rank, ext.local_rank)
         if ext.rank == 0:
@@ -427,6 +438,25 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     if not result.ok and not result.interrupted and ext.rank != 0:
         render_rank_failure(result, ext.rank)  # rank 0 reports the whole launch below
     return _report(options, plan, result, env, None, None, show=ext.rank == 0, ceiling=ceiling)
+
+
+def _buffer_refusal(
+    plan: Any, backend: str, nranks: int, local_ranks: int, gpu_indices: Any
+) -> Optional[Any]:
+    """bench.max_bytes.too_large when the largest size cannot fit in this host's (gloo) or GPU's
+    (NCCL) free memory, or is absurd; None otherwise."""
+    from ddpdoctor.bench import preflight
+    from ddpdoctor.bench.math import DTYPE_SIZES
+
+    if nranks < 1 or not plan.sizes:
+        return None
+    size = max(plan.sizes)
+    available, source = None, "--max-bytes"
+    if size <= preflight.MAX_BYTES_CEILING:
+        available, source = preflight.read_available_memory(backend, gpu_indices)
+    return preflight.judge_buffer_memory(
+        plan.ops, size, DTYPE_SIZES[plan.dtype], nranks, local_ranks, plan.check, available, source
+    )
 
 
 def _gates(options: dict[str, Any]) -> tuple[Optional[float], bool, bool]:
