@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -295,10 +296,22 @@ class _FakeNvml:
         assert clock == 2  # NVML_CLOCK_MEM
         return H100_MEM_MHZ
 
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        # free_mib 81079 of the real H100 snapshot (/work/shared/fixtures/real-h100, nvml.json).
+        return SimpleNamespace(total=81559 * 2**20, free=81079 * 2**20, used=480 * 2**20)
+
 
 def test_read_memory_specs_through_nvml() -> None:
     specs = read_memory_specs(None, lib=_FakeNvml())
-    assert specs == [{"index": 0, "name": H100_NAME, "bus_width_bits": 5120, "max_memory_clock_mhz": 2619}]
+    assert specs == [
+        {
+            "index": 0,
+            "name": H100_NAME,
+            "bus_width_bits": 5120,
+            "max_memory_clock_mhz": 2619,
+            "free_memory_bytes": 81079 * 2**20,
+        }
+    ]
     assert read_memory_specs([0], lib=_FakeNvml(init_error=True)) == []
     lost = read_memory_specs([0], lib=_FakeNvml(lost=True))
     assert lost[0]["bus_width_bits"] is None  # a lost GPU: no ceiling from it, no exception
