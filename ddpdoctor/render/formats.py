@@ -303,6 +303,17 @@ def document_from_explain(data: Mapping[str, Any]) -> Document:
     ]
     findings += [_diagnosis_finding(d, "note") for d in data.get("notes") or [] if isinstance(d, Mapping)]
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    if data.get("empty_input") and not findings:
+        findings.append(
+            Finding(
+                id="explain.empty",
+                severity=Severity.ERROR,
+                title="Empty input",
+                summary=f"The input is empty: {len(inputs)} input(s) of 0 bytes, nothing to explain",
+                fix="Give the log of the failed run (e.g. `torchrun ... 2>&1 | tee run.log`).",
+                area="root_cause",
+            )
+        )
     clean = Finding(
         id="explain.nothing",
         severity=Severity.OK,
