@@ -412,7 +412,7 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         render_notes(decision.notes)
     chosen = decision.backend
     plan = _plan(chosen, options)
-    refusal = one_rank_gate_refusal(ext.world_size, *_gates(options))
+    refusal = one_rank_gate_refusal(ext.world_size, *_gates(options), backend=chosen)
     if refusal is not None:
         from ddpdoctor.render.bench import render_refusals
 
@@ -537,7 +537,7 @@ def _report(
     show: bool,
     ceiling: Any = None,
 ) -> int:
-    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING, flag_implausible, implausible_note, plausible
+    from ddpdoctor.bench.limits import flag_implausible, implausible_note, plausible, world_size_one_heading
     from ddpdoctor.bench.results import (
         compare_baseline,
         exit_code_for,
@@ -556,7 +556,7 @@ def _report(
     notes = list(options.get("notes", ()))
     one_rank = result.world_size == 1
     if one_rank:
-        notes.append(WORLD_SIZE_ONE_HEADING)
+        notes.append(world_size_one_heading(result.backend))
     flagged = implausible_note(rows, ceiling)
     if flagged:
         notes.append(flagged)

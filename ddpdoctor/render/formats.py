@@ -329,11 +329,11 @@ def document_from_explain(data: Mapping[str, Any]) -> Document:
 def _no_peak_reason(op: str, config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
     """Why an op has no busbw peak: one rank (nothing crosses an interconnect), every row implausible,
     or nothing measured."""
-    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING
+    from ddpdoctor.bench.limits import world_size_one_heading
 
     mine = [r for r in rows if r.get("op") == op and not r.get("skipped")]
     if config.get("world_size") == 1 and mine:
-        return f"no busbw peak: {WORLD_SIZE_ONE_HEADING}"
+        return f"no busbw peak: {world_size_one_heading(config.get('backend'))}"
     if mine and all(r.get("implausible") is True for r in mine):
         return "no busbw peak: every row's algbw was above the GPU memory bandwidth (implausible)"
     return "not measured"
