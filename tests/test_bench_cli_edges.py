@@ -403,3 +403,18 @@ def test_gloo_nproc_far_above_the_cpus_refused(no_launch: list[str]) -> None:
     assert result.exit_code == 2, result.output
     assert "--nproc 500 gloo ranks" in result.output and "per CPU" in result.output
     assert no_launch == []
+
+
+def test_pairwise_absurd_max_bytes_refused_before_the_process_group(
+    monkeypatch: pytest.MonkeyPatch, no_launch: list[str]
+) -> None:
+    import ddpdoctor.cli.cluster as cluster_cli
+
+    monkeypatch.setattr(cluster_cli, "run_pairwise_command", lambda **kw: no_launch.append("pairwise"))
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    result = _invoke("--pairwise", "--backend", "gloo", "--max-bytes", "99999999999999999999")
+    assert result.exit_code == 2, result.output
+    assert "ceiling" in result.output and no_launch == []

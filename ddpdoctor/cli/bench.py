@@ -201,6 +201,16 @@ def bench_nccl(
                 "SLURM_NTASKS); see docs/cluster.md"
             )
 
+        if hi_given is not None:
+            from ddpdoctor.bench.preflight import judge_buffer_memory
+            from ddpdoctor.render.bench import render_refusals
+
+            # One send and one receive buffer of --max-bytes per node leader: an absurd size is refused on
+            # every rank alike, before the process group (the memory is judged by the local run only).
+            absurd = judge_buffer_memory(("sendrecv",), hi_given, 1, 2, 1, False, None, "--max-bytes")
+            if absurd is not None:
+                render_refusals([absurd])
+                raise typer.Exit(int(ExitCode.USAGE))
         run_pairwise_command(
             backend=backend,
             nbytes=hi_given,
