@@ -50,3 +50,30 @@ def test_too_many_ranks_for_the_open_files_limit_is_inconclusive_not_a_traceback
     assert "ulimit -n" in out and "--nproc" in out, out
     # The launcher's work directory went with it.
     assert glob.glob(os.path.join(tmp_path, "ddpdoctor-bench-*")) == []
+
+
+def test_work_directory_that_cannot_be_made_is_a_start_failure_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Under a limit that the pipes just fit, tempfile.mkdtemp found no descriptor left and said
+    # "No usable temporary directory": that used to escape as a traceback (found with ulimit -n 20).
+    import tempfile
+
+    import ddpdoctor.bench.launcher as launcher
+    from ddpdoctor.bench.plan import BenchPlan
+
+    def no_tempdir(*args: object, **kwargs: object) -> str:
+        raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp']")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_tempdir)
+    before = len(os.listdir("/proc/self/fd"))
+    result = launcher.launch_local(
+        BenchPlan(ops=("all_reduce",), sizes=(8,), iters=1, warmup=0),
+        nproc=2,
+        backend="gloo",
+        step_timeout_s=30,
+    )
+    assert not result.ok and result.root_cause is not None and result.root_cause.op == "start"
+    assert "No usable temporary directory" in result.root_cause.message
+    assert "ulimit -n" in result.root_cause.message
+    assert len(os.listdir("/proc/self/fd")) == before  # the pipes were closed
