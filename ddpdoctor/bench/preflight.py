@@ -419,7 +419,7 @@ def judge_buffer_memory(
     if size > MAX_BYTES_CEILING:
         return BUFFERS_TOO_LARGE.finding(
             Severity.FAIL,
-            f"the largest size, {size} bytes, is above the {format_size(MAX_BYTES_CEILING)} ceiling: no rank can hold "
+            f"the largest size, {format_size(size)}, is above the {format_size(MAX_BYTES_CEILING)} ceiling: no rank can hold "
             "such a buffer",
             evidence=[Evidence("--max-bytes", str(size))],
             data=data,
