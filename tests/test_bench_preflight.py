@@ -206,3 +206,21 @@ def test_buffer_memory_judged_from_the_op_that_needs_most() -> None:
     assert judge_buffer_memory(ops, gib, 4, 2, 2, False, None, "unknown") is None  # unknown: no guess
     absurd = judge_buffer_memory(ops, MAX_BYTES_CEILING * 2, 4, 2, 1, False, None, "--max-bytes")
     assert absurd is not None and "ceiling" in absurd.summary
+
+
+def test_available_memory_is_the_smallest_free_gpu_for_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ddpdoctor.nvml as nvml
+    from ddpdoctor.bench.preflight import read_available_memory
+
+    # free_mib 81079 of the real H100 snapshot (/work/shared/fixtures/real-h100, nvml.json), and a
+    # second GPU with less free memory: the smallest bounds every rank.
+    specs = [{"index": 0, "free_memory_bytes": 81079 * 2**20}, {"index": 1, "free_memory_bytes": 2**30}]
+    monkeypatch.setattr(nvml, "read_memory_specs", lambda indices=None, lib=None: specs)
+    assert read_available_memory("nccl", [0, 1]) == (
+        2**30,
+        "nvmlDeviceGetMemoryInfo (free, smallest of the GPUs used)",
+    )
+    monkeypatch.setattr(nvml, "read_memory_specs", lambda indices=None, lib=None: [])
+    assert read_available_memory("nccl", [0])[0] is None  # NVML unusable: no guess, only the ceiling
+    available, source = read_available_memory("gloo", [])
+    assert isinstance(available, int) and available > 0 and "available" in source
