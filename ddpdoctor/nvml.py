@@ -685,8 +685,8 @@ NVML_CLOCK_MEM = 2  # nvmlClockType_t
 
 
 def read_memory_specs(indices: Optional[list[int]] = None, lib: Any = None) -> list[dict[str, Any]]:
-    """Name, memory bus width (bits) and maximum memory clock (MHz) of GPUs `indices` (all when None),
-    for bench-nccl's memory-bandwidth ceiling; never raises ([] when NVML is unusable, None per missing
+    """Name, memory bus width (bits), maximum memory clock (MHz) and free memory (bytes) of GPUs
+    `indices` (all when None), for bench-nccl's memory-bandwidth ceiling and its buffer-size preflight; never raises ([] when NVML is unusable, None per missing
     reading). Equivalent: nvidia-smi --query-gpu=name,clocks.max.memory --format=csv (no CLI field
     gives the bus width)."""
     out: list[dict[str, Any]] = []
@@ -708,6 +708,7 @@ def read_memory_specs(indices: Optional[list[int]] = None, lib: Any = None) -> l
                     "name": None,
                     "bus_width_bits": None,
                     "max_memory_clock_mhz": None,
+                    "free_memory_bytes": None,
                 }
                 try:
                     handle = r.query("handle", "nvmlDeviceGetHandleByIndex", index)
@@ -717,6 +718,8 @@ def read_memory_specs(indices: Optional[list[int]] = None, lib: Any = None) -> l
                         spec["max_memory_clock_mhz"] = r.query(
                             "max_memory_clock", "nvmlDeviceGetMaxClockInfo", handle, NVML_CLOCK_MEM
                         )
+                        mem = r.query("memory", "nvmlDeviceGetMemoryInfo", handle)
+                        spec["free_memory_bytes"] = getattr(mem, "free", None)
                 except GpuLost:
                     pass  # a lost GPU gets no ceiling; `check` reports it
                 out.append(spec)

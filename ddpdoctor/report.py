@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from ddpdoctor.edge.redact import describe_redaction
 from ddpdoctor.expect import NodeFacts, Observed, declared_command, show_version
 from ddpdoctor.model import Report
 from ddpdoctor.render.formats import document_from_report, md_cell, md_code_block, md_details, render_markdown
@@ -235,9 +236,8 @@ def render_report_markdown(inputs: ReportInputs) -> str:
     out = [
         f"# ddpdoctor report: {md_cell(inputs.host)}",
         "",
-        f"Generated {md_cell(inputs.generated)} from {md_cell(inputs.source)}. Secrets (values of variables "
-        "named *TOKEN*, *SECRET*, *PASSWORD*, *KEY*, *CREDENTIAL*, *AUTH*, and credentials in URLs) are "
-        "redacted.",
+        f"Generated {md_cell(inputs.generated)} from {md_cell(inputs.source)}. Redacted: "
+        f"{describe_redaction()}.",
         "",
         "## Versions",
         "",

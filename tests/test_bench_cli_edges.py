@@ -365,3 +365,56 @@ def test_largest_timeout_csv_on_stdout_and_expect_without_thresholds(tmp_path: P
     assert data["config"]["timeout_s"] == 86400 and data["environment"]["world_size"] == 2
     assert any("[busbw_min_gbps]" in n for n in data["notes"])
     assert data["expectations"] == []
+
+
+# 8. Sizes and rank counts the host cannot hold are refused before launch, never left to the OOM killer.
+
+
+def test_absurd_max_bytes_refused_before_launch(tmp_path: Path, no_launch: list[str]) -> None:
+    out = tmp_path / "refused.json"
+    args = list(TINY)
+    args[args.index("--max-bytes") + 1] = "99999999999999999999999"
+    result = _invoke(*args, "--json", str(out))
+    assert result.exit_code == 2, result.output
+    assert "ceiling" in result.output
+    data = json.loads(out.read_text())
+    assert [r["id"] for r in data["refusals"]] == ["bench.max_bytes.too_large"]
+    jsonschema.validate(data, SCHEMA)
+    assert no_launch == []
+
+
+def test_max_bytes_above_available_memory_refused(
+    monkeypatch: pytest.MonkeyPatch, no_launch: list[str]
+) -> None:
+    import psutil
+
+    # The host's real available memory, shrunk to 1 GiB so that 1G buffers x 2 ranks cannot fit.
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=1024**3))
+    result = _invoke("--backend", "gloo", "--nproc", "2", "--ops", "all_gather", "--max-bytes", "1G")
+    assert result.exit_code == 2, result.output
+    assert "bench.max_bytes.too_large" in result.output or "do not fit in memory" in result.output
+    assert "all_gather" in result.output and "1.0 GiB is available" in result.output
+    assert no_launch == []
+
+
+def test_gloo_nproc_far_above_the_cpus_refused(no_launch: list[str]) -> None:
+    result = _invoke("--backend", "gloo", "--nproc", "500", "--max-bytes", "8")
+    assert result.exit_code == 2, result.output
+    assert "--nproc 500 gloo ranks" in result.output and "per CPU" in result.output
+    assert no_launch == []
+
+
+def test_pairwise_absurd_max_bytes_refused_before_the_process_group(
+    monkeypatch: pytest.MonkeyPatch, no_launch: list[str]
+) -> None:
+    import ddpdoctor.cli.cluster as cluster_cli
+
+    monkeypatch.setattr(cluster_cli, "run_pairwise_command", lambda **kw: no_launch.append("pairwise"))
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    result = _invoke("--pairwise", "--backend", "gloo", "--max-bytes", "99999999999999999999")
+    assert result.exit_code == 2, result.output
+    assert "ceiling" in result.output and no_launch == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -34,6 +35,7 @@ from ddpdoctor.bench.limits import (
     memory_bandwidth_from_nvml,
     one_rank_gate_refusal,
     plausible,
+    world_size_one_heading,
 )
 from ddpdoctor.bench.results import compare_baseline, summarize
 from ddpdoctor.bench.timing import EAGER, GRAPH, eager_fallbacks, is_inplace, select_timing
@@ -221,6 +223,18 @@ def test_gate_refusal_only_at_one_rank_with_a_gate() -> None:
     assert "one rank: one rank" not in single.summary and "one rank: one rank" not in refusal.summary
 
 
+
+def test_one_rank_heading_names_gpus_only_for_nccl() -> None:
+    # QA pass: gloo on CPU said "collectives move no data between GPUs".
+    gloo = bench_header_lines({}, {"backend": "gloo", "world_size": 1})
+    nccl = bench_header_lines({}, {"backend": "nccl", "world_size": 1})
+    assert any("move no data between ranks" in line for line in gloo)
+    assert not any("GPU" in line for line in gloo)
+    assert any("move no data between GPUs" in line for line in nccl)
+    refusal = one_rank_gate_refusal(1, 100.0, False, False, backend="gloo")
+    assert refusal is not None and "between ranks" in refusal.summary and "GPU" not in refusal.summary
+
+
 # ---------------------------------------------------------------------------------------------
 # Rendering: the table still reads like (and parses as) nccl-tests.
 
@@ -250,7 +264,12 @@ def test_table_marks_in_place_fallback_and_implausible_and_still_parses() -> Non
 
 
 def test_header_at_one_rank_says_no_interconnect_is_measured() -> None:
-    config = {"world_size": 1, "timing": "graph", "memory_bandwidth": {"gbps": 3352.3, "source": "NVML: x"}}
+    config = {
+        "backend": "nccl",
+        "world_size": 1,
+        "timing": "graph",
+        "memory_bandwidth": {"gbps": 3352.3, "source": "NVML: x"},
+    }
     lines = bench_header_lines({}, config)
     assert "graph: 1" in lines[0]
     assert any(WORLD_SIZE_ONE_HEADING in line for line in lines)
@@ -295,10 +314,22 @@ class _FakeNvml:
         assert clock == 2  # NVML_CLOCK_MEM
         return H100_MEM_MHZ
 
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        # free_mib 81079 of the real H100 snapshot (/work/shared/fixtures/real-h100, nvml.json).
+        return SimpleNamespace(total=81559 * 2**20, free=81079 * 2**20, used=480 * 2**20)
+
 
 def test_read_memory_specs_through_nvml() -> None:
     specs = read_memory_specs(None, lib=_FakeNvml())
-    assert specs == [{"index": 0, "name": H100_NAME, "bus_width_bits": 5120, "max_memory_clock_mhz": 2619}]
+    assert specs == [
+        {
+            "index": 0,
+            "name": H100_NAME,
+            "bus_width_bits": 5120,
+            "max_memory_clock_mhz": 2619,
+            "free_memory_bytes": 81079 * 2**20,
+        }
+    ]
     assert read_memory_specs([0], lib=_FakeNvml(init_error=True)) == []
     lost = read_memory_specs([0], lib=_FakeNvml(lost=True))
     assert lost[0]["bus_width_bits"] is None  # a lost GPU: no ceiling from it, no exception
@@ -365,12 +396,12 @@ def test_one_gloo_rank_run_says_so_and_summarises_no_peak(clean_env: None, tmp_p
     args += ["--min-bytes", "1K", "--max-bytes", "4K", "--step-factor", "4", "--iters", "2", "--warmup", "1"]
     result = CliRunner().invoke(app, ["bench-nccl", *args, "--json", str(out)])
     assert result.exit_code == 0, result.output
-    assert f"# == {WORLD_SIZE_ONE_HEADING} ==" in result.output
+    assert f"# == {world_size_one_heading('gloo')} ==" in result.output and "between ranks" in result.output
     assert "peak busbw" not in result.output
     assert "#   in place: torch's all_reduce writes into its input" in result.output
     data = json.loads(out.read_text())
     jsonschema.validate(data, SCHEMA)
-    assert WORLD_SIZE_ONE_HEADING in data["notes"]
+    assert world_size_one_heading("gloo") in data["notes"]
     assert all(s["peak_busbw"] is None for s in data["summary"])
     assert data["config"]["timing"] == "eager"  # gloo on CPU: no CUDA graphs
     measured = [r for r in data["rows"] if not r.get("skipped")]
@@ -465,7 +496,7 @@ def test_ci_formats_say_why_no_peak_at_one_rank(clean_env: None) -> None:
         app, ["bench-nccl", *args, "--max-bytes", "1K", "--iters", "1", "--format", "markdown"]
     )
     assert result.exit_code == 0, result.output
-    assert f"all_gather bus bandwidth | no busbw peak: {WORLD_SIZE_ONE_HEADING}" in result.output
+    assert f"all_gather bus bandwidth | no busbw peak: {world_size_one_heading('gloo')}" in result.output
     assert "sendrecv bus bandwidth | not measured" in result.output
 
 

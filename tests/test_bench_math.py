@@ -36,6 +36,9 @@ GiB = 1024**3
         (" 2 M ", 2 * 1024**2),
         ("0.5K", 512),
         ("1.5M", 1572864),
+        # Whole numbers are exact, however large (a float rounded these).
+        ("9007199254740993", 2**53 + 1),
+        ("99999999999999999999", 99999999999999999999),
     ],
 )
 def test_parse_size_powers_of_1024(text: str, expected: int) -> None:

@@ -178,3 +178,49 @@ def test_pcie_and_ib_ranges() -> None:
 def test_table_entries_are_sourced() -> None:
     for e in TABLE:
         assert e.sources and e.low < e.high <= e.line_rate_gbps * 1.1
+
+
+def test_gloo_nproc_above_four_per_cpu_refused_and_at_the_ceiling_allowed() -> None:
+    facts = facts_for({}, cuda=None)
+    refused = plan_launch(facts, "gloo", 9, cpu_count=2)
+    assert [f.id for f in refused.refusals] == ["bench.nproc.too_many"]
+    assert "on 2 usable CPU(s)" in refused.refusals[0].summary
+    assert plan_launch(facts, "gloo", 8, cpu_count=2).refusals == ()
+    assert plan_launch(facts, "gloo", None, cpu_count=2).refusals == ()
+
+
+def test_buffer_memory_judged_from_the_op_that_needs_most() -> None:
+    from ddpdoctor.bench.math import rank_buffer_bytes
+    from ddpdoctor.bench.preflight import MAX_BYTES_CEILING, judge_buffer_memory
+
+    gib = 1024**3
+    # all_reduce works in place; all_to_all holds a send and a receive buffer of the full size.
+    assert rank_buffer_bytes("all_reduce", gib, 4, 2, check=False) == gib
+    assert rank_buffer_bytes("all_to_all", gib, 4, 2, check=False) == 2 * gib
+    assert rank_buffer_bytes("all_gather", gib, 4, 2, check=False) == gib + gib // 2
+    ops = ("all_reduce", "all_to_all")
+    refusal = judge_buffer_memory(ops, gib, 4, 2, 2, False, 3 * gib, "free")
+    assert refusal is not None and refusal.id == "bench.max_bytes.too_large"
+    assert refusal.data["op"] == "all_to_all" and refusal.data["needed_bytes"] == 4 * gib
+    assert judge_buffer_memory(ops, gib, 4, 2, 2, False, 4 * gib, "free") is None
+    assert judge_buffer_memory(ops, gib, 4, 2, 2, False, None, "unknown") is None  # unknown: no guess
+    absurd = judge_buffer_memory(ops, MAX_BYTES_CEILING * 2, 4, 2, 1, False, None, "--max-bytes")
+    assert absurd is not None and "ceiling" in absurd.summary
+
+
+def test_available_memory_is_the_smallest_free_gpu_for_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ddpdoctor.nvml as nvml
+    from ddpdoctor.bench.preflight import read_available_memory
+
+    # free_mib 81079 of the real H100 snapshot (/work/shared/fixtures/real-h100, nvml.json), and a
+    # second GPU with less free memory: the smallest bounds every rank.
+    specs = [{"index": 0, "free_memory_bytes": 81079 * 2**20}, {"index": 1, "free_memory_bytes": 2**30}]
+    monkeypatch.setattr(nvml, "read_memory_specs", lambda indices=None, lib=None: specs)
+    assert read_available_memory("nccl", [0, 1]) == (
+        2**30,
+        "nvmlDeviceGetMemoryInfo (free, smallest of the GPUs used)",
+    )
+    monkeypatch.setattr(nvml, "read_memory_specs", lambda indices=None, lib=None: [])
+    assert read_available_memory("nccl", [0])[0] is None  # NVML unusable: no guess, only the ceiling
+    available, source = read_available_memory("gloo", [])
+    assert isinstance(available, int) and available > 0 and "available" in source

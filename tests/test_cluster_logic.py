@@ -594,6 +594,18 @@ def test_render_cluster_report_and_matrix(capsys: pytest.CaptureFixture[str]) ->
     assert "10.00 GB/s" in out and "800 MB/s" in out and "Slow node" in out
 
 
+def test_one_node_pairwise_is_inconclusive_not_a_1x1_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    from ddpdoctor.render.cluster import render_pairwise
+
+    a = assemble(["node 0 (h)"], [{"node": 0, "compute_gflops": 12.5, "to": {}}], 0.5)
+    assert [f.id for f in a.findings] == ["cluster.pairwise.one_node"]
+    assert a.findings[0].severity == Severity.ERROR  # exit 3 (inconclusive) in run_pairwise
+    assert "one node" in a.findings[0].summary and "no pair of nodes to measure" in a.findings[0].summary
+    render_pairwise({**a.to_dict(), "bytes": 2**20}, a.findings)
+    out = capsys.readouterr().out
+    assert "reference -" not in out and "no pair of nodes to measure" in out
+
+
 def test_expected_host_without_rank_is_named_without_a_wait() -> None:
     node = NodeResult(
         label="host a2",

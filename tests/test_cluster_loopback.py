@@ -184,6 +184,34 @@ def test_pairwise_across_agents() -> None:
     assert codes == {data["exit_code"]}, describe(runs)
 
 
+def test_pairwise_on_one_node_is_inconclusive() -> None:
+    # One torchrun agent with two ranks: one node, so no pair; exit 3 and a finding, not a 1x1 "pass".
+    args = ["bench-nccl", "--pairwise", "--backend", "gloo", "--max-bytes", "64K", "--iters", "1"]
+    args += ["--warmup", "0", "--timeout", "30", "--format", "json"]
+    with Agents() as agents:
+        start_agents(agents, 1, args, [{}], nproc=2)
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+    _, data = find_json(runs, "ddpdoctor.pairwise/")
+    assert len(data["nodes"]) == 1
+    assert [f["id"] for f in data["findings"]] == ["cluster.pairwise.one_node"], data
+    assert data["exit_code"] == 3
+    # torchrun's agent exits 1 for any failed child; the ranks' own code is in its report.
+    assert runs[0].returncode != 0 and "(exitcode: 3)" in runs[0].stderr, describe(runs)
+
+
+
+def test_bench_under_torchrun_refuses_buffers_that_cannot_fit_on_every_rank(tmp_path: Path) -> None:
+    # The ranks of a node judge --max-bytes before init_process_group and refuse together (exit 2).
+    out = tmp_path / "refused.json"
+    args = ["bench-nccl", "--backend", "gloo", "--max-bytes", "2T", "--json", str(out)]
+    with Agents() as agents:
+        start_agents(agents, 1, args, [{}], nproc=2)
+        runs = agents.wait_all(RUN_TIMEOUT_S)
+    data = json.loads(out.read_text())
+    assert [r["id"] for r in data["refusals"]] == ["bench.max_bytes.too_large"], data
+    assert data["exit_code"] == 2 and data["rows"] == []
+    assert runs[0].returncode != 0 and "(exitcode: 2)" in runs[0].stderr, describe(runs)
+
 def test_scoped_benchmark_intra_and_inter_node(tmp_path: Path) -> None:
     # 2 "nodes" x 2 ranks: each node's pair runs intra-node, one rank per node runs inter-node.
     script = str(Path(__file__).with_name("_scoped_bench_rank.py"))

@@ -140,13 +140,26 @@ def test_unknown_option_is_usage_error() -> None:
     assert invoke(["--no-such-flag"]).exit_code == 2
 
 
-def test_empty_input(tmp_path: Path) -> None:
+def test_empty_input_is_inconclusive_not_nothing_recognised(tmp_path: Path) -> None:
+    # QA pass: an empty file or `< /dev/null` said "No known failure signature" with exit 0.
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
     for res in (invoke([str(empty), "--json"]), invoke(["--json"], stdin=b"")):
-        assert res.exit_code == 0
+        assert res.exit_code == 3
         data = json.loads(res.stdout)
         assert data["root_cause"] is None and data["inputs"][0]["bytes"] == 0
+        assert data["empty_input"] is True and data["exit_code"] == 3
+    for res in (invoke([str(empty)]), invoke([], stdin=b"")):
+        assert res.exit_code == 3
+        assert "input is empty: nothing to explain" in res.stdout
+        assert "No known failure signature" not in res.stdout
+    res = invoke([str(empty), "--format", "github"])
+    assert res.exit_code == 3 and "explain.empty" in res.stdout
+    # One empty log beside a real one is not an empty input.
+    other = tmp_path / "ok.log"
+    other.write_text(NOISE)
+    res = invoke([str(empty), str(other), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["empty_input"] is False
 
 
 def test_invalid_utf8_around_a_real_line(tmp_path: Path) -> None:

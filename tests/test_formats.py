@@ -372,6 +372,24 @@ def test_explain_every_format(tmp_path: Path) -> None:
     assert _run("explain", str(log), "--format", "yaml")[0] == 2
 
 
+
+def test_explain_github_one_error_per_root_cause_consequences_as_warnings() -> None:
+    # QA pass: one root cause and its consequences were three ::error annotations. Real H100 log.
+    log = Path(__file__).parent / "fixtures" / "explain" / "real-h100" / "dup_gpu.log"
+    code, out = _run("explain", str(log), "--json")
+    data = json.loads(out)
+    assert code == 1 and data["root_cause"] and len(data["consequences"]) >= 2
+    code, out = _run("explain", str(log), "--format", "github")
+    kinds = [(m.group("kind"), m.group("props")) for m in map(GITHUB_LINE.match, out.splitlines()) if m]
+    assert code == 1 and len(kinds) == len(out.splitlines())
+    assert [k for k, _ in kinds].count("error") == 1
+    assert kinds[0][0] == "error" and escape_github_property(data["root_cause"]["id"]) in kinds[0][1]
+    warned = [p for k, p in kinds if k == "warning"]
+    assert len(warned) == len(data["consequences"])
+    for d in data["consequences"]:
+        assert any(escape_github_property(d["id"]) in p for p in warned), d["id"]
+
+
 BENCH = (
     "bench-nccl",
     "--nproc",

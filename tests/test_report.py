@@ -169,6 +169,27 @@ def test_report_from_a_replayed_snapshot(tmp_path: Path) -> None:
     assert CliRunner().invoke(app, ["report", "--replay", str(MISMATCHED), "--bench"]).exit_code == 2
 
 
+def test_report_header_lists_the_redaction_rules_applied() -> None:
+    # QA pass: the header named six words while PASS, PWD, COOKIE, SESSION, WEBHOOK, token formats and
+    # presigned URLs were redacted too. It is now built from the rules themselves.
+    from ddpdoctor.edge.redact import SECRET_NAME_SEGMENTS, SECRET_NAME_WORDS
+
+    res = CliRunner().invoke(app, ["report", "--replay", str(MISMATCHED)])
+    assert res.exit_code == 0, res.output
+    header = res.stdout.split("## Versions", 1)[0]
+    for word in SECRET_NAME_WORDS:
+        assert f"`{word}`" in header, word
+        # Every word the header names is one that is redacted.
+        assert redact_data({f"MY_{word}_X": "s3cr3t-value-123"}) == {f"MY_{word}_X": REDACTED}, word
+    for segment in SECRET_NAME_SEGMENTS:
+        assert f"`_{segment}`" in header, segment
+        assert redact_data({f"DB_{segment}": "s3cr3t-value-123"}) == {f"DB_{segment}": REDACTED}, segment
+    for named in ("COOKIE", "WEBHOOK", "presigned", "Hugging Face", "credentials in URLs", "docs/inputs.md"):
+        assert named in header, named
+    signed = redact_text("https://bucket/x?X-Amz-Signature=abc123def")
+    assert signed == "https://bucket/x?X-Amz-Signature=" + REDACTED
+
+
 def test_redaction_helpers() -> None:
     env = {"HF_TOKEN": "abcd1234", "SHORT_KEY": "ab", "AUTH_MODE": "none", "PATH": "/usr/bin"}
     assert redact_text("token abcd1234 and none and ab", env) == f"token {REDACTED} and none and ab"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpdoctor.cli import app
-from ddpdoctor.parsers import load_parse_tools
+from ddpdoctor.parsers import load_parse_tools, recognised_nothing
 from ddpdoctor.parsers.cuda_samples import MATRICES, parse_p2p_bandwidth_latency
 from ddpdoctor.parsers.nvidia_smi_table import parse_nvidia_smi_table
 
@@ -353,6 +353,27 @@ def test_cli_end_to_end_json() -> None:
     result = runner.invoke(app, ["parse", "p2pBandwidthLatencyTest", "-", "--json"], input=path.read_text())
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["peer_access"] == {"0": {"1": False}, "1": {"0": False}}
+
+
+
+@pytest.mark.parametrize("tool", ["ibstat", "nccl-tests", "nvidia-smi-q", "lspci", "ulimit"])
+def test_another_tools_output_is_nothing_recognised_exit_3(tool: str) -> None:
+    # QA pass: `parse ibstat /etc/passwd` printed empty structures with exit 0. A real nvidia-smi
+    # table is not any of these tools' output.
+    path = GPU / "nvidia-smi__8xh100-80gb-hbm3-550.90.07-idle.txt"
+    result = CliRunner().invoke(app, ["parse", tool, str(path)])
+    assert result.exit_code == 3, result.output
+    assert f"nothing recognised as {tool} output in {path}" in result.stderr
+    assert recognised_nothing(json.loads(result.stdout))  # the empty structure is still printed
+    empty = CliRunner().invoke(app, ["parse", tool, "-"], input="")
+    assert empty.exit_code == 3 and "the input is empty" in empty.stderr
+
+
+def test_recognised_nothing_counts_false_zero_and_errors_as_data() -> None:
+    assert recognised_nothing({"devices": [], "errors": [], "params": {}, "version": None, "x": ""})
+    assert not recognised_nothing({"devices": [], "errors": ["No IB devices found"]})
+    assert not recognised_nothing({"limits": {"n": {"value": 0}}})
+    assert not recognised_nothing({"ok": False})
 
 
 def test_double_spaced_and_crlf_pastes_parse_the_same() -> None:

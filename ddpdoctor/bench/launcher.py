@@ -425,7 +425,16 @@ def _launch_once(
     except OSError as exc:
         _record_start_failure(result, nproc, exc)
         return result
-    workdir = Path(tempfile.mkdtemp(prefix="ddpdoctor-bench-"))
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="ddpdoctor-bench-"))
+    except OSError as exc:
+        # The pipes may have taken the last file descriptors: tempfile then reports "No usable temporary
+        # directory" (ENOENT). Either way no rank started: the launcher's failure, never a traceback.
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+        _record_start_failure(result, nproc, exc)
+        return result
     write_fds = [w for _, w in pipes]
     conns = {rank: Connection(r, writable=False) for rank, (r, _) in enumerate(pipes)}
     specs = [
@@ -672,6 +681,12 @@ def _record_start_failure(result: LaunchResult, nproc: int, exc: OSError) -> Non
         )
     elif exc.errno in (errno.EAGAIN, errno.ENOMEM):
         message += f" (starting {nproc} ranks): start fewer ranks (--nproc) or free memory/processes"
+    elif "temporary directory" in str(exc):
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        message += (
+            f" (creating the work directory for {nproc} ranks; the open-files limit is {soft}): start fewer "
+            "ranks (--nproc), raise the limit (ulimit -n), or check TMPDIR is writable"
+        )
     failure = RankFailure(
         rank=LAUNCHER_RANK,
         kind="exception",

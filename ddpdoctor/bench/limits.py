@@ -19,6 +19,13 @@ from ddpdoctor.model import Evidence, Finding, Severity, define
 
 WORLD_SIZE_ONE_HEADING = "one rank: collectives move no data between GPUs; this times the local path only"
 
+
+def world_size_one_heading(backend: Optional[str]) -> str:
+    """The world-size-1 heading in the backend's words: gloo ranks on CPU have no GPU to move data between."""
+    if backend == "nccl":
+        return WORLD_SIZE_ONE_HEADING
+    return "one rank: collectives move no data between ranks; this times the local path only"
+
 ONE_RANK_GATE = define(
     "bench.one_rank.not_judged",
     "Bandwidth gate asked for at world size 1",
@@ -157,7 +164,11 @@ def implausible_note(rows: Sequence[Mapping[str, Any]], ceiling: Optional[Memory
 
 
 def one_rank_gate_refusal(
-    world_size: int, min_busbw: Optional[float], baseline: bool, expect_busbw: bool
+    world_size: int,
+    min_busbw: Optional[float],
+    baseline: bool,
+    expect_busbw: bool,
+    backend: Optional[str] = "nccl",
 ) -> Optional[Finding]:
     """A refusal before launch when a bandwidth gate is asked for at world size 1, else None."""
     if world_size != 1:
@@ -176,7 +187,7 @@ def one_rank_gate_refusal(
     return ONE_RANK_GATE.finding(
         Severity.FAIL,
         f"{' and '.join(gates)} {'judges' if len(gates) == 1 else 'judge'} the interconnect, but this run has "
-        f"{WORLD_SIZE_ONE_HEADING}",
+        f"{world_size_one_heading(backend)}",
         evidence=[Evidence("world size", "1")],
         data={"world_size": 1, "gates": gates},
     )
@@ -191,7 +202,7 @@ def with_one_rank_gate_refusal(
 
     if decision.refusals:
         return decision
-    refusal = one_rank_gate_refusal(decision.nproc, min_busbw, baseline, expect_busbw)
+    refusal = one_rank_gate_refusal(decision.nproc, min_busbw, baseline, expect_busbw, decision.backend)
     if refusal is None:
         return decision
     return dataclasses.replace(decision, refusals=(*decision.refusals, refusal))

@@ -72,6 +72,18 @@ def coll_counts(op: str, size_bytes: int, elt_size: int, nranks: int) -> CollCou
     return CollCounts(op, nranks, elt_size, total, total, total)
 
 
+def rank_buffer_bytes(op: str, size_bytes: int, elt_size: int, nranks: int, check: bool = True) -> int:
+    """Bytes one rank allocates for `op` at a requested size: its send and receive buffers (one buffer
+    for the in-place ops), plus, with the correctness check, the expected values and the int64 index
+    they are built from (bench/worker.py `_Case`, `pattern`)."""
+    c = coll_counts(op, size_bytes, elt_size, nranks)
+    inplace = op in ("all_reduce", "broadcast", "reduce")
+    total = c.send_count * elt_size if inplace else (c.send_count + c.recv_count) * elt_size
+    if check:
+        total += c.recv_count * (elt_size + 8)
+    return total
+
+
 def bus_factor(op: str, nranks: int) -> float:
     """busbw / algbw: 2(n-1)/n for all_reduce; (n-1)/n for all_gather, reduce_scatter, all_to_all; 1 else."""
     if op == "all_reduce":

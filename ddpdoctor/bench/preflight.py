@@ -39,6 +39,12 @@ NVIDIA_SMI_NVLINK = define_command(
 )
 
 DEFAULT_GLOO_NPROC = 4
+# gloo ranks are CPU processes that each import torch and spin on their collectives: beyond a few per
+# CPU they only measure the scheduler (and hundreds of them exhaust memory before the first op).
+GLOO_RANKS_PER_CPU = 4
+# No GPU or host today gives one rank a 1 TiB buffer; anything larger is a typo, refused even when
+# the available memory cannot be read.
+MAX_BYTES_CEILING = 1024**4
 
 # Test-only: a directory holding a real `nvml.json` and `torch-info.txt` (as `ddpdoctor snapshot` writes
 # them) that stands in for this node's GPUs and torch build, so that real torchrun agents on a CPU
@@ -78,6 +84,26 @@ MASTER_PORT_INVALID = define(
     "A TCP port is a number from 1 to 65535; rank 0 cannot bind anything else, and silently picking "
     "another port would hide the mistake from the training job that reads the same variable.",
     "Set MASTER_PORT to a free port from 1 to 65535 (e.g. 29500), or unset it so that bench-nccl picks one.",
+)
+
+NPROC_TOO_MANY = define(
+    "bench.nproc.too_many",
+    "More gloo ranks than this host's CPUs can run",
+    f"Each gloo rank is a CPU process that imports torch (hundreds of MB) and busy-waits on its "
+    f"collectives; more than {GLOO_RANKS_PER_CPU} per usable CPU measures the scheduler, not the "
+    "collectives, and hundreds of them can exhaust memory before the first op.",
+    f"Use --nproc at most {GLOO_RANKS_PER_CPU}x the usable CPUs (`nproc`), or leave --nproc out "
+    "(4 ranks, at most one per CPU).",
+)
+BUFFERS_TOO_LARGE = define(
+    "bench.max_bytes.too_large",
+    "--max-bytes buffers do not fit in memory",
+    "Every rank allocates its send and receive buffers (and, with --check, the expected values) at the "
+    "largest size; buffers larger than the free memory of the host (gloo) or the GPU (NCCL) end in the "
+    f"OOM killer or a CUDA out-of-memory error instead of a measurement. Sizes above "
+    f"{MAX_BYTES_CEILING // 1024**4} TiB are refused outright.",
+    "Lower --max-bytes (e.g. 1G with NCCL, 64M with gloo), run fewer ranks, or free memory "
+    "(`free -g`, `nvidia-smi --query-gpu=memory.free --format=csv`).",
 )
 
 
@@ -309,6 +335,16 @@ def plan_launch(
             notes.append(f"backend gloo on CPU ({why})")
     if chosen == "gloo":
         n = nproc or max(2, min(DEFAULT_GLOO_NPROC, cpu_count or DEFAULT_GLOO_NPROC))
+        if nproc is not None and cpu_count and nproc > GLOO_RANKS_PER_CPU * cpu_count:
+            refusals.append(
+                NPROC_TOO_MANY.finding(
+                    Severity.FAIL,
+                    f"--nproc {nproc} gloo ranks on {cpu_count} usable CPU(s): more than "
+                    f"{GLOO_RANKS_PER_CPU} per CPU (at most {GLOO_RANKS_PER_CPU * cpu_count} here)",
+                    evidence=[Evidence("os.sched_getaffinity(0)", f"{cpu_count} CPU(s)")],
+                    data={"nproc": nproc, "cpus": cpu_count, "ceiling": GLOO_RANKS_PER_CPU * cpu_count},
+                )
+            )
         return LaunchDecision("gloo", n, (), tuple(refusals), tuple(notes))
     # NCCL from here on.
     if not usable:
@@ -349,6 +385,78 @@ def plan_launch(
                     )
                 )
     return LaunchDecision("nccl", n, tuple(g.index for g in gpus[:n]), tuple(refusals), tuple(notes))
+
+
+def judge_buffer_memory(
+    ops: Sequence[str],
+    size: int,
+    elt_size: int,
+    nranks: int,
+    local_ranks: int,
+    check: bool,
+    available: Optional[int],
+    source: str,
+) -> Optional[Finding]:
+    """The refusal when the largest size's buffers (the op that needs the most, per rank, times the
+    ranks sharing `available` bytes) cannot fit, or exceed MAX_BYTES_CEILING; None when they fit or
+    the memory is unknown (pure). `local_ranks`: ranks on this host (gloo) or per GPU (NCCL: 1)."""
+    from ddpdoctor.bench.math import rank_buffer_bytes
+    from ddpdoctor.bench.sizes import format_size
+
+    if not ops:
+        return None
+    need_op = max(ops, key=lambda op: rank_buffer_bytes(op, size, elt_size, nranks, check))
+    per_rank = rank_buffer_bytes(need_op, size, elt_size, nranks, check)
+    need = per_rank * max(local_ranks, 1)
+    data = {
+        "max_bytes": size,
+        "op": need_op,
+        "per_rank_bytes": per_rank,
+        "needed_bytes": need,
+        "local_ranks": local_ranks,
+        "available_bytes": available,
+    }
+    if size > MAX_BYTES_CEILING:
+        return BUFFERS_TOO_LARGE.finding(
+            Severity.FAIL,
+            f"the largest size, {format_size(size)}, is above the {format_size(MAX_BYTES_CEILING)} ceiling: no rank can hold "
+            "such a buffer",
+            evidence=[Evidence("--max-bytes", str(size))],
+            data=data,
+        )
+    if available is None or need <= available:
+        return None
+    return BUFFERS_TOO_LARGE.finding(
+        Severity.FAIL,
+        f"the largest size, {format_size(size)}, needs about {_gib(need)} ({need_op}: {_gib(per_rank)} per rank x "
+        f"{local_ranks} rank(s)), but only {_gib(available)} is available",
+        evidence=[Evidence(source, f"{available} bytes available")],
+        data=data,
+    )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.1f} GiB" if n >= 1024**3 else f"{n / 1024**2:.1f} MiB"
+
+
+def read_available_memory(backend: str, gpu_indices: Sequence[int]) -> tuple[Optional[int], str]:
+    """Bytes one group of ranks may allocate, and where that came from: the smallest free memory of
+    the GPUs used (NCCL, from NVML; None when unreadable), else the host's available memory.
+    Equivalent: nvidia-smi --query-gpu=memory.free --format=csv / free -b (available)."""
+    if backend == "nccl":
+        from ddpdoctor.nvml import read_memory_specs
+
+        free = [s.get("free_memory_bytes") for s in read_memory_specs(list(gpu_indices))]
+        known = [f for f in free if isinstance(f, int)]
+        if not known or len(known) < len(free):
+            return None, "nvmlDeviceGetMemoryInfo"
+        return min(known), "nvmlDeviceGetMemoryInfo (free, smallest of the GPUs used)"
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available), "psutil.virtual_memory().available (free -b)"
+    except Exception:  # noqa: BLE001 - an odd container: only the ceiling applies
+        return None, "psutil.virtual_memory()"
 
 
 def gpu_supply(facts: LaunchFacts) -> GpuSupply:

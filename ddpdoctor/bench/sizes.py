@@ -18,6 +18,8 @@ def parse_size(text: str) -> int:
     if not m:
         raise ValueError(f"not a size: {text!r} (use bytes or a K/M/G suffix, e.g. 8, 64K, 4M, 1G)")
     number, unit = m.group(1), m.group(2).upper()
+    if "." not in number:
+        return int(number) * _UNITS[unit]  # exact: a float would turn 2**53 + 1 into 2**53
     value = float(number) * _UNITS[unit]
     if value != int(value):
         raise ValueError(f"size {text!r} is not a whole number of bytes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -200,6 +201,16 @@ def bench_nccl(
                 "SLURM_NTASKS); see docs/cluster.md"
             )
 
+        if hi_given is not None:
+            from ddpdoctor.bench.preflight import judge_buffer_memory
+            from ddpdoctor.render.bench import render_refusals
+
+            # One send and one receive buffer of --max-bytes per node leader: an absurd size is refused on
+            # every rank alike, before the process group (the memory is judged by the local run only).
+            absurd = judge_buffer_memory(("sendrecv",), hi_given, 1, 2, 1, False, None, "--max-bytes")
+            if absurd is not None:
+                render_refusals([absurd])
+                raise typer.Exit(int(ExitCode.USAGE))
         run_pairwise_command(
             backend=backend,
             nbytes=hi_given,
@@ -325,6 +336,11 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
     facts = gather_launch_facts(lambda c: run_argv(c.argv, c.timeout_s), os.environ)
     decision = plan_launch(facts, backend, nproc, cpu_count())
     decision = with_one_rank_gate_refusal(decision, *_gates(options))
+    plan = _plan(decision.backend, options)
+    local = decision.nproc if decision.backend == "gloo" else 1  # NCCL: one rank per GPU
+    too_large = _buffer_refusal(plan, decision.backend, decision.nproc, local, decision.gpu_indices)
+    if too_large is not None:
+        decision = dataclasses.replace(decision, refusals=(*decision.refusals, too_large))
     if decision.refusals:
         render_refusals(decision.refusals)
         bench_output.write_refusal_outputs(
@@ -332,7 +348,6 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
         )
         return int(ExitCode.USAGE)
     render_notes(decision.notes)
-    plan = _plan(decision.backend, options)
     try:
         with BenchProgress(plan.steps) as progress:
             result = launch_local(
@@ -387,6 +402,12 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         {k: v for k, v in os.environ.items() if k != "MASTER_PORT"},  # held by the launcher's store: fine
     )
     decision = plan_joined(facts, backend, os.environ)
+    local = (decision.nproc or 1) if decision.backend == "gloo" else 1  # NCCL: one rank per GPU
+    too_large = _buffer_refusal(
+        _plan(decision.backend, options), decision.backend, ext.world_size, local, [ext.local_rank]
+    )
+    if too_large is not None:
+        decision = dataclasses.replace(decision, refusals=(*decision.refusals, too_large))
     if decision.refusals:
         render_rank_refusals(decision.refusals, ext.rank, ext.local_rank)
         if ext.rank == 0:
@@ -401,7 +422,7 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
         render_notes(decision.notes)
     chosen = decision.backend
     plan = _plan(chosen, options)
-    refusal = one_rank_gate_refusal(ext.world_size, *_gates(options))
+    refusal = one_rank_gate_refusal(ext.world_size, *_gates(options), backend=chosen)
     if refusal is not None:
         from ddpdoctor.render.bench import render_refusals
 
@@ -427,6 +448,25 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     if not result.ok and not result.interrupted and ext.rank != 0:
         render_rank_failure(result, ext.rank)  # rank 0 reports the whole launch below
     return _report(options, plan, result, env, None, None, show=ext.rank == 0, ceiling=ceiling)
+
+
+def _buffer_refusal(
+    plan: Any, backend: str, nranks: int, local_ranks: int, gpu_indices: Any
+) -> Optional[Any]:
+    """bench.max_bytes.too_large when the largest size cannot fit in this host's (gloo) or GPU's
+    (NCCL) free memory, or is absurd; None otherwise."""
+    from ddpdoctor.bench import preflight
+    from ddpdoctor.bench.math import DTYPE_SIZES
+
+    if nranks < 1 or not plan.sizes:
+        return None
+    size = max(plan.sizes)
+    available, source = None, "--max-bytes"
+    if size <= preflight.MAX_BYTES_CEILING:
+        available, source = preflight.read_available_memory(backend, gpu_indices)
+    return preflight.judge_buffer_memory(
+        plan.ops, size, DTYPE_SIZES[plan.dtype], nranks, local_ranks, plan.check, available, source
+    )
 
 
 def _gates(options: dict[str, Any]) -> tuple[Optional[float], bool, bool]:
@@ -507,7 +547,7 @@ def _report(
     show: bool,
     ceiling: Any = None,
 ) -> int:
-    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING, flag_implausible, implausible_note, plausible
+    from ddpdoctor.bench.limits import flag_implausible, implausible_note, plausible, world_size_one_heading
     from ddpdoctor.bench.results import (
         compare_baseline,
         exit_code_for,
@@ -526,7 +566,7 @@ def _report(
     notes = list(options.get("notes", ()))
     one_rank = result.world_size == 1
     if one_rank:
-        notes.append(WORLD_SIZE_ONE_HEADING)
+        notes.append(world_size_one_heading(result.backend))
     flagged = implausible_note(rows, ceiling)
     if flagged:
         notes.append(flagged)

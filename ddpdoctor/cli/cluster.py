@@ -151,6 +151,9 @@ def run_pairwise_command(
         for note in outcome.notes:
             typer.echo(f"note: {note}", err=True)
     if outcome.analysis is None:
+        if outcome.exit_code != 0:
+            # torchrun SIGTERMs every rank once one exits non-zero: rank 0 must print the matrix first.
+            linger_for_siblings()
         raise typer.Exit(outcome.exit_code)
     data = {
         "schema": SCHEMA,

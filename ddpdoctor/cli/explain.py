@@ -13,7 +13,8 @@ from ddpdoctor.cli.app import app, format_option, json_option, pick_format, usag
 EXPLAIN_EXIT_CODES = (
     "Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or "
     "only its consequences: no cause found in these logs); 2 usage error (no input, stdin closed, "
-    "unreadable file, a .gz with nothing readable)."
+    "unreadable file, a .gz with nothing readable); 3 inconclusive: the input is empty (0 bytes), "
+    "nothing to explain."
 )
 
 

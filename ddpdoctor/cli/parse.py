@@ -6,10 +6,16 @@ import typer
 
 from ddpdoctor.cli.app import app, usage_error
 
+PARSE_EXIT_CODES = (
+    "Exit codes: 0 parsed; 2 usage error (unknown tool, unreadable or special file, input too large); "
+    "3 nothing recognised: FILE is not this tool's output (or is empty); the empty structure is still "
+    "printed."
+)
+
 
 @app.command(
     help="Turn a tool's text output (nvidia-smi, ibstat, nccl-tests, ...) into JSON. FILE '-' reads stdin. "
-    "TOOL 'list' prints the known tools. Contracts in docs/parse.md."
+    "TOOL 'list' prints the known tools. Contracts in docs/parse.md.\n\n" + PARSE_EXIT_CODES
 )
 def parse(
     tool: str = typer.Argument(
@@ -18,7 +24,7 @@ def parse(
     file: str = typer.Argument("-", help="File to read ('-' for stdin)."),
     json_out: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only output format)."),
 ) -> None:
-    from ddpdoctor.parsers import load_parse_tools, to_jsonable
+    from ddpdoctor.parsers import load_parse_tools, recognised_nothing, to_jsonable
     from ddpdoctor.render import print_json
 
     tools = load_parse_tools()
@@ -35,5 +41,15 @@ def parse(
         )
     except OSError as exc:
         raise usage_error(f"cannot read {file}: {exc.strerror or exc}") from None
-    print_json(to_jsonable(tools[tool](data.decode("utf-8", errors="replace"))))
+    parsed = to_jsonable(tools[tool](data.decode("utf-8", errors="replace")))
+    print_json(parsed)
+    if recognised_nothing(parsed):
+        # Another tool's output (or an empty file) must not pass as "parsed, nothing wrong".
+        why = (
+            "the input is empty"
+            if not data.strip()
+            else "another tool's output? `ddpdoctor parse list` names the tools"
+        )
+        typer.echo(f"error: nothing recognised as {tool} output in {file} ({why}); exit 3", err=True)
+        raise typer.Exit(3)
     raise typer.Exit(0)

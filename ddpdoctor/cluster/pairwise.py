@@ -137,6 +137,16 @@ class PairwiseAnalysis:
         }
 
 
+ONE_NODE = define(
+    "cluster.pairwise.one_node",
+    "One node: no pair of nodes to measure",
+    "--pairwise measures send/recv between nodes, one rank per node; every rank of this job runs on "
+    "one node, so there is no pair and no verdict: a 1x1 matrix must not read as a pass.",
+    "Start it on two or more nodes (torchrun --nnodes N on each node, or srun -N N); for the GPUs "
+    "inside one node, run `ddpdoctor bench-nccl` without --pairwise.",
+)
+
+
 def _mbps(v: Optional[float]) -> str:
     return "?" if v is None else (f"{v / 1000:.2f} GB/s" if v >= 1000 else f"{v:.0f} MB/s")
 
@@ -260,6 +270,15 @@ def analyze_pairwise(
                 f"{n} nodes, {len(known)} pairs from {_mbps(min(known))} to {_mbps(max(known))} "
                 f"(median {_mbps(statistics.median(known))}); no pair below {slow_fraction:.0%} of {_mbps(ref)}",
                 evidence=[Evidence("pairwise send/recv bandwidth")],
+            )
+        )
+    if n < 2:
+        findings.append(
+            ONE_NODE.finding(
+                Severity.ERROR,
+                f"one node ({', '.join(nodes) or 'none'}): no pair of nodes to measure",
+                evidence=[Evidence("ranks grouped by host", f"{n} node(s): {', '.join(nodes)}")],
+                data={"nodes": list(nodes)},
             )
         )
     out.findings = findings

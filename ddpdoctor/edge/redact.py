@@ -20,11 +20,17 @@ REDACT_INPUT_LIMIT = 64 * 1024 * 1024
 
 # Variable names whose values are secret (matched anywhere in the name, as before), plus short words
 # that only count as whole segments (`DB_PASS`, `MY_PWD`, but not `PWD`, `OLDPWD` or `BYPASS`).
+# The words are named once here: the pattern and `describe_redaction` (report headers) are built from them.
+SECRET_NAME_WORDS = (
+    "TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "WEBHOOK",
+    "SIGNATURE",
+)  # fmt: skip
+SECRET_NAME_SEGMENTS = ("PASS", "PWD", "PW", "SIG")
 SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|WEBHOOK|SIGNATURE"
-    r"|_(?:PASS|PWD|PW|SIG)(?![A-Za-z0-9])|^(?:PASS|PW)_",
+    "|".join(SECRET_NAME_WORDS)
+    + r"|_(?:" + "|".join(SECRET_NAME_SEGMENTS) + r")(?![A-Za-z0-9])|^(?:PASS|PW)_",
     re.I,
-)
+)  # fmt: skip
 # scheme://user:password@host. The password may itself contain "@": the credentials run to the last
 # "@" before the host. The scheme starts where a run of scheme characters starts.
 URL_CREDENTIALS = re.compile(
@@ -62,12 +68,36 @@ _SECRET_OPTION_WORD = re.compile(
     + r")(?P<sep>[ \t]{1,8})(?P<value>[^\s-]\S*)",
     re.IGNORECASE,
 )
+# What _TOKEN_FORMATS, _BEARER and _WEBHOOK_URL recognise, in words (for describe_redaction).
+TOKEN_FORMAT_NAMES = (
+    "Hugging Face",
+    "GitHub",
+    "GitLab",
+    "OpenAI-style",
+    "AWS access key",
+    "Slack",
+    "Bearer/Basic",
+)
 _TOKEN_FORMATS = re.compile(
     r"(?<![A-Za-z0-9_-])(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})\b"
 )
 _BEARER = re.compile(r"(?P<head>(?<![A-Za-z0-9_])(?:Bearer|Basic)[ \t]{1,8})[A-Za-z0-9._~+/=-]{8,}")
 _WEBHOOK_URL = re.compile(r"(?<![A-Za-z0-9])https://hooks\.slack\.com/[^\s\"']+")
+
+
+def describe_redaction() -> str:
+    """What redaction removes, in one sentence built from the rules of this module (report headers
+    quote it, so the list a user reads is the list applied); docs/inputs.md has the details."""
+    names = ", ".join(f"`{w}`" for w in SECRET_NAME_WORDS)
+    segments = ", ".join(f"`_{s}`" for s in SECRET_NAME_SEGMENTS)
+    return (
+        f"values of variables whose names contain {names} (or end in a segment {segments}), "
+        "secret-named options (`--password X`, `--api-key=X`), credentials in URLs, signed/presigned-URL "
+        "parameters (`X-Amz-Signature`, `sig`, `token`, ...), Slack webhooks, and tokens in known formats "
+        f"({', '.join(TOKEN_FORMAT_NAMES)}); see docs/inputs.md"
+    )
+
 
 # Flag-like values of secret-named variables (AUTH_MODE=none) are not secrets; replacing the word
 # everywhere would only garble reports.

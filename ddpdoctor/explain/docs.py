@@ -30,12 +30,14 @@ why it was chosen, cause, fix), then the **consequences** (other recognised erro
 first occurrence, cause and fix). `--all` adds informational notes (e.g. NCCL fell back to TCP sockets)
 and every kept evidence line. `--json` prints the same report as JSON (schema `ddpdoctor.explain/1`).
 In the document formats (`--format markdown`, ...) a failure seen only through its consequences adds the
-finding `explain.no_cause` (warn) with the logs to fetch next; `explain.nothing` (ok) means nothing matched.
+finding `explain.no_cause` (warn) with the logs to fetch next; `explain.nothing` (ok) means nothing matched;
+`explain.empty` (error) means every input was empty (0 bytes).
 Evidence is redacted like every ddpdoctor report (URL credentials, values of secret-named variables).
 
 Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or only
 its consequences: "no cause found in these logs"); 2 usage error (no input, stdin closed, unreadable
-file, a compressed file with nothing readable).
+file, a compressed file with nothing readable); 3 inconclusive: the input is empty (an empty file,
+`< /dev/null`), nothing to explain (`"empty_input": true` in `--json`).
 
 ## How the root cause is chosen
 

@@ -113,12 +113,20 @@ class Explanation:
     next_logs: list[str] = field(default_factory=list)  # where to look when no cause was found
 
     @property
+    def empty(self) -> bool:
+        """Every input was empty (0 bytes, e.g. `< /dev/null`): nothing was explained, which must not
+        read as "nothing recognised" in a log somebody looked at."""
+        return bool(self.inputs) and all(s.bytes == 0 for s in self.inputs)
+
+    @property
     def exit_code(self) -> ExitCode:
         # A failure seen only through its consequences is still a failure (exit 1), with no cause named.
         if self.root is not None and self.root.severity >= Severity.WARN:
             return ExitCode.FAILED
         if any(d.severity >= Severity.WARN for d in self.consequences):
             return ExitCode.FAILED
+        if self.empty:
+            return ExitCode.INCONCLUSIVE
         return ExitCode.HEALTHY
 
     def to_dict(self, show_all: bool = False) -> dict[str, Any]:
@@ -128,6 +136,7 @@ class Explanation:
             "schema": EXPLAIN_SCHEMA,
             "tool": {"name": "ddpdoctor", "version": __version__},
             "exit_code": int(self.exit_code),
+            "empty_input": self.empty,
             "inputs": [
                 {
                     "name": s.name,

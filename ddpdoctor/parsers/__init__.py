@@ -17,6 +17,17 @@ def load_parse_tools() -> dict[str, Callable[[str], Any]]:
     return dict(sorted(tools.items()))
 
 
+def recognised_nothing(value: Any) -> bool:
+    """True when a parser's JSON holds no data at all: every leaf is None, empty or an empty container
+    (`{"devices": [], "errors": []}` from another tool's output). False, 0 and other values count as
+    data; so does an error the parser recognised (`"errors": ["No IB devices found"]`)."""
+    if isinstance(value, dict):
+        return all(recognised_nothing(v) for v in value.values())
+    if isinstance(value, list):
+        return all(recognised_nothing(v) for v in value)
+    return value is None or value == ""
+
+
 def to_jsonable(value: Any) -> Any:
     """Dataclasses, tuples and nested containers to plain JSON types."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -88,7 +88,7 @@ def bench_table_lines(rows: Sequence[Mapping[str, Any]], ops: Sequence[str]) -> 
 def bench_header_lines(env: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
     """The lines above the tables: parameters (nccl-tests' `graph: 0|1` among them), versions, and at
     world size 1 the heading that says no interconnect is measured."""
-    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING
+    from ddpdoctor.bench.limits import world_size_one_heading
 
     lines = [
         f"# ddpdoctor bench-nccl: backend {config.get('backend')}  ranks {config.get('world_size')}  "
@@ -102,7 +102,7 @@ def bench_header_lines(env: Mapping[str, Any], config: Mapping[str, Any]) -> lis
             "a higher algbw is flagged implausible"
         )
     if config.get("world_size") == 1:
-        lines.append(f"# == {WORLD_SIZE_ONE_HEADING} ==")
+        lines.append(f"# == {world_size_one_heading(config.get('backend'))} ==")
     return lines
 
 

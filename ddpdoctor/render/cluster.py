@@ -133,6 +133,11 @@ def render_pairwise(result: Mapping[str, Any], findings: Sequence[Finding] = ())
     slow_nodes = set(result.get("slow_nodes") or [])
     compute: Mapping[str, Any] = result.get("compute_gflops") or {}
     slow_compute = set(result.get("slow_compute") or [])
+    if len(nodes) < 2:
+        # No pair, no matrix: a 1x1 table with "reference -" would read as a result. The finding says why.
+        con.print(f"Pairwise send/recv bandwidth: {len(nodes)} node(s), no pair of nodes to measure")
+        _print_pairwise_findings(con, findings)
+        return
     table = Table(
         title=f"Pairwise send/recv bandwidth ({result.get('bytes', 0) / 2**20:.1f} MiB messages; "
         f"slow below {result.get('slow_fraction', 0):.0%} of the reference {_rate(result.get('reference_mbps'))})",
@@ -163,6 +168,10 @@ def render_pairwise(result: Mapping[str, Any], findings: Sequence[Finding] = ())
         )
         table.add_row(*row)
     con.print(table)
+    _print_pairwise_findings(con, findings)
+
+
+def _print_pairwise_findings(con: Any, findings: Sequence[Finding]) -> None:
     if findings:
         worst = max(f.severity for f in findings)
         con.print(

@@ -66,6 +66,15 @@ def render_explanation(report: Mapping[str, Any], show_all: bool = False) -> Non
         con.print(_labelled("  ", "Fetch next:", ""))
         for item in no_cause["fetch_next"]:
             con.print(Text(f"    - {item}"))
+    elif root is None and report.get("empty_input"):
+        con.print(Text("The input is empty: nothing to explain.", style="bold yellow"))
+        con.print(
+            Text(
+                "Every log given was 0 bytes (an empty file, or nothing on stdin): give the log of the "
+                "failed run, e.g. `torchrun ... 2>&1 | tee run.log`, then `ddpdoctor explain run.log`.",
+                style="dim",
+            )
+        )
     elif root is None:
         con.print(Text("No known failure signature found.", style="green"))
         con.print(

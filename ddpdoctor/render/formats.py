@@ -266,6 +266,11 @@ def _diagnosis_finding(d: Mapping[str, Any], role: str) -> Finding:
     label = {"root_cause": "Root cause", "consequence": "Consequence"}.get(role, role.capitalize())
     summary = f"{label}{' on ' + who if who else ''}{where}: {d.get('cause') or d.get('title') or ''}"
     location = {"file": first.get("file"), "line": first.get("line")} if first.get("file") else None
+    extra: dict[str, Any] = {"location": location} if location else {}
+    if role != "root_cause":
+        # One root cause is one error: what followed from it is annotated as a warning (a note as a
+        # notice), whatever its own severity, so a CI run shows one error per failure, not three.
+        extra["github_kind"] = "warning" if role == "consequence" else "notice"
     return Finding(
         id=str(d.get("id") or "explain.unknown"),
         severity=_severity(d.get("severity")),
@@ -274,7 +279,7 @@ def _diagnosis_finding(d: Mapping[str, Any], role: str) -> Finding:
         fix=str(d.get("fix") or ""),
         evidence=_evidence(d.get("evidence"), "log"),
         area=role,
-        data={"location": location} if location else {},
+        data=extra,
     )
 
 
@@ -303,6 +308,17 @@ def document_from_explain(data: Mapping[str, Any]) -> Document:
     ]
     findings += [_diagnosis_finding(d, "note") for d in data.get("notes") or [] if isinstance(d, Mapping)]
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    if data.get("empty_input") and not findings:
+        findings.append(
+            Finding(
+                id="explain.empty",
+                severity=Severity.ERROR,
+                title="Empty input",
+                summary=f"The input is empty: {len(inputs)} input(s) of 0 bytes, nothing to explain",
+                fix="Give the log of the failed run (e.g. `torchrun ... 2>&1 | tee run.log`).",
+                area="root_cause",
+            )
+        )
     clean = Finding(
         id="explain.nothing",
         severity=Severity.OK,
@@ -318,11 +334,11 @@ def document_from_explain(data: Mapping[str, Any]) -> Document:
 def _no_peak_reason(op: str, config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
     """Why an op has no busbw peak: one rank (nothing crosses an interconnect), every row implausible,
     or nothing measured."""
-    from ddpdoctor.bench.limits import WORLD_SIZE_ONE_HEADING
+    from ddpdoctor.bench.limits import world_size_one_heading
 
     mine = [r for r in rows if r.get("op") == op and not r.get("skipped")]
     if config.get("world_size") == 1 and mine:
-        return f"no busbw peak: {WORLD_SIZE_ONE_HEADING}"
+        return f"no busbw peak: {world_size_one_heading(config.get('backend'))}"
     if mine and all(r.get("implausible") is True for r in mine):
         return "no busbw peak: every row's algbw was above the GPU memory bandwidth (implausible)"
     return "not measured"
@@ -562,12 +578,15 @@ _GITHUB_KIND = {
 
 def render_github(doc: Document, strict: bool = False, verbose: bool = False) -> str:
     """GitHub Actions annotations: an error per fail/error finding, a warning per warn (an error with
-    --strict), notices for the rest with -v, and a closing notice with the counts."""
+    --strict), notices for the rest with -v, and a closing notice with the counts. A finding whose
+    converter set `data["github_kind"]` (explain's consequences: "warning") is annotated so."""
     lines = []
     for f in sorted(doc.findings, key=lambda f: -f.severity):
         if f.severity < Severity.WARN and not verbose:
             continue
-        kind = "error" if strict and f.severity == Severity.WARN else _GITHUB_KIND[f.severity]
+        kind = f.data.get("github_kind") or (
+            "error" if strict and f.severity == Severity.WARN else _GITHUB_KIND[f.severity]
+        )
         message = f.summary + (f"\nfix: {f.fix}" if f.fix else "")
         loc = _location(f) or {}
         lines.append(
