@@ -276,7 +276,7 @@ def test_every_schema_is_a_valid_versioned_schema() -> None:
         # Versioned: the document names its schema version, e.g. "ddpdoctor.check/1".
         version = schema["properties"]["schema"]
         assert re.fullmatch(
-            r"(\^)?ddpdoctor\.[a-z_-]+/\d+\$?", version.get("const") or version.get("pattern")
+            r"(\^)?ddpdoctor(\.[a-z_-]+)+/\d+\$?", version.get("const") or version.get("pattern")
         )
 
 
