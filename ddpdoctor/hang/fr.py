@@ -71,6 +71,11 @@ class Frame:
     def where(self) -> str:
         return f"{self.filename}:{self.line}"
 
+    @property
+    def is_user(self) -> bool:
+        """In the user's own code, not in torch, another installed package or the interpreter."""
+        return not _is_library_file(self.filename)
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -94,10 +99,7 @@ class Entry:
 
     def user_frame(self) -> Optional[Frame]:
         """The innermost frame outside torch: the line of the training script that issued it."""
-        for frame in self.frames:
-            if not _is_library_file(frame.filename):
-                return frame
-        return None
+        return next((frame for frame in self.frames if frame.is_user), None)
 
 
 @dataclass(frozen=True)

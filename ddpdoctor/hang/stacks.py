@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ddpdoctor.edge.files import load_json_text
-from ddpdoctor.hang.fr import _is_library_file
+from ddpdoctor.hang.fr import Frame
 
 # The stderr lines py-spy prints when it may not attach (captured from py-spy 0.4.3 run as nobody).
 _PERMISSION_MARKERS = ("Permission Denied", "Operation not permitted", "os error 1)", "os error 13)")
@@ -31,23 +31,9 @@ COLLECTIVE_NAMES = frozenset(
 
 
 @dataclass(frozen=True)
-class PyFrame:
-    name: str
-    filename: str
-    line: int
-
-    def where(self) -> str:
-        return f"{self.filename}:{self.line}"
-
-    @property
-    def is_user(self) -> bool:
-        return not _is_library_file(self.filename)
-
-
-@dataclass(frozen=True)
 class ThreadStack:
     thread_name: str
-    frames: tuple[PyFrame, ...]  # innermost first
+    frames: tuple[Frame, ...]  # innermost first
     owns_gil: bool = False
 
 
@@ -68,7 +54,7 @@ class RankStack:
                 return thread
         return self.threads[0] if self.threads else None
 
-    def user_frame(self) -> Optional[PyFrame]:
+    def user_frame(self) -> Optional[Frame]:
         """The innermost frame in the user's own code (not the library it is waiting in)."""
         main = self.main
         if main is None:
@@ -114,7 +100,7 @@ def parse_pyspy_json(text: str) -> list[ThreadStack]:
             if isinstance(f, dict):
                 line = f.get("line")
                 frames.append(
-                    PyFrame(
+                    Frame(
                         name=str(f.get("name") or "?")[:200],
                         filename=str(f.get("filename") or f.get("short_filename") or "?")[:500],
                         line=line if isinstance(line, int) and not isinstance(line, bool) else 0,

@@ -86,13 +86,7 @@ class _Context:
         stack = self.stack_by_rank.get(rank)
         if stack is None or stack.main is None:
             return ""
-        text = describe_stack(stack)
-        frame = stack.user_frame()
-        if frame is not None:
-            code = self.code(frame.filename, frame.line)
-            if code:
-                text += f" `{code}`"
-        return text
+        return self._with_code(describe_stack(stack), stack.user_frame())
 
     def where_line(self, stack: RankStack) -> str:
         """`file:line `code`` of the rank's innermost user frame."""
@@ -103,13 +97,12 @@ class _Context:
         return frame.where() + (f" `{code}`" if code else "")
 
     def where_entry(self, entry: Any) -> str:
-        text = describe_entry(entry)
-        frame = entry.user_frame()
-        if frame is not None:
-            code = self.code(frame.filename, frame.line)
-            if code:
-                text += f" `{code}`"
-        return text
+        return self._with_code(describe_entry(entry), entry.user_frame())
+
+    def _with_code(self, text: str, frame: Any) -> str:
+        """`text` followed by the source line of `frame`, when the file could be read."""
+        code = self.code(frame.filename, frame.line) if frame is not None else ""
+        return text + (f" `{code}`" if code else "")
 
 
 def _culprit_records(ctx: _Context, ranks: Sequence[int]) -> list[dict[str, Any]]:
