@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ddpdoctor.explain.kb import KnowledgeBase
+from ddpdoctor.explain.kb import DiagnosisSpec, KnowledgeBase
 from ddpdoctor.explain.nextlog import suggest_next_logs
 from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
@@ -293,22 +293,43 @@ def _desync_report(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | None:
         + (f", while rank(s) {', '.join(map(str, sorted(stuck)))} waited inside it" if stuck else "")
         + ": the code was not in step on every rank, so this is not a network hang."
     )
+    return _cross_rank_diagnosis(
+        spec,
+        "ProcessGroupNCCL desync report (cross-rank)",
+        first,
+        shown,
+        suspects,
+        reasoning,
+        {"lagging_ranks": suspects, "waiting_ranks": sorted(stuck)},
+    )
+
+
+def _cross_rank_diagnosis(
+    spec: DiagnosisSpec,
+    component: str,
+    first: Event,
+    evidence: list[Event],
+    suspects: list[int],
+    reasoning: str,
+    data: dict[str, Any],
+) -> Diagnosis:
+    """A diagnosis derived by comparing ranks (not matched on one line): the watchdog analyses' verdict."""
     return Diagnosis(
         id=spec.id,
         title=spec.title,
         severity=spec.severity,
         role="derived",
-        component="ProcessGroupNCCL desync report (cross-rank)",
+        component=component,
         cause=spec.cause,
         fix=spec.fix,
         references=list(spec.references),
         first=_occurrence(first),
-        evidence=[_occurrence(e) for e in shown],
-        count=len(shown),
+        evidence=[_occurrence(e) for e in evidence],
+        count=len(evidence),
         ranks=suspects,
         derived=True,
         reasoning=reasoning,
-        data={"lagging_ranks": suspects, "waiting_ranks": sorted(stuck)},
+        data=data,
         sort_key=(1, 1, *_event_key(first)),
     )
 
@@ -429,23 +450,8 @@ def _watchdog_diagnosis(
     evidence_events = sorted(first_by_rank.values(), key=lambda e: (e.rank not in suspects, _event_key(e)))
     # First occurrence: the suspect's own report when it has one, else the earliest report.
     first = min(first_by_rank.values(), key=lambda e: (e.rank not in suspects, _event_key(e)))
-    return Diagnosis(
-        id=spec.id,
-        title=spec.title,
-        severity=spec.severity,
-        role="derived",
-        component="ProcessGroupNCCL watchdog (cross-rank)",
-        cause=spec.cause,
-        fix=spec.fix,
-        references=list(spec.references),
-        first=_occurrence(first),
-        evidence=[_occurrence(e) for e in evidence_events],
-        count=len(first_by_rank),
-        ranks=suspects,
-        derived=True,
-        reasoning=reasoning,
-        data=data,
-        sort_key=(1, 1, *_event_key(first)),
+    return _cross_rank_diagnosis(
+        spec, "ProcessGroupNCCL watchdog (cross-rank)", first, evidence_events, suspects, reasoning, data
     )
 
 
