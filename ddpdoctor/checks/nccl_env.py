@@ -6,12 +6,11 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ddpdoctor.edge.files import describe_file_type
+from ddpdoctor.edge.files import read_user_head
 from ddpdoctor.engine import ENV_NOT_RECORDED, Area, Context
 from ddpdoctor.json_shape import MapOf, Record
 from ddpdoctor.model import Evidence, Finding, Severity, define
@@ -252,18 +251,9 @@ class NcclEnvFacts:
 def read_conf_file(path: str) -> str:
     """The first CONF_READ_LIMIT bytes of a regular file, decoded leniently.
 
-    Raises FileNotFoundError when absent, OSError otherwise, and ValueError for anything but a regular
-    file: a FIFO or device must never be read (open() on a FIFO blocks, /dev/zero never ends).
-    O_NONBLOCK makes the open itself return at once even for a FIFO; fstat then judges what was opened.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError(f"not a regular file ({describe_file_type(mode)})")
-        return os.read(fd, CONF_READ_LIMIT).decode(errors="replace")
-    finally:
-        os.close(fd)
+    Raises FileNotFoundError when absent, and another OSError otherwise, InputRefused (with the file
+    type as strerror) for anything but a regular file: a FIFO or device must never be read."""
+    return read_user_head(path, CONF_READ_LIMIT).decode(errors="replace")
 
 
 def read_nccl_conf() -> dict[str, Any]:
@@ -280,8 +270,6 @@ def read_nccl_conf() -> dict[str, Any]:
         except FileNotFoundError:
             if p == extra:  # the defaults are optional; a file named explicitly is not
                 unreadable[p] = "does not exist"
-        except ValueError as exc:
-            unreadable[p] = str(exc)
         except OSError as exc:
             unreadable[p] = exc.strerror or str(exc)
     return {"files": files, "unreadable": unreadable}

@@ -102,11 +102,23 @@ def read_user_bytes(path: Pathish, limit: int) -> bytes:
     _refuse_special(st.st_mode, path)
     if st.st_size > limit:
         raise _too_large(limit, path)
+    return _read_regular(path, lambda read: _read_capped(read, limit, path))
+
+
+def read_user_head(path: Pathish, limit: int) -> bytes:
+    """The first `limit` bytes of a regular file, like `head -c`: a longer file is cut, not refused.
+
+    For files read for a few settings (nccl.conf) rather than parsed whole. Raises as read_user_bytes."""
+    _refuse_special(os.stat(path).st_mode, path)
+    return _read_regular(path, lambda read: read(limit))
+
+
+def _read_regular(path: Pathish, read_with: Any) -> bytes:
     # O_NONBLOCK: if the path was swapped for a FIFO since stat(), open() still returns at once.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         _refuse_special(os.fstat(fd).st_mode, path)
-        return _read_capped(lambda n: os.read(fd, n), limit, path)
+        return read_with(lambda n: os.read(fd, n))
     finally:
         os.close(fd)
 
