@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from test_bench_cli_edges import LAUNCH_VARS
 from typer.testing import CliRunner
 
 import ddpdoctor.bench.launcher as launcher
@@ -50,15 +51,6 @@ SCHEMA = json.loads((REPO / "docs" / "schemas" / "bench.schema.json").read_text(
 H100_NAME = "NVIDIA H100 80GB HBM3"
 # H100 SXM5: 5120-bit HBM3 bus (datasheet); 2619 MHz is `Max Clocks / Memory` in the real nvidia-smi -q.
 H100_BUS_BITS, H100_MEM_MHZ = 5120, 2619
-LAUNCH_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-)
 ALL_OPS = tuple(BINARIES)
 
 
