@@ -46,6 +46,7 @@ from ddpdoctor.cluster.report import (
     NodeResult,
     finding_from_dict,
 )
+from ddpdoctor.cluster.session import ClusterOutcome, print_rank_message
 from ddpdoctor.cluster.topology import group_by_node
 from ddpdoctor.model import Evidence, Severity, define
 from ddpdoctor.sysfs_ib import read_infiniband_sysfs
@@ -643,3 +644,26 @@ def test_bad_peer_payload_in_the_store_is_no_data_not_a_crash() -> None:
     assert channel.get_json(payload_key(1)) is None
     got = collect_from_store(channel, [1, 2, 3, 4], time.monotonic() + 0.3)
     assert got == {4: {"facts": {}, "findings": []}}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [
+        (
+            ClusterOutcome(1, None, 1),
+            "ddpdoctor rank 1: exit 1, the verdict of the whole job: rank 0's output",
+        ),
+        (
+            ClusterOutcome(2, None, 3, "rank 0 published no result"),
+            "ddpdoctor rank 2: rank 0 published no result",
+        ),
+        (ClusterOutcome(3, None, 0), ""),
+    ],
+)
+def test_a_rank_that_exits_non_zero_says_why_on_its_own_stderr(
+    outcome: ClusterOutcome, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    print_rank_message(outcome)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(expected) and (expected or captured.err == "")

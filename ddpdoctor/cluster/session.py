@@ -427,6 +427,14 @@ def _lead(
 
 
 def print_rank_message(outcome: ClusterOutcome) -> None:
-    """Ranks other than 0 stay silent on stdout (srun merges every task's stdout); problems go to stderr."""
+    """Ranks other than 0 stay silent on stdout (srun merges every task's stdout); problems go to stderr.
+
+    A rank that exits non-zero always says why on its own stderr: under torchrun each rank's log is read
+    on its own, and an empty one next to a ChildFailedError tells a user nothing."""
     if outcome.message:
         sys.stderr.write(f"ddpdoctor rank {outcome.rank}: {outcome.message}\n")
+    elif outcome.exit_code != 0:
+        sys.stderr.write(
+            f"ddpdoctor rank {outcome.rank}: exit {outcome.exit_code}, the verdict of the whole job: "
+            "rank 0's output holds the report\n"
+        )
