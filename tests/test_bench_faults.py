@@ -238,13 +238,19 @@ def test_stack_dump_is_acknowledged_once_complete(tmp_path: Path, stopped: bool)
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+        def wait_for(status: str) -> None:
+            deadline = time.monotonic() + 30
+            while psutil.Process(proc.pid).status() != status and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        # "ready" is printed just before the read: wait until the rank is really blocked in it, and only
+        # then stop it, so that a stopped rank is stopped inside blocked_in_c, as a hung rank would be.
+        wait_for("sleeping")
+        expected = "stopped" if stopped else "sleeping"
         if stopped:
             proc.send_signal(signal.SIGSTOP)
-        # "ready" is printed just before the read: wait until the rank is really blocked (or stopped).
-        expected = "stopped" if stopped else "sleeping"
-        deadline = time.monotonic() + 30
-        while psutil.Process(proc.pid).status() != expected and time.monotonic() < deadline:
-            time.sleep(0.01)
+            wait_for(expected)
         state = launcher.RankState(rank=2, pid=proc.pid)
         result = launcher.LaunchResult(world_size=3, backend="gloo", timeout_s=5)
         launcher._report_stuck(result, [state], tmp_path)
