@@ -13,6 +13,7 @@ from ddpdoctor.cli.app import (
     app,
     expect_option,
     format_option,
+    help_listing,
     json_option,
     pick_format,
     replay_option,
@@ -79,9 +80,16 @@ def build_report(
     return run_checks(sources, areas, timeout_s=timeout, options=options, source_label=label), areas
 
 
+def _area_listing() -> str:
+    from ddpdoctor.checks import load_areas
+
+    return "Areas (for --only/--skip): " + ", ".join(a.name for a in load_areas()) + "."
+
+
 @app.command(
+    cls=help_listing(_area_listing),
     help="Preflight this node: system, torch/NCCL, launch environment, network and ports, GPUs, RDMA.\n\n"
-    + EXIT_CODES_HELP
+    + EXIT_CODES_HELP,
 )
 def check(
     ctx: typer.Context,
