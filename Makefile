@@ -13,8 +13,12 @@ PYTEST_ARGS ?=
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# Where torch is missing, the index is probed once (5 s) before pip, which would otherwise retry an
+# unreachable index for minutes; numpy comes with torch (without it every torch import warns).
 setup: $(PY)
-	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	@$(PY) -c "import torch" 2>/dev/null || { \
+	  $(if $(TORCH_INDEX),$(PY) bench/probe_index.py "$(TORCH_INDEX)" &&) \
+	  $(PY) -m pip install $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_SPEC)" numpy; }
 	$(PY) -m pip install -q -e ".[test]"
 
 check: setup

@@ -157,8 +157,10 @@ def run_checks(
     timeout_s: float,
     options: Mapping[str, Any] | None = None,
     source_label: str = "live",
+    on_area_done: Callable[[str], None] | None = None,
 ) -> Report:
-    """Run every area concurrently; an area still running at the deadline becomes an error finding."""
+    """Run every area concurrently; an area still running at the deadline becomes an error finding.
+    `on_area_done(name)` is called from the area's thread as each one finishes (a progress bar)."""
     start = time.monotonic()
     sources.deadline = start + timeout_s
     env = read_environment(sources)
@@ -171,6 +173,8 @@ def run_checks(
         found = run_area(area, ctx)
         with lock:
             results[area.name] = found
+            if on_area_done is not None:
+                on_area_done(area.name)
 
     # Daemon threads: a probe stuck in a C call must not keep the process alive after the report.
     threads = [threading.Thread(target=work, args=(a,), name=f"probe-{a.name}", daemon=True) for a in areas]

@@ -418,3 +418,17 @@ def test_pairwise_absurd_max_bytes_refused_before_the_process_group(
     result = _invoke("--pairwise", "--backend", "gloo", "--max-bytes", "99999999999999999999")
     assert result.exit_code == 2, result.output
     assert "ceiling" in result.output and no_launch == []
+
+
+def test_auto_backend_on_a_cpu_node_says_gloo_in_the_first_line() -> None:
+    # The README's `bench-nccl --nproc 8` on a node without a usable GPU runs gloo on CPU: the first line
+    # of the output says so, not only a note on stderr, so nobody reads the figures as NCCL's.
+    tiny = list(TINY)
+    tiny[tiny.index("gloo")] = "auto"
+    proc = _bench(*tiny, "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("# ddpdoctor bench-nccl: backend gloo on CPU, not NCCL ("), first
+    assert "torch is a CPU-only build" in first or "no GPU is visible" in first
+    # Asked for by name, gloo is what the user wanted: the line stays as nccl-tests has it.
+    assert "not NCCL" not in _bench(*TINY, "--timeout", "60").stdout.splitlines()[0]

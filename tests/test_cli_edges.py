@@ -221,9 +221,29 @@ def test_json_with_format_json_is_fine() -> None:
     assert json.loads(res.stdout)["schema"] == "ddpdoctor.check/1"
 
 
-@pytest.mark.parametrize("value", ["inf", "nan", "-1", "86401"])
-def test_timeout_must_be_finite_and_at_most_a_day(value: str) -> None:
-    assert invoke("check", "--only", "system", "--timeout", value).exit_code == 2
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        ("inf", "not a finite number"),
+        ("nan", "nan is not a number"),
+        ("-1", "not between 0.1 and 86400"),
+        ("86401", "not between 0.1 and 86400"),
+    ],
+)
+def test_timeout_must_be_finite_and_at_most_a_day(value: str, said: str) -> None:
+    res = invoke("check", "--only", "system", "--timeout", value)
+    assert res.exit_code == 2 and said in res.output, res.output
+    assert "less than or equal" not in res.output  # click's range check misread nan as too large
+
+
+def test_check_and_parse_help_list_what_they_accept() -> None:
+    from ddpdoctor.checks import load_areas
+    from ddpdoctor.parsers import load_parse_tools
+
+    shown = " ".join(invoke("check", "--help").output.split())
+    assert all(f" {a.name}," in shown or f" {a.name}." in shown for a in load_areas()), shown
+    shown = " ".join(invoke("parse", "--help").output.split()).replace("- ", "-")
+    assert all(f" {t}," in shown or f" {t}." in shown for t in load_parse_tools()), shown
 
 
 def test_timeout_of_a_day_works() -> None:

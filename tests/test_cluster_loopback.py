@@ -355,3 +355,25 @@ def test_hang_in_a_scoped_run_is_bounded_by_the_watchdog() -> None:
     assert "Timeout (0:00:04)!" in dumps, describe(runs)
     assert "_maybe_fault" in dumps and "run_scoped_benchmark" in dumps, dumps[-3000:]
     assert all("_wait_for_peers" not in r.stderr for r in runs), describe(runs)
+
+
+def test_rank_that_cannot_reach_the_store_says_so_in_one_line() -> None:
+    # A rank started as srun starts it (no agent) whose master is not listening: one line with the cause,
+    # not c10d's retry log with its C++ frames (66 lines before).
+    import subprocess
+    import sys
+
+    port = pick_free_port()  # nothing listens there
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "RANK", "WORLD", "LOCAL", "MASTER"))
+    }
+    env.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "check", "--cluster", "--only", "system", "--join-timeout", "3"],
+        capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert f"rank 1 could not reach the TCP store at 127.0.0.1:{port}" in proc.stderr, proc.stderr
+    assert "frame #" not in proc.stderr and "Exception raised from" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 3, proc.stderr

@@ -131,9 +131,21 @@ def test_missing_and_special_files_say_what_they_are(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "pipe.log: not a regular file (FIFO)" in res.output
 
 
-def test_directory_is_usage_error(tmp_path: Path) -> None:
+def test_empty_directory_is_usage_error(tmp_path: Path) -> None:
     res = invoke([str(tmp_path)])
     assert res.exit_code == 2 and "not a file" in res.output
+
+
+def test_directory_of_logs_reads_the_logs_in_it(tmp_path: Path) -> None:
+    # `explain DIR` on the directory a job wrote its logs to: every log in it, as if named one by one.
+    real = Path(__file__).parent / "fixtures" / "explain" / "torchrun-2rank-gloo-rank1-runtimeerror.log"
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "rank1.log").write_bytes(real.read_bytes())
+    (tmp_path / "job" / ".hidden.log").write_text("NCCL WARN unrelated\n")
+    res = invoke([str(tmp_path / "job"), "--json"])
+    report = json.loads(res.stdout)
+    assert res.exit_code == 1 and report["root_cause"]["id"] == "python.exception", res.output
+    assert [i["name"] for i in report["inputs"]] == [str(tmp_path / "job" / "rank1.log")]
 
 
 def test_unknown_option_is_usage_error() -> None:

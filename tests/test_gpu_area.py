@@ -160,6 +160,25 @@ def test_cpu_only_machine_cli_json() -> None:
 # --- replay from DIR/nvidia-smi-q.txt alone ------------------------------------------------------------
 
 
+A100_SECTION = "nvidia-smi-q-section__a100-xid63-ecc-retired-remapped-no-gpu-header-excerpt.txt"
+
+
+def test_excerpt_from_inside_a_gpu_section_is_one_unnamed_gpu(tmp_path: Path) -> None:
+    # What bug reports paste: ECC, retired pages and remapped rows, without the `GPU 0000:...` line.
+    parsed = parse_nvidia_smi_q((GPU / A100_SECTION).read_text())
+    (gpu,) = parsed["gpus"]
+    assert gpu["bus_id"] is None and gpu["ecc"]["volatile"]["dram_correctable"] == 177
+    assert gpu["remapped_rows"]["pending"] is True
+    res = CliRunner().invoke(app, ["parse", "nvidia-smi-q", str(GPU / A100_SECTION)])
+    assert res.exit_code == 0, res.output
+    # Judged as the GPU it is: the pending remap fails, the correctable count warns.
+    ids = by_id(run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": A100_SECTION}))))
+    assert worst_of(ids["gpu.remapped_rows.pending"]) == Severity.FAIL
+    assert worst_of(ids["gpu.ecc.correctable"]) == Severity.WARN
+    # The top of `nvidia-smi -q` alone (no GPU section at all) is still no GPU.
+    assert parse_nvidia_smi_q("Timestamp : x\nDriver Version : 550.90.07\n")["gpus"] == []
+
+
 def test_replay_remap_pending_and_ecc_from_real_a100_sample(tmp_path: Path) -> None:
     report = run_gpu(ReplaySources(replay_dir(tmp_path, {"nvidia-smi-q.txt": A100_REMAP})))
     ids = by_id(report)

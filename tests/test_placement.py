@@ -21,7 +21,7 @@ from ddpdoctor.checks.gpu.placement import (
     supply_from_gpus,
     tasks_on_node,
 )
-from ddpdoctor.model import Severity
+from ddpdoctor.model import ExitCode, Severity, exit_code_for
 
 FIX = Path(__file__).parent / "fixtures"
 REPLAY = FIX / "check" / "real-h100-torchrun-2ranks"
@@ -100,14 +100,20 @@ def test_visible_devices_narrow_the_supply() -> None:
     assert one(judge_placement(ranks, supply_from_gpus(two, "1", "NVML"))).severity == Severity.FAIL
 
 
-def test_no_gpu_here_is_a_skip_not_a_pass() -> None:
+def test_no_gpu_here_is_inconclusive_when_asked_and_a_skip_under_a_launcher() -> None:
+    # `check --nproc-per-node 8` asked the question: unanswerable is inconclusive (exit 3), never a pass.
     ranks = LocalRanks(8, "--nproc-per-node 8", "preflight")
     unknown = GpuSupply(None, "NVML", why_unknown="no NVIDIA GPU or driver found on this machine")
     f = one(judge_placement(ranks, unknown, None))
-    assert f.severity == Severity.SKIP and "cannot be read here" in f.summary
+    assert f.severity == Severity.ERROR and "cannot be read here" in f.summary and f.fix
+    assert exit_code_for([f]) == ExitCode.INCONCLUSIVE
     assert one(judge_placement(ranks, unknown, "nccl")).severity == Severity.FAIL
     hidden = GpuSupply(0, "NVML")
-    assert one(judge_placement(ranks, hidden, None)).severity == Severity.SKIP
+    assert one(judge_placement(ranks, hidden, None)).severity == Severity.ERROR
+    # Under torchrun the count is context only: gloo on CPU is fine, so it stays a skip.
+    launched = LocalRanks(8, "LOCAL_WORLD_SIZE=8", "torchrun")
+    assert one(judge_placement(launched, unknown, None)).severity == Severity.SKIP
+    assert one(judge_placement(launched, hidden, None)).severity == Severity.SKIP
     assert one(judge_placement(ranks, hidden, "nccl")).severity == Severity.FAIL
     assert one(judge_placement(ranks, hidden, "gloo")).severity == Severity.OK
 
@@ -285,8 +291,8 @@ def test_nproc_per_node_preflight_on_a_replay_fails() -> None:
 def test_nproc_per_node_without_gpus_says_why_it_cannot_judge() -> None:
     out = run_cli("check", "--only", "gpu", "--json", "--nproc-per-node", "8", "--no-smoke")
     f = placement_of(out.stdout)
-    assert f["severity"] == "skip" and "cannot be read here" in f["summary"], f
-    assert out.returncode == 0
+    assert f["severity"] == "error" and "cannot be read here" in f["summary"], f
+    assert out.returncode == 3  # asked and unanswerable: inconclusive, never a pass
 
 
 @pytest.mark.parametrize("local_rank,why", [("1", "local rank 0 runs it"), ("0", "do not fit its GPUs")])

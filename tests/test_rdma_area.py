@@ -720,15 +720,20 @@ def test_disabled_rail_on_a_node_short_of_rails_is_a_warning(tmp_path: Path) -> 
         )
 
 
-def test_disabled_rail_is_info_when_every_gpu_still_has_a_rail(tmp_path: Path) -> None:
-    # Same ports, but the node's GPU count is unknown (no GPU readings): nothing says a rail is missing.
+def test_disabled_rail_is_a_warning_when_the_gpu_count_is_unknown(tmp_path: Path) -> None:
+    # Same ports (6 ConnectX-7 Active, 1 Polling, 1 Disabled), but the node's GPU count is unknown (no GPU
+    # readings, e.g. an ibstat pasted alone): nothing shows the Disabled one is a spare, so it is a rail.
     real = RDMA / "ibstat__h100-8x-cx7-ndr400-ib-4x-cx6dx-roce-3-down-disabled-tabs.txt"
     (tmp_path / "ibstat.txt").write_text(_two_rails_down(real.read_text()))
     findings = run_rdma(
         snapshot_dir(tmp_path, ulimit=ULIMIT_UNLIMITED, files={"ibstat.txt": tmp_path / "ibstat.txt"})
     )
     ports = {f.data["device"]: f for f in by_id(findings, "rdma.port.state")}
-    assert ports["mlx5_11"].severity == Severity.INFO
+    rail = ports["mlx5_11"]
+    assert rail.severity == Severity.WARN and "it is a rail" in rail.summary
+    assert "6 active rails of 8 (GPU count unknown)" in rail.summary
+    # The ConnectX-6 Dx RoCE ports switched off are another model than the rails: spares either way.
+    assert all(ports[s].severity == Severity.INFO for s in ("mlx5_2", "mlx5_7", "mlx5_8"))
 
 
 def test_down_port_next_to_active_ports_of_its_layer_is_a_missing_rail(tmp_path: Path) -> None:

@@ -266,3 +266,23 @@ def test_judges_never_raise_on_odd_json(top: dict, torch) -> None:
 def test_parse_any_text(text: str) -> None:
     result = parse_torch_info(text)
     assert result is None or isinstance(result, dict)
+
+
+def test_torch_info_keeps_the_numpy_warning_out_of_its_output(tmp_path) -> None:
+    # Without numpy, torch warns "Failed to initialize NumPy" at import: noise that used to land in the
+    # torch area's evidence, cluster output and torchrun logs. A sitecustomize hides numpy from the child.
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['numpy'] = None\n")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(repo)])}
+    hidden = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert "Failed to initialize NumPy" in hidden.stderr  # the premise: torch does warn here
+    proc = subprocess.run([sys.executable, "-m", "ddpdoctor.torch_info"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["torch"]["version"]
+    assert "NumPy" not in proc.stderr, proc.stderr

@@ -140,6 +140,9 @@ class LaunchDecision:
     gpu_indices: tuple[int, ...] = ()
     refusals: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
+    # Why `--backend auto` fell back to gloo on CPU (None when NCCL was chosen or asked for): said in the
+    # output's first line, since a user who typed the README's NCCL command must not miss it.
+    fallback: Optional[str] = None
 
 
 def _int(text: str) -> Optional[int]:
@@ -328,11 +331,12 @@ def plan_launch(
             )
         )
     chosen = backend
+    fallback: Optional[str] = None
     if backend == "auto":
         chosen = "nccl" if usable else "gloo"
         if not usable:
-            why = "torch is a CPU-only build" if not cuda_build else "no GPU is visible"
-            notes.append(f"backend gloo on CPU ({why})")
+            fallback = "torch is a CPU-only build" if not cuda_build else "no GPU is visible"
+            notes.append(f"backend gloo on CPU ({fallback})")
     if chosen == "gloo":
         n = nproc or max(2, min(DEFAULT_GLOO_NPROC, cpu_count or DEFAULT_GLOO_NPROC))
         if nproc is not None and cpu_count and nproc > GLOO_RANKS_PER_CPU * cpu_count:
@@ -345,7 +349,7 @@ def plan_launch(
                     data={"nproc": nproc, "cpus": cpu_count, "ceiling": GLOO_RANKS_PER_CPU * cpu_count},
                 )
             )
-        return LaunchDecision("gloo", n, (), tuple(refusals), tuple(notes))
+        return LaunchDecision("gloo", n, (), tuple(refusals), tuple(notes), fallback)
     # NCCL from here on.
     if not usable:
         if not cuda_build:

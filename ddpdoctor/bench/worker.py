@@ -15,24 +15,20 @@ import socket
 import sys
 import time
 import traceback
-import warnings
 from typing import Any, Callable, Optional, Protocol
 
-# The CPU wheel warns about numpy at import; it is noise in every rank's log.
-warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
+import torch
+import torch.distributed as dist
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-from ddpdoctor.bench import graphs  # noqa: E402
-from ddpdoctor.bench.math import (  # noqa: E402
+from ddpdoctor.bench import graphs
+from ddpdoctor.bench.math import (
     DTYPE_LABELS,
     bandwidths,
     coll_counts,
     redop_label,
     root_of,
 )
-from ddpdoctor.bench.plan import (  # noqa: E402
+from ddpdoctor.bench.plan import (
     FAULT_ENV,
     BenchPlan,
     FaultHook,
@@ -41,7 +37,7 @@ from ddpdoctor.bench.plan import (  # noqa: E402
     SmokePlan,
     parse_fault_hook,
 )
-from ddpdoctor.bench.timing import GRAPH, is_inplace, select_timing  # noqa: E402
+from ddpdoctor.bench.timing import GRAPH, is_inplace, select_timing
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Largest integer below which every integer is exact: sums of the 0/1/2 test pattern stay exact

@@ -93,8 +93,8 @@ PORT_STATE = define(
     "A port that is not Active/LinkUp carries no traffic. NCCL skips it, so ranks on this node get fewer "
     "NICs than their peers (slow), or none (TCP sockets); a listed HCA that is down makes NCCL fail. A "
     "port switched off (physical state Disabled) with NCCL_IB_HCA unset is only reported, unless it is one "
-    "of the node's rails (same model and firmware as the active ports) and the node is left with fewer "
-    "active rails than GPUs.",
+    "of the node's rails (same model and firmware as the active ports) and the node is not known to keep an "
+    "active rail for every GPU (fewer active rails than GPUs, or the GPU count unknown): then a warning.",
     "Polling: no link; reseat or replace the cable/transceiver and check the switch port. LinkUp but "
     "Down/Init/Armed: the subnet manager has not configured the port; check opensm (`sminfo`). Disabled: "
     "enable the port. RoCE: bring the Ethernet interface up (`ip link set DEV up`).",
@@ -662,14 +662,19 @@ def _disabled_rail_note(
     hca: Hca, p: HcaPort, rails: Optional[tuple[tuple[Any, Any, Any], int, int]], gpus: Optional[int]
 ) -> tuple[Severity, str]:
     """A port switched off is a spare (info) unless it is one of the node's rails, missing: same model and
-    firmware as the active rails, on a node left with fewer active rails than GPUs (warn)."""
+    firmware as the active rails (warn), except on a node whose GPU count is known and already has an
+    active rail for every GPU. With the GPU count unknown nothing shows it is a spare, so it is a rail."""
     if rails is not None and (hca.model, hca.firmware, p.link_layer) == rails[0]:
         _, active, total = rails
+        like = (
+            f"; switched off, but it is a rail ({hca.model or 'same model'}, firmware "
+            f"{hca.firmware or '?'}, like the {active} active ones)"
+        )
         if gpus and active < gpus:
+            return Severity.WARN, f"{like}: this node has {active} rails of {total} for {gpus} GPUs, and NCCL skips it"
+        if not gpus:
             return Severity.WARN, (
-                f"; switched off, but it is a rail ({hca.model or 'same model'}, firmware "
-                f"{hca.firmware or '?'}, like the {active} active ones): this node has {active} rails of "
-                f"{total} for {gpus} GPUs, and NCCL skips it"
+                f"{like}: this node has {active} active rails of {total} (GPU count unknown), and NCCL skips it"
             )
     return Severity.INFO, "; switched off, NCCL skips it"
 

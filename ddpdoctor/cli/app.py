@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import typer
+from typer.core import TyperCommand
 
 from ddpdoctor import __version__
 from ddpdoctor.model import EXIT_CODES_HELP, ExitCode
@@ -38,6 +39,24 @@ def _root(
     ),
 ) -> None:
     """ddpdoctor."""
+
+
+class _ListingCommand(TyperCommand):
+    """A command whose `--help` ends with names known only by importing modules (the check areas, the
+    parse tools): computed when help is shown, so starting any command stays cheap."""
+
+    listing: Callable[[], str] = staticmethod(lambda: "")
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        extra = self.listing()
+        if extra and extra not in (self.help or ""):
+            self.help = f"{self.help or ''}\n\n{extra}"
+        super().format_help(ctx, formatter)
+
+
+def help_listing(listing: Callable[[], str]) -> type[TyperCommand]:
+    """`@app.command(cls=help_listing(fn))`: fn() (a line naming what the command accepts) ends `--help`."""
+    return type("ListingCommand", (_ListingCommand,), {"listing": staticmethod(listing)})
 
 
 def json_option(help: str) -> bool:
@@ -80,15 +99,27 @@ DEFAULT_TIMEOUT_S = 30.0
 MAX_SECONDS = 86400.0
 
 
-def _finite_seconds(value: Optional[float]) -> Optional[float]:
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"{value} is not a number of seconds")
-    return value
+def _seconds_between(low: float) -> Callable[[Optional[float]], Optional[float]]:
+    """The check of a duration option. Done here rather than by click's min/max, which compare `nan`
+    as out of range and then say it should be 'less than or equal to 86400'."""
+
+    def check(value: Optional[float]) -> Optional[float]:
+        if value is None:
+            return value
+        if math.isnan(value):
+            raise typer.BadParameter("nan is not a number (a number of seconds is expected)")
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"{value} is not a finite number of seconds")
+        if not low <= value <= MAX_SECONDS:
+            raise typer.BadParameter(f"{value:g} is not between {low:g} and {MAX_SECONDS:g} seconds")
+        return value
+
+    return check
 
 
 def seconds_option(default: float, flag: str, help: str, min: float = 0.1) -> float:
     """A duration option: finite, at least `min`, at most a day."""
-    return typer.Option(default, flag, min=min, max=MAX_SECONDS, callback=_finite_seconds, help=help)
+    return typer.Option(default, flag, callback=_seconds_between(min), help=help)
 
 
 def timeout_option() -> float:

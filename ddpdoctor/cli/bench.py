@@ -348,6 +348,7 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
         )
         return int(ExitCode.USAGE)
     render_notes(decision.notes)
+    options = {**options, "fallback": decision.fallback}
     try:
         with BenchProgress(plan.steps) as progress:
             result = launch_local(
@@ -612,7 +613,7 @@ def _report(
     if show:
         to_stdout = options["json_file"] == "-" or options["csv_file"] == "-"
         if not to_stdout and options.get("format", "table") == "table":
-            render_bench_header(env, config)
+            render_bench_header(env, config, options.get("fallback"))
             render_bench_results(
                 rows, plan.ops, summaries, scope_summaries, expected, interconnect, ratios, verdicts
             )

@@ -13,6 +13,7 @@ from ddpdoctor.cli.app import (
     app,
     expect_option,
     format_option,
+    help_listing,
     json_option,
     pick_format,
     replay_option,
@@ -79,9 +80,16 @@ def build_report(
     return run_checks(sources, areas, timeout_s=timeout, options=options, source_label=label), areas
 
 
+def _area_listing() -> str:
+    from ddpdoctor.checks import load_areas
+
+    return "Areas (for --only/--skip): " + ", ".join(a.name for a in load_areas()) + "."
+
+
 @app.command(
+    cls=help_listing(_area_listing),
     help="Preflight this node: system, torch/NCCL, launch environment, network and ports, GPUs, RDMA.\n\n"
-    + EXIT_CODES_HELP
+    + EXIT_CODES_HELP,
 )
 def check(
     ctx: typer.Context,
@@ -280,6 +288,7 @@ def snapshot(
 ) -> None:
     from ddpdoctor.checks import load_areas
     from ddpdoctor.engine import run_checks, select_areas
+    from ddpdoctor.render.progress import StderrProgress
     from ddpdoctor.sources import RecordingSources
 
     try:
@@ -296,7 +305,15 @@ def snapshot(
             # read the raw `nvidia-smi -q` of a bug report: keep it too (started now, it overlaps the rest).
             sources.prefetch(NVIDIA_SMI_Q)
         # Running the checks drives every probe once; the smoke test is left out: it has no raw output.
-        run_checks(sources, areas, timeout_s=timeout, options={"smoke": False, "timeout": timeout})
+        with StderrProgress("snapshot", total=len(areas)) as progress:
+
+            def done(name: str) -> None:
+                progress.describe(f"{name} recorded")
+                progress.advance()
+
+            run_checks(
+                sources, areas, timeout_s=timeout, options={"smoke": False, "timeout": timeout}, on_area_done=done
+            )
         if any(area.name == "gpu" for area in areas):
             sources.run(NVIDIA_SMI_Q)  # waits for the prefetched run; recorded even when nothing else asked
     try:

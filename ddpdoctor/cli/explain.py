@@ -18,6 +18,40 @@ EXPLAIN_EXIT_CODES = (
 )
 
 
+# A directory of a job's logs is read whole, up to this many files (the rest is named, not read).
+MAX_DIRECTORY_FILES = 256
+
+
+def _split_directory(path: str) -> tuple[list[str], bool]:
+    """(log files, whether any Flight Recorder dump is there) of a directory, not recursing. A dump is a
+    pickle or JSON (its first byte); anything else regular is a log (text, or .gz/.xz/... by its magic);
+    the logs are read only where no dump is.
+    Hidden files and links are skipped; past MAX_DIRECTORY_FILES the rest is left out, with a note."""
+    from ddpdoctor.edge.files import read_user_head
+
+    logs: list[str] = []
+    dumps = False
+    try:
+        entries = sorted(
+            (e for e in os.scandir(path) if not e.name.startswith(".") and e.is_file(follow_symlinks=False)),
+            key=lambda e: e.name,
+        )
+    except OSError:
+        return [], False
+    for entry in entries[:MAX_DIRECTORY_FILES]:
+        try:
+            head = read_user_head(entry.path, 64)
+        except (OSError, ValueError):
+            continue
+        if head[:1] == b"\x80" or head.lstrip()[:1] == b"{":
+            dumps = True
+        elif head:
+            logs.append(entry.path)
+    if len(entries) > MAX_DIRECTORY_FILES:
+        typer.echo(f"note: {path}: read the first {MAX_DIRECTORY_FILES} of {len(entries)} files", err=True)
+    return logs, dumps
+
+
 def _not_a_file(name: str) -> str:
     """Why `name` cannot be read as a log: missing, a loop, or what kind of special file it is."""
     from ddpdoctor.edge.files import describe_file_type
@@ -48,13 +82,14 @@ def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
     help="Explain a failed distributed run from its logs: the root cause first (signature, rank, host, "
     "first occurrence, evidence), then its consequences, each with cause and fix. FILEs may be plain or "
     ".gz, one per rank or node; with no FILE (or '-') the log is read from stdin, e.g. "
-    "`torchrun ... 2>&1 | ddpdoctor explain`. A directory is read as torch Flight Recorder dumps (one per "
-    "rank) and aligned like `ddpdoctor hang --fr` (docs/hang.md). Knowledge base: docs/explain.md.\n\n"
+    "`torchrun ... 2>&1 | ddpdoctor explain`. A directory (not recursing) of torch Flight Recorder dumps "
+    "(one per rank) is aligned like `ddpdoctor hang --fr` (docs/hang.md); one without dumps is read as "
+    "logs, as if each file were given. Knowledge base: docs/explain.md.\n\n"
     + EXPLAIN_EXIT_CODES
 )
 def explain(
     files: Optional[List[str]] = typer.Argument(
-        None, help="Log files (plain or .gz); '-' for stdin; a directory of Flight Recorder dumps."
+        None, help="Log files (plain or .gz); '-' for stdin; a directory of logs and/or Flight Recorder dumps."
     ),
     json_out: bool = json_option("Print the explanation as JSON (same as --format json)."),
     output_format: str = format_option(),
@@ -73,9 +108,18 @@ def explain(
         fmt = pick_format(json_out, output_format, FORMATS)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
-    # Directories hold Flight Recorder dumps (docs/hang.md); with only those, stdin is not read.
-    fr_dirs = [name for name in files or [] if name != "-" and os.path.isdir(name)]
-    names = [name for name in files or [] if name not in fr_dirs] or ([] if fr_dirs else ["-"])
+    # A directory holds logs (read like files given one by one) and/or Flight Recorder dumps
+    # (docs/hang.md); with only directories given, stdin is not read.
+    dirs = [name for name in files or [] if name != "-" and os.path.isdir(name)]
+    dir_logs: list[str] = []
+    fr_dirs = []
+    for d in dirs:
+        logs, dumps = _split_directory(d)
+        if dumps or not logs:  # a directory with neither is refused below, naming why
+            fr_dirs.append(d)  # a dump directory's other files (the job's source, notes) are no logs
+        else:
+            dir_logs += logs
+    names = [name for name in files or [] if name not in dirs] + dir_logs or ([] if dirs else ["-"])
     if names.count("-") > 1:
         raise usage_error("stdin ('-') can be given only once")
     if "-" in names:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ddpdoctor.cli.app import app, usage_error
+from ddpdoctor.cli.app import app, help_listing, usage_error
 
 PARSE_EXIT_CODES = (
     "Exit codes: 0 parsed; 2 usage error (unknown tool, unreadable or special file, input too large); "
@@ -13,9 +13,16 @@ PARSE_EXIT_CODES = (
 )
 
 
+def _tool_listing() -> str:
+    from ddpdoctor.parsers import load_parse_tools
+
+    return "Tools: " + ", ".join(load_parse_tools()) + "."
+
+
 @app.command(
+    cls=help_listing(_tool_listing),
     help="Turn a tool's text output (nvidia-smi, ibstat, nccl-tests, ...) into JSON. FILE '-' reads stdin. "
-    "TOOL 'list' prints the known tools. Contracts in docs/parse.md.\n\n" + PARSE_EXIT_CODES
+    "TOOL 'list' prints the known tools. Contracts in docs/parse.md.\n\n" + PARSE_EXIT_CODES,
 )
 def parse(
     tool: str = typer.Argument(

@@ -143,15 +143,23 @@ def run_local(opts: ClusterOptions, identity: NodeIdentity) -> dict[str, Any]:
     )
 
 
+def short_error(exc: BaseException) -> str:
+    """An exception in one line: c10 errors carry 'Exception raised from ...' and C++ frames after it."""
+    text = str(exc).split("Exception raised from", 1)[0].strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
 def _store_failure(info: LaunchInfo, exc: BaseException) -> str:
+    exc_text = short_error(exc)
     where = f"{info.master_addr}:{info.master_port}"
     if info.rank == 0 and not info.use_agent_store:
         from ddpdoctor.ports import find_port_holder
 
         holder = find_port_holder(info.master_port)
         extra = f"; {holder.describe()}" if holder else ""
-        return f"rank 0 could not host the TCP store at {where}: {exc}{extra}"
-    return f"rank {info.rank} could not reach the TCP store at {where}: {exc}"
+        return f"rank 0 could not host the TCP store at {where}: {exc_text}{extra}"
+    return f"rank {info.rank} could not reach the TCP store at {where}: {exc_text}"
 
 
 def gather_over_gloo(
@@ -172,7 +180,7 @@ def gather_over_gloo(
         )
         return gather_json(payload, dst=0), ""
     except Exception as exc:  # noqa: BLE001 - a gloo failure is a finding, not a crash
-        return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return None, f"{type(exc).__name__}: {short_error(exc)}"
     finally:
         try:
             if dist.is_initialized():
@@ -287,6 +295,10 @@ def run_cluster_session(
     rank 0 only, bounded by the caller within opts.check_timeout_s), gather the payloads to rank 0,
     which concludes (report, exit code); every rank exits with that code. Raises ClusterUsageError."""
     info = require_launch(os.environ if env is None else env, command)
+    # c10d logs every failed store connection attempt with its C++ frames (66 lines for one unreachable
+    # master); the failure is reported here in one line with its cause. Read by torch when it loads, so
+    # set before the store is opened; a level the user chose is kept.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     start = time.monotonic()
     identity = make_identity(info)
     try:
@@ -300,7 +312,7 @@ def run_cluster_session(
         payload = make_payload(identity) if info.local_rank == 0 else None
         channel.set(ready_key(info.rank), "1")
     except Exception as exc:  # noqa: BLE001 - store gone: rank 0 died
-        return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), f"lost rank 0: {exc}")
+        return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), f"lost rank 0: {short_error(exc)}")
     finally:
         if heartbeat is not None:
             heartbeat.stop()
@@ -354,7 +366,7 @@ def _follow_plan(
         channel.set(ack_key(info.rank), "1")
         return ClusterOutcome(info.rank, None, _exit_code_from(result), message)
     except Exception as exc:  # noqa: BLE001 - rank 0 went away mid-way
-        return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), f"lost rank 0: {exc}")
+        return ClusterOutcome(info.rank, None, int(ExitCode.INCONCLUSIVE), f"lost rank 0: {short_error(exc)}")
 
 
 def _exit_code_from(text: str) -> int:

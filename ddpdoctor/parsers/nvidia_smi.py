@@ -435,14 +435,34 @@ def parse_nvidia_smi_q(text: str) -> dict[str, Any]:
     tree = parse_tree(text)
     gpus = [c for c in tree.children if _GPU_HEADER.match(c.key)]
     errors = [m.group(1).strip() for m in ERROR_LINES.finditer(text)]
+    sections = [parse_gpu_section(g, i) for i, g in enumerate(gpus)]
+    if not gpus and any(c.key.lower() in _GPU_SECTION_KEYS for c in tree.children):
+        # A bug report's excerpt that starts inside one GPU's section (ECC, retired pages, temperature,
+        # power) with no `GPU 0000:...` line above it: one GPU whose bus id is unknown.
+        section = parse_gpu_section(tree, 0)
+        section["bus_id"] = value_or_none(tree.get("PCI", "Bus Id"))
+        sections = [section]
     return {
         "timestamp": value_or_none(tree.get("Timestamp")),
         "driver_version": value_or_none(tree.get("Driver Version")),
         "cuda_version": value_or_none(tree.get("CUDA Version")),
         "attached_gpus": to_int(tree.get("Attached GPUs")),
-        "gpus": [parse_gpu_section(g, i) for i, g in enumerate(gpus)],
+        "gpus": sections,
         "errors": errors,
     }
+
+
+# Keys that only a GPU's own section holds (never the top of `nvidia-smi -q`).
+_GPU_SECTION_KEYS = frozenset(
+    k.lower()
+    for k in (
+        "Product Name", "Product Architecture", "GPU UUID", "Serial Number", "VBIOS Version", "PCI",
+        "FB Memory Usage", "Compute Mode", "Utilization", "ECC Mode", "ECC Errors", "Retired Pages",
+        "Remapped Rows", "Temperature", "GPU Power Readings", "Power Readings", "Module Power Readings",
+        "Clocks", "Max Clocks", "Clocks Event Reasons", "Clocks Throttle Reasons", "Performance State",
+        "Persistence Mode", "GPU Reset Status", "GPU Recovery Action", "Processes", "Fabric",
+    )
+)
 
 
 _UNIT_IN_HEADER = re.compile(r"^(?P<name>.*?)\s*\[(?P<unit>[^\]]*)\]\s*$")

@@ -85,13 +85,19 @@ def bench_table_lines(rows: Sequence[Mapping[str, Any]], ops: Sequence[str]) -> 
     return lines
 
 
-def bench_header_lines(env: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+def bench_header_lines(
+    env: Mapping[str, Any], config: Mapping[str, Any], fallback: Optional[str] = None
+) -> list[str]:
     """The lines above the tables: parameters (nccl-tests' `graph: 0|1` among them), versions, and at
-    world size 1 the heading that says no interconnect is measured."""
+    world size 1 the heading that says no interconnect is measured. `fallback`: why `--backend auto`
+    ran gloo on CPU, said first so that nobody reads gloo figures as NCCL's."""
     from ddpdoctor.bench.limits import world_size_one_heading
 
+    backend = str(config.get("backend"))
+    if fallback:
+        backend += f" on CPU, not NCCL ({fallback}: no GPU interconnect is measured)"
     lines = [
-        f"# ddpdoctor bench-nccl: backend {config.get('backend')}  ranks {config.get('world_size')}  "
+        f"# ddpdoctor bench-nccl: backend {backend}  ranks {config.get('world_size')}  "
         f"dtype {config.get('dtype')}  warmup iters: {config.get('warmup')}  iters: {config.get('iters')}  "
         f"validation: {1 if config.get('check') else 0}  graph: {1 if config.get('timing') == 'graph' else 0}"
     ]
@@ -106,9 +112,9 @@ def bench_header_lines(env: Mapping[str, Any], config: Mapping[str, Any]) -> lis
     return lines
 
 
-def render_bench_header(env: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+def render_bench_header(env: Mapping[str, Any], config: Mapping[str, Any], fallback: Optional[str] = None) -> None:
     out = console().out
-    lines = bench_header_lines(env, config)
+    lines = bench_header_lines(env, config, fallback)
     out(lines[0], highlight=False)
     parts = [f"torch {env.get('torch') or '?'}"]
     if env.get("nccl"):

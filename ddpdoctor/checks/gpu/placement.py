@@ -30,7 +30,8 @@ PLACEMENT = define(
     "GPU binding (--gpus-per-task, or a CUDA_VISIBLE_DEVICES narrower than SLURM_STEP_GPUS) each task is "
     "judged on its own GPUs. Judged the same way by `check`, `check --cluster`, `bench-nccl` (local and "
     "on every rank under torchrun/srun, which refuse with exit 2), `bench-nccl --pairwise` and the smoke "
-    "test. Where no GPU can be read it is a skip, never a pass.",
+    "test. Where no GPU can be read it is never a pass: inconclusive (exit 3) for `check --nproc-per-node`, "
+    "which asked the question, and a skip under a launcher, where gloo on CPU is a fine answer.",
     "Start at most one rank per visible GPU (torchrun --nproc-per-node, srun --ntasks-per-node), make more "
     "GPUs visible (CUDA_VISIBLE_DEVICES, the scheduler's GPU request), or run the job with gloo on CPU.",
 )
@@ -249,10 +250,14 @@ def judge_placement(ranks: LocalRanks, supply: GpuSupply, backend: Optional[str]
             text = f"{n} rank(s) per node ({src}) with gloo on CPU: the GPUs are not used"
         return [PLACEMENT.finding(Severity.OK, text, evidence=ev, data=data)]
     findings = _judge_slurm(ranks, supply, ev, data)
+    # `check --nproc-per-node N` asks this one question: where it cannot be answered, the run is
+    # inconclusive (exit 3), never a pass. Under a launcher the count is only context, and gloo on CPU
+    # is a fine answer, so there it stays a skip.
+    asked = ranks.launcher == "preflight" and backend is None
     if have is None:
         return findings + [
             PLACEMENT.finding(
-                Severity.FAIL if backend == "nccl" else Severity.SKIP,
+                Severity.FAIL if backend == "nccl" else Severity.ERROR if asked else Severity.SKIP,
                 f"{n} rank(s) per node ({src}), but the GPUs cannot be read here ({supply.why_unknown or 'unknown'}): "
                 + (
                     "NCCL needs one GPU per rank"
@@ -262,7 +267,7 @@ def judge_placement(ranks: LocalRanks, supply: GpuSupply, backend: Optional[str]
                 evidence=ev,
                 fix="Check that `nvidia-smi` lists the GPUs on this node (driver loaded, devices passed into "
                 "the container), or use the gloo backend on CPU."
-                if backend == "nccl"
+                if backend == "nccl" or asked
                 else None,
                 data=data,
             )
@@ -282,10 +287,14 @@ def judge_placement(ranks: LocalRanks, supply: GpuSupply, backend: Optional[str]
     if have == 0 and backend is None:
         return findings + [
             PLACEMENT.finding(
-                Severity.SKIP,
+                Severity.ERROR if asked else Severity.SKIP,
                 f"{n} rank(s) per node ({src}) but no GPU is visible here: cannot judge GPU placement "
                 "(fine for gloo on CPU; NCCL would fail)",
                 evidence=ev,
+                fix="Run this check on the GPU node the job will use, with its GPUs visible "
+                "(CUDA_VISIBLE_DEVICES, the scheduler's GPU request); a CPU job on gloo needs no GPU."
+                if asked
+                else None,
                 data=data,
             )
         ]
