@@ -119,6 +119,38 @@ def test_output_never_replaces_a_symbolic_link(tmp_path):
     assert target.read_text() == "keep\n" and (tmp_path / "link.prom").is_symlink()
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["check", "--prolog", "-o", "OUT"], "takes no --output"),
+        (["check", "--on-fail", "drain"], "use it with --prolog"),
+        (["check", "--prolog", "--on-fail", "resume"], "--on-fail must be exit or drain"),
+        (["bench-nccl", "-o", "OUT"], "add --format prometheus"),
+        (["bench-nccl", "--format", "json", "-o", "OUT"], "--json FILE"),
+        (["check", "--format", "prometheus", "-o", "DIR"], "only a regular file is replaced"),
+    ],
+)
+def test_output_and_on_fail_usage_errors(tmp_path, args, message):
+    args = [str(tmp_path / "x.prom") if a == "OUT" else str(tmp_path) if a == "DIR" else a for a in args]
+    out = run_ddpdoctor(*args, "--timeout", "5")
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not (tmp_path / "x.prom").exists()
+
+
+def test_write_atomic_replaces_whole_and_leaves_nothing_behind(tmp_path):
+    from ddpdoctor.edge.files import write_atomic
+
+    target = tmp_path / "m.prom"
+    target.write_text("old\n")
+    write_atomic(target, "new\n")
+    assert target.read_text() == "new\n" and oct(target.stat().st_mode & 0o777) == "0o644"
+    fifo = tmp_path / "fifo.prom"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="FIFO"):
+        write_atomic(fifo, "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.prom", "m.prom"]
+
+
 # --- against a real node_exporter ------------------------------------------------------------------
 
 

@@ -2,10 +2,13 @@
 format, version 0.0.4) for `check` and `bench-nccl`.
 
 Every series carries `command="check"` or `command="bench-nccl"`: node_exporter merges every `*.prom`
-file of its directory into one scrape, and the same name with the same labels in two files would fail
-the whole textfile collector. The metric list (docs/ci.md) is stable: dashboards and alerts use it.
+file of its directory into one scrape, and a series repeated with the same labels is an error there
+(node_exporter 1.5 logs "was collected before with the same name and label values" and serves only one
+of the values); a file it cannot parse is dropped whole (`node_textfile_scrape_error 1`). The metric
+list (docs/ci.md) is stable: dashboards and alerts use it.
 
-Only formats: the severity of each finding and the exit code come from the command.
+Only formats: the severity of each finding and the exit code come from the command. No free text is
+written (ids, severities, op names, sizes, the version), so nothing here needs redaction.
 """
 
 from __future__ import annotations
