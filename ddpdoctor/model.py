@@ -149,6 +149,16 @@ def exit_code_for(findings: Iterable[Finding], strict: bool = False) -> ExitCode
     return ExitCode.HEALTHY
 
 
+def failing_findings(findings: Iterable[Finding], strict: bool = False) -> list[Finding]:
+    """The findings that make the exit code non-zero (fail, error; warn with `strict`), worst first, in
+    their order otherwise; none when the exit code is 0. The first one names a drain reason."""
+    findings = list(findings)
+    if exit_code_for(findings, strict) == ExitCode.HEALTHY:
+        return []
+    threshold = {Severity.FAIL, Severity.ERROR} | ({Severity.WARN} if strict else set())
+    return sorted((f for f in findings if f.severity in threshold), key=lambda f: -f.severity)
+
+
 @dataclass
 class Report:
     host: str

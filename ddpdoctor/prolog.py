@@ -22,8 +22,9 @@ PROLOG_GRACE_S = 2.0
 DEADLINE = define(
     "core.prolog.deadline",
     "Prolog time bound reached",
-    "`check --prolog` did not finish within --timeout + 2 s, so it stopped itself (exit 3) rather than "
-    "block the node's prolog or health check. Something outside the probes hung: the node is suspect.",
+    "`check --prolog` did not finish within --timeout + 2 s (+ 10 s with --on-fail drain), so it stopped "
+    "itself (exit 3) rather than block the node's prolog or health check. Something outside the probes "
+    "hung: the node is suspect.",
     "Run `ddpdoctor check -v --timeout 60` on the node by hand to see which probe is slow.",
 )
 

@@ -79,6 +79,41 @@ def expect_option(help: str) -> Optional[Path]:
     return typer.Option(None, "--expect", help=help, exists=True, dir_okay=False)
 
 
+def output_option() -> Optional[Path]:
+    """`-o/--output FILE`: write the --format output to FILE, atomically (docs/ci.md)."""
+    return typer.Option(
+        None,
+        "-o",
+        "--output",
+        callback=_writable_output,
+        help="Write the --format output to FILE instead of stdout, atomically (a temporary file in the same "
+        "directory, then renamed): node_exporter's textfile collector never reads half a file.",
+    )
+
+
+def _writable_output(path: Optional[Path]) -> Optional[Path]:
+    # Before anything runs: a check or a benchmark must not run only to lose its output.
+    if path is not None:
+        from ddpdoctor.edge.files import atomic_target_problem
+
+        problem = atomic_target_problem(path)
+        if problem is not None:
+            raise typer.BadParameter(f"cannot write {path}: {problem}")
+    return path
+
+
+def write_output_file(path: Path, text: str) -> None:
+    """Write a command's --format output to `path` atomically; a failure (disk full, the directory
+    removed meanwhile) is one line on stderr and exit 3: the run happened, its output is lost."""
+    from ddpdoctor.edge.files import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        typer.echo(f"error: could not write {path}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(int(ExitCode.INCONCLUSIVE)) from None
+
+
 def pick_format(json_out: bool, output_format: str, known: Sequence[str]) -> str:
     """The format asked for (`--json` means json); ValueError (a usage error) for an unknown one."""
     fmt = "json" if json_out else output_format.lower()

@@ -7,13 +7,14 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from ddpdoctor.cli import bench_output
-from ddpdoctor.cli.app import app, expect_option, linger_for_siblings, seconds_option
+from ddpdoctor.cli.app import app, expect_option, linger_for_siblings, output_option, seconds_option
 from ddpdoctor.model import ExitCode
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -22,8 +23,8 @@ DEFAULT_MAX_BYTES_GLOO = "32M"  # gloo on CPU moves ~1 GB/s: 1 GiB x 25 iteratio
 
 BENCH_EXIT_CODES = (
     "Exit codes: 0 every result correct and every verdict passed; 1 wrong elements, busbw below --min-busbw, "
-    "a regression against --baseline, a rank that failed or hung, or a --json/--csv file that could not be "
-    "written; 2 usage error or a launch refused before start (nothing ran); 3 the ranks could not be started; "
+    "a regression against --baseline, a rank that failed or hung, or a --json/--csv/--output file that could not "
+    "be written; 2 usage error or a launch refused before start (nothing ran); 3 the ranks could not be started; "
     "130 interrupted (Ctrl-C); 143 terminated (SIGTERM: kill, scancel, a Slurm time limit). Interrupted or "
     "terminated, the rows measured so far are still written."
 )
@@ -144,6 +145,7 @@ def bench_nccl(
     csv_file: Optional[str] = typer.Option(
         None, "--csv", help="Write rows + environment as CSV to FILE ('-': stdout)."
     ),
+    output: Optional[Path] = output_option(),
     min_busbw: Optional[float] = typer.Option(
         None, "--min-busbw", min=0.0, help="Exit 1 when the all_reduce peak busbw (GB/s) is below this."
     ),
@@ -156,8 +158,8 @@ def bench_nccl(
     output_format: str = typer.Option(
         "table",
         "--format",
-        help="table, json (to stdout, like --json -), junit, github (workflow annotations) or markdown. "
-        "See docs/ci.md.",
+        help="table, json (to stdout, like --json -), junit, github (workflow annotations), markdown or "
+        "prometheus (node_exporter's textfile collector; with -o FILE.prom). See docs/ci.md.",
     ),
     expect: Optional[Path] = expect_option(
         "Judge peak busbw per op against the [busbw_min_gbps] of an expectations TOML file (docs/ci.md)."
@@ -172,6 +174,7 @@ def bench_nccl(
     from ddpdoctor.bench.math import DTYPE_SIZES
     from ddpdoctor.bench.sizes import parse_size, size_sequence
 
+    started = time.time()  # the run's duration in --format prometheus
     if backend not in ("auto", "nccl", "gloo"):
         raise _usage(f"--backend must be auto, nccl or gloo, not {backend!r}")
     if dtype not in DTYPE_SIZES:
@@ -224,9 +227,16 @@ def bench_nccl(
         # is the whole command: never fall through into the collective benchmark.
         return
     from ddpdoctor.render.formats import FORMATS
+    from ddpdoctor.render.prometheus import PROMETHEUS
 
-    if output_format not in FORMATS:
-        raise _usage(f"--format must be one of {', '.join(FORMATS)}, not {output_format!r}")
+    known = (*FORMATS, PROMETHEUS)
+    if output_format not in known:
+        raise _usage(f"--format must be one of {', '.join(known)}, not {output_format!r}")
+    if output is not None and output_format in ("table", "json"):
+        raise _usage(
+            "--output writes the --format output: add --format prometheus (or junit, github, markdown); "
+            "JSON goes to a file with --json FILE"
+        )
     if output_format == "json":
         if json_file not in (None, "-"):
             raise _usage("--format json prints to stdout; use --json FILE or --format json, not both")
@@ -295,6 +305,8 @@ def bench_nccl(
         baseline_rows=baseline_rows,
         baseline_tolerance=baseline_tolerance,
         format=output_format,
+        output=output,
+        started=started,
         expectations=expectations,
         notes=notes,
     )

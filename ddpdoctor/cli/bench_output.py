@@ -98,11 +98,28 @@ def write_outputs(
             "notes": list(notes),
             "exit_code": code,
         }
+    written = True
     if fmt not in ("table", "json"):
         from ddpdoctor.render.formats import document_from_bench, render_document
 
-        typer.echo(render_document(fmt, document_from_bench(data, extra)), nl=False)
-    written = True
+        doc = document_from_bench(data, extra)
+        if fmt == "prometheus":
+            import time
+
+            from ddpdoctor.render.prometheus import render_prometheus
+
+            now = time.time()
+            started = options.get("started")
+            text = render_prometheus(
+                doc,
+                finished_at=now,
+                duration_s=now - started if isinstance(started, float) else None,
+                json_data=data,
+                version=__version__,
+            )
+        else:
+            text = render_document(fmt, doc)
+        written = write_format_output(options.get("output"), text)
     if json_file:
         if json_file == "-":
             print_json(data)
@@ -128,6 +145,22 @@ def write_outputs(
                 written = False
     sys.stdout.flush()
     return written
+
+
+def write_format_output(path: Optional[Path], text: str) -> bool:
+    """The --format output to stdout, or atomically to --output FILE; False when FILE could not be
+    written (said on stderr)."""
+    if path is None:
+        typer.echo(text, nl=False)
+        return True
+    from ddpdoctor.edge.files import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        typer.echo(f"error: cannot write --output {path}: {exc.strerror or exc}", err=True)
+        return False
+    return True
 
 
 def write_csv(fh: Any, fields: list[str], rows: list[dict[str, Any]]) -> None:

@@ -15,13 +15,18 @@ from ddpdoctor.cli.app import (
     format_option,
     help_listing,
     json_option,
+    output_option,
     pick_format,
     replay_option,
     seconds_option,
     timeout_option,
     usage_error,
+    write_output_file,
 )
 from ddpdoctor.model import EXIT_CODES_HELP, ExitCode
+
+# What `check --prolog` does besides its exit code when the node is not healthy.
+ON_FAIL = ("exit", "drain")
 
 if TYPE_CHECKING:
     from ddpdoctor.engine import Area
@@ -96,7 +101,10 @@ def check(
     json_out: bool = json_option(
         "Print the report as JSON (schema: docs/schemas/check.schema.json); same as --format json."
     ),
-    output_format: str = format_option(),
+    output_format: str = format_option(
+        "table, json, junit (JUnit XML for CI), github (workflow annotations), markdown or prometheus "
+        "(node_exporter's textfile collector; with -o FILE.prom). See docs/ci.md."
+    ),
     expect: Optional[Path] = expect_option(
         "Also judge the node against an expectations TOML file (docs/ci.md)."
     ),
@@ -106,11 +114,19 @@ def check(
         help="Slurm prolog / health-check mode: silent and exit 0 when healthy, else one short line per "
         "failing finding and a non-zero exit; the whole run is bounded by --timeout + 2 s.",
     ),
+    on_fail: str = typer.Option(
+        "exit",
+        "--on-fail",
+        help="With --prolog: exit (only the exit code says it) or drain (also drain this Slurm node with "
+        '`scontrol update ... state=drain reason="ddpdoctor: <first failing id>"`; never resumes it). '
+        "See docs/ci.md.",
+    ),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Only these areas (comma-separated)."),
     skip: Optional[List[str]] = typer.Option(None, "--skip", help="Skip these areas (comma-separated)."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 on warnings too."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show evidence and passing checks."),
     timeout: float = timeout_option(),
+    output: Optional[Path] = output_option(),
     replay: Optional[Path] = replay_option(
         "Run every check from a snapshot directory instead of this machine."
     ),
@@ -141,21 +157,27 @@ def check(
 ) -> None:
     given = {
         name
-        for name in ("output_format", "join_timeout", "hosts")
+        for name in ("output_format", "join_timeout", "hosts", "on_fail", "output")
         # By name: typer vendors click privately, its ParameterSource enum is no public import.
         if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
     }
     conflict = conflicting_check_flags(
-        json_out=json_out, output_format=output_format, prolog=prolog, cluster=cluster, given=given
-    )
+        json_out=json_out, output_format=output_format, prolog=prolog, cluster=cluster, given=given,
+        on_fail=on_fail,
+    )  # fmt: skip
     if conflict:
         raise usage_error(conflict)
     hard_deadline = None
     if prolog:
         from ddpdoctor.prolog import PROLOG_GRACE_S, arm_hard_deadline
 
+        bound = timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0)
+        if on_fail == "drain":
+            from ddpdoctor.edge.slurm import DRAIN_TIMEOUT_S
+
+            bound += DRAIN_TIMEOUT_S  # the scontrol call after the checks has its own bound
         # With --cluster the run also waits up to --join-timeout for the other nodes.
-        hard_deadline = arm_hard_deadline(timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0))
+        hard_deadline = arm_hard_deadline(bound)
     only_names, skip_names = split_names(only), split_names(skip)
     # Before anything else is imported: start the torch import (see start_live_sources).
     live = (
@@ -166,6 +188,7 @@ def check(
             live, fmt=(json_out, output_format), expect=expect, prolog=prolog, only=only_names,
             skip=skip_names, strict=strict, verbose=verbose, timeout=timeout, replay=replay, smoke=smoke,
             cluster=cluster, join_timeout=join_timeout, hosts=hosts, nproc_per_node=nproc_per_node,
+            drain=on_fail == "drain", output=output,
         )  # fmt: skip
     finally:
         if live is not None:
@@ -175,7 +198,13 @@ def check(
 
 
 def conflicting_check_flags(
-    *, json_out: bool, output_format: str, prolog: bool, cluster: bool, given: set[str]
+    *,
+    json_out: bool,
+    output_format: str,
+    prolog: bool,
+    cluster: bool,
+    given: set[str],
+    on_fail: str = "exit",
 ) -> Optional[str]:
     """Why this combination of `check` flags is a usage error, or None. `given`: the names of the
     options set on the command line (a default must not count as a choice)."""
@@ -184,6 +213,19 @@ def conflicting_check_flags(
         return f"--json and --format {output_format} conflict: give one of them"
     if prolog and (json_out or "output_format" in given):
         return "--prolog prints one line per failing finding and nothing else; it takes no --json or --format"
+    if on_fail not in ON_FAIL:
+        return f"--on-fail must be {' or '.join(ON_FAIL)}, not {on_fail!r}"
+    if on_fail != "exit" and not prolog:
+        return f"--on-fail {on_fail} acts on a Slurm node: use it with --prolog"
+    if "output" in given:
+        if prolog:
+            return "--prolog prints its lines for Slurm; it takes no --output"
+        if cluster:
+            return "--output writes this node's report; --cluster prints the job's on rank 0"
+        if not json_out and fmt == "table":
+            return (
+                "--output writes a machine format: add --format prometheus (or json, junit, github, markdown)"
+            )
     if not cluster:
         flags = [
             flag for name, flag in (("join_timeout", "--join-timeout"), ("hosts", "--hosts")) if name in given
@@ -210,6 +252,8 @@ def _check(
     join_timeout: float,
     hosts: Optional[str],
     nproc_per_node: Optional[int] = None,
+    drain: bool = False,
+    output: Optional[Path] = None,
 ) -> None:
     """The body of `check`, always ending in typer.Exit."""
     from ddpdoctor.render.formats import (
@@ -219,10 +263,11 @@ def _check(
         render_document,
         render_prolog,
     )
+    from ddpdoctor.render.prometheus import PROMETHEUS
 
     options = {"smoke": smoke, "timeout": timeout, "nproc_per_node": nproc_per_node}
     try:
-        output_format = pick_format(*fmt, FORMATS)
+        output_format = pick_format(*fmt, (*FORMATS, PROMETHEUS))
         extra = ()
         if expect is not None:
             from ddpdoctor.expect import expectation_area, load_expectations
@@ -256,18 +301,27 @@ def _check(
     if prolog:
         for line in render_prolog(report.findings, strict):
             typer.echo(line)
+        if drain:
+            drain_this_node(report, strict)
     elif output_format == "table":
         render_check_report(
             report, verbose=verbose, strict=strict, area_titles={a.name: a.title for a in areas}
         )
     else:
         doc = document_from_report(report, strict)
-        typer.echo(
-            render_document(
+        if output_format == PROMETHEUS:
+            from ddpdoctor import __version__
+            from ddpdoctor.render.prometheus import render_prometheus
+
+            text = render_prometheus(doc, finished_at=time.time(), version=__version__)
+        else:
+            text = render_document(
                 output_format, doc, json_data=report.to_dict(strict), strict=strict, verbose=verbose
-            ),
-            nl=False,
-        )
+            )
+        if output is not None:
+            write_output_file(output, text)
+        else:
+            typer.echo(text, nl=False)
     code = int(report.exit_code(strict))
     if code and "TORCHELASTIC_RUN_ID" in os.environ:
         # torchrun SIGTERMs the other ranks as soon as one exits non-zero: let them print theirs too.
@@ -275,6 +329,18 @@ def _check(
 
         linger_for_siblings()
     raise typer.Exit(code)
+
+
+def drain_this_node(report: Report, strict: bool) -> None:
+    """`--on-fail drain`: drain this Slurm node for the first failing finding (nothing when healthy).
+    What happened goes to stderr; the exit code stays the check's own."""
+    from ddpdoctor.edge.slurm import drain_for
+    from ddpdoctor.model import failing_findings
+
+    failing = failing_findings(report.findings, strict)
+    outcome = drain_for(failing[0].id if failing else None, os.environ)
+    if outcome is not None:
+        typer.echo(outcome.describe(), err=True)
 
 
 @app.command(

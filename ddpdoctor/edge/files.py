@@ -228,3 +228,55 @@ def write_new_file(path: Path, text: str, *, force: bool = False) -> None:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+
+
+def atomic_target_problem(path: Path) -> Optional[str]:
+    """Why `write_atomic(path, ...)` would be refused or fail (None when it can go ahead): asked before
+    a run, so that a check never runs only to lose its output."""
+    try:
+        st: Optional[os.stat_result] = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return f"it is a {describe_file_type(st.st_mode)}; only a regular file is replaced"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"its directory {str(parent)!r} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"its directory {str(parent)!r} is not writable (the new file is made there, then renamed)"
+    return None
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace `path` with `text` in one step: a temporary file in the same directory, flushed to disk,
+    then renamed over it. A reader (node_exporter's textfile collector, a dashboard) sees the old file or
+    the new one, never half of one. The temporary name starts with a dot and ends in .tmp, so a
+    collector that reads `*.prom` never picks it up.
+
+    Refuses (InputRefused) to replace a symbolic link, a directory or a special file (`-o /dev/stdout`
+    would otherwise replace /dev's link itself); other OSErrors propagate, with the temporary removed."""
+    import tempfile
+
+    problem = atomic_target_problem(path)
+    if problem is not None and os.path.lexists(path):
+        raise InputRefused(errno.EINVAL, problem, path)
+    parent = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    try:
+        try:
+            os.fchmod(fd, mode)  # mkstemp's 0600 would hide the file from a collector run as another user
+            view = memoryview(text.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -306,7 +306,9 @@ def gather_facts(
     facts = HangFacts(host=socket.gethostname(), fr_spec=fr_spec or "")
     if use_stacks or use_ras or pid is not None or not fr_spec:
         procs = list_processes()
-        facts.job, facts.job_error = select_job(find_jobs(procs, own_pid=os.getpid()), pid, procs)
+        facts.job, facts.job_error = select_job(
+            find_jobs(procs, own_pid=os.getpid()), pid, procs, os.environ.get("SLURM_JOB_ID")
+        )
     addr = ras_addr or (facts.job.ras_addr() if facts.job else None) or os.environ.get("NCCL_RAS_ADDR") or RAS_DEFAULT_ADDR
     if not fr_spec and use_fr and facts.job is not None:
         # The job said where torch dumps on a watchdog timeout (TORCH_FR_DUMP_TEMP_FILE): read what is there.

@@ -17,6 +17,8 @@ ENV_KEYS = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID",
     "MASTER_ADDR", "MASTER_PORT", "NCCL_RAS_ADDR", "NCCL_RAS_ENABLE", "TORCH_FR_BUFFER_SIZE",
     "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    # Which Slurm job a rank belongs to: `srun --overlap --jobid J ddpdoctor hang` diagnoses job J.
+    "SLURM_JOB_ID",
 )
 _AGENT_MARKERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "torchx")
 
@@ -147,8 +149,24 @@ def _agent_of(proc: ProcInfo, by_pid: Mapping[int, ProcInfo]) -> Optional[int]:
     return None
 
 
-def select_job(jobs: list[Job], pid: Optional[int], procs: Optional[list[ProcInfo]] = None) -> tuple[Optional[Job], str]:
-    """The job to diagnose: the one holding `pid` (agent or worker), or the only one; else why not.
+def of_slurm_job(jobs: list[Job], slurm_job_id: Optional[str]) -> list[Job]:
+    """The jobs whose ranks run in Slurm job `slurm_job_id` (ddpdoctor's own SLURM_JOB_ID when it runs
+    as a step of that job, `srun --overlap --jobid J`), or all of them when none is known to: a node
+    shared with other jobs must not make the one asked about ambiguous."""
+    if not slurm_job_id:
+        return jobs
+    mine = [j for j in jobs if any(w.env.get("SLURM_JOB_ID") == slurm_job_id for w in j.workers)]
+    return mine or jobs
+
+
+def select_job(
+    jobs: list[Job],
+    pid: Optional[int],
+    procs: Optional[list[ProcInfo]] = None,
+    slurm_job_id: Optional[str] = None,
+) -> tuple[Optional[Job], str]:
+    """The job to diagnose: the one holding `pid` (agent or worker), or the only one (of Slurm job
+    `slurm_job_id` when given, see of_slurm_job); else why not.
 
     A `pid` that is in no job (a launcher ddpdoctor does not know, e.g. `mp.spawn`, whose ranks set RANK
     in code) is taken as the parent of its Python children, or as a lone rank."""
@@ -169,6 +187,7 @@ def select_job(jobs: list[Job], pid: Optional[int], procs: Optional[list[ProcInf
                 ]
                 return Job(pid if children else None, parent.cmdline if children else (), workers), ""
         return None, f"process {pid} is not a torchrun agent nor a rank of a distributed job on this node"
+    jobs = of_slurm_job(jobs, slurm_job_id)
     if not jobs:
         return None, "no distributed job found on this node (no torchrun agent, no process with RANK set)"
     if len(jobs) > 1:

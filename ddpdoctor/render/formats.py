@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ddpdoctor.model import CheckSpec, Evidence, Finding, Report, Severity, define, exit_code_for
+from ddpdoctor.model import CheckSpec, Evidence, Finding, Report, Severity, define, failing_findings
 from ddpdoctor.sources import redact_data, redact_text
 
 FORMATS = ("table", "json", "junit", "github", "markdown")
@@ -705,10 +705,7 @@ def prolog_line(f: Finding) -> str:
 def render_prolog(findings: Sequence[Finding], strict: bool = False) -> list[str]:
     """The lines `check --prolog` prints: one per finding that makes the exit code non-zero, worst first;
     none when healthy."""
-    if int(exit_code_for(findings, strict)) == 0:
-        return []
-    threshold = {Severity.FAIL, Severity.ERROR} | ({Severity.WARN} if strict else set())
-    return [prolog_line(f) for f in sorted(findings, key=lambda f: -f.severity) if f.severity in threshold]
+    return [prolog_line(f) for f in failing_findings(findings, strict)]
 
 
 # --- dispatch ----------------------------------------------------------------------------------------
