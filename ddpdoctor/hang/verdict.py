@@ -653,7 +653,7 @@ def judge_hang(facts: HangFacts) -> HangReport:
         }
     _add_pattern_notes(ctx, verdict)
     if verdict["kind"] == "progressing":
-        severity = Severity.WARN if verdict["culprits"] else Severity.OK
+        severity = Severity.WARN if verdict.get("stragglers") else Severity.OK
     elif verdict["kind"] == "not_distributed":
         severity = Severity.ERROR
     else:
