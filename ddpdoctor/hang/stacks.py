@@ -40,6 +40,7 @@ def collective_wrapper(frame: Frame) -> Optional[str]:
     (`all_reduce`), or the wrapper that issues collectives from C++ (DDP/FSDP gradient hooks run the
     all-reduce inside autograd, so the Python stack ends in `backward`)."""
     path = frame.filename
+    name = frame.name.rsplit(".", 1)[-1]  # py-spy names methods Class.method
     if frame.name in COLLECTIVE_NAMES and "distributed" in path:
         return frame.name
     if (path.endswith("torch/autograd/graph.py") and frame.name == "_engine_run_backward") or (
@@ -49,9 +50,9 @@ def collective_wrapper(frame: Frame) -> Optional[str]:
     if "torch/distributed/optim/zero_redundancy_optimizer.py" in path:
         return "ZeroRedundancyOptimizer.step (its parameter broadcast)"
     if "torch/distributed/fsdp/" in path or "torch/distributed/_composable/fsdp/" in path:
-        return f"FSDP {frame.name} (its all-gather / reduce-scatter)"
-    if path.endswith("torch/nn/parallel/distributed.py") and frame.name in ("_sync_buffers", "_sync_params", "_check_global_requires_backward_grad_sync", "_match_all_reduce_for_bwd_pass", "_match_unused_params_allreduce"):
-        return f"DistributedDataParallel {frame.name}"
+        return f"FSDP {name} (its all-gather / reduce-scatter)"
+    if path.endswith("torch/nn/parallel/distributed.py") and name in ("_sync_buffers", "_sync_params", "_check_global_requires_backward_grad_sync", "_match_all_reduce_for_bwd_pass", "_match_unused_params_allreduce"):
+        return f"DistributedDataParallel {name}"
     return None
 
 
@@ -118,7 +119,8 @@ class RankStack:
         for frame in main.frames:
             if frame.is_user:
                 return False
-            if frame.filename.endswith("torch/utils/data/dataloader.py") and frame.name in _DATALOADER_WAITS:
+            method = frame.name.rsplit(".", 1)[-1]  # py-spy names methods Class.method
+            if frame.filename.endswith("torch/utils/data/dataloader.py") and method in _DATALOADER_WAITS:
                 return True
         return False
 

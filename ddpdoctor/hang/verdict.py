@@ -24,6 +24,7 @@ from ddpdoctor.hang.findings import (
     ras_finding,
     stacks_finding,
 )
+from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import Motion, judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.ras import to_dict as ras_to_dict
@@ -538,75 +539,6 @@ def _fr_contradicted(ctx: _Context, verdict: dict[str, Any], live: list[RankStac
     )
 
 
-def _add_pattern_notes(ctx: _Context, verdict: dict[str, Any]) -> None:
-    """What the pattern of the hang adds to a verdict: threads some ranks lack, a DataLoader worker that
-    is stuck, a gradient all-reduce in backward (unused parameters, uneven data)."""
-    if verdict["kind"] in ("progressing", "none", "not_distributed"):
-        return
-    notes, fixes = [], []
-    missing = _missing_threads(ctx.facts.stacks)
-    if missing:
-        notes.append(missing)
-        fixes.append(
-            "A thread the other ranks run is gone on that rank: it died (an exception in a thread is only "
-            "printed) or was never started, and whatever waits for it waits forever; look at its log."
-        )
-    for key in verdict["culprit_ranks"] or []:
-        stack = ctx.stack_by_rank.get(key)
-        if stack is not None and stack.data_wait():
-            workers = ctx.facts.worker_stacks.get(stack.pid) or []
-            shown = [f"worker pid {w.pid} is in {describe_stack(w)}" + _code_of(ctx, w) for w in workers if w.main]
-            notes.append(
-                f"{ctx.who(key)} waits for a batch from its DataLoader"
-                + (f": {'; '.join(shown[:3])}" if shown else " (its workers' stacks could not be read)")
-            )
-            fixes.append(
-                "A DataLoader worker does not deliver: look at the dataset's __getitem__ / collate_fn at the "
-                "worker's line (a lock, a network read, a deadlock after fork); DataLoader(timeout=...) turns "
-                "the wait into an error."
-            )
-            break
-    waits = {s.waiting_in() or "" for s in ctx.facts.stacks}
-    if any(w.startswith("backward") for w in waits):
-        fixes.append(
-            "A rank in loss.backward() waits in the DDP/FSDP gradient all-reduce. If some parameters get no "
-            "gradient on some ranks (a branch that skips a layer), pass find_unused_parameters=True to "
-            "DistributedDataParallel or make every rank use every parameter; if ranks run different numbers of "
-            "steps (uneven data), use DistributedSampler(drop_last=True) or the "
-            "torch.distributed.algorithms.Join context manager."
-        )
-    if notes:
-        verdict["summary"] += "; " + "; ".join(notes)
-    if fixes:
-        verdict["fix"] = " ".join([verdict["fix"], *fixes]).strip()
-
-
-def _code_of(ctx: _Context, stack: RankStack) -> str:
-    frame = stack.user_frame()
-    code = ctx.code(frame.filename, frame.line) if frame is not None else ""
-    return f" `{code}`" if code else ""
-
-
-def _missing_threads(stacks: Sequence[RankStack]) -> str:
-    """'rank 1 has no `prefetch` thread (ranks 0, 2 have one)', for a named thread most ranks run."""
-    readable = [s for s in stacks if s.threads]
-    if len(readable) < 2:
-        return ""
-    names: dict[str, list[int]] = {}
-    for stack in readable:
-        for name in stack.thread_names():
-            names.setdefault(name, []).append(stack.rank if stack.rank is not None else -stack.pid)
-    everyone = sorted(s.rank if s.rank is not None else -s.pid for s in readable)
-    for name, having in sorted(names.items()):
-        lacking = [r for r in everyone if r not in having]
-        if lacking and len(having) >= len(lacking) and name != "MainThread":
-            return (
-                f"{plural_ranks(lacking)} {'has' if len(lacking) == 1 else 'have'} no `{name}` thread "
-                f"({plural_ranks(sorted(having))} {'has' if len(having) == 1 else 'have'} one)"
-            )
-    return ""
-
-
 def judge_hang(facts: HangFacts) -> HangReport:
     """All sources -> one verdict and a finding per source. A stopped rank first; then what moved
     between the snapshots (progressing, spinning); then, for a job where nothing moved, Flight Recorder
@@ -651,7 +583,7 @@ def judge_hang(facts: HangFacts) -> HangReport:
             "culprit_ranks": [], "other_ranks": [], "culprits": [], "collective": None, "tie": False,
             "fix": "", "source": None,
         }
-    _add_pattern_notes(ctx, verdict)
+    add_pattern_notes(ctx, verdict)
     if verdict["kind"] == "progressing":
         severity = Severity.WARN if verdict.get("stragglers") else Severity.OK
     elif verdict["kind"] == "not_distributed":
