@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import typer
@@ -124,9 +125,14 @@ def _run_cluster(
         outcome = run_hang_cluster(local, join_timeout, tuple(expand_hostlist(hosts)) if hosts else ())
     except ValueError as exc:  # ClusterUsageError, or a bad --hosts list
         raise usage_error(str(exc)) from None
+    # Under torchrun a task that exits non-zero makes the agent print a ChildFailedError traceback after
+    # the report, burying the verdict. There every task exits 0 once the session ran, and the status is
+    # in the report (its first word, its last line `exit code N`, `exit_code` in --json); srun keeps the
+    # codes (docs/hang.md).
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ and outcome.exit_code in (0, 1, 3)
     if outcome.report is None:
         print_rank_message(outcome)
-        raise typer.Exit(outcome.exit_code)
+        raise typer.Exit(0 if under_torchrun else outcome.exit_code)
     data = redact_data(outcome.report.to_dict())
     if fmt == "json":
         from ddpdoctor.render import print_json
@@ -140,4 +146,4 @@ def _run_cluster(
         from ddpdoctor.render.hang import render_hang_cluster_text
 
         render_hang_cluster_text(data)
-    raise typer.Exit(outcome.exit_code)
+    raise typer.Exit(0 if under_torchrun else outcome.exit_code)

@@ -181,6 +181,9 @@ def job_finding(facts: HangFacts) -> Finding:
     unreadable = [w.pid for w in job.workers if w.env_error]
     summary = f"{len(job.workers)} local rank(s) of a {job.world_size or '?'}-rank job" + (
         f" under agent pid {job.agent_pid}" if job.agent_pid else ""
+    ) + (
+        f" and {len(job.more_agents)} more agent(s) of run {job.run_id} (pid {', '.join(map(str, job.more_agents[:8]))})"
+        if job.more_agents else ""
     )
     if unreadable:
         summary += f"; /proc/PID/environ unreadable for pid {', '.join(map(str, unreadable[:8]))} (rank unknown)"

@@ -171,7 +171,8 @@ def render_hang_cluster_text(report: Mapping[str, Any]) -> None:
     job = report.get("job") or {}
     if job.get("ranks_unseen"):
         con.print(Text(f"ranks on no node that answered: {', '.join(str(r) for r in job['ranks_unseen'])}", style="yellow"))
-    con.print(Text(f"\n{report['launcher']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}", style="dim"))
+    note = " (ddpdoctor's tasks exit 0 under torchrun: this is the status)" if report["launcher"] == "torchrun" else ""
+    con.print(Text(f"\n{report['launcher']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}{note}", style="dim"))
 
 
 def render_hang_cluster_markdown(report: Mapping[str, Any]) -> str:
