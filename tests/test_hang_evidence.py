@@ -140,3 +140,20 @@ def test_dumps_that_contradict_the_live_stacks_do_not_decide(hung, tmp_path):
     assert report["flight_recorder"]["ranks"] == [0, 1, 2] and report["flight_recorder"]["ignored"] == []
     _assert_live_culprit(report)
     assert "disagree with the live stacks" in report["verdict"]["summary"]
+
+
+def test_json_only_dumps_take_file_and_line_from_the_live_stacks(hung, tmp_path):
+    # The JSON form of a dump has no Python frames: the verdict still quotes the line, from the stacks.
+    job, _ = hung
+    folder = tmp_path / "json"
+    folder.mkdir()
+    for rank in range(3):
+        shutil.copyfile(f"{job.prefix}{rank}.json", folder / f"fr_rank_{rank}.json")
+    report = run_hang("--pid", str(job.proc.pid), "--fr", str(folder))
+    if not _readable(report):
+        pytest.skip("py-spy cannot attach here")
+    verdict = report["verdict"]
+    assert verdict["source"] == "flight_recorder" and verdict["culprit_ranks"] == [1], verdict
+    assert f"_hang_job.py:{marker_line('mismatch')}" in verdict["summary"], verdict["summary"]
+    others_line = marker_line("mismatch") + 2  # the all_reduce of the else branch
+    assert f"_hang_job.py:{others_line}" in verdict["summary"], verdict["summary"]
