@@ -90,6 +90,13 @@ def _place(stack: RankStack) -> tuple[object, ...]:
     return (stack.waiting_in(), tuple(f"{f.name}@{f.where()}" for f in main.frames if f.is_user))
 
 
+def _in_python(stack: RankStack) -> bool:
+    main = stack.main
+    if main is None or not main.frames:
+        return False
+    return main.owns_gil or main.frames[0].is_user
+
+
 def _rank_motion(pid: int, samples: Sequence[Sample]) -> RankMotion:
     stacks = [s for sample in samples for s in sample.stacks if s.pid == pid and s.main is not None]
     rank = next((s.rank for sample in samples for s in sample.stacks if s.pid == pid), None)
@@ -105,12 +112,14 @@ def _rank_motion(pid: int, samples: Sequence[Sample]) -> RankMotion:
     busy = cpu_share is not None and cpu_share >= BUSY_CPU_SHARE
     if not stacks and cpu_share is None:
         state = "unknown"
-    elif busy and waiting == 0:
-        # On CPU nearly all the time and never in a collective: computing, or a loop that never ends.
+    elif busy and waiting == 0 and (not stacks or any(_in_python(s) for s in stacks)):
+        # On CPU nearly all the time, never in a collective, running Python (holding the GIL, or its
+        # innermost frame is the user's): a loop that never ends. A thread busy in C without the GIL (a
+        # GPU sync spinning on a hung NCCL kernel) is not a Python loop, and is no sign of progress either.
         state = "spinning"
     elif stacks and waiting == len(stacks):
         state = "waiting" if not (woke or place_changed) else "working"
-    elif place_changed or (woke and busy):
+    elif place_changed:
         state = "working"
     else:
         state = "still"
