@@ -23,9 +23,12 @@ VERDICT = define(
     "the collective the others wait in), `desync` (ranks issued different collectives at the same "
     "sequence number), `only_some` (a collective only some ranks issued, e.g. inside `if rank == 0:`), "
     "`stack_outlier` (one rank's stack differs from all others, no collective data), `stopped` (a rank "
-    "is stopped by SIGSTOP, Ctrl-Z or a debugger), `missing` (RAS: a "
+    "is stopped by SIGSTOP, Ctrl-Z or a debugger), `spinning` (a rank runs a Python loop at full CPU, "
+    "never in a collective, while the others stand still), `missing` (RAS: a "
     "rank is unresponsive), `all_waiting` (every local rank waits in the same collective: the cause is "
-    "on another node or in the network) or `none` (no sign of a hang).",
+    "on another node or in the network), `progressing` (something moved between the snapshots taken a "
+    "second apart: not a hang; the slowest rank is named as a straggler, a warning), `not_distributed` "
+    "(--pid names a process with no sign of torch.distributed) or `none` (no sign of a hang).",
     "Fix the code path of the named rank: make every rank issue the same collectives in the same order.",
 )
 STACKS = define(
