@@ -24,8 +24,14 @@ from ddpdoctor.hang.findings import (
     ras_finding,
     stacks_finding,
 )
+from ddpdoctor.hang.live import (
+    not_distributed,
+    verdict_not_distributed,
+    verdict_progressing,
+    verdict_spinning,
+)
 from ddpdoctor.hang.patterns import add_pattern_notes
-from ddpdoctor.hang.progress import Motion, judge_motion, motion_dict
+from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.ras import to_dict as ras_to_dict
 from ddpdoctor.hang.source import classify_split
@@ -72,6 +78,10 @@ class _Context:
         # Ranks are keyed as group_stacks numbers them: a process of unknown rank is -pid.
         self.stack_by_rank = {s.rank if s.rank is not None else -s.pid: s for s in facts.stacks}
         self.pid_by_rank = {w.rank: w.pid for w in (facts.job.workers if facts.job else []) if w.rank is not None}
+
+    def records(self, ranks: Sequence[int]) -> list[dict[str, Any]]:
+        """The culprit records of `ranks` (for live.py's verdicts)."""
+        return _culprit_records(self, ranks)
 
     def pid_of(self, rank: int) -> Optional[int]:
         """The pid of a rank (or of the process keyed -pid, whose rank is unknown)."""
@@ -427,100 +437,6 @@ def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]
     }
 
 
-def _empty_verdict(kind: str, summary: str, fix: str, source: Optional[str]) -> dict[str, Any]:
-    return {
-        "kind": kind, "summary": summary, "culprit_ranks": [], "other_ranks": [], "culprits": [],
-        "collective": None, "tie": False, "fix": fix, "source": source,
-    }
-
-
-def _verdict_progressing(ctx: _Context, motion: Motion) -> dict[str, Any]:
-    """Something moved between the snapshots: not a hang. The slowest rank, if one stands out, is named
-    as a straggler (a warning), never as a culprit."""
-    moved = "; ".join(motion.evidence[:3])
-    summary = f"progressing, not hung: in {motion.span_s:.1f}s between {motion.samples} snapshots, {moved}"
-    fix = ""
-    verdict = _empty_verdict("progressing", summary, fix, "progress")
-    if motion.stragglers:
-        keys = [r.key for r in motion.stragglers]
-        lead = keys[0]
-        waiting = next((s.waiting_in() for s in ctx.facts.stacks if s.waiting_in()), None)
-        where = ctx.where_stack(lead)
-        verdict["summary"] += (
-            f". The slowest is {ctx.who(lead) if len(keys) == 1 else plural_ranks(keys)} (a straggler, not a "
-            f"culprit): in no snapshot did it wait in a collective"
-            + (f"; it is in {where}" if where else "")
-            + (f", while the others wait for it in {waiting}" if waiting else "")
-        )
-        verdict["fix"] = (
-            f"Nothing hangs. If the job is slower than it should be, look at what {plural_ranks(keys)} does at "
-            "that line (a slow step, I/O, a dataloader, a host-device sync like .item()): the other ranks "
-            "wait for it at every step."
-        )
-        verdict["stragglers"] = _culprit_records(ctx, keys)
-    return verdict
-
-
-def _verdict_spinning(ctx: _Context, motion: Motion) -> dict[str, Any]:
-    """A rank busy on CPU, never in a collective, while every other rank stood still."""
-    keys = [r.key for r in motion.spinning]
-    lead = motion.spinning[0]
-    others = [r.key for r in motion.ranks if r.key not in keys]
-    waiting = next((s for s in ctx.facts.stacks if s.waiting_in() and s.rank not in keys), None)
-    where = ctx.where_stack(lead.key)
-    share = f"{lead.cpu_share:.0%}" if lead.cpu_share is not None else "most"
-    summary = (
-        f"{ctx.who(lead.key) if len(keys) == 1 else plural_ranks(keys)} "
-        f"{'spins' if len(keys) == 1 else 'spin'}: its main thread was on CPU {share} of {motion.span_s:.1f}s and "
-        f"never in a collective" + (f", in {where}" if where else "")
-        + (f", while {ranks_verb(others, 'waits', 'wait')} in {waiting.waiting_in()} at {ctx.where_line(waiting)}"
-           if waiting and others else "")
-        + " and did not move -> the cause is a loop on "
-        + f"{plural_ranks(keys)} that does not end, not the network"
-    )
-    verdict = _empty_verdict(
-        "spinning", summary,
-        "Look at the loop at that line: its exit condition never becomes true on this rank (a flag another "
-        "rank or thread should set, a condition on data that differs between ranks). A loop that waits for "
-        "something should sleep and give up after a timeout.",
-        "progress",
-    )
-    verdict.update(culprit_ranks=[k for k in keys if k >= 0], other_ranks=[k for k in others if k >= 0],
-                   culprits=_culprit_records(ctx, keys))
-    return verdict
-
-
-_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID")
-
-
-def _not_distributed(facts: HangFacts) -> bool:
-    """The process(es) --pid named are Python, readable, and show no sign of torch.distributed: no
-    launcher variable, no frame in torch.distributed or torch.multiprocessing on any thread."""
-    job = facts.job
-    if job is None:
-        return False
-    if any(w.env.get(k) for w in job.workers for k in _DISTRIBUTED_ENV) or any(w.env_error for w in job.workers):
-        return False
-    if not facts.stacks or any(not s.threads for s in facts.stacks):
-        return False
-    return not any(
-        "torch/distributed" in f.filename or "torch/multiprocessing" in f.filename
-        for s in facts.stacks for t in s.threads for f in t.frames
-    )
-
-
-def _verdict_not_distributed(ctx: _Context) -> dict[str, Any]:
-    pids = ", ".join(str(w.pid) for w in (ctx.facts.job.workers if ctx.facts.job else [])[:8])
-    return _empty_verdict(
-        "not_distributed",
-        f"not a distributed job: process {pids} has no RANK/WORLD_SIZE/MASTER_ADDR in its environment and no "
-        "thread of it is in torch.distributed or torch.multiprocessing, so there is no collective to hang in",
-        "Give --pid the torchrun agent or a rank of the job (`ps -ef | grep torchrun`), or run without --pid "
-        "to find the job on this node.",
-        "stacks",
-    )
-
-
 def _fr_contradicted(ctx: _Context, verdict: dict[str, Any], live: list[RankStack]) -> str:
     """Why the live stacks contradict a Flight Recorder verdict ('' when they do not): every rank the
     dumps blame stands, live, exactly where the ranks they call its victims stand."""
@@ -556,12 +472,12 @@ def judge_hang(facts: HangFacts) -> HangReport:
     live = [s for s in facts.stacks if s.main is not None]
     # A stopped process explains a hang by itself, whatever the dumps say about the collectives.
     verdict: Optional[dict[str, Any]] = _verdict_from_stopped(ctx)
-    if verdict is None and facts.job is not None and _not_distributed(facts):
-        verdict = _verdict_not_distributed(ctx)
+    if verdict is None and facts.job is not None and not_distributed(facts):
+        verdict = verdict_not_distributed(ctx)
     if verdict is None and motion.state == "progressing":
-        verdict = _verdict_progressing(ctx, motion)
+        verdict = verdict_progressing(ctx, motion)
     if verdict is None and motion.state == "spinning":
-        verdict = _verdict_spinning(ctx, motion)
+        verdict = verdict_spinning(ctx, motion)
     if verdict is None and alignment is not None and alignment.worst() is not None:
         verdict = _verdict_from_fr(ctx, alignment.worst())
         disagreement = _fr_contradicted(ctx, verdict, live)
