@@ -128,3 +128,19 @@ def test_unknown_ranks_are_never_negative_in_json_or_text():
         assert all(r >= 0 for r in group["ranks"]) and "rank -" not in group["label"]
     assert all(c["rank"] is None and c["pid"] > 0 for c in report["verdict"]["culprits"])
     assert "rank -" not in report["verdict"]["summary"] and "pid 1002" in report["verdict"]["summary"]
+
+
+def test_a_local_rank_that_exited_while_the_others_wait_is_named():
+    # Uneven data under torchrun: rank 2 ran out of batches and returned; ranks 0-1 wait in all_reduce.
+    from ddpdoctor.hang.procs import Job, Worker
+
+    stacks = _stacks()[:2]
+    env = {"LOCAL_WORLD_SIZE": "3", "WORLD_SIZE": "3"}
+    workers = [Worker(1000 + r, r, r, ("python",), {**env, "RANK": str(r)}) for r in range(2)]
+    report = judge_hang(HangFacts(host="h", job=Job(4242, ("torchrun",), workers, 3), stacks=stacks))
+    verdict = report.verdict
+    assert verdict["kind"] == "exited" and verdict["culprit_ranks"] == [2], verdict
+    assert "rank 2 has exited" in verdict["summary"] and "ranks 0-1 wait in all_reduce" in verdict["summary"]
+    assert "drop_last=True" in verdict["fix"] and "Join" in verdict["fix"]
+    assert report.exit_code() == 1
+    jsonschema.validate(report.to_dict(), SCHEMA)

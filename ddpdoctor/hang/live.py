@@ -102,3 +102,50 @@ def verdict_not_distributed(ctx: Any) -> dict[str, Any]:
         "to find the job on this node.",
         "stacks",
     )
+
+
+def _int_env(env: Any, name: str) -> Optional[int]:
+    value = env.get(name) if env else None
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else None
+
+
+def exited_ranks(facts: HangFacts) -> list[tuple[int, Optional[int]]]:
+    """(local rank, global rank) of the ranks this node's launcher started that are gone: fewer live
+    workers than LOCAL_WORLD_SIZE. The global rank assumes torchrun's contiguous numbering per node."""
+    job = facts.job
+    if job is None or not job.workers:
+        return []
+    size = next((v for w in job.workers if (v := _int_env(w.env, "LOCAL_WORLD_SIZE")) is not None), None)
+    present = {w.local_rank for w in job.workers if w.local_rank is not None}
+    if size is None or size > 1024 or len(present) != len(job.workers):
+        return []
+    base = next((w.rank - w.local_rank for w in job.workers if w.rank is not None and w.local_rank is not None), None)
+    return [(lr, base + lr if base is not None else None) for lr in range(size) if lr not in present]
+
+
+def verdict_exited(ctx: Any) -> Optional[dict[str, Any]]:
+    """A local rank is gone while the live ones wait in a collective: it left the training loop early
+    (uneven data: its sampler ran out first) or returned from its main function."""
+    gone = exited_ranks(ctx.facts)
+    live = [s for s in ctx.facts.stacks if s.main is not None]
+    if not gone or not live or not all(s.waiting_in() for s in live):
+        return None
+    keys = [g if g is not None else -1 for _, g in gone]
+    names = ", ".join(f"rank {g}" if g is not None else f"local rank {lr}" for lr, g in gone)
+    waiting = live[0]
+    others = sorted(s.rank if s.rank is not None else -s.pid for s in live)
+    verdict = empty_verdict(
+        "exited",
+        f"{names} {'has' if len(gone) == 1 else 'have'} exited (no process left for "
+        f"{'it' if len(gone) == 1 else 'them'} on this node) while {ranks_verb(others, 'waits', 'wait')} in "
+        f"{waiting.waiting_in()} at {ctx.where_line(waiting)} -> the cause is a rank that left the training "
+        "loop before the others (uneven data: its share of the dataset ran out first), not the network",
+        "Give every rank the same number of steps: DistributedSampler(..., drop_last=True) (or equal-length "
+        "shards), or wrap the loop in `with torch.distributed.algorithms.Join([model]):` so ranks that run out "
+        "shadow the others' collectives; a rank that returns early must still join every collective.",
+        "stacks",
+    )
+    verdict.update(culprit_ranks=[k for k in keys if k >= 0], other_ranks=[r for r in others if r >= 0],
+                   culprits=[{"rank": g, "pid": None, "host": ctx.facts.host, "where": "exited", "file": None,
+                              "line": None, "chain": []} for _, g in gone])
+    return verdict

@@ -33,7 +33,7 @@ CLUSTER_VERDICT = define(
 )
 
 # Local verdict kinds that name a culprit rank.
-CULPRIT_KINDS = ("stopped", "behind", "desync", "only_some", "extra", "stack_outlier", "missing", "spinning")
+CULPRIT_KINDS = ("stopped", "behind", "desync", "only_some", "extra", "stack_outlier", "missing", "spinning", "exited")
 # `file:line in func()` at the start of a stack description (describe_stack); linear, anchored.
 _WHERE = re.compile(r"^(?P<file>[^\s:][^:]{0,1000}):(?P<line>\d{1,9}) in ")
 

@@ -26,6 +26,7 @@ from ddpdoctor.hang.findings import (
 )
 from ddpdoctor.hang.live import (
     not_distributed,
+    verdict_exited,
     verdict_not_distributed,
     verdict_progressing,
     verdict_spinning,
@@ -478,6 +479,8 @@ def judge_hang(facts: HangFacts) -> HangReport:
         verdict = verdict_progressing(ctx, motion)
     if verdict is None and motion.state == "spinning":
         verdict = verdict_spinning(ctx, motion)
+    if verdict is None:
+        verdict = verdict_exited(ctx)
     if verdict is None and alignment is not None and alignment.worst() is not None:
         verdict = _verdict_from_fr(ctx, alignment.worst())
         disagreement = _fr_contradicted(ctx, verdict, live)
