@@ -346,7 +346,8 @@ def gather_facts(
     facts.pyspy_found = pyspy is not None
     workers = facts.job.workers if (facts.job and use_stacks) else []
     facts.rank_start = _start_times([w.pid for w in (facts.job.workers if facts.job else [])])
-    count = max(1, samples)
+    # Nothing to watch move (no rank's stack, no RAS): one snapshot, no interval to sleep through.
+    count = max(1, samples) if (workers or use_ras) else 1
     fr_stats: dict[str, tuple[int, int]] = {}
     with ThreadPoolExecutor(max_workers=max(2, min(16, len(workers) + 1))) as pool:
         for index in range(count):

@@ -61,6 +61,7 @@ class RankMotion:
     woke: Optional[int]  # voluntary context switches of its main thread in between
     place_changed: bool  # its stack's place differed between snapshots
     state: str  # waiting | working | spinning | still | unknown
+    data_waits: int = 0  # snapshots in which it waited for its DataLoader
 
     @property
     def key(self) -> int:
@@ -123,7 +124,8 @@ def _rank_motion(pid: int, samples: Sequence[Sample]) -> RankMotion:
         state = "working"
     else:
         state = "still"
-    return RankMotion(rank, pid, len(stacks), waiting, cpu_share, woke, place_changed, state)
+    data_waits = sum(1 for s in stacks if s.data_wait())
+    return RankMotion(rank, pid, len(stacks), waiting, cpu_share, woke, place_changed, state, data_waits)
 
 
 def _last_seqs(dumps: Sequence[Dump]) -> dict[tuple[object, str], int]:
@@ -159,6 +161,13 @@ def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), 
             motion.evidence.append(f"{label} moved between snapshots")
         else:
             motion.evidence.append(f"{label} ran")
+    if not any(r.state == "waiting" for r in ranks):
+        # No rank waits in a collective without ever waking: a rank whose main thread wakes on its own
+        # line is running its steps (sleeps, I/O, compute between collectives). With a rank that does
+        # wait, unwoken, in a collective, the same wake-ups are a poll loop of the culprit: no progress.
+        for rank in ranks:
+            if rank.state == "still" and rank.woke and rank.data_waits < rank.seen:
+                motion.evidence.append(f"{_label(rank)} ran (its main thread woke {rank.woke} time(s) in {span:.1f}s)")
     if earlier_dumps and dumps:
         before, after = _last_seqs(earlier_dumps), _last_seqs(dumps)
         grown = sorted(str(k[0]) for k, v in after.items() if v > before.get(k, v))
@@ -182,14 +191,15 @@ def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), 
 
 
 def _stragglers(ranks: Sequence[RankMotion]) -> list[RankMotion]:
-    """The rank(s) the others wait for: never in a collective in any snapshot, while every other rank
-    was in one in some snapshot."""
+    """The rank(s) the others wait for: at most half of them, never in a collective in any snapshot, while every
+    other rank was in one in every snapshot (a healthy job's ranks, caught at random moments, rarely
+    line up like that twice)."""
     seen = [r for r in ranks if r.seen]
     if len(seen) < 2:
         return []
     idle = [r for r in seen if r.waiting == 0]
-    others = [r for r in seen if r.waiting > 0]
-    return idle if idle and len(others) == len(seen) - len(idle) and others else []
+    others = [r for r in seen if r.waiting == r.seen]
+    return idle if idle and len(idle) + len(others) == len(seen) and len(idle) <= len(others) else []
 
 
 def _label(rank: RankMotion) -> str:
