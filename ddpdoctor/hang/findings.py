@@ -236,7 +236,12 @@ def stacks_finding(facts: HangFacts) -> Finding:
                 "a container started with `--cap-add SYS_PTRACE` (Kubernetes: securityContext.capabilities.add: "
                 '["SYS_PTRACE"]).',
             )
-        return STACKS.finding(Severity.ERROR, f"no stack could be read: {failed[0].error}", evidence=evidence)
+        # py-spy ran (it is installed): the definition's "Install py-spy" would be no fix at all.
+        fix = None if not facts.pyspy_found else (
+            "Check that the pids are Python processes of the job and still running; `py-spy dump --pid PID` "
+            "shows py-spy's own message."
+        )
+        return STACKS.finding(Severity.ERROR, f"no stack could be read: {failed[0].error}", evidence=evidence, fix=fix)
     groups = group_stacks(got)
     odd = odd_ones_out(groups)
     summary = f"{len(got)} stack(s) in {len(groups)} group(s)"
