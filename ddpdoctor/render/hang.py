@@ -124,7 +124,8 @@ def _culprit_lines(verdict: Mapping[str, Any]) -> list[str]:
     for c in verdict.get("culprits") or []:
         where = f" at {c['where']}" if c.get("where") else ""
         pid = f" pid {c['pid']}" if c.get("pid") else ""
-        out.append(f"rank {c['rank']} on {c.get('node') or '?'} (host {c.get('host') or '?'}{pid}){where}")
+        who = f"rank {c['rank']}" if c.get("rank") is not None else "rank unknown"
+        out.append(f"{who} on {c.get('node') or '?'} (host {c.get('host') or '?'}{pid}){where}")
     return out
 
 
