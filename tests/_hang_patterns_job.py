@@ -6,6 +6,8 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
   the others wait for that all-reduce inside loss.backward();
 - `dataloader`: the last rank's DataLoader worker blocks forever in __getitem__;
 - `prefetch`: every rank feeds its steps from a `prefetch` thread; the last rank's thread dies;
+- `zero`: ZeroRedundancyOptimizer; the last rank sleeps before its third optimizer.step(), the others
+  wait in step()'s parameter broadcast;
 - `lock`: the last rank takes a (non-reentrant) lock twice: log_metrics() under the lock calls flush(),
   which takes it again.
 
@@ -101,6 +103,18 @@ def main() -> None:
                 ready(rank)
             batch = batches.get()  # HANG-LINE prefetch
             dist.all_reduce(batch)
+    elif scenario == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        model = torch.nn.Linear(8, 8)
+        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01)
+        for step in range(1000):
+            model(torch.ones(2, 8)).sum().backward()
+            if step == 2:
+                ready(rank)
+                if culprit:
+                    time.sleep(3600)  # HANG-LINE zero-sleep
+            optimizer.step()  # HANG-LINE zero-step
     elif scenario == "lock":
         for step in range(1000):
             dist.all_reduce(grad)

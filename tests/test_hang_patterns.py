@@ -1,6 +1,6 @@
 """`ddpdoctor hang` on real gloo jobs under a real torchrun agent that hang in the patterns users meet
 (tests/_hang_patterns_job.py): a wait inside DDP's backward, a stuck DataLoader worker, a dead
-`prefetch` thread, a lock taken twice. Each names the last rank and its line, and gives the fix of the
+`prefetch` thread, a lock taken twice, a wait inside ZeroRedundancyOptimizer.step(). Each names the last rank and its line, and gives the fix of the
 pattern. Each job runs in its own session and is SIGKILLed as a group.
 """
 
@@ -34,7 +34,7 @@ def run_hang(*args: str) -> tuple[dict, str]:
     return report, text
 
 
-@pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock"])
+@pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero"])
 def hung(request, tmp_path_factory):
     job = HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)
     try:
@@ -69,6 +69,10 @@ def test_pattern_named_with_its_fix(hung):
     elif scenario == "prefetch":
         assert culprit["line"] == marker_line("prefetch", SCRIPT)
         assert "rank 2 has no `prefetch` thread (ranks 0-1 have one)" in verdict["summary"], verdict
+    elif scenario == "zero":
+        assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
+        assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]
+        assert f"_hang_patterns_job.py:{marker_line('zero-step', SCRIPT)}" in verdict["summary"]
     else:
         assert culprit["line"] == marker_line("lock", SCRIPT)
         assert "it takes `LOCK` at flush()" in verdict["summary"] and "log_metrics()" in verdict["summary"]
