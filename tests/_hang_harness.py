@@ -17,8 +17,11 @@ JOB = Path(__file__).with_name("_hang_job.py")
 NPROC = 3
 
 
-def marker_line(tag: str) -> int:
-    for number, text in enumerate(JOB.read_text().splitlines(), 1):
+PROGRESS_JOB = Path(__file__).with_name("_hang_progress_job.py")
+
+
+def marker_line(tag: str, script: Path = JOB) -> int:
+    for number, text in enumerate(script.read_text().splitlines(), 1):
         if f"HANG-LINE {tag}" in text:
             return number
     raise AssertionError(tag)
@@ -30,11 +33,13 @@ def _torchrun() -> list[str]:
 
 class HungJob:
     def __init__(
-        self, scenario: str, tmp: Path, nproc: int = NPROC, announce_prefix: bool = False, **env_extra: str
+        self, scenario: str, tmp: Path, nproc: int = NPROC, announce_prefix: bool = False, script: Path = JOB,
+        **env_extra: str,
     ) -> None:
         self.prefix = str(tmp / "fr_rank_")
         self.nproc = nproc
-        env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_FR_AFTER="1", TORCH_FR_BUFFER_SIZE="200",
+        self.tmp = tmp
+        env = dict(os.environ, HANG_FR_PREFIX=self.prefix, HANG_READY_DIR=str(tmp), HANG_FR_AFTER="1", TORCH_FR_BUFFER_SIZE="200",
                    PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME="lo", **env_extra)
         if announce_prefix:
             # Where torch would dump on an NCCL watchdog timeout: `hang` finds the dumps from it alone.
@@ -46,7 +51,7 @@ class HungJob:
             [*_torchrun(), "--nnodes", "1", "--local-addr", "127.0.0.1", "--rdzv-backend", "c10d",
              "--rdzv-endpoint", "127.0.0.1:0",
              "--rdzv-id", f"hang-{os.getpid()}-{scenario}", "--max-restarts", "0", "--nproc-per-node", str(nproc),
-             str(JOB), scenario],
+             str(script), scenario],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp,
         )
 
@@ -60,6 +65,17 @@ class HungJob:
                 raise AssertionError(f"job exited with {self.proc.returncode}")
             time.sleep(0.3)
         raise AssertionError("the hung job did not dump its Flight Recorder buffers in time")
+
+    def wait_ready(self, limit_s: float = 120.0) -> None:
+        """Until every rank touched `ready_<rank>` in tmp (the jobs that do not dump)."""
+        deadline = time.monotonic() + limit_s
+        while not all((self.tmp / f"ready_{r}").exists() for r in range(self.nproc)):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"job exited with {self.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise AssertionError("the job did not get ready in time")
+            time.sleep(0.3)
+        self.ranks = self.descendants()
 
     def descendants(self) -> list[int]:
         import psutil

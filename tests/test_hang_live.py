@@ -184,6 +184,10 @@ def test_pid_of_a_spawn_parent(tmp_path):
             time.sleep(0.2)
         time.sleep(1)  # rank 0 enters its all_reduce
         report, _ = run_hang("--pid", str(proc.pid), "--no-ras", "--no-fr")
+        text = subprocess.run(
+            [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(proc.pid), "--no-ras", "--no-fr"],
+            capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
+        ).stdout.decode()
     finally:
         os.killpg(proc.pid, 9)  # spawn's children stay in the parent's process group
         proc.wait(timeout=30)
@@ -195,3 +199,29 @@ def test_pid_of_a_spawn_parent(tmp_path):
     line = next(n for n, t in enumerate(spawn_job.read_text().splitlines(), 1) if "HANG-LINE spawn" in t)
     assert verdict["kind"] == "stack_outlier" and verdict["culprits"][0]["line"] == line, verdict
     assert "(rank unknown)" in verdict["summary"]
+    # Never "rank -PID": a process of unknown rank is named by its pid, in JSON (null) and in text.
+    assert "rank -" not in text and "(rank unknown)" in text, text
+    assert all(r >= 0 for g in report["stack_groups"] for r in g["ranks"])
+    assert all(c["rank"] is None for c in verdict["culprits"])
+
+
+def test_pid_of_a_process_that_is_not_a_distributed_job():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        time.sleep(1)
+        report, _ = run_hang("--pid", str(proc.pid), "--no-ras", "--no-fr")
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    if not _stacks_readable(report):
+        pytest.skip("py-spy cannot attach here")
+    assert report["verdict"]["kind"] == "not_distributed" and report["exit_code"] == 3, report["verdict"]
+    assert "not a distributed job" in report["verdict"]["summary"]
+
+
+def test_pid_of_no_process():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=30)  # its pid is free now (and not reused within the second this test takes)
+    report, _ = run_hang("--pid", str(proc.pid), "--no-ras", "--no-fr")
+    assert report["exit_code"] == 3
+    assert f"no such process: {proc.pid}" in report["verdict"]["summary"], report["verdict"]

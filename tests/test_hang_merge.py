@@ -281,3 +281,30 @@ def test_cli_cluster_needs_a_launcher_and_hosts_needs_cluster(monkeypatch: pytes
     assert res.exit_code == 2 and "--hosts applies only with --cluster" in res.output
     res = CliRunner().invoke(app, ["hang", "--join-timeout", "5", "--hosts", "a", "--no-ras"])
     assert res.exit_code == 2 and "--join-timeout and --hosts apply only with --cluster" in res.output
+
+
+def test_a_node_whose_ranks_progress_makes_the_job_progressing() -> None:
+    # Node b's snapshots saw its ranks finish collectives: the job's collectives complete, so a single
+    # snapshot of node a (rank 1 asleep between steps) blames nobody.
+    a, b = node(0, "gpu-a"), node(1, "gpu-b")
+    reports = {
+        a.label: node_report("gpu-a", {0: (10, WAITING), 1: (11, SLEEPING)}, 4),
+        b.label: node_report("gpu-b", {2: (12, WAITING), 3: (13, WAITING)}, 4, "progressing",
+                             "progressing, not hung: rank 2 finished collectives", "ok", source="progress"),
+    }
+    data = merge([a, b], reports)
+    assert data["verdict"]["kind"] == "progressing" and data["verdict"]["culprit_ranks"] == []
+    assert data["exit_code"] == 0 and "node 1 (gpu-b)" in data["verdict"]["summary"]
+
+
+def test_a_spinning_rank_on_a_node_is_the_culprit() -> None:
+    a, b = node(0, "gpu-a"), node(1, "gpu-b")
+    spinner = [{"rank": 3, "pid": 13, "host": "gpu-b", "where": f"{TRAIN}:20 in spin()", "file": TRAIN, "line": 20}]
+    reports = {
+        a.label: node_report("gpu-a", {0: (10, WAITING), 1: (11, WAITING)}, 4, "all_waiting", "waits", "warn",
+                             source="stacks"),
+        b.label: node_report("gpu-b", {2: (12, WAITING), 3: (13, (f"{TRAIN}:20 in spin()", None))}, 4, "spinning",
+                             "rank 3 spins", "fail", culprits=spinner, source="progress"),
+    }
+    data = merge([a, b], reports)
+    assert data["verdict"]["culprit_ranks"] == [3] and data["exit_code"] == 1

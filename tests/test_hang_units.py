@@ -224,8 +224,9 @@ def test_rank_unknown_is_named_by_pid():
     assert "pid 1002 on h (rank unknown)" in verdict["summary"]
     assert verdict["culprit_ranks"] == [] and verdict["culprits"][0] == {
         "rank": None, "pid": 1002, "host": "h", "where": verdict["culprits"][0]["where"],
-        "file": verdict["culprits"][0]["file"], "line": 43,
+        "file": verdict["culprits"][0]["file"], "line": 43, "chain": verdict["culprits"][0]["chain"],
     }
+    assert verdict["culprits"][0]["chain"][-1].startswith("main() ")  # outermost caller first
     jsonschema.validate(judge_hang(HangFacts(host="h", stacks=stacks)).to_dict(), SCHEMA)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import typer
@@ -10,8 +11,9 @@ from ddpdoctor.cli.app import app, format_option, json_option, pick_format, seco
 
 HANG_FORMATS = ("table", "json", "markdown")
 HANG_EXIT_CODES = (
-    "Exit codes: 0 no culprit found (a warning when every local rank waits in the same collective); 1 a culprit named; "
-    "2 usage error; 3 nothing could be read (no job, no py-spy, no dump). With --cluster every task exits with "
+    "Exit codes: 0 no culprit found: the job progresses (a warning names a straggler), or every local rank waits in "
+    "the same collective (a warning); 1 a culprit named (hung or spinning); "
+    "2 usage error; 3 nothing could be read (no job, no py-spy, no dump, not a distributed job). With --cluster every task exits with "
     "rank 0's code (1 also when a node did not answer)."
 )
 
@@ -39,7 +41,15 @@ def hang(
     no_fr: bool = typer.Option(
         False, "--no-fr", help="Without --fr, do not read the dumps the job's TORCH_FR_DUMP_TEMP_FILE names."
     ),
-    timeout: float = seconds_option(5.0, "--timeout", "Bound, in seconds, on each source (RAS, each py-spy)."),
+    timeout: float = seconds_option(
+        5.0, "--timeout", "Bound, in seconds, on the whole run (every source, every snapshot)."
+    ),
+    samples: int = typer.Option(
+        2, "--samples", min=1, max=20,
+        help="Snapshots to compare (stacks, CPU time, sleeps, RAS counts): a job where something moved between "
+        "them is progressing, not hung. 1 judges one snapshot, as before.",
+    ),
+    interval: float = seconds_option(1.0, "--interval", "Seconds between snapshots.", min=0.1),
     json_out: bool = json_option(
         "Print the diagnosis as JSON (schema docs/schemas/hang.schema.json; with --cluster hang-cluster.schema.json)."
     ),
@@ -69,7 +79,7 @@ def hang(
     if fr is not None and no_fr:
         raise usage_error("--fr and --no-fr contradict each other")
     if cluster:
-        _run_cluster(fmt, pid, fr, ras_addr, no_ras, no_stacks, no_fr, timeout, join_timeout, hosts)
+        _run_cluster(fmt, pid, fr, ras_addr, no_ras, no_stacks, no_fr, timeout, join_timeout, hosts, samples, interval)
     given = [
         flag
         for name, flag in (("join_timeout", "--join-timeout"), ("hosts", "--hosts"))
@@ -79,7 +89,8 @@ def hang(
     if given:
         raise usage_error(f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --cluster")
     facts = gather_facts(
-        pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, timeout_s=timeout, use_fr=not no_fr
+        pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, timeout_s=timeout, use_fr=not no_fr,
+        samples=samples, interval_s=interval,
     )
     report = judge_hang(facts)
     data = redact_data(report.to_dict())
@@ -100,7 +111,7 @@ def hang(
 
 def _run_cluster(
     fmt: str, pid: Optional[int], fr: Optional[str], ras_addr: Optional[str], no_ras: bool, no_stacks: bool,
-    no_fr: bool, timeout: float, join_timeout: float, hosts: Optional[str],
+    no_fr: bool, timeout: float, join_timeout: float, hosts: Optional[str], samples: int = 2, interval: float = 1.0,
 ) -> None:
     """`hang --cluster` on this task; always ends with typer.Exit (only rank 0 prints the report)."""
     from ddpdoctor.cluster.hostlist import expand_hostlist
@@ -109,14 +120,19 @@ def _run_cluster(
     from ddpdoctor.sources import redact_data
 
     local = HangLocalOptions(pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, use_fr=not no_fr,
-                             timeout_s=timeout)
+                             timeout_s=timeout, samples=samples, interval_s=interval)
     try:
         outcome = run_hang_cluster(local, join_timeout, tuple(expand_hostlist(hosts)) if hosts else ())
     except ValueError as exc:  # ClusterUsageError, or a bad --hosts list
         raise usage_error(str(exc)) from None
+    # Under torchrun a task that exits non-zero makes the agent print a ChildFailedError traceback after
+    # the report, burying the verdict. There every task exits 0 once the session ran, and the status is
+    # in the report (its first word, its last line `exit code N`, `exit_code` in --json); srun keeps the
+    # codes (docs/hang.md).
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ and outcome.exit_code in (0, 1, 3)
     if outcome.report is None:
         print_rank_message(outcome)
-        raise typer.Exit(outcome.exit_code)
+        raise typer.Exit(0 if under_torchrun else outcome.exit_code)
     data = redact_data(outcome.report.to_dict())
     if fmt == "json":
         from ddpdoctor.render import print_json
@@ -130,4 +146,4 @@ def _run_cluster(
         from ddpdoctor.render.hang import render_hang_cluster_text
 
         render_hang_cluster_text(data)
-    raise typer.Exit(outcome.exit_code)
+    raise typer.Exit(0 if under_torchrun else outcome.exit_code)

@@ -42,3 +42,27 @@ def read_process_state(pid: int, proc: str = "/proc") -> str:
     """The state letter of /proc/PID/stat (R, S, D, T, t, Z, ...), '' when unreadable."""
     fields = read_stat_fields(pid, proc)
     return fields[0] if fields else ""
+
+
+def read_main_thread_activity(pid: int, proc: str = "/proc") -> Optional[tuple[int, int]]:
+    """(nanoseconds on CPU, voluntary context switches) of the process's main thread, None when
+    unreadable. Only the main thread: a Python rank's progress happens there, while helper threads
+    (a store keep-alive, a dump thread) wake on their own even when the job hangs.
+
+    Equivalent: cat /proc/PID/task/PID/schedstat; grep voluntary_ctxt_switches /proc/PID/task/PID/status"""
+    base = os.path.join(proc, str(pid), "task", str(pid))
+    try:
+        with open(os.path.join(base, "schedstat"), "rb") as handle:
+            sched = handle.read(STAT_READ_LIMIT).split()
+        with open(os.path.join(base, "status"), "rb") as handle:
+            status = handle.read(16 * STAT_READ_LIMIT)
+    except OSError:
+        return None
+    switches = None
+    for line in status.splitlines():
+        if line.startswith(b"voluntary_ctxt_switches:"):
+            value = line.split(b":", 1)[1].strip()
+            switches = int(value) if value.isdigit() else None
+    if not sched or not sched[0].isdigit() or switches is None:
+        return None
+    return int(sched[0]), switches

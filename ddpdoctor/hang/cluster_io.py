@@ -27,6 +27,8 @@ class HangLocalOptions:
     use_stacks: bool
     use_fr: bool
     timeout_s: float
+    samples: int = 2
+    interval_s: float = 1.0
 
 
 def run_node(local: HangLocalOptions, identity: NodeIdentity) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def run_node(local: HangLocalOptions, identity: NodeIdentity) -> dict[str, Any]:
     try:
         facts = gather_facts(
             local.pid, local.fr, local.ras_addr, use_ras=local.use_ras, use_stacks=local.use_stacks,
-            timeout_s=local.timeout_s, use_fr=local.use_fr,
+            timeout_s=local.timeout_s, use_fr=local.use_fr, samples=local.samples, interval_s=local.interval_s,
         )
         report: Optional[dict[str, Any]] = judge_hang(facts).to_dict()
         error = ""

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 from ddpdoctor.hang.align import Alignment, describe_entry
 from ddpdoctor.hang.fr import Dump
 from ddpdoctor.hang.procs import Job
+from ddpdoctor.hang.progress import Sample
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
 from ddpdoctor.model import Evidence, Finding, Severity, define
@@ -22,9 +23,13 @@ VERDICT = define(
     "the collective the others wait in), `desync` (ranks issued different collectives at the same "
     "sequence number), `only_some` (a collective only some ranks issued, e.g. inside `if rank == 0:`), "
     "`stack_outlier` (one rank's stack differs from all others, no collective data), `stopped` (a rank "
-    "is stopped by SIGSTOP, Ctrl-Z or a debugger), `missing` (RAS: a "
+    "is stopped by SIGSTOP, Ctrl-Z or a debugger), `spinning` (a rank runs a Python loop at full CPU, "
+    "never in a collective, while the others stand still), `exited` (a local rank's process is gone "
+    "while the others wait in a collective: uneven data), `missing` (RAS: a "
     "rank is unresponsive), `all_waiting` (every local rank waits in the same collective: the cause is "
-    "on another node or in the network) or `none` (no sign of a hang).",
+    "on another node or in the network), `progressing` (something moved between the snapshots taken a "
+    "second apart: not a hang; the slowest rank is named as a straggler, a warning), `not_distributed` "
+    "(--pid names a process with no sign of torch.distributed) or `none` (no sign of a hang).",
     "Fix the code path of the named rank: make every rank issue the same collectives in the same order.",
 )
 STACKS = define(
@@ -82,6 +87,18 @@ class HangFacts:
     fr_spec: str = ""
     sources: dict[str, Sequence[str]] = field(default_factory=dict)  # filename -> lines (read, not run)
     duration_s: float = 0.0
+    # Snapshots about a second apart (progress.py tells hung from slow with them); `stacks` is the last.
+    samples: list[Sample] = field(default_factory=list)
+    # The dumps as first read, when the files changed before the last snapshot (their seqs grew).
+    earlier_dumps: list[Dump] = field(default_factory=list)
+    dump_mtimes: dict[str, float] = field(default_factory=dict)  # dump source -> mtime (epoch seconds)
+    dump_skipped: list[str] = field(default_factory=list)  # files left out unread (partial *.tmp dumps)
+    rank_start: dict[int, float] = field(default_factory=dict)  # pid -> process start (epoch seconds)
+    # pid of a rank waiting on its DataLoader -> its worker processes' stacks
+    worker_stacks: dict[int, list[RankStack]] = field(default_factory=dict)
+    pid_error: str = ""  # --pid names no process
+    fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr
+    pyspy_found: bool = False
 
 
 def format_ranks(ranks: Sequence[int]) -> str:
@@ -132,10 +149,15 @@ def job_dict(facts: HangFacts) -> Optional[dict[str, Any]]:
     }
 
 
-def alignment_dict(alignment: Optional[Alignment], facts: HangFacts) -> Optional[dict[str, Any]]:
-    if alignment is None and not facts.dump_errors:
+def alignment_dict(alignment: Optional[Alignment], facts: HangFacts, vetting: Any = None) -> Optional[dict[str, Any]]:
+    if alignment is None and not facts.dump_errors and vetting is None and not facts.dump_skipped:
         return None
-    out: dict[str, Any] = {"ranks": [], "divergences": [], "last_enqueued": {}, "errors": facts.dump_errors}
+    out: dict[str, Any] = {
+        "ranks": [], "divergences": [], "last_enqueued": {}, "errors": facts.dump_errors,
+        "ignored": list(vetting.ignored) if vetting is not None else [],
+        "ranks_without_dump": list(vetting.ranks_without_dump) if vetting is not None else [],
+        "skipped_partial": list(facts.dump_skipped),
+    }
     if alignment is not None:
         out["ranks"] = list(alignment.ranks)
         out["last_enqueued"] = {pg: {str(r): s for r, s in v.items()} for pg, v in alignment.last_enqueued.items()}
@@ -154,7 +176,8 @@ def alignment_dict(alignment: Optional[Alignment], facts: HangFacts) -> Optional
 def job_finding(facts: HangFacts) -> Finding:
     if facts.job is None:
         severity = Severity.SKIP if facts.dumps else Severity.ERROR
-        return JOB.finding(severity, facts.job_error or "no job found", evidence=[Evidence("psutil.process_iter", "")])
+        why = facts.pid_error or facts.job_error or "no job found"
+        return JOB.finding(severity, why, evidence=[Evidence("psutil.process_iter", "")])
     job = facts.job
     ranks = ", ".join(
         f"rank {w.rank if w.rank is not None else '?'} pid {w.pid}" for w in job.workers[:16]
@@ -162,6 +185,9 @@ def job_finding(facts: HangFacts) -> Finding:
     unreadable = [w.pid for w in job.workers if w.env_error]
     summary = f"{len(job.workers)} local rank(s) of a {job.world_size or '?'}-rank job" + (
         f" under agent pid {job.agent_pid}" if job.agent_pid else ""
+    ) + (
+        f" and {len(job.more_agents)} more agent(s) of run {job.run_id} (pid {', '.join(map(str, job.more_agents[:8]))})"
+        if job.more_agents else ""
     )
     if unreadable:
         summary += f"; /proc/PID/environ unreadable for pid {', '.join(map(str, unreadable[:8]))} (rank unknown)"
@@ -205,8 +231,17 @@ def stacks_finding(facts: HangFacts) -> Finding:
                 + "): run ddpdoctor as root, or as the job's user with `sysctl kernel.yama.ptrace_scope=0`; in "
                 "a container, start it with `--cap-add SYS_PTRACE`",
                 evidence=evidence,
+                # py-spy is there (it ran and was refused): the fix is the permission, not an install.
+                fix="Allow ptrace: run as the job's user with `sysctl kernel.yama.ptrace_scope=0`, as root, or in "
+                "a container started with `--cap-add SYS_PTRACE` (Kubernetes: securityContext.capabilities.add: "
+                '["SYS_PTRACE"]).',
             )
-        return STACKS.finding(Severity.ERROR, f"no stack could be read: {failed[0].error}", evidence=evidence)
+        # py-spy ran (it is installed): the definition's "Install py-spy" would be no fix at all.
+        fix = None if not facts.pyspy_found else (
+            "Check that the pids are Python processes of the job and still running; `py-spy dump --pid PID` "
+            "shows py-spy's own message."
+        )
+        return STACKS.finding(Severity.ERROR, f"no stack could be read: {failed[0].error}", evidence=evidence, fix=fix)
     groups = group_stacks(got)
     odd = odd_ones_out(groups)
     summary = f"{len(got)} stack(s) in {len(groups)} group(s)"
@@ -249,18 +284,41 @@ def ras_finding(facts: HangFacts) -> Finding:
     return RAS.finding(Severity.INFO, summary, evidence=[Evidence(command, excerpt or "(no errors, no warnings)")])
 
 
-def fr_finding(facts: HangFacts, alignment: Optional[Alignment]) -> Finding:
+def fr_finding(facts: HangFacts, alignment: Optional[Alignment], vetting: Any = None) -> Finding:
+    """The Flight Recorder source: what the kept dumps say, and which were left out and why (`vetting`:
+    evidence.DumpVetting)."""
     evidence = [Evidence(f"read {facts.fr_spec}", e) for e in facts.dump_errors[:4]]
+    notes = list(vetting.notes()) if vetting is not None else []
+    if facts.dump_skipped:
+        notes.append(f"skipped {len(facts.dump_skipped)} partial dump(s) (*.tmp, still being written)")
+    evidence += [Evidence(f"read {facts.fr_spec}", note) for note in notes]
     if alignment is None:
+        if notes and (vetting is not None and vetting.ignored or not facts.dump_errors):
+            return FLIGHT_RECORDER.finding(
+                Severity.WARN, "no dump of the live job: " + "; ".join(notes), evidence=evidence, fix=""
+            )
         if facts.dump_errors:
             return FLIGHT_RECORDER.finding(Severity.ERROR, facts.dump_errors[0], evidence=evidence)
+        if facts.fr_from_job:
+            return FLIGHT_RECORDER.finding(
+                Severity.SKIP,
+                f"the job's TORCH_FR_DUMP_TEMP_FILE ({facts.fr_spec}) holds no dump yet: torch writes one per rank "
+                "when the NCCL watchdog times out (TORCH_NCCL_DUMP_ON_TIMEOUT=1); pass --fr for dumps elsewhere",
+            )
         return FLIGHT_RECORDER.finding(Severity.SKIP, "no dump given (--fr)" if not facts.fr_spec else f"no dump found at {facts.fr_spec}")
     summary = f"{len(alignment.ranks)} rank dump(s) ({format_ranks(alignment.ranks)})"
+    without = list(vetting.ranks_without_dump) if vetting is not None else []
     worst = alignment.worst()
     if worst is not None:
         summary += f"; first divergence: {worst.kind} at #{worst.seq} of {group_name(worst.pg, worst.pg_name)}"
+    elif without:
+        summary += f"; the dumped ranks agree on every recorded collective ({plural_ranks(without)}: no dump)"
     else:
         summary += "; all ranks agree on every recorded collective"
+    if without and worst is not None:
+        summary += f"; no dump of {plural_ranks(without)}"
+    if notes:
+        summary += "; " + "; ".join(notes)
     for pg, last in alignment.last_enqueued.items():
         evidence.append(Evidence(f"pg {pg} last enqueued", ", ".join(f"rank {r}: #{s}" for r, s in sorted(last.items()))))
     if facts.dump_errors:

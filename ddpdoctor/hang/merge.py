@@ -33,7 +33,7 @@ CLUSTER_VERDICT = define(
 )
 
 # Local verdict kinds that name a culprit rank.
-CULPRIT_KINDS = ("stopped", "behind", "desync", "only_some", "extra", "stack_outlier", "missing")
+CULPRIT_KINDS = ("stopped", "behind", "desync", "only_some", "extra", "stack_outlier", "missing", "spinning", "exited")
 # `file:line in func()` at the start of a stack description (describe_stack); linear, anchored.
 _WHERE = re.compile(r"^(?P<file>[^\s:][^:]{0,1000}):(?P<line>\d{1,9}) in ")
 
@@ -358,9 +358,18 @@ def merge_hang_reports(
     seen = collect_ranks(reported)
     groups = merge_stack_groups(seen)
     job = _job_dict(reported, seen)
-    verdict = judge_across_nodes(reported, seen, groups)
+    progressing = [(n, r) for n, r in reported if r["verdict"].get("kind") == "progressing"]
+    stopped = any(r["verdict"].get("kind") == "stopped" for _, r in reported)
+    # A node whose ranks finished collectives between its snapshots proves the job's collectives complete:
+    # the job progresses, whatever one snapshot of the other nodes looks like (a stopped rank still wins).
+    verdict = None if progressing and not stopped else judge_across_nodes(reported, seen, groups)
     absent_text = ", ".join(n.label for n in absent)
-    if verdict is not None:
+    if verdict is None and progressing and not stopped:
+        node, local = progressing[0]
+        verdict = _verdict("progressing", f"progressing, not hung: on {node.label}, {local['verdict'].get('summary', '')}",
+                           [], list(job["ranks_seen"]), str(local["verdict"].get("fix") or ""), "progress", None)
+        severity = Severity.OK
+    elif verdict is not None:
         severity = Severity.FAIL
         if absent:
             verdict["summary"] += f" (no answer from {absent_text})"

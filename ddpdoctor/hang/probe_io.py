@@ -17,13 +17,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ddpdoctor.edge.files import read_user_bytes
 from ddpdoctor.edge.procfs import read_process_state as process_state
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
+from ddpdoctor.hang.progress import Activity, Sample
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
 from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
 
@@ -178,8 +179,11 @@ def find_pyspy() -> Optional[str]:
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
 
 
-def dump_stack(pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: float = 10.0) -> RankStack:
-    """One rank's Python stacks. Equivalent: `py-spy dump --json --pid PID`."""
+def dump_stack(
+    pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: float = 10.0, nonblocking: bool = False
+) -> RankStack:
+    """One rank's Python stacks. Equivalent: `py-spy dump --json --pid PID` (`--nonblocking` between
+    activity readings: pausing a rank wakes its sleeping threads, which would look like progress)."""
     from ddpdoctor.runner import run_argv
 
     state = process_state(pid)
@@ -195,7 +199,8 @@ def dump_stack(pid: int, rank: Optional[int], pyspy: Optional[str], timeout_s: f
                          error_kind="stopped")
     if pyspy is None:
         return RankStack(rank, pid, error="py-spy is not installed", error_kind="missing")
-    result = run_argv([pyspy, "dump", "--json", "--pid", str(pid)], timeout_s=timeout_s)
+    argv = [pyspy, "dump", "--json", "--pid", str(pid)] + (["--nonblocking"] if nonblocking else [])
+    result = run_argv(argv, timeout_s=timeout_s)
     if result.timed_out:
         return RankStack(rank, pid, error=f"py-spy timed out after {timeout_s:g}s", error_kind="timeout")
     if not result.found:
@@ -227,10 +232,13 @@ class DumpRead:
     path: str
     dump: Optional[Dump] = None
     error: str = ""
+    mtime: Optional[float] = None
+    skipped: bool = False  # a partial dump (*.tmp), not read
 
 
-def fr_candidates(spec: str) -> list[Path]:
-    """The dump files `--fr` names: a file, a directory (every file in it), or a prefix (`/tmp/fr_`)."""
+def fr_candidates(spec: str) -> tuple[list[Path], list[Path]]:
+    """(the dump files `--fr` names: a file, a directory (every file in it), or a prefix (`/tmp/fr_`);
+    the partial ones left out: `*.tmp`, which a writer renames once the dump is whole)."""
     path = Path(spec)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -239,16 +247,23 @@ def fr_candidates(spec: str) -> list[Path]:
     else:
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
-            return []
+            return [], []
         files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and p.is_file())
-    return files[:MAX_FR_FILES]
+    partial = [p for p in files if p.name.endswith(".tmp")]
+    return [p for p in files if not p.name.endswith(".tmp")][:MAX_FR_FILES], partial[:MAX_FR_FILES]
 
 
 def read_dumps(spec: str) -> list[DumpRead]:
     """Read and parse every dump `--fr` names; the pickle and JSON of one rank are not both kept."""
     out: list[DumpRead] = []
     seen_ranks: dict[int, int] = {}
-    for path in fr_candidates(spec):
+    files, partial = fr_candidates(spec)
+    out.extend(DumpRead(str(path), skipped=True) for path in partial)
+    for path in files:
+        try:
+            mtime: Optional[float] = path.stat().st_mtime
+        except OSError:
+            mtime = None
         try:
             # The shared bounded reader: regular files only, a file over the limit refused by its size.
             data = read_user_bytes(path, MAX_DUMP_BYTES)
@@ -264,11 +279,11 @@ def read_dumps(spec: str) -> list[DumpRead]:
             previous = out[seen_ranks[dump.rank]]
             # Prefer the pickle: only it carries the Python frames that name the source line.
             if previous.dump is not None and not previous.dump.entries_have_frames() and dump.entries_have_frames():
-                out[seen_ranks[dump.rank]] = DumpRead(str(path), dump)
+                out[seen_ranks[dump.rank]] = DumpRead(str(path), dump, mtime=mtime)
             continue
         if dump.rank is not None:
             seen_ranks[dump.rank] = len(out)
-        out.append(DumpRead(str(path), dump))
+        out.append(DumpRead(str(path), dump, mtime=mtime))
     return out
 
 
@@ -295,17 +310,26 @@ def gather_facts(
     use_stacks: bool,
     timeout_s: float,
     use_fr: bool = True,
+    samples: int = 2,
+    interval_s: float = 1.0,
 ) -> HangFacts:
-    """Everything `ddpdoctor hang` reads, in parallel where it can, each part bounded by timeout_s."""
+    """Everything `ddpdoctor hang` reads, in parallel where it can, the whole run bounded by timeout_s.
+
+    `samples` snapshots `interval_s` apart (stacks read without pausing the ranks, their main threads'
+    CPU time and sleeps, RAS counts) tell a hang from a slow job (progress.py); fewer are taken when
+    timeout_s leaves no room for them."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ddpdoctor.hang.procs import find_jobs, select_job
     from ddpdoctor.hang.ras import parse_ras, split_reply
 
     start = time.monotonic()
+    deadline = start + timeout_s
     facts = HangFacts(host=socket.gethostname(), fr_spec=fr_spec or "")
     if use_stacks or use_ras or pid is not None or not fr_spec:
         procs = list_processes()
+        if pid is not None and not any(p.pid == pid for p in procs):
+            facts.pid_error = f"no such process: {pid}" if not os.path.exists(f"/proc/{pid}") else ""
         facts.job, facts.job_error = select_job(
             find_jobs(procs, own_pid=os.getpid()), pid, procs, os.environ.get("SLURM_JOB_ID")
         )
@@ -313,42 +337,155 @@ def gather_facts(
     if not fr_spec and use_fr and facts.job is not None:
         # The job said where torch dumps on a watchdog timeout (TORCH_FR_DUMP_TEMP_FILE): read what is there.
         prefix = facts.job.fr_prefix()
-        if prefix and fr_candidates(prefix):
-            fr_spec = prefix
-            facts.fr_spec = prefix
+        if prefix:
+            facts.fr_spec, facts.fr_from_job = prefix, True
+            # An empty path is said as such (fr_finding), not read as a missing --fr.
+            fr_spec = prefix if fr_candidates(prefix)[0] else None
     pyspy = find_pyspy()
     facts.pyspy_missing = use_stacks and facts.job is not None and pyspy is None
     facts.ptrace_scope = ptrace_scope()
     facts.cap_sys_ptrace = has_cap_sys_ptrace()
+    facts.pyspy_found = pyspy is not None
     workers = facts.job.workers if (facts.job and use_stacks) else []
+    facts.rank_start = _start_times([w.pid for w in (facts.job.workers if facts.job else [])])
+    # Nothing to watch move (no rank's stack, no RAS): one snapshot, no interval to sleep through.
+    count = max(1, samples) if (workers or use_ras) else 1
+    fr_stats: dict[str, tuple[int, int]] = {}
     with ThreadPoolExecutor(max_workers=max(2, min(16, len(workers) + 1))) as pool:
-        ras_future = pool.submit(query_ras, addr, timeout_s) if use_ras else None
-        stack_futures = [pool.submit(dump_stack, w.pid, w.rank, pyspy, timeout_s) for w in workers]
-        if fr_spec:
-            read_fr_into(facts, fr_spec)
-        facts.stacks = [f.result() for f in stack_futures]
-        if ras_future is not None:
-            reply = ras_future.result()
-            facts.ras_addr, facts.ras_command = reply.addr, reply.command
-            if reply.error:
-                facts.ras_error, facts.ras_error_kind = reply.error, reply.error_kind
-            else:
-                try:
-                    _, body = split_reply(reply.data)
-                    facts.ras = parse_ras(body)
-                except ValueError as exc:
-                    facts.ras_error, facts.ras_error_kind = f"{reply.addr}: {exc}", "garbage"
+        for index in range(count):
+            if index:
+                # Sleep to the next snapshot only when the rest of the run still fits in the timeout.
+                wait = facts.samples[-1].t + interval_s - time.monotonic()
+                if time.monotonic() + max(0.0, wait) + 0.5 > deadline:
+                    break
+                time.sleep(max(0.0, wait))
+            budget = max(0.5, deadline - time.monotonic())
+            ras_future = (
+                pool.submit(query_ras, addr, min(timeout_s, budget))
+                if use_ras and (index == 0 or index == count - 1) else None
+            )
+            sample = Sample(time.monotonic())
+            sample.activity = {w.pid: a for w in workers if (a := _activity(w.pid)) is not None}
+            stack_futures = [
+                pool.submit(dump_stack, w.pid, w.rank, pyspy, min(timeout_s, budget), count > 1) for w in workers
+            ]
+            if index == 0 and fr_spec:
+                read_fr_into(facts, fr_spec)
+                fr_stats = _stat_all(facts.dumps)
+            sample.stacks = [f.result() for f in stack_futures]
+            if ras_future is not None:
+                _take_ras(facts, ras_future.result(), sample, parse_ras, split_reply)
+            facts.samples.append(sample)
+        facts.stacks = _final_stacks(facts, workers, pyspy, deadline, timeout_s, pool)
+        if fr_stats and _stat_all(facts.dumps) != fr_stats:
+            # The job wrote its dumps again while we looked: keep both reads, the seqs tell progress.
+            facts.earlier_dumps, facts.dumps, facts.dump_errors = facts.dumps, [], []
+            read_fr_into(facts, fr_spec or "")
+        facts.worker_stacks = _dataloader_workers(facts, pyspy, deadline, timeout_s, pool)
     read_sources_into(facts)
     facts.duration_s = time.monotonic() - start
     return facts
+
+
+def _activity(pid: int) -> Optional[Activity]:
+    from ddpdoctor.edge.procfs import read_main_thread_activity
+
+    reading = read_main_thread_activity(pid)
+    return Activity(*reading) if reading is not None else None
+
+
+def _start_times(pids: list[int]) -> dict[int, float]:
+    """pid -> process start (epoch seconds), for telling a dump older than the job."""
+    import psutil
+
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = psutil.Process(pid).create_time()
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def _stat_all(dumps: list[Dump]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for dump in dumps:
+        try:
+            st = os.stat(dump.source)
+        except OSError:
+            continue
+        out[dump.source] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def _take_ras(facts: HangFacts, reply: RasReply, sample: Sample, parse_ras: Any, split_reply: Any) -> None:
+    """Keep the last RAS reply (or why there is none) in facts, its operation counts in the sample."""
+    if reply.error and facts.ras is not None:
+        return  # a later conversation failed: the earlier answer stands
+    facts.ras_addr, facts.ras_command = reply.addr, reply.command
+    if reply.error:
+        facts.ras_error, facts.ras_error_kind = reply.error, reply.error_kind
+        return
+    try:
+        _, body = split_reply(reply.data)
+        facts.ras = parse_ras(body)
+        facts.ras_error = facts.ras_error_kind = ""
+        sample.ras_counts = dict(facts.ras.op_counts or facts.ras.ahead_count)
+    except ValueError as exc:
+        facts.ras_error, facts.ras_error_kind = f"{reply.addr}: {exc}", "garbage"
+
+
+def _final_stacks(
+    facts: HangFacts, workers: list[Any], pyspy: Optional[str], deadline: float, timeout_s: float, pool: Any
+) -> list[RankStack]:
+    """The last snapshot's stacks; a rank py-spy could not read without pausing it (it ran meanwhile)
+    is read once more, paused, after the last activity reading (pausing wakes its threads)."""
+    if not facts.samples:
+        return []
+    last = list(facts.samples[-1].stacks)
+    retry = [i for i, s in enumerate(last) if s.main is None and s.error_kind in ("other", "garbage", "timeout")]
+    budget = deadline - time.monotonic()
+    if retry and budget > 0.3 and len(facts.samples) > 1:
+        futures = {i: pool.submit(dump_stack, last[i].pid, last[i].rank, pyspy, min(timeout_s, budget)) for i in retry}
+        for i, future in futures.items():
+            again = future.result()
+            if again.main is not None:
+                last[i] = again
+    return last
+
+
+def _dataloader_workers(
+    facts: HangFacts, pyspy: Optional[str], deadline: float, timeout_s: float, pool: Any
+) -> dict[int, list[RankStack]]:
+    """The stacks of the DataLoader worker processes of each rank that waits on its DataLoader."""
+    import psutil
+
+    out: dict[int, list[RankStack]] = {}
+    for stack in facts.stacks:
+        if not stack.data_wait():
+            continue
+        try:
+            children = [c.pid for c in psutil.Process(stack.pid).children()][:8]
+        except (psutil.Error, OSError):
+            continue
+        budget = deadline - time.monotonic()
+        if not children or budget <= 0.2:
+            continue
+        futures = [pool.submit(dump_stack, pid, stack.rank, pyspy, min(timeout_s, budget)) for pid in children]
+        out[stack.pid] = [f.result() for f in futures]
+    return out
 
 
 def read_fr_into(facts: HangFacts, spec: str) -> None:
     """Add the dumps `spec` names to facts (and why each unusable file was left out)."""
     before = (len(facts.dumps), len(facts.dump_errors))
     for read in read_dumps(spec):
-        if read.dump is not None:
+        if read.skipped:
+            facts.dump_skipped.append(read.path)
+        elif read.dump is not None:
             facts.dumps.append(read.dump)
+            if read.mtime is not None:
+                facts.dump_mtimes[read.dump.source] = read.mtime
         else:
             facts.dump_errors.append(read.error)
     if (len(facts.dumps), len(facts.dump_errors)) == before:

@@ -51,6 +51,7 @@ class Job:
     workers: list[Worker] = field(default_factory=list)
     world_size: Optional[int] = None
     run_id: str = ""
+    more_agents: tuple[int, ...] = ()  # other agents of the same run on this node (merged in)
 
     def ras_addr(self) -> Optional[str]:
         for worker in self.workers:
@@ -190,6 +191,7 @@ def select_job(
     jobs = of_slurm_job(jobs, slurm_job_id)
     if not jobs:
         return None, "no distributed job found on this node (no torchrun agent, no process with RANK set)"
+    jobs = merge_runs(jobs)
     if len(jobs) > 1:
         listing = "; ".join(
             f"agent {j.agent_pid}" if j.agent_pid else f"ranks pid {','.join(str(w.pid) for w in j.workers[:4])}"
@@ -197,3 +199,27 @@ def select_job(
         )
         return None, f"{len(jobs)} jobs on this node ({listing}): pick one with --pid"
     return jobs[0], ""
+
+
+def merge_runs(jobs: list[Job]) -> list[Job]:
+    """Agents of one run on this node (`srun --ntasks-per-node=8 torchrun --nproc-per-node 1`: one agent
+    per rank, all with the same TORCHELASTIC_RUN_ID) are one job. `--pid AGENT` still picks one agent's
+    ranks (select_job looks at the jobs before they are merged)."""
+    out: list[Job] = []
+    by_run: dict[str, Job] = {}
+    for job in jobs:
+        if not job.run_id or job.agent_pid is None:
+            out.append(job)
+            continue
+        first = by_run.get(job.run_id)
+        if first is None:
+            merged = Job(job.agent_pid, job.agent_cmdline, list(job.workers), job.world_size, job.run_id)
+            by_run[job.run_id] = merged
+            out.append(merged)
+            continue
+        first.workers.extend(job.workers)
+        first.more_agents = (*first.more_agents, job.agent_pid)
+        first.world_size = first.world_size or job.world_size
+    for job in out:
+        job.workers.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.pid))
+    return out

@@ -50,6 +50,9 @@ class RasStatus:
     missing_processes: list[RasRank] = field(default_factory=list)
     behind: list[RasRank] = field(default_factory=list)  # ranks with fewer operations than their peers
     ahead_count: dict[str, int] = field(default_factory=dict)  # comm -> the most operations any rank launched
+    # comm -> operations launched (the most any rank did, summed over op types; JSON replies): two replies
+    # a second apart tell a job that still launches collectives from one that hangs.
+    op_counts: dict[str, int] = field(default_factory=dict)
     timeouts: int = 0
     mismatch: bool = False
     errors_text: str = ""  # the Errors section, verbatim (bounded)
@@ -132,6 +135,7 @@ def parse_ras_json(body: str) -> RasStatus:
                 if _int(count) is not None:
                     per_op[str(op)][number] = count
         worst: dict[int, RasRank] = {}
+        status.op_counts[ident] = sum(max((_int(c) or 0 for c in counts.values()), default=0) for counts in per_op.values())
         for op, counts in per_op.items():
             top = max(counts.values(), default=0)
             if len(set(counts.values())) > 1:

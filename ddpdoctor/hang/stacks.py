@@ -7,6 +7,7 @@ threads, each `{"pid", "thread_id", "thread_name", "owns_gil", "active", "frames
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -28,6 +29,40 @@ COLLECTIVE_NAMES = frozenset(
         "gather_object", "scatter_object_list", "batch_isend_irecv", "synchronize",
     }
 )
+
+
+# DataLoader methods the main thread waits in for a worker's batch (torch/utils/data/dataloader.py).
+_DATALOADER_WAITS = frozenset({"_try_get_data", "_get_data", "_next_data"})
+
+
+def collective_wrapper(frame: Frame) -> Optional[str]:
+    """What a library frame waits in, when it is a collective: the torch.distributed call itself
+    (`all_reduce`), or the wrapper that issues collectives from C++ (DDP/FSDP gradient hooks run the
+    all-reduce inside autograd, so the Python stack ends in `backward`)."""
+    path = frame.filename
+    name = frame.name.rsplit(".", 1)[-1]  # py-spy names methods Class.method
+    if frame.name in COLLECTIVE_NAMES and "distributed" in path:
+        return frame.name
+    if (path.endswith("torch/autograd/graph.py") and frame.name == "_engine_run_backward") or (
+        path.endswith("torch/autograd/__init__.py") and frame.name == "backward"
+    ):
+        return "backward (the DDP/FSDP gradient all-reduce)"
+    if "torch/distributed/optim/zero_redundancy_optimizer.py" in path:
+        return "ZeroRedundancyOptimizer.step (its parameter broadcast)"
+    if "torch/distributed/fsdp/" in path or "torch/distributed/_composable/fsdp/" in path:
+        return f"FSDP {name} (its all-gather / reduce-scatter)"
+    if path.endswith("torch/nn/parallel/distributed.py") and name in ("_sync_buffers", "_sync_params", "_check_global_requires_backward_grad_sync", "_match_all_reduce_for_bwd_pass", "_match_unused_params_allreduce"):
+        return f"DistributedDataParallel {name}"
+    return None
+
+
+def normal_thread_name(name: str) -> str:
+    """A thread's name without the counter Python numbers it with: 'Thread-3 (prefetch)' -> 'prefetch';
+    an unnamed 'Thread-3' -> '' (it cannot be matched across ranks)."""
+    match = re.fullmatch(r"Thread-\d+(?: \((.*)\))?", name)
+    if match:
+        return match.group(1) or ""
+    return name
 
 
 @dataclass(frozen=True)
@@ -62,16 +97,36 @@ class RankStack:
         return next((f for f in main.frames if f.is_user), None)
 
     def waiting_in(self) -> Optional[str]:
-        """The torch.distributed call the main thread is blocked in (innermost library frames), if any."""
+        """The collective the main thread is blocked in (from its innermost library frames), if any:
+        a torch.distributed call, or a wrapper whose collectives run below Python (DDP's and FSDP's
+        gradient all-reduce inside `loss.backward()`, ZeroRedundancyOptimizer.step, FSDP's unshard)."""
         main = self.main
         if main is None:
             return None
         for frame in main.frames:
             if frame.is_user:
                 return None
-            if frame.name in COLLECTIVE_NAMES and "distributed" in frame.filename:
-                return frame.name
+            wrapper = collective_wrapper(frame)
+            if wrapper:
+                return wrapper
         return None
+
+    def data_wait(self) -> bool:
+        """Whether the main thread waits for a batch from its DataLoader's worker processes."""
+        main = self.main
+        if main is None:
+            return False
+        for frame in main.frames:
+            if frame.is_user:
+                return False
+            method = frame.name.rsplit(".", 1)[-1]  # py-spy names methods Class.method
+            if frame.filename.endswith("torch/utils/data/dataloader.py") and method in _DATALOADER_WAITS:
+                return True
+        return False
+
+    def thread_names(self) -> set[str]:
+        """The names of its threads, `Thread-3 (prefetch)` read as `prefetch` (numbers differ by rank)."""
+        return {normal_thread_name(t.thread_name) for t in self.threads} - {""}
 
     def signature(self) -> tuple[str, ...]:
         """What makes two ranks 'in the same place': the user frames of the main thread."""

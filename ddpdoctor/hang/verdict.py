@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 from ddpdoctor.hang.align import Alignment, Divergence, align_dumps, describe_entry
+from ddpdoctor.hang.evidence import vet_dumps
 from ddpdoctor.hang.findings import (
     FLIGHT_RECORDER,
     VERDICT,
@@ -23,6 +24,15 @@ from ddpdoctor.hang.findings import (
     ras_finding,
     stacks_finding,
 )
+from ddpdoctor.hang.live import (
+    not_distributed,
+    verdict_exited,
+    verdict_not_distributed,
+    verdict_progressing,
+    verdict_spinning,
+)
+from ddpdoctor.hang.patterns import add_pattern_notes
+from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.ras import to_dict as ras_to_dict
 from ddpdoctor.hang.source import classify_split
@@ -70,6 +80,29 @@ class _Context:
         self.stack_by_rank = {s.rank if s.rank is not None else -s.pid: s for s in facts.stacks}
         self.pid_by_rank = {w.rank: w.pid for w in (facts.job.workers if facts.job else []) if w.rank is not None}
 
+    def records(self, ranks: Sequence[int]) -> list[dict[str, Any]]:
+        """The culprit records of `ranks` (for live.py's verdicts)."""
+        return _culprit_records(self, ranks)
+
+    def pid_of(self, rank: int) -> Optional[int]:
+        """The pid of a rank (or of the process keyed -pid, whose rank is unknown)."""
+        if rank < 0:
+            return -rank
+        stack = self.stack_by_rank.get(rank)
+        return self.pid_by_rank.get(rank) or (stack.pid if stack else None)
+
+    def chain(self, rank: int) -> list[str]:
+        """The rank's user frames, outermost caller first, each with its source line: who called what
+        (a lock taken twice shows as two frames of the same `with lock:`)."""
+        stack = self.stack_by_rank.get(rank)
+        if stack is None or stack.main is None:
+            return []
+        out = []
+        for frame in reversed([f for f in stack.main.frames if f.is_user][:12]):
+            code = self.code(frame.filename, frame.line)
+            out.append(f"{frame.name}() {frame.where()}" + (f" `{code}`" if code else ""))
+        return out
+
     def who(self, rank: int) -> str:
         if rank < 0:
             return f"pid {-rank} on {self.facts.host} (rank unknown)"
@@ -96,7 +129,14 @@ class _Context:
         code = self.code(frame.filename, frame.line)
         return frame.where() + (f" `{code}`" if code else "")
 
-    def where_entry(self, entry: Any) -> str:
+    def where_entry(self, entry: Any, ranks: Sequence[int] = ()) -> str:
+        """`all_reduce #4 (16, Float) at file:line `code``; a dump without frames (the JSON form) takes the
+        line from the live stack of one of `ranks` that waits in that collective."""
+        if entry.user_frame() is None:
+            for rank in ranks:
+                stack = self.stack_by_rank.get(rank)
+                if stack is not None and stack.waiting_in() == entry.op and stack.user_frame() is not None:
+                    return f"{describe_entry(entry)} at {self.where_line(stack)}"
         return self._with_code(describe_entry(entry), entry.user_frame())
 
     def _with_code(self, text: str, frame: Any) -> str:
@@ -119,6 +159,7 @@ def _culprit_records(ctx: _Context, ranks: Sequence[int]) -> list[dict[str, Any]
                 "where": ctx.where_stack(rank) or None,
                 "file": frame.filename if frame else None,
                 "line": frame.line if frame else None,
+                "chain": ctx.chain(rank),
             }
         )
     return out
@@ -157,7 +198,7 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
     lead = culprits[0]
     stack_where = ctx.where_stack(lead)
     others_wait = f"{ranks_verb(others, 'waits', 'wait')} in " + (
-        ctx.where_entry(div.other_entry) if div.other_entry is not None else f"#{div.others_last}"
+        ctx.where_entry(div.other_entry, others) if div.other_entry is not None else f"#{div.others_last}"
     ) + f" of {group}"
     if kind == "behind":
         where = stack_where or (
@@ -177,7 +218,7 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
             "something else, fix that."
         )
     elif kind in ("only_some", "extra"):
-        what = ctx.where_entry(div.culprit_entry) if div.culprit_entry is not None else f"#{div.seq}"
+        what = ctx.where_entry(div.culprit_entry, culprits) if div.culprit_entry is not None else f"#{div.seq}"
         if kind == "extra":
             summary = (
                 f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} issued a collective the other ranks "
@@ -188,7 +229,7 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
             summary = (
                 f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} issued {what}{branch_note} "
                 f"that {plural_ranks(others)} never issue: they went on to "
-                f"{ctx.where_entry(div.other_entry) if div.other_entry is not None else 'another collective'} "
+                f"{ctx.where_entry(div.other_entry, others) if div.other_entry is not None else 'another collective'} "
                 f"-> the cause is a collective only some ranks call, not the network"
             )
             kind = "only_some"
@@ -198,8 +239,8 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
             "only rank 0 logs it), or use a subgroup that holds only the ranks that call it."
         )
     else:
-        c_what = ctx.where_entry(div.culprit_entry) if div.culprit_entry is not None else "?"
-        o_what = ctx.where_entry(div.other_entry) if div.other_entry is not None else "?"
+        c_what = ctx.where_entry(div.culprit_entry, culprits) if div.culprit_entry is not None else "?"
+        o_what = ctx.where_entry(div.other_entry, others) if div.other_entry is not None else "?"
         if div.tie:
             summary = (
                 f"{plural_ranks(others)} and {plural_ranks(culprits)} are out of step (desync) at #{div.seq} of {group}: "
@@ -208,7 +249,8 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
             )
         else:
             summary = (
-                f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} is out of step (desync): it issued "
+                f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} "
+                f"{'is' if len(culprits) == 1 else 'are'} out of step (desync): {'it' if len(culprits) == 1 else 'they'} issued "
                 f"{c_what} where {plural_ranks(others)} issued {o_what}{branch_note} "
                 f"-> the cause is the code path of {plural_ranks(culprits)}, not the network"
             )
@@ -275,7 +317,8 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         if odd_wait and main_wait:
             # Both sides wait in a collective, at different places: the ranks are out of step.
             summary = (
-                f"{who} waits in {odd_wait} at {ctx.where_line(ctx.stack_by_rank[lead])}, while "
+                f"{who} {'waits' if len(culprits) == 1 else 'wait'} in {odd_wait} at "
+                f"{ctx.where_line(ctx.stack_by_rank[lead])}, while "
                 f"{ranks_verb(main.ranks, 'waits', 'wait')} in {main_wait} at {ctx.where_line(main.example)}: the ranks are "
                 f"in different collectives (out of step) -> the cause is the code path of {plural_ranks(culprits)}, "
                 "not the network"
@@ -287,7 +330,8 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             )
         else:
             summary = (
-                f"{who} is not where the others are: its stack is in {ctx.where_stack(lead)}, while "
+                f"{who} {'is' if len(culprits) == 1 else 'are'} not where the others are: "
+                f"{'its stack' if len(culprits) == 1 else 'the stack of ' + ctx.who(lead)} is in {ctx.where_stack(lead)}, while "
                 + (
                     f"{ranks_verb(main.ranks, 'waits', 'wait')} in {main_wait} at {ctx.where_line(main.example)} "
                     if main_wait
@@ -372,7 +416,7 @@ def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]
         f"{ras.ahead_count.get(first.comm, '?')}"
     )
     where = f" (pid {first.pid} on {first.host})" if first.pid else ""
-    summary = f"rank {format_ranks(ranks) or '?'}{where} is {what} in communicator {first.comm}"
+    summary = f"{plural_ranks(ranks) if ranks else 'rank ?'}{where} {'are' if len(ranks) > 1 else 'is'} {what} in communicator {first.comm}"
     stack_where = ctx.where_stack(ranks[0]) if ranks else ""
     if stack_where:
         summary += f"; its stack is in {stack_where}"
@@ -394,21 +438,61 @@ def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]
     }
 
 
+def _fr_contradicted(ctx: _Context, verdict: dict[str, Any], live: list[RankStack]) -> str:
+    """Why the live stacks contradict a Flight Recorder verdict ('' when they do not): every rank the
+    dumps blame stands, live, exactly where the ranks they call its victims stand."""
+    culprits, others = verdict["culprit_ranks"], verdict["other_ranks"]
+    by_rank = {s.rank: s for s in live if s.rank is not None}
+    if not culprits or not others or any(r not in by_rank for r in culprits):
+        return ""
+    other_places = {by_rank[r].signature() for r in others if r in by_rank}
+    if not other_places or any(by_rank[r].signature() not in other_places for r in culprits):
+        return ""
+    return (
+        f"the Flight Recorder dumps disagree with the live stacks: they blame {plural_ranks(culprits)} at "
+        f"#{(verdict.get('collective') or {}).get('seq')}, but live {'it is' if len(culprits) == 1 else 'they are'} "
+        f"where {plural_ranks(others)} {'is' if len(others) == 1 else 'are'} ({describe_stack(by_rank[culprits[0]])}); "
+        "the dumps were taken at another moment, so the live stacks decide"
+    )
+
+
 def judge_hang(facts: HangFacts) -> HangReport:
-    """All sources -> one verdict (FR alignment first, then stacks, then RAS) and a finding per source."""
+    """All sources -> one verdict and a finding per source. A stopped rank first; then what moved
+    between the snapshots (progressing, spinning); then, for a job where nothing moved, Flight Recorder
+    alignment (unless the live stacks contradict it), the stacks, RAS."""
     ctx = _Context(facts)
     findings: list[Finding] = []
-    alignment: Optional[Alignment] = align_dumps(facts.dumps) if facts.dumps else None
+    vetting = vet_dumps(facts) if facts.dumps else None
+    kept = vetting.kept if vetting is not None else []
+    alignment: Optional[Alignment] = align_dumps(kept) if kept else None
+    motion = judge_motion(facts.samples, facts.earlier_dumps, facts.dumps)
     findings.append(job_finding(facts))
     findings.append(stacks_finding(facts))
     findings.append(ras_finding(facts))
-    findings.append(fr_finding(facts, alignment))
+    findings.append(fr_finding(facts, alignment, vetting))
+    live = [s for s in facts.stacks if s.main is not None]
     # A stopped process explains a hang by itself, whatever the dumps say about the collectives.
     verdict: Optional[dict[str, Any]] = _verdict_from_stopped(ctx)
+    if verdict is None and facts.job is not None and not_distributed(facts):
+        verdict = verdict_not_distributed(ctx)
+    if verdict is None and motion.state == "progressing":
+        verdict = verdict_progressing(ctx, motion)
+    if verdict is None and motion.state == "spinning":
+        verdict = verdict_spinning(ctx, motion)
+    if verdict is None:
+        verdict = verdict_exited(ctx)
     if verdict is None and alignment is not None and alignment.worst() is not None:
         verdict = _verdict_from_fr(ctx, alignment.worst())
+        disagreement = _fr_contradicted(ctx, verdict, live)
+        if disagreement:
+            from_stacks = _verdict_from_stacks(ctx, live)
+            if from_stacks is not None:
+                from_stacks["summary"] += f"; {disagreement}"
+                verdict = from_stacks
+            else:
+                verdict["summary"] += f"; {disagreement}"
     if verdict is None:
-        verdict = _verdict_from_stacks(ctx, [s for s in facts.stacks if s.main is not None])
+        verdict = _verdict_from_stacks(ctx, live)
     if verdict is None and facts.ras is not None:
         verdict = _verdict_from_ras(ctx, facts.ras)
     if verdict is None:
@@ -418,7 +502,13 @@ def judge_hang(facts: HangFacts) -> HangReport:
             "culprit_ranks": [], "other_ranks": [], "culprits": [], "collective": None, "tie": False,
             "fix": "", "source": None,
         }
-    severity = Severity.FAIL if verdict["kind"] not in ("none", "all_waiting") else Severity.WARN
+    add_pattern_notes(ctx, verdict)
+    if verdict["kind"] == "progressing":
+        severity = Severity.WARN if verdict.get("stragglers") else Severity.OK
+    elif verdict["kind"] == "not_distributed":
+        severity = Severity.ERROR
+    else:
+        severity = Severity.FAIL if verdict["kind"] not in ("none", "all_waiting") else Severity.WARN
     if verdict["kind"] == "none":
         # The job finding alone says nothing about the job's state: only stacks, RAS and FR do.
         sources_ran = any(f.severity in (Severity.OK, Severity.INFO, Severity.WARN) for f in findings[1:])
@@ -439,11 +529,16 @@ def judge_hang(facts: HangFacts) -> HangReport:
         "job": job_dict(facts),
         "stacks": [stack_to_dict(s) for s in facts.stacks],
         "stack_groups": [
-            {"ranks": list(g.ranks), "where": describe_stack(g.example), "waiting_in": g.example.waiting_in()}
-            for g in group_stacks([s for s in facts.stacks if s.main is not None])
+            {"ranks": [r for r in g.ranks if r >= 0], "pids": [ctx.pid_of(r) for r in g.ranks],
+             "label": plural_ranks(g.ranks), "where": describe_stack(g.example), "waiting_in": g.example.waiting_in()}
+            for g in group_stacks(live)
         ],
         "ras": ras_to_dict(facts.ras) if facts.ras is not None else None,
-        "flight_recorder": alignment_dict(alignment, facts),
+        "flight_recorder": alignment_dict(alignment, facts, vetting),
+        "progress": motion_dict(motion),
+        "dataloader_workers": {
+            str(pid): [stack_to_dict(w) for w in workers] for pid, workers in facts.worker_stacks.items()
+        },
     }
     return HangReport(facts.host, verdict, findings, facts_out, facts.duration_s)
 

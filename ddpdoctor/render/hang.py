@@ -31,8 +31,28 @@ def _stack_lines(report: Mapping[str, Any]) -> list[str]:
     out = []
     for group in report.get("stack_groups") or []:
         ranks = group["ranks"]
-        label = "rank " if len(ranks) == 1 else "ranks "
-        out.append(f"{label}{', '.join(str(r) for r in ranks)}: {group['where']}")
+        # `label` names processes of unknown rank by pid (mp.spawn ranks set RANK in code, not in environ).
+        label = group.get("label") or ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+        out.append(f"{label}: {group['where']}")
+    return out
+
+
+def _verdict_detail_lines(report: Mapping[str, Any]) -> list[str]:
+    """Under the verdict: each culprit's call chain (outermost first), what moved between snapshots,
+    the stuck DataLoader workers."""
+    verdict = report["verdict"]
+    out = []
+    for record in (verdict.get("culprits") or [])[:4]:
+        chain = record.get("chain") or []
+        if len(chain) > 1:
+            who = f"rank {record['rank']}" if record.get("rank") is not None else f"pid {record.get('pid')}"
+            out.append(f"call chain of {who} (outermost first):")
+            out.extend(f"    {text}" for text in chain)
+    progress = report.get("progress") or {}
+    if progress.get("samples"):
+        out.append(
+            f"snapshots: {progress['samples']} over {progress.get('span_s', 0):.1f}s, job {progress.get('state')}"
+        )
     return out
 
 
@@ -52,6 +72,8 @@ def render_hang_text(report: Mapping[str, Any]) -> None:
     con.print(line)
     if verdict.get("fix"):
         con.print(Text("  fix: ", style="bold").append(Text(verdict["fix"], style="")))
+    for text in _verdict_detail_lines(report):
+        con.print(Text("  " + text))
     con.print()
     for severity, title, summary in _source_lines(report):
         row = Text(f"{severity:5} ", style=_SEVERITY_STYLE.get(severity, ""))
@@ -75,6 +97,9 @@ def render_hang_markdown(report: Mapping[str, Any]) -> str:
     out = [f"## ddpdoctor hang on `{report['host']}`", "", f"**Verdict ({verdict['kind']}):** {md_cell(verdict['summary'])}", ""]
     if verdict.get("fix"):
         out += [f"**Fix:** {verdict['fix']}", ""]
+    details = _verdict_detail_lines(report)
+    if details:
+        out += [md_code_block("\n".join(details)), ""]
     out += ["| source | severity | summary |", "|---|---|---|"]
     for severity, title, summary in _source_lines(report):
         out.append(f"| {md_cell(title)} | {severity} | {md_cell(summary)} |")
@@ -84,7 +109,8 @@ def render_hang_markdown(report: Mapping[str, Any]) -> str:
         out.append(md_details("Python stacks, grouped", md_code_block("\n".join(stacks))))
     for stack in report.get("stacks") or []:
         if stack.get("frames"):
-            out.append(md_details(f"rank {stack['rank']} (pid {stack['pid']})", md_code_block("\n".join(stack["frames"]))))
+            who = f"rank {stack['rank']}" if stack["rank"] is not None else "rank unknown"
+            out.append(md_details(f"{who} (pid {stack['pid']})", md_code_block("\n".join(stack["frames"]))))
     fr = report.get("flight_recorder") or {}
     if fr.get("divergences"):
         rows = [describe_divergence(d) for d in fr["divergences"]]
@@ -98,7 +124,8 @@ def _culprit_lines(verdict: Mapping[str, Any]) -> list[str]:
     for c in verdict.get("culprits") or []:
         where = f" at {c['where']}" if c.get("where") else ""
         pid = f" pid {c['pid']}" if c.get("pid") else ""
-        out.append(f"rank {c['rank']} on {c.get('node') or '?'} (host {c.get('host') or '?'}{pid}){where}")
+        who = f"rank {c['rank']}" if c.get("rank") is not None else "rank unknown"
+        out.append(f"{who} on {c.get('node') or '?'} (host {c.get('host') or '?'}{pid}){where}")
     return out
 
 
@@ -145,7 +172,8 @@ def render_hang_cluster_text(report: Mapping[str, Any]) -> None:
     job = report.get("job") or {}
     if job.get("ranks_unseen"):
         con.print(Text(f"ranks on no node that answered: {', '.join(str(r) for r in job['ranks_unseen'])}", style="yellow"))
-    con.print(Text(f"\n{report['launcher']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}", style="dim"))
+    note = " (ddpdoctor's tasks exit 0 under torchrun: this is the status)" if report["launcher"] == "torchrun" else ""
+    con.print(Text(f"\n{report['launcher']}, {report['duration_s']:.2f}s, exit code {report['exit_code']}{note}", style="dim"))
 
 
 def render_hang_cluster_markdown(report: Mapping[str, Any]) -> str:

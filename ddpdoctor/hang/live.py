@@ -1,0 +1,151 @@
+"""Verdicts from how the live processes behave rather than where they stand: the job progressed between
+the snapshots (progress.py), a rank spins in a Python loop, or --pid names a process that is no
+distributed job at all. Pure; `ctx` is verdict.py's context (who, where, records)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ddpdoctor.hang.findings import HangFacts, plural_ranks, ranks_verb
+from ddpdoctor.hang.progress import Motion
+
+
+def empty_verdict(kind: str, summary: str, fix: str, source: Optional[str]) -> dict[str, Any]:
+    return {
+        "kind": kind, "summary": summary, "culprit_ranks": [], "other_ranks": [], "culprits": [],
+        "collective": None, "tie": False, "fix": fix, "source": source,
+    }
+
+
+def verdict_progressing(ctx: Any, motion: Motion) -> dict[str, Any]:
+    """Something moved between the snapshots: not a hang. The slowest rank, if one stands out, is named
+    as a straggler (a warning), never as a culprit."""
+    moved = "; ".join(motion.evidence[:3])
+    summary = f"progressing, not hung: in {motion.span_s:.1f}s between {motion.samples} snapshots, {moved}"
+    fix = ""
+    verdict = empty_verdict("progressing", summary, fix, "progress")
+    if motion.stragglers:
+        keys = [r.key for r in motion.stragglers]
+        lead = keys[0]
+        waiting = next((s.waiting_in() for s in ctx.facts.stacks if s.waiting_in()), None)
+        where = ctx.where_stack(lead)
+        verdict["summary"] += (
+            f". The slowest is {ctx.who(lead) if len(keys) == 1 else plural_ranks(keys)} (a straggler, not a "
+            f"culprit): in no snapshot did it wait in a collective"
+            + (f"; it is in {where}" if where else "")
+            + (f", while the others wait for it in {waiting}" if waiting else "")
+        )
+        verdict["fix"] = (
+            f"Nothing hangs. If the job is slower than it should be, look at what {plural_ranks(keys)} does at "
+            "that line (a slow step, I/O, a dataloader, a host-device sync like .item()): the other ranks "
+            "wait for it at every step."
+        )
+        verdict["stragglers"] = ctx.records(keys)
+    return verdict
+
+
+def verdict_spinning(ctx: Any, motion: Motion) -> dict[str, Any]:
+    """A rank busy on CPU, never in a collective, while every other rank stood still."""
+    keys = [r.key for r in motion.spinning]
+    lead = motion.spinning[0]
+    others = [r.key for r in motion.ranks if r.key not in keys]
+    waiting = next((s for s in ctx.facts.stacks if s.waiting_in() and s.rank not in keys), None)
+    where = ctx.where_stack(lead.key)
+    share = f"{lead.cpu_share:.0%}" if lead.cpu_share is not None else "most"
+    summary = (
+        f"{ctx.who(lead.key) if len(keys) == 1 else plural_ranks(keys)} "
+        f"{'spins' if len(keys) == 1 else 'spin'}: its main thread was on CPU {share} of {motion.span_s:.1f}s and "
+        f"never in a collective" + (f", in {where}" if where else "")
+        + (f", while {ranks_verb(others, 'waits', 'wait')} in {waiting.waiting_in()} at {ctx.where_line(waiting)}"
+           if waiting and others else "")
+        + " and did not move -> the cause is a loop on "
+        + f"{plural_ranks(keys)} that does not end, not the network"
+    )
+    verdict = empty_verdict(
+        "spinning", summary,
+        "Look at the loop at that line: its exit condition never becomes true on this rank (a flag another "
+        "rank or thread should set, a condition on data that differs between ranks). A loop that waits for "
+        "something should sleep and give up after a timeout.",
+        "progress",
+    )
+    verdict.update(culprit_ranks=[k for k in keys if k >= 0], other_ranks=[k for k in others if k >= 0],
+                   culprits=ctx.records(keys))
+    return verdict
+
+
+_DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID")
+
+
+def not_distributed(facts: HangFacts) -> bool:
+    """The process(es) --pid named are Python, readable, and show no sign of torch.distributed: no
+    launcher variable, no frame in torch.distributed or torch.multiprocessing on any thread."""
+    job = facts.job
+    if job is None:
+        return False
+    if any(w.env.get(k) for w in job.workers for k in _DISTRIBUTED_ENV) or any(w.env_error for w in job.workers):
+        return False
+    if not facts.stacks or any(not s.threads for s in facts.stacks):
+        return False
+    return not any(
+        "torch/distributed" in f.filename or "torch/multiprocessing" in f.filename
+        for s in facts.stacks for t in s.threads for f in t.frames
+    )
+
+
+def verdict_not_distributed(ctx: Any) -> dict[str, Any]:
+    pids = ", ".join(str(w.pid) for w in (ctx.facts.job.workers if ctx.facts.job else [])[:8])
+    return empty_verdict(
+        "not_distributed",
+        f"not a distributed job: process {pids} has no RANK/WORLD_SIZE/MASTER_ADDR in its environment and no "
+        "thread of it is in torch.distributed or torch.multiprocessing, so there is no collective to hang in",
+        "Give --pid the torchrun agent or a rank of the job (`ps -ef | grep torchrun`), or run without --pid "
+        "to find the job on this node.",
+        "stacks",
+    )
+
+
+def _int_env(env: Any, name: str) -> Optional[int]:
+    value = env.get(name) if env else None
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else None
+
+
+def exited_ranks(facts: HangFacts) -> list[tuple[int, Optional[int]]]:
+    """(local rank, global rank) of the ranks this node's launcher started that are gone: fewer live
+    workers than LOCAL_WORLD_SIZE. The global rank assumes torchrun's contiguous numbering per node."""
+    job = facts.job
+    if job is None or not job.workers:
+        return []
+    size = next((v for w in job.workers if (v := _int_env(w.env, "LOCAL_WORLD_SIZE")) is not None), None)
+    present = {w.local_rank for w in job.workers if w.local_rank is not None}
+    if size is None or size > 1024 or len(present) != len(job.workers):
+        return []
+    base = next((w.rank - w.local_rank for w in job.workers if w.rank is not None and w.local_rank is not None), None)
+    return [(lr, base + lr if base is not None else None) for lr in range(size) if lr not in present]
+
+
+def verdict_exited(ctx: Any) -> Optional[dict[str, Any]]:
+    """A local rank is gone while the live ones wait in a collective: it left the training loop early
+    (uneven data: its sampler ran out first) or returned from its main function."""
+    gone = exited_ranks(ctx.facts)
+    live = [s for s in ctx.facts.stacks if s.main is not None]
+    if not gone or not live or not all(s.waiting_in() for s in live):
+        return None
+    keys = [g if g is not None else -1 for _, g in gone]
+    names = ", ".join(f"rank {g}" if g is not None else f"local rank {lr}" for lr, g in gone)
+    waiting = live[0]
+    others = sorted(s.rank if s.rank is not None else -s.pid for s in live)
+    verdict = empty_verdict(
+        "exited",
+        f"{names} {'has' if len(gone) == 1 else 'have'} exited (no process left for "
+        f"{'it' if len(gone) == 1 else 'them'} on this node) while {ranks_verb(others, 'waits', 'wait')} in "
+        f"{waiting.waiting_in()} at {ctx.where_line(waiting)} -> the cause is a rank that left the training "
+        "loop before the others (uneven data: its share of the dataset ran out first), not the network",
+        "Give every rank the same number of steps: DistributedSampler(..., drop_last=True) (or equal-length "
+        "shards), or wrap the loop in `with torch.distributed.algorithms.Join([model]):` so ranks that run out "
+        "shadow the others' collectives; a rank that returns early must still join every collective.",
+        "stacks",
+    )
+    verdict.update(culprit_ranks=[k for k in keys if k >= 0], other_ranks=[r for r in others if r >= 0],
+                   culprits=[{"rank": g, "pid": None, "host": ctx.facts.host, "where": "exited", "file": None,
+                              "line": None, "chain": []} for _, g in gone])
+    return verdict

@@ -1,0 +1,136 @@
+"""What the shape of a hang adds to its verdict. Pure: the verdict's context in, notes and fixes out.
+
+- a named thread most ranks run and some do not ("rank 1 has no `prefetch` thread"): it died;
+- a rank waiting on its DataLoader: the stacks of its worker processes, where the batch is stuck;
+- a rank in loss.backward(): DDP/FSDP's gradient all-reduce (unused parameters, uneven data);
+- a lock taken twice: the line that takes it and the caller that already holds it (read from the
+  source text of the caller chain, never imported).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional, Sequence
+
+from ddpdoctor.hang.findings import plural_ranks
+from ddpdoctor.hang.stacks import RankStack, describe_stack
+
+_WITH = re.compile(r"^\s*with\s+([A-Za-z_][\w.]{0,200})(?:\(\))?\s*(?::|as\b)")
+_ACQUIRE = re.compile(r"([A-Za-z_][\w.]{0,200})\.acquire\(")
+
+
+def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
+    """What the pattern of the hang adds to a verdict: threads some ranks lack, a DataLoader worker that
+    is stuck, a gradient all-reduce in backward (unused parameters, uneven data)."""
+    if verdict["kind"] in ("progressing", "none", "not_distributed"):
+        return
+    notes, fixes = [], []
+    missing = _missing_threads(ctx.facts.stacks)
+    if missing:
+        notes.append(missing)
+        fixes.append(
+            "A thread the other ranks run is gone on that rank: it died (an exception in a thread is only "
+            "printed) or was never started, and whatever waits for it waits forever; look at its log."
+        )
+    for key in verdict["culprit_ranks"] or []:
+        stack = ctx.stack_by_rank.get(key)
+        if stack is not None and stack.data_wait():
+            workers = ctx.facts.worker_stacks.get(stack.pid) or []
+            shown = [f"worker pid {w.pid} is in {describe_stack(w)}" + _code_of(ctx, w) for w in workers if w.main]
+            notes.append(
+                f"{ctx.who(key)} waits for a batch from its DataLoader"
+                + (f": {'; '.join(shown[:3])}" if shown else " (its workers' stacks could not be read)")
+            )
+            fixes.append(
+                "A DataLoader worker does not deliver: look at the dataset's __getitem__ / collate_fn at the "
+                "worker's line (a lock, a network read, a deadlock after fork); DataLoader(timeout=...) turns "
+                "the wait into an error."
+            )
+            break
+    for key in verdict["culprit_ranks"] or [r["rank"] if r["rank"] is not None else -r["pid"] for r in verdict["culprits"]]:
+        twice = _lock_taken_twice(ctx, key)
+        if twice:
+            notes.append(twice)
+            fixes.append(
+                "Do not call code that takes the lock while holding it (release it first, or split the function "
+                "into a locked and an unlocked part), or make it a threading.RLock."
+            )
+            break
+    waits = {s.waiting_in() or "" for s in ctx.facts.stacks}
+    if any(w.startswith("backward") for w in waits):
+        fixes.append(
+            "A rank in loss.backward() waits in the DDP/FSDP gradient all-reduce. If some parameters get no "
+            "gradient on some ranks (a branch that skips a layer), pass find_unused_parameters=True to "
+            "DistributedDataParallel or make every rank use every parameter; if ranks run different numbers of "
+            "steps (uneven data), use DistributedSampler(drop_last=True) or the "
+            "torch.distributed.algorithms.Join context manager."
+        )
+    if notes:
+        verdict["summary"] += "; " + "; ".join(notes)
+    if fixes:
+        verdict["fix"] = " ".join([verdict["fix"], *fixes]).strip()
+
+
+def _code_of(ctx: Any, stack: RankStack) -> str:
+    frame = stack.user_frame()
+    code = ctx.code(frame.filename, frame.line) if frame is not None else ""
+    return f" `{code}`" if code else ""
+
+
+def _missing_threads(stacks: Sequence[RankStack]) -> str:
+    """'rank 1 has no `prefetch` thread (ranks 0, 2 have one)', for a named thread most ranks run."""
+    readable = [s for s in stacks if s.threads]
+    if len(readable) < 2:
+        return ""
+    names: dict[str, list[int]] = {}
+    for stack in readable:
+        for name in stack.thread_names():
+            names.setdefault(name, []).append(stack.rank if stack.rank is not None else -stack.pid)
+    everyone = sorted(s.rank if s.rank is not None else -s.pid for s in readable)
+    for name, having in sorted(names.items()):
+        lacking = [r for r in everyone if r not in having]
+        if lacking and len(having) >= len(lacking) and name != "MainThread":
+            return (
+                f"{plural_ranks(lacking)} {'has' if len(lacking) == 1 else 'have'} no `{name}` thread "
+                f"({plural_ranks(sorted(having))} {'has' if len(having) == 1 else 'have'} one)"
+            )
+    return ""
+
+
+def _lock_taken_twice(ctx: Any, key: int) -> Optional[str]:
+    """'it takes `LOCK` at flush() line 57 that it already holds since log_metrics() line 62', when the
+    innermost user line takes a lock and an outer frame of the same thread is inside `with` that lock."""
+    stack = ctx.stack_by_rank.get(key)
+    if stack is None or stack.main is None:
+        return None
+    frames = [f for f in stack.main.frames if f.is_user][:12]
+    if len(frames) < 2:
+        return None
+    inner = frames[0]
+    code = ctx.code(inner.filename, inner.line)
+    match = _WITH.match(code) or _ACQUIRE.search(code)
+    if not match:
+        return None
+    name = match.group(1)
+    for outer in frames[1:]:
+        lines = ctx.facts.sources.get(outer.filename)
+        if not lines or not 0 < outer.line <= len(lines):
+            continue
+        indent = len(lines[outer.line - 1]) - len(lines[outer.line - 1].lstrip())
+        for number in range(outer.line - 1, max(0, outer.line - 200), -1):
+            text = lines[number - 1]
+            if not text.strip():
+                continue
+            depth = len(text) - len(text.lstrip())
+            if depth >= indent:
+                continue
+            indent = depth
+            held = _WITH.match(text)
+            if held and held.group(1) == name:
+                return (
+                    f"it takes `{name}` at {inner.name}() line {inner.line} while it already holds it since "
+                    f"{outer.name}() line {number} ({outer.filename}): a lock taken twice by one thread waits for itself"
+                )
+            if text.lstrip().startswith(("def ", "async def ", "class ")):
+                break
+    return None

@@ -1,0 +1,221 @@
+"""Is the job hung, or only slow? Several snapshots taken about a second apart, compared. Pure.
+
+One snapshot cannot tell a hang from a job caught between two steps: every rank of a healthy job spends
+most of its time in a collective, and a slow rank looks exactly like a stuck one. probe_io takes
+`--samples` snapshots `--interval` seconds apart (each: the ranks' Python stacks, read without pausing
+them, and their main threads' CPU time and voluntary context switches from /proc); this module says
+what moved in between:
+
+- a rank that waits in a collective in every snapshot but whose main thread woke up (and is not busy)
+  finished a collective and entered the next one: the job progresses (a hung collective never wakes
+  the thread that waits in it);
+- a rank whose place changed (entered or left a collective, or moved to another line) progresses,
+  unless it is busy without a pause (a loop passes through several lines);
+- Flight Recorder sequence numbers or NCCL RAS operation counts that grew: the job progresses;
+- a rank that burns a core (main thread on CPU most of the interval), never in a collective, while
+  every other rank stands still: it spins (a loop that never ends), and it is the culprit;
+- nothing moved: the job hangs, and the one-snapshot verdict (Flight Recorder, stacks, RAS) stands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from ddpdoctor.hang.fr import Dump
+from ddpdoctor.hang.stacks import RankStack
+
+# A main thread on CPU at least this share of the interval is busy (a spinning loop shows ~1.0; on a
+# machine shared with other work it gets less, hence not 0.9).
+BUSY_CPU_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One reading of a rank's main thread: CPU time and voluntary context switches (sleeps)."""
+
+    cpu_ns: int
+    switches: int
+
+
+@dataclass
+class Sample:
+    """One snapshot of the job: when (monotonic seconds), each rank's stacks, each rank's activity
+    (by pid, read just before its stack), and NCCL RAS operation counts (by communicator)."""
+
+    t: float
+    stacks: list[RankStack] = field(default_factory=list)
+    activity: dict[int, Activity] = field(default_factory=dict)
+    ras_counts: Optional[dict[str, int]] = None
+
+
+@dataclass(frozen=True)
+class RankMotion:
+    """What one rank did across the snapshots."""
+
+    rank: Optional[int]
+    pid: int
+    seen: int  # snapshots with a readable stack
+    waiting: int  # snapshots in which it waited in a collective
+    cpu_share: Optional[float]  # main-thread CPU time / wall time, None when /proc was unreadable
+    woke: Optional[int]  # voluntary context switches of its main thread in between
+    place_changed: bool  # its stack's place differed between snapshots
+    state: str  # waiting | working | spinning | still | unknown
+    data_waits: int = 0  # snapshots in which it waited for its DataLoader
+
+    @property
+    def key(self) -> int:
+        """The rank, or -pid for a process whose rank is unknown (the stacks' grouping key)."""
+        return self.rank if self.rank is not None else -self.pid
+
+
+@dataclass
+class Motion:
+    """The job across the snapshots: `state` is progressing, spinning, hung (nothing moved) or unknown
+    (fewer than two snapshots). `evidence` says what moved, one phrase each."""
+
+    state: str
+    samples: int
+    span_s: float
+    ranks: list[RankMotion] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    spinning: list[RankMotion] = field(default_factory=list)
+    stragglers: list[RankMotion] = field(default_factory=list)
+
+
+def _place(stack: RankStack) -> tuple[object, ...]:
+    """Where a rank is, for telling whether it moved: the collective it waits in and its user frames."""
+    main = stack.main
+    if main is None:
+        return ()
+    return (stack.waiting_in(), tuple(f"{f.name}@{f.where()}" for f in main.frames if f.is_user))
+
+
+def _in_python(stack: RankStack) -> bool:
+    main = stack.main
+    if main is None or not main.frames:
+        return False
+    return main.owns_gil or main.frames[0].is_user
+
+
+def _rank_motion(pid: int, samples: Sequence[Sample]) -> RankMotion:
+    stacks = [s for sample in samples for s in sample.stacks if s.pid == pid and s.main is not None]
+    rank = next((s.rank for sample in samples for s in sample.stacks if s.pid == pid), None)
+    readings = [(sample.t, sample.activity[pid]) for sample in samples if pid in sample.activity]
+    cpu_share: Optional[float] = None
+    woke: Optional[int] = None
+    if len(readings) >= 2 and readings[-1][0] > readings[0][0]:
+        (t0, first), (t1, last) = readings[0], readings[-1]
+        cpu_share = max(0.0, (last.cpu_ns - first.cpu_ns) / 1e9 / (t1 - t0))
+        woke = max(0, last.switches - first.switches)
+    waiting = sum(1 for s in stacks if s.waiting_in())
+    place_changed = len({_place(s) for s in stacks}) > 1
+    busy = cpu_share is not None and cpu_share >= BUSY_CPU_SHARE
+    if not stacks and cpu_share is None:
+        state = "unknown"
+    elif busy and waiting == 0 and (not stacks or any(_in_python(s) for s in stacks)):
+        # On CPU nearly all the time, never in a collective, running Python (holding the GIL, or its
+        # innermost frame is the user's): a loop that never ends. A thread busy in C without the GIL (a
+        # GPU sync spinning on a hung NCCL kernel) is not a Python loop, and is no sign of progress either.
+        state = "spinning"
+    elif stacks and waiting == len(stacks):
+        state = "waiting" if not (woke or place_changed) else "working"
+    elif place_changed:
+        state = "working"
+    else:
+        state = "still"
+    data_waits = sum(1 for s in stacks if s.data_wait())
+    return RankMotion(rank, pid, len(stacks), waiting, cpu_share, woke, place_changed, state, data_waits)
+
+
+def _last_seqs(dumps: Sequence[Dump]) -> dict[tuple[object, str], int]:
+    """(rank, process group) -> the highest collective sequence number a set of dumps recorded."""
+    out: dict[tuple[object, str], int] = {}
+    for dump in dumps:
+        for entry in dump.entries:
+            key = (dump.rank if dump.rank is not None else dump.source, entry.pg)
+            out[key] = max(out.get(key, -1), entry.seq)
+        for pg, status in dump.pg_status.items():
+            key = (dump.rank if dump.rank is not None else dump.source, pg)
+            out[key] = max(out.get(key, -1), status.last_enqueued)
+    return out
+
+
+def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), dumps: Sequence[Dump] = ()) -> Motion:
+    """Compare the snapshots (and two reads of the Flight Recorder dumps, when the files changed in
+    between): progressing, spinning, hung, or unknown with fewer than two snapshots."""
+    if len(samples) < 2:
+        return Motion("unknown", len(samples), 0.0)
+    span = samples[-1].t - samples[0].t
+    pids = sorted({s.pid for sample in samples for s in sample.stacks})
+    ranks = [_rank_motion(pid, samples) for pid in pids]
+    motion = Motion("hung", len(samples), span, ranks)
+    for rank in ranks:
+        label = _label(rank)
+        if rank.state != "working":
+            continue
+        if rank.waiting == rank.seen and rank.woke:
+            motion.evidence.append(f"{label} finished collectives (its main thread woke {rank.woke} time(s) "
+                                   f"in {span:.1f}s while it waits in them)")
+        elif rank.place_changed:
+            motion.evidence.append(f"{label} moved between snapshots")
+        else:
+            motion.evidence.append(f"{label} ran")
+    if not any(r.state == "waiting" for r in ranks):
+        # No rank waits in a collective without ever waking: a rank whose main thread wakes on its own
+        # line is running its steps (sleeps, I/O, compute between collectives). With a rank that does
+        # wait, unwoken, in a collective, the same wake-ups are a poll loop of the culprit: no progress.
+        for rank in ranks:
+            if rank.state == "still" and rank.woke and rank.data_waits < rank.seen:
+                motion.evidence.append(f"{_label(rank)} ran (its main thread woke {rank.woke} time(s) in {span:.1f}s)")
+    if earlier_dumps and dumps:
+        before, after = _last_seqs(earlier_dumps), _last_seqs(dumps)
+        grown = sorted(str(k[0]) for k, v in after.items() if v > before.get(k, v))
+        if grown:
+            motion.evidence.append(f"Flight Recorder sequence numbers grew (rank(s) {', '.join(grown[:8])})")
+    counts = [s.ras_counts for s in samples if s.ras_counts]
+    if len(counts) >= 2 and any(v > counts[0].get(k, v) for k, v in counts[-1].items()):
+        motion.evidence.append("NCCL RAS operation counts grew")
+    spinning = [r for r in ranks if r.state == "spinning"]
+    if motion.evidence:
+        motion.state = "progressing"
+    elif spinning and len(spinning) < len(ranks):
+        motion.state, motion.spinning = "spinning", spinning
+    elif spinning:
+        # Every rank busy and none in a collective: computing (a hang leaves some rank waiting).
+        motion.state = "progressing"
+        motion.evidence.append("every rank is busy on CPU and none waits in a collective")
+    if motion.state == "progressing":
+        motion.stragglers = _stragglers(ranks)
+    return motion
+
+
+def _stragglers(ranks: Sequence[RankMotion]) -> list[RankMotion]:
+    """The rank(s) the others wait for: at most half of them, never in a collective in any snapshot, while every
+    other rank was in one in every snapshot (a healthy job's ranks, caught at random moments, rarely
+    line up like that twice)."""
+    seen = [r for r in ranks if r.seen]
+    if len(seen) < 2:
+        return []
+    idle = [r for r in seen if r.waiting == 0]
+    others = [r for r in seen if r.waiting == r.seen]
+    return idle if idle and len(idle) + len(others) == len(seen) and len(idle) <= len(others) else []
+
+
+def _label(rank: RankMotion) -> str:
+    return f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid} (rank unknown)"
+
+
+def motion_dict(motion: Motion) -> dict[str, Any]:
+    """The `progress` part of `hang --json`."""
+    return {
+        "state": motion.state,
+        "samples": motion.samples,
+        "span_s": round(motion.span_s, 3),
+        "evidence": list(motion.evidence),
+        "ranks": [
+            {"rank": r.rank, "pid": r.pid, "state": r.state, "snapshots": r.seen, "in_collective": r.waiting,
+             "cpu_share": round(r.cpu_share, 3) if r.cpu_share is not None else None, "woke": r.woke}
+            for r in motion.ranks
+        ],
+    }

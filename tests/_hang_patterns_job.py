@@ -1,0 +1,129 @@
+"""A gloo job that hangs in one of the patterns users meet, run under torchrun by
+tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culprit is the last rank:
+
+- `ddp_unused`: DistributedDataParallel (find_unused_parameters=False); on the last rank a branch skips
+  a layer, so it never launches the gradient all-reduce of that bucket and goes on to a barrier, while
+  the others wait for that all-reduce inside loss.backward();
+- `dataloader`: the last rank's DataLoader worker blocks forever in __getitem__;
+- `prefetch`: every rank feeds its steps from a `prefetch` thread; the last rank's thread dies;
+- `zero`: ZeroRedundancyOptimizer; the last rank sleeps before its third optimizer.step(), the others
+  wait in step()'s parameter broadcast;
+- `lock`: the last rank takes a (non-reentrant) lock twice: log_metrics() under the lock calls flush(),
+  which takes it again.
+
+Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
+"""
+
+import os
+import queue
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def ready(rank: int) -> None:
+    open(os.path.join(os.environ["HANG_READY_DIR"], f"ready_{rank}"), "w").close()
+
+
+class Stuck(torch.utils.data.Dataset):
+    def __init__(self, culprit: bool) -> None:
+        self.culprit = culprit
+
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if self.culprit and index >= 4:
+            threading.Event().wait()  # HANG-LINE worker
+        return torch.ones(4)
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, skip_b: bool) -> torch.Tensor:
+        x = self.a(x)
+        return x if skip_b else self.b(x)
+
+
+LOCK = threading.Lock()
+
+
+def flush() -> None:
+    with LOCK:  # HANG-LINE lock
+        pass
+
+
+def log_metrics() -> None:
+    with LOCK:
+        flush()
+
+
+def main() -> None:
+    scenario = sys.argv[1]
+    dist.init_process_group("gloo", timeout=timedelta(seconds=300))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    culprit = rank == world - 1
+    grad = torch.ones(4)
+    if scenario == "ddp_unused":
+        model = torch.nn.parallel.DistributedDataParallel(TwoLayers())
+        for step in range(1000):
+            if step == 2:
+                ready(rank)
+            skip = culprit and step >= 2
+            loss = model(torch.ones(2, 8), skip_b=skip).sum()
+            loss.backward()  # HANG-LINE backward
+            if skip:
+                dist.barrier()  # HANG-LINE unused
+    elif scenario == "dataloader":
+        loader = torch.utils.data.DataLoader(Stuck(culprit), batch_size=2, num_workers=1)
+        for step, batch in enumerate(loader):  # HANG-LINE loader
+            dist.all_reduce(batch.sum().reshape(1))
+            if step == 1:
+                ready(rank)
+    elif scenario == "prefetch":
+        batches: queue.Queue[torch.Tensor] = queue.Queue(maxsize=2)
+
+        def prefetch() -> None:
+            for step in range(1000):
+                if culprit and step == 3:
+                    raise RuntimeError("prefetch failed")  # the thread dies; only its stderr says so
+                batches.put(torch.ones(4))
+
+        threading.Thread(target=prefetch, name="prefetch", daemon=True).start()
+        for step in range(1000):
+            if step == 3:
+                ready(rank)
+            batch = batches.get()  # HANG-LINE prefetch
+            dist.all_reduce(batch)
+    elif scenario == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        model = torch.nn.Linear(8, 8)
+        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01)
+        for step in range(1000):
+            model(torch.ones(2, 8)).sum().backward()
+            if step == 2:
+                ready(rank)
+                if culprit:
+                    time.sleep(3600)  # HANG-LINE zero-sleep
+            optimizer.step()  # HANG-LINE zero-step
+    elif scenario == "lock":
+        for step in range(1000):
+            dist.all_reduce(grad)
+            if step == 2:
+                ready(rank)
+                if culprit:
+                    log_metrics()
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

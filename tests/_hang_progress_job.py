@@ -1,0 +1,51 @@
+"""A gloo job that keeps running (or spins), run under torchrun by tests/test_hang_progress.py (never
+imported). argv[1] is the scenario:
+
+- `healthy`: every rank does a little work and an all_reduce, step after step, forever;
+- `slow`: the same, but the last rank sleeps 0.5 s per step (a straggler: the job still progresses);
+- `spin`: after three steps the last rank spins in a Python loop that never ends, the others wait in
+  the all_reduce it never reaches.
+
+Each rank touches $HANG_READY_DIR/ready_<rank> once it has done three steps.
+"""
+
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def spin_forever() -> int:
+    count = 0
+    while count >= 0:  # HANG-LINE spin
+        count += 1
+    return count
+
+
+def main() -> None:
+    scenario = sys.argv[1]
+    dist.init_process_group("gloo", timeout=timedelta(seconds=int(os.environ.get("HANG_PG_TIMEOUT", "300"))))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    weights = torch.randn(64, 64)
+    grad = torch.ones(64)
+    step = 0
+    while True:
+        step += 1
+        for _ in range(20):
+            weights = torch.tanh(weights @ weights.T / 64)  # a little compute per step
+        if scenario == "slow" and rank == world - 1:
+            time.sleep(0.5)  # HANG-LINE slow
+        if scenario == "spin" and rank == world - 1 and step > 3:
+            spin_forever()
+        dist.all_reduce(grad)  # HANG-LINE step
+        grad.fill_(1.0)
+        if step == 3 and os.environ.get("HANG_READY_DIR"):
+            open(os.path.join(os.environ["HANG_READY_DIR"], f"ready_{rank}"), "w").close()
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    main()

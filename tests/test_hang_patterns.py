@@ -1,0 +1,83 @@
+"""`ddpdoctor hang` on real gloo jobs under a real torchrun agent that hang in the patterns users meet
+(tests/_hang_patterns_job.py): a wait inside DDP's backward, a stuck DataLoader worker, a dead
+`prefetch` thread, a lock taken twice, a wait inside ZeroRedundancyOptimizer.step(). Each names the last rank and its line, and gives the fix of the
+pattern. Each job runs in its own session and is SIGKILLed as a group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from _hang_harness import HungJob, marker_line
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
+SCRIPT = Path(__file__).with_name("_hang_patterns_job.py")
+CULPRIT = 2
+
+
+def run_hang(*args: str) -> tuple[dict, str]:
+    env = dict(os.environ, COLUMNS="200")
+    out = subprocess.run([sys.executable, "-m", "ddpdoctor", "hang", "--json", "--no-ras", *args],
+                         capture_output=True, timeout=120, cwd=REPO, env=env)
+    report = json.loads(out.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["exit_code"] == out.returncode
+    text = subprocess.run([sys.executable, "-m", "ddpdoctor", "hang", "--no-ras", *args],
+                          capture_output=True, timeout=120, cwd=REPO, env=env).stdout.decode()
+    return report, text
+
+
+@pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero"])
+def hung(request, tmp_path_factory):
+    job = HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)
+    try:
+        job.wait_ready()
+        yield request.param, job
+    finally:
+        job.kill()
+        assert job.alive() == [], "processes of the job survived"
+
+
+def test_pattern_named_with_its_fix(hung):
+    scenario, job = hung
+    report, text = run_hang("--pid", str(job.proc.pid))
+    if not all(s["frames"] for s in report["stacks"]):
+        pytest.skip("py-spy cannot attach here")
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [CULPRIT], verdict
+    assert report["progress"]["state"] == "hung", report["progress"]
+    culprit = verdict["culprits"][0]
+    if scenario == "ddp_unused":
+        assert culprit["line"] == marker_line("unused", SCRIPT)
+        groups = {tuple(g["ranks"]): g for g in report["stack_groups"]}
+        assert groups[(0, 1)]["waiting_in"].startswith("backward"), groups
+        assert "find_unused_parameters=True" in verdict["fix"] and "DistributedSampler(drop_last=True)" in verdict["fix"]
+        assert "Join" in verdict["fix"]
+    elif scenario == "dataloader":
+        assert culprit["line"] == marker_line("loader", SCRIPT)
+        workers = report["dataloader_workers"][str(culprit["pid"])]
+        assert any(f"_hang_patterns_job.py:{marker_line('worker', SCRIPT)}" in (w["where"] or "") for w in workers)
+        assert f"_hang_patterns_job.py:{marker_line('worker', SCRIPT)}" in verdict["summary"]
+        assert "waits for a batch from its DataLoader" in verdict["summary"] and "DataLoader(timeout" in verdict["fix"]
+    elif scenario == "prefetch":
+        assert culprit["line"] == marker_line("prefetch", SCRIPT)
+        assert "rank 2 has no `prefetch` thread (ranks 0-1 have one)" in verdict["summary"], verdict
+    elif scenario == "zero":
+        assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
+        assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]
+        assert f"_hang_patterns_job.py:{marker_line('zero-step', SCRIPT)}" in verdict["summary"]
+    else:
+        assert culprit["line"] == marker_line("lock", SCRIPT)
+        assert "it takes `LOCK` at flush()" in verdict["summary"] and "log_metrics()" in verdict["summary"]
+        assert "RLock" in verdict["fix"]
+        # The caller chain is in the default text output, outermost first.
+        chain = text[text.index("call chain of rank 2"):]
+        assert chain.index("log_metrics()") < chain.index("flush()"), text
+    assert "call chain of rank 2" in text or len(culprit["chain"]) < 2

@@ -1,0 +1,146 @@
+"""The pure parts of `hang`'s multi-snapshot verdict and its wording, fed with real py-spy stacks of the
+hung test job (tests/fixtures/py-spy, see tests/fixtures/README.md) and /proc readings as probe_io
+takes them (CPU nanoseconds and voluntary context switches of the main thread)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+
+from ddpdoctor.hang.progress import Activity, Sample, judge_motion
+from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
+from ddpdoctor.hang.verdict import HangFacts, judge_hang
+
+FIX = Path(__file__).parent / "fixtures"
+SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "schemas" / "hang.schema.json").read_text())
+DENIED = "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'\n"
+
+
+def _stacks(scenario: str = "sleep") -> list[RankStack]:
+    return [
+        parse_pyspy_result(rank, 1000 + rank, (FIX / "py-spy" / scenario / f"rank_{rank}.json").read_text(), "", True)
+        for rank in range(3)
+    ]
+
+
+def _samples(readings: list[dict[int, tuple[int, int]]], stacks: list[RankStack] | None = None) -> list[Sample]:
+    stacks = stacks or _stacks()
+    return [
+        Sample(t=float(i), stacks=stacks, activity={pid: Activity(*r) for pid, r in reading.items()})
+        for i, reading in enumerate(readings)
+    ]
+
+
+def _job():
+    from ddpdoctor.hang.procs import Job, Worker
+
+    return Job(4242, ("torchrun",), [Worker(1000 + r, r, r, ("python",), {"RANK": str(r)}) for r in range(3)], 3)
+
+
+STILL = {1000: (5_000_000, 40), 1001: (5_000_000, 40), 1002: (5_000_000, 40)}
+
+
+def test_nothing_moved_is_hung_and_the_one_snapshot_verdict_stands():
+    samples = _samples([STILL, STILL])
+    motion = judge_motion(samples)
+    assert motion.state == "hung" and motion.evidence == []
+    report = judge_hang(HangFacts(host="h", job=_job(), stacks=samples[-1].stacks, samples=samples))
+    assert report.verdict["kind"] == "stack_outlier" and report.verdict["culprit_ranks"] == [2]
+    assert report.exit_code() == 1
+    jsonschema.validate(report.to_dict(), SCHEMA)
+
+
+def test_waiters_that_wake_make_the_job_progressing_with_the_sleeper_as_straggler():
+    # A slow job: ranks 0-1 finish an all_reduce and enter the next (their main threads wake), rank 2
+    # sleeps between steps; the stacks look exactly like a hang in both snapshots.
+    later = {1000: (6_000_000, 44), 1001: (6_100_000, 43), 1002: (5_200_000, 42)}
+    samples = _samples([STILL, later])
+    motion = judge_motion(samples)
+    assert motion.state == "progressing" and [r.rank for r in motion.stragglers] == [2]
+    report = judge_hang(HangFacts(host="h", job=_job(), stacks=samples[-1].stacks, samples=samples))
+    verdict = report.verdict
+    assert verdict["kind"] == "progressing" and verdict["culprit_ranks"] == [] and report.exit_code() == 0
+    assert "a straggler, not a culprit" in verdict["summary"] and verdict["stragglers"][0]["rank"] == 2
+    assert report.findings[0].severity.label == "warn"
+    jsonschema.validate(report.to_dict(), SCHEMA)
+
+
+def test_a_polling_culprit_does_not_make_a_hung_job_progress():
+    # Rank 2 wakes (a poll loop, a DataLoader's 5 s status check) but stays on its line, and the ranks
+    # waiting in the collective never wake: hung.
+    later = {**STILL, 1002: (5_300_000, 52)}
+    assert judge_motion(_samples([STILL, later])).state == "hung"
+
+
+def test_a_busy_rank_never_in_a_collective_spins():
+    later = {**STILL, 1002: (5_000_000 + 990_000_000, 40)}
+    samples = _samples([STILL, later])
+    motion = judge_motion(samples)
+    assert motion.state == "spinning" and [r.rank for r in motion.spinning] == [2]
+    report = judge_hang(HangFacts(host="h", job=_job(), stacks=samples[-1].stacks, samples=samples))
+    assert report.verdict["kind"] == "spinning" and report.verdict["culprit_ranks"] == [2]
+    assert "ranks 0-1 wait in all_reduce" in report.verdict["summary"] and report.exit_code() == 1
+
+
+def test_ras_counts_that_grow_are_progress():
+    samples = _samples([STILL, STILL])
+    samples[0].ras_counts, samples[1].ras_counts = {"c1": 10}, {"c1": 14}
+    motion = judge_motion(samples)
+    assert motion.state == "progressing" and "NCCL RAS operation counts grew" in motion.evidence
+
+
+def test_one_snapshot_is_unknown_not_progress():
+    assert judge_motion(_samples([STILL])).state == "unknown"
+
+
+def test_ptrace_refused_fix_does_not_say_install_pyspy():
+    stack = parse_pyspy_result(0, 42, "", DENIED, False)
+    facts = HangFacts(host="h", stacks=[stack], ptrace_scope=1, cap_sys_ptrace=False, pyspy_found=True)
+    finding = next(f for f in judge_hang(facts).findings if f.id == "hang.stacks")
+    assert "Install py-spy" not in (finding.fix or "") and "ptrace_scope=0" in (finding.fix or "")
+
+
+def test_plural_culprits_get_plural_verbs():
+    stacks = _stacks()
+    extra = [RankStack(r, 1000 + r, stacks[src].threads) for r, src in ((3, 0), (4, 0), (5, 2), (6, 0))]
+    verdict = judge_hang(HangFacts(host="h", stacks=stacks + extra)).verdict
+    assert verdict["culprit_ranks"] == [2, 5]
+    assert "ranks 2, 5 are not where the others are" in verdict["summary"], verdict["summary"]
+    assert " is not where" not in verdict["summary"]
+
+
+def test_the_jobs_dump_path_set_but_empty_is_said_as_such():
+    facts = HangFacts(host="h", stacks=_stacks(), fr_spec="/var/tmp/fr_", fr_from_job=True)
+    finding = next(f for f in judge_hang(facts).findings if f.id == "hang.flight_recorder")
+    assert finding.severity.label == "skip" and "no dump given" not in finding.summary
+    assert "TORCH_FR_DUMP_TEMP_FILE (/var/tmp/fr_) holds no dump yet" in finding.summary
+
+
+def test_unknown_ranks_are_never_negative_in_json_or_text():
+    stacks = _stacks()
+    for stack in stacks:
+        stack.rank = None  # mp.spawn: RANK set in code, not in the environment
+    report = judge_hang(HangFacts(host="h", stacks=stacks)).to_dict()
+    jsonschema.validate(report, SCHEMA)
+    for group in report["stack_groups"]:
+        assert all(r >= 0 for r in group["ranks"]) and "rank -" not in group["label"]
+    assert all(c["rank"] is None and c["pid"] > 0 for c in report["verdict"]["culprits"])
+    assert "rank -" not in report["verdict"]["summary"] and "pid 1002" in report["verdict"]["summary"]
+
+
+def test_a_local_rank_that_exited_while_the_others_wait_is_named():
+    # Uneven data under torchrun: rank 2 ran out of batches and returned; ranks 0-1 wait in all_reduce.
+    from ddpdoctor.hang.procs import Job, Worker
+
+    stacks = _stacks()[:2]
+    env = {"LOCAL_WORLD_SIZE": "3", "WORLD_SIZE": "3"}
+    workers = [Worker(1000 + r, r, r, ("python",), {**env, "RANK": str(r)}) for r in range(2)]
+    report = judge_hang(HangFacts(host="h", job=Job(4242, ("torchrun",), workers, 3), stacks=stacks))
+    verdict = report.verdict
+    assert verdict["kind"] == "exited" and verdict["culprit_ranks"] == [2], verdict
+    assert "rank 2 has exited" in verdict["summary"] and "ranks 0-1 wait in all_reduce" in verdict["summary"]
+    assert "drop_last=True" in verdict["fix"] and "Join" in verdict["fix"]
+    assert report.exit_code() == 1
+    jsonschema.validate(report.to_dict(), SCHEMA)
