@@ -228,3 +228,78 @@ def write_new_file(path: Path, text: str, *, force: bool = False) -> None:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+
+
+# Source files quoted by `hang` and `explain DIR` (the line a rank is stuck on): a training script.
+SOURCE_QUOTE_LIMIT = 4 * MiB
+# Never quoted, whatever a frame names and wherever the job runs: the kernel's and the system's files
+# (/proc/self/environ would print the reader's own environment, /proc/kmsg blocks and eats messages).
+FORBIDDEN_SOURCE_DIRS = ("/proc", "/sys", "/dev", "/etc", "/run", "/boot", "/root/.ssh")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def source_roots(candidates: list[str]) -> list[str]:
+    """The directories a quoted source may lie in, resolved; `/` itself and system directories dropped
+    (a job whose cwd is `/` does not make every file on the machine its source tree)."""
+    roots = []
+    for candidate in candidates:
+        if not candidate:
+            continue
+        try:
+            root = os.path.realpath(candidate)
+        except (OSError, ValueError):
+            continue
+        if root == "/" or any(_inside(root, bad) for bad in FORBIDDEN_SOURCE_DIRS):
+            continue
+        if root not in roots:
+            roots.append(root)
+    return roots
+
+
+def read_quoted_source(
+    filename: str,
+    roots: list[str],
+    owner_uid: Optional[int] = None,
+    limit: int = SOURCE_QUOTE_LIMIT,
+) -> Optional[str]:
+    """The redacted text of a source file a stack frame or dump names, or None when it must not be quoted.
+
+    A frame's file name is chosen by the job (`exec(compile(src, "/etc/shadow", "exec"))`) or by whoever
+    wrote the dump, so it is quoted only when all hold: it resolves (symbolic links followed) inside one
+    of `roots` (source_roots: the job's own tree) and outside FORBIDDEN_SOURCE_DIRS; it is a regular file
+    (judged on the opened descriptor, opened without blocking, so a FIFO or device can never block);
+    when `owner_uid` is given (the rank's uid, the dump's owner) it is owned by that uid or readable by
+    everyone, so `hang` run as root never prints a file the job itself could not read. At most `limit`
+    bytes are read; the text is redacted (edge/redact.py) before it leaves this function."""
+    from ddpdoctor.edge.redact import redact_text
+
+    if not filename or filename.startswith("<") or "\0" in filename:
+        return None
+    try:
+        real = os.path.realpath(filename)
+    except (OSError, ValueError):
+        return None
+    if any(_inside(real, bad) for bad in FORBIDDEN_SOURCE_DIRS):
+        return None
+    if not any(_inside(real, root) for root in roots):
+        return None
+    try:
+        # O_NOFOLLOW: the resolved name's last part cannot have been swapped for a link since realpath().
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        if owner_uid is not None and st.st_uid != owner_uid and not st.st_mode & stat.S_IROTH:
+            return None
+        data = _read_capped(lambda n: os.read(fd, n), limit, real)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return redact_text(data.decode("utf-8", errors="replace"))

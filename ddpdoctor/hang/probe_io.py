@@ -17,9 +17,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
-from ddpdoctor.edge.files import read_user_bytes
+from ddpdoctor.edge.files import read_quoted_source, read_user_bytes, source_roots
 from ddpdoctor.edge.procfs import read_process_state as process_state
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
@@ -273,16 +273,39 @@ def read_dumps(spec: str) -> list[DumpRead]:
 
 
 
-def read_source(filename: str, max_bytes: int = 4 * 1024 * 1024) -> Optional[list[str]]:
-    """A source file's lines (read as text, never imported or executed), or None."""
-    if not filename or filename.startswith("<"):
-        return None
+def read_source(filename: str, roots: list[str], owner_uid: Optional[int] = None) -> Optional[list[str]]:
+    """A source file's lines (read as text, never imported or executed, redacted), or None when it is
+    outside `roots` or not a regular file (edge.files.read_quoted_source says exactly when)."""
+    text = read_quoted_source(filename, roots, owner_uid)
+    return None if text is None else text.splitlines()
+
+
+def _script_dir(cmdline: tuple[str, ...], cwd: str) -> Optional[str]:
+    """The directory of the script a `python [opts] script.py ...` command line runs (sys.path[0])."""
+    for arg in cmdline[1:8]:
+        if arg.startswith("-"):
+            if arg in ("-m", "-c"):
+                return None
+            continue
+        return os.path.dirname(os.path.join(cwd, arg))
+    return None
+
+
+def rank_source_roots(pid: int, cmdline: tuple[str, ...], env: Mapping[str, str]) -> list[str]:
+    """The job's own source tree as this rank sees it: its cwd, its script's directory and its PYTHONPATH
+    (sys.path without the installed packages), read from /proc. Equivalent: readlink /proc/PID/cwd."""
     try:
-        path = Path(filename)
-        if not path.is_file():
-            return None
-        with open(path, "rb") as handle:
-            return handle.read(max_bytes).decode("utf-8", "replace").splitlines()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return []
+    candidates = [cwd, _script_dir(cmdline, cwd) or ""]
+    candidates += [os.path.join(cwd, p) for p in env.get("PYTHONPATH", "").split(":")[:32] if p]
+    return source_roots(candidates)
+
+
+def _uid_of(path: str) -> Optional[int]:
+    try:
+        return os.stat(path).st_uid
     except OSError:
         return None
 
@@ -354,19 +377,30 @@ def read_fr_into(facts: HangFacts, spec: str) -> None:
 
 
 def read_sources_into(facts: HangFacts) -> None:
-    """Read (never run) the source files the stacks and dumps point at, to quote the lines."""
-    wanted = set()
+    """Read (never run) the source files the stacks and dumps point at, to quote the lines.
+
+    A frame names any path its job (or a dump's writer) chose, so only the job's own tree is read: for a
+    live rank its cwd, script directory and PYTHONPATH, with the rank's uid as the owner a file must
+    have (or be world-readable); for a dump also the reader's cwd and the dump's directory, with the
+    dump file's owner. Never /proc, /sys, /dev or /etc (edge.files.read_quoted_source)."""
+    workers = facts.job.workers if facts.job is not None else []
+    job_roots: list[str] = []
+    for worker in workers:
+        job_roots += rank_source_roots(worker.pid, worker.cmdline, worker.env)
+    wanted: dict[str, tuple[list[str], Optional[int]]] = {}
     for stack in facts.stacks:
         frame = stack.user_frame()
         if frame is not None:
-            wanted.add(frame.filename)
+            wanted.setdefault(frame.filename, (job_roots, _uid_of(f"/proc/{stack.pid}")))
     for dump in facts.dumps:
+        roots = source_roots([*job_roots, os.getcwd(), os.path.dirname(os.path.abspath(dump.source))])
         for entry in dump.entries[-8:]:
             frame = entry.user_frame()
             if frame is not None:
-                wanted.add(frame.filename)
+                wanted.setdefault(frame.filename, (roots, _uid_of(dump.source)))
     for filename in sorted(wanted)[:32]:
-        lines = read_source(filename)
+        roots, owner = wanted[filename]
+        lines = read_source(filename, roots, owner)
         if lines is not None:
             facts.sources[filename] = lines
 

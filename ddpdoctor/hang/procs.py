@@ -17,6 +17,7 @@ ENV_KEYS = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID",
     "MASTER_ADDR", "MASTER_PORT", "NCCL_RAS_ADDR", "NCCL_RAS_ENABLE", "TORCH_FR_BUFFER_SIZE",
     "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "PYTHONPATH",  # the job's source tree: where `hang` may quote source lines from
 )
 _AGENT_MARKERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "torchx")
 
