@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import time
@@ -249,3 +250,111 @@ def test_report_header_survives_its_own_redaction():
 
     text = describe_redaction()
     assert redact_text(text, {}) == text and text.count("`") % 2 == 0
+
+
+# 2. nothing blocks, nothing backtracks
+
+GITIGNORE_CASES = [
+    "*.py", "/build", "build/", "**/foo", "a/**/b", "a/**", "[!a]*.txt", "[a-c]?.py", "*.py[co]", "a?c",
+    "docs/*.md", "\\#x", "x/**/y/*.py", "*a*a*a*b", "**/*.log", "a/b",
+]  # fmt: skip
+GITIGNORE_PATHS = [
+    "a.py", "x/a.py", "build", "x/build", "foo", "a/b/foo", "a/b", "a/x/y/b", "a/x", "b.txt", "a.txt",
+    "c/b.txt", "b1.py", "d1.py", "x.pyc", "abc", "docs/r.md", "docs/x/r.md", "#x", "x/q/y/z.py",
+    "aaab", "xaaxab", "s/t.log", "a/bb",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("pattern", GITIGNORE_CASES)
+def test_gitignore_matching_agrees_with_git(tmp_path, pattern):
+    """The linear matcher against git itself (`git check-ignore --no-index`) on files."""
+    from ddpdoctor.lint.discover import is_ignored, parse_gitignore
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text(pattern + "\n")
+    git = subprocess.run(
+        ["git", "-C", str(tmp_path), "check-ignore", "--no-index", "--stdin"], input="\n".join(GITIGNORE_PATHS),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    ignored_by_git = set(git.stdout.split())
+    rules = parse_gitignore(pattern + "\n", tmp_path)
+
+    def ignored(path: str) -> bool:  # as the walker sees it: an ignored directory is never entered
+        parts = path.split("/")
+        parents = ("/".join(parts[:k]) for k in range(1, len(parts)))
+        return any(is_ignored(tmp_path / d, True, rules) for d in parents) or is_ignored(tmp_path / path, False, rules)
+
+    ours = {p for p in GITIGNORE_PATHS if ignored(p)}
+    assert ours == ignored_by_git
+
+
+def test_lint_with_a_backtracking_gitignore_pattern_ends(tmp_path):
+    (tmp_path / ".gitignore").write_text("*a*a*a*a*a*a*a*a*b\n")
+    (tmp_path / ("a" * 200 + ".py")).write_text("import os\n")
+    result = run_cli("lint", str(tmp_path), "--json", cwd=tmp_path, timeout=60)  # a cap, not a timing
+    assert result.returncode in (0, 1), result.stderr
+
+
+REAL_LOG = Path(__file__).parent / "fixtures" / "explain" / "real-h100" / "dup_gpu.log"
+
+
+def _root_cause(result) -> str:
+    import json
+
+    return (json.loads(result.stdout).get("root_cause") or {}).get("id", "")
+
+
+@pytest.mark.parametrize("tool", ["gzip", "xz", "bzip2", "zstd"])
+def test_compressed_logs_are_decoded_or_refused_by_name(tmp_path, tool):
+    """Real compressors on a real log: the same root cause as the plain log, or (zstd without a zstd
+    module) exit 2 naming the way out; never "nothing recognised"."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+    expected = _root_cause(invoke("explain", str(REAL_LOG), "--json"))
+    assert expected
+    packed = tmp_path / "rank0.log"  # no suffix: the format is told by magic bytes, not the name
+    packed.write_bytes(subprocess.run([tool, "-c", str(REAL_LOG)], capture_output=True, check=True).stdout)
+    result = invoke("explain", str(packed), "--json")
+    if result.exit_code == 2:
+        assert tool == "zstd" and "zstd -dc" in result.output
+    else:
+        assert _root_cause(result) == expected
+    with open(packed, "rb") as stdin:  # and through stdin
+        piped = run_cli("explain", "--json", cwd=tmp_path, stdin=stdin)
+    assert piped.returncode == result.exit_code and "Traceback" not in piped.stderr
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_logs_are_decoded(tmp_path, encoding):
+    expected = _root_cause(invoke("explain", str(REAL_LOG), "--json"))
+    log = tmp_path / "rank0.log"
+    log.write_bytes(REAL_LOG.read_text(errors="replace").encode(encoding))
+    assert _root_cause(invoke("explain", str(log), "--json")) == expected
+
+
+@pytest.mark.parametrize("path", ["/proc/kmsg", "/proc/self/environ", "/dev/zero", "/dev/null", "/sys/kernel/notes"])
+def test_explain_refuses_kernel_and_device_files_without_reading(tmp_path, path):
+    result = run_cli("explain", path, cwd=tmp_path, timeout=60)  # a cap: /proc/kmsg used to block forever
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "not a log" in result.stderr or "not a regular file" in result.stderr or "no such" in result.stderr
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_explain_stdin_of_binary_data_is_a_usage_error(tmp_path, device):
+    with open(device, "rb") as stdin:
+        result = run_cli("explain", cwd=tmp_path, stdin=stdin, timeout=60)
+    assert result.returncode == 2 and "not a text log" in result.stderr, result.stderr
+
+
+def test_hang_fr_frame_naming_kmsg_or_a_fifo_does_not_block(tmp_path):
+    fifo = tmp_path / "fr" / "pipe.py"
+    fr = hostile_dumps(tmp_path, str(fifo))
+    os.mkfifo(fifo)
+    for target in (str(fifo), "/proc/kmsg"):
+        if target == "/proc/kmsg":
+            shutil.rmtree(fr)
+            fr = hostile_dumps(tmp_path, target)
+        result = run_cli("hang", "--fr", str(fr), "--no-ras", "--no-stacks", "--json", cwd=tmp_path, timeout=60)
+        assert result.returncode in (0, 1, 3) and "Traceback" not in result.stderr

@@ -18,24 +18,15 @@ EXPLAIN_EXIT_CODES = (
 )
 
 
-def _not_a_file(name: str) -> str:
-    """Why `name` cannot be read as a log: missing, a loop, or what kind of special file it is."""
-    from ddpdoctor.edge.files import describe_file_type
-
-    try:
-        mode = os.stat(name).st_mode
-    except OSError as exc:
-        return (exc.strerror or str(exc)).lower()
-    return f"not a regular file ({describe_file_type(mode)})"
-
-
 def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
     """Open each input lazily (hundreds of per-rank logs must not exhaust file descriptors)."""
+    from ddpdoctor.edge.files import STDIN_LOG_LIMIT, open_log_stream
     from ddpdoctor.explain import open_log
 
     for name in names:
         if name == "-":
-            yield "<stdin>", sys.stdin.buffer  # checked not closed by explain() before scanning
+            # Checked not closed by explain() before scanning; bounded and sniffed (`< /dev/zero`).
+            yield "<stdin>", open_log_stream(sys.stdin.buffer, "<stdin>", STDIN_LOG_LIMIT)
             continue
         stream = open_log(name)
         try:
@@ -84,11 +75,14 @@ def explain(
             raise usage_error("no input: stdin is closed; give log FILEs or pipe a log into stdin")
         if not files and sys.stdin.isatty():
             raise usage_error("no input: give log FILEs or pipe a log into stdin (see --help)")
+    from ddpdoctor.edge.files import log_path_refusal
+
     for name in names:
         if name == "-":
             continue
-        if not os.path.isfile(name):
-            raise usage_error(f"{name}: {_not_a_file(name)}")
+        refusal = log_path_refusal(name)
+        if refusal is not None:
+            raise usage_error(f"{name}: {refusal}")
         if not os.access(name, os.R_OK):
             raise usage_error(f"{name}: permission denied")
 
@@ -96,7 +90,8 @@ def explain(
     try:
         scan = scan_inputs(kb, _streams(names))
     except OSError as exc:
-        raise usage_error(f"cannot read input: {exc.strerror or exc}") from None
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise usage_error(f"cannot read input: {where}{exc.strerror or exc}") from None
     # A file that yielded nothing before a read error (a corrupt .gz) was not read at all: saying
     # "nothing recognised" (exit 0) would pass a log nobody looked at.
     unreadable = [s for s in scan.inputs if s.error and s.bytes == 0]
