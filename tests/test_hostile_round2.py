@@ -358,3 +358,86 @@ def test_hang_fr_frame_naming_kmsg_or_a_fifo_does_not_block(tmp_path):
             fr = hostile_dumps(tmp_path, target)
         result = run_cli("hang", "--fr", str(fr), "--no-ras", "--no-stacks", "--json", cwd=tmp_path, timeout=60)
         assert result.returncode in (0, 1, 3) and "Traceback" not in result.stderr
+
+
+# 4. memory: a pickle's shared references cannot expand without bound
+
+
+def _real_dump(name: str = "rank_0") -> dict:
+    return load_plain_pickle((FR / "skip" / name).read_bytes())
+
+
+def test_shared_reference_pickle_is_refused_by_its_object_count(tmp_path):
+    raw = _real_dump()
+    entry = dict(raw["entries"][0], frames=(raw["entries"][0]["frames"] * 40)[:64])
+    raw["entries"] = [entry] * 300_000  # one entry, memoized: 600 KB on disk, 2.5 GB once expanded
+    data = pickle.dumps(raw, protocol=4)
+    assert len(data) < 1024 * 1024
+    from ddpdoctor.hang.fr import DumpError, parse_dump
+
+    with pytest.raises(DumpError, match="expands to more than"):
+        parse_dump(data)
+    (tmp_path / "fr").mkdir()
+    (tmp_path / "fr" / "rank_0").write_bytes(data)
+    result = run_cli("explain", str(tmp_path / "fr"), cwd=tmp_path, timeout=120)
+    assert result.returncode == 2 and "expands to more than" in result.stderr
+
+
+def test_frames_kept_per_entry_are_capped_and_keep_the_user_frame():
+    from ddpdoctor.hang.fr import MAX_FRAMES_KEPT, build_dump
+
+    raw = _real_dump()
+    frames = raw["entries"][0]["frames"]
+    library = [f for f in frames if "site-packages" in f["filename"] or f["filename"].startswith("<")]
+    user = next(f for f in frames if f["filename"].endswith("_hang_job.py"))
+    library = library or [{"filename": "<frozen x>", "line": 1, "name": "f"}]
+    raw["entries"][0]["frames"] = (library * 40)[:40] + [user] + library * 64
+    first = build_dump(raw).entries[0]
+    assert len(first.frames) <= MAX_FRAMES_KEPT and first.user_frame().filename == user["filename"]
+
+
+def test_budget_is_shared_by_the_files_of_a_directory(tmp_path, monkeypatch):
+    from ddpdoctor.hang import probe_io
+
+    for name in ("rank_0", "rank_1", "rank_2"):
+        shutil.copy(FR / "skip" / name, tmp_path / name)
+    monkeypatch.setattr(probe_io, "MAX_FR_FILES", 2)
+    reads = probe_io.read_dumps(str(tmp_path))
+    assert [r.dump is not None for r in reads] == [True, True, False]
+    assert "1 file(s)" in reads[2].error and "left out" in reads[2].error
+
+
+# 5 and 7. huge integers, and dumps that all claim rank 0
+
+
+@pytest.mark.parametrize("field", ["collective_seq_id", "rank", "pg_id", "line"])
+def test_huge_integers_in_a_dump_are_no_traceback(tmp_path, field):
+    raw = _real_dump()
+    huge = 7 * 10**4999  # 5000 digits (int("7" * 5000) itself is refused past 4300)
+    if field == "rank":
+        raw["rank"] = huge
+    elif field == "line":
+        raw["entries"][0]["frames"][0]["line"] = huge
+    else:
+        raw["entries"][0][field] = huge
+    (tmp_path / "fr").mkdir()
+    (tmp_path / "fr" / "rank_0").write_bytes(pickle.dumps(raw))
+    for fmt in ("--json", "--format=table", "--format=markdown"):
+        result = run_cli("explain", str(tmp_path / "fr"), fmt, cwd=tmp_path)
+        assert "Traceback" not in result.stderr and result.returncode in (0, 1, 3), result.stderr[-500:]
+
+
+def test_dumps_that_all_claim_rank_0_are_named_not_dropped(tmp_path):
+    (tmp_path / "fr").mkdir()
+    for i, name in enumerate(("rank_0", "rank_1", "rank_2")):
+        raw = _real_dump(name)
+        raw["rank"] = 0
+        (tmp_path / "fr" / f"dump_{chr(97 + i)}").write_bytes(pickle.dumps(raw))
+    from ddpdoctor.hang.probe_io import read_dumps
+
+    reads = read_dumps(str(tmp_path / "fr"))
+    assert sum(r.dump is not None for r in reads) == 1
+    errors = [r.error for r in reads if r.dump is None]
+    assert len(errors) == 2 and all("claims rank 0" in e for e in errors)
+    result = run_cli("explain", str(tmp_path / "fr"), "--json", cwd=tmp_path)
+    assert all(f"dump_{c}: claims rank 0" in result.stdout for c in "bc")

@@ -11,6 +11,7 @@ size, and comes back as data (never an exception) for the pure modules to judge.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import sys
@@ -22,13 +23,24 @@ from typing import Mapping, Optional
 from ddpdoctor.edge.files import read_quoted_source, read_user_bytes, source_roots
 from ddpdoctor.edge.procfs import read_process_state as process_state
 from ddpdoctor.hang.findings import HangFacts
-from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
+from ddpdoctor.hang.fr import (
+    MAX_BUILT_OBJECTS,
+    MAX_DUMP_BYTES,
+    Budget,
+    Dump,
+    DumpError,
+    parse_dump,
+    rank_from_name,
+)
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
 from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
 
 MAX_ENVIRON_BYTES = 1024 * 1024
-MAX_FR_FILES = 4096
+# Dumps read from one directory or prefix (a job's ranks; more files are named as left out), and the
+# objects all of them may be built into together (fr.Budget; one real dump spends ~70k).
+MAX_FR_FILES = 1024
+MAX_FR_TOTAL_OBJECTS = 8_000_000
 
 
 def read_environ(pid: int) -> tuple[dict[str, str], str]:
@@ -241,27 +253,49 @@ def fr_candidates(spec: str) -> list[Path]:
         if not parent.is_dir():
             return []
         files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and p.is_file())
-    return files[:MAX_FR_FILES]
+    return files
+
+
+def _twin_name(path: str) -> str:
+    """The name without .json/.pkl: torch's pickle and JSON dumps of one rank share it."""
+    return re.sub(r"\.(json|pkl|pickle)$", "", path)
 
 
 def read_dumps(spec: str) -> list[DumpRead]:
-    """Read and parse every dump `--fr` names; the pickle and JSON of one rank are not both kept."""
+    """Read and parse every dump `--fr` names; the pickle and JSON of one rank are not both kept, two
+    different dumps claiming one rank are both named (the second left out, never silently), and the
+    files past MAX_FR_FILES or past the shared object budget are named as left out."""
     out: list[DumpRead] = []
     seen_ranks: dict[int, int] = {}
-    for path in fr_candidates(spec):
+    total = Budget(MAX_FR_TOTAL_OBJECTS)
+    candidates = fr_candidates(spec)
+    for index, path in enumerate(candidates):
+        if index >= MAX_FR_FILES or total.left <= 0:
+            why = f"more than {MAX_FR_FILES} files" if index >= MAX_FR_FILES else (
+                f"the dumps before them already hold {MAX_FR_TOTAL_OBJECTS} objects")
+            out.append(DumpRead(str(path), error=f"{len(candidates) - index} file(s) from {path} on left out: {why}"))
+            break
         try:
             # The shared bounded reader: regular files only, a file over the limit refused by its size.
             data = read_user_bytes(path, MAX_DUMP_BYTES)
         except OSError as exc:
             out.append(DumpRead(str(path), error=f"{path}: {exc.strerror or exc}"))
             continue
+        budget = Budget(min(MAX_BUILT_OBJECTS, total.left))
         try:
-            dump = parse_dump(data, str(path), rank_from_name(path.name))
+            dump = parse_dump(data, str(path), rank_from_name(path.name), budget)
         except DumpError as exc:
             out.append(DumpRead(str(path), error=f"{path}: {exc}"))
             continue
+        finally:
+            total.left -= budget.limit - max(budget.left, 0)
         if dump.rank is not None and dump.rank in seen_ranks:
             previous = out[seen_ranks[dump.rank]]
+            if _twin_name(previous.path) != _twin_name(str(path)):
+                out.append(DumpRead(str(path), error=(
+                    f"{path}: claims rank {dump.rank}, as {previous.path} does; left out (one dump per rank "
+                    "is aligned: are these from different jobs or runs?)")))
+                continue
             # Prefer the pickle: only it carries the Python frames that name the source line.
             if previous.dump is not None and not previous.dump.entries_have_frames() and dump.entries_have_frames():
                 out[seen_ranks[dump.rank]] = DumpRead(str(path), dump)
@@ -270,7 +304,6 @@ def read_dumps(spec: str) -> list[DumpRead]:
             seen_ranks[dump.rank] = len(out)
         out.append(DumpRead(str(path), dump))
     return out
-
 
 
 def read_source(filename: str, roots: list[str], owner_uid: Optional[int] = None) -> Optional[list[str]]:
