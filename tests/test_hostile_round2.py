@@ -441,3 +441,84 @@ def test_dumps_that_all_claim_rank_0_are_named_not_dropped(tmp_path):
     assert len(errors) == 2 and all("claims rank 0" in e for e in errors)
     result = run_cli("explain", str(tmp_path / "fr"), "--json", cwd=tmp_path)
     assert all(f"dump_{c}: claims rank 0" in result.stdout for c in "bc")
+
+
+# 5. closed or broken standard output, and an encoding that cannot hold every character
+
+HEALTHY = Path(__file__).parent / "fixtures" / "ci" / "healthy-cpu-node"
+STDOUT_COMMANDS = [
+    ("check", "--only", "launch"),
+    ("check", "--only", "launch", "--json"),
+    ("report", "--replay", str(HEALTHY)),
+    ("expect", "--replay", str(HEALTHY), "--write", "-"),
+    ("explain", str(REAL_LOG)),
+    ("explain", str(REAL_LOG), "--json"),
+    ("plan", "--help"),
+    ("lint", str(ROOT / "tests" / "_hang_job.py")),
+]
+
+
+def _closed_stdout_run(argv: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, timeout=120,
+        preexec_fn=lambda: os.close(1),  # `>&-`: started with fd 1 closed
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", STDOUT_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_closed_stdout_is_exit_2_with_a_reason(tmp_path, argv):
+    result = _closed_stdout_run(argv, tmp_path)
+    assert "Traceback" not in result.stderr, result.stderr[-800:]
+    assert result.returncode == 2 and "standard output is closed" in result.stderr
+
+
+def test_broken_pipe_is_exit_2_without_traceback(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    for argv in (("check", "--only", "launch,network", "-v"), ("explain", str(REAL_LOG), "--json", "--all")):
+        reader_gone = subprocess.Popen(
+            [sys.executable, "-m", "ddpdoctor", *argv], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert reader_gone.stdout is not None and reader_gone.stderr is not None
+        reader_gone.stdout.close()  # the reader goes away before the first write (`| head -0`)
+        stderr = reader_gone.stderr.read()
+        assert reader_gone.wait(timeout=120) == 2 and "Traceback" not in stderr, stderr[-800:]
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_stdout_that_cannot_encode_gets_replacements(tmp_path, encoding):
+    log = tmp_path / "rank0.log"
+    log.write_text("x \u2014 RuntimeError: CUDA error: invalid device ordinal \u00e9 \u4e2d\n")
+    for argv in (("explain", str(log), "--all"), ("report", "--replay", str(HEALTHY))):
+        result = run_cli(*argv, cwd=tmp_path, env={"PYTHONIOENCODING": encoding})
+        assert "Traceback" not in result.stderr and result.returncode in (0, 1), result.stderr[-800:]
+
+
+# 6. COLUMNS
+
+
+@pytest.mark.parametrize("columns,width", [("0", 80), ("-5", 80), ("abc", 80), ("100000", 1000), ("9" * 50, 80)])
+def test_columns_zero_or_huge(tmp_path, columns, width):
+    from ddpdoctor.render import console_width
+
+    assert console_width({"COLUMNS": columns}) == width
+    result = run_cli("check", "--replay", str(HEALTHY), cwd=tmp_path, env={"COLUMNS": columns})
+    lines = result.stdout.splitlines()
+    assert lines and "Summary" in result.stdout  # COLUMNS=0 used to print nothing
+    assert max(len(line) for line in lines) <= width
+
+
+# 8. report -o - and -o FIFO
+
+
+def test_report_dash_is_stdout_and_fifo_is_refused_without_suggesting_force(tmp_path):
+    result = run_cli("report", "--replay", str(HEALTHY), "-o", "-", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("# ddpdoctor report")
+    assert not (tmp_path / "-").exists()
+    fifo = tmp_path / "out.md"
+    os.mkfifo(fifo)
+    result = run_cli("report", "--replay", str(HEALTHY), "-o", str(fifo), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "not a regular file (FIFO)" in result.stderr
+    assert "--force" not in result.stderr
