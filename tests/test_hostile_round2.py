@@ -522,3 +522,52 @@ def test_report_dash_is_stdout_and_fifo_is_refused_without_suggesting_force(tmp_
     result = run_cli("report", "--replay", str(HEALTHY), "-o", str(fifo), cwd=tmp_path, timeout=60)
     assert result.returncode == 2 and "not a regular file (FIFO)" in result.stderr
     assert "--force" not in result.stderr
+
+
+# 5. lint's pyproject.toml, RAS replies of the wrong shape
+
+
+@pytest.mark.parametrize("toml,code", [
+    ("tool = 5\n", (0, 1)),
+    ("[tool]\nddpdoctor = \"x\"\n", (2,)),
+    ("[tool.ddpdoctor]\nlint = 3\n", (2,)),
+    ("[tool.ddpdoctor.lint]\nignore = 5\n", (2,)),
+])  # fmt: skip
+def test_lint_pyproject_of_the_wrong_shape(tmp_path, toml, code):
+    (tmp_path / "pyproject.toml").write_text(toml)
+    (tmp_path / "train.py").write_text("import torch\n")
+    result = run_cli("lint", str(tmp_path), cwd=tmp_path)
+    assert result.returncode in code and "Traceback" not in result.stderr, result.stderr[-500:]
+    if code == (2,):
+        assert "must be" in result.stderr
+
+
+RAS_FIX = Path(__file__).parent / "fixtures" / "nccl_ras"
+
+
+@pytest.mark.parametrize("body", [
+    '{"communicators": 5}',
+    '{"nccl_version": "2.28.9", "communicators": [{"ranks": 5, "missing_ranks": "x"}]}',
+    '{"communicators": [5, "x", null]}',
+    '{"a": 1}',
+    "x" * 100_000,
+    "\x00\x01garbage\n" * 1000,
+])  # fmt: skip
+def test_ras_reply_of_the_wrong_shape_is_no_verdict(body):
+    from ddpdoctor.hang.ras import parse_ras
+
+    try:
+        status = parse_ras(body)
+    except ValueError:
+        return  # "RAS: garbage", never "every rank answered"
+    assert status.nccl_version  # only a reply that names itself a RAS status is read at all
+
+
+def test_real_ras_replies_still_parse():
+    from ddpdoctor.hang.ras import parse_ras, split_reply
+
+    for path in sorted(RAS_FIX.iterdir()):
+        data = path.read_bytes()
+        body = split_reply(data)[1] if data.startswith(b"SERVER") else data.decode()
+        status = parse_ras(body)
+        assert status.nccl_version or status.comms
