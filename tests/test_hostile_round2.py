@@ -571,3 +571,57 @@ def test_real_ras_replies_still_parse():
         body = split_reply(data)[1] if data.startswith(b"SERVER") else data.decode()
         status = parse_ras(body)
         assert status.nccl_version or status.comms
+
+
+# 5 and 7. parse: huge numbers, and another tool's output
+
+GPU_FIX = Path(__file__).parent / "fixtures" / "gpu"
+OTHER_TOOLS = [
+    GPU_FIX / "nvidia-smi-q__8xh100-535.161.08-gpu0-section-hw-power-brake-active-pcie-replays.txt",
+    GPU_FIX / "dmesg__xid-51-bad-tsg-then-xid-154-pf-flr-excerpt.txt",
+    GPU_FIX / "dmesg__h100-fallen-off-bus-multiline-no-xid-570.158.01.txt",
+    GPU_FIX / "p2pBandwidthLatencyTest__2x-rtx2080ti-cannot-access-peer.txt",
+    GPU_FIX / "nvidia-smi__unable-to-determine-device-handle-unknown-error.txt",
+    HEALTHY / "df-shm.txt",
+    HEALTHY / "lspci-vvv.txt",
+]
+
+
+@pytest.mark.parametrize("tool", ["ibstat", "ibstatus", "ibv_devinfo", "lsmod"])
+@pytest.mark.parametrize("other", OTHER_TOOLS, ids=lambda p: p.name[:40])
+def test_parse_on_another_tools_output_is_exit_3(tool, other):
+    result = invoke("parse", tool, str(other))
+    assert result.exit_code == 3, result.output[-400:]
+
+
+def test_lsmod_and_proc_modules_still_parse():
+    from ddpdoctor.parsers.modules import parse_modules
+
+    lsmod = (
+        "Module                  Size  Used by\nnvidia_uvm           1421312  0\nnvidia_modeset       1208320  1 "
+        "nvidia_drm\nnvidia              56569856  2 nvidia_uvm,nvidia_modeset\nib_core               462848  8 "
+        "rdma_cm,ib_ipoib,iw_cm,ib_umad,rdma_ucm,ib_uverbs,mlx5_ib,ib_cm\n"
+    )  # fmt: skip
+    proc = (
+        "nvidia_peermem 16384 0 - Live 0x0000000000000000 (OE)\n"
+        "nvidia 56569856 2 nvidia_uvm,nvidia_modeset, Live 0xffffffffc0a00000 (POE)\n"
+        "mlx5_core 2322432 1 mlx5_ib, Live 0x0000000000000000\n"
+    )
+    assert [m.name for m in parse_modules(lsmod)] == ["nvidia_uvm", "nvidia_modeset", "nvidia", "ib_core"]
+    assert [m.name for m in parse_modules(proc)] == ["nvidia_peermem", "nvidia", "mlx5_core"]
+    assert parse_modules(proc)[1].used_by == ["nvidia_uvm", "nvidia_modeset"]
+
+
+@pytest.mark.parametrize("digits", [25, 400, 5000])
+def test_df_with_huge_numbers_is_no_overflow(tmp_path, digits):
+    big = "9" * digits
+    text = f"Filesystem     1K-blocks  Used Available Use% Mounted on\nshm {big} 0 {big} {big}% /dev/shm\n"
+    (tmp_path / "df.txt").write_text(text)
+    result = invoke("parse", "df", str(tmp_path / "df.txt"))
+    assert result.exit_code in (0, 3) and result.exception is None or isinstance(result.exception, SystemExit)
+    snap = tmp_path / "snap"
+    shutil.copytree(HEALTHY, snap)
+    (snap / "df-shm.txt").write_text(text)
+    replay = invoke("check", "--replay", str(snap), "--json", "--only", "system")
+    assert replay.exception is None or isinstance(replay.exception, SystemExit)
+    assert '"core.probe.crashed"' not in replay.output and '"area": "system"' in replay.output
