@@ -625,3 +625,35 @@ def test_df_with_huge_numbers_is_no_overflow(tmp_path, digits):
     replay = invoke("check", "--replay", str(snap), "--json", "--only", "system")
     assert replay.exception is None or isinstance(replay.exception, SystemExit)
     assert '"core.probe.crashed"' not in replay.output and '"area": "system"' in replay.output
+
+
+# 7. hang --pid of something that is no job
+
+
+def test_hang_pid_of_pid_1_a_plain_python_process_or_no_process(tmp_path):
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid, words in ((1, "not a distributed job"), (plain.pid, "not a distributed job"),
+                           (4_000_000, "no such process")):  # fmt: skip
+            result = run_cli("hang", "--pid", str(pid), "--no-ras", "--json", cwd=tmp_path, timeout=60)
+            assert result.returncode == 3 and words in result.stdout, result.stdout[-600:]
+            assert "rank -" not in result.stdout
+    finally:
+        plain.kill()
+        plain.wait()
+
+
+def test_a_rank_of_unknown_number_is_shown_by_pid_never_as_a_negative_rank():
+    from ddpdoctor.hang.findings import HangFacts
+    from ddpdoctor.hang.fr import Frame
+    from ddpdoctor.hang.stacks import RankStack, ThreadStack
+    from ddpdoctor.hang.verdict import judge_hang
+    from ddpdoctor.render.hang import _stack_lines
+
+    frame = Frame("/job/train.py", 3, "<module>")
+    facts = HangFacts(host="h", stacks=[RankStack(None, 26649, [ThreadStack("MainThread", (frame,))])])
+    data = judge_hang(facts).to_dict()
+    groups = data["facts"]["stack_groups"] if "facts" in data else data["stack_groups"]
+    assert groups[0]["ranks"] == [] and groups[0]["pids_rank_unknown"] == [26649]
+    line = _stack_lines({"stack_groups": groups})[0]
+    assert "pid 26649 (rank unknown)" in line and "-26649" not in line

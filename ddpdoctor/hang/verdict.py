@@ -439,7 +439,9 @@ def judge_hang(facts: HangFacts) -> HangReport:
         "job": job_dict(facts),
         "stacks": [stack_to_dict(s) for s in facts.stacks],
         "stack_groups": [
-            {"ranks": list(g.ranks), "where": describe_stack(g.example), "waiting_in": g.example.waiting_in()}
+            # A process whose rank is unknown is carried as -pid inside; outside, a rank is never negative.
+            {"ranks": [r for r in g.ranks if r >= 0], "pids_rank_unknown": [-r for r in g.ranks if r < 0],
+             "where": describe_stack(g.example), "waiting_in": g.example.waiting_in()}
             for g in group_stacks([s for s in facts.stacks if s.main is not None])
         ],
         "ras": ras_to_dict(facts.ras) if facts.ras is not None else None,

@@ -30,9 +30,11 @@ def describe_divergence(div: Mapping[str, Any]) -> str:
 def _stack_lines(report: Mapping[str, Any]) -> list[str]:
     out = []
     for group in report.get("stack_groups") or []:
-        ranks = group["ranks"]
-        label = "rank " if len(ranks) == 1 else "ranks "
-        out.append(f"{label}{', '.join(str(r) for r in ranks)}: {group['where']}")
+        from ddpdoctor.hang.findings import plural_ranks
+
+        # plural_ranks shows a -pid as "pid N (rank unknown)", never as a negative rank.
+        ranks = list(group["ranks"]) + [-pid for pid in group.get("pids_rank_unknown") or []]
+        out.append(f"{plural_ranks(ranks)}: {group['where']}")
     return out
 
 
