@@ -657,3 +657,28 @@ def test_a_rank_of_unknown_number_is_shown_by_pid_never_as_a_negative_rank():
     assert groups[0]["ranks"] == [] and groups[0]["pids_rank_unknown"] == [26649]
     line = _stack_lines({"stack_groups": groups})[0]
     assert "pid 26649 (rank unknown)" in line and "-26649" not in line
+
+
+# 7 and 8. expectations and plan values
+
+
+@pytest.mark.parametrize("toml,why", [
+    ("[rdma]\nrate_gbps = nan\n", "finite"),
+    ("[rdma]\nrate_gbps = inf\n", "finite"),
+    ('[rdma]\nlink_layer = "Ethernet "\n', "trailing spaces"),
+    ('[gpu]\nmodel = " H100"\n', "trailing spaces"),
+    ('[kernel]\nmodules = ["nvidia_peermem "]\n', "trailing spaces"),
+    (f'[system]\nshm_min = "{"9" * 400}G"\n', "not a size"),
+    ("[system]\nshm_min = -5\n", "negative"),
+])  # fmt: skip
+def test_expectations_with_nan_or_stray_spaces_are_refused(tmp_path, toml, why):
+    path = tmp_path / "expect.toml"
+    path.write_text(toml)
+    result = invoke("check", "--replay", str(HEALTHY), "--expect", str(path))
+    assert result.exit_code == 2 and why in result.output, result.output[-400:]
+
+
+@pytest.mark.parametrize("argv", [("--params", "9" * 4000 + "B"), ("--params", "7B", "--gpu-mem", "9" * 4000 + "G")])
+def test_plan_names_a_huge_value_by_its_length(argv):
+    result = invoke("plan", *argv)
+    assert result.exit_code == 2 and "too large" in result.output and "9" * 100 not in result.output
