@@ -244,7 +244,7 @@ def _count(v: Any) -> int:
 def _positive(v: Any) -> float:
     # nan compares false with everything: `rate_gbps = nan` would pass every port. inf is no rate either.
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise ValueError("must be a finite number > 0")
+        raise ValueError("must be a number > 0 (finite: not nan or inf)")
     return float(v)
 
 
