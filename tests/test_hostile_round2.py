@@ -682,3 +682,23 @@ def test_expectations_with_nan_or_stray_spaces_are_refused(tmp_path, toml, why):
 def test_plan_names_a_huge_value_by_its_length(argv):
     result = invoke("plan", *argv)
     assert result.exit_code == 2 and "too large" in result.output and "9" * 100 not in result.output
+
+
+# 6. snapshots started at once into one new directory
+
+
+def test_concurrent_snapshots_into_one_directory_do_not_mix(tmp_path):
+    target = tmp_path / "snap"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "ddpdoctor", "snapshot", str(target), "--only", "launch,network"],
+                         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]  # fmt: skip
+    outcomes = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
+    codes = sorted(code for code, _ in outcomes)
+    assert codes == [0, 2, 2], outcomes
+    assert all("snapshot" in err for code, err in outcomes if code == 2)
+    names = sorted(p.name for p in target.iterdir())
+    assert names and not any(name.startswith(".ddpdoctor") for name in names)  # the claim is gone
+    assert invoke("check", "--replay", str(target), "--only", "launch,network", "--json").exit_code in (0, 1)
