@@ -702,3 +702,24 @@ def test_concurrent_snapshots_into_one_directory_do_not_mix(tmp_path):
     names = sorted(p.name for p in target.iterdir())
     assert names and not any(name.startswith(".ddpdoctor") for name in names)  # the claim is gone
     assert invoke("check", "--replay", str(target), "--only", "launch,network", "--json").exit_code in (0, 1)
+
+
+# 8. Ctrl-C and SIGTERM: 130 and 143 for every command (README's exit-code table)
+
+
+@pytest.mark.parametrize("signame,code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_interrupted_command_exits_130_or_143(tmp_path, signame, code):
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # explain waiting on stdin that never ends: a command stuck in a read, as a user would stop it.
+    proc = subprocess.Popen([sys.executable, "-m", "ddpdoctor", "explain"], cwd=tmp_path, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        time.sleep(3)  # past the imports, into the read
+        proc.send_signal(getattr(signal, signame))
+        assert proc.wait(timeout=60) == code
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()

@@ -89,15 +89,49 @@ def _stdout_broke() -> bool:
     return type(sys.stdout).__name__ == "PacifyFlushWrapper"
 
 
+# The signal that stopped the command, if any: 130 (Ctrl-C) or 143 (SIGTERM), as README documents.
+_stopped_by: list[int] = []
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    import signal
+
+    _stopped_by.append(130 if signum == signal.SIGINT else 143)
+    # As Ctrl-C: context managers and finally blocks run, so probes and ranks are killed, never orphaned.
+    raise KeyboardInterrupt
+
+
+def _install_stop_signals() -> None:
+    """SIGINT and SIGTERM stop every command the same way, with exit 130 / 143 (a command that handles
+    them itself, bench-nccl, replaces these handlers while it runs)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+                signal.signal(signum, _on_stop_signal)
+        except (OSError, ValueError):  # an embedded interpreter may not allow it
+            pass
+
+
 def main() -> None:
     import sys
 
     closed = _guard_stdio()
+    _install_stop_signals()
     try:
         app()
-    except SystemExit:
-        if not _stdout_broke():
+    except SystemExit as exc:
+        if _stopped_by and exc.code not in (0, None):
+            # typer/click turn any KeyboardInterrupt into 130 (or "Aborted!" and 1): say which signal it was.
+            raise SystemExit(_stopped_by[0]) from None
+        if _stopped_by or not _stdout_broke():
             raise
+    except KeyboardInterrupt:
+        raise SystemExit(_stopped_by[0] if _stopped_by else 130) from None
     except BrokenPipeError:
         pass  # written outside click's handler (at exit, in a callback): the same as below
     except Exception as exc:  # the last resort: a bug must still leave its reason on this rank's stderr
