@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpdoctor.cli import app
@@ -723,3 +725,13 @@ def test_interrupted_command_exits_130_or_143(tmp_path, signame, code):
     finally:
         proc.kill()
         proc.wait()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(SECRET_CORPUS), st.text(max_size=200), st.text(max_size=200))
+def test_secret_corpus_survives_no_surrounding_text(case, before, after):
+    """Each secret shape, between random lines of text, never leaves redact_text."""
+    from ddpdoctor.edge.redact import redact_text
+
+    text, secret, _ = case
+    assert secret not in redact_text(f"{before}\n{text}\n{after}", {})

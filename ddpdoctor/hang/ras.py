@@ -106,6 +106,9 @@ def parse_ras_json(body: str) -> RasStatus:
     ras = raw.get("ras") if isinstance(raw.get("ras"), dict) else {}
     status.timeouts = _int(ras.get("timeouts_count")) or 0
     for comm in _dicts(raw.get("communicators")):
+        if not isinstance(comm.get("ranks"), list):
+            # Every communicator RAS reports lists its ranks: without them nothing says who answered.
+            raise ValueError("RAS JSON communicator without a `ranks` list: not a RAS status")
         ident = str(comm.get("hash") or "?")[:200]
         ranks = _dicts(comm.get("ranks"))
         missing = _dicts(comm.get("missing_ranks"))
