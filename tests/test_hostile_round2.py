@@ -735,3 +735,13 @@ def test_secret_corpus_survives_no_surrounding_text(case, before, after):
 
     text, secret, _ = case
     assert secret not in redact_text(f"{before}\n{text}\n{after}", {})
+
+
+@pytest.mark.parametrize("spec", ["/proc", "/proc/self", "/proc/kmsg", "/proc/self/env", "/sys/kernel"])
+def test_flight_recorder_spec_under_proc_or_sys_reads_nothing(tmp_path, spec):
+    """A job's own TORCH_FR_DUMP_TEMP_FILE (or a typo) naming kernel files: no file there is read."""
+    from ddpdoctor.hang.probe_io import fr_candidates
+
+    assert fr_candidates(spec) == []
+    result = run_cli("explain", spec, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -311,7 +311,18 @@ def read_quoted_source(
 LOG_SNIFF_BYTES = 8192
 STDIN_LOG_LIMIT = 2 * 1024 * MiB
 # Where no log lives: reading /proc/kmsg blocks and consumes the kernel's messages, /dev/* never ends.
-NOT_LOG_DIRS = ("/proc", "/sys", "/dev")
+KERNEL_DIRS = ("/proc", "/sys")
+NOT_LOG_DIRS = (*KERNEL_DIRS, "/dev")
+
+
+def in_kernel_dir(path: Pathish) -> bool:
+    """Whether `path` resolves under /proc or /sys: kernel files, which a read can block on or consume
+    (/proc/kmsg), never a user's data file (a dump directory named by a job's TORCH_FR_DUMP_TEMP_FILE)."""
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return True
+    return any(_inside(real, d) for d in KERNEL_DIRS)
 _GZIP, _XZ, _BZ2, _ZSTD = b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh", b"\x28\xb5\x2f\xfd"
 
 
@@ -526,7 +537,8 @@ def log_path_refusal(path: str) -> Optional[str]:
     except (OSError, ValueError) as exc:
         return (getattr(exc, "strerror", None) or str(exc)).lower()
     if any(_inside(real, d) for d in NOT_LOG_DIRS):
-        return f"a kernel or device file ({real}), not a log"
+        hint = " (use '-' for standard input)" if real.startswith(("/proc/self/fd", "/dev/std")) or "pipe:" in real else ""
+        return f"a kernel or device file ({real}), not a log{hint}"
     if not stat.S_ISREG(mode):
         return f"not a regular file ({describe_file_type(mode)})"
     return None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ddpdoctor.edge.files import read_quoted_source, read_user_bytes, source_roots
+from ddpdoctor.edge.files import in_kernel_dir, read_quoted_source, read_user_bytes, source_roots
 from ddpdoctor.edge.procfs import read_process_state as process_state
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import (
@@ -242,7 +242,12 @@ class DumpRead:
 
 
 def fr_candidates(spec: str) -> list[Path]:
-    """The dump files `--fr` names: a file, a directory (every file in it), or a prefix (`/tmp/fr_`)."""
+    """The dump files `--fr` names: a file, a directory (every file in it), or a prefix (`/tmp/fr_`).
+
+    Never a file under /proc or /sys: the spec may come from a job's own TORCH_FR_DUMP_TEMP_FILE, and
+    reading /proc/kmsg there would consume the kernel's messages."""
+    if in_kernel_dir(spec):
+        return []
     path = Path(spec)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -253,7 +258,7 @@ def fr_candidates(spec: str) -> list[Path]:
         if not parent.is_dir():
             return []
         files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and p.is_file())
-    return files
+    return [p for p in files if not in_kernel_dir(p)]
 
 
 def _twin_name(path: str) -> str:
