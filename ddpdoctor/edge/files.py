@@ -103,7 +103,7 @@ def read_user_bytes(path: Pathish, limit: int) -> bytes:
     _refuse_special(st.st_mode, path)
     if st.st_size > limit:
         raise _too_large(limit, path)
-    return _read_regular(path, lambda read: _read_capped(read, limit, path))
+    return _read_regular(path, lambda read, _: _read_capped(read, limit, path))
 
 
 def read_user_head(path: Pathish, limit: int) -> bytes:
@@ -111,15 +111,25 @@ def read_user_head(path: Pathish, limit: int) -> bytes:
 
     For files read for a few settings (nccl.conf) rather than parsed whole. Raises as read_user_bytes."""
     _refuse_special(os.stat(path).st_mode, path)
-    return _read_regular(path, lambda read: read(limit))
+    return _read_regular(path, lambda read, _: read(limit))
 
 
-def _read_regular(path: Pathish, read_with: Any) -> bytes:
-    # O_NONBLOCK: if the path was swapped for a FIFO since stat(), open() still returns at once.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+def _open_regular(path: Pathish, extra_flags: int = 0) -> int:
+    """A descriptor on a regular file, or InputRefused/OSError. O_NONBLOCK: if the path was swapped for
+    a FIFO since any stat(), open() still returns at once, and fstat() on the descriptor then refuses it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | extra_flags)
     try:
         _refuse_special(os.fstat(fd).st_mode, path)
-        return read_with(lambda n: os.read(fd, n))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_regular(path: Pathish, read_with: Any, extra_flags: int = 0) -> bytes:
+    fd = _open_regular(path, extra_flags)
+    try:
+        return read_with(lambda n: os.read(fd, n), os.fstat(fd))
     finally:
         os.close(fd)
 
@@ -287,22 +297,19 @@ def read_quoted_source(
         return None
     if not any(_inside(real, root) for root in roots):
         return None
+
+    def read_owned(read: Any, st: os.stat_result) -> bytes:
+        if st.st_size > limit:
+            raise _too_large(limit, real)
+        if owner_uid is not None and st.st_uid != owner_uid and not st.st_mode & stat.S_IROTH:
+            raise InputRefused(errno.EACCES, "not the job's to read", real)
+        return _read_capped(read, limit, real)
+
     try:
         # O_NOFOLLOW: the resolved name's last part cannot have been swapped for a link since realpath().
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        data = _read_regular(real, read_owned, os.O_NOFOLLOW)
     except (OSError, ValueError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        if owner_uid is not None and st.st_uid != owner_uid and not st.st_mode & stat.S_IROTH:
-            return None
-        data = _read_capped(lambda n: os.read(fd, n), limit, real)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     return redact_text(data.decode("utf-8", errors="replace"))
 
 
@@ -550,9 +557,8 @@ def open_user_log(path: str) -> BinaryIO:
     reason = log_path_refusal(path)
     if reason is not None:
         raise InputRefused(errno.EINVAL, reason, path)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd = _open_regular(path)
     try:
-        _refuse_special(os.fstat(fd).st_mode, path)
         os.set_blocking(fd, True)
         raw = os.fdopen(fd, "rb")
     except BaseException:
