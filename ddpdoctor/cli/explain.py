@@ -13,7 +13,8 @@ from ddpdoctor.cli.app import app, format_option, json_option, pick_format, usag
 EXPLAIN_EXIT_CODES = (
     "Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or "
     "only its consequences: no cause found in these logs); 2 usage error (no input, stdin closed, "
-    "unreadable file, a .gz with nothing readable); 3 inconclusive: the input is empty (0 bytes), "
+    "unreadable file, a compressed log with nothing readable, binary data or a kernel/device file such as "
+    "/proc/kmsg that is no log); 3 inconclusive: the input is empty (0 bytes), "
     "nothing to explain."
 )
 
@@ -37,15 +38,15 @@ def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
 
 @app.command(
     help="Explain a failed distributed run from its logs: the root cause first (signature, rank, host, "
-    "first occurrence, evidence), then its consequences, each with cause and fix. FILEs may be plain or "
-    ".gz, one per rank or node; with no FILE (or '-') the log is read from stdin, e.g. "
+    "first occurrence, evidence), then its consequences, each with cause and fix. FILEs may be plain, "
+    "gzip/xz/bzip2/zstd-compressed or UTF-16 (told by their first bytes), one per rank or node; with no FILE (or '-') the log is read from stdin, e.g. "
     "`torchrun ... 2>&1 | ddpdoctor explain`. A directory is read as torch Flight Recorder dumps (one per "
     "rank) and aligned like `ddpdoctor hang --fr` (docs/hang.md). Knowledge base: docs/explain.md.\n\n"
     + EXPLAIN_EXIT_CODES
 )
 def explain(
     files: Optional[List[str]] = typer.Argument(
-        None, help="Log files (plain or .gz); '-' for stdin; a directory of Flight Recorder dumps."
+        None, help="Log files (plain, compressed or UTF-16); '-' for stdin; a directory of Flight Recorder dumps."
     ),
     json_out: bool = json_option("Print the explanation as JSON (same as --format json)."),
     output_format: str = format_option(),
