@@ -282,8 +282,8 @@ def read_quoted_source(
     wrote the dump, so it is quoted only when all hold: it resolves (symbolic links followed) inside one
     of `roots` (source_roots: the job's own tree) and outside FORBIDDEN_SOURCE_DIRS; it is a regular file
     (judged on the opened descriptor, opened without blocking, so a FIFO or device can never block);
-    when `owner_uid` is given (the rank's uid, the dump's owner) it is owned by that uid or readable by
-    everyone, so `hang` run as root never prints a file the job itself could not read. At most `limit`
+    when `owner_uid` is given (the rank's uid, the dump's owner) it is owned by that uid, so `hang` run
+    as root never prints a file the job itself could not read. At most `limit`
     bytes are read; the text is redacted (edge/redact.py) before it leaves this function."""
     from ddpdoctor.edge.redact import redact_text
 
@@ -301,8 +301,10 @@ def read_quoted_source(
     def read_owned(read: Any, st: os.stat_result) -> bytes:
         if st.st_size > limit:
             raise _too_large(limit, real)
-        if owner_uid is not None and st.st_uid != owner_uid and not st.st_mode & stat.S_IROTH:
-            raise InputRefused(errno.EACCES, "not the job's to read", real)
+        if owner_uid is not None and st.st_uid != owner_uid:
+            # Not "or world-readable": a world-readable file in a directory the job cannot enter
+            # (/root/x) is still not the job's; its own scripts are owned by its user.
+            raise InputRefused(errno.EACCES, "not owned by the job's user", real)
         return _read_capped(read, limit, real)
 
     try:

@@ -419,8 +419,9 @@ def read_sources_into(facts: HangFacts) -> None:
 
     A frame names any path its job (or a dump's writer) chose, so only the job's own tree is read: for a
     live rank its cwd, script directory and PYTHONPATH, with the rank's uid as the owner a file must
-    have (or be world-readable); for a dump also the reader's cwd and the dump's directory, with the
-    dump file's owner. Never /proc, /sys, /dev or /etc (edge.files.read_quoted_source)."""
+    have; for a dump also the reader's cwd and the dump's directory, with the dump file's owner (an owner
+    that cannot be read, a rank gone meanwhile, means nothing is quoted). Never /proc, /sys, /dev or /etc
+    (edge.files.read_quoted_source)."""
     workers = facts.job.workers if facts.job is not None else []
     job_roots: list[str] = []
     for worker in workers:
@@ -438,6 +439,8 @@ def read_sources_into(facts: HangFacts) -> None:
                 wanted.setdefault(frame.filename, (roots, _uid_of(dump.source)))
     for filename in sorted(wanted)[:32]:
         roots, owner = wanted[filename]
+        if owner is None:
+            continue
         lines = read_source(filename, roots, owner)
         if lines is not None:
             facts.sources[filename] = lines
