@@ -745,3 +745,12 @@ def test_flight_recorder_spec_under_proc_or_sys_reads_nothing(tmp_path, spec):
     assert fr_candidates(spec) == []
     result = run_cli("explain", spec, cwd=tmp_path, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_an_argv_kept_as_a_list_is_redacted_across_elements():
+    from ddpdoctor.edge.redact import REDACTED, redact_data
+
+    argv = ["python", "t.py", "--auth", "Zq1", "--key", "Zq2", "-p", "Zq3", "--jwt", JWT, "--port", "29500"]
+    out = redact_data({"argv": argv}, {})["argv"]
+    assert out == ["python", "t.py", "--auth", REDACTED, "--key", REDACTED, "-p", REDACTED, "--jwt", REDACTED,
+                   "--port", "29500"]  # fmt: skip

@@ -71,6 +71,11 @@ _SECRET_OPTION_WORD = re.compile(
     + r"|-p)(?![A-Za-z0-9_-]))(?P<sep>[ \t]{1,8}|=)(?P<value>[^\s-]\S*)",
     re.IGNORECASE,
 )
+# The same option names as whole words: an argv kept as a list (`["--auth", "X"]`) has the value in the
+# next element, which no pattern over one string can see.
+_SECRET_OPTION_NAME = re.compile(
+    r"(?:--?[A-Za-z0-9_-]{0,64}?(?<![A-Za-z0-9])" + _SECRET_OPTION_SEGMENT + r"|-p)", re.IGNORECASE
+)
 # What _TOKEN_FORMATS, _BEARER and _WEBHOOK_URL recognise, in words (for describe_redaction).
 TOKEN_FORMAT_NAMES = (
     "Hugging Face",
@@ -216,5 +221,12 @@ def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
             out[k] = REDACTED if secret_key and isinstance(v, str) and v else redact_data(v, env)
         return out
     if isinstance(value, (list, tuple)):
-        return [redact_data(v, env) for v in value]
+        out_list = [redact_data(v, env) for v in value]
+        for i in range(1, len(value)):
+            # An argv as a list: `--auth`, `X` -> `--auth`, `<redacted>`.
+            before, item = value[i - 1], value[i]
+            if (isinstance(before, str) and isinstance(item, str) and len(before) <= 80
+                    and _SECRET_OPTION_NAME.fullmatch(before) and item and not item.startswith(("-", "<"))):  # fmt: skip
+                out_list[i] = REDACTED
+        return out_list
     return value
