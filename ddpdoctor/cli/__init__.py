@@ -117,6 +117,25 @@ def _install_stop_signals() -> None:
             pass
 
 
+def _exit_stopped(code: int) -> None:
+    """Leave after a stop signal, its cleanup done: 130 for Ctrl-C; for SIGTERM die of the signal itself,
+    so a shell reports 143 and a launcher (torchrun: "Signal 15", exitcode -15) sees a terminated rank,
+    as before cleanup ran."""
+    import os
+    import signal
+    import sys
+
+    if code == 143:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+    raise SystemExit(code) from None
+
+
 def main() -> None:
     import sys
 
@@ -127,11 +146,11 @@ def main() -> None:
     except SystemExit as exc:
         if _stopped_by and exc.code not in (0, None):
             # typer/click turn any KeyboardInterrupt into 130 (or "Aborted!" and 1): say which signal it was.
-            raise SystemExit(_stopped_by[0]) from None
+            _exit_stopped(_stopped_by[0])
         if _stopped_by or not _stdout_broke():
             raise
     except KeyboardInterrupt:
-        raise SystemExit(_stopped_by[0] if _stopped_by else 130) from None
+        _exit_stopped(_stopped_by[0] if _stopped_by else 130)
     except BrokenPipeError:
         pass  # written outside click's handler (at exit, in a callback): the same as below
     except Exception as exc:  # the last resort: a bug must still leave its reason on this rank's stderr
