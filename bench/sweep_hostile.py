@@ -1,4 +1,4 @@
-"""The hostile-input sweep of issue #20: every command as a hostile user would run it, counted.
+"""The hostile-input sweep of issues #20 and #26 (groups 26-*): every command as a hostile user would run it, counted.
 
 Each case runs the real `ddpdoctor` CLI in a subprocess with a wall-clock cap and passes when it
 (1) ends before its cap, (2) prints no Python traceback, (3) exits with one of the codes the case allows
@@ -341,6 +341,355 @@ def build_cases(tmp: Path, root_user: bool) -> list[Case]:
     return cases
 
 
+# Round 2 (#26): file disclosure, hangs, secrets, memory, tracebacks, mixed data, garbage, small items.
+FR_FIXTURES = ROOT / "tests" / "fixtures" / "flight_recorder" / "skip"
+REAL_LOG = ROOT / "tests" / "fixtures" / "explain" / "real-h100" / "dup_gpu.log"
+JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ6cTFjaSJ9.c2lnbmF0dXJlX3pxMQ"
+ROUND2_SECRETS = ("Zq1authSecret", "Zq2keySecret", "Zq3pwSecret", JWT, "Zq5redis", "Zq6azure", "Zq7pass",
+                  "Zq8tok", "Zq9aws", "hf_ZqZqZqZqZqZqZqZqZqZqZqZq")  # fmt: skip
+ENV_MARKER = "zz-environ-marker-zz"
+
+
+def lacks(*needles: str) -> Callable[[subprocess.CompletedProcess], str]:
+    def verify(proc: subprocess.CompletedProcess) -> str:
+        found = [n for n in needles if n in proc.stdout or n in proc.stderr]
+        return f"printed {found}" if found else ""
+
+    return verify
+
+
+def says(*needles: str) -> Callable[[subprocess.CompletedProcess], str]:
+    def verify(proc: subprocess.CompletedProcess) -> str:
+        missing = [n for n in needles if n not in proc.stdout + proc.stderr]
+        return f"does not say {missing}" if missing else ""
+
+    return verify
+
+
+def hostile_dump_dir(tmp: Path, name: str, edit: Callable[[dict, str], None]) -> Path:
+    """The real torch 2.13 `skip` dumps (pickles), each edited as an attacker would."""
+    import pickle
+
+    sys.path.insert(0, str(ROOT))
+    from ddpdoctor.hang.fr import load_plain_pickle
+
+    out = tmp / name
+    out.mkdir()
+    for src in sorted(FR_FIXTURES.iterdir()):
+        if src.name.endswith(".json"):
+            continue
+        raw = load_plain_pickle(src.read_bytes())
+        edit(raw, src.name)
+        (out / src.name).write_bytes(pickle.dumps(raw, protocol=4))
+    return out
+
+
+def frames_to(target: str) -> Callable[[dict, str], None]:
+    def edit(raw: dict, _: str) -> None:
+        for entry in raw["entries"]:
+            for frame in entry.get("frames", []):
+                if frame["filename"].endswith("_hang_job.py"):
+                    frame["filename"], frame["line"] = target, 1
+
+    return edit
+
+
+class RasGarbageServer:
+    """A local TCP server answering the RAS handshake and then `body` (threads; closed by close())."""
+
+    def __init__(self, body: bytes) -> None:
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.addr = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.body = body
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.sendall(b"SERVER PROTOCOL 2\n")
+                    conn.settimeout(2)
+                    for reply in (b"OK\n", b"OK\n"):
+                        conn.recv(4096)
+                        conn.sendall(reply)
+                    conn.recv(4096)
+                    conn.sendall(self.body)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def build_round2_cases(tmp: Path) -> tuple[list[Case], list[Callable[[], None]]]:
+    """The attacks of issue #26, one case each; returns the cases and what to close afterwards."""
+    cases: list[Case] = []
+    cleanup: list[Callable[[], None]] = []
+    r2 = tmp / "r2"
+    r2.mkdir()
+    env_marker = {"PLANTED_VALUE": ENV_MARKER}
+    # 1. file disclosure through frame paths
+    planted = r2 / "elsewhere"
+    planted.mkdir()
+    (planted / "keys.py").write_text("HF_TOKEN = 'hf_ZqZqZqZqZqZqZqZqZqZqZqZq'\n")
+    for label, target in (("etc-passwd", "/etc/passwd"), ("proc-environ", "/proc/self/environ"),
+                          ("proc-status", "/proc/self/status"), ("planted", str(planted / "keys.py")),
+                          ("etc-shadow", "/etc/shadow")):  # fmt: skip
+        d = hostile_dump_dir(r2, f"fr-{label}", frames_to(target))
+        check = lacks("root:", ENV_MARKER, "hf_ZqZq", "Name:\t")
+        for argv in (("explain", str(d)), ("explain", str(d), "--json"), ("explain", str(d), "--format", "markdown"),
+                     ("hang", "--fr", str(d), "--no-ras", "--no-stacks", "--json"),
+                     ("hang", "--fr", str(d), "--no-ras", "--no-stacks")):  # fmt: skip
+            cases.append(Case("26-1-disclose", f"{' '.join(argv[:1])} frames->{label} {' '.join(argv[2:])}",
+                              ddpdoctor_argv(*argv), (0, 1, 3), 60, env=env_marker, verify=check))  # fmt: skip
+    inside = hostile_dump_dir(r2, "fr-inside", frames_to(str(r2 / "fr-inside" / "train.py")))
+    (inside / "train.py").write_text("password = 'Zq7pass'\ntoken='Zq8tok'\n")
+    cases.append(Case("26-1-disclose", "explain DIR: source in the dump dir quoted redacted",
+                      ddpdoctor_argv("explain", str(inside), "--json"), (0, 1), 60, verify=lacks("Zq7pass", "Zq8tok")))  # fmt: skip
+    # 2. hangs
+    fifo_dir = hostile_dump_dir(r2, "fr-fifo", frames_to(str(r2 / "fr-fifo" / "pipe.py")))
+    os.mkfifo(fifo_dir / "pipe.py")
+    kmsg_dir = hostile_dump_dir(r2, "fr-kmsg", frames_to("/proc/kmsg"))
+    for label, d in (("fifo", fifo_dir), ("kmsg", kmsg_dir)):
+        cases.append(Case("26-2-hang", f"explain DIR (frame -> {label})", ddpdoctor_argv("explain", str(d)),
+                          (0, 1, 3), 30))  # fmt: skip
+        cases.append(Case("26-2-hang", f"hang --fr (frame -> {label}) --timeout 2",
+                          ddpdoctor_argv("hang", "--fr", str(d), "--no-ras", "--no-stacks", "--timeout", "2"),
+                          (0, 1, 3), 30))  # fmt: skip
+    for path in ("/proc/kmsg", "/proc/self/environ", "/dev/zero", "/sys/kernel/notes", "/dev/stdin"):
+        cases.append(Case("26-2-hang", f"explain {path}", ddpdoctor_argv("explain", path), (2,), 30,
+                          verify=lacks(ENV_MARKER)))  # fmt: skip
+    for dev in ("/dev/zero", "/dev/urandom"):
+        cases.append(Case("26-2-hang", f"explain < {dev}", ddpdoctor_argv("explain"), (2,), 30, stdin=dev,
+                          verify=says("not a text log")))  # fmt: skip
+    for n, pattern in enumerate(("*a*a*a*a*a*a*b", "*a*a*a*a*a*a*a*a*a*a*b", "**/*a*a*a*a*a*a*a*b/**", "a*a*a*a*a*a*a*[b]")):
+        lint_dir = r2 / f"lint-redos-{n}"
+        lint_dir.mkdir()
+        (lint_dir / ".gitignore").write_text(pattern + "\n")
+        (lint_dir / ("a" * 200 + ".py")).write_text("import os\n")
+        cases.append(Case("26-2-hang", f"lint . with .gitignore {pattern}", ddpdoctor_argv("lint", str(lint_dir)),
+                          (0, 1), 30))  # fmt: skip
+    # 3. secrets: the environment (snapshot env.json, report), explain evidence lines
+    leaky_env = {"CI_JOB_JWT": JWT, "ID_JWT": JWT, "REDIS_URL": "redis://:Zq5redis@cache:6379/0",
+                 "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zq6azure==;x=y",
+                 "GITHUB_TOKEN": "ghs_Zq1authSecretZq1authSecretZq1auth"}  # fmt: skip
+    snap = r2 / "leaky-snap"
+    cases.append(Case("26-3-secrets", "snapshot DIR with CI/cloud tokens in the environment",
+                      ddpdoctor_argv("snapshot", str(snap), "--only", "launch,network,nccl_env"), (0,), 60,
+                      env=leaky_env, verify=files_without(snap)))  # fmt: skip
+    for fmt in ("json", "table", "markdown", "junit", "github"):
+        cases.append(Case("26-3-secrets", f"check --format {fmt} -v with CI/cloud tokens",
+                          ddpdoctor_argv("check", "--only", "launch,network,nccl_env", "--format", fmt, "-v"),
+                          (0, 1, 3), 60, env=leaky_env, verify=lacks(*ROUND2_SECRETS)))  # fmt: skip
+    cases.append(Case("26-3-secrets", "report -o - (live) with CI/cloud tokens", ddpdoctor_argv("report", "-o", "-"),
+                      (0,), 120, env=leaky_env, verify=lacks(*ROUND2_SECRETS, "CI_JOB_JWT")))  # fmt: skip
+    log = r2 / "secrets.log"
+    log.write_text(
+        "conn = connect(password='Zq7pass', token='Zq8tok', api_key='Zq8tok')\n"
+        "{'aws_secret_access_key': 'Zq9aws/abc'}\nREDIS_URL=redis://:Zq5redis@host\n"
+        f"auth {JWT}\npython t.py --auth Zq1authSecret --key Zq2keySecret -p Zq3pwSecret\n"
+        "RuntimeError: CUDA error: invalid device ordinal\n"
+    )
+    for fmt in ("json", "table", "markdown", "junit", "github"):
+        cases.append(Case("26-3-secrets", f"explain --all --format {fmt} (secrets in evidence lines)",
+                          ddpdoctor_argv("explain", str(log), "--all", "--format", fmt), (0, 1), 60,
+                          verify=lacks(*ROUND2_SECRETS)))  # fmt: skip
+    # 4. memory
+    def memo_bomb(raw: dict, _: str) -> None:
+        entry = dict(raw["entries"][0], frames=(raw["entries"][0]["frames"] * 40)[:64])
+        raw["entries"] = [entry] * 300_000
+
+    bomb = hostile_dump_dir(r2, "fr-memo-bomb", memo_bomb)
+    cases.append(Case("26-4-memory", "explain DIR of three 600 KB memo-sharing dumps", ddpdoctor_argv("explain", str(bomb)),
+                      (2,), 60, verify=says("expands to more than")))  # fmt: skip
+    cases.append(Case("26-4-memory", "hang --fr of three memo-sharing dumps",
+                      ddpdoctor_argv("hang", "--fr", str(bomb), "--no-ras", "--no-stacks"), (3,), 60))  # fmt: skip
+    # 5. tracebacks
+    for field_name in ("collective_seq_id", "rank", "pg_id", "p2p_seq_id"):
+        def huge(raw: dict, _: str, key: str = field_name) -> None:
+            if key == "rank":
+                raw["rank"] = 7 * 10**4999
+            else:
+                raw["entries"][0][key] = 7 * 10**4999
+
+        d = hostile_dump_dir(r2, f"fr-huge-{field_name}", huge)
+        for fmt in ("table", "json", "markdown"):
+            cases.append(Case("26-5-traceback", f"explain DIR ({field_name} of 5000 digits) --format {fmt}",
+                              ddpdoctor_argv("explain", str(d), "--format", fmt), (0, 1, 3), 60))  # fmt: skip
+    for label, body in (("communicators-5", b'{"communicators": 5}\n'), ("ranks-5", b'{"nccl_version": "2.28", "communicators": [{"ranks": 5}]}\n'),
+                        ("garbage-8MB", b"\x00garbage " * (1024 * 1024)), ("text-garbage", b"hello\nworld\n" * 1000)):  # fmt: skip
+        server = RasGarbageServer(body)
+        cleanup.append(server.close)
+        cases.append(Case("26-5-traceback", f"hang --ras-addr (RAS reply {label})",
+                          ddpdoctor_argv("hang", "--ras-addr", server.addr, "--no-stacks", "--no-fr", "--timeout", "3"),
+                          (0, 1, 3), 30, verify=lacks("every rank answered")))  # fmt: skip
+    for n, toml in enumerate(("tool = 5\n", '[tool]\nddpdoctor = "x"\n', "[tool.ddpdoctor]\nlint = 3\n")):
+        d = r2 / f"lint-pyproject-{n}"
+        d.mkdir()
+        (d / "pyproject.toml").write_text(toml)
+        (d / "train.py").write_text("import torch\n")
+        cases.append(Case("26-5-traceback", f"lint with pyproject {toml.strip()!r}", ddpdoctor_argv("lint", str(d)),
+                          (0, 1, 2), 30))  # fmt: skip
+    big = "9" * 400
+    df = r2 / "df-huge.txt"
+    df.write_text(f"Filesystem 1K-blocks Used Available Use% Mounted on\nshm {big} 0 {big} 0% /dev/shm\n")
+    cases.append(Case("26-5-traceback", "parse df (400-digit sizes)", ddpdoctor_argv("parse", "df", str(df)), (0, 3), 30))
+    df_snap = snapshot_with(tmp, "r2-df-huge", {"df-shm.txt": df.read_text()})
+    cases.append(Case("26-5-traceback", "check --replay (df-shm.txt with 400-digit sizes)",
+                      ddpdoctor_argv("check", "--replay", str(df_snap), "--json"), (0, 1, 3), 60,
+                      verify=says('"area": "system"')))  # fmt: skip
+    hs = str(HEALTHY)
+    for argv in (("report", "--replay", hs), ("check", "--replay", hs), ("check", "--replay", hs, "--json"),
+                 ("expect", "--replay", hs, "--write", "-"), ("plan", "--params", "7B", "--gpu-mem", "80G"),
+                 ("explain", str(REAL_LOG)), ("parse", "df", str(HEALTHY / "df-shm.txt")),
+                 ("bench-nccl", "--backend", "gloo", "--iters", "1", "--warmup", "0", "--ops", "all_reduce",
+                  "--min-bytes", "1K", "--max-bytes", "1K")):  # fmt: skip
+        cases.append(Case("26-5-traceback", f"{' '.join(argv[:2])} >&- (stdout closed)",
+                          ["sh", "-c", '"$@" >&-', "sh", *ddpdoctor_argv(*argv)], (2,), 120,
+                          verify=says("standard output is closed")))  # fmt: skip
+    for enc in ("ascii", "latin-1"):
+        uni = r2 / "unicode.log"
+        uni.write_text("x \u2014 RuntimeError: CUDA error: invalid device ordinal \u4e2d\n")
+        for argv in (("explain", str(uni), "--all"), ("report", "--replay", hs), ("check", "--replay", hs, "-v")):
+            cases.append(Case("26-5-traceback", f"{argv[0]} with PYTHONIOENCODING={enc}", ddpdoctor_argv(*argv),
+                              (0, 1), 60, env={"PYTHONIOENCODING": enc}))  # fmt: skip
+    # 6. mixed snapshots, COLUMNS
+    mixed = r2 / "mixed-snap"
+    three = " & ".join(f'"$0" -m ddpdoctor snapshot {mixed} --only launch,network >/dev/null 2>&1' for _ in range(3))
+    script = (f"{three} & wait; n=$(ls -A {mixed} | wc -l); "
+              f'"$0" -m ddpdoctor check --replay {mixed} --only launch,network --json >/dev/null; r=$?; '
+              f'echo "files=$n replay=$r"; ls -A {mixed} | grep -c "^\\.ddpdoctor" ; true')  # fmt: skip
+
+    def one_snapshot(proc: subprocess.CompletedProcess) -> str:
+        ok = "replay=0" in proc.stdout or "replay=1" in proc.stdout
+        return "" if ok and proc.stdout.strip().endswith("0") else f"mixed or broken: {proc.stdout[-200:]}"
+
+    cases.append(Case("26-6-mixed", "three snapshot DIR at once into one new directory",
+                      ["sh", "-c", script, sys.executable], (0,), 120, verify=one_snapshot))  # fmt: skip
+    for columns in ("0", "-1", "abc", "100000", "9" * 30):
+        def width_ok(proc: subprocess.CompletedProcess) -> str:
+            lines = proc.stdout.splitlines()
+            if not lines:
+                return "printed nothing"
+            return "" if max(map(len, lines)) <= 1000 else f"a line of {max(map(len, lines))} characters"
+
+        for argv in (("check", "--replay", hs, "-v"), ("explain", str(REAL_LOG), "--all"), ("report", "--replay", hs)):
+            cases.append(Case("26-6-mixed", f"COLUMNS={columns[:8]} {argv[0]}", ddpdoctor_argv(*argv), (0, 1), 60,
+                              env={"COLUMNS": columns}, verify=width_ok))  # fmt: skip
+    # 7. garbage
+    for tool in ("gzip", "xz", "bzip2", "zstd"):
+        if shutil.which(tool) is None:
+            continue
+        packed = r2 / f"packed-{tool}.log"
+        packed.write_bytes(subprocess.run([tool, "-c", str(REAL_LOG)], capture_output=True, check=True).stdout)
+        verify = says("nccl.duplicate_gpu") if tool != "zstd" else None
+        cases.append(Case("26-7-garbage", f"explain a {tool}-compressed log", ddpdoctor_argv("explain", str(packed), "--json"),
+                          (1, 2) if tool == "zstd" else (1,), 60, verify=verify))  # fmt: skip
+    for enc in ("utf-16", "utf-16-le", "utf-16-be"):
+        wide = r2 / f"wide-{enc}.log"
+        wide.write_bytes(REAL_LOG.read_text(errors="replace").encode(enc))
+        cases.append(Case("26-7-garbage", f"explain a {enc} log", ddpdoctor_argv("explain", str(wide), "--json"), (1,), 60,
+                          verify=says("nccl.duplicate_gpu")))  # fmt: skip
+    rnd = r2 / "random.bin"
+    rnd.write_bytes(os.urandom(1 << 20))
+    cases.append(Case("26-7-garbage", "explain random bytes", ddpdoctor_argv("explain", str(rnd)), (2,), 30,
+                      verify=says("not a text log")))  # fmt: skip
+    for label, pid in (("PID 1", "1"), ("no such pid", "4000000")):
+        cases.append(Case("26-7-garbage", f"hang --pid ({label})", ddpdoctor_argv("hang", "--pid", pid, "--no-ras", "--json"),
+                          (3,), 60, verify=lacks('"ranks": [-', "rank -")))  # fmt: skip
+    cases.append(Case("26-7-garbage", "hang --pid of a plain python process",
+                      ["sh", "-c", '"$0" -c "import time; time.sleep(30)" & p=$!; "$0" -m ddpdoctor hang --pid $p --no-ras; '
+                       "r=$?; kill $p; exit $r", sys.executable], (3,), 60, verify=says("not a distributed job")))  # fmt: skip
+
+    def claim_rank0(raw: dict, _: str) -> None:
+        raw["rank"] = 0
+
+    rank0 = hostile_dump_dir(r2, "fr-all-rank0", claim_rank0)
+    cases.append(Case("26-7-garbage", "explain DIR of dumps that all claim rank 0", ddpdoctor_argv("explain", str(rank0), "--json"),
+                      (0, 1, 3), 60, verify=says("claims rank 0")))  # fmt: skip
+    gpu_fix = ROOT / "tests" / "fixtures" / "gpu"
+    others = [gpu_fix / "nvidia-smi-q__8xh100-535.161.08-gpu0-section-hw-power-brake-active-pcie-replays.txt",
+              gpu_fix / "dmesg__xid-51-bad-tsg-then-xid-154-pf-flr-excerpt.txt",
+              gpu_fix / "p2pBandwidthLatencyTest__2x-rtx2080ti-cannot-access-peer.txt", HEALTHY / "df-shm.txt"]  # fmt: skip
+    for tool in ("ibstat", "ibstatus", "ibv_devinfo", "lsmod"):
+        for other in others:
+            cases.append(Case("26-7-garbage", f"parse {tool} {other.name[:30]}", ddpdoctor_argv("parse", tool, str(other)),
+                              (3,), 30))  # fmt: skip
+    for n, toml in enumerate(("[rdma]\nrate_gbps = nan\n", '[rdma]\nlink_layer = "Ethernet "\n', '[gpu]\nmodel = "H100 "\n',
+                              "[rdma]\nrate_gbps = inf\n", f'[system]\nshm_min = "{big}G"\n')):  # fmt: skip
+        path = r2 / f"expect-{n}.toml"
+        path.write_text(toml)
+        cases.append(Case("26-7-garbage", f"check --expect {toml.strip()[:30]!r}",
+                          ddpdoctor_argv("check", "--replay", hs, "--expect", str(path)), (2,), 60))  # fmt: skip
+    # 8. small
+    cases.append(Case("26-8-small", "report -o - is stdout", ddpdoctor_argv("report", "--replay", hs, "-o", "-"), (0,), 60,
+                      verify=says("# ddpdoctor report")))  # fmt: skip
+    out_fifo = r2 / "out.md"
+    os.mkfifo(out_fifo)
+    cases.append(Case("26-8-small", "report -o FIFO", ddpdoctor_argv("report", "--replay", hs, "-o", str(out_fifo)), (2,), 30,
+                      verify=lacks("--force")))  # fmt: skip
+    cases.append(Case("26-8-small", "report header intact", ddpdoctor_argv("report", "--replay", hs, "-o", "-"), (0,), 60,
+                      verify=says("`--password <value>`")))  # fmt: skip
+    for argv in (("--params", "9" * 4000 + "B"), ("--params", "7B", "--gpu-mem", "9" * 4000 + "G")):
+        cases.append(Case("26-8-small", f"plan {argv[-2]} <4000 digits>", ddpdoctor_argv("plan", *argv), (2,), 30,
+                          verify=says("too large")))  # fmt: skip
+    return cases, cleanup
+
+
+def files_without(path: Path) -> Callable[[subprocess.CompletedProcess], str]:
+    def verify(proc: subprocess.CompletedProcess) -> str:
+        for f in sorted(path.glob("*")):
+            text = f.read_text(errors="replace")
+            leaked = [s for s in ROUND2_SECRETS if s in text]
+            if leaked:
+                return f"{f.name} leaked {leaked}"
+        return lacks(*ROUND2_SECRETS)(proc)
+
+    return verify
+
+
+def port_holder_round2(tmp: Path) -> tuple[list[Case], subprocess.Popen]:
+    """A MASTER_PORT holder run as `python h.py --auth X --key X -p X --jwt JWT`: every format, snapshot,
+    report (live and replayed) must show it without the values."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    holder_py = tmp / "h.py"
+    holder_py.write_text(
+        "import socket, time\n"
+        f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); print('up', flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, str(holder_py), "--auth", "Zq1authSecret", "--key", "Zq2keySecret", "-p", "Zq3pwSecret",
+         "--jwt", JWT], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    holder.stdout.readline()
+    env = {"MASTER_PORT": str(port), "MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "2"}
+    cases = []
+    for fmt in ("json", "table", "markdown", "junit", "github"):
+        cases.append(Case("26-3-secrets", f"MASTER_PORT holder --auth/--key/-p/--jwt: check --format {fmt} -v",
+                          ddpdoctor_argv("check", "--only", "network", "--format", fmt, "-v"), (0, 1, 3), 60, env=env,
+                          verify=lacks(*ROUND2_SECRETS)))  # fmt: skip
+    snap = tmp / "r2-port-snap"
+    cases.append(Case("26-3-secrets", "MASTER_PORT holder: snapshot, check/report --replay",
+                      ["sh", "-c", f'"$0" -m ddpdoctor snapshot {snap} --only network && "$0" -m ddpdoctor check --replay '
+                       f'{snap} --only network --json; "$0" -m ddpdoctor report --replay {snap} -o -', sys.executable],
+                      (0, 1, 3), 120, env=env, verify=files_without(snap)))  # fmt: skip
+    cases.append(Case("26-3-secrets", "MASTER_PORT holder: report (live)", ddpdoctor_argv("report", "-o", "-"), (0,), 120,
+                      env=env, verify=lacks(*ROUND2_SECRETS)))  # fmt: skip
+    return cases, holder
+
+
 def port_holder_case(tmp: Path) -> tuple[Case, subprocess.Popen]:
     """A process listening on MASTER_PORT whose command line carries `--password X` (space-separated)."""
     with socket.socket() as s:
@@ -388,6 +737,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cases = build_cases(tmp, os.geteuid() == 0)
         holder_case, holder = port_holder_case(tmp)
         cases.append(holder_case)
+        round2, cleanup = build_round2_cases(tmp)
+        holder_cases, holder2 = port_holder_round2(tmp)
+        cases += round2 + holder_cases
         if args.only:
             cases = [c for c in cases if args.only in c.group]
         outcomes: list[Outcome] = []
@@ -399,8 +751,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print(f"{'PASS' if o.ok else 'FAIL'} {o.seconds:5.1f}s [{case.group}] {case.name}"
                           + ("" if o.ok else f": {o.why}"), flush=True)  # fmt: skip
         finally:
-            holder.kill()
-            holder.wait()
+            for proc in (holder, holder2):
+                proc.kill()
+                proc.wait()
+            for close in cleanup:
+                close()
     groups: dict[str, list[Outcome]] = {}
     for o in outcomes:
         groups.setdefault(o.case.group, []).append(o)

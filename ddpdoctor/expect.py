@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -156,7 +157,8 @@ class Expectations:
         return self.name or Path(self.path).name or "expectations"
 
 
-_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]?)(?:i?B?)?\s*$", re.I)
+# Bounded digit runs: a 400-digit size is a typo, and as a float it is infinity (an OverflowError).
+_SIZE = re.compile(r"^\s*(?P<num>\d{1,15}(?:\.\d{1,9})?)\s*(?P<unit>[KMGT]?)(?:i?B?)?\s*$", re.I)
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
@@ -165,6 +167,8 @@ def parse_size(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"not a size: {value!r}")
     if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"not a size: {value!r} (negative)")
         return value
     m = _SIZE.match(str(value))
     if not m:
@@ -218,7 +222,10 @@ def show_version(v: Optional[tuple[int, ...]]) -> str:
 def _str(v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
         raise ValueError("must be a non-empty string")
-    return v.strip()
+    if v != v.strip():
+        # "Ethernet " or "H100 " is a typo in a file people copy between clusters: say so, do not guess.
+        raise ValueError(f"{v!r} has leading or trailing spaces")
+    return v
 
 
 def _version(v: Any) -> str:
@@ -235,8 +242,9 @@ def _count(v: Any) -> int:
 
 
 def _positive(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-        raise ValueError("must be a number > 0")
+    # nan compares false with everything: `rate_gbps = nan` would pass every port. inf is no rate either.
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ValueError("must be a number > 0 (finite: not nan or inf)")
     return float(v)
 
 
@@ -250,7 +258,7 @@ def _link_layer(v: Any) -> str:
 def _modules(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
         raise ValueError('must be a list of module names, e.g. ["nvidia_peermem"]')
-    return tuple(x.strip() for x in v)
+    return tuple(_str(x) for x in v)
 
 
 _SCHEMA: dict[str, dict[str, tuple[str, Callable[[Any], Any]]]] = {

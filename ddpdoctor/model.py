@@ -39,7 +39,8 @@ class ExitCode(enum.IntEnum):
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 healthy (warnings allowed); 1 at least one check failed (or warned, with --strict); "
-    "2 usage error; 3 nothing failed but a probe could not run."
+    "2 usage error; 3 nothing failed but a probe could not run; 130 interrupted (Ctrl-C); 143 terminated "
+    "(SIGTERM)."
 )
 
 

@@ -287,6 +287,15 @@ def render_report_markdown(inputs: ReportInputs) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _report_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts a report embeds: the environment fact cut to the variables that shape a job (as in the
+    Environment section): the whole environment holds CI and cloud tokens no bug report needs."""
+    out = dict(facts)
+    if isinstance(out.get("env"), Mapping):
+        out["env"] = relevant_env({str(k): str(v) for k, v in out["env"].items()})
+    return out
+
+
 def gather_report_inputs(
     sources: Sources,
     *,
@@ -333,7 +342,7 @@ def gather_report_inputs(
         system=system if isinstance(system, Mapping) else {},
         topology=topology,
         commands=dict(tap.commands),
-        facts=redact_data(dict(tap.facts)),
+        facts=redact_data(_report_facts(tap.facts)),
         env=relevant_env(env),
         bench=bench_data,
         bench_error=bench_error,

@@ -169,7 +169,7 @@ def test_source_classification_of_the_job_file(job):
     assert classify_split(lines, line("sleep"), line("sleep") + 1)[0] == "only_some"
     branch = enclosing_if(lines, line("skip"))
     assert branch.condition == "if rank == 0:" and branch.rank_dependent
-    assert read_source(str(job)) == lines
+    assert read_source(str(job), [str(job.parent)]) == lines
 
 
 @settings(max_examples=300, deadline=None)

@@ -353,16 +353,25 @@ def snapshot(
     timeout: float = timeout_option(),
 ) -> None:
     from ddpdoctor.checks import load_areas
-    from ddpdoctor.engine import run_checks, select_areas
-    from ddpdoctor.render.progress import StderrProgress
-    from ddpdoctor.sources import RecordingSources
+    from ddpdoctor.engine import select_areas
 
     try:
         areas = select_areas(load_areas(), split_names(only), split_names(skip))
         # Before any probe runs: a bad DIR must not cost a full run and then a traceback.
-        prepare_snapshot_dir(directory)
+        claim = prepare_snapshot_dir(directory)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
+    try:
+        _snapshot_into(directory, areas, timeout)
+    finally:
+        claim.unlink(missing_ok=True)
+
+
+def _snapshot_into(directory: Path, areas: list, timeout: float) -> None:
+    from ddpdoctor.engine import run_checks
+    from ddpdoctor.render.progress import StderrProgress
+    from ddpdoctor.sources import RecordingSources
+
     with RecordingSources(deadline=time.monotonic() + timeout) as sources:
         if any(area.name == "gpu" for area in areas):
             from ddpdoctor.checks.gpu.collect import NVIDIA_SMI_Q
@@ -391,12 +400,17 @@ def snapshot(
     raise typer.Exit(0)
 
 
-def prepare_snapshot_dir(directory: Path) -> None:
-    """Create `directory` for a snapshot, or raise ValueError (a usage error) saying why it cannot be.
+SNAPSHOT_CLAIM = ".ddpdoctor-snapshot-in-progress"
+
+
+def prepare_snapshot_dir(directory: Path) -> Path:
+    """Create `directory` for a snapshot and claim it, or raise ValueError (a usage error) saying why not.
+    Returns the claim file, which the caller removes once the snapshot is written.
 
     An existing non-empty directory is refused rather than written into: a file left from an earlier
     snapshot (say nvidia-smi-q.txt from another machine) would be replayed as if this machine wrote it,
-    and deleting a user's files is not ours to do."""
+    and deleting a user's files is not ours to do. Two snapshots started at once into one new directory
+    both found it empty and mixed their files: the claim file, created with O_EXCL, lets only one in."""
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"snapshot directory {directory} exists and is not a directory")
     if directory.is_dir():
@@ -404,6 +418,9 @@ def prepare_snapshot_dir(directory: Path) -> None:
             entries = next(iter(directory.iterdir()), None)
         except OSError as exc:
             raise ValueError(f"cannot read snapshot directory {directory}: {exc.strerror or exc}") from None
+        if entries is not None and entries.name == SNAPSHOT_CLAIM:
+            raise ValueError(f"another ddpdoctor snapshot is being written into {directory} (or one was "
+                             f"interrupted: remove {entries} if none runs)")
         if entries is not None:
             raise ValueError(
                 f"snapshot directory {directory} is not empty; files of an earlier snapshot would be "
@@ -416,3 +433,18 @@ def prepare_snapshot_dir(directory: Path) -> None:
             raise ValueError(f"cannot create snapshot directory {directory}: {exc.strerror or exc}") from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ValueError(f"snapshot directory {directory} is not writable")
+    claim = directory / SNAPSHOT_CLAIM
+    try:
+        os.close(os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    except FileExistsError:
+        raise ValueError(f"another ddpdoctor snapshot is being written into {directory}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot write into snapshot directory {directory}: {exc.strerror or exc}") from None
+    try:
+        others = [p.name for p in directory.iterdir() if p.name != SNAPSHOT_CLAIM]
+    except OSError:
+        others = []
+    if others:  # a file appeared between the check above and the claim: another writer got in first
+        claim.unlink(missing_ok=True)
+        raise ValueError(f"snapshot directory {directory} is not empty ({others[0]} appeared meanwhile)")
+    return claim

@@ -13,7 +13,8 @@ from ddpdoctor.cli.app import app, format_option, json_option, pick_format, usag
 EXPLAIN_EXIT_CODES = (
     "Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or "
     "only its consequences: no cause found in these logs); 2 usage error (no input, stdin closed, "
-    "unreadable file, a .gz with nothing readable); 3 inconclusive: the input is empty (0 bytes), "
+    "unreadable file, a compressed log with nothing readable, binary data or a kernel/device file such as "
+    "/proc/kmsg that is no log); 3 inconclusive: the input is empty (0 bytes), "
     "nothing to explain."
 )
 
@@ -27,10 +28,12 @@ def _split_directory(path: str) -> tuple[list[str], bool]:
     pickle or JSON (its first byte); anything else regular is a log (text, or .gz/.xz/... by its magic);
     the logs are read only where no dump is.
     Hidden files and links are skipped; past MAX_DIRECTORY_FILES the rest is left out, with a note."""
-    from ddpdoctor.edge.files import read_user_head
+    from ddpdoctor.edge.files import in_kernel_dir, read_user_head
 
     logs: list[str] = []
     dumps = False
+    if in_kernel_dir(path):  # /proc/kmsg looks like a regular file; even a peek consumes its messages
+        return [], False
     try:
         entries = sorted(
             (e for e in os.scandir(path) if not e.name.startswith(".") and e.is_file(follow_symlinks=False)),
@@ -52,24 +55,15 @@ def _split_directory(path: str) -> tuple[list[str], bool]:
     return logs, dumps
 
 
-def _not_a_file(name: str) -> str:
-    """Why `name` cannot be read as a log: missing, a loop, or what kind of special file it is."""
-    from ddpdoctor.edge.files import describe_file_type
-
-    try:
-        mode = os.stat(name).st_mode
-    except OSError as exc:
-        return (exc.strerror or str(exc)).lower()
-    return f"not a regular file ({describe_file_type(mode)})"
-
-
 def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
     """Open each input lazily (hundreds of per-rank logs must not exhaust file descriptors)."""
+    from ddpdoctor.edge.files import STDIN_LOG_LIMIT, open_log_stream
     from ddpdoctor.explain import open_log
 
     for name in names:
         if name == "-":
-            yield "<stdin>", sys.stdin.buffer  # checked not closed by explain() before scanning
+            # Checked not closed by explain() before scanning; bounded and sniffed (`< /dev/zero`).
+            yield "<stdin>", open_log_stream(sys.stdin.buffer, "<stdin>", STDIN_LOG_LIMIT)
             continue
         stream = open_log(name)
         try:
@@ -80,16 +74,18 @@ def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
 
 @app.command(
     help="Explain a failed distributed run from its logs: the root cause first (signature, rank, host, "
-    "first occurrence, evidence), then its consequences, each with cause and fix. FILEs may be plain or "
-    ".gz, one per rank or node; with no FILE (or '-') the log is read from stdin, e.g. "
-    "`torchrun ... 2>&1 | ddpdoctor explain`. A directory (not recursing) of torch Flight Recorder dumps "
-    "(one per rank) is aligned like `ddpdoctor hang --fr` (docs/hang.md); one without dumps is read as "
-    "logs, as if each file were given. Knowledge base: docs/explain.md.\n\n"
+    "first occurrence, evidence), then its consequences, each with cause and fix. FILEs may be plain, "
+    "gzip/xz/bzip2/zstd-compressed or UTF-16 (told by their first bytes), one per rank or node; with no "
+    "FILE (or '-') the log is read from stdin, e.g. `torchrun ... 2>&1 | ddpdoctor explain`. A directory "
+    "(not recursing) of torch Flight Recorder dumps (one per rank) is aligned like `ddpdoctor hang --fr` "
+    "(docs/hang.md); one without dumps is read as logs, as if each file were given. Knowledge base: "
+    "docs/explain.md.\n\n"
     + EXPLAIN_EXIT_CODES
 )
 def explain(
     files: Optional[List[str]] = typer.Argument(
-        None, help="Log files (plain or .gz); '-' for stdin; a directory of logs and/or Flight Recorder dumps."
+        None, help="Log files (plain, compressed or UTF-16); '-' for stdin; a directory of logs or of Flight "
+        "Recorder dumps."
     ),
     json_out: bool = json_option("Print the explanation as JSON (same as --format json)."),
     output_format: str = format_option(),
@@ -128,11 +124,14 @@ def explain(
             raise usage_error("no input: stdin is closed; give log FILEs or pipe a log into stdin")
         if not files and sys.stdin.isatty():
             raise usage_error("no input: give log FILEs or pipe a log into stdin (see --help)")
+    from ddpdoctor.edge.files import log_path_refusal
+
     for name in names:
         if name == "-":
             continue
-        if not os.path.isfile(name):
-            raise usage_error(f"{name}: {_not_a_file(name)}")
+        refusal = log_path_refusal(name)
+        if refusal is not None:
+            raise usage_error(f"{name}: {refusal}")
         if not os.access(name, os.R_OK):
             raise usage_error(f"{name}: permission denied")
 
@@ -140,7 +139,8 @@ def explain(
     try:
         scan = scan_inputs(kb, _streams(names))
     except OSError as exc:
-        raise usage_error(f"cannot read input: {exc.strerror or exc}") from None
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise usage_error(f"cannot read input: {where}{exc.strerror or exc}") from None
     # A file that yielded nothing before a read error (a corrupt .gz) was not read at all: saying
     # "nothing recognised" (exit 0) would pass a log nobody looked at.
     unreadable = [s for s in scan.inputs if s.error and s.bytes == 0]

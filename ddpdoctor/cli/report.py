@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +19,9 @@ BENCH_TIMEOUT_S = 120.0
     "environment and raw probe outputs (collapsed), with secrets redacted. Exit 0 when written."
 )
 def report(
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write to FILE.md instead of stdout."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", help="Write to FILE.md instead of stdout ('-': stdout)."
+    ),
     bench: bool = typer.Option(
         False, "--bench", help="Add a short all_reduce benchmark (bench-nccl, 1 MiB to 16 MiB)."
     ),
@@ -36,10 +39,18 @@ def report(
 
     if replay is not None and bench:
         raise usage_error("--bench measures this machine; it cannot be combined with --replay")
+    if output is not None and str(output) == "-":
+        output = None  # as `bench-nccl --json -`: '-' is stdout, never a file named '-'
     # Before any probe runs: a refusal must not cost a full run (write_report checks again, atomically).
     if output is not None and os.path.lexists(output):
         if output.is_symlink():
             raise usage_error(f"{output} is a symbolic link; refusing to write through it")
+        mode = os.stat(output).st_mode
+        if not stat.S_ISREG(mode):
+            from ddpdoctor.edge.files import describe_file_type
+
+            # --force would not help (write_new_file never writes into one): do not suggest it.
+            raise usage_error(f"{output} is not a regular file ({describe_file_type(mode)}); refusing to write to it")
         if not force:
             raise usage_error(f"{output} exists (use --force to overwrite)")
     # Leaving the block kills any probe still running (a hung tool, or Ctrl-C): nothing is orphaned.
@@ -54,6 +65,8 @@ def report(
     text = build_report_text(inputs)
     try:
         write_report(text, output, force=force)
+    except BrokenPipeError:
+        raise  # standard output closed: cli.main says so (exit 2)
     except OSError as exc:
         raise usage_error(f"cannot write {output}: {exc.strerror or exc}") from None
     if output is not None:

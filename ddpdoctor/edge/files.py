@@ -14,6 +14,7 @@ Size caps (documented in docs/limits.md): see the *_LIMIT constants below.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 import sys
@@ -102,7 +103,7 @@ def read_user_bytes(path: Pathish, limit: int) -> bytes:
     _refuse_special(st.st_mode, path)
     if st.st_size > limit:
         raise _too_large(limit, path)
-    return _read_regular(path, lambda read: _read_capped(read, limit, path))
+    return _read_regular(path, lambda read, _: _read_capped(read, limit, path))
 
 
 def read_user_head(path: Pathish, limit: int) -> bytes:
@@ -110,15 +111,25 @@ def read_user_head(path: Pathish, limit: int) -> bytes:
 
     For files read for a few settings (nccl.conf) rather than parsed whole. Raises as read_user_bytes."""
     _refuse_special(os.stat(path).st_mode, path)
-    return _read_regular(path, lambda read: read(limit))
+    return _read_regular(path, lambda read, _: read(limit))
 
 
-def _read_regular(path: Pathish, read_with: Any) -> bytes:
-    # O_NONBLOCK: if the path was swapped for a FIFO since stat(), open() still returns at once.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+def _open_regular(path: Pathish, extra_flags: int = 0) -> int:
+    """A descriptor on a regular file, or InputRefused/OSError. O_NONBLOCK: if the path was swapped for
+    a FIFO since any stat(), open() still returns at once, and fstat() on the descriptor then refuses it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | extra_flags)
     try:
         _refuse_special(os.fstat(fd).st_mode, path)
-        return read_with(lambda n: os.read(fd, n))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_regular(path: Pathish, read_with: Any, extra_flags: int = 0) -> bytes:
+    fd = _open_regular(path, extra_flags)
+    try:
+        return read_with(lambda n: os.read(fd, n), os.fstat(fd))
     finally:
         os.close(fd)
 
@@ -279,4 +290,336 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+        raise
+
+
+# Source files quoted by `hang` and `explain DIR` (the line a rank is stuck on): a training script.
+SOURCE_QUOTE_LIMIT = 4 * MiB
+# Never quoted, whatever a frame names and wherever the job runs: the kernel's and the system's files
+# (/proc/self/environ would print the reader's own environment, /proc/kmsg blocks and eats messages).
+FORBIDDEN_SOURCE_DIRS = ("/proc", "/sys", "/dev", "/etc", "/run", "/boot", "/root/.ssh")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def source_roots(candidates: list[str]) -> list[str]:
+    """The directories a quoted source may lie in, resolved; `/` itself and system directories dropped
+    (a job whose cwd is `/` does not make every file on the machine its source tree)."""
+    roots = []
+    for candidate in candidates:
+        if not candidate:
+            continue
+        try:
+            root = os.path.realpath(candidate)
+        except (OSError, ValueError):
+            continue
+        if root == "/" or any(_inside(root, bad) for bad in FORBIDDEN_SOURCE_DIRS):
+            continue
+        if root not in roots:
+            roots.append(root)
+    return roots
+
+
+def read_quoted_source(
+    filename: str,
+    roots: list[str],
+    owner_uid: Optional[int] = None,
+    limit: int = SOURCE_QUOTE_LIMIT,
+) -> Optional[str]:
+    """The redacted text of a source file a stack frame or dump names, or None when it must not be quoted.
+
+    A frame's file name is chosen by the job (`exec(compile(src, "/etc/shadow", "exec"))`) or by whoever
+    wrote the dump, so it is quoted only when all hold: it resolves (symbolic links followed) inside one
+    of `roots` (source_roots: the job's own tree) and outside FORBIDDEN_SOURCE_DIRS; it is a regular file
+    (judged on the opened descriptor, opened without blocking, so a FIFO or device can never block);
+    when `owner_uid` is given (the rank's uid, the dump's owner) it is owned by that uid, so `hang` run
+    as root never prints a file the job itself could not read. At most `limit`
+    bytes are read; the text is redacted (edge/redact.py) before it leaves this function."""
+    from ddpdoctor.edge.redact import redact_text
+
+    if not filename or filename.startswith("<") or "\0" in filename:
+        return None
+    try:
+        real = os.path.realpath(filename)
+    except (OSError, ValueError):
+        return None
+    if any(_inside(real, bad) for bad in FORBIDDEN_SOURCE_DIRS):
+        return None
+    if not any(_inside(real, root) for root in roots):
+        return None
+
+    def read_owned(read: Any, st: os.stat_result) -> bytes:
+        if st.st_size > limit:
+            raise _too_large(limit, real)
+        if owner_uid is not None and st.st_uid != owner_uid:
+            # Not "or world-readable": a world-readable file in a directory the job cannot enter
+            # (/root/x) is still not the job's; its own scripts are owned by its user.
+            raise InputRefused(errno.EACCES, "not owned by the job's user", real)
+        return _read_capped(read, limit, real)
+
+    try:
+        # O_NOFOLLOW: the resolved name's last part cannot have been swapped for a link since realpath().
+        data = _read_regular(real, read_owned, os.O_NOFOLLOW)
+    except (OSError, ValueError):
+        return None
+    return redact_text(data.decode("utf-8", errors="replace"))
+
+
+# Logs handed to `explain`: the head read to tell the format, and the most read from standard input
+# (a file is finite; a pipe such as `yes |` or `< /dev/zero` need not be).
+LOG_SNIFF_BYTES = 8192
+STDIN_LOG_LIMIT = 2 * 1024 * MiB
+# Where no log lives: reading /proc/kmsg blocks and consumes the kernel's messages, /dev/* never ends.
+KERNEL_DIRS = ("/proc", "/sys")
+NOT_LOG_DIRS = (*KERNEL_DIRS, "/dev")
+
+
+def in_kernel_dir(path: Pathish) -> bool:
+    """Whether `path` resolves under /proc or /sys: kernel files, which a read can block on or consume
+    (/proc/kmsg), never a user's data file (a dump directory named by a job's TORCH_FR_DUMP_TEMP_FILE)."""
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return True
+    return any(_inside(real, d) for d in KERNEL_DIRS)
+_GZIP, _XZ, _BZ2, _ZSTD = b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh", b"\x28\xb5\x2f\xfd"
+
+
+class _Prefixed(io.RawIOBase):
+    """`head` then the rest of `raw`; past `limit` bytes in all, reading raises InputRefused (an OSError:
+    the log scanner keeps what it read and says it stopped early)."""
+
+    def __init__(
+        self, head: bytes, raw: BinaryIO, limit: Optional[int], name: str, pending: Optional[OSError] = None
+    ) -> None:
+        self._head, self._raw, self._limit, self._name, self._total = head, raw, limit, name, 0
+        self._pending = pending
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n], self._head = self._head[:n], self._head[n:]
+        else:
+            if self._pending is not None:
+                raise self._pending
+            if self._limit is not None and self._total >= self._limit:
+                raise InputRefused(errno.EFBIG, f"stopped after {format_size(self._limit)}", self._name)
+            data = self._raw.read(len(buffer))
+            n = len(data or b"")
+            buffer[:n] = data or b""
+        self._total += n
+        return n
+
+
+class _Utf16AsUtf8(io.RawIOBase):
+    """A UTF-16 stream read as UTF-8 (the scanner reads bytes; Windows tools write UTF-16)."""
+
+    def __init__(self, raw: BinaryIO, encoding: str) -> None:
+        import codecs
+
+        self._raw, self._decoder, self._out = raw, codecs.getincrementaldecoder(encoding)("replace"), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._out:
+            data = self._raw.read(64 * 1024)
+            self._out = self._decoder.decode(data or b"", final=not data).encode("utf-8")
+            if not data:
+                break
+        n = min(len(buffer), len(self._out))
+        buffer[:n], self._out = self._out[:n], self._out[n:]
+        return n
+
+
+class _Owning(io.RawIOBase):
+    """The decoded stream, closing every layer under it (GzipFile and LZMAFile leave their file object
+    open), and with a decoder's own errors (LZMAError, a zstd error, EOFError of a cut archive) turned
+    into OSError, which the log scanner reports as "read stopped early"."""
+
+    def __init__(self, inner: Any, layers: list[Any]) -> None:
+        self._inner, self._layers = inner, layers
+        # read1: one read of the layer below, so what a cut archive yields before its end is not lost
+        # with the EOFError (read(n) would gather n bytes first).
+        self._read = getattr(inner, "read1", None) or inner.read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self._read(len(buffer))
+        except OSError:
+            raise
+        except Exception as exc:  # lzma.LZMAError, zlib.error, EOFError, zstd errors
+            raise OSError(errno.EIO, f"{type(exc).__name__}: {exc}"[:200]) from None
+        n = len(data or b"")
+        buffer[:n] = data or b""
+        return n
+
+    def close(self) -> None:
+        for layer in [self._inner, *self._layers]:
+            try:
+                layer.close()
+            except Exception:  # noqa: S110 - closing what we opened; nothing to report
+                pass
+        super().close()
+
+
+def _read_head(raw: BinaryIO, size: int) -> tuple[bytes, Optional[OSError]]:
+    """Up to `size` bytes, and the error that stopped the reading early (a corrupt archive), if any:
+    the error is raised again after the head is read, so what came before it is still scanned."""
+    parts, total = [], 0
+    while total < size:
+        try:
+            data = raw.read(size - total)
+        except OSError as exc:
+            return b"".join(parts), exc
+        except Exception as exc:  # zlib.error, lzma.LZMAError, EOFError of a cut archive
+            return b"".join(parts), OSError(errno.EIO, f"{type(exc).__name__}: {exc}"[:200])
+        if not data:
+            break
+        parts.append(data)
+        total += len(data)
+    return b"".join(parts), None
+
+
+def _utf16_encoding(head: bytes) -> Optional[str]:
+    """'utf-16-le'/'-be' for a head of mostly ASCII text written as UTF-16 (every other byte NUL: what
+    PowerShell's `>` writes), with or without a byte-order mark; else None. A mark alone is not enough:
+    a UTF-8 log may start with those bytes as garbage."""
+    bom = head[:2]
+    sample = head[2:] if bom in (b"\xff\xfe", b"\xfe\xff") else head
+    sample = sample[: len(sample) // 2 * 2][:4096]
+    if len(sample) < 8:
+        return None
+    even, odd = sample[0::2], sample[1::2]
+    share = 0.5 if bom in (b"\xff\xfe", b"\xfe\xff") else 0.9
+    if odd.count(0) > share * len(odd) and even.count(0) < 0.1 * len(even):
+        return "utf-16-le"
+    if even.count(0) > share * len(even) and odd.count(0) < 0.1 * len(odd):
+        return "utf-16-be"
+    return None
+
+
+def open_log_stream(raw: BinaryIO, name: str, limit: Optional[int] = None) -> BinaryIO:
+    """A log as UTF-8-ish bytes, whatever it was written as: gzip, xz, bzip2 (by magic bytes, not name)
+    and UTF-16 (a byte-order mark, or NUL every other byte) are decoded. InputRefused (exit 2 in
+    `explain`) for zstd when no zstd module is installed, and for binary data (NUL bytes) that is no log
+    (`explain < /dev/zero`). `limit` bounds the bytes read from `raw` (standard input). Closing the
+    result closes `raw`."""
+    layers: list[Any] = [raw]
+    try:
+        inner = _decode_log(raw, name, limit, layers, 0)
+    except BaseException:
+        for layer in layers:
+            layer.close()
+        raise
+    return io.BufferedReader(_Owning(inner, [layer for layer in layers if layer is not inner]))  # type: ignore[arg-type,return-value]
+
+
+def _decode_log(raw: Any, name: str, limit: Optional[int], layers: list[Any], depth: int) -> Any:
+    head, pending = _read_head(raw, LOG_SNIFF_BYTES)
+    stream: Any = io.BufferedReader(_Prefixed(head, raw, limit, name, pending))  # type: ignore[arg-type]
+    layers.append(stream)
+    decompressed: Optional[BinaryIO] = None
+    if head.startswith(_GZIP):
+        import gzip
+
+        decompressed = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+    elif head.startswith(_XZ):
+        import lzma
+
+        decompressed = lzma.LZMAFile(stream)  # type: ignore[assignment]
+    elif head.startswith(_BZ2) and head[3:4].isdigit():
+        import bz2
+
+        decompressed = bz2.BZ2File(stream)  # type: ignore[assignment]
+    elif head.startswith(_ZSTD):
+        decompressed = _open_zstd(stream, name)
+    if decompressed is not None:
+        layers.append(decompressed)
+        if depth:
+            raise InputRefused(errno.EINVAL, "compressed twice over; decompress it first", name)
+        return _decode_log(decompressed, name, None, layers, depth + 1)
+    encoding = _utf16_encoding(head)
+    if encoding is not None:
+        return _Utf16AsUtf8(stream, encoding)
+    if _binary_share(head) > BINARY_SHARE_LIMIT:
+        what = "only NUL bytes" if not head.strip(b"\0") else "binary data"
+        raise InputRefused(errno.EINVAL, f"{what} (in its first {len(head)} bytes), not a text log", name)
+    return stream
+
+
+# A head with more than this share of NULs, control characters and invalid UTF-8 is no log (`/dev/zero`,
+# a core file): a few garbage bytes or a NUL hole in a real log stay far below it.
+BINARY_SHARE_LIMIT = 0.3
+_TEXT_CONTROLS = frozenset("\t\n\r\f\b\x1b")
+
+
+def _binary_share(head: bytes) -> float:
+    if not head:
+        return 0.0
+    text = head.decode("utf-8", errors="replace")
+    odd = sum(1 for c in text if c == "\ufffd" or (c < " " and c not in _TEXT_CONTROLS) or c == "\x7f")
+    return odd / len(text)
+
+
+def _open_zstd(stream: BinaryIO, name: str) -> BinaryIO:
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
+
+        return zstd.ZstdFile(stream)  # type: ignore[no-any-return]
+    except ImportError:
+        pass
+    try:
+        import zstandard  # type: ignore[import-not-found]
+
+        return zstandard.ZstdDecompressor().stream_reader(stream)  # type: ignore[no-any-return]
+    except ImportError:
+        raise InputRefused(
+            errno.EINVAL, f"zstd-compressed and no zstd decoder here: run `zstd -dc {name} | ddpdoctor explain`",
+            name,
+        ) from None
+
+
+def log_path_refusal(path: str) -> Optional[str]:
+    """Why `path` is not a log `explain` may open, or None: kernel and device files (/proc/kmsg blocks
+    and eats kernel messages), anything not a regular file."""
+    try:
+        real = os.path.realpath(path)
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError) as exc:
+        return (getattr(exc, "strerror", None) or str(exc)).lower()
+    if any(_inside(real, d) for d in NOT_LOG_DIRS):
+        hint = " (use '-' for standard input)" if real.startswith(("/proc/self/fd", "/dev/std")) or "pipe:" in real else ""
+        return f"a kernel or device file ({real}), not a log{hint}"
+    if not stat.S_ISREG(mode):
+        return f"not a regular file ({describe_file_type(mode)})"
+    return None
+
+
+def open_user_log(path: str) -> BinaryIO:
+    """Open a log file named on the command line: never blocks (opened O_NONBLOCK, regular file checked
+    on the descriptor, kernel and device files refused), decoded by open_log_stream."""
+    reason = log_path_refusal(path)
+    if reason is not None:
+        raise InputRefused(errno.EINVAL, reason, path)
+    fd = _open_regular(path)
+    try:
+        os.set_blocking(fd, True)
+        raw = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        return open_log_stream(raw, path)
+    except BaseException:
+        raw.close()
         raise

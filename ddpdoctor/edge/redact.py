@@ -23,7 +23,7 @@ REDACT_INPUT_LIMIT = 64 * 1024 * 1024
 # The words are named once here: the pattern and `describe_redaction` (report headers) are built from them.
 SECRET_NAME_WORDS = (
     "TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "WEBHOOK",
-    "SIGNATURE",
+    "SIGNATURE", "JWT",
 )  # fmt: skip
 SECRET_NAME_SEGMENTS = ("PASS", "PWD", "PW", "SIG")
 SECRET_NAME = re.compile(
@@ -34,7 +34,7 @@ SECRET_NAME = re.compile(
 # scheme://user:password@host. The password may itself contain "@": the credentials run to the last
 # "@" before the host. The scheme starts where a run of scheme characters starts.
 URL_CREDENTIALS = re.compile(
-    r"(?<![a-zA-Z0-9+.-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]{0,31}://)(?P<cred>[^/@\s:]{1,256}(?::[^/\s]{0,256})?)@"
+    r"(?<![a-zA-Z0-9+.-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]{0,31}://)(?P<cred>[^/@\s:]{1,256}(?::[^/\s]{0,256})?|:[^/\s]{1,256})@"
 )
 # Query parameters of presigned / signed URLs (S3, GCS, Azure SAS, generic tokens).
 _URL_SECRET_PARAM = re.compile(
@@ -50,23 +50,31 @@ _URL_SECRET_PARAM = re.compile(
 # NCCL_IB_PKEY or AUTHOR stay.
 _SECRET_SEGMENT = (
     r"(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|API[_-]?KEY|ACCESS[_-]?KEY|PRIVATE[_-]?KEY"
-    r"|SECRET[_-]?KEY|AUTH[_-]?KEY|AUTH[_-]?TOKEN|CREDENTIALS?|COOKIE|SESSION[_-]?KEY|WEBHOOK(?:[_-]?URL)?)"
+    r"|SECRET[_-]?KEY|AUTH[_-]?KEY|AUTH[_-]?TOKEN|CREDENTIALS?|COOKIE|SESSION[_-]?KEY|WEBHOOK(?:[_-]?URL)?|JWT)"
 )
+# Options whose next word is a secret on a command line (`--auth X`, `--key X`, `--jwt X`) besides the
+# secret segments: short words that as an option name a credential, and `-p` (mysql, redis-cli, sshpass).
+_SECRET_OPTION_SEGMENT = r"(?:" + _SECRET_SEGMENT + r"|AUTH|KEY|PW|APIKEY)"
 _NAME_CHARS = r"A-Za-z0-9_.-"
 _SECRET_ASSIGNMENT = re.compile(
     # The name starts only where a run of name characters starts (linear), ends in a secret segment.
     rf"(?<![{_NAME_CHARS}])(?P<name>[{_NAME_CHARS}]{{0,128}}?(?<![A-Za-z0-9])"
     + _SECRET_SEGMENT
     + r"(?![A-Za-z0-9]))"
-    r"(?P<sep>\"?[ \t]{0,8}[=:][ \t]{0,8}\"?)(?P<value>[^\s\"',;&]+)",
+    r"(?P<sep>[\"']?[ \t]{0,8}[=:][ \t]{0,8}[\"']?)(?P<value>[^\s\"',;&]+)",
     re.IGNORECASE,
 )
-# `--password X`, `-password X` in a command line: the value is the next word.
+# `--password X`, `-password X`, `--auth X`, `--key=X`, `-p X` in a command line: the value is the next word.
 _SECRET_OPTION_WORD = re.compile(
-    r"(?<![^\s])(?P<name>--?[A-Za-z0-9_-]{0,64}?(?<![A-Za-z0-9])"
-    + _SECRET_SEGMENT
-    + r")(?P<sep>[ \t]{1,8})(?P<value>[^\s-]\S*)",
+    r"(?<![^\s])(?P<name>(?:--?[A-Za-z0-9_-]{0,64}?(?<![A-Za-z0-9])"
+    + _SECRET_OPTION_SEGMENT
+    + r"|-p)(?![A-Za-z0-9_-]))(?P<sep>[ \t]{1,8}|=)(?P<value>[^\s-]\S*)",
     re.IGNORECASE,
+)
+# The same option names as whole words: an argv kept as a list (`["--auth", "X"]`) has the value in the
+# next element, which no pattern over one string can see.
+_SECRET_OPTION_NAME = re.compile(
+    r"(?:--?[A-Za-z0-9_-]{0,64}?(?<![A-Za-z0-9])" + _SECRET_OPTION_SEGMENT + r"|-p)", re.IGNORECASE
 )
 # What _TOKEN_FORMATS, _BEARER and _WEBHOOK_URL recognise, in words (for describe_redaction).
 TOKEN_FORMAT_NAMES = (
@@ -77,10 +85,27 @@ TOKEN_FORMAT_NAMES = (
     "AWS access key",
     "Slack",
     "Bearer/Basic",
+    "JWT",
+    "Google API/OAuth",
+    "Azure AccountKey/SharedAccessSignature",
+    "PEM private keys",
 )
 _TOKEN_FORMATS = re.compile(
     r"(?<![A-Za-z0-9_-])(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})\b"
+    r"|glpat-[A-Za-z0-9_-]{20,}|gl(?:cbt|rt|dt|ptt|ft|imt|oas)-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|api_org_[A-Za-z0-9]{20,}|AIza[0-9A-Za-z_-]{35}"
+    r"|ya29\.[A-Za-z0-9_-]{20,})(?![A-Za-z0-9_-])"
+)
+# A JWT (CI_JOB_JWT, ID tokens, GitHub Actions OIDC): three base64url parts, the first two JSON objects.
+_JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
+# Azure storage / service bus connection strings: `...;AccountKey=...;` and SAS signatures.
+_AZURE_KEY = re.compile(
+    r"(?<![A-Za-z0-9])(?P<name>AccountKey|SharedAccessKey|SharedAccessSignature)=(?P<value>[^;\s\"']+)",
+    re.IGNORECASE,
+)
+# A PEM private key (a GCP service-account JSON carries one): the whole block, bounded.
+_PEM_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z ]{0,20}PRIVATE KEY-----[^-]{0,16384}(?:-----END [A-Z ]{0,20}PRIVATE KEY-----)?"
 )
 _BEARER = re.compile(r"(?P<head>(?<![A-Za-z0-9_])(?:Bearer|Basic)[ \t]{1,8})[A-Za-z0-9._~+/=-]{8,}")
 _WEBHOOK_URL = re.compile(r"(?<![A-Za-z0-9])https://hooks\.slack\.com/[^\s\"']+")
@@ -93,7 +118,7 @@ def describe_redaction() -> str:
     segments = ", ".join(f"`_{s}`" for s in SECRET_NAME_SEGMENTS)
     return (
         f"values of variables whose names contain {names} (or end in a segment {segments}), "
-        "secret-named options (`--password X`, `--api-key=X`), credentials in URLs, signed/presigned-URL "
+        "secret-named options (`--password <value>`, `--api-key=<value>`, `--auth <value>`, `--key <value>`, `-p <value>`), credentials in URLs, signed/presigned-URL "
         "parameters (`X-Amz-Signature`, `sig`, `token`, ...), Slack webhooks, and tokens in known formats "
         f"({', '.join(TOKEN_FORMAT_NAMES)}); see docs/inputs.md"
     )
@@ -161,12 +186,15 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     looks like a secret (`looks_like_secret`: not a short value, a number or a plain word)."""
     if len(text) > REDACT_INPUT_LIMIT:
         text = text[:REDACT_INPUT_LIMIT] + " [truncated]"
+    text = _PEM_PRIVATE_KEY.sub(REDACTED, text)  # first: `"private_key": "-----BEGIN` is an assignment too
     text = _redact_url_credentials(text)
     text = _URL_SECRET_PARAM.sub(lambda m: f"{m.group('name')}={REDACTED}", text)
     text = _WEBHOOK_URL.sub(REDACTED, text)
     text = _SECRET_ASSIGNMENT.sub(_redact_assignment, text)
     text = _SECRET_OPTION_WORD.sub(_redact_assignment, text)
+    text = _AZURE_KEY.sub(lambda m: f"{m.group('name')}={REDACTED}", text)
     text = _TOKEN_FORMATS.sub(REDACTED, text)
+    text = _JWT.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
     secrets = [
         value
@@ -193,5 +221,12 @@ def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
             out[k] = REDACTED if secret_key and isinstance(v, str) and v else redact_data(v, env)
         return out
     if isinstance(value, (list, tuple)):
-        return [redact_data(v, env) for v in value]
+        out_list = [redact_data(v, env) for v in value]
+        for i in range(1, len(value)):
+            # An argv as a list: `--auth`, `X` -> `--auth`, `<redacted>`.
+            before, item = value[i - 1], value[i]
+            if (isinstance(before, str) and isinstance(item, str) and len(before) <= 80
+                    and _SECRET_OPTION_NAME.fullmatch(before) and item and not item.startswith(("-", "<"))):  # fmt: skip
+                out_list[i] = REDACTED
+        return out_list
     return value

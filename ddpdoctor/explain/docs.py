@@ -141,8 +141,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for s in list(sigs) + list(doc.get("diagnoses", [])):
         out.append(f"\n### `{s['id']}` — {s['title']}\n\n")
         if "keywords" in s:
-            kws = ", ".join(f"`{_cell(k)}`" for k in s["keywords"])
-            pats = "; ".join(f"`{_cell(p)}`" for p in s["patterns"])
+            # Each listed once: the data repeats some (NCCL_ERROR_SYSTEM_ERROR appeared ~9 times, #26).
+            kws = ", ".join(f"`{_cell(k)}`" for k in dict.fromkeys(s["keywords"]))
+            pats = "; ".join(f"`{_cell(p)}`" for p in dict.fromkeys(s["patterns"]))
             out.append(f"- **keywords**: {kws}\n- **patterns**: {pats}\n")
         out.append(f"- **cause**: {s['cause']}\n")
         if s.get("fix"):

@@ -8,7 +8,6 @@ it is scanned in windows and its matches are kept as excerpts.
 
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
 from collections import Counter
@@ -538,15 +537,11 @@ def scan_stream(
 
 
 def open_log(path: str) -> IO[bytes]:
-    """Open a log file for binary reading; gzip is recognised by its magic bytes, not the file name."""
-    f = open(path, "rb")  # noqa: SIM115 - the caller closes it
-    try:
-        magic = f.peek(2)[:2] if hasattr(f, "peek") else b""
-    except OSError:
-        magic = b""
-    if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
-    return f
+    """Open a log file for binary reading, never blocking, decoded whatever it was written as (gzip, xz,
+    bzip2, zstd by magic bytes, UTF-16): edge.files.open_user_log; InputRefused (an OSError) otherwise."""
+    from ddpdoctor.edge.files import open_user_log
+
+    return open_user_log(path)
 
 
 def scan_inputs(kb: KnowledgeBase, named_streams: Iterable[tuple[str, IO[bytes]]]) -> ScanResult:

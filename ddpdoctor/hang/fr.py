@@ -25,6 +25,31 @@ from typing import Any, Optional
 # A dump holds at most TORCH_FR_BUFFER_SIZE entries; anything past these bounds is not a dump.
 MAX_DUMP_BYTES = 256 * 1024 * 1024
 MAX_ENTRIES = 1_000_000
+# A pickle's memo lets a small file name one entry a million times (600 KB expanded to 2.5 GB and 44 s):
+# the objects a dump is built into are counted as they are built, against this budget (a real dump of
+# 2000 entries with 30 frames each spends ~70k). Frames: at most this many read per entry, and only
+# those up to the first user frame kept (the only one used).
+MAX_BUILT_OBJECTS = 1_000_000
+MAX_FRAMES_READ = 64
+MAX_FRAMES_KEPT = 16
+# Integers past 64 bits are no seq id, rank or size torch wrote (and a 4300-digit one cannot be printed).
+MAX_INT_BITS = 63
+
+
+class Budget:
+    """Objects left to build; DumpError once spent (shared by the dumps of one directory)."""
+
+    def __init__(self, limit: int = MAX_BUILT_OBJECTS) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def spend(self, n: int = 1) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise DumpError(
+                f"expands to more than {self.limit} objects (shared references in the pickle): "
+                "larger than any Flight Recorder dump torch writes"
+            )
 
 
 class DumpError(ValueError):
@@ -134,7 +159,7 @@ def _as_int(value: Any, default: int = -1) -> int:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
-        return value
+        return value if value.bit_length() <= MAX_INT_BITS else default
     if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value.strip()):
         return int(value.strip())
     return default
@@ -156,29 +181,35 @@ def _as_strs(value: Any) -> tuple[str, ...]:
     return tuple(d[:50] for d in value[:64] if isinstance(d, str))
 
 
-def _as_sizes(value: Any) -> tuple[tuple[int, ...], ...]:
+def _as_sizes(value: Any, budget: Budget) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, (list, tuple)):
         return ()
     out = []
     for shape in value[:64]:
         if isinstance(shape, (list, tuple)):
+            budget.spend(1 + min(len(shape), 16))
             out.append(tuple(_as_int(d) for d in shape[:16]))
     return tuple(out)
 
 
-def _as_frames(value: Any) -> tuple[Frame, ...]:
+def _as_frames(value: Any, budget: Budget) -> tuple[Frame, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    frames = []
-    for raw in value[:64]:
+    frames: list[Frame] = []
+    for raw in value[:MAX_FRAMES_READ]:
+        budget.spend()
         if isinstance(raw, dict):
-            frames.append(
-                Frame(_as_str(raw.get("filename")), _as_int(raw.get("line"), 0), _as_str(raw.get("name")))
-            )
+            frame = Frame(_as_str(raw.get("filename")), _as_int(raw.get("line"), 0), _as_str(raw.get("name")))
+            if frame.is_user:
+                frames = frames[: MAX_FRAMES_KEPT - 1] + [frame]
+                break
+            if len(frames) < MAX_FRAMES_KEPT:
+                frames.append(frame)
     return tuple(frames)
 
 
-def _parse_entry(raw: Any) -> Optional[Entry]:
+def _parse_entry(raw: Any, budget: Budget) -> Optional[Entry]:
+    budget.spend()
     if not isinstance(raw, dict):
         return None
     name = _as_str(raw.get("profiling_name"))
@@ -200,24 +231,31 @@ def _parse_entry(raw: Any) -> Optional[Entry]:
         op=op,
         backend=backend,
         is_p2p=is_p2p,
-        input_sizes=_as_sizes(raw.get("input_sizes")),
+        input_sizes=_as_sizes(raw.get("input_sizes"), budget),
         input_dtypes=_as_strs(raw.get("input_dtypes")),
-        output_sizes=_as_sizes(raw.get("output_sizes")),
+        output_sizes=_as_sizes(raw.get("output_sizes"), budget),
         state=_as_str(raw.get("state")),
-        frames=_as_frames(raw.get("frames")),
+        frames=_as_frames(raw.get("frames"), budget),
     )
 
 
-def _parse_ranks(text: Any) -> tuple[int, ...]:
+def _parse_ranks(text: Any, budget: Budget) -> tuple[int, ...]:
     if isinstance(text, (list, tuple)):
+        budget.spend(min(len(text), 100_000))
         return tuple(_as_int(r) for r in text[:100_000])
     if isinstance(text, str) and len(text) < 1_000_000:
-        return tuple(int(m) for m in re.findall(r"\d{1,9}", text))
+        ranks = tuple(int(m) for m in re.findall(r"\d{1,9}", text))
+        budget.spend(len(ranks))
+        return ranks
     return ()
 
 
-def build_dump(raw: Any, source: str = "<bytes>", rank: Optional[int] = None) -> Dump:
-    """Turn the decoded dump (a dict) into a Dump; DumpError when it is not shaped like one."""
+def build_dump(
+    raw: Any, source: str = "<bytes>", rank: Optional[int] = None, budget: Optional[Budget] = None
+) -> Dump:
+    """Turn the decoded dump (a dict) into a Dump; DumpError when it is not shaped like one or expands
+    past `budget` (objects built: a fresh MAX_BUILT_OBJECTS by default)."""
+    budget = budget if budget is not None else Budget()
     if not isinstance(raw, dict) or not isinstance(raw.get("entries", []), (list, tuple)):
         raise DumpError("not a Flight Recorder dump: no `entries` list at the top level")
     if "entries" not in raw and "pg_status" not in raw:
@@ -231,10 +269,11 @@ def build_dump(raw: Any, source: str = "<bytes>", rank: Optional[int] = None) ->
         source=source,
         version=_as_str(raw.get("version")),
     )
-    dump.entries = [e for e in (_parse_entry(r) for r in entries_raw) if e is not None]
+    dump.entries = [e for e in (_parse_entry(r, budget) for r in entries_raw) if e is not None]
     status = raw.get("pg_status")
     if isinstance(status, dict):
         for pg, st in list(status.items())[:10_000]:
+            budget.spend()
             if isinstance(st, dict):
                 dump.pg_status[_as_str(pg)] = PgStatus(
                     _as_int(st.get("last_enqueued_collective")),
@@ -245,14 +284,16 @@ def build_dump(raw: Any, source: str = "<bytes>", rank: Optional[int] = None) ->
     if isinstance(config, dict):
         for name, conf in list(config.items())[:10_000]:
             if isinstance(conf, dict):
-                dump.pg_ranks[_as_str(name)] = _parse_ranks(conf.get("ranks"))
+                dump.pg_ranks[_as_str(name)] = _parse_ranks(conf.get("ranks"), budget)
     for entry in dump.entries:
         if entry.pg_name:
             dump.pg_names.setdefault(entry.pg, entry.pg_name)
     return dump
 
 
-def parse_dump(data: bytes, source: str = "<bytes>", rank: Optional[int] = None) -> Dump:
+def parse_dump(
+    data: bytes, source: str = "<bytes>", rank: Optional[int] = None, budget: Optional[Budget] = None
+) -> Dump:
     """Decode a dump in either format (JSON text, or pickle through the restricted unpickler)."""
     head = data[:64].lstrip()
     if head.startswith(b"{"):
@@ -264,7 +305,7 @@ def parse_dump(data: bytes, source: str = "<bytes>", rank: Optional[int] = None)
         raw = load_plain_pickle(data)
     else:
         raise DumpError("neither JSON nor a pickle (a Flight Recorder dump is one of those)")
-    return build_dump(raw, source, rank)
+    return build_dump(raw, source, rank, budget)
 
 
 def rank_from_name(name: str) -> Optional[int]:

@@ -11,25 +11,37 @@ size, and comes back as data (never an exception) for the pure modules to judge.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-from ddpdoctor.edge.files import read_user_bytes
+from ddpdoctor.edge.files import in_kernel_dir, read_quoted_source, read_user_bytes, source_roots
 from ddpdoctor.edge.procfs import read_process_state as process_state
 from ddpdoctor.hang.findings import HangFacts
-from ddpdoctor.hang.fr import MAX_DUMP_BYTES, Dump, DumpError, parse_dump, rank_from_name
+from ddpdoctor.hang.fr import (
+    MAX_BUILT_OBJECTS,
+    MAX_DUMP_BYTES,
+    Budget,
+    Dump,
+    DumpError,
+    parse_dump,
+    rank_from_name,
+)
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
 from ddpdoctor.hang.progress import Activity, Sample
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
 from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
 
 MAX_ENVIRON_BYTES = 1024 * 1024
-MAX_FR_FILES = 4096
+# Dumps read from one directory or prefix (a job's ranks; more files are named as left out), and the
+# objects all of them may be built into together (fr.Budget; one real dump spends ~70k).
+MAX_FR_FILES = 1024
+MAX_FR_TOTAL_OBJECTS = 8_000_000
 
 
 def read_environ(pid: int) -> tuple[dict[str, str], str]:
@@ -238,7 +250,12 @@ class DumpRead:
 
 def fr_candidates(spec: str) -> tuple[list[Path], list[Path]]:
     """(the dump files `--fr` names: a file, a directory (every file in it), or a prefix (`/tmp/fr_`);
-    the partial ones left out: `*.tmp`, which a writer renames once the dump is whole)."""
+    the partial ones left out: `*.tmp`, which a writer renames once the dump is whole).
+
+    Never a file under /proc or /sys: the spec may come from a job's own TORCH_FR_DUMP_TEMP_FILE, and
+    reading /proc/kmsg there would consume the kernel's messages."""
+    if in_kernel_dir(spec):
+        return [], []
     path = Path(spec)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -249,17 +266,31 @@ def fr_candidates(spec: str) -> tuple[list[Path], list[Path]]:
         if not parent.is_dir():
             return [], []
         files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and p.is_file())
+    files = [p for p in files if not in_kernel_dir(p)]
     partial = [p for p in files if p.name.endswith(".tmp")]
-    return [p for p in files if not p.name.endswith(".tmp")][:MAX_FR_FILES], partial[:MAX_FR_FILES]
+    return [p for p in files if not p.name.endswith(".tmp")], partial[:MAX_FR_FILES]
+
+
+def _twin_name(path: str) -> str:
+    """The name without .json/.pkl: torch's pickle and JSON dumps of one rank share it."""
+    return re.sub(r"\.(json|pkl|pickle)$", "", path)
 
 
 def read_dumps(spec: str) -> list[DumpRead]:
-    """Read and parse every dump `--fr` names; the pickle and JSON of one rank are not both kept."""
+    """Read and parse every dump `--fr` names; the pickle and JSON of one rank are not both kept, two
+    different dumps claiming one rank are both named (the second left out, never silently), and the
+    files past MAX_FR_FILES or past the shared object budget are named as left out."""
     out: list[DumpRead] = []
     seen_ranks: dict[int, int] = {}
-    files, partial = fr_candidates(spec)
+    total = Budget(MAX_FR_TOTAL_OBJECTS)
+    candidates, partial = fr_candidates(spec)
     out.extend(DumpRead(str(path), skipped=True) for path in partial)
-    for path in files:
+    for index, path in enumerate(candidates):
+        if index >= MAX_FR_FILES or total.left <= 0:
+            why = f"more than {MAX_FR_FILES} files" if index >= MAX_FR_FILES else (
+                f"the dumps before them already hold {MAX_FR_TOTAL_OBJECTS} objects")
+            out.append(DumpRead(str(path), error=f"{len(candidates) - index} file(s) from {path} on left out: {why}"))
+            break
         try:
             mtime: Optional[float] = path.stat().st_mtime
         except OSError:
@@ -270,13 +301,21 @@ def read_dumps(spec: str) -> list[DumpRead]:
         except OSError as exc:
             out.append(DumpRead(str(path), error=f"{path}: {exc.strerror or exc}"))
             continue
+        budget = Budget(min(MAX_BUILT_OBJECTS, total.left))
         try:
-            dump = parse_dump(data, str(path), rank_from_name(path.name))
+            dump = parse_dump(data, str(path), rank_from_name(path.name), budget)
         except DumpError as exc:
             out.append(DumpRead(str(path), error=f"{path}: {exc}"))
             continue
+        finally:
+            total.left -= budget.limit - max(budget.left, 0)
         if dump.rank is not None and dump.rank in seen_ranks:
             previous = out[seen_ranks[dump.rank]]
+            if _twin_name(previous.path) != _twin_name(str(path)):
+                out.append(DumpRead(str(path), error=(
+                    f"{path}: claims rank {dump.rank}, as {previous.path} does; left out (one dump per rank "
+                    "is aligned: are these from different jobs or runs?)")))
+                continue
             # Prefer the pickle: only it carries the Python frames that name the source line.
             if previous.dump is not None and not previous.dump.entries_have_frames() and dump.entries_have_frames():
                 out[seen_ranks[dump.rank]] = DumpRead(str(path), dump, mtime=mtime)
@@ -287,17 +326,39 @@ def read_dumps(spec: str) -> list[DumpRead]:
     return out
 
 
+def read_source(filename: str, roots: list[str], owner_uid: Optional[int] = None) -> Optional[list[str]]:
+    """A source file's lines (read as text, never imported or executed, redacted), or None when it is
+    outside `roots` or not a regular file (edge.files.read_quoted_source says exactly when)."""
+    text = read_quoted_source(filename, roots, owner_uid)
+    return None if text is None else text.splitlines()
 
-def read_source(filename: str, max_bytes: int = 4 * 1024 * 1024) -> Optional[list[str]]:
-    """A source file's lines (read as text, never imported or executed), or None."""
-    if not filename or filename.startswith("<"):
-        return None
+
+def _script_dir(cmdline: tuple[str, ...], cwd: str) -> Optional[str]:
+    """The directory of the script a `python [opts] script.py ...` command line runs (sys.path[0])."""
+    for arg in cmdline[1:8]:
+        if arg.startswith("-"):
+            if arg in ("-m", "-c"):
+                return None
+            continue
+        return os.path.dirname(os.path.join(cwd, arg))
+    return None
+
+
+def rank_source_roots(pid: int, cmdline: tuple[str, ...], env: Mapping[str, str]) -> list[str]:
+    """The job's own source tree as this rank sees it: its cwd, its script's directory and its PYTHONPATH
+    (sys.path without the installed packages), read from /proc. Equivalent: readlink /proc/PID/cwd."""
     try:
-        path = Path(filename)
-        if not path.is_file():
-            return None
-        with open(path, "rb") as handle:
-            return handle.read(max_bytes).decode("utf-8", "replace").splitlines()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return []
+    candidates = [cwd, _script_dir(cmdline, cwd) or ""]
+    candidates += [os.path.join(cwd, p) for p in env.get("PYTHONPATH", "").split(":")[:32] if p]
+    return source_roots(candidates)
+
+
+def _uid_of(path: str) -> Optional[int]:
+    try:
+        return os.stat(path).st_uid
     except OSError:
         return None
 
@@ -493,19 +554,33 @@ def read_fr_into(facts: HangFacts, spec: str) -> None:
 
 
 def read_sources_into(facts: HangFacts) -> None:
-    """Read (never run) the source files the stacks and dumps point at, to quote the lines."""
-    wanted = set()
+    """Read (never run) the source files the stacks and dumps point at, to quote the lines.
+
+    A frame names any path its job (or a dump's writer) chose, so only the job's own tree is read: for a
+    live rank its cwd, script directory and PYTHONPATH, with the rank's uid as the owner a file must
+    have; for a dump also the reader's cwd and the dump's directory, with the dump file's owner (an owner
+    that cannot be read, a rank gone meanwhile, means nothing is quoted). Never /proc, /sys, /dev or /etc
+    (edge.files.read_quoted_source)."""
+    workers = facts.job.workers if facts.job is not None else []
+    job_roots: list[str] = []
+    for worker in workers:
+        job_roots += rank_source_roots(worker.pid, worker.cmdline, worker.env)
+    wanted: dict[str, tuple[list[str], Optional[int]]] = {}
     for stack in facts.stacks:
         frame = stack.user_frame()
         if frame is not None:
-            wanted.add(frame.filename)
+            wanted.setdefault(frame.filename, (job_roots, _uid_of(f"/proc/{stack.pid}")))
     for dump in facts.dumps:
+        roots = source_roots([*job_roots, os.getcwd(), os.path.dirname(os.path.abspath(dump.source))])
         for entry in dump.entries[-8:]:
             frame = entry.user_frame()
             if frame is not None:
-                wanted.add(frame.filename)
+                wanted.setdefault(frame.filename, (roots, _uid_of(dump.source)))
     for filename in sorted(wanted)[:32]:
-        lines = read_source(filename)
+        roots, owner = wanted[filename]
+        if owner is None:
+            continue
+        lines = read_source(filename, roots, owner)
         if lines is not None:
             facts.sources[filename] = lines
 

@@ -19,6 +19,7 @@ ENV_KEYS = (
     "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
     # Which Slurm job a rank belongs to: `srun --overlap --jobid J ddpdoctor hang` diagnoses job J.
     "SLURM_JOB_ID",
+    "PYTHONPATH",  # the job's source tree: where `hang` may quote source lines from
 )
 _AGENT_MARKERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "torchx")
 
@@ -91,6 +92,15 @@ _HELPER_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserv
 def _is_helper(proc: ProcInfo) -> bool:
     joined = " ".join(proc.cmdline[:6])
     return any(marker in joined for marker in _HELPER_MARKERS)
+
+
+def _has_rank(proc: ProcInfo) -> bool:
+    return _int(proc.env.get("RANK")) is not None or _int(proc.env.get("LOCAL_RANK")) is not None
+
+
+def _is_spawned(proc: ProcInfo) -> bool:
+    """A child of multiprocessing's spawn start method (torch.multiprocessing.spawn's ranks)."""
+    return any("--multiprocessing-fork" in arg or "spawn_main" in arg for arg in proc.cmdline[:8])
 
 
 def _is_python(proc: ProcInfo) -> bool:
@@ -176,10 +186,17 @@ def select_job(
             if job.agent_pid == pid or any(w.pid == pid for w in job.workers):
                 return job, ""
         by_pid = {p.pid: p for p in procs or []}
+        if procs is not None and pid not in by_pid:
+            return None, f"no such process: {pid} (not running on this node, or not visible from here)"
         if pid in by_pid:
             parent = by_pid[pid]
-            children = [p for p in procs or [] if p.ppid == pid and _is_python(p) and not _is_helper(p)]
-            members = children or ([parent] if _is_python(parent) else [])
+            # Only processes that look like ranks: RANK/LOCAL_RANK set, or children that mp.spawn started
+            # (their command line says so). Any Python process, or PID 1, is no job (#26: "OK, no hang").
+            children = [
+                p for p in procs or []
+                if p.ppid == pid and _is_python(p) and not _is_helper(p) and (_has_rank(p) or _is_spawned(p))
+            ]  # fmt: skip
+            members = children or ([parent] if _is_python(parent) and (_has_rank(parent) or _is_spawned(parent)) else [])
             if members:
                 workers = [
                     Worker(p.pid, _int(p.env.get("RANK")), _int(p.env.get("LOCAL_RANK")), p.cmdline, dict(p.env),
@@ -187,7 +204,10 @@ def select_job(
                     for p in members
                 ]
                 return Job(pid if children else None, parent.cmdline if children else (), workers), ""
-        return None, f"process {pid} is not a torchrun agent nor a rank of a distributed job on this node"
+        return None, (
+            f"process {pid} is not a distributed job: not a torchrun agent, and neither it nor its Python "
+            "children carry RANK/LOCAL_RANK or were started by torch.multiprocessing.spawn"
+        )
     jobs = of_slurm_job(jobs, slurm_job_id)
     if not jobs:
         return None, "no distributed job found on this node (no torchrun agent, no process with RANK set)"

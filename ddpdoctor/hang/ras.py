@@ -89,6 +89,11 @@ def _int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list; [] for anything else (`"communicators": 5` is no list to iterate)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def parse_ras_json(body: str) -> RasStatus:
     """`SET FORMAT json` + `STATUS` output (NCCL >= 2.28.7); ValueError when it is not that."""
     try:
@@ -97,15 +102,19 @@ def parse_ras_json(body: str) -> RasStatus:
         raise ValueError(f"RAS JSON is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError("RAS JSON is not an object")
+    if not _dicts(raw.get("communicators")) and "nccl_version" not in raw:
+        # Neither part of a RAS status: saying "every rank answered" from it would be a verdict on garbage.
+        raise ValueError("RAS JSON has neither `communicators` nor `nccl_version`: not a RAS status")
     status = RasStatus(fmt="json", nccl_version=str(raw.get("nccl_version") or ""))
     ras = raw.get("ras") if isinstance(raw.get("ras"), dict) else {}
     status.timeouts = _int(ras.get("timeouts_count")) or 0
-    for comm in raw.get("communicators") or []:
-        if not isinstance(comm, dict):
-            continue
-        ident = str(comm.get("hash") or "?")
-        ranks = [r for r in comm.get("ranks") or [] if isinstance(r, dict)]
-        missing = [r for r in comm.get("missing_ranks") or [] if isinstance(r, dict)]
+    for comm in _dicts(raw.get("communicators")):
+        if not isinstance(comm.get("ranks"), list):
+            # Every communicator RAS reports lists its ranks: without them nothing says who answered.
+            raise ValueError("RAS JSON communicator without a `ranks` list: not a RAS status")
+        ident = str(comm.get("hash") or "?")[:200]
+        ranks = _dicts(comm.get("ranks"))
+        missing = _dicts(comm.get("missing_ranks"))
         state = "RUNNING"
         if missing:
             state = "INCOMPLETE"
@@ -253,6 +262,10 @@ def parse_ras_text(body: str) -> RasStatus:
                 status.behind.extend(ranks)
     status.errors_text = "\n".join(errors).strip()[:4000]
     status.warnings_text = "\n".join(warnings).strip()[:4000]
+    if not (status.nccl_version or status.comms or status.group_rows or section):
+        # Nothing of a RAS report (no version line, no section, no communicator): garbage after the
+        # handshake is no "every rank answered".
+        raise ValueError("the reply after the handshake is not a RAS status report (no NCCL version, no section)")
     return status
 
 

@@ -529,8 +529,10 @@ def judge_hang(facts: HangFacts) -> HangReport:
         "job": job_dict(facts),
         "stacks": [stack_to_dict(s) for s in facts.stacks],
         "stack_groups": [
+            # A process whose rank is unknown is carried as -pid inside; outside, a rank is never negative.
             {"ranks": [r for r in g.ranks if r >= 0], "pids": [ctx.pid_of(r) for r in g.ranks],
-             "label": plural_ranks(g.ranks), "where": describe_stack(g.example), "waiting_in": g.example.waiting_in()}
+             "pids_rank_unknown": [-r for r in g.ranks if r < 0], "label": plural_ranks(g.ranks),
+             "where": describe_stack(g.example), "waiting_in": g.example.waiting_in()}
             for g in group_stacks(live)
         ],
         "ras": ras_to_dict(facts.ras) if facts.ras is not None else None,

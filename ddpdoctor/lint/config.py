@@ -52,7 +52,12 @@ def parse_lint_config(text: str, source: str = "pyproject.toml") -> LintConfig:
         data = load_toml_text(text)
     except ValueError as exc:
         raise ValueError(f"{source}: not valid TOML ({exc})") from None
-    table = data.get("tool", {}).get("ddpdoctor", {}).get("lint", {})
+    tool = data.get("tool", {})
+    # `tool = 5` is another tool's mistake, not a lint setting: lint with the defaults.
+    ours = tool.get("ddpdoctor", {}) if isinstance(tool, dict) else {}
+    if not isinstance(ours, dict):
+        raise ValueError(f"{source}: [tool.ddpdoctor] must be a table")
+    table = ours.get("lint", {})
     if not isinstance(table, dict):
         raise ValueError(f"{source}: [tool.ddpdoctor.lint] must be a table")
     config = LintConfig(source=source)

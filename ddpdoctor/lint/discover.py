@@ -12,7 +12,6 @@ never hangs and never raises.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -53,48 +52,130 @@ SKIP_DIRS = frozenset(
 )
 
 
+# A .gitignore pattern as tokens, matched by a set-of-states simulation: time is linear in the path for a
+# given pattern, whatever the pattern (a backtracking regex of `*a*a*a*a*a*a*b` against a 200-character
+# name takes minutes). Token kinds: a literal character, `?`, a `[...]` class, `*` (no `/`), `**` (any),
+# and `**/` (zero or more whole directories: two slots, its entry, which may be skipped, and its inside,
+# which only a `/` leaves).
+_LIT, _ONE, _CLASS, _STAR, _ANY, _DIRS, _DIRS_IN = range(7)
+
+
 @dataclass(frozen=True)
-class IgnoreRule:
-    base: Path  # the directory holding the .gitignore
-    regex: re.Pattern
-    negate: bool
-    dir_only: bool
+class GlobPattern:
+    tokens: tuple[tuple[int, object], ...]
+
+    def match(self, text: str) -> bool:
+        """Whether the whole of `text` matches (fnmatch with FNM_PATHNAME, git's `**` rules)."""
+        tokens = self.tokens
+        states = self._closure({0})
+        for c in text:
+            following: set[int] = set()
+            for i in states:
+                if i == len(tokens):
+                    continue
+                kind, arg = tokens[i]
+                if kind == _LIT:
+                    if c == arg:
+                        following.add(i + 1)
+                elif kind == _ONE:
+                    if c != "/":
+                        following.add(i + 1)
+                elif kind == _CLASS:
+                    if c != "/" and _class_matches(arg, c):
+                        following.add(i + 1)
+                elif kind == _STAR:
+                    if c != "/":
+                        following.add(i)
+                elif kind == _ANY:
+                    following.add(i)
+                elif kind == _DIRS:  # enter the directories, or a `/` ends an empty-named one
+                    following.add(i + 1)
+                    if c == "/":
+                        following.add(i + 2)
+                else:  # _DIRS_IN: anything, and a `/` may end the directories
+                    following.add(i)
+                    if c == "/":
+                        following.add(i + 1)
+            if not following:
+                return False
+            states = self._closure(following)
+        return len(tokens) in states
+
+    def _closure(self, states: set[int]) -> set[int]:
+        """Add the states reachable without a character: past `*`, `**` and `**/`, which match nothing."""
+        out = set(states)
+        stack = list(states)
+        while stack:
+            i = stack.pop()
+            kind = self.tokens[i][0] if i < len(self.tokens) else None
+            skip_to = i + 2 if kind == _DIRS else i + 1 if kind in (_STAR, _ANY) else None
+            if skip_to is not None and skip_to not in out:
+                out.add(skip_to)
+                stack.append(skip_to)
+        return out
 
 
-def _translate(pattern: str) -> str:
-    out: list[str] = []
+def _class_matches(spec: object, c: str) -> bool:
+    negated, ranges = spec  # type: ignore[misc]
+    inside = any(lo <= c <= hi for lo, hi in ranges)
+    return inside != negated
+
+
+def _parse_class(body: str) -> tuple[bool, tuple[tuple[str, str], ...]]:
+    negated = body[:1] in ("!", "^")
+    if negated:
+        body = body[1:]
+    ranges = []
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            ranges.append((body[i], body[i + 2]))
+            i += 3
+        else:
+            ranges.append((body[i], body[i]))
+            i += 1
+    return negated, tuple(ranges)
+
+
+def compile_glob(pattern: str, anchored: bool) -> GlobPattern:
+    """A .gitignore pattern (without `!` and trailing `/`); unanchored ones match in any directory."""
+    dirs = [(_DIRS, None), (_DIRS_IN, None)]
+    tokens: list[tuple[int, object]] = [] if anchored else list(dirs)
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
         if c == "*":
-            if pattern.startswith("**", i):
-                if pattern.startswith("**/", i):
-                    out.append("(?:.*/)?")
-                    i += 3
-                else:
-                    out.append(".*")
-                    i += 2
+            if pattern.startswith("**/", i):
+                tokens += dirs
+                i += 3
                 continue
-            out.append("[^/]*")
+            if pattern.startswith("**", i):
+                tokens.append((_ANY, None))
+                i += 2
+                continue
+            if not (tokens and tokens[-1][0] == _STAR):  # `***` is `*`: no repeated states
+                tokens.append((_STAR, None))
         elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
+            tokens.append((_ONE, None))
+        elif c == "[" and pattern.find("]", i + 2) != -1:
             close = pattern.find("]", i + 2)
-            if close == -1:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1 : close]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-                i = close
+            tokens.append((_CLASS, _parse_class(pattern[i + 1 : close])))
+            i = close
         elif c == "\\" and i + 1 < n:
             i += 1
-            out.append(re.escape(pattern[i]))
+            tokens.append((_LIT, pattern[i]))
         else:
-            out.append(re.escape(c))
+            tokens.append((_LIT, c))
         i += 1
-    return "".join(out)
+    return GlobPattern(tuple(tokens))
+
+
+@dataclass(frozen=True)
+class IgnoreRule:
+    base: Path  # the directory holding the .gitignore
+    glob: GlobPattern
+    negate: bool
+    dir_only: bool
 
 
 def parse_gitignore(text: str, base: Path) -> list[IgnoreRule]:
@@ -115,12 +196,7 @@ def parse_gitignore(text: str, base: Path) -> list[IgnoreRule]:
             continue
         anchored = "/" in line
         line = line.lstrip("/")
-        prefix = "^" if anchored else "^(?:.*/)?"
-        try:
-            regex = re.compile(prefix + _translate(line) + "$")
-        except re.error:
-            continue  # a pattern we cannot read is skipped, never fatal
-        rules.append(IgnoreRule(base, regex, negate, dir_only))
+        rules.append(IgnoreRule(base, compile_glob(line, anchored), negate, dir_only))
     return rules
 
 
@@ -134,7 +210,7 @@ def is_ignored(path: Path, is_dir: bool, rules: Sequence[IgnoreRule]) -> bool:
             continue
         if rel == "." or (r.dir_only and not is_dir):
             continue
-        if r.regex.match(rel):
+        if r.glob.match(rel):
             ignored = not r.negate
     return ignored
 

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 _SUFFIX = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
-_HUMAN = re.compile(r"^(?P<num>\d+(?:[.,]\d+)?)(?P<suffix>[KMGTPB]?)i?$", re.I)
+# At most 24 digits (10^24 bytes is a yottabyte): longer numbers are garbage, and as floats they
+# overflow to infinity, which int() refuses (an OverflowError took the whole System area down).
+_HUMAN = re.compile(r"^(?P<num>\d{1,24}(?:[.,]\d{1,12})?)(?P<suffix>[KMGTPB]?)i?$", re.I)
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ def parse_df(text: str) -> list[DfEntry]:
             continue
         if parts[0].lower() == "filesystem":
             header = line.lower()
-            m = re.search(r"(\d+)[kK]?-blocks", header)
+            m = re.search(r"(\d{1,12})[kK]?-blocks", header)
             if m:
                 block = int(m.group(1)) * (1024 if "k-blocks" in header else 1)
             continue
@@ -49,10 +51,8 @@ def parse_df(text: str) -> list[DfEntry]:
             continue
         # A long filesystem name can push fields; take the last five as size/used/avail/use%/mount.
         size, used, avail, pct, mount = parts[-5:]
-        try:
-            percent: Optional[int] = int(pct.rstrip("%"))
-        except ValueError:
-            percent = None
+        digits = pct.rstrip("%")
+        percent: Optional[int] = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 3 else None
         entries.append(
             DfEntry(
                 filesystem=" ".join(parts[:-5]),

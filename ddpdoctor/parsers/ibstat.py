@@ -126,8 +126,17 @@ def parse_rate_gbps(text: Optional[str]) -> Optional[Number]:
     return as_number(value)
 
 
+# ...and that speak of IB: another tool's "Correctable Error : 0" (nvidia-smi) or "Assertion failed"
+# (dmesg) is not an IB tool's failure, and counting it made `parse ibstat` pass on that output (#26).
+_IB_WORDS = re.compile(
+    r"^\s*(?:ibpanic|ibwarn|iberror|ibstat|ibstatus|ibv_\w+|libibverbs|libibumad)\b|\bIB\b|infiniband|verbs|umad"
+    r"|\bno (?:\w+ )?devices\b|\bHCA\b|\bmlx\d|\bport\b|\brdma",
+    re.IGNORECASE,
+)
+
+
 def is_error_line(line: str) -> bool:
-    return bool(_ERROR_LINE.search(line))
+    return bool(_ERROR_LINE.search(line)) and bool(_IB_WORDS.search(line))
 
 
 T = TypeVar("T")

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -33,12 +34,21 @@ def _deps(text: str) -> list[str]:
     return [d for d in text.strip(",").split(",") if d and d != "-"]
 
 
+# A whole module line: a name with a letter in it, a size, a use count, deps, and (/proc/modules) the
+# state, address and taint flags. Anything looser took df's `tmpfs 24684084 0 ...` or a matrix row `0 1 1`
+# for modules, and `parse lsmod` passed on another tool's output (#26).
+_MODULE_LINE = re.compile(
+    r"^(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{1,64}\s+\d{1,12}\s+(?:\d{1,6}|-)"
+    r"(?:\s+[A-Za-z0-9_,\-\[\]]+)?(?:\s+(?:Live|Loading|Unloading)(?:\s+0x[0-9a-fA-F]+)?(?:\s+\([A-Z]+\))?)?\s*$"
+)
+
+
 def parse_modules(text: str) -> list[KernelModule]:
     """Parse `/proc/modules` or `lsmod`; the header and malformed lines are skipped."""
     modules: list[KernelModule] = []
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) < 2 or parts[0] == "Module" or _int(parts[1]) is None:
+        if not _MODULE_LINE.match(line):
             continue
         mod = KernelModule(name=parts[0], size=_int(parts[1]))
         if len(parts) >= 3:

@@ -23,14 +23,21 @@ MAX_PARAMS = 10**15
 MAX_BYTES = 2**50
 
 
+def _shown(text: str) -> str:
+    """The value as the error quotes it: a 4000-digit argument is named by its length, not echoed."""
+    if len(text) <= 40:
+        return repr(text)
+    return f"{text[:12]!r}... ({len(text)} characters: too large)"
+
+
 def parse_count(text: str) -> int:
     """`7B` -> 7_000_000_000; K, M, B (or G) and T are powers of 1000. ValueError when malformed."""
     m = _COUNT.match(text)
     if not m:
-        raise ValueError(f"{text!r} is not a parameter count (examples: 7B, 350M, 1.3B, 124439808)")
+        raise ValueError(f"{_shown(text)} is not a parameter count (examples: 7B, 350M, 1.3B, 124439808)")
     value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
     if not math.isfinite(value) or value < 1 or value > MAX_PARAMS:
-        raise ValueError(f"{text!r}: a parameter count must be between 1 and 1000T")
+        raise ValueError(f"{_shown(text)}: a parameter count must be between 1 and 1000T")
     return int(round(value))
 
 
@@ -38,10 +45,10 @@ def parse_bytes(text: str) -> int:
     """`80GiB` -> 85899345920. GiB/MiB are binary, GB/MB decimal, a bare G means GiB. ValueError if bad."""
     m = _BYTES.match(text)
     if not m or m.group(2).upper() not in _BYTE_SUFFIX:
-        raise ValueError(f"{text!r} is not a memory size (examples: 80GiB, 40GB, 24G, 16384MiB)")
+        raise ValueError(f"{_shown(text)} is not a memory size (examples: 80GiB, 40GB, 24G, 16384MiB)")
     value = float(m.group(1)) * _BYTE_SUFFIX[m.group(2).upper()]
     if not math.isfinite(value) or value < 1 or value > MAX_BYTES:
-        raise ValueError(f"{text!r}: a memory size must be between 1 byte and 1 PiB")
+        raise ValueError(f"{_shown(text)}: a memory size must be between 1 byte and 1 PiB")
     return int(value)
 
 
