@@ -966,8 +966,22 @@ POSITIVES += [
         import json
         def main():
             dist.init_process_group("nccl")
+            preds = [1, 2]
             with open("results.json", "w") as fh:
-                json.dump({}, fh)  # <-
+                json.dump(preds, fh)  # <-
+            model.save_pretrained("out")
+        if __name__ == "__main__":
+            main()
+    """,
+    ),
+    (
+        "DDP023",
+        """
+        import json
+        def main():
+            dist.init_process_group("nccl")
+            with open("config.json", "w") as fh:
+                json.dump(vars(args), fh)  # <-
             model.save_pretrained("out")  # <-
         if __name__ == "__main__":
             main()
@@ -1276,6 +1290,18 @@ NEAR_MISSES += [
 ]
 
 
+NEAR_MISSES += [
+    (
+        "DDP023",
+        """
+        import json
+        def main(rank):
+            dist.init_process_group("nccl")
+            if rank == 0:
+                json.dump(vars(args), open("config.json", "w"))
+    """,
+    ),
+]
 # Issue #24 (classes of misses and false findings on code nobody here had read); the real shapes, with
 # provenance, are in tests/test_lint_classes.py.
 POSITIVES += [
@@ -1367,7 +1393,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 23)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 24)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 
