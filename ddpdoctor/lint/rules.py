@@ -863,4 +863,4 @@ def all_rules() -> dict[str, Rule]:
 
 # The device rules and the rules about what every rank must do alike live in their own modules;
 # importing them registers them.
-from ddpdoctor.lint import device_rules, rank_rules  # noqa: E402,F401
+from ddpdoctor.lint import device_rules, rank_rules, world_rules  # noqa: E402,F401
