@@ -228,10 +228,11 @@ def test_class10_data_parallel_inside_a_rank() -> None:
     import torch.distributed as dist
 
     def main_worker(gpu, args):
+        torch.cuda.set_device(gpu)
         dist.init_process_group("nccl", init_method=args.dist_url, rank=gpu, world_size=args.world_size)
         model = torch.nn.DataParallel(build()).cuda()
     """
-    assert default_codes(src) == [(6, "DDP022")]
+    assert default_codes(src) == [(7, "DDP022")]
     imagenet = """
     import torch
     import torch.distributed as dist
