@@ -232,7 +232,7 @@ def test_class10_data_parallel_inside_a_rank() -> None:
         dist.init_process_group("nccl", init_method=args.dist_url, rank=gpu, world_size=args.world_size)
         model = torch.nn.DataParallel(build()).cuda()
     """
-    assert default_codes(src) == [(7, "DDP022")]
+    assert default_codes(src) == [(8, "DDP022")]
     imagenet = """
     import torch
     import torch.distributed as dist
