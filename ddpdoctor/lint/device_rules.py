@@ -445,6 +445,18 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
                     "on GPU 0 on every rank",
                 )
             )
+        elif work_at is None and set_at is None and before is not True and (touch := _gpu0_touch(f)):
+            # An entry point with nothing on the GPU right after init, in a program that never sets the
+            # device anywhere: pinned memory, a barrier or a bare .cuda() then opens a context on GPU 0
+            # in every rank (issue #24, class 8).
+            out.append(
+                (
+                    cs,
+                    "bug",
+                    "NCCL process group created and no torch.cuda.set_device() anywhere in this program: "
+                    f"{touch} (line {touch_line(touch, f)}) opens a CUDA context on GPU 0 in every rank",
+                )
+            )
         elif work_at is not None or (before is False and not is_entry(f, cs.scope)):
             # (A process entry point that does nothing on the GPU after init has nothing to misplace.)
             where = f" (GPU work at line {work_at.node.lineno})" if work_at is not None else ""
@@ -458,6 +470,52 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
             )
     f.memo["nccl_init_order"] = out
     return out
+
+
+def _program_files(f: ModuleFacts) -> list[ModuleFacts]:
+    return [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
+
+
+def _gpu0_touch(f: ModuleFacts) -> str:
+    """What opens a context on the current device (GPU 0 when none is set) in a program with no
+    set_device anywhere: "pin_memory=True", "barrier()", "a bare .cuda()"; "" when nothing does, or
+    when the program sets a device somewhere (set_device, device_id=, CUDA_VISIBLE_DEVICES per rank)."""
+    if "gpu0_touch" in f.memo:
+        return f.memo["gpu0_touch"]  # type: ignore[return-value]
+    found = ""
+    files = _program_files(f)
+    sets = any(
+        _is_set_device(cs) or cs.kwarg("device_id") is not None or cs.attr in ("set_device_index", "device")
+        for g in files
+        for cs in g.calls
+    ) or any(key == "CUDA_VISIBLE_DEVICES" for g in files for _b, key, _v, _s in g.env_assigns)
+    if not sets:
+        for g in files:
+            for cs in g.calls:
+                pin = cs.kwarg("pin_memory")
+                if isinstance(pin, ast.Constant) and pin.value is True:
+                    found = "pin_memory=True"
+                elif cs.attr == "barrier" and cs.qual.startswith("torch.distributed.") and not cs.node.args:
+                    found = "barrier()" if cs.kwarg("device_ids") is None else ""
+                elif (
+                    cs.attr == "cuda"
+                    and not cs.node.args
+                    and not cs.node.keywords
+                    and cs.qual != "torch.cuda"
+                ):
+                    found = "a bare .cuda()"
+                if found:
+                    f.memo["gpu0_touch_line"] = cs.node.lineno if g is f else 0
+                    break
+            if found:
+                break
+    f.memo["gpu0_touch"] = found
+    return found
+
+
+def touch_line(touch: str, f: ModuleFacts) -> str:
+    line = f.memo.get("gpu0_touch_line") or 0
+    return str(line) if line else "in another file"
 
 
 def _set_device_after_return(f: ModuleFacts, scope: Scope) -> Optional[CallSite]:

@@ -196,8 +196,27 @@ def value_before(f: ModuleFacts, key: str, line: int) -> Optional[ast.expr]:
 _MULTI_NODE_RE = re.compile(rb"global_rank|node_rank|nnodes|num_nodes|['\"]RANK['\"]")
 
 
-def local_only(test: ast.AST) -> bool:
-    ranks = [i for i in names_in(test) if is_rank_identifier(i)]
+# "Main process of this node" helpers: is_local_master(), is_local_main_process, local_main.
+_LOCAL_MAIN_RE = re.compile(r"^(?:is_)?local_(?:main|master|chief|leader|primary)(?:_process|_proc)?$")
+
+
+# Node-level words: a script that names the node it runs on knows it runs on several.
+_NODE_WORDS_RE = re.compile(rb"node_rank|nnodes|num_nodes|n_nodes|NODE_RANK|SLURM_NODEID|node_id")
+
+
+def local_only(test: ast.AST, source: bytes = b"") -> bool:
+    """The rank check picks one process per node: `local_rank == 0`, `is_local_master()`, and
+    `rank % ngpus_per_node == 0` in a script that names its node (issue #24, class 9; pytorch/examples
+    imagenet, which names no node, keeps that check for its checkpoint and is left alone)."""
+    if _NODE_WORDS_RE.search(source) and any(
+        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and mentions_rank(n.left)
+        for n in ast.walk(test)
+    ):
+        return True
+    idents = list(names_in(test))
+    if any(_LOCAL_MAIN_RE.match(i.lower()) for i in idents):
+        return True
+    ranks = [i for i in idents if is_rank_identifier(i)]
     return bool(ranks) and all("local" in i.lower() for i in ranks)
 
 
@@ -206,8 +225,12 @@ def local_rank_guarded(f: ModuleFacts, cs: CallSite, depth: int = 0) -> Optional
     if not _MULTI_NODE_RE.search(f.source):
         return None
     guard = cs.guarded
+    if isinstance(guard, (ast.Name, ast.Attribute, ast.Call)) and _LOCAL_MAIN_RE.match(
+        final_identifier(guard).lower()
+    ):
+        return guard.lineno  # type: ignore[attr-defined]
     if isinstance(guard, ast.AST) and not isinstance(guard, (ast.Name, ast.Attribute, ast.Call)):
-        return guard.lineno if local_only(guard) else None  # type: ignore[attr-defined]
+        return guard.lineno if local_only(guard, f.source) else None  # type: ignore[attr-defined]
     if guard or is_entry(f, cs.scope) or depth > 3:
         return None
     callers = callers_of(f, cs.scope)

@@ -522,8 +522,8 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
         if local is not None:
             yield (
                 cs.node,
-                f"torch.save() runs where local rank is 0 (line {local}) in a multi-node script: the local "
-                "rank 0 of every node writes the same file",
+                f"torch.save() runs on one process per node (the local check on line {local}) in a "
+                "multi-node script: the first process of every node writes the same file",
             )
             continue
         if cs.guarded or rank_zero_only(f, cs.scope):
