@@ -485,7 +485,10 @@ def _gpu0_touch(f: ModuleFacts) -> str:
     found = ""
     files = _program_files(f)
     sets = any(
-        _is_set_device(cs) or cs.kwarg("device_id") is not None or cs.attr in ("set_device_index", "device")
+        _is_set_device(cs)
+        or cs.kwarg("device_id") is not None
+        or cs.attr == "set_device_index"
+        or cs.qual == "torch.cuda.device"
         for g in files
         for cs in g.calls
     ) or any(key == "CUDA_VISIBLE_DEVICES" for g in files for _b, key, _v, _s in g.env_assigns)

@@ -338,6 +338,7 @@ class ModuleFacts:
         self.cuda_strings: list[tuple[ast.expr, Scope]] = []  # f"cuda:{x}", "cuda:%d" % x
         self.contexts: dict[str, str] = {}  # ctx = mp.get_context("spawn") -> {"ctx": "spawn"}
         self.classes: set[str] = set()  # classes defined in this file
+        self.methods: set[str] = set()  # names of the methods of those classes
         self.call_targets: dict[int, list[str]] = {}  # id(Call) -> names it is assigned to (x = Call())
         self.memo: dict[str, object] = {}  # per-file answers shared between rules (uses_cuda, ...)
         # Names and attributes assigned a "main process" test (`is_master = rank == 0`), used as guards.
@@ -402,6 +403,11 @@ class ModuleFacts:
                 self._walk_function(stmt, scope, guarded, main, loop)  # type: ignore[arg-type]
             elif t is ast.ClassDef:
                 self.classes.add(stmt.name)  # type: ignore[attr-defined]
+                self.methods.update(
+                    m.name
+                    for m in stmt.body
+                    if isinstance(m, _FUNC_TYPES)  # type: ignore[attr-defined]
+                )
                 for e in stmt.bases + [k.value for k in stmt.keywords] + stmt.decorator_list:  # type: ignore[attr-defined]
                     self._walk_expr(e, scope, guarded, main, loop)
                 self._walk_block(stmt.body, scope, guarded, main, loop)  # type: ignore[attr-defined]

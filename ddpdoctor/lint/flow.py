@@ -331,3 +331,52 @@ def rank_split_of(scope: Scope, call: ast.Call, shuffled: Optional[ast.AST]) -> 
         return None
 
     return visit(scope.node.body)  # type: ignore[attr-defined]
+
+
+def enclosing_scope(f: ModuleFacts, line: int) -> Scope:
+    """The innermost function of this file whose body spans `line` (else the module)."""
+    best = f.module
+    for scope in f.scopes:
+        node = scope.node
+        if scope.is_module or not hasattr(node, "end_lineno"):
+            continue
+        if node.lineno <= line <= (node.end_lineno or node.lineno):  # type: ignore[attr-defined]
+            if best.is_module or node.lineno >= best.node.lineno:  # type: ignore[attr-defined]
+                best = scope
+    return best
+
+
+def parameter_values(f: ModuleFacts, scope: Scope, name: str) -> Optional[list[ast.expr]]:
+    """What a parameter of `scope` holds, through calls (issue #24, class 7): its default and what every
+    caller in this file passes for it. None when `name` is no parameter, or a caller passes it in a way
+    we cannot line up (*args, **kwargs)."""
+    if scope.is_module or name not in scope.params:
+        return None
+    args = scope.node.args  # type: ignore[attr-defined]
+    positional = [*getattr(args, "posonlyargs", []), *args.args]
+    defaults: dict[str, ast.expr] = {}
+    for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults):
+        defaults[a.arg] = d
+    for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        if d is not None:
+            defaults[a.arg] = d
+    index = next((i for i, a in enumerate(positional) if a.arg == name), None)
+    if index is not None and positional and positional[0].arg in ("self", "cls"):
+        index -= 1  # called as obj.method(...): the first parameter is not passed
+    values: list[ast.expr] = []
+    passed_by_all = True
+    for c in f.callers.get(scope.name, ()):
+        if any(isinstance(a, ast.Starred) for a in c.node.args) or c.has_star_kwargs():
+            return None
+        value = c.kwarg(name)
+        if value is None and index is not None and 0 <= index < len(c.node.args):
+            value = c.node.args[index]
+        if value is None:
+            passed_by_all = False
+        else:
+            values.append(value)
+    if not passed_by_all or not values:
+        if name not in defaults:
+            return values or None
+        values.append(defaults[name])
+    return values

@@ -24,11 +24,13 @@ from ddpdoctor.lint.facts import (
 from ddpdoctor.lint.flow import (
     callees_of,
     callers_of,
+    enclosing_scope,
     happens_before,
     in_memory,
     is_entry,
     local_rank_guarded,
     names_in,
+    parameter_values,
     per_rank_path,
     rank_zero_only,
     runs_at_import,
@@ -336,12 +338,21 @@ def _url_port(node: Optional[ast.AST]) -> Optional[int]:
     return int(m.group(1)) if m and int(m.group(1)) else None
 
 
-def _port_variable(f: ModuleFacts, value: ast.AST) -> Optional[tuple[str, int, int]]:
-    """`port` in `os.environ["MASTER_PORT"] = str(port)` when every assignment of `port` is a literal."""
+def _port_variable(f: ModuleFacts, value: ast.AST, line: int = 0) -> Optional[tuple[str, int, int]]:
+    """`port` in `os.environ["MASTER_PORT"] = str(port)` when every assignment of `port` is a literal, or
+    `port` is a parameter whose default (and every caller's argument) is one: `def init_dist(port=40112)`."""
     if isinstance(value, ast.Call) and final_identifier(value) == "str" and len(value.args) == 1:
         value = value.args[0]
     key = dotted(value)
     assigned = f.assigns.get(key or "", [])
+    if not assigned and key and line:
+        scope = enclosing_scope(f, line)
+        values = parameter_values(f, scope, key)
+        if values:
+            ports = [_literal_port(v) for v in values]
+            if all(ports):
+                return key, ports[0], values[0].lineno  # type: ignore[return-value]
+        return None
     if not assigned:
         return None
     ports = [_literal_port(v) for v, _ in assigned]
@@ -366,7 +377,7 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
             if port:
                 yield stmt, f"MASTER_PORT hard-coded to {port}: two jobs on one node clash on it"
                 continue
-            held = _port_variable(f, value)
+            held = _port_variable(f, value, stmt.lineno)
             if held:
                 name, port, line = held
                 yield (
@@ -418,9 +429,7 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
     "The sampler seeds its shuffle with seed + epoch, and epoch stays 0 unless set.",
 )
 def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
-    samplers = [
-        cs for cs in f.calls_named("DistributedSampler") if const_value(cs.arg(3, "shuffle")) in (None, True)
-    ]
+    samplers = [cs for cs in f.calls_named("DistributedSampler") if _may_shuffle(f, cs)]
     if not samplers:
         return
     for cs in f.calls_named("set_epoch"):
@@ -447,6 +456,18 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
         return
     for cs in samplers:
         yield cs.node
+
+
+def _may_shuffle(f: ModuleFacts, cs: CallSite) -> bool:
+    """shuffle= is absent or True, or forwarded from a parameter that is True by default or from a caller
+    (`def build_loader(ds, shuffle=True): DistributedSampler(ds, shuffle=shuffle)`, issue #24 class 7)."""
+    shuffle = cs.arg(3, "shuffle")
+    if const_value(shuffle) in (None, True):
+        return True
+    if isinstance(shuffle, ast.Name):
+        values = parameter_values(f, cs.scope, shuffle.id)
+        return bool(values) and any(_is_const(v, True) for v in values)
+    return False
 
 
 # Calls that take a sampler or loader without calling set_epoch on it behind our back.
@@ -510,8 +531,8 @@ def check_sampler_with_shuffle(f: ModuleFacts) -> Iterator[Hit]:
     "Concurrent writers to one path produce truncated or corrupt checkpoints and waste I/O.",
 )
 def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
-    if not uses_distributed(f):
-        return
+    if not uses_distributed(f) and not (f.project is not None and distributed_program(f)):
+        return  # (a model file's `save()` method counts when the project is distributed)
     for cs in f.calls:
         if cs.qual != "torch.save":
             continue
