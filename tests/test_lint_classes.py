@@ -373,3 +373,58 @@ def test_class9_one_writer_per_node_writing_a_shared_path() -> None:
     # left alone (its verdict in bench/lint-corpus is not a bug).
     imagenet = src.replace("args.node_rank * args.gpus + gpu", "args.rank").replace("args.nnodes * ", "")
     assert not [d for d in lint_source(textwrap.dedent(imagenet), "t.py", default_rules()) if d.line == 9]
+
+
+def test_class12_no_source_package_skipped_silently_and_imports_followed(tmp_path: Path) -> None:
+    # A framework whose distributed helpers live in a package named `dist/` (issue #24: its
+    # `dist/utils.py` was never read), a build/ output directory and a virtualenv beside it.
+    (tmp_path / ".git").mkdir()
+    pkg = tmp_path / "fw" / "dist"
+    pkg.mkdir(parents=True)
+    (tmp_path / "fw" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text(
+        "import os\nimport torch.distributed as dist\n\n\ndef init_dist(port=29511):\n"
+        '    os.environ["MASTER_PORT"] = str(port)\n    dist.init_process_group("gloo")\n'
+    )
+    (tmp_path / "train.py").write_text("from fw.dist.utils import init_dist\nimport helpers\n\ninit_dist()\n")
+    (tmp_path / "helpers.py").write_text("STEPS = 10\n")
+    (tmp_path / "build" / "lib").mkdir(parents=True)
+    (tmp_path / "build" / "lib" / "copy.py").write_text("x = 1\n")
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    (tmp_path / ".venv" / "lib" / "site.py").write_text("x = 1\n")
+
+    whole = lint_paths([tmp_path], default_rules())
+    assert any(f.endswith("fw/dist/utils.py") for f in whole.files)
+    assert ("fw/dist/utils.py", "DDP004") in {
+        (Path(d.path).relative_to(tmp_path).as_posix(), d.code) for d in whole.diagnostics
+    }
+    reasons = {Path(p).name: why for p, why in whole.excluded}
+    assert reasons == {"build": "build output", ".venv": "virtual environment"}
+    assert whole.to_dict()["excluded"]
+
+    # `ddpdoctor lint train.py` follows the local modules it imports, and says so.
+    alone = lint_paths([tmp_path / "train.py"], default_rules())
+    assert sorted(Path(f).name for f in alone.followed) == ["helpers.py", "utils.py"]
+    assert [d.code for d in alone.diagnostics] == ["DDP004"]
+    from ddpdoctor.render.lint import scope_notes
+
+    assert any(n.startswith("Followed 2 local module(s)") for n in scope_notes(alone))
+
+
+def test_class13_large_tree_is_linted_in_parts(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Bounded memory: past PROJECT_BYTES_LIMIT the tree is linted in parts of whole directories, and the
+    # report says so. (Memory and time are measured by bench/bench_lint.py --big, not asserted here.)
+    from ddpdoctor.lint import engine
+
+    monkeypatch.setattr(engine, "PROJECT_BYTES_LIMIT", 100)
+    monkeypatch.setattr(engine, "PART_BYTES", 100)
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "m.py").write_text(
+            'import torch\nimport torch.distributed as dist\ndist.init_process_group("gloo")\n'
+            'torch.save({}, "same.pt")\n'
+        )
+    report = lint_paths([tmp_path], default_rules())
+    assert "3 parts" in report.chunked and len(report.files) == 3
+    assert [d.code for d in report.diagnostics] == ["DDP007"] * 3
