@@ -253,8 +253,8 @@ def lint_paths(
 
 # A tree past this many bytes of source is linted in parts of about PART_BYTES each (whole directories,
 # in path order), so memory stays bounded (issue #24: 46 MB of torch took 1.6 GB as one project).
-PROJECT_BYTES_LIMIT = 16 * 1024 * 1024
-PART_BYTES = 4 * 1024 * 1024
+PROJECT_BYTES_LIMIT = 4 * 1024 * 1024
+PART_BYTES = 2 * 1024 * 1024
 # How many local modules `ddpdoctor lint train.py` follows from the scripts it is given.
 FOLLOW_LIMIT = 400
 
