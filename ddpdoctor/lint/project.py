@@ -154,6 +154,19 @@ class Project:
         """Calls from other files of the project into the top-level function `scope` of `facts`."""
         return self._callers.get((id(facts), scope.name), [])
 
+    def linked(self, facts: ModuleFacts) -> list[ModuleFacts]:
+        """The files `facts` calls into, and those that call into it (one step)."""
+        out: dict[int, ModuleFacts] = {}
+        for cs in facts.calls:
+            for target, _ in self._targets.get(id(cs), ()):
+                out[id(target)] = target
+        for (target_id, _name), calls in self._callers.items():
+            if target_id == id(facts):
+                for caller, _ in calls:
+                    out[id(caller)] = caller
+        out.pop(id(facts), None)
+        return list(out.values())
+
     def any_call(self, attrs: tuple[str, ...]) -> bool:
         """Some file of the project calls one of these names (`set_epoch`, `destroy_process_group`)."""
         if self._called is None:

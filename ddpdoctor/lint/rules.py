@@ -651,10 +651,11 @@ def distributed_program(f: ModuleFacts) -> bool:
     or DDP, or it drives a framework trainer that does (Lightning, accelerate, DeepSpeed, HF Trainer)."""
     if uses_distributed(f) or f.imports_prefix(*_LAUNCHING_FRAMEWORKS):
         return True
+    # A module of a distributed program: it calls into, or is called from, a file that is one (a model
+    # file whose save() the trainer calls). Not any file of the tree: pytorch/examples' mnist is no
+    # less single-process for sitting beside distributed/.
     project = f.project
-    return project is not None and project.any_call(  # type: ignore[attr-defined]
-        ("init_process_group", "DistributedDataParallel", "DistributedSampler", "FullyShardedDataParallel")
-    )
+    return project is not None and any(uses_distributed(g) for g in project.linked(f))  # type: ignore[attr-defined]
 
 
 @rule(
