@@ -537,8 +537,9 @@ if sys.argv[2] == "whole":
 t = time.perf_counter()
 report = lint_paths([Path(sys.argv[1])])
 wall = time.perf_counter() - t
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"{len(report.files)} {len(report.diagnostics)} {wall:.1f} {rss:.0f} {bool(report.chunked)}")
+usage = resource.getrusage(resource.RUSAGE_SELF)
+rss, cpu = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+print(f"{len(report.files)} {len(report.diagnostics)} {wall:.1f} {rss:.0f} {bool(report.chunked)} {cpu:.1f}")
 """
 
 
@@ -563,10 +564,11 @@ def big(megabytes: int, modes: list[str]) -> int:
                 if proc.returncode != 0:
                     print(f"{label}, {mode}: failed: {proc.stderr.strip()[-400:]}")
                     continue
-                n, found, wall, rss, chunked = proc.stdout.split()
+                n, found, wall, rss, chunked, cpu = proc.stdout.split()
                 print(
                     f"{label:24} {size / 2**20:5.1f} MB {files:6} files  mode={mode:7} "
-                    f"wall {float(wall):6.1f} s  peak RSS {float(rss):7.0f} MB  findings {found}  parts={chunked}"
+                    f"wall {float(wall):6.1f} s  CPU {float(cpu):6.1f} s  peak RSS {float(rss):7.0f} MB  "
+                    f"findings {found}  parts={chunked}"
                 )
     return 0
 

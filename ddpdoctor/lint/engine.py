@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import gc
 import os
 import re
@@ -363,6 +364,7 @@ def _import_roots(script: Path) -> list[Path]:
     return roots
 
 
+@functools.lru_cache(maxsize=4096)
 def _module_file(root: Path, dotted_name: str) -> Optional[Path]:
     base = root.joinpath(*dotted_name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):

@@ -164,13 +164,12 @@ class _RankZeroNames:
         for stmt in body:
             if isinstance(stmt, (ast.Global, ast.Nonlocal)):
                 everywhere.update(stmt.names)  # bound elsewhere too
-            if not isinstance(
-                stmt, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
-            ):
-                for n in ast.walk(stmt):
-                    # Comprehension and walrus targets: another scope, or bound on the way; never judged.
-                    if isinstance(n, (ast.comprehension, ast.NamedExpr)):
-                        everywhere.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
+            if not isinstance(stmt, _NESTED_DEFS):
+                for expr in _own_exprs(stmt):  # the statement's own expressions, not nested blocks
+                    for n in ast.walk(expr):
+                        # Comprehension and walrus targets: another scope, or bound on the way; never judged.
+                        if isinstance(n, (ast.comprehension, ast.NamedExpr)):
+                            everywhere.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
             for name in self._targets(stmt):
                 if zero:
                     zero_only.setdefault(name, stmt.lineno)
@@ -240,6 +239,9 @@ class _RankZeroNames:
                 zero_only.pop(n.id)  # one finding per name
 
 
+_NESTED_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
 def _own_exprs(stmt: ast.stmt) -> Iterator[ast.AST]:
     for field, value in ast.iter_fields(stmt):
         if field in ("body", "orelse", "finalbody", "handlers", "cases", "decorator_list"):
@@ -265,6 +267,10 @@ def check_rank_zero_object(f: ModuleFacts) -> Iterator[Hit]:
         return
     checker = _RankZeroNames(f)
     for scope in f.scopes:
+        # Only functions with a call under a rank-0 check (an object is created by a call): the others
+        # cannot bind a name on rank 0 alone that matters here, and the walk below is not free.
+        if not any(cs.guarded or (cs.rank_if is not None and cs.rank_if.kind == ZERO) for cs in scope.calls):
+            continue
         body = getattr(scope.node, "body", None)
         if isinstance(body, list):
             checker.scan(body)
