@@ -164,12 +164,6 @@ class _RankZeroNames:
         for stmt in body:
             if isinstance(stmt, (ast.Global, ast.Nonlocal)):
                 everywhere.update(stmt.names)  # bound elsewhere too
-            if not isinstance(stmt, _NESTED_DEFS):
-                for expr in _own_exprs(stmt):  # the statement's own expressions, not nested blocks
-                    for n in ast.walk(expr):
-                        # Comprehension and walrus targets: another scope, or bound on the way; never judged.
-                        if isinstance(n, (ast.comprehension, ast.NamedExpr)):
-                            everywhere.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
             for name in self._targets(stmt):
                 if zero:
                     zero_only.setdefault(name, stmt.lineno)
@@ -221,7 +215,18 @@ class _RankZeroNames:
                 self._uses(case.body, zero, zero_only, checked)
 
     def _report(self, expr: ast.AST, zero_only: dict[str, int], checked: set[str]) -> None:
-        for n in ast.walk(expr):
+        nodes = list(ast.walk(expr))
+        # Names a comprehension or `:=` in this very expression binds are not the rank-0 object.
+        bound = {
+            x.id
+            for n in nodes
+            if isinstance(n, (ast.comprehension, ast.NamedExpr))
+            for x in ast.walk(n.target)
+            if isinstance(x, ast.Name)
+        }
+        for n in nodes:
+            if isinstance(n, ast.Name) and n.id in bound:
+                continue
             if (
                 isinstance(n, ast.Name)
                 and isinstance(n.ctx, ast.Load)
