@@ -12,6 +12,10 @@ measures, best of several runs:
 
 and prints lines/s for each (per CPU-second of this process and per wall-clock second), lint's ratio to
 the ast.parse baseline, and whether the goal (>= 50,000 lines/s on one core, end to end) is met. Usage: python bench/bench_lint.py [--lines N]
+
+`--big MB` measures memory instead (issue #24, class 13): peak RSS and wall time of `lint_paths` in a
+fresh process on a generated tree of MB megabytes of training-script shapes, and on one of deeply nested
+code in deep directories; `--whole` adds the same run as one project (no parts), for comparison.
 """
 
 from __future__ import annotations
@@ -469,11 +473,122 @@ def best_of(runs: int, fn) -> tuple[float, float]:
     return best_wall, best_cpu
 
 
+NESTED = """\
+def {name}(x, rank):
+{body}
+    return x
+"""
+
+
+def _nested_body(rng: random.Random, depth: int) -> str:
+    """Blocks nested `depth` deep (if / for / with / try), each level a rank check or a loop, with a call
+    whose arguments nest too: the shape that made ast-heavy linters superlinear (issue #24, class 13)."""
+    lines = []
+    for level in range(depth):
+        pad = "    " * (level + 1)
+        kind = level % 4
+        if kind == 0:
+            lines.append(f"{pad}if rank == {rng.randint(0, 3)}:")
+        elif kind == 1:
+            lines.append(f"{pad}for i{level} in range({rng.randint(1, 9)}):")
+        elif kind == 2:
+            lines.append(f"{pad}with open('f{level}') as fh{level}:")
+        else:
+            lines.append(f"{pad}try:")
+        lines.append(f"{pad}    x = f(g(h(x, {level}), rank), [x] * {level})")
+        if kind == 3:
+            lines.append(f"{pad}    pass")
+            lines.append(f"{pad}except ValueError:")
+    pad = "    " * (depth + 1)
+    lines.append(f"{pad}torch.save(x, 'same.pt')")
+    return "\n".join(lines)
+
+
+def build_big_tree(root: Path, megabytes: int, nested: bool, seed: int = 0) -> tuple[int, int]:
+    """A tree of `megabytes` MB of Python: training-script shapes in package directories, or (nested)
+    functions with blocks ~60 deep in directories ~20 deep. Returns (files, bytes)."""
+    rng = random.Random(seed)
+    total, i = 0, 0
+    limit = megabytes * 1024 * 1024
+    while total < limit:
+        if nested:
+            depth = 12 + (i % 8)
+            sub = root.joinpath(*[f"d{(i // 40 + k) % 7}" for k in range(depth)])
+            head = "import torch\nimport torch.distributed as dist\n\n"
+            text = head + "\n".join(
+                NESTED.format(name=f"fn_{i}_{k}", body=_nested_body(rng, 60)) for k in range(8)
+            )
+        else:
+            sub = root / f"pkg_{i // 200:03d}" / f"sub_{(i // 20) % 10}"
+            text = generate_script(rng, i)
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"m_{i:06d}.py").write_text(text)
+        total += len(text)
+        i += 1
+    return i, total
+
+
+_CHILD = """
+import resource, sys, time
+from pathlib import Path
+from ddpdoctor.lint import engine, lint_paths
+if sys.argv[2] == "whole":
+    engine.PROJECT_BYTES_LIMIT = 1 << 62
+t = time.perf_counter()
+report = lint_paths([Path(sys.argv[1])])
+wall = time.perf_counter() - t
+usage = resource.getrusage(resource.RUSAGE_SELF)
+rss, cpu = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+print(f"{len(report.files)} {len(report.diagnostics)} {wall:.1f} {rss:.0f} {bool(report.chunked)} {cpu:.1f}")
+"""
+
+
+def big(megabytes: int, modes: list[str]) -> int:
+    """Peak RSS and wall time of `lint_paths` on generated big trees, each in a fresh process."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    for nested in (False, True):
+        with tempfile.TemporaryDirectory(prefix="ddpdoctor-lint-big-") as tmp:
+            files, size = build_big_tree(Path(tmp), megabytes, nested)
+            label = "deeply nested" if nested else "training-script shapes"
+            for mode in modes:
+                proc = subprocess.run(
+                    [sys.executable, "-c", _CHILD, tmp, mode],
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                    cwd=repo,
+                    check=False,
+                )
+                if proc.returncode != 0:
+                    print(f"{label}, {mode}: failed: {proc.stderr.strip()[-400:]}")
+                    continue
+                n, found, wall, rss, chunked, cpu = proc.stdout.split()
+                print(
+                    f"{label:24} {size / 2**20:5.1f} MB {files:6} files  mode={mode:7} "
+                    f"wall {float(wall):6.1f} s  CPU {float(cpu):6.1f} s  peak RSS {float(rss):7.0f} MB  "
+                    f"findings {found}  parts={chunked}"
+                )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=120_000, help="corpus size in lines (at least 100000)")
     ap.add_argument("--runs", type=int, default=3, help="take the best of this many runs")
+    ap.add_argument(
+        "--big",
+        type=int,
+        metavar="MB",
+        help="instead: peak RSS and time on a generated tree of MB megabytes (and a deeply nested one)",
+    )
+    ap.add_argument(
+        "--whole", action="store_true", help="with --big: also lint each tree as one project, for comparison"
+    )
     args = ap.parse_args(argv)
+    if args.big:
+        return big(args.big, ["parts", "whole"] if args.whole else ["parts"])
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from ddpdoctor.lint import lint_paths, lint_source
 

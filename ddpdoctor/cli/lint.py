@@ -18,7 +18,8 @@ LINT_EXIT_HELP = "Exit codes: 0 no findings; 1 findings (or a file that does not
     help="Find DDP pitfalls in training scripts before they cost a cluster: a collective only rank 0 "
     "reaches, fork-started CUDA, the GPU picked from the global rank, hard-coded ports, set_epoch "
     "forgotten, every rank saving, and more. Files and directories (*.py, honouring .gitignore), linted "
-    "as one project (imports between them followed). The default tier reports likely bugs; opinionated "
+    "as one project (imports between them followed; a script named alone brings the local modules it "
+    "imports; excluded directories are listed). The default tier reports likely bugs; opinionated "
     "rules via --extend-select or [tool.ddpdoctor.lint] in pyproject.toml. Silence a line with "
     "`# noqa: DDPxxx`. "
     "Rules in docs/lint.md.\n\n" + LINT_EXIT_HELP

@@ -9,9 +9,10 @@ import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier, is_rank_identifier
-from ddpdoctor.lint.flow import find_call_in, happens_before, is_entry
+from ddpdoctor.lint.flow import callers_of, find_call_in, happens_before, is_entry
 from ddpdoctor.lint.rules import (
     _GLOBAL_RANK_ENV,
+    _SPAWN_FUNCS,
     Hit,
     _cuda_string,
     _init_calls,
@@ -304,6 +305,30 @@ def is_test_file(path: str) -> bool:
     return name.startswith("test_") or name.endswith("_test.py")
 
 
+_LOCAL_ADDRS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def single_node_spawn(f: ModuleFacts) -> bool:
+    """The program starts its ranks with mp.spawn and rendezvous on this host (MASTER_ADDR "localhost" or
+    "127.0.0.1", or init_method tcp://localhost:...): it runs on one node only."""
+    if not any(cs.qual in _SPAWN_FUNCS for cs in f.calls):
+        return False
+    for _base, key, value, _ in f.env_assigns:
+        if key == "MASTER_ADDR" and isinstance(value, ast.Constant) and value.value in _LOCAL_ADDRS:
+            return True
+    for cs in f.calls_named("setdefault"):
+        key, value = cs.arg(0, "key"), cs.arg(1, "default")
+        if isinstance(key, ast.Constant) and key.value == "MASTER_ADDR" and isinstance(value, ast.Constant):
+            if value.value in _LOCAL_ADDRS:
+                return True
+    for cs in _init_calls(f):
+        method = cs.arg(1, "init_method")
+        if isinstance(method, ast.Constant) and isinstance(method.value, str):
+            if any(f"//{a}:" in method.value for a in _LOCAL_ADDRS):
+                return True
+    return False
+
+
 @rule(
     "DDP002",
     "device-from-global-rank",
@@ -316,6 +341,8 @@ def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
         return  # no global rank is read or computed anywhere in the file
     if is_test_file(f.path):
         return  # unit tests of distributed code run on one node, where the global rank is the local one
+    if single_node_spawn(f):
+        return  # mp.spawn with MASTER_ADDR=localhost: one node, where the global rank is the GPU index
     seen: set[int] = set()
     for node, culprit in _GlobalRankTaint(f).run():
         if id(node) in seen:
@@ -385,7 +412,20 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
                 _gpu_work(later) or find_call_in(f, later, _is_collective_call) is not None
             ):
                 work_at = later
-        if set_at is not None and work_at is None:
+        after_return = None
+        if set_at is None and work_at is None and not is_entry(f, cs.scope):
+            after_return = _set_device_after_return(f, cs.scope)
+        if after_return is not None:
+            out.append(
+                (
+                    cs,
+                    "order",
+                    f"NCCL process group created in {cs.scope.name}() before torch.cuda.set_device(), which "
+                    f"follows after it returns (line {after_return.node.lineno}) with nothing on the GPU in "
+                    "between",
+                )
+            )
+        elif set_at is not None and work_at is None:
             out.append(
                 (
                     cs,
@@ -405,6 +445,18 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
                     "on GPU 0 on every rank",
                 )
             )
+        elif work_at is None and set_at is None and before is not True and (touch := _gpu0_touch(f)):
+            # An entry point with nothing on the GPU right after init, in a program that never sets the
+            # device anywhere: pinned memory, a barrier or a bare .cuda() then opens a context on GPU 0
+            # in every rank (issue #24, class 8).
+            out.append(
+                (
+                    cs,
+                    "bug",
+                    "NCCL process group created and no torch.cuda.set_device() anywhere in this program: "
+                    f"{touch} (line {touch_line(touch, f)}) opens a CUDA context on GPU 0 in every rank",
+                )
+            )
         elif work_at is not None or (before is False and not is_entry(f, cs.scope)):
             # (A process entry point that does nothing on the GPU after init has nothing to misplace.)
             where = f" (GPU work at line {work_at.node.lineno})" if work_at is not None else ""
@@ -418,6 +470,79 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
             )
     f.memo["nccl_init_order"] = out
     return out
+
+
+def _program_files(f: ModuleFacts) -> list[ModuleFacts]:
+    return [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
+
+
+def _gpu0_touch(f: ModuleFacts) -> str:
+    """What opens a context on the current device (GPU 0 when none is set) in a program with no
+    set_device anywhere: "pin_memory=True", "barrier()", "a bare .cuda()"; "" when nothing does, or
+    when the program sets a device somewhere (set_device, device_id=, CUDA_VISIBLE_DEVICES per rank)."""
+    if "gpu0_touch" in f.memo:
+        return f.memo["gpu0_touch"]  # type: ignore[return-value]
+    found = ""
+    files = _program_files(f)
+    sets = any(
+        _is_set_device(cs)
+        or cs.kwarg("device_id") is not None
+        or cs.attr == "set_device_index"
+        or cs.qual == "torch.cuda.device"
+        for g in files
+        for cs in g.calls
+    ) or any(key == "CUDA_VISIBLE_DEVICES" for g in files for _b, key, _v, _s in g.env_assigns)
+    if not sets:
+        for g in files:
+            for cs in g.calls:
+                pin = cs.kwarg("pin_memory")
+                if isinstance(pin, ast.Constant) and pin.value is True:
+                    found = "pin_memory=True"
+                elif cs.attr == "barrier" and cs.qual.startswith("torch.distributed.") and not cs.node.args:
+                    found = "barrier()" if cs.kwarg("device_ids") is None else ""
+                elif (
+                    cs.attr == "cuda"
+                    and not cs.node.args
+                    and not cs.node.keywords
+                    and cs.qual != "torch.cuda"
+                ):
+                    found = "a bare .cuda()"
+                if found:
+                    f.memo["gpu0_touch_line"] = cs.node.lineno if g is f else 0
+                    break
+            if found:
+                break
+    f.memo["gpu0_touch"] = found
+    return found
+
+
+def touch_line(touch: str, f: ModuleFacts) -> str:
+    line = f.memo.get("gpu0_touch_line") or 0
+    return str(line) if line else "in another file"
+
+
+def _set_device_after_return(f: ModuleFacts, scope: Scope) -> Optional[CallSite]:
+    """Every caller of `scope` (the function that called init_process_group) goes on to call set_device
+    with no GPU work in between: `setup(rank, ws); torch.cuda.set_device(rank)` in a spawn target. The
+    set_device call of the first caller, else None."""
+    callers = callers_of(f, scope)
+    if not callers:
+        return None
+    first: Optional[CallSite] = None
+    for g, c in callers:
+        found: Optional[CallSite] = None
+        for later in c.scope.calls:
+            if later.pos <= c.pos:
+                continue
+            if _is_set_device(later) or find_call_in(g, later, _is_set_device) is not None:
+                found = later
+                break
+            if _gpu_work(later) or find_call_in(g, later, _is_collective_call) is not None:
+                return None
+        if found is None:
+            return None
+        first = first or found
+    return first
 
 
 @rule(

@@ -18,38 +18,41 @@ from typing import Iterable, Optional, Sequence
 
 from ddpdoctor.edge.files import GITIGNORE_LIMIT, SOURCE_FILE_LIMIT, read_user_bytes, read_user_text
 
-# Directories never worth linting (the same list ruff skips, plus __pycache__).
-SKIP_DIRS = frozenset(
-    {
-        ".bzr",
-        ".direnv",
-        ".eggs",
-        ".git",
-        ".git-rewrite",
-        ".hg",
-        ".ipynb_checkpoints",
-        ".mypy_cache",
-        ".nox",
-        ".pants.d",
-        ".pyenv",
-        ".pytest_cache",
-        ".pytype",
-        ".ruff_cache",
-        ".svn",
-        ".tox",
-        ".venv",
-        ".vscode",
-        "__pycache__",
-        "__pypackages__",
-        "_build",
-        "buck-out",
-        "build",
-        "dist",
-        "node_modules",
-        "site-packages",
-        "venv",
-    }
-)
+# Directories not linted, with the reason the report gives (the list ruff skips, plus __pycache__).
+# `build` and `dist` are skipped only when they are not a Python package (issue #24: a framework's
+# `dist/utils.py` package was skipped without a word); every skipped directory is reported.
+_SKIP_REASONS = {
+    ".bzr": "version control",
+    ".direnv": "environment",
+    ".eggs": "installed dependencies",
+    ".git": "version control",
+    ".git-rewrite": "version control",
+    ".hg": "version control",
+    ".ipynb_checkpoints": "notebook checkpoints",
+    ".mypy_cache": "tool cache",
+    ".nox": "test environments",
+    ".pants.d": "build output",
+    ".pyenv": "environment",
+    ".pytest_cache": "tool cache",
+    ".pytype": "tool cache",
+    ".ruff_cache": "tool cache",
+    ".svn": "version control",
+    ".tox": "test environments",
+    ".venv": "virtual environment",
+    ".vscode": "editor settings",
+    "__pycache__": "bytecode cache",
+    "__pypackages__": "installed dependencies",
+    "_build": "build output",
+    "buck-out": "build output",
+    "build": "build output",
+    "dist": "build output",
+    "node_modules": "installed dependencies",
+    "site-packages": "installed dependencies",
+    "venv": "virtual environment",
+}
+# Skipped by name even when they hold an __init__.py (a virtualenv's packages are packages too).
+_ALWAYS_SKIP = frozenset(_SKIP_REASONS) - {"build", "dist", "_build"}
+SKIP_DIRS = frozenset(_SKIP_REASONS)
 
 
 # A .gitignore pattern as tokens, matched by a set-of-states simulation: time is linear in the path for a
@@ -262,7 +265,17 @@ def _ancestor_rules(directory: Path) -> list[IgnoreRule]:
     return rules
 
 
-def _walk(top: Path) -> Iterable[Path]:
+def _skip_reason(directory: Path, name: str) -> Optional[str]:
+    """Why a directory is not linted by its name, or None to lint it."""
+    reason = _SKIP_REASONS.get(name)
+    if reason is None:
+        return None
+    if name not in _ALWAYS_SKIP and _exists(directory / "__init__.py"):
+        return None  # a source package that happens to be called build/ or dist/
+    return reason
+
+
+def _walk(top: Path, excluded: Optional[list[tuple[Path, str]]] = None) -> Iterable[Path]:
     # os.path.realpath, not Path.resolve(): it never raises on a link loop.
     absolute = Path(os.path.realpath(top))
     inherited = _ancestor_rules(absolute)
@@ -277,9 +290,17 @@ def _walk(top: Path) -> Iterable[Path]:
         parent_rules = rules_at.get(str(here.parent), inherited) if here != absolute else inherited
         rules = parent_rules + _read_gitignore(here)
         rules_at[dirpath] = rules
-        dirnames[:] = sorted(
-            d for d in dirnames if d not in SKIP_DIRS and not is_ignored(here / d, True, rules)
-        )
+        kept = []
+        for d in sorted(dirnames):
+            reason = _skip_reason(here / d, d)
+            if reason is None and is_ignored(here / d, True, rules):
+                reason = ".gitignore"
+            if reason is None:
+                kept.append(d)
+            elif excluded is not None and reason not in ("version control", "bytecode cache", "tool cache"):
+                # Said in the report (what a user might have meant to lint); VCS and caches go unsaid.
+                excluded.append((top / (here / d).relative_to(absolute), reason))
+        dirnames[:] = kept
         for name in sorted(filenames):
             if name.endswith(".py") and not is_ignored(here / name, False, rules):
                 yield top / (here / name).relative_to(absolute)
@@ -287,8 +308,10 @@ def _walk(top: Path) -> Iterable[Path]:
         yield top / Path(unreadable.pop()).relative_to(absolute)
 
 
-def discover_files(paths: Sequence[Path]) -> list[Path]:
+def discover_files(paths: Sequence[Path], excluded: Optional[list[tuple[Path, str]]] = None) -> list[Path]:
     """Expand files and directories into the Python files to lint, in a stable order, without duplicates.
+    `excluded`, when given, receives each directory left out and why (build output, a virtualenv,
+    .gitignore): never skipped silently.
 
     Raises FileNotFoundError for a path that does not exist (a usage error for the command line).
     """
@@ -302,7 +325,7 @@ def discover_files(paths: Sequence[Path]) -> list[Path]:
             raise FileNotFoundError(str(p)) from None
         except (OSError, ValueError):
             is_dir = False  # lint_file reports why it cannot be read
-        found: Iterable[Path] = _walk(p) if is_dir else [p]
+        found: Iterable[Path] = _walk(p, excluded) if is_dir else [p]
         for f in found:
             key = Path(os.path.realpath(f))
             if key not in seen:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import functools
 import gc
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,13 @@ class LintReport:
     files: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     lines: int = 0
+    # Directories left out and why (build output, a virtualenv, .gitignore): never skipped in silence.
+    excluded: list[tuple[str, str]] = field(default_factory=list)
+    # Local modules a named script imports, linted with it; and those that were not, with why.
+    followed: list[str] = field(default_factory=list)
+    not_followed: list[tuple[str, str]] = field(default_factory=list)
+    # Set when a large tree was linted in parts: imports between parts were not followed.
+    chunked: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -71,6 +80,10 @@ class LintReport:
             "exit_code": self.exit_code,
             "counts": self.counts(),
             "diagnostics": [d.to_dict() for d in self.diagnostics],
+            "excluded": [{"path": p, "reason": r} for p, r in self.excluded],
+            "followed_imports": list(self.followed),
+            "not_followed": [{"module": m, "reason": r} for m, r in self.not_followed],
+            "chunked": self.chunked,
         }
 
 
@@ -239,12 +252,67 @@ def lint_paths(
             gc.enable()
 
 
+# A tree past this many bytes of source is linted in parts of about PART_BYTES each (whole directories,
+# in path order), so memory stays bounded (issue #24: 46 MB of torch took 1.6 GB as one project).
+PROJECT_BYTES_LIMIT = 4 * 1024 * 1024
+PART_BYTES = 2 * 1024 * 1024
+# How many local modules `ddpdoctor lint train.py` follows from the scripts it is given.
+FOLLOW_LIMIT = 400
+
+
 def _lint_project(
     paths: Sequence[Union[str, Path]], rules: Optional[Sequence[Rule]], project: bool
 ) -> LintReport:
     report = LintReport()
+    excluded: list[tuple[Path, str]] = []
+    files = discover_files([Path(p) for p in paths], excluded)
+    report.excluded = [(str(p), why) for p, why in excluded]
+    named = [Path(p) for p in paths if not os.path.isdir(p)]
+    sizes = [_size(f) for f in files]
+    if not project or sum(sizes) <= PROJECT_BYTES_LIMIT:
+        _lint_part(files, rules, project, report, follow_from=named if project else [])
+        return report
+    parts: list[list[Path]] = [[]]
+    held = 0
+    previous_dir: Optional[Path] = None
+    for file, size in zip(files, sizes):
+        # Cut only between directories, so a package's modules stay together where they fit.
+        if held >= PART_BYTES and file.parent != previous_dir:
+            parts.append([])
+            held = 0
+        parts[-1].append(file)
+        held += size
+        previous_dir = file.parent
+    report.chunked = (
+        f"{sum(sizes) / 2**20:.0f} MB of source linted in {len(parts)} parts of about "
+        f"{PART_BYTES // 2**20} MB (whole directories): calls between parts were not followed"
+    )
+    for part in parts:
+        _lint_part(part, rules, project, report, follow_from=[f for f in named if f in part])
+    return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _lint_part(
+    files: list[Path],
+    rules: Optional[Sequence[Rule]],
+    project: bool,
+    report: LintReport,
+    follow_from: Sequence[Path] = (),
+) -> None:
+    """Parse, link and judge some files as one project, then free them."""
     parsed: list[tuple[Path, ModuleFacts]] = []
-    for file in discover_files([Path(p) for p in paths]):
+    queue = list(files)
+    known = {os.path.realpath(f) for f in queue}
+    following = {os.path.realpath(f) for f in follow_from}
+    while queue:
+        file = queue.pop(0)
         shown = str(file)
         report.files.append(shown)
         data = _read_file(file, shown)
@@ -255,12 +323,85 @@ def _lint_project(
         facts = parse_source(data, shown)
         if isinstance(facts, Diagnostic):
             report.diagnostics.append(facts)
-        else:
-            parsed.append((file, facts))
+            continue
+        parsed.append((file, facts))
+        if os.path.realpath(file) in following:
+            # `ddpdoctor lint train.py`: the local modules it imports are part of the program.
+            for module, local in local_imports(file, facts):
+                key = os.path.realpath(local)
+                if key in known:
+                    continue
+                known.add(key)
+                if len(report.followed) >= FOLLOW_LIMIT:
+                    report.not_followed.append((module, f"more than {FOLLOW_LIMIT} local modules"))
+                    continue
+                report.followed.append(str(local))
+                following.add(key)
+                queue.append(local)
     if project and len(parsed) > 1:
         Project(parsed)
     for _, facts in parsed:
         report.diagnostics.extend(judge_facts(facts, rules))
     for _, facts in parsed:
         facts.release()  # freed by reference counting, not left for a full collection in the caller
-    return report
+
+
+def _import_roots(script: Path) -> list[Path]:
+    """Where a script's absolute imports may resolve: its directory (sys.path[0]) and the directories
+    above it up to the repository root (`python tools/train.py` with the package installed in place)."""
+    here = Path(os.path.abspath(script)).parent
+    roots = [here]
+    for parent in here.parents:
+        if len(roots) > 4:
+            break
+        roots.append(parent)
+        if (
+            os.path.exists(parent / ".git")
+            or os.path.exists(parent / "pyproject.toml")
+            or os.path.exists(parent / "setup.py")
+        ):
+            break
+    return roots
+
+
+@functools.lru_cache(maxsize=4096)
+def _module_file(root: Path, dotted_name: str) -> Optional[Path]:
+    base = root.joinpath(*dotted_name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def local_imports(script: Path, facts: ModuleFacts) -> list[tuple[str, Path]]:
+    """The files of this checkout a script imports: `import utils`, `from util.misc import f`,
+    `from .dist import setup` (resolved statically, never imported)."""
+    out: list[tuple[str, Path]] = []
+    roots = _import_roots(script)
+    seen: set[str] = set()
+    for name, _stmt in facts.imported_modules:
+        if name in seen or name.split(".", 1)[0] in _NEVER_LOCAL:
+            continue
+        seen.add(name)
+        for root in roots:
+            found = _module_file(root, name)
+            if found is not None:
+                out.append((name, found))
+                break
+    package = Path(os.path.abspath(script)).parent
+    for stmt in facts.relative_imports:
+        base = package
+        for _ in range((stmt.level or 1) - 1):
+            base = base.parent
+        names = [stmt.module] if stmt.module else []
+        names += [f"{stmt.module}.{a.name}" if stmt.module else a.name for a in stmt.names if a.name != "*"]
+        for name in names:
+            found = _module_file(base, name)
+            if found is not None and name not in seen:
+                seen.add(name)
+                out.append(("." * (stmt.level or 1) + name, found))
+    return out
+
+
+# Top-level names never looked for in the checkout (a local `torch/` would be a vendored copy).
+_NEVER_LOCAL = frozenset({"torch", "os", "sys", "numpy", "typing", "collections", "math", "re", "json"})

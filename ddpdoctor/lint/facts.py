@@ -186,12 +186,13 @@ def is_main_guard(test: ast.AST) -> bool:
     return False
 
 
-def env_absent_key(test: ast.AST) -> Optional[str]:
-    """`"KEY" not in os.environ` -> "KEY": the body only sets a default the launcher can override."""
+def env_absent_key(test: ast.AST, op: type = ast.NotIn) -> Optional[str]:
+    """`"KEY" not in os.environ` -> "KEY": the body only sets a default the launcher can override.
+    With `op=ast.In`, `"KEY" in os.environ` -> "KEY": then the `else:` sets the default."""
     if (
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.NotIn)
+        and isinstance(test.ops[0], op)
         and isinstance(test.left, ast.Constant)
         and isinstance(test.left.value, str)
         and (dotted(test.comparators[0]) or "").endswith("environ")
@@ -337,6 +338,7 @@ class ModuleFacts:
         self.cuda_strings: list[tuple[ast.expr, Scope]] = []  # f"cuda:{x}", "cuda:%d" % x
         self.contexts: dict[str, str] = {}  # ctx = mp.get_context("spawn") -> {"ctx": "spawn"}
         self.classes: set[str] = set()  # classes defined in this file
+        self.methods: set[str] = set()  # names of the methods of those classes
         self.call_targets: dict[int, list[str]] = {}  # id(Call) -> names it is assigned to (x = Call())
         self.memo: dict[str, object] = {}  # per-file answers shared between rules (uses_cuda, ...)
         # Names and attributes assigned a "main process" test (`is_master = rank == 0`), used as guards.
@@ -382,10 +384,16 @@ class ModuleFacts:
                 if rank_dependent:
                     other = {ZERO: NONZERO, NONZERO: ZERO}.get(kind or "")
                     self._rank_if = RankBranch(stmt, False, other, outer_rank_if)  # type: ignore[arg-type]
+                # `if port: ... elif "MASTER_PORT" in os.environ: pass else: os.environ[...] = "29500"`
+                # (Megatron-style launch helpers): the `else` only fills in what the launcher did not set.
+                present = env_absent_key(test, ast.In)
+                if present:
+                    self._absent = outer_absent | {present}
                 self._walk_block(
                     stmt.orelse, scope, guarded or (test if kind == NONZERO else False), main, loop
                 )  # type: ignore[attr-defined]
                 self._rank_if = outer_rank_if
+                self._absent = outer_absent
                 # `if rank != 0: return` (or `if rank == 0: ... else: return`) guards the rest of the block.
                 if kind == NONZERO and ends_in_exit(stmt.body):  # type: ignore[attr-defined]
                     guarded = test
@@ -395,6 +403,11 @@ class ModuleFacts:
                 self._walk_function(stmt, scope, guarded, main, loop)  # type: ignore[arg-type]
             elif t is ast.ClassDef:
                 self.classes.add(stmt.name)  # type: ignore[attr-defined]
+                self.methods.update(
+                    m.name
+                    for m in stmt.body
+                    if isinstance(m, _FUNC_TYPES)  # type: ignore[attr-defined]
+                )
                 for e in stmt.bases + [k.value for k in stmt.keywords] + stmt.decorator_list:  # type: ignore[attr-defined]
                     self._walk_expr(e, scope, guarded, main, loop)
                 self._walk_block(stmt.body, scope, guarded, main, loop)  # type: ignore[attr-defined]
@@ -545,7 +558,14 @@ class ModuleFacts:
                         push(v)
 
     def _note_assign(self, stmt: ast.Assign) -> None:
-        if self._absent:
+        if self._absent and any(
+            isinstance(t, ast.Subscript)
+            and isinstance(t.slice, ast.Constant)
+            and t.slice.value in self._absent
+            for t in stmt.targets
+        ):
+            # Sets the very key the test found missing: a default (not `elif "SLURM_PROCID" in os.environ:
+            # ... else: os.environ["MASTER_PORT"] = "29500"`, which tests another key).
             self.env_defaults.add(id(stmt))
         value = stmt.value
         for target in stmt.targets:

@@ -196,8 +196,27 @@ def value_before(f: ModuleFacts, key: str, line: int) -> Optional[ast.expr]:
 _MULTI_NODE_RE = re.compile(rb"global_rank|node_rank|nnodes|num_nodes|['\"]RANK['\"]")
 
 
-def local_only(test: ast.AST) -> bool:
-    ranks = [i for i in names_in(test) if is_rank_identifier(i)]
+# "Main process of this node" helpers: is_local_master(), is_local_main_process, local_main.
+_LOCAL_MAIN_RE = re.compile(r"^(?:is_)?local_(?:main|master|chief|leader|primary)(?:_process|_proc)?$")
+
+
+# Node-level words: a script that names the node it runs on knows it runs on several.
+_NODE_WORDS_RE = re.compile(rb"node_rank|nnodes|num_nodes|n_nodes|NODE_RANK|SLURM_NODEID|node_id")
+
+
+def local_only(test: ast.AST, source: bytes = b"") -> bool:
+    """The rank check picks one process per node: `local_rank == 0`, `is_local_master()`, and
+    `rank % ngpus_per_node == 0` in a script that names its node (issue #24, class 9; pytorch/examples
+    imagenet, which names no node, keeps that check for its checkpoint and is left alone)."""
+    if _NODE_WORDS_RE.search(source) and any(
+        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and mentions_rank(n.left)
+        for n in ast.walk(test)
+    ):
+        return True
+    idents = list(names_in(test))
+    if any(_LOCAL_MAIN_RE.match(i.lower()) for i in idents):
+        return True
+    ranks = [i for i in idents if is_rank_identifier(i)]
     return bool(ranks) and all("local" in i.lower() for i in ranks)
 
 
@@ -206,8 +225,12 @@ def local_rank_guarded(f: ModuleFacts, cs: CallSite, depth: int = 0) -> Optional
     if not _MULTI_NODE_RE.search(f.source):
         return None
     guard = cs.guarded
+    if isinstance(guard, (ast.Name, ast.Attribute, ast.Call)) and _LOCAL_MAIN_RE.match(
+        final_identifier(guard).lower()
+    ):
+        return guard.lineno  # type: ignore[attr-defined]
     if isinstance(guard, ast.AST) and not isinstance(guard, (ast.Name, ast.Attribute, ast.Call)):
-        return guard.lineno if local_only(guard) else None  # type: ignore[attr-defined]
+        return guard.lineno if local_only(guard, f.source) else None  # type: ignore[attr-defined]
     if guard or is_entry(f, cs.scope) or depth > 3:
         return None
     callers = callers_of(f, cs.scope)
@@ -308,3 +331,52 @@ def rank_split_of(scope: Scope, call: ast.Call, shuffled: Optional[ast.AST]) -> 
         return None
 
     return visit(scope.node.body)  # type: ignore[attr-defined]
+
+
+def enclosing_scope(f: ModuleFacts, line: int) -> Scope:
+    """The innermost function of this file whose body spans `line` (else the module)."""
+    best = f.module
+    for scope in f.scopes:
+        node = scope.node
+        if scope.is_module or not hasattr(node, "end_lineno"):
+            continue
+        if node.lineno <= line <= (node.end_lineno or node.lineno):  # type: ignore[attr-defined]
+            if best.is_module or node.lineno >= best.node.lineno:  # type: ignore[attr-defined]
+                best = scope
+    return best
+
+
+def parameter_values(f: ModuleFacts, scope: Scope, name: str) -> Optional[list[ast.expr]]:
+    """What a parameter of `scope` holds, through calls (issue #24, class 7): its default and what every
+    caller in this file passes for it. None when `name` is no parameter, or a caller passes it in a way
+    we cannot line up (*args, **kwargs)."""
+    if scope.is_module or name not in scope.params:
+        return None
+    args = scope.node.args  # type: ignore[attr-defined]
+    positional = [*getattr(args, "posonlyargs", []), *args.args]
+    defaults: dict[str, ast.expr] = {}
+    for a, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults):
+        defaults[a.arg] = d
+    for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        if d is not None:
+            defaults[a.arg] = d
+    index = next((i for i, a in enumerate(positional) if a.arg == name), None)
+    if index is not None and positional and positional[0].arg in ("self", "cls"):
+        index -= 1  # called as obj.method(...): the first parameter is not passed
+    values: list[ast.expr] = []
+    passed_by_all = True
+    for c in f.callers.get(scope.name, ()):
+        if any(isinstance(a, ast.Starred) for a in c.node.args) or c.has_star_kwargs():
+            return None
+        value = c.kwarg(name)
+        if value is None and index is not None and 0 <= index < len(c.node.args):
+            value = c.node.args[index]
+        if value is None:
+            passed_by_all = False
+        else:
+            values.append(value)
+    if not passed_by_all or not values:
+        if name not in defaults:
+            return values or None
+        values.append(defaults[name])
+    return values

@@ -14,10 +14,11 @@ is ambiguous and resolves to nothing.
 
 from __future__ import annotations
 
+import ast
 from pathlib import PurePath
 from typing import Iterable, Optional
 
-from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope
+from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, final_identifier
 
 _AMBIGUOUS: ModuleFacts = None  # type: ignore[assignment]  # marks a module name two files share
 
@@ -44,6 +45,7 @@ class Project:
     def __init__(self, files: Iterable[tuple[PurePath, ModuleFacts]]) -> None:
         self.files: list[tuple[PurePath, ModuleFacts]] = list(files)
         self._called: Optional[set[str]] = None
+        self._methods: Optional[dict[str, Optional[ModuleFacts]]] = None
         self.modules: dict[str, ModuleFacts] = {}
         for path, facts in self.files:
             facts.project = self
@@ -97,10 +99,41 @@ class Project:
             return relative[head] + dot + rest
         return cs.qual
 
+    def _method_index(self) -> dict[str, Optional[ModuleFacts]]:
+        """Method name -> the one file whose classes define it (None when several do)."""
+        if self._methods is None:
+            self._methods = {}
+            for _, facts in self.files:
+                for name in facts.methods:
+                    self._methods[name] = facts if name not in self._methods else None
+        return self._methods
+
     def _resolve(self, facts: ModuleFacts, cs: CallSite) -> list[tuple[ModuleFacts, Scope]]:
         qual = self.qualified(facts, cs)
         if "." not in qual or qual.startswith(("torch.", "os.", "self.")):
             return []
+        raw = cs.raw or ""
+        head = raw.split(".", 1)[0]
+        if (
+            raw.count(".") == 1
+            and head not in facts.aliases
+            and head not in self._relative.get(id(facts), {})
+        ):
+            # `model.save()` on an object of a class another file defines: the method, when exactly one
+            # file of the project defines a method of that name (issue #24, class 7).
+            owner = self._method_index().get(cs.attr)
+            # ... and the object was built here from a class that file defines (`net = Net()`): a
+            # method name alone is no evidence (dinov2's fvcore checkpointer has a `save` too).
+            built = (
+                any(
+                    isinstance(v, ast.Call) and final_identifier(v) in owner.classes
+                    for v, _ in facts.assigns.get(head, ())
+                )
+                if owner is not None
+                else False
+            )
+            if owner is not None and built and owner is not facts and self.module(head) is None:
+                return [(owner, s) for s in owner.functions.get(cs.attr, ()) if s.parent is not None]
         module, _, func = qual.rpartition(".")
         # `pkg.utils.f`: try the longest module name first; a shorter suffix may name another file.
         parts = module.split(".")
@@ -120,6 +153,19 @@ class Project:
     def callers(self, facts: ModuleFacts, scope: Scope) -> list[tuple[ModuleFacts, CallSite]]:
         """Calls from other files of the project into the top-level function `scope` of `facts`."""
         return self._callers.get((id(facts), scope.name), [])
+
+    def linked(self, facts: ModuleFacts) -> list[ModuleFacts]:
+        """The files `facts` calls into, and those that call into it (one step)."""
+        out: dict[int, ModuleFacts] = {}
+        for cs in facts.calls:
+            for target, _ in self._targets.get(id(cs), ()):
+                out[id(target)] = target
+        for (target_id, _name), calls in self._callers.items():
+            if target_id == id(facts):
+                for caller, _ in calls:
+                    out[id(caller)] = caller
+        out.pop(id(facts), None)
+        return list(out.values())
 
     def any_call(self, attrs: tuple[str, ...]) -> bool:
         """Some file of the project calls one of these names (`set_epoch`, `destroy_process_group`)."""

@@ -160,29 +160,107 @@ def _write_target(f: ModuleFacts, cs: CallSite) -> Optional[tuple[str, ast.AST]]
     return None
 
 
+# What a dump writes, by the names in it: results each rank computed on its own shard differ by rank;
+# configuration and hyper-parameters are the same everywhere.
+_PER_RANK_CONTENT_RE = re.compile(
+    r"pred|result|output|metric|score|embed|feat|logit|sample|generat|answer|respon|record|loss|acc|eval|stat"
+)
+_CONTENT_INDEX: dict[str, tuple[int, str]] = {
+    "pickle.dump": (0, "obj"),
+    "json.dump": (0, "obj"),
+    "yaml.dump": (0, "data"),
+    "yaml.safe_dump": (0, "data"),
+    "numpy.save": (1, "arr"),
+    "numpy.savez": (1, "args"),
+    "numpy.savez_compressed": (1, "args"),
+    "numpy.savetxt": (1, "X"),
+}
+
+
+def _content_per_rank(f: ModuleFacts, cs: CallSite) -> bool:
+    """The written content differs by rank: it names the rank, or results a rank computed on its shard
+    (`preds`, `results`, `metrics`, `outputs`), directly or through the variable it was built in."""
+    where = _CONTENT_INDEX.get(cs.qual)
+    content = cs.arg(*where) if where else None
+    if content is None:
+        return False  # save_pretrained: the model, the same on every rank after DDP's synchronisation
+    if per_rank_path(f, content):
+        return True
+    names = {n.lower() for n in ast.walk(content) for n in [dotted(n) or ""] if n}
+    return any(_PER_RANK_CONTENT_RE.search(n.rsplit(".", 1)[-1]) for n in names)
+
+
+def _runs_once(f: ModuleFacts, cs: CallSite) -> bool:
+    """The write runs in one process only: in the launching parent before it spawns the ranks (mp.spawn
+    later in the same function), or on a path the script forbids in distributed mode (an earlier
+    `assert not args.distributed` / `assert world_size == 1` in the same function)."""
+    if any(c.qual in _SPAWN for c in cs.scope.calls if c.pos > cs.pos):
+        return True
+    body = getattr(cs.scope.node, "body", [])
+    for stmt in ast.walk(ast.Module(body=body, type_ignores=[])) if body else ():
+        if isinstance(stmt, ast.Assert) and stmt.lineno < cs.node.lineno:
+            text = " ".join(i.lower() for n in ast.walk(stmt.test) for i in [dotted(n) or ""] if i)
+            if re.search(r"distributed|ddp|world_size|num_gpus|multiprocessing", text):
+                return True
+    return False
+
+
+_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+
+
+def same_path_writes(f: ModuleFacts) -> list[tuple[CallSite, str, bool]]:
+    """Writes every rank makes to one path: (call, what writes, whether the content differs by rank)."""
+    if "same_path_writes" in f.memo:
+        return f.memo["same_path_writes"]  # type: ignore[return-value]
+    out: list[tuple[CallSite, str, bool]] = []
+    if uses_distributed(f):
+        for cs in f.calls:
+            found = _write_target(f, cs)
+            if found is None or cs.guarded or cs.rank_if is not None:
+                continue
+            what, path = found
+            if per_rank_path(f, path) or in_memory(f, path):
+                continue
+            # Only where we can see the code runs on every rank: the module's top level, a spawn target,
+            # or a function whose every caller we see (rank_zero_only says False only then).
+            if rank_zero_only(f, cs.scope) or _runs_once(f, cs):
+                continue
+            out.append((cs, what, _content_per_rank(f, cs)))
+    f.memo["same_path_writes"] = out
+    return out
+
+
 @rule(
     "DDP018",
     "same-path-write-every-rank",
-    "every rank writes the same file: concurrent writers truncate or corrupt it",
-    "write on one rank only (`if rank == 0:`), or put the rank in the file name",
-    "Several processes writing one path at once leave a truncated or interleaved file, or fail on "
-    "network filesystems; it also multiplies the I/O by the world size.",
+    "every rank writes its own results to the same file: the ranks overwrite each other's",
+    "gather the results to rank 0 (dist.gather_object) and write there, or put the rank in the file name",
+    "Each rank computed different content (its shard's predictions or metrics); written to one path at "
+    "once, the file holds one rank's part, or an interleaved mix, and the others are silently lost.",
 )
 def check_same_path_write(f: ModuleFacts) -> Iterator[Hit]:
-    if not uses_distributed(f):
-        return
-    for cs in f.calls:
-        found = _write_target(f, cs)
-        if found is None or cs.guarded or cs.rank_if is not None:
-            continue
-        what, path = found
-        if per_rank_path(f, path) or in_memory(f, path):
-            continue
-        if rank_zero_only(f, cs.scope):
-            continue
-        # Only where we can see the code runs on every rank: the module's top level, a spawn target, or a
-        # function whose every caller we see (rank_zero_only says False only then).
-        yield cs.node, f"{what}() runs on every rank with the same path: concurrent writers corrupt the file"
+    for cs, what, per_rank in same_path_writes(f):
+        if per_rank:
+            yield (
+                cs.node,
+                f"{what}() writes content that differs by rank to the same path on every rank: the ranks "
+                "overwrite each other's results",
+            )
+
+
+@rule(
+    "DDP023",
+    "same-content-write-every-rank",
+    "every rank writes the same content to the same file",
+    "write on one rank only (`if rank == 0:`)",
+    "Identical content written by every rank at once usually ends up whole, but multiplies the I/O by the "
+    "world size and can leave a truncated file on network filesystems.",
+    default=False,
+)
+def check_same_content_write(f: ModuleFacts) -> Iterator[Hit]:
+    for cs, what, per_rank in same_path_writes(f):
+        if not per_rank:
+            yield cs.node, f"{what}() runs on every rank with the same path and the same content"
 
 
 _SEEDERS = frozenset(

@@ -17,14 +17,20 @@ from typing import Callable, Iterable, Iterator, Optional, Union
 from ddpdoctor.lint.facts import (
     CallSite,
     ModuleFacts,
+    Scope,
     dotted,
     final_identifier,
 )
 from ddpdoctor.lint.flow import (
     callees_of,
+    callers_of,
+    enclosing_scope,
+    happens_before,
     in_memory,
+    is_entry,
     local_rank_guarded,
     names_in,
+    parameter_values,
     per_rank_path,
     rank_zero_only,
     runs_at_import,
@@ -109,6 +115,31 @@ def const_value(node: Optional[ast.AST]) -> object:
 
 
 _UNKNOWN = object()
+
+
+def reads_env_key(f: ModuleFacts, key: str) -> bool:
+    """The file reads `key` from the environment: os.environ["KEY"], os.environ.get("KEY"), os.getenv("KEY")."""
+    memo = ("reads_env", key)
+    if memo not in f.memo:
+        found = False
+        if key.encode() in f.source:
+            for n in ast.walk(f.tree):
+                if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load):
+                    k = n.slice
+                    if (
+                        isinstance(k, ast.Constant)
+                        and k.value == key
+                        and (dotted(n.value) or "").endswith("environ")
+                    ):
+                        found = True
+                        break
+                elif isinstance(n, ast.Call) and n.args and final_identifier(n) in ("get", "getenv"):
+                    k = n.args[0]
+                    if isinstance(k, ast.Constant) and k.value == key:
+                        found = True
+                        break
+        f.memo[memo] = found
+    return bool(f.memo[memo])
 
 
 def _is_const(node: Optional[ast.AST], value: object) -> bool:
@@ -307,12 +338,21 @@ def _url_port(node: Optional[ast.AST]) -> Optional[int]:
     return int(m.group(1)) if m and int(m.group(1)) else None
 
 
-def _port_variable(f: ModuleFacts, value: ast.AST) -> Optional[tuple[str, int, int]]:
-    """`port` in `os.environ["MASTER_PORT"] = str(port)` when every assignment of `port` is a literal."""
+def _port_variable(f: ModuleFacts, value: ast.AST, line: int = 0) -> Optional[tuple[str, int, int]]:
+    """`port` in `os.environ["MASTER_PORT"] = str(port)` when every assignment of `port` is a literal, or
+    `port` is a parameter whose default (and every caller's argument) is one: `def init_dist(port=40112)`."""
     if isinstance(value, ast.Call) and final_identifier(value) == "str" and len(value.args) == 1:
         value = value.args[0]
     key = dotted(value)
     assigned = f.assigns.get(key or "", [])
+    if not assigned and key and line:
+        scope = enclosing_scope(f, line)
+        values = parameter_values(f, scope, key)
+        if values:
+            ports = [_literal_port(v) for v in values]
+            if all(ports):
+                return key, ports[0], values[0].lineno  # type: ignore[return-value]
+        return None
     if not assigned:
         return None
     ports = [_literal_port(v) for v, _ in assigned]
@@ -337,7 +377,7 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
             if port:
                 yield stmt, f"MASTER_PORT hard-coded to {port}: two jobs on one node clash on it"
                 continue
-            held = _port_variable(f, value)
+            held = _port_variable(f, value, stmt.lineno)
             if held:
                 name, port, line = held
                 yield (
@@ -389,9 +429,7 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
     "The sampler seeds its shuffle with seed + epoch, and epoch stays 0 unless set.",
 )
 def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
-    samplers = [
-        cs for cs in f.calls_named("DistributedSampler") if const_value(cs.arg(3, "shuffle")) in (None, True)
-    ]
+    samplers = [cs for cs in f.calls_named("DistributedSampler") if _may_shuffle(f, cs)]
     if not samplers:
         return
     for cs in f.calls_named("set_epoch"):
@@ -418,6 +456,18 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
         return
     for cs in samplers:
         yield cs.node
+
+
+def _may_shuffle(f: ModuleFacts, cs: CallSite) -> bool:
+    """shuffle= is absent or True, or forwarded from a parameter that is True by default or from a caller
+    (`def build_loader(ds, shuffle=True): DistributedSampler(ds, shuffle=shuffle)`, issue #24 class 7)."""
+    shuffle = cs.arg(3, "shuffle")
+    if const_value(shuffle) in (None, True):
+        return True
+    if isinstance(shuffle, ast.Name):
+        values = parameter_values(f, cs.scope, shuffle.id)
+        return bool(values) and any(_is_const(v, True) for v in values)
+    return False
 
 
 # Calls that take a sampler or loader without calling set_epoch on it behind our back.
@@ -481,8 +531,8 @@ def check_sampler_with_shuffle(f: ModuleFacts) -> Iterator[Hit]:
     "Concurrent writers to one path produce truncated or corrupt checkpoints and waste I/O.",
 )
 def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
-    if not uses_distributed(f):
-        return
+    if not uses_distributed(f) and not (f.project is not None and distributed_program(f)):
+        return  # (a model file's `save()` method counts when the project is distributed)
     for cs in f.calls:
         if cs.qual != "torch.save":
             continue
@@ -493,8 +543,8 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
         if local is not None:
             yield (
                 cs.node,
-                f"torch.save() runs where local rank is 0 (line {local}) in a multi-node script: the local "
-                "rank 0 of every node writes the same file",
+                f"torch.save() runs on one process per node (the local check on line {local}) in a "
+                "multi-node script: the first process of every node writes the same file",
             )
             continue
         if cs.guarded or rank_zero_only(f, cs.scope):
@@ -505,24 +555,107 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
 @rule(
     "DDP008",
     "load-without-map-location",
-    "torch.load() without map_location in DDP code: tensors saved from a GPU load back onto that GPU on every rank",
+    "torch.load() of a checkpoint without map_location on every rank: tensors saved from GPU 0 load onto GPU 0 "
+    "in every process",
     'pass map_location="cpu" (or map_location=f"cuda:{local_rank}")',
     "Tensors saved from cuda:0 load back onto cuda:0 on every rank: extra memory on GPU 0, then OOM.",
-    default=False,
 )
 def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
-    if not uses_distributed(f):
+    if not distributed_program(f):
         return
     for cs in f.calls:
-        if cs.qual == "torch.load" and cs.arg(1, "map_location") is None and not cs.has_star_kwargs():
-            # `if args.gpu is None: torch.load(p) else: torch.load(p, map_location=loc)`: the bare load is
-            # the one-process-per-node branch; the per-GPU branch maps.
-            if any(o.qual == "torch.load" and o.kwarg("map_location") is not None for o in cs.scope.calls):
-                continue
-            path = cs.arg(0, "f")
-            if path is not None and per_rank_path(f, path):
-                continue  # each rank reads the file it saved from its own GPU
-            yield cs.node
+        if cs.qual != "torch.load" or cs.arg(1, "map_location") is not None or cs.has_star_kwargs():
+            continue
+        if cs.guarded or _seen_rank_zero_only(f, cs.scope):
+            continue  # rank 0 loads and broadcasts: one process
+        # `if args.gpu is None: torch.load(p) else: torch.load(p, map_location=loc)`: the bare load is
+        # the one-process-per-node branch. Only the other side of the same `if` excuses it: one mapped
+        # load elsewhere in the file says nothing about this one.
+        if _mapped_twin(f, cs):
+            continue
+        path = cs.arg(0, "f")
+        if path is not None and per_rank_path(f, path):
+            continue  # each rank reads the file it saved from its own GPU
+        if not _loads_state(f, cs):
+            continue  # features or tensors dumped from the CPU: nothing to say they sit on a GPU
+        yield cs.node
+
+
+def _seen_rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
+    """Every call into `scope` we can see passes a rank-0 check. Unlike rank_zero_only, a function nobody
+    here calls (a constructor, a helper called from elsewhere) is judged as it reads: resume helpers run
+    on every rank."""
+    if scope.guarded:
+        return True
+    if is_entry(f, scope) or depth > 5:
+        return False
+    callers = callers_of(f, scope)
+    return bool(callers) and all(c.guarded or _seen_rank_zero_only(g, c.scope, depth + 1) for g, c in callers)
+
+
+# A checkpoint, by the names around a load: the variable it lands in, the path, or what it feeds.
+_STATE_RE = re.compile(r"ckpt|checkpoint|snapshot|resume|state|weight|pretrain|optim|model|params")
+
+
+def _loads_state(f: ModuleFacts, cs: CallSite) -> bool:
+    """The load restores training state: its result feeds load_state_dict (directly or through the
+    variable it is assigned to), or the variable or the path is named like a checkpoint."""
+    names = [n.rsplit(".", 1)[-1].lower() for n in f.call_targets.get(id(cs.node), ())]
+    if any(_STATE_RE.search(n) for n in names):
+        return True
+    path = cs.arg(0, "f")
+    if path is not None and any(_STATE_RE.search(n.lower()) for n in names_in(path)):
+        return True
+    if path is not None:
+        for n in ast.walk(path):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and _STATE_RE.search(n.value.lower()):
+                return True
+    for other in cs.scope.calls:
+        if other.attr == "load_state_dict" and other.pos >= cs.pos:
+            args = list(other.node.args) + [k.value for k in other.node.keywords]
+            if any(a is cs.node for arg in args for a in ast.walk(arg)):
+                return True
+            if names and any(final_identifier(a) in names for arg in args for a in ast.walk(arg)):
+                return True
+    return False
+
+
+def _mapped_twin(f: ModuleFacts, cs: CallSite) -> bool:
+    """A mapped torch.load on the other side of the `if` that holds this one."""
+    mapped = [
+        o
+        for o in cs.scope.calls
+        if o.qual == "torch.load" and o is not cs and o.arg(1, "map_location") is not None
+    ]
+    if not mapped:
+        return False
+    for node in ast.walk(cs.scope.node):
+        if not isinstance(node, ast.If) or not node.orelse:
+            continue
+        sides = [node.body, node.orelse]
+        where = [any(n is cs.node for st in side for n in ast.walk(st)) for side in sides]
+        if not any(where):
+            continue
+        other = sides[1] if where[0] else sides[0]
+        if any(n is o.node for o in mapped for st in other for n in ast.walk(st)):
+            return True
+    return False
+
+
+# Frameworks whose scripts run one process per GPU without naming torch.distributed.
+_LAUNCHING_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "transformers.Trainer")
+
+
+def distributed_program(f: ModuleFacts) -> bool:
+    """The file runs in every process of a distributed program: it (or its project) sets up torch.distributed
+    or DDP, or it drives a framework trainer that does (Lightning, accelerate, DeepSpeed, HF Trainer)."""
+    if uses_distributed(f) or f.imports_prefix(*_LAUNCHING_FRAMEWORKS):
+        return True
+    # A module of a distributed program: it calls into, or is called from, a file that is one (a model
+    # file whose save() the trainer calls). Not any file of the tree: pytorch/examples' mnist is no
+    # less single-process for sitting beside distributed/.
+    project = f.project
+    return project is not None and any(uses_distributed(g) for g in project.linked(f))  # type: ignore[attr-defined]
 
 
 @rule(
@@ -567,6 +700,35 @@ def check_data_parallel(f: ModuleFacts) -> Iterator[Hit]:
     for cs in f.calls:
         if cs.attr in ("DataParallel", "data_parallel") and cs.qual.startswith("torch."):
             yield cs.node
+
+
+def _is_init(cs: CallSite) -> bool:
+    return cs.attr == "init_process_group"
+
+
+@rule(
+    "DDP022",
+    "data-parallel-in-ddp",
+    "nn.DataParallel in a process that joined a process group: each rank replicates over every GPU and "
+    "no gradient is synchronised across ranks",
+    "wrap the model in DistributedDataParallel(model, device_ids=[local_rank]) in each process, not DataParallel",
+    "DataParallel inside one rank of a multi-process job drives every visible GPU from each process and "
+    "never all-reduces gradients between processes: ranks train diverging models on the same GPUs.",
+)
+def check_data_parallel_in_ddp(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in f.calls:
+        if cs.attr not in ("DataParallel", "data_parallel") or not cs.qual.startswith("torch."):
+            continue
+        # `if args.distributed: DDP(...) else: DataParallel(...)` (pytorch/examples imagenet): the
+        # function builds DDP on the distributed path; DataParallel is the one-process fallback.
+        if any(o.qual.endswith("DistributedDataParallel") for o in cs.scope.calls):
+            continue
+        if happens_before(f, cs.scope, cs.pos, _is_init):
+            yield (
+                cs.node,
+                f"{cs.attr}() after init_process_group(): each rank replicates the model over every GPU "
+                "and no gradient is synchronised across ranks",
+            )
 
 
 # The module as an argv element, or in a command line: not prose that merely names it.
@@ -620,6 +782,10 @@ def check_local_rank_argument(f: ModuleFacts) -> Iterator[Hit]:
             hits.append(cs)
     if not hits or f.imports_prefix("deepspeed"):
         return  # the deepspeed launcher passes --local_rank (underscore): the option is right there
+    if reads_env_key(f, "LOCAL_RANK") or any(cs.qual in _SPAWN_FUNCS for cs in f.calls):
+        # The script takes its local rank from the environment (torchrun), or starts its own processes
+        # with mp.spawn, which passes no flag: the option is a dead legacy flag, not a crash.
+        return
     # `if torch.__version__ ... 1:` / `if TORCH_MAJOR == 1:` around the option: only the old launcher.
     versioned: list[tuple[int, int]] = []
     low = f.source.lower()
@@ -719,4 +885,4 @@ def all_rules() -> dict[str, Rule]:
 
 # The device rules and the rules about what every rank must do alike live in their own modules;
 # importing them registers them.
-from ddpdoctor.lint import device_rules, rank_rules  # noqa: E402,F401
+from ddpdoctor.lint import device_rules, rank_rules, world_rules  # noqa: E402,F401

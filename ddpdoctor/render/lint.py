@@ -53,6 +53,27 @@ def _summary(report: LintReport) -> str:
     )
 
 
+def scope_notes(report: LintReport, limit: int = 5) -> list[str]:
+    """What was linted beyond the paths given, and what was left out and why (never in silence)."""
+    notes: list[str] = []
+    if report.followed:
+        shown = ", ".join(report.followed[:limit]) + (" ..." if len(report.followed) > limit else "")
+        notes.append(f"Followed {len(report.followed)} local module(s) the given script(s) import: {shown}")
+    if report.not_followed:
+        shown = ", ".join(f"{m} ({why})" for m, why in report.not_followed[:limit])
+        more = f" and {len(report.not_followed) - limit} more" if len(report.not_followed) > limit else ""
+        notes.append(f"Not followed: {shown}{more}")
+    if report.excluded:
+        shown = ", ".join(f"{p} ({why})" for p, why in report.excluded[:limit])
+        more = f" and {len(report.excluded) - limit} more" if len(report.excluded) > limit else ""
+        notes.append(
+            f"Excluded {len(report.excluded)} director{'y' if len(report.excluded) == 1 else 'ies'}: {shown}{more}"
+        )
+    if report.chunked:
+        notes.append(report.chunked[0].upper() + report.chunked[1:] + ".")
+    return notes
+
+
 def render_lint_text(report: LintReport) -> None:
     con = console()
     for d in report.diagnostics:
@@ -63,6 +84,8 @@ def render_lint_text(report: LintReport) -> None:
         if d.fix:
             con.print(Text.assemble("    ", ("fix:", "cyan"), " ", d.fix), soft_wrap=True)
     con.print(Text(_summary(report), style="bold"), soft_wrap=True)
+    for note in scope_notes(report):
+        con.print(Text(note), soft_wrap=True)
 
 
 def render_lint_github(report: LintReport) -> None:

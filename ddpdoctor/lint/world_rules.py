@@ -1,0 +1,407 @@
+"""Rules about the size of the world and what every rank holds (issue #24, class 11): the world size
+read from the wrong count (Slurm tasks without the GPUs per task, the local GPU count on several nodes),
+an object only rank 0 creates used on every rank, a CPU tensor handed to an NCCL collective, a
+DistributedSampler seeded differently on each rank. Registered in rules.py's table (imported at its end).
+
+Like the other rules they speak only where the code says it plainly, and prefer silence otherwise.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator, Optional
+
+from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, classify_guard, dotted, mentions_rank
+from ddpdoctor.lint.flow import value_before
+from ddpdoctor.lint.rules import (
+    _SPAWN_FUNCS,
+    COLLECTIVE_NAMES,
+    Hit,
+    _init_calls,
+    rule,
+    uses_distributed,
+)
+
+# --- DDP024: the world size from Slurm's task or node count ------------------------------------------
+
+_SLURM_NODES = frozenset({"SLURM_NNODES", "SLURM_JOB_NUM_NODES"})
+_SLURM_TASKS = frozenset({"SLURM_NTASKS", "SLURM_NPROCS"})
+_WORLD_TARGET_RE = re.compile(r"world_size|world|num_replicas|nprocs", re.I)
+
+
+def _env_keys(node: ast.AST) -> set[str]:
+    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def _multiplied(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) for n in ast.walk(node))
+
+
+def _world_assigns(f: ModuleFacts) -> Iterator[tuple[str, ast.expr, ast.stmt]]:
+    for key, values in f.assigns.items():
+        if _WORLD_TARGET_RE.search(key.rsplit(".", 1)[-1]):
+            for value, stmt in values:
+                yield key, value, stmt
+    for _base, key, value, stmt in f.env_assigns:
+        if key == "WORLD_SIZE":
+            yield "os.environ['WORLD_SIZE']", value, stmt
+
+
+@rule(
+    "DDP024",
+    "world-size-from-slurm-tasks",
+    "world size taken from Slurm's node or task count, without the processes each task starts",
+    "world_size = int(os.environ['SLURM_NNODES']) * gpus_per_node (or SLURM_NTASKS when srun starts one task "
+    "per GPU, with no mp.spawn)",
+    "When each Slurm task (one per node) spawns a process per GPU, the job has tasks x GPUs ranks; "
+    "init_process_group(world_size=tasks) then waits for ranks that never come, or rejects rank >= world_size.",
+)
+def check_world_size_from_slurm(f: ModuleFacts) -> Iterator[Hit]:
+    if b"SLURM_" not in f.source:
+        return
+    spawns = any(cs.qual in _SPAWN_FUNCS for cs in f.calls)
+    for key, value, stmt in _world_assigns(f):
+        keys = _env_keys(value)
+        if _multiplied(value):
+            continue
+        if keys & _SLURM_NODES:
+            which = sorted(keys & _SLURM_NODES)[0]
+        elif keys & _SLURM_TASKS and spawns:
+            which = sorted(keys & _SLURM_TASKS)[0]
+        else:
+            continue
+        yield (
+            stmt,
+            f"`{key}` is Slurm's {which} alone, but each task starts a process per GPU: the world size "
+            "misses the GPUs per task and init_process_group waits for ranks that never come",
+        )
+
+
+# --- DDP025: the world size from the local GPU count on several nodes --------------------------------
+
+_MULTI_NODE_RE = re.compile(rb"node_rank|nnodes|num_nodes|n_nodes|NODE_RANK|SLURM_NODEID|SLURM_PROCID|nodes")
+
+
+def _device_count(node: Optional[ast.AST]) -> bool:
+    return isinstance(node, ast.Call) and (dotted(node.func) or "").endswith("cuda.device_count")
+
+
+def _is_local_count(f: ModuleFacts, node: Optional[ast.AST], line: int) -> bool:
+    if node is None or _multiplied(node):
+        return False
+    if _device_count(node):
+        return True
+    key = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+    if key:
+        value = value_before(f, key, line)
+        return value is not None and not _multiplied(value) and _device_count(value)
+    return False
+
+
+@rule(
+    "DDP025",
+    "world-size-from-device-count",
+    "world size set to torch.cuda.device_count() in a multi-node program: it counts this node's GPUs only",
+    "world_size = num_nodes * torch.cuda.device_count() (or read WORLD_SIZE from the launcher)",
+    "device_count() is the GPUs of one node; on two nodes the group expects half the ranks, so the second "
+    "node's ranks are rejected (rank >= world_size) or the rendezvous never completes.",
+)
+def check_world_size_from_device_count(f: ModuleFacts) -> Iterator[Hit]:
+    if not _MULTI_NODE_RE.search(f.source):
+        return
+    for cs in _init_calls(f):
+        ws = cs.arg(3, "world_size")
+        if _is_local_count(f, ws, cs.node.lineno):
+            yield (
+                cs.node,
+                "init_process_group(world_size=...) is torch.cuda.device_count(), this node's GPUs, in a "
+                "program run on several nodes: the other nodes' ranks do not fit",
+            )
+
+
+# --- DDP026: an object created on rank 0 only, used on every rank ------------------------------------
+
+
+class _RankZeroNames:
+    """Per function: names bound only inside a rank-0 branch, then read outside any rank check."""
+
+    def __init__(self, f: ModuleFacts) -> None:
+        self.f = f
+        self.hits: list[tuple[ast.AST, str]] = []
+
+    def scan(self, body: list[ast.stmt]) -> None:
+        zero_only: dict[str, int] = {}  # name -> line of its rank-0 assignment
+        everywhere: set[str] = set()
+        self._bind(body, False, zero_only, everywhere)
+        for name in everywhere:
+            zero_only.pop(name, None)
+        if zero_only:
+            self._uses(body, False, zero_only, set())
+
+    def _targets(self, stmt: ast.stmt) -> list[str]:
+        out: list[str] = []
+        targets: list[ast.AST] = []
+        if isinstance(stmt, ast.Assign):
+            targets = list(stmt.targets)
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+            targets = [stmt.target]
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in stmt.items if i.optional_vars is not None]
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            return [(a.asname or a.name).split(".")[0] for a in stmt.names]
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return [stmt.name]
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name):
+                    out.append(n.id)
+        return out
+
+    def _bind(
+        self, body: list[ast.stmt], zero: bool, zero_only: dict[str, int], everywhere: set[str]
+    ) -> None:
+        for stmt in body:
+            if isinstance(stmt, (ast.Global, ast.Nonlocal)):
+                everywhere.update(stmt.names)  # bound elsewhere too
+            for name in self._targets(stmt):
+                if zero:
+                    zero_only.setdefault(name, stmt.lineno)
+                else:
+                    everywhere.add(name)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(stmt, ast.If):
+                kind = classify_guard(stmt.test, self.f.main_vars)
+                self._bind(stmt.body, zero or kind == ZERO, zero_only, everywhere)
+                self._bind(stmt.orelse, zero or kind == NONZERO, zero_only, everywhere)
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, field, None)
+                if isinstance(block, list):
+                    self._bind(block, zero, zero_only, everywhere)
+            for h in getattr(stmt, "handlers", ()) or ():
+                if h.name:
+                    everywhere.add(h.name)
+                self._bind(h.body, zero, zero_only, everywhere)
+            for case in getattr(stmt, "cases", ()) or ():
+                self._bind(case.body, zero, zero_only, everywhere)
+
+    def _uses(self, body: list[ast.stmt], zero: bool, zero_only: dict[str, int], checked: set[str]) -> None:
+        for stmt in body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(stmt, ast.If):
+                # `if writer is not None:` / `if writer:`: the code checks for the object itself.
+                tested = {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
+                if not zero:
+                    self._report(stmt.test, zero_only, checked)
+                # Inside any other `if`, the use may well be on a path only rank 0 takes (open_clip's
+                # evaluation loop reads rank 0's iterator unless FSDP evaluation is on): only uses every
+                # rank reaches unconditionally are judged.
+                self._uses(stmt.body, True, zero_only, checked | tested)
+                self._uses(stmt.orelse, True, zero_only, checked | tested)
+                continue
+            if not zero:
+                for expr in _own_exprs(stmt):
+                    self._report(expr, zero_only, checked)
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, field, None)
+                if isinstance(block, list):
+                    self._uses(block, zero, zero_only, checked)
+            for h in getattr(stmt, "handlers", ()) or ():
+                self._uses(h.body, zero, zero_only, checked)
+            for case in getattr(stmt, "cases", ()) or ():
+                self._uses(case.body, zero, zero_only, checked)
+
+    def _report(self, expr: ast.AST, zero_only: dict[str, int], checked: set[str]) -> None:
+        nodes = list(ast.walk(expr))
+        # Names a comprehension or `:=` in this very expression binds are not the rank-0 object.
+        bound = {
+            x.id
+            for n in nodes
+            if isinstance(n, (ast.comprehension, ast.NamedExpr))
+            for x in ast.walk(n.target)
+            if isinstance(x, ast.Name)
+        }
+        for n in nodes:
+            if isinstance(n, ast.Name) and n.id in bound:
+                continue
+            if (
+                isinstance(n, ast.Name)
+                and isinstance(n.ctx, ast.Load)
+                and n.id in zero_only
+                and n.id not in checked
+                and n.lineno > zero_only[n.id]
+            ):
+                self.hits.append(
+                    (
+                        n,
+                        f"`{n.id}` is created only on rank 0 (line {zero_only[n.id]}) and used here on every "
+                        "rank: NameError on the others",
+                    )
+                )
+                zero_only.pop(n.id)  # one finding per name
+
+
+_NESTED_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _own_exprs(stmt: ast.stmt) -> Iterator[ast.AST]:
+    for field, value in ast.iter_fields(stmt):
+        if field in ("body", "orelse", "finalbody", "handlers", "cases", "decorator_list"):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, ast.AST) and not isinstance(item, (ast.Lambda,)):
+                yield item
+
+
+@rule(
+    "DDP026",
+    "rank-zero-object-used-everywhere",
+    "a name bound only on rank 0 is used on every rank: NameError on the other ranks",
+    "create it on every rank (`writer = None` first, then `if writer is not None:`), or move the use under "
+    "the same rank-0 check",
+    "Only rank 0 runs the branch that binds the name; the other ranks reach the use with the name unbound "
+    "and die with NameError (or UnboundLocalError), which the survivors see as a hang in the next collective.",
+)
+def check_rank_zero_object(f: ModuleFacts) -> Iterator[Hit]:
+    if not uses_distributed(f) and f.project is None:
+        return
+    if not f.main_vars and b"rank" not in f.source and b"main" not in f.source and b"master" not in f.source:
+        return
+    checker = _RankZeroNames(f)
+    for scope in f.scopes:
+        # Only functions with a call under a rank-0 check (an object is created by a call): the others
+        # cannot bind a name on rank 0 alone that matters here, and the walk below is not free.
+        if not any(cs.guarded or (cs.rank_if is not None and cs.rank_if.kind == ZERO) for cs in scope.calls):
+            continue
+        body = getattr(scope.node, "body", None)
+        if isinstance(body, list):
+            checker.scan(body)
+    yield from checker.hits
+
+
+# --- DDP027: a CPU tensor handed to an NCCL collective -----------------------------------------------
+
+_FACTORIES = frozenset({"tensor", "zeros", "ones", "empty", "full", "arange", "as_tensor", "from_numpy"})
+_TENSOR_ARGS: dict[str, tuple[int, str]] = {
+    "all_reduce": (0, "tensor"),
+    "broadcast": (0, "tensor"),
+    "reduce": (0, "tensor"),
+    "all_gather_into_tensor": (1, "input_tensor"),
+    "reduce_scatter_tensor": (1, "input"),
+}
+
+
+def _nccl_program(f: ModuleFacts) -> bool:
+    from ddpdoctor.lint.device_rules import _mentions_nccl
+
+    files = [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
+    return any(_mentions_nccl(cs.arg(0, "backend"), g) for g in files for cs in _init_calls(g))
+
+
+def _cpu_factory(node: Optional[ast.AST]) -> bool:
+    """torch.tensor([...]) / torch.zeros(n) with no device= (and not moved by .cuda() / .to(...))."""
+    if not isinstance(node, ast.Call):
+        return False
+    q = dotted(node.func) or ""
+    if not (q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES):
+        return False
+    return not any(kw.arg in ("device", None) for kw in node.keywords)
+
+
+def _moved_after(
+    scope_calls: list[CallSite], name: str, start: tuple[int, int], end: tuple[int, int]
+) -> bool:
+    for c in scope_calls:
+        if start < c.pos < end and c.attr in ("cuda", "to") and (c.raw or "").startswith(name + "."):
+            return True
+    return False
+
+
+@rule(
+    "DDP027",
+    "cpu-tensor-nccl-collective",
+    "a CPU tensor handed to a collective on an NCCL process group",
+    "create it on the GPU (torch.tensor(x, device=device)) or move it (.cuda()) before the collective",
+    "NCCL only moves CUDA tensors: a CPU tensor raises 'No backend type associated with device type cpu' "
+    "(or, on older releases, an invalid-argument NCCL error) on every rank.",
+)
+def check_cpu_tensor_collective(f: ModuleFacts) -> Iterator[Hit]:
+    if not any(cs.attr in _TENSOR_ARGS for cs in f.calls) or not _nccl_program(f):
+        return
+    for cs in f.calls:
+        if cs.attr not in _TENSOR_ARGS or cs.attr not in COLLECTIVE_NAMES:
+            continue
+        if not cs.qual.startswith("torch.distributed."):
+            continue
+        if cs.kwarg("group") is not None:
+            continue  # a gloo group for CPU tensors, often
+        tensor = cs.arg(*_TENSOR_ARGS[cs.attr])
+        if tensor is None:
+            continue
+        if _cpu_factory(tensor):
+            yield cs.node, f"{cs.attr}() of a tensor created on the CPU, on an NCCL process group"
+            continue
+        key = dotted(tensor) if isinstance(tensor, ast.Name) else None
+        if not key:
+            continue
+        assigned = (
+            [
+                (stmt, value)
+                for value, stmt in f.assigns.get(key, ())
+                if stmt.lineno <= cs.node.lineno
+                and cs.scope.node.lineno <= stmt.lineno <= cs.scope.node.end_lineno  # type: ignore[attr-defined,operator]
+            ]
+            if not cs.scope.is_module
+            else [(stmt, value) for value, stmt in f.assigns.get(key, ()) if stmt.lineno <= cs.node.lineno]
+        )
+        if not assigned:
+            continue
+        stmt, value = max(assigned, key=lambda sv: sv[0].lineno)
+        if _cpu_factory(value) and not _moved_after(cs.scope.calls, key, (stmt.lineno, 0), cs.pos):
+            yield (
+                cs.node,
+                f"{cs.attr}() of `{key}`, created on the CPU (line {stmt.lineno}), on an NCCL process group",
+            )
+
+
+# --- DDP028: a DistributedSampler seeded differently on each rank ------------------------------------
+
+_RANDOM_SEED_RE = re.compile(r"^(?:randint|random|time|time_ns|getrandbits|urandom|seed)$")
+
+
+@rule(
+    "DDP028",
+    "sampler-seed-per-rank",
+    "DistributedSampler(seed=...) differs by rank: the ranks shuffle differently and their shards overlap",
+    "pass the same seed on every rank (seed=args.seed), never seed + rank or a random one",
+    "Every rank shuffles the whole dataset with the sampler's seed and takes its slice; with a different "
+    "seed per rank the slices overlap and some samples are never seen in an epoch.",
+)
+def check_sampler_seed_per_rank(f: ModuleFacts) -> Iterator[Hit]:
+    for cs in f.calls_named("DistributedSampler"):
+        seed = cs.kwarg("seed")
+        if seed is None:
+            seed = cs.arg(4, "seed")
+        if seed is None:
+            continue
+        why = None
+        if mentions_rank(seed):
+            why = "depends on the rank"
+        elif any(
+            isinstance(n, ast.Call) and _RANDOM_SEED_RE.match((dotted(n.func) or "").rsplit(".", 1)[-1])
+            for n in ast.walk(seed)
+        ):
+            why = "is drawn at random in each process"
+        else:
+            key = dotted(seed) if isinstance(seed, (ast.Name, ast.Attribute)) else None
+            value = value_before(f, key, cs.node.lineno) if key else None
+            if value is not None and mentions_rank(value):
+                why = f"depends on the rank (`{key}`, line {value.lineno})"
+        if why:
+            yield (
+                cs.node,
+                f"DistributedSampler seed {why}: the ranks' shards overlap and some samples are skipped",
+            )
