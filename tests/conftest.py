@@ -36,6 +36,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background (`make test &`, a CI step under a non-interactive shell) inherits
+    # SIGINT ignored, and every child would keep ignoring it, as ddpdoctor rightly does: the tests that
+    # press Ctrl-C on a child would then wait on a command that never hears it. A handled signal is reset
+    # to its default across exec, so the children see SIGINT as a user's terminal would deliver it.
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if not config.getoption("--fake-gpu"):
         return
     import importlib.util
