@@ -153,7 +153,10 @@ def test_measured_activations_of_a_real_gpt_layer(attention: str) -> None:
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     s, b, h, a = 64, 2, 64, 4
-    shape = replace(estimate_shape(1000), hidden=h, heads=a, layers=1)
+    shape = replace(
+        estimate_shape(1000), hidden=h, heads=a, layers=1, intermediate=4 * h, q_width=h, v_width=h,
+        norm="layer", mlp_act="gelu", fused_qkv=True, dropout=0.1,
+    )
     plan = activation_bytes(Workload(shape, seq_len=s, micro_batch=b, attention=attention), Strategy("tp", 1, 2))
     cpu_masks = 2 * s * b * h + (a * s * s * b if attention == "eager" else 0)
     norm_stats = 2 * 2 * s * b * 2

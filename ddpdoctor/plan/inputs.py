@@ -73,6 +73,7 @@ def read_hardware(
     nodes: int,
     gpu_mem: Optional[int],
     source_label: str,
+    gpu_name: Optional[str] = None,
 ) -> Hardware:
     """The GPUs to plan for: flags first, then what NVML (or the snapshot) says about this node.
 
@@ -88,6 +89,8 @@ def read_hardware(
     name = found[0].name if found else None
     if gpu_mem is not None:
         count = gpus or (len(found) if found else 1)
+        if gpu_name is not None:  # --gpu NAME: that board, whatever this node has
+            return Hardware(count, nodes, gpu_mem, gpu_name, gpu_generation(gpu_name), "--gpu")
         return Hardware(count, nodes, gpu_mem, name, gpu_generation(name), "--gpu-mem")
     if found:
         smallest = min(found, key=lambda g: g.memory_total_mib or 0)

@@ -12,9 +12,11 @@ from ddpdoctor.plan.memory import (
     Strategy,
     Workload,
     breakdown,
+    layer_activation_elems,
     overhead_for,
     process_groups,
 )
+from ddpdoctor.plan.shape import ModelShape
 from ddpdoctor.plan.units import GIB
 
 # Cheapest first, by what each costs besides memory: DDP all-reduces once; ZeRO-1/2 add bookkeeping but
@@ -22,26 +24,33 @@ from ddpdoctor.plan.units import GIB
 # parallel puts collectives inside every layer (NVLink needed); pipelines add bubbles.
 COST_ORDER = ("ddp", "zero1", "zero2", "fsdp", "zero3", "tp")
 TIGHT_FRACTION = 0.05  # under 5% headroom, allocator fragmentation alone can tip a job over
-_STRATEGY = re.compile(r"^(ddp|zero1|zero2|zero3|fsdp)$|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?$")
+_STRATEGY = re.compile(r"^(ddp|zero1|zero2|zero3|fsdp)$|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?(,dopt)?$")
 
 
 def parse_strategy(text: str) -> Strategy:
     """`zero2` or `tp=4,pp=2` -> Strategy. ValueError when malformed."""
     m = _STRATEGY.match(text.strip().lower().replace(" ", ""))
     if not m:
-        raise ValueError(f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, tp=T[,pp=P]")
+        raise ValueError(
+            f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, tp=T[,pp=P][,dopt]"
+        )
     if m.group(1):
         return Strategy(m.group(1))
     tp, pp = int(m.group(2)), int(m.group(3) or 1)
     if tp < 1 or pp < 1:
         raise ValueError(f"--strategy {text!r}: tp and pp must be at least 1")
-    return Strategy("tp", tp, pp)
+    return Strategy("tp", tp, pp, distopt=bool(m.group(4)))
 
 
-def default_strategies(gpus_per_node: int) -> list[Strategy]:
-    """All strategies; tensor parallel across the node's GPUs (TP stays inside NVLink reach, at most 8)."""
+def default_strategies(gpus_per_node: int, shape: Optional[ModelShape] = None) -> list[Strategy]:
+    """All strategies; tensor parallel at the largest degree that is valid: within the node (NVLink
+    reach, at most 8), dividing the node's GPUs, the attention heads and the key/value heads."""
     out = [Strategy(kind) for kind in COST_ORDER if kind != "tp"]
-    tp = min(gpus_per_node, 8)
+    tp = max(
+        t
+        for t in range(1, min(gpus_per_node, 8) + 1)
+        if gpus_per_node % t == 0 and (shape is None or (shape.heads % t == 0 and shape.kv_heads % t == 0))
+    )
     if tp > 1:
         out.append(Strategy("tp", tp))
     return out
@@ -119,6 +128,9 @@ def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
         return f"tp={s.tp} spans nodes ({hw.gpus_per_node} GPUs per node): tensor parallel needs NVLink"
     if w.shape.heads % s.tp:
         return f"{w.shape.heads} attention heads do not split {s.tp} ways"
+    if w.shape.kv_heads % s.tp:
+        # Megatron-LM asserts num_query_groups % tensor_model_parallel_size == 0.
+        return f"{w.shape.kv_heads} key/value heads do not split {s.tp} ways"
     if s.pp > w.shape.layers:
         return f"pp={s.pp} is more stages than the {w.shape.layers} layers"
     return None
@@ -187,7 +199,7 @@ def find_alternatives(
     """Changes that make some strategy fit, each re-planned; the least disruptive first."""
     tries: list[tuple[str, Workload, Hardware]] = []
     if w.recompute == "none" and w.attention == "eager":
-        tries.append(("--attention flash", replace(w, attention="flash"), hw))
+        tries.append(("--attention sdpa", replace(w, attention="sdpa"), hw))
     if w.recompute == "none":
         tries.append(("--recompute selective", replace(w, recompute="selective"), hw))
     if w.recompute != "full":
@@ -241,19 +253,20 @@ def _workload_notes(w: Workload) -> list[str]:
             f"{w.shape.heads} heads, vocabulary {w.shape.vocab}): activations are approximate; give --config"
         )
     if w.recompute == "none" and w.attention == "eager":
-        scores = 5 * w.shape.heads * w.seq_len
-        share = scores / (34 * w.shape.hidden + scores)
+        per_token, per_score = layer_activation_elems(w)
+        scores = per_score * w.shape.heads * w.seq_len
+        share = scores / (per_token + scores)
         if share > 0.5:
             notes.append(
                 f"attention scores are {share:.0%} of each layer's activations (eager attention); "
-                "FlashAttention or PyTorch SDPA (transformers' default) does not keep them: --attention flash"
+                "FlashAttention or PyTorch SDPA (transformers' default) does not keep them: --attention sdpa"
             )
     return notes
 
 
 def make_plan(w: Workload, hw: Hardware, strategies: Optional[Sequence[Strategy]] = None) -> Plan:
     """Judge every strategy; name the cheapest that fits, or what to change."""
-    chosen = list(strategies) if strategies else default_strategies(hw.gpus_per_node)
+    chosen = list(strategies) if strategies else default_strategies(hw.gpus_per_node, w.shape)
     rows = [judge_row(w, s, hw) for s in chosen]
     plan = Plan(w, hw, rows, notes=_workload_notes(w))
     if all(r.verdict == "invalid" for r in rows):

@@ -9,17 +9,24 @@ not an item: it is what the headroom is for (plan.judge warns when headroom is u
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ddpdoctor.plan.shape import ModelShape
 from ddpdoctor.plan.units import GIB
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "autocast": 4}
+# The precision layouts (docs/plan.md#precision): bf16/fp16 keep 16-bit weights with an fp32 master copy
+# (DeepSpeed, Megatron, FSDP MixedPrecision); fp32 is fp32 throughout; autocast is plain torch.autocast
+# over fp32 parameters: fp32 weights, grads and DDP buckets, and the bf16 casts of the weights that
+# autograd keeps from forward until backward.
+PRECISIONS = tuple(DTYPE_BYTES)
 # Optimizer state per parameter, master copy excluded (that is its own item).
 OPTIMIZER_BYTES = {
     "adamw": 8.0,  # exp_avg + exp_avg_sq, fp32 (torch.optim.AdamW; DeepSpeed docs: 4 + 4)
-    "adamw8bit": 2.0,  # bitsandbytes 8-bit AdamW: two 1-byte states (+ an fp32 absmax per 2048 values: 0.2%)
+    # bitsandbytes 8-bit AdamW: two 1-byte states plus, per state, an fp32 absmax per block of 256 values
+    # (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state: blocks = n // 256): 2 + 2·4/256.
+    "adamw8bit": 2.0 + 2 * 4 / 256,
     "sgd": 0.0,  # torch.optim.SGD without momentum keeps no state
     "sgd-momentum": 4.0,  # one fp32 momentum buffer
     "adafactor": 0.0,  # factored second moment: row + column statistics (see optimizer_bytes)
@@ -27,7 +34,9 @@ OPTIMIZER_BYTES = {
 RECOMPUTE = ("none", "selective", "full")
 # eager: the attention scores and probabilities are stored (the paper's 5·a·s²·b); flash: FlashAttention
 # (and PyTorch SDPA's flash/memory-efficient kernels) store only a logsumexp per row and recompute them.
-ATTENTION = ("eager", "flash")
+# sdpa: torch's scaled_dot_product_attention, transformers' default since 4.36; its flash and
+# memory-efficient kernels keep what FlashAttention keeps.
+ATTENTION = ("sdpa", "eager", "flash")
 ZERO_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed reduce_bucket_size / allgather_bucket_size defaults (5e8)
 ZERO3_PREFETCH_ELEMENTS = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default (5e7)
 
@@ -98,12 +107,13 @@ class Strategy:
     kind: str
     tp: int = 1
     pp: int = 1
+    distopt: bool = False  # Megatron's --use-distributed-optimizer (tp only)
 
     @property
     def label(self) -> str:
         if self.kind != "tp":
             return self.kind
-        return f"tp={self.tp}" + (f",pp={self.pp}" if self.pp > 1 else "")
+        return f"tp={self.tp}" + (f",pp={self.pp}" if self.pp > 1 else "") + (",dopt" if self.distopt else "")
 
     @property
     def model_parallel(self) -> int:
@@ -120,15 +130,21 @@ class Workload:
     micro_batch: int = 1
     seq_len: int = 2048
     recompute: str = "none"
-    attention: str = "eager"
+    attention: str = "sdpa"
 
     @property
     def mixed(self) -> bool:
-        return self.dtype != "fp32"
+        """16-bit weights with an fp32 master copy (bf16, fp16); autocast keeps fp32 weights instead."""
+        return self.dtype in ("bf16", "fp16")
 
     @property
     def weight_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes of one activation element: 16-bit under bf16, fp16 and autocast, 4 under fp32."""
+        return 4 if self.dtype == "fp32" else 2
 
 
 @dataclass(frozen=True)
@@ -143,6 +159,7 @@ class Breakdown:
     inputs: int
     temporary: int
     overhead: int
+    workspace: int = 0  # backward's transient tensors at their largest (backward_workspace_bytes)
 
     @property
     def model_states(self) -> int:
@@ -150,7 +167,9 @@ class Breakdown:
 
     @property
     def total(self) -> int:
-        return self.model_states + self.activations + self.inputs + self.temporary + self.overhead
+        return (
+            self.model_states + self.activations + self.inputs + self.temporary + self.overhead + self.workspace
+        )
 
     def to_dict(self) -> dict[str, int]:
         return {
@@ -162,6 +181,7 @@ class Breakdown:
             "inputs": self.inputs,
             "temporary": self.temporary,
             "overhead": self.overhead,
+            "workspace": self.workspace,
             "model_states": self.model_states,
             "total": self.total,
         }
@@ -176,12 +196,37 @@ def optimizer_bytes(w: Workload) -> float:
     return OPTIMIZER_BYTES[w.optimizer]
 
 
+def stage_params(shape: ModelShape, s: Strategy) -> int:
+    """Parameters on the most loaded model-parallel shard (Megatron-LM theoretical_memory_usage.py).
+
+    With pipelining the first stage holds its L/p blocks plus the embedding (and learned positions), the
+    last its blocks plus the final norm and an untied head; tensor parallel splits each stage t ways.
+    """
+    if s.kind != "tp":
+        return shape.params
+    if s.pp == 1:
+        return -(-shape.params // s.tp)
+    blocks = shape.params - shape.root_params
+    per_stage = -(-blocks // s.pp)
+    vh = shape.vocab * shape.hidden
+    final_norm = shape.root_params - vh - shape.positions - (0 if shape.tied else vh)
+    first_stage = per_stage + vh + shape.positions
+    # Megatron keeps a copy of tied word embeddings on the last stage for the output layer.
+    last_stage = per_stage + max(0, final_norm) + vh
+    return -(-max(first_stage, last_stage) // s.tp)
+
+
 def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, int, list[str]]:
     """(parameters, gradients, optimizer, master) bytes per GPU, and notes on what was assumed.
 
     `n_gpus` is the data-parallel degree for ddp/zero/fsdp; for tp the model-parallel split is applied
     and the rest of the GPUs replicate (plain data parallel over the remainder).
     """
+    if w.dtype == "autocast":
+        # torch.autocast leaves the parameters, their gradients and the optimizer in fp32: the fp32
+        # layout; the bf16 weight casts are a temporary (temporary_bytes).
+        params, grads, opt, master, notes = model_states(replace(w, dtype="fp32"), s, n_gpus)
+        return params, grads, opt, master, [*notes, "autocast: fp32 weights, gradients and optimizer state"]
     p = w.shape.params
     wb = w.weight_bytes
     opt = optimizer_bytes(w)
@@ -190,25 +235,27 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
     # (DeepSpeed's "4b grads" in its 16 and 18 multipliers; Megatron's main_grad).
     fp32_grad = 4 if w.mixed else 0
     notes: list[str] = []
+    n = n_gpus
     if s.kind == "ddp":
         # Transformer Math 101: 2 (bf16 weights) + 2 (bf16 grads) + 4 (master) + 8 (AdamW) = 16 B/param.
         return wb * p, wb * p, int(opt * p), master * p, notes
-    if s.kind in ("zero1", "zero2"):
-        # DeepSpeed estimate_zero2_model_states_mem_needs (offload_optimizer=none):
-        # 4·P + 16·P/N for fp16 params + fp16 grads, and fp32 master, momentum, variance, grads sharded.
-        if s.kind == "zero2":
-            notes.append(
-                "DeepSpeed's estimator keeps the 16-bit gradients whole under ZeRO-2 too (same figure as ZeRO-1)"
-            )
-        n = n_gpus
+    if s.kind == "zero1":
+        # ZeRO-1 shards the optimizer states (fp32 master, momentum, variance and the fp32 gradients the
+        # step reads); the 16-bit gradients are all-reduced whole: 4·P + 16·P/N.
         return wb * p, wb * p + _ceil(fp32_grad * p, n), _ceil(opt * p, n), _ceil(master * p, n), notes
+    if s.kind == "zero2":
+        # DeepSpeed >= 0.14.3 estimate_zero2_model_states_mem_needs (offload none): 2·P + 18·P/N, "18 =
+        # 2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit": stage 2 reduces
+        # each bucket of 16-bit gradients into the owning rank's partition during backward.
+        return wb * p, _ceil((wb + fp32_grad) * p, n), _ceil(opt * p, n), _ceil(master * p, n), notes
     if s.kind == "zero3":
-        # DeepSpeed estimate_zero3_model_states_mem_needs (no offload): 4·largest_layer + 18·P/N.
+        # DeepSpeed estimate_zero3_model_states_mem_needs (no offload): 4·largest_layer + 18·P/N, plus the
+        # persistent 16-bit gradient partition stage 3 keeps between reduce and step (2·P/N; measured
+        # ~20·P/N at the step, the estimator omits it): 4·L + 20·P/N.
         big = w.shape.largest_layer
-        n = n_gpus
         return (
             _ceil(wb * p, n) + wb * big,
-            wb * big + _ceil(fp32_grad * p, n),
+            wb * big + _ceil((wb + fp32_grad) * p, n),
             _ceil(opt * p, n),
             _ceil(master * p, n),
             notes,
@@ -220,43 +267,129 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
         sh = w.shape
         gathered = wb * (sh.root_params + 2 * sh.block_params)
         unit_grad = wb * max(sh.block_params, sh.root_params)
-        n = n_gpus
         if w.mixed:
             return gathered, unit_grad + _ceil(4 * p, n), _ceil(opt * p, n), _ceil(4 * p, n), notes
         return gathered + _ceil(4 * p, n), unit_grad + _ceil(4 * p, n), _ceil(opt * p, n), 0, notes
-    # Tensor/pipeline parallel (Megatron-LM without the distributed optimizer): every tensor is split
-    # t·p ways. bf16 keeps fp32 main grads (18 B/param), fp16 16-bit grads + an fp32 copy (20 B/param).
-    mp = s.model_parallel
-    grads = 4 * p if w.dtype == "bf16" else wb * p + fp32_grad * p
-    notes.append("Megatron-LM layout, sequence parallel on, no distributed optimizer")
+    # Tensor/pipeline parallel (Megatron-LM theoretical_memory_usage.py): the most loaded shard holds
+    # stage_params parameters. Without the distributed optimizer bf16 keeps fp32 main grads (18 B/param),
+    # fp16 16-bit grads + an fp32 copy (20 B/param); with it, optimizer state and master weights are
+    # sharded over the data-parallel ranks (Megatron docs: 6 + 12/d for bf16).
+    shard = stage_params(w.shape, s)
+    grads = 4 * shard if w.dtype == "bf16" else (wb + fp32_grad) * shard
+    d = n_gpus if s.distopt else 1
+    notes.append(
+        "Megatron-LM layout, sequence parallel on, "
+        + (f"distributed optimizer over {d} data-parallel ranks" if s.distopt else "no distributed optimizer")
+    )
     if s.pp > 1:
-        notes.append("layers split evenly over the stages; the first also holds the embeddings")
-    return _ceil(wb * p, mp), _ceil(grads, mp), _ceil(opt * p, mp), _ceil(master * p, mp), notes
+        notes.append("layers split evenly over the stages; the first also holds the embedding")
+    return wb * shard, grads, _ceil(opt * shard, d), _ceil(master * shard, d), notes
+
+
+def layer_activation_elems(w: Workload, core: bool = True) -> tuple[float, float]:
+    """(bytes per token, bytes per a·s²·b) one layer saves for backward, as transformers builds it.
+
+    Counted from the tensors autograd saves (docs/plan.md#activations): RMSNorm upcasts to fp32 (4 B of
+    its input for pow plus the normalised 16-bit copy the weight multiplies), LayerNorm keeps its input;
+    the q/k/v projections share the norm output; attention keeps q, k and v (k and v repeated to every
+    head), o_proj its input; a gated MLP keeps its input, the gate output, silu's output, the up output and
+    their product (h + 4i); GPT-2's gelu_new, written as tanh arithmetic, keeps five i-wide tensors. Eager
+    attention keeps the fp32 softmax and its 16-bit cast (HF Llama: 4 + 2 per score) or GPT-2's 16-bit
+    softmax, dropout mask and dropped copy (2 + 1 + 2); SDPA an fp32 logsumexp per head and row.
+    `core=False` leaves out the attention scores (selective recomputation recomputes the core from the
+    q, k and v it keeps).
+    """
+    sh = w.shape
+    e = w.act_bytes
+    h = sh.hidden
+    qw = sh.q_width or sh.heads * sh.head_dim
+    vw = sh.v_width or qw
+    norm = (4 + e if e < 4 else 8) * h if sh.norm == "rms" else e * h
+    drop = 1 if sh.dropout > 0 else 0
+    per_token = 2 * norm + e * h  # two norms; the q/k/v input
+    per_token += e * (3 * h if sh.fused_qkv else 2 * qw + vw)  # kept even when the core is recomputed
+    per_token += e * vw  # o_proj input
+    per_token += 2 * drop * h  # residual dropout masks
+    sdpa = w.attention != "eager"
+    if core and sdpa:
+        # SDPA also saves its output, but that is the storage o_proj saves (the kernels write it in
+        # [b, s, a, d] order, so transpose + reshape copy nothing): only the fp32 logsumexp is extra.
+        per_token += 4 * sh.heads
+    i = sh.intermediate
+    if sh.mlp_act == "gelu_new":
+        mlp = e * (h + 5 * i)
+    elif sh.mlp_act == "gelu":
+        mlp = e * (h + 2 * i)
+    else:
+        mlp = e * (h + 4 * i)
+    if sh.experts > 1 and sh.moe_layers:
+        # Routed tokens: each of the top-k experts gathers its tokens (h), runs a gated MLP (4·i_e) and
+        # keeps its output for the routing-weight product (h); the router keeps fp32 probabilities.
+        routed = sh.experts_per_token * e * (2 * h + 4 * sh.moe_intermediate) + 4 * sh.experts + e * h
+        routed += e * 4 * sh.shared_intermediate
+        mlp = (routed * sh.moe_layers + mlp * (sh.layers - sh.moe_layers)) / sh.layers
+    per_token += mlp
+    if not core or sdpa:
+        per_score = 0.0
+    elif sh.norm == "layer" and sh.fused_qkv:
+        per_score = e + (1 + e) * drop
+    else:
+        per_score = 4 + (e if e < 4 else 0) + (1 + e) * drop
+    return per_token, per_score
 
 
 def activation_bytes(w: Workload, s: Strategy) -> int:
-    """Korthikanti et al. 2022 (Table 2, §4.3), per GPU, with sequence parallelism on under TP.
+    """Bytes saved for backward at the end of forward, per GPU (sequence parallel divides them by t).
 
-    Per layer and micro-batch: s·b·h·(34 + 5·a·s/h) without recomputation (eager attention; FlashAttention
-    keeps 34·s·b·h plus its fp32 logsumexp, 4·a·s·b), 34·s·b·h with selective,
-    2·s·b·h (the layer input) with full recomputation; all divided by t. The 1F1B pipeline schedule keeps
-    p micro-batches of L/p layers on the first stage: L layers' worth on any p. Without pipelining, the
-    output layer and loss add 4·s·b·h·(1 + v/h)/t. The formulas count 16-bit activations; fp32 doubles.
+    No recomputation: every layer's saved tensors (layer_activation_elems). Selective: the attention core
+    is recomputed, so the scores are not kept, plus one layer's scores while it is recomputed. Full: each
+    layer's input, plus the whole working set of the one layer being recomputed in backward. The 1F1B
+    schedule keeps L layers' worth on the first pipeline stage; without pipelining the output layer adds
+    its norm, the head's input, the 16-bit logits and cross entropy's fp32 log-softmax (4 B per logit).
     """
     sh = w.shape
-    seq, b, h, a, t = w.seq_len, w.micro_batch, sh.hidden, sh.heads, s.tp
+    seq, b, t = w.seq_len, w.micro_batch, s.tp
+    tokens = seq * b
+    per_token, per_score = layer_activation_elems(w)
+    one_layer = per_token * tokens + per_score * sh.heads * seq * seq * b
     if w.recompute == "full":
-        per_layer = 2 * seq * b * h
+        total = w.act_bytes * sh.hidden * tokens * sh.layers + one_layer
     elif w.recompute == "selective":
-        per_layer = 34 * seq * b * h
-    elif w.attention == "flash":
-        per_layer = 34 * seq * b * h + 4 * a * seq * b  # fp32 logsumexp per head and row (Dao et al.)
+        lean, _ = layer_activation_elems(w, core=False)
+        total = lean * tokens * sh.layers + (one_layer - lean * tokens)
     else:
-        per_layer = 34 * seq * b * h + 5 * a * seq * seq * b
-    total = per_layer * sh.layers
+        total = one_layer * sh.layers
     if s.pp == 1:
-        total += 4 * seq * b * h + 4 * seq * b * sh.vocab
-    return _ceil(total * w.weight_bytes // 2, t)
+        total += output_layer_bytes(w)
+    return _ceil(total, t)
+
+
+def output_layer_bytes(w: Workload) -> int:
+    """The final norm, the head's input, the 16-bit logits the model returns and the fp32 log-softmax."""
+    sh = w.shape
+    e = w.act_bytes
+    norm = (4 + e if e < 4 else 8) if sh.norm == "rms" else e
+    logits = (e + 4) if e < 4 else 8
+    return int(w.seq_len * w.micro_batch * ((norm + e) * sh.hidden + logits * sh.vocab))
+
+
+def backward_workspace_bytes(w: Workload, s: Strategy) -> int:
+    """Transient tensors of backward on top of the saved activations, at their largest.
+
+    Cross entropy's backward holds the fp32 gradient of the log-softmax and the fp32 gradient of the
+    logits it makes (8 B per logit) while the saved log-softmax still exists; an eager layer's softmax
+    backward holds the 16-bit gradient of the probabilities and fp32 gradients in and out ((e + 8) per
+    score); an MLP's backward the gradients of its i-wide intermediates. The largest counts (the output
+    layer only without pipelining, on the last stage).
+    """
+    sh = w.shape
+    e = w.act_bytes
+    tokens = w.seq_len * w.micro_batch
+    loss = 8 * tokens * sh.vocab if s.pp == 1 else 0
+    scores = (e + 8) * sh.heads * w.seq_len * w.seq_len * w.micro_batch if w.attention == "eager" else 0
+    width = sh.moe_intermediate * sh.experts_per_token if sh.moe_layers else sh.intermediate
+    mlp = 4 * e * width * tokens
+    return _ceil(max(loss, scores, mlp), s.tp)
 
 
 def input_bytes(w: Workload) -> int:
@@ -268,6 +401,13 @@ def temporary_bytes(w: Workload, s: Strategy, grads_per_gpu: int) -> int:
     """Communication buffers that exist besides the items above."""
     p = w.shape.params
     wb = w.weight_bytes
+    # autocast caches a bf16 cast of every weight the forward uses, and autograd keeps each until its
+    # layer's backward: 2 B per parameter held by this GPU's shard of the model.
+    casts = 2 * stage_params(w.shape, s) if w.dtype == "autocast" else 0
+    return casts + _buckets(w, s, grads_per_gpu, p, wb)
+
+
+def _buckets(w: Workload, s: Strategy, grads_per_gpu: int, p: int, wb: int) -> int:
     if s.kind == "ddp":
         # DDP's buckets hold a flat copy of every gradient unless gradient_as_bucket_view=True (PyTorch
         # DistributedDataParallel docs: "the saved memory size will be equal to the total gradients size").
@@ -294,6 +434,7 @@ def breakdown(w: Workload, s: Strategy, n_gpus: int, overhead: Overhead) -> tupl
             inputs=input_bytes(w),
             temporary=temporary_bytes(w, s, grads),
             overhead=overhead.total,
+            workspace=backward_workspace_bytes(w, s),
         ),
         notes,
     )

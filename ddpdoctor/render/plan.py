@@ -13,8 +13,10 @@ from ddpdoctor.plan.units import GIB
 
 SCHEMA = "ddpdoctor.plan/1"  # docs/schemas/plan.schema.json
 _VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does_not_fit": "red", "unknown": "dim", "invalid": "dim"}
-_COLUMNS = ("parameters", "gradients", "optimizer", "master", "activations", "temporary", "overhead")
-_HEADERS = ("param", "grads", "optim", "mastr", "activ", "temp", "ovhd")
+_COLUMNS = (
+    "parameters", "gradients", "optimizer", "master", "activations", "workspace", "temporary", "overhead"
+)
+_HEADERS = ("param", "grads", "optim", "mastr", "activ", "bwd", "temp", "ovhd")
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -114,7 +116,8 @@ def render_plan(plan: Plan) -> None:
     con.print(table)
     con.print(
         "param/grads/optim = parameters, gradients, optimizer states; mastr = fp32 copy of the weights "
-        "(mixed precision); activ = activations; temp = communication buckets; ovhd = driver reserve + "
+        "(mixed precision); activ = activations; bwd = backward's transient gradients at their largest; "
+        "temp = communication buckets and autocast's weight casts; ovhd = driver reserve + "
         "CUDA context + NCCL buffers; verdict: fits +X = X GiB headroom, short Y = over by Y GiB; inputs "
         "(token ids, labels) and the overhead's items are in the JSON. See docs/plan.md.",
         style="dim",
