@@ -666,3 +666,71 @@ def test_advice_names_only_the_flags_that_change() -> None:
     assert [a for a in plan.advice if a.startswith("--recompute full --nodes")], plan.advice
     plan = make_plan(replace(w, micro_batch=4), Hardware(8, 1, 80 * GIB))
     assert [a for a in plan.advice if a.startswith("--micro-batch 1 --recompute full --nodes")], plan.advice
+
+
+# --- issue 25: units, GPU names, layouts that cannot exist, DeepSeek ------------------------------------
+
+
+def test_gpu_mem_needs_a_unit_and_gb_is_the_vendors_gib() -> None:
+    from ddpdoctor.plan.units import parse_gpu_memory, parse_gpu_name
+
+    with pytest.raises(ValueError, match="no unit"):
+        parse_gpu_memory("80")
+    assert parse_gpu_memory("40GB") == 40 * GIB  # an A100-40GB has 40960 MiB
+    assert parse_gpu_memory("80GiB") == parse_gpu_memory("80G") == 80 * GIB
+    assert parse_gpu_memory("16384MiB") == 16 * GIB
+    assert parse_gpu_name("a100-40gb") == ("A100-40GB", 40960 * 2**20)
+    assert parse_gpu_name("H100") == ("H100-80GB", 81559 * 2**20)  # as the 8xH100 fixture's nvidia-smi -q
+    assert parse_gpu_name("NVIDIA H200")[0] == "H200"
+    with pytest.raises(ValueError, match="unknown --gpu"):
+        parse_gpu_name("Z9000")
+
+
+def test_cli_gpu_mem_without_unit_is_a_usage_error_and_gpu_names_work() -> None:
+    code, _, err = _run("--params", "7B", "--gpus", "8", "--gpu-mem", "80")
+    assert code == 2 and "no unit" in err
+    code, out, _ = _run("--params", "7B", "--gpus", "8", "--gpu", "A100-40GB", "--json")
+    hw = json.loads(out)["hardware"]
+    assert hw["memory_bytes"] == 40 * GIB and hw["generation"] == "ampere" and hw["source"] == "--gpu"
+    code, _, err = _run("--params", "7B", "--gpu", "H100", "--gpu-mem", "80GiB")
+    assert code == 2 and "not both" in err
+
+
+def test_tensor_parallel_must_split_the_kv_heads() -> None:
+    """Llama-2-70B has 64 heads, 8 KV heads: tp=16 is refused (Megatron: num_query_groups % tp == 0)."""
+    shape = replace(estimate_shape(70_000_000_000), heads=64, kv_heads=8)
+    plan = make_plan(Workload(shape), Hardware(16, 1, 80 * GIB), [Strategy("tp", 16), Strategy("tp", 8)])
+    assert plan.rows[0].verdict == "invalid" and "8 key/value heads" in plan.rows[0].notes[0]
+    assert plan.rows[1].verdict != "invalid"
+
+
+@pytest.mark.parametrize(("gpus", "tp"), [(3, 3), (6, 6), (12, 6), (8, 8), (16, 8), (1, None)])
+def test_default_tensor_parallel_row_is_the_largest_valid(gpus: int, tp: int | None) -> None:
+    shape = replace(estimate_shape(7_000_000_000), heads=48, kv_heads=48)
+    rows = [s for s in default_strategies(gpus, shape) if s.kind == "tp"]
+    assert [s.tp for s in rows] == ([tp] if tp else [])
+    # 32 heads: on 6 GPUs the largest TP dividing both is 2.
+    assert [s.tp for s in default_strategies(6, estimate_shape(7_000_000_000)) if s.kind == "tp"] == [2]
+
+
+DEEPSEEK_V2_LITE = {  # keys and values of deepseek-ai/DeepSeek-V2-Lite's config.json (model card: 15.7B)
+    "model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+    "num_key_value_heads": 16, "vocab_size": 102400, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+    "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+    "moe_layer_freq": 1, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "tie_word_embeddings": False, "hidden_act": "silu",
+}  # fmt: skip
+
+
+def test_deepseek_v2_lite_counts_mla_and_routed_experts() -> None:
+    shape = shape_from_config(DEEPSEEK_V2_LITE)
+    assert round(shape.params / 1e9, 1) == 15.7  # not 1.03B as a dense model
+    assert (shape.experts, shape.experts_per_token, shape.moe_layers) == (64, 6, 26)
+    # MLA: q_proj h x a(128+64), kv_a h x (512+64), kv_a norm, kv_b 512 x a(128+128), o_proj a·128 x h.
+    h, a = 2048, 16
+    attn = h * a * 192 + h * 576 + 512 + 512 * a * 256 + a * 128 * h
+    moe = 64 * 3 * h * 1408 + 64 * h + 3 * h * 2 * 1408
+    dense = 3 * h * 10944
+    assert shape.params == 27 * (attn + 2 * h) + 26 * moe + dense + 2 * 102400 * h + h
+    plan = make_plan(Workload(shape), Hardware(8, 1, 80 * GIB), [Strategy("ddp")])
+    assert plan.rows[0].verdict == "does_not_fit"  # 16 B/param of 15.7B is 234 GiB
