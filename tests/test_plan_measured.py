@@ -185,3 +185,89 @@ def test_measured_on_gpu_with_max_memory_allocated() -> None:
     # After the step torch holds the model states (plus step counters and allocator rounding to 512 B).
     assert abs(held - (p + g + o + m)) / (p + g + o + m) < 0.02
     assert peak >= p + g + o + m
+
+
+def _hf_llama_layer_saved_bytes(torch: object, s: int, b: int, h: int, a: int, kv: int, i: int, eager: bool) -> int:
+    """Bytes autograd saves in one decoder layer written as transformers' modeling_llama writes it (RMSNorm
+    upcast to fp32, rotary embedding, repeat_kv, eager fp32 softmax or SDPA, SwiGLU), in bf16, on CPU."""
+    import math
+
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    d = h // a
+    bf16 = torch.bfloat16  # type: ignore[attr-defined]
+
+    def rms(x, w):  # type: ignore[no-untyped-def]
+        x32 = x.to(torch.float32)  # type: ignore[attr-defined]
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)  # type: ignore[attr-defined]
+        return w * x32.to(bf16)
+
+    def rope(x, cos, sin):  # type: ignore[no-untyped-def]
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return x * cos + torch.cat((-x2, x1), -1) * sin  # type: ignore[attr-defined]
+
+    def repeat_kv(x):  # type: ignore[no-untyped-def]
+        n = a // kv
+        return x if n == 1 else x[:, :, None].expand(b, kv, n, s, d).reshape(b, a, s, d)
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n1, self.n2 = nn.Parameter(torch.ones(h)), nn.Parameter(torch.ones(h))  # type: ignore[attr-defined]
+            self.q, self.k = nn.Linear(h, a * d, bias=False), nn.Linear(h, kv * d, bias=False)
+            self.v, self.o = nn.Linear(h, kv * d, bias=False), nn.Linear(a * d, h, bias=False)
+            self.gate, self.up = nn.Linear(h, i, bias=False), nn.Linear(h, i, bias=False)
+            self.down = nn.Linear(i, h, bias=False)
+
+        def forward(self, x, cos, sin):  # type: ignore[no-untyped-def]
+            y = rms(x, self.n1)
+            q = rope(self.q(y).view(b, s, a, d).transpose(1, 2), cos, sin)
+            k = repeat_kv(rope(self.k(y).view(b, s, kv, d).transpose(1, 2), cos, sin))
+            v = repeat_kv(self.v(y).view(b, s, kv, d).transpose(1, 2))
+            if eager:
+                w = (q @ k.transpose(2, 3)) / math.sqrt(d)
+                w = w + torch.full((s, s), float("-inf"), dtype=bf16).triu(1)  # type: ignore[attr-defined]
+                w = F.softmax(w, dim=-1, dtype=torch.float32).to(bf16)  # type: ignore[attr-defined]
+                out = w @ v
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.o(out.transpose(1, 2).contiguous().reshape(b, s, h))
+            y = rms(x, self.n2)
+            return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+    layer = Layer().to(bf16)
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    pos = torch.arange(s, dtype=torch.float32)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)  # type: ignore[attr-defined]
+    emb = torch.cat((pos, pos), -1)  # type: ignore[attr-defined]
+    cos, sin = emb.cos().to(bf16), emb.sin().to(bf16)
+    saved: dict[int, int] = {}
+    rope_tables = {cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()}
+
+    def pack(t):  # type: ignore[no-untyped-def]
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and ptr not in rope_tables:  # weights and the shared rotary tables
+            saved[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    x = torch.randn(b, s, h, dtype=bf16, requires_grad=True)  # type: ignore[attr-defined]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # type: ignore[attr-defined]
+        out = layer(x, cos, sin)
+    del out
+    return sum(saved.values())
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_measured_activations_of_a_hf_llama_layer(attention: str) -> None:
+    """Issue 25: the plan's per-layer bytes for a Llama layer as transformers writes it, against the bytes
+    autograd really saves (the small per-row fp32 RMSNorm statistics and the SDPA logsumexp's CPU layout
+    aside: within 3%)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    s, b, h, a, kv, i = 128, 2, 128, 4, 2, 352
+    shape = replace(
+        estimate_shape(1000), hidden=h, heads=a, kv_heads=kv, layers=1, intermediate=i, q_width=h, v_width=h
+    )
+    plan = activation_bytes(Workload(shape, seq_len=s, micro_batch=b, attention=attention), Strategy("tp", 1, 2))
+    got = _hf_llama_layer_saved_bytes(torch, s, b, h, a, kv, i, attention == "eager")
+    assert abs(got - plan) / got < 0.03, (got, plan)
