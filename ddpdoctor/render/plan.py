@@ -13,10 +13,8 @@ from ddpdoctor.plan.units import GIB
 
 SCHEMA = "ddpdoctor.plan/1"  # docs/schemas/plan.schema.json
 _VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does_not_fit": "red", "unknown": "dim", "invalid": "dim"}
-_COLUMNS = (
-    "parameters", "gradients", "optimizer", "master", "activations", "workspace", "temporary", "overhead"
-)
-_HEADERS = ("param", "grads", "optim", "mastr", "activ", "bwd", "temp", "ovhd")
+_COLUMNS = ("parameters", "gradients", "optimizer", "master", "activations", "temporary", "overhead")
+_HEADERS = ("param", "grads", "optim", "mastr", "activ", "temp", "ovhd")
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -104,6 +102,8 @@ def render_plan(plan: Plan) -> None:
             cells += ["-"] * (len(_COLUMNS) + 1)
         else:
             d = row.memory.to_dict()
+            # 80 columns hold no more: backward's transients print with the activations (JSON splits them).
+            d["activations"] += d["workspace"]
             cells += [_gib(d[name]) for name in _COLUMNS] + [_gib(row.memory.total)]
         if row.verdict in ("fits", "tight") and row.headroom is not None:
             verdict = f"{row.verdict} +{_gib(row.headroom)}"
@@ -116,7 +116,7 @@ def render_plan(plan: Plan) -> None:
     con.print(table)
     con.print(
         "param/grads/optim = parameters, gradients, optimizer states; mastr = fp32 copy of the weights "
-        "(mixed precision); activ = activations; bwd = backward's transient gradients at their largest; "
+        "(mixed precision); activ = activations + backward's transients at their largest; "
         "temp = communication buckets and autocast's weight casts; ovhd = driver reserve + "
         "CUDA context + NCCL buffers; verdict: fits +X = X GiB headroom, short Y = over by Y GiB; inputs "
         "(token ids, labels) and the overhead's items are in the JSON. See docs/plan.md.",
