@@ -1,0 +1,272 @@
+"""`ddpdoctor plan` against real training steps of small transformers models on CPU (issue #25).
+
+For each small model (GPT-2, Llama, Mixtral-style MoE, DeepSeek-V2-style MLA + MoE), built by
+transformers from a local config with random weights (nothing downloaded), it runs real AdamW steps
+inside DDP over gloo (one rank, 127.0.0.1) and measures, per component:
+
+- parameters, gradients, optimizer state, fp32 master: bytes of the tensors after a real step;
+- activations: bytes of the storages autograd saves during forward (saved-tensor hooks, each storage
+  once, parameters and autocast's weight casts excluded) plus the logits the model returns;
+- autocast's weight casts: saved 16-bit tensors shaped like an fp32 parameter;
+- peak: torch.distributed._tools.mem_tracker.MemTracker's peak over the second step (every tensor torch
+  allocates through the dispatcher, DDP's C++ buckets included only if the reducer allocates them there).
+
+The plan for the same shape (`shape_from_config` of the same config, same dtype, batch, sequence, attention,
+recompute) gives the same components; the table prints measured, planned and planned/measured. The
+plan's peak is model states + activations + backward workspace + temporary + inputs (no CUDA overhead
+on CPU). Layouts:
+
+- bf16: 16-bit weights and gradients, fp32 master weights and AdamW state (DeepSpeed/Megatron layout),
+  written out: the optimizer steps fp32 masters and the result is copied into the model;
+- autocast: fp32 model under torch.autocast(bfloat16), AdamW on the fp32 parameters.
+
+    python bench/plan_vs_measured.py [--json] [--seq 256] [--batch 2]
+
+Needs `transformers` (bench only, not a requirement of the project or its tests). Each case has a
+wall-clock limit; a case that fails prints its error and the others go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Optional
+
+CASE_TIMEOUT_S = 300
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "gpt2": {
+        "model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 4, "vocab_size": 8000,
+        "n_positions": 1024, "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+    },
+    "llama": {
+        "model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8000, "tie_word_embeddings": False,
+    },
+    "mixtral": {
+        "model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8000, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "tie_word_embeddings": False,
+    },
+    "deepseek_v2": {
+        "model_type": "deepseek_v2", "hidden_size": 256, "intermediate_size": 688, "moe_intermediate_size": 128,
+        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 8000,
+        "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+        "moe_layer_freq": 1, "kv_lora_rank": 64, "q_lora_rank": None, "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 16, "v_head_dim": 32, "tie_word_embeddings": False,
+    },
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    dtype: str  # bf16 (16-bit weights + fp32 master) or autocast
+    attention: str  # eager or sdpa
+    recompute: str  # none or full
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _build(case: Case, torch: Any) -> Any:
+    import transformers
+
+    cfg = dict(CONFIGS[case.model])
+    kind = cfg.pop("model_type")
+    config = transformers.AutoConfig.for_model(kind, **cfg)
+    config._attn_implementation = case.attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    if case.recompute == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    return model.to(torch.bfloat16) if case.dtype == "bf16" else model
+
+
+def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
+    """One case: two real DDP steps; component bytes after the second, activations and peak of it."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", _free_port(), 1, True, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=60))
+    try:
+        model = _build(case, torch)
+        model.train()
+        params = list(model.parameters())
+        masters = [p.detach().float().clone().requires_grad_(True) for p in params] if case.dtype == "bf16" else []
+        opt = torch.optim.AdamW(masters or params, lr=1e-4)
+        ddp = DDP(model)
+        ids = torch.randint(0, CONFIGS[case.model]["vocab_size"], (batch, seq))
+        param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+        shapes32 = {tuple(p.shape) for p in params} if case.dtype == "autocast" else set()
+        acts: dict[int, int] = {}
+        casts: dict[int, int] = {}
+
+        def pack(t: Any) -> Any:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr in param_ptrs:
+                return t
+            if t.dtype == torch.bfloat16 and tuple(t.shape) in shapes32 and t.dim() == 2:
+                casts[ptr] = st.nbytes()  # autocast's cast of an fp32 weight
+            else:
+                acts[ptr] = st.nbytes()
+            return t
+
+        def step(track: bool) -> int:
+            acts.clear()
+            casts.clear()
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if case.dtype == "autocast" else contextlib.nullcontext()
+            hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if track else contextlib.nullcontext()
+            with ctx, hooks:
+                out = ddp(input_ids=ids, labels=ids)
+            logits = out.logits
+            if logits.untyped_storage().data_ptr() not in acts:
+                acts[logits.untyped_storage().data_ptr()] = logits.untyped_storage().nbytes()
+            out.loss.backward()
+            grads = _bytes(p.grad for p in params if p.grad is not None)
+            del out, logits
+            if masters:
+                for p, m in zip(params, masters):
+                    m.grad = p.grad.float()
+                    p.grad = None
+            opt.step()
+            if masters:
+                with torch.no_grad():
+                    for p, m in zip(params, masters):
+                        p.copy_(m)
+                        m.grad = None
+            opt.zero_grad(set_to_none=True)
+            ddp.zero_grad(set_to_none=True)
+            return grads
+
+        step(False)  # the optimizer state exists from here on
+        tracker = MemTracker()
+        tracker.track_external(ddp, opt, *masters)
+        with tracker:
+            grads = step(True)
+        peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+        state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+        return {
+            "parameters": _bytes(params),
+            "gradients": grads,
+            "optimizer": _bytes(state),
+            "master": _bytes(masters),
+            "model_states": _bytes(params) + grads + _bytes(state) + _bytes(masters),
+            "activations": sum(acts.values()),
+            "casts": sum(casts.values()),
+            "peak": int(peak),
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def planned(case: Case, seq: int, batch: int) -> dict[str, Any]:
+    from ddpdoctor.plan import Strategy, Workload, shape_from_config
+    from ddpdoctor.plan.memory import backward_workspace_bytes, breakdown, overhead_for
+
+    shape = shape_from_config(CONFIGS[case.model])
+    w = Workload(
+        shape, dtype=case.dtype, micro_batch=batch, seq_len=seq, recompute=case.recompute,
+        attention="sdpa" if case.attention == "sdpa" else "eager",
+    )  # fmt: skip
+    s = Strategy("ddp")
+    b, _ = breakdown(w, s, 1, overhead_for("unknown", None, 1, 0))
+    casts = 2 * shape.params if case.dtype == "autocast" else 0
+    return {
+        "parameters": b.parameters,
+        "gradients": b.gradients,
+        "optimizer": b.optimizer,
+        "master": b.master,
+        "model_states": b.model_states,
+        "activations": b.activations,
+        "casts": casts,
+        "peak": b.model_states + b.activations + backward_workspace_bytes(w, s) + b.inputs + casts,
+        "buckets": b.temporary - casts,
+        "params_counted": shape.params,
+    }
+
+
+def _run_case(case: Case, seq: int, batch: int) -> dict[str, Any]:
+    def on_alarm(*_: Any) -> None:
+        raise TimeoutError(f"case ran past {CASE_TIMEOUT_S} s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(CASE_TIMEOUT_S)
+    try:
+        return {"measured": measure(case, seq, batch), "plan": planned(case, seq, batch)}
+    except Exception as exc:  # a case that fails is reported, the others still run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        signal.alarm(0)
+
+
+COMPONENTS = ("model_states", "activations", "peak")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--models", default=",".join(CONFIGS))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    cases = [
+        Case(m, dtype, att, rc)
+        for m in args.models.split(",")
+        for dtype, att, rc in (
+            ("bf16", "sdpa", "none"), ("bf16", "eager", "none"), ("bf16", "sdpa", "full"),
+            ("autocast", "sdpa", "none"),
+        )
+    ]  # fmt: skip
+    rows = []
+    for case in cases:
+        start = time.monotonic()
+        result = {"case": case.__dict__, **_run_case(case, args.seq, args.batch)}
+        result["seconds"] = round(time.monotonic() - start, 1)
+        rows.append(result)
+        if not args.json:
+            _print_row(result)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    c = r["case"]
+    label = f"{c['model']:<12} {c['dtype']:<8} {c['attention']:<5} rc={c['recompute']:<4}"
+    if "error" in r:
+        print(f"{label}  error: {r['error']}")
+        return
+    m, p = r["measured"], r["plan"]
+    cells = []
+    for k in COMPONENTS:
+        ratio = p[k] / m[k] if m[k] else float("nan")
+        cells.append(f"{k} {m[k] / 2**20:7.2f}/{p[k] / 2**20:7.2f} MiB = {ratio:5.3f}")
+    print(f"{label}  " + "  ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
