@@ -119,6 +119,7 @@ def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
         ids = torch.randint(0, CONFIGS[case.model]["vocab_size"], (batch, seq))
         param_ptrs = {p.untyped_storage().data_ptr() for p in params}
         shapes32 = {tuple(p.shape) for p in params} if case.dtype == "autocast" else set()
+        shapes32 |= {s[::-1] for s in shapes32}  # a Linear saves the transposed view of its weight's cast
         acts: dict[int, int] = {}
         casts: dict[int, int] = {}
 
@@ -127,7 +128,7 @@ def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
             ptr = st.data_ptr()
             if ptr in param_ptrs:
                 return t
-            if t.dtype == torch.bfloat16 and tuple(t.shape) in shapes32 and t.dim() == 2:
+            if t.dtype == torch.bfloat16 and tuple(t.shape) in shapes32 and t.dim() == 2 and st.nbytes() == 2 * t.numel():
                 casts[ptr] = st.nbytes()  # autocast's cast of an fp32 weight
             else:
                 acts[ptr] = st.nbytes()

@@ -187,7 +187,9 @@ def test_measured_on_gpu_with_max_memory_allocated() -> None:
     assert peak >= p + g + o + m
 
 
-def _hf_llama_layer_saved_bytes(torch: object, s: int, b: int, h: int, a: int, kv: int, i: int, eager: bool) -> int:
+def _hf_llama_layer_saved_bytes(
+    torch: object, s: int, b: int, h: int, a: int, kv: int, i: int, eager: bool, autocast: bool = False
+) -> int:
     """Bytes autograd saves in one decoder layer written as transformers' modeling_llama writes it (RMSNorm
     upcast to fp32, rotary embedding, repeat_kv, eager fp32 softmax or SDPA, SwiGLU), in bf16, on CPU."""
     import math
@@ -201,7 +203,7 @@ def _hf_llama_layer_saved_bytes(torch: object, s: int, b: int, h: int, a: int, k
     def rms(x, w):  # type: ignore[no-untyped-def]
         x32 = x.to(torch.float32)  # type: ignore[attr-defined]
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)  # type: ignore[attr-defined]
-        return w * x32.to(bf16)
+        return w * x32.to(x.dtype)
 
     def rope(x, cos, sin):  # type: ignore[no-untyped-def]
         x1, x2 = x[..., : d // 2], x[..., d // 2 :]
@@ -236,29 +238,37 @@ def _hf_llama_layer_saved_bytes(torch: object, s: int, b: int, h: int, a: int, k
             y = rms(x, self.n2)
             return x + self.down(F.silu(self.gate(y)) * self.up(y))
 
-    layer = Layer().to(bf16)
+    dtype = torch.float32 if autocast else bf16  # type: ignore[attr-defined]
+    layer = Layer().to(dtype)
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    # autocast's bf16 casts of the weights are a temporary of their own in the plan, not activations.
+    weight_shapes = {tuple(p.shape) for p in layer.parameters() if p.dim() == 2}
+    weight_shapes |= {w[::-1] for w in weight_shapes}
     pos = torch.arange(s, dtype=torch.float32)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)  # type: ignore[attr-defined]
     emb = torch.cat((pos, pos), -1)  # type: ignore[attr-defined]
-    cos, sin = emb.cos().to(bf16), emb.sin().to(bf16)
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
     saved: dict[int, int] = {}
     rope_tables = {cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()}
 
     def pack(t):  # type: ignore[no-untyped-def]
         ptr = t.untyped_storage().data_ptr()
-        if ptr not in params and ptr not in rope_tables:  # weights and the shared rotary tables
+        cast = autocast and t.dtype == bf16 and tuple(t.shape) in weight_shapes
+        if ptr not in params and ptr not in rope_tables and not cast:  # weights, rotary tables, casts
             saved[ptr] = t.untyped_storage().nbytes()
         return t
 
-    x = torch.randn(b, s, h, dtype=bf16, requires_grad=True)  # type: ignore[attr-defined]
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # type: ignore[attr-defined]
+    import contextlib
+
+    x = torch.randn(b, s, h, dtype=dtype, requires_grad=True)  # type: ignore[attr-defined]
+    ctx = torch.autocast("cpu", dtype=bf16) if autocast else contextlib.nullcontext()  # type: ignore[attr-defined]
+    with ctx, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # type: ignore[attr-defined]
         out = layer(x, cos, sin)
     del out
     return sum(saved.values())
 
 
-@pytest.mark.parametrize("attention", ["eager", "sdpa"])
-def test_measured_activations_of_a_hf_llama_layer(attention: str) -> None:
+@pytest.mark.parametrize(("attention", "dtype"), [("eager", "bf16"), ("sdpa", "bf16"), ("sdpa", "autocast")])
+def test_measured_activations_of_a_hf_llama_layer(attention: str, dtype: str) -> None:
     """Issue 25: the plan's per-layer bytes for a Llama layer as transformers writes it, against the bytes
     autograd really saves (the small per-row fp32 RMSNorm statistics and the SDPA logsumexp's CPU layout
     aside: within 3%)."""
@@ -268,6 +278,7 @@ def test_measured_activations_of_a_hf_llama_layer(attention: str) -> None:
     shape = replace(
         estimate_shape(1000), hidden=h, heads=a, kv_heads=kv, layers=1, intermediate=i, q_width=h, v_width=h
     )
-    plan = activation_bytes(Workload(shape, seq_len=s, micro_batch=b, attention=attention), Strategy("tp", 1, 2))
-    got = _hf_llama_layer_saved_bytes(torch, s, b, h, a, kv, i, attention == "eager")
+    w = Workload(shape, dtype=dtype, seq_len=s, micro_batch=b, attention=attention)
+    plan = activation_bytes(w, Strategy("tp", 1, 2))
+    got = _hf_llama_layer_saved_bytes(torch, s, b, h, a, kv, i, attention == "eager", dtype == "autocast")
     assert abs(got - plan) / got < 0.03, (got, plan)

@@ -304,9 +304,12 @@ def layer_activation_elems(w: Workload, core: bool = True) -> tuple[float, float
     h = sh.hidden
     qw = sh.q_width or sh.heads * sh.head_dim
     vw = sh.v_width or qw
-    norm = (4 + e if e < 4 else 8) * h if sh.norm == "rms" else e * h
+    ac = w.dtype == "autocast"
+    norm = _norm_bytes(w) * h
     drop = 1 if sh.dropout > 0 else 0
-    per_token = 2 * norm + e * h  # two norms; the q/k/v input
+    # The q/k/v input: one tensor all three save, except under autocast, where the residual stream stays
+    # fp32 and each Linear saves its own bf16 cast of it (autocast caches casts of leaf weights only).
+    per_token = 2 * norm + e * h * (3 if ac and not sh.fused_qkv else 1)
     per_token += e * (3 * h if sh.fused_qkv else 2 * qw + vw)  # kept even when the core is recomputed
     per_token += e * vw  # o_proj input
     per_token += 2 * drop * h  # residual dropout masks
@@ -321,11 +324,13 @@ def layer_activation_elems(w: Workload, core: bool = True) -> tuple[float, float
     elif sh.mlp_act == "gelu":
         mlp = e * (h + 2 * i)
     else:
-        mlp = e * (h + 4 * i)
+        mlp = e * ((2 if ac else 1) * h + 4 * i)  # gate and up save one input, or a cast each
     if sh.experts > 1 and sh.moe_layers:
-        # Routed tokens: each of the top-k experts gathers its tokens (h), runs a gated MLP (4·i_e) and
-        # keeps its output for the routing-weight product (h); the router keeps fp32 probabilities.
-        routed = sh.experts_per_token * e * (2 * h + 4 * sh.moe_intermediate) + 4 * sh.experts + e * h
+        # Routed tokens: each of the top-k experts gathers its tokens (h, fp32 under autocast, then cast
+        # once per gate/up), runs a gated MLP (4·i_e) and keeps its output for the routing-weight product
+        # (h); the router keeps fp32 probabilities.
+        gathered = (4 + 2 * e) * h if ac else e * h
+        routed = sh.experts_per_token * (gathered + e * (h + 4 * sh.moe_intermediate)) + 4 * sh.experts + e * h
         routed += e * 4 * sh.shared_intermediate
         mlp = (routed * sh.moe_layers + mlp * (sh.layers - sh.moe_layers)) / sh.layers
     per_token += mlp
@@ -364,11 +369,21 @@ def activation_bytes(w: Workload, s: Strategy) -> int:
     return _ceil(total, t)
 
 
+def _norm_bytes(w: Workload) -> int:
+    """Bytes per element a norm saves: HF RMSNorm keeps its fp32 upcast (4) and the normalised copy the
+    weight multiplies (16-bit, or fp32 when the input is fp32: fp32 training and autocast's fp32 residual
+    stream); LayerNorm keeps its input."""
+    e = w.act_bytes
+    if w.shape.norm == "rms":
+        return 8 if w.dtype in ("fp32", "autocast") else 4 + e
+    return 4 if w.dtype == "autocast" else e
+
+
 def output_layer_bytes(w: Workload) -> int:
     """The final norm, the head's input, the 16-bit logits the model returns and the fp32 log-softmax."""
     sh = w.shape
     e = w.act_bytes
-    norm = (4 + e if e < 4 else 8) if sh.norm == "rms" else e
+    norm = _norm_bytes(w)
     logits = (e + 4) if e < 4 else 8
     return int(w.seq_len * w.micro_batch * ((norm + e) * sh.hidden + logits * sh.vocab))
 
