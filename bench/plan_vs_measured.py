@@ -167,6 +167,10 @@ def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
         with tracker:
             grads = step(True)
         peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+        # DDP's buckets are allocated by its C++ reducer at construction, before the tracker starts: their
+        # sizes come from DDP's own logging data and are resident for the whole step.
+        sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))
+        buckets = sum(int(x) for x in sizes.replace(" ", "").split(",") if x.isdigit())
         state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
         return {
             "parameters": _bytes(params),
@@ -176,7 +180,8 @@ def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
             "model_states": _bytes(params) + grads + _bytes(state) + _bytes(masters),
             "activations": sum(acts.values()),
             "casts": sum(casts.values()),
-            "peak": int(peak),
+            "buckets": buckets,
+            "peak": int(peak) + buckets,
         }
     finally:
         dist.destroy_process_group()
@@ -202,7 +207,7 @@ def planned(case: Case, seq: int, batch: int) -> dict[str, Any]:
         "model_states": b.model_states,
         "activations": b.activations,
         "casts": casts,
-        "peak": b.model_states + b.activations + backward_workspace_bytes(w, s) + b.inputs + casts,
+        "peak": b.model_states + b.activations + backward_workspace_bytes(w, s) + b.inputs + b.temporary,
         "buckets": b.temporary - casts,
         "params_counted": shape.params,
     }
@@ -222,7 +227,155 @@ def _run_case(case: Case, seq: int, batch: int) -> dict[str, Any]:
         signal.alarm(0)
 
 
-COMPONENTS = ("model_states", "activations", "peak")
+# --- DeepSpeed ZeRO-1/2/3 over gloo, 2 ranks -------------------------------------------------------------
+
+ZERO_WORLD = 2
+
+
+def _live_storages(torch: Any) -> dict[int, int]:
+    """Every tensor storage Python can reach now (gc), by address: what the process holds resident."""
+    import gc
+
+    out: dict[int, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if torch.is_tensor(obj) and obj.device.type == "cpu":
+                st = obj.untyped_storage()
+                out[st.data_ptr()] = st.nbytes()
+        except Exception:  # objects that only look like tensors (fakes, freed proxies): not memory
+            continue
+    return out
+
+
+def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: int, queue: Any) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(ZERO_WORLD),
+        LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu",
+    )  # fmt: skip
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    torch.set_num_threads(1)
+    try:
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=120))
+        case = Case(model, "fp32", "sdpa", "none")
+        net = _build(case, torch)
+        net.train()
+        cfg = {
+            "train_micro_batch_size_per_gpu": batch, "bf16": {"enabled": True},
+            "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
+        }  # fmt: skip
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        engine, _, _, _ = deepspeed.initialize(model=net, optimizer=opt, config=cfg)
+        ids = torch.randint(0, CONFIGS[model]["vocab_size"], (batch, seq))
+
+        class Peak(TorchDispatchMode):
+            """Bytes allocated during the step on top of what was resident, at their largest."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.live: dict[int, int] = {}
+                self.now = self.peak = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                out = func(*args, **(kwargs or {}))
+                for t in out if isinstance(out, (tuple, list)) else (out,):
+                    if torch.is_tensor(t) and t.device.type == "cpu":
+                        st = t.untyped_storage()
+                        ptr = st.data_ptr()
+                        if ptr and ptr not in self.live and ptr not in base:
+                            self.live[ptr] = st.nbytes()
+                            self.now += st.nbytes()
+                            self.peak = max(self.peak, self.now)
+                            import weakref
+
+                            weakref.finalize(st, self._free, ptr)
+                return out
+
+            def _free(self, ptr: int) -> None:
+                self.now -= self.live.pop(ptr, 0)
+
+        def step() -> None:
+            loss = engine(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+            engine.step()
+
+        step()
+        base = _live_storages(torch)
+        resident = sum(base.values())
+        mode = Peak()
+        with mode:
+            step()
+        queue.put((rank, {"resident": resident, "peak": resident + mode.peak}))
+    except Exception as exc:  # reported in the table, never a hang
+        queue.put((rank, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def measure_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]:
+    import multiprocessing as mproc
+
+    ctx = mproc.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_zero_rank, args=(r, port, stage, model, seq, batch, queue), daemon=True)
+        for r in range(ZERO_WORLD)
+    ]
+    for p in procs:
+        p.start()
+    results: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + CASE_TIMEOUT_S
+    try:
+        while len(results) < ZERO_WORLD and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                rank, res = queue.get(timeout=5)
+                results[rank] = res
+            if len(results) < ZERO_WORLD and not any(p.is_alive() for p in procs):
+                break
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=10)
+    if 0 not in results:
+        return {"error": f"rank 0 reported nothing within {CASE_TIMEOUT_S} s"}
+    return results[0]
+
+
+def planned_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]:
+    from ddpdoctor.plan import Strategy, Workload, shape_from_config
+    from ddpdoctor.plan.memory import backward_workspace_bytes, breakdown, overhead_for
+
+    shape = shape_from_config(CONFIGS[model])
+    w = Workload(shape, micro_batch=batch, seq_len=seq)
+    s = Strategy(f"zero{stage}")
+    b, _ = breakdown(w, s, ZERO_WORLD, overhead_for("unknown", None, 1, 0))
+    return {
+        "model_states": b.model_states,
+        "temporary": b.temporary,
+        "peak": b.model_states + b.temporary + b.activations + backward_workspace_bytes(w, s) + b.inputs,
+    }
+
+
+def zero_rows(model: str, seq: int, batch: int) -> list[dict[str, Any]]:
+    rows = []
+    for stage in (1, 2, 3):
+        start = time.monotonic()
+        m = measure_zero(stage, model, seq, batch)
+        row: dict[str, Any] = {"case": {"model": model, "zero": stage, "world": ZERO_WORLD}}
+        if "error" in m:
+            row["error"] = m["error"]
+        else:
+            row["measured"], row["plan"] = m, planned_zero(stage, model, seq, batch)
+        row["seconds"] = round(time.monotonic() - start, 1)
+        rows.append(row)
+    return rows
+
+
+COMPONENTS = ("model_states", "activations", "casts", "buckets", "peak")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -231,6 +384,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--models", default=",".join(CONFIGS))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--zero", action="store_true", help="DeepSpeed ZeRO-1/2/3 on 2 ranks (needs deepspeed)")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     cases = [
@@ -242,6 +396,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
     ]  # fmt: skip
     rows = []
+    if args.zero:
+        for m in args.models.split(","):
+            for row in zero_rows(m, args.seq, args.batch):
+                rows.append(row)
+                if not args.json:
+                    _print_zero(row)
+        cases = []
+    elif not args.json:
+        _header()
     for case in cases:
         start = time.monotonic()
         result = {"case": case.__dict__, **_run_case(case, args.seq, args.batch)}
@@ -264,9 +427,32 @@ def _print_row(r: dict[str, Any]) -> None:
     m, p = r["measured"], r["plan"]
     cells = []
     for k in COMPONENTS:
-        ratio = p[k] / m[k] if m[k] else float("nan")
-        cells.append(f"{k} {m[k] / 2**20:7.2f}/{p[k] / 2**20:7.2f} MiB = {ratio:5.3f}")
+        if not m[k] and not p[k]:
+            continue
+        ratio = f"{p[k] / m[k]:5.3f}" if m[k] else "  n/a"
+        cells.append(f"{k} {m[k] / 2**20:.2f}/{p[k] / 2**20:.2f}={ratio}")
     print(f"{label}  " + "  ".join(cells), flush=True)
+
+
+def _print_zero(r: dict[str, Any]) -> None:
+    c = r["case"]
+    label = f"{c['model']:<12} zero{c['zero']} x{c['world']} bf16"
+    if "error" in r:
+        print(f"{label}  error: {r['error']}", flush=True)
+        return
+    m, p = r["measured"], r["plan"]
+    resident_plan = p["model_states"] + p["temporary"]
+    print(
+        f"{label}  resident {m['resident'] / 2**20:.2f}/{resident_plan / 2**20:.2f}="
+        f"{resident_plan / m['resident']:.3f} (plan: model states {p['model_states'] / 2**20:.2f} + buckets "
+        f"{p['temporary'] / 2**20:.2f})  peak {m['peak'] / 2**20:.2f}/{p['peak'] / 2**20:.2f}="
+        f"{p['peak'] / m['peak']:.3f}",
+        flush=True,
+    )
+
+
+def _header() -> None:
+    print("measured/planned MiB = planned/measured, per component; one DDP rank over gloo, CPU")
 
 
 if __name__ == "__main__":
