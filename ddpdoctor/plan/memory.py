@@ -38,7 +38,6 @@ RECOMPUTE = ("none", "selective", "full")
 # memory-efficient kernels keep what FlashAttention keeps.
 ATTENTION = ("sdpa", "eager", "flash")
 ZERO_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed reduce_bucket_size / allgather_bucket_size defaults (5e8)
-ZERO3_PREFETCH_ELEMENTS = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default (5e7)
 
 # Fixed per-GPU overhead (docs/plan.md#overhead gives the sources):
 # - driver reserve: nvidia-smi -q "FB Memory Usage / Reserved" on H100 80GB: 454 MiB (R565), 480 MiB (R580);
@@ -418,7 +417,9 @@ def temporary_bytes(w: Workload, s: Strategy, grads_per_gpu: int) -> int:
     wb = w.weight_bytes
     # autocast caches a bf16 cast of every weight the forward uses, and autograd keeps each until its
     # layer's backward: 2 B per parameter held by this GPU's shard of the model.
-    casts = 2 * stage_params(w.shape, s) if w.dtype == "autocast" else 0
+    # The embedding is looked up, not multiplied: autocast never casts it.
+    embedding = -(-(w.shape.vocab * w.shape.hidden + w.shape.positions) // s.tp)
+    casts = 2 * max(0, stage_params(w.shape, s) - embedding) if w.dtype == "autocast" else 0
     return casts + _buckets(w, s, grads_per_gpu, p, wb)
 
 
@@ -427,10 +428,12 @@ def _buckets(w: Workload, s: Strategy, grads_per_gpu: int, p: int, wb: int) -> i
         # DDP's buckets hold a flat copy of every gradient unless gradient_as_bucket_view=True (PyTorch
         # DistributedDataParallel docs: "the saved memory size will be equal to the total gradients size").
         return grads_per_gpu
-    if s.kind in ("zero1", "zero2"):
-        return wb * min(p, ZERO_BUCKET_ELEMENTS) * 2  # reduce bucket + allgather bucket
-    if s.kind == "zero3":
-        return wb * (min(p, ZERO_BUCKET_ELEMENTS) + min(p, ZERO3_PREFETCH_ELEMENTS))
+    if s.kind in ("zero1", "zero2", "zero3"):
+        # DeepSpeed allocates one reduce_bucket_size 16-bit buffer whatever the model's size: stages 1/2
+        # at each backward (ipg_buffer, contiguous_gradients), stage 3 once (its ipg flat buffer). The
+        # allgather bucket is a chunk size, not a buffer; stage 3's prefetched parameters are counted
+        # with the parameters. Measured on 2 gloo ranks (bench/plan_vs_measured.py --zero): 953 MiB.
+        return wb * ZERO_BUCKET_ELEMENTS
     # FSDP reduce-scatters each unit's gradient into the shard it keeps (counted in gradients); Megatron
     # all-reduces its contiguous grad buffer in place: nothing extra.
     return 0
