@@ -559,7 +559,7 @@ def test_cli_reads_gpus_from_snapshot(tmp_path: Path) -> None:
         [],
         ["--params", "7B", "--gpu-mem", "eighty"],
         ["--params", "7B", "--dtype", "int3"],
-        ["--params", "7B", "--optimizer", "lion"],
+        ["--params", "7B", "--optimizer", "lion9"],
         ["--params", "7B", "--recompute", "some"],
         ["--params", "7B", "--strategy", "zero9"],
         ["--params", "7B", "--micro-batch", "0"],
@@ -749,3 +749,25 @@ def test_zero_reduce_buffer_is_deepspeeds_full_bucket() -> None:
     for kind in ("zero1", "zero2", "zero3"):
         b, _ = breakdown(w, Strategy(kind), 2, overhead_for("unknown", None, 1, 0))
         assert b.temporary == 2 * 500_000_000
+
+
+@pytest.mark.parametrize(
+    ("name", "per_param"),
+    [("adam", 8.0), ("adamw_torch_fused", 8.0), ("lion", 4.0), ("lion_8bit", 1 + 4 / 256),
+     ("paged_adamw_8bit", 2 + 8 / 256), ("adamw_bnb_8bit", 2 + 8 / 256), ("sgd_momentum", 4.0)],
+)  # fmt: skip
+def test_optimizers_by_name(name: str, per_param: float) -> None:
+    from ddpdoctor.plan.memory import optimizer_bytes, resolve_optimizer
+
+    w = Workload(estimate_shape(1_000_000_000), optimizer=resolve_optimizer(name))
+    assert optimizer_bytes(w) == per_param
+    with pytest.raises(ValueError, match="unknown --optimizer"):
+        resolve_optimizer("adamax9")
+
+
+def test_cli_optimizer_alias_and_paged_note() -> None:
+    code, out, _ = _run("--params", "1B", "--gpus", "8", "--gpu-mem", "80GiB", "--optimizer", "paged_adamw_8bit", "--json")
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    assert code == 0 and data["workload"]["optimizer"] == "paged-adamw8bit"
+    assert any("unified memory" in n for n in data["notes"])

@@ -9,14 +9,13 @@ from typing import List, Optional
 import typer
 
 from ddpdoctor.cli.app import app, json_option, replay_option, timeout_option, usage_error
-from ddpdoctor.plan.memory import ATTENTION, OPTIMIZER_BYTES, PRECISIONS, RECOMPUTE
+from ddpdoctor.plan.memory import ATTENTION, OPTIMIZER_BYTES, PRECISIONS, RECOMPUTE, resolve_optimizer
 
 PLAN_EXIT_HELP = (
     "Exit codes: 0 a strategy fits; 1 none fits; 2 usage error (bad size, unreadable or uncountable "
     "config, or only strategies impossible on these GPUs); 3 no GPU memory known (no GPU found and no --gpu-mem): bytes printed, nothing judged."
 )
 DTYPES = PRECISIONS
-OPTIMIZERS = tuple(OPTIMIZER_BYTES)
 MAX_TOKENS = 10**9  # micro-batch x sequence length beyond this is a typo (and overflows nothing useful)
 
 
@@ -46,7 +45,11 @@ def plan(
         help="bf16, fp16 (16-bit weights with an fp32 master copy), fp32, or autocast (torch.autocast over "
         "fp32 weights: fp32 grads and DDP buckets, bf16 weight casts).",
     ),
-    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
+    optimizer: str = typer.Option(
+        "adamw",
+        "--optimizer",
+        help=", ".join(OPTIMIZER_BYTES) + "; transformers' names too (adamw_torch_fused, paged_adamw_8bit...).",
+    ),
     micro_batch: int = typer.Option(1, "--micro-batch", min=1, max=1_000_000, help="Sequences per GPU per step."),
     seq_len: int = typer.Option(2048, "--seq-len", min=1, max=100_000_000, help="Tokens per sequence."),
     recompute: str = typer.Option("none", "--recompute", help="Activation recomputation: none, selective, full."),
@@ -96,7 +99,7 @@ def plan(
         workload = Workload(
             shape=shape,
             dtype=_choice(dtype, DTYPES, "--dtype"),
-            optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"),
+            optimizer=resolve_optimizer(optimizer),
             micro_batch=micro_batch,
             seq_len=seq_len,
             recompute=_choice(recompute, RECOMPUTE, "--recompute"),

@@ -247,6 +247,11 @@ def find_alternatives(
 
 def _workload_notes(w: Workload) -> list[str]:
     notes = []
+    if w.optimizer.startswith("paged-"):
+        notes.append(
+            "paged optimizer: its state lives in CUDA unified memory and is evicted to host RAM only under "
+            "memory pressure; it is counted on the GPU"
+        )
     if w.shape.estimated:
         notes.append(
             f"shape estimated from the parameter count (h={w.shape.hidden}, {w.shape.layers} layers, "

@@ -27,10 +27,24 @@ OPTIMIZER_BYTES = {
     # bitsandbytes 8-bit AdamW: two 1-byte states plus, per state, an fp32 absmax per block of 256 values
     # (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state: blocks = n // 256): 2 + 2·4/256.
     "adamw8bit": 2.0 + 2 * 4 / 256,
+    "adam": 8.0,  # torch.optim.Adam: the same two fp32 moments
+    "paged-adamw": 8.0,  # bitsandbytes PagedAdamW (32-bit): same bytes, in unified memory (see note)
+    "paged-adamw8bit": 2.0 + 2 * 4 / 256,
+    "lion": 4.0,  # Lion (Chen et al. 2023): one fp32 momentum
+    "lion8bit": 1.0 + 4 / 256,  # bitsandbytes Lion8bit: one 1-byte state + its absmax per 256
+    "paged-lion8bit": 1.0 + 4 / 256,
     "sgd": 0.0,  # torch.optim.SGD without momentum keeps no state
     "sgd-momentum": 4.0,  # one fp32 momentum buffer
     "adafactor": 0.0,  # factored second moment: row + column statistics (see optimizer_bytes)
 }
+# transformers' TrainingArguments(optim=...) names, so `--optimizer adamw_torch_fused` works as written.
+OPTIMIZER_ALIASES = {
+    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw_apex_fused": "adamw",
+    "adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_adamw_8bit": "paged-adamw8bit",
+    "paged_adamw_32bit": "paged-adamw", "paged_adamw": "paged-adamw", "lion_32bit": "lion",
+    "lion_8bit": "lion8bit", "paged_lion_8bit": "paged-lion8bit", "paged_lion_32bit": "lion",
+    "sgd_momentum": "sgd-momentum",
+}  # fmt: skip
 RECOMPUTE = ("none", "selective", "full")
 # eager: the attention scores and probabilities are stored (the paper's 5·a·s²·b); flash: FlashAttention
 # (and PyTorch SDPA's flash/memory-efficient kernels) store only a logsumexp per row and recompute them.
@@ -184,6 +198,16 @@ class Breakdown:
             "model_states": self.model_states,
             "total": self.total,
         }
+
+
+def resolve_optimizer(name: str) -> str:
+    """`adamw_bnb_8bit` -> `adamw8bit`; ValueError naming the known optimizers otherwise."""
+    key = name.strip().lower()
+    key = OPTIMIZER_ALIASES.get(key, key)
+    if key not in OPTIMIZER_BYTES:
+        known = ", ".join(OPTIMIZER_BYTES)
+        raise ValueError(f"unknown --optimizer {name!r}; one of {known} (or transformers' optim names)")
+    return key
 
 
 def optimizer_bytes(w: Workload) -> float:
