@@ -771,3 +771,36 @@ def test_cli_optimizer_alias_and_paged_note() -> None:
     jsonschema.validate(data, SCHEMA)
     assert code == 0 and data["workload"]["optimizer"] == "paged-adamw8bit"
     assert any("unified memory" in n for n in data["notes"])
+
+
+def test_config_as_directory_cache_name_stdin_and_bom(tmp_path: Path) -> None:
+    """--config takes a model directory, an org/name already in the local Hugging Face cache (refs/main
+    first; nothing downloaded), `-` for standard input, and a UTF-8 byte-order mark."""
+    text = (CONFIGS / "gpt2.config.json").read_bytes()
+    model_dir = tmp_path / "gpt2-local"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_bytes(b"\xef\xbb\xbf" + text)  # BOM, as Windows editors write it
+    code, out, _ = _run("--config", str(model_dir), "--gpus", "1", "--gpu-mem", "80GiB", "--json")
+    assert code == 0 and json.loads(out)["model"]["params"] == PUBLISHED["gpt2.config.json"]
+
+    hub = tmp_path / "hub"
+    repo = hub / "models--openai-community--gpt2"
+    old, new = "a" * 40, "b" * 40
+    for rev in (old, new):
+        (repo / "snapshots" / rev).mkdir(parents=True)
+    (repo / "snapshots" / old / "config.json").write_bytes(text)
+    (repo / "snapshots" / new / "config.json").write_text('{"model_type": "gpt2"}')  # not the one refs/main names
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(old)
+    result = runner.invoke(
+        app, ["plan", "--config", "openai-community/gpt2", "--gpus", "1", "--gpu-mem", "80GiB", "--json"],
+        env={"COLUMNS": "120", "HF_HUB_CACHE": str(hub)},
+    )  # fmt: skip
+    assert result.exit_code == 0 and json.loads(result.stdout)["model"]["params"] == PUBLISHED["gpt2.config.json"]
+    missing = runner.invoke(
+        app, ["plan", "--config", "nobody/nothing", "--gpu-mem", "80GiB"], env={"HF_HUB_CACHE": str(hub)}
+    )
+    assert missing.exit_code == 2 and "never downloads" in missing.stderr
+
+    piped = runner.invoke(app, ["plan", "--config", "-", "--gpus", "1", "--gpu-mem", "80GiB", "--json"], input=text)
+    assert piped.exit_code == 0 and json.loads(piped.stdout)["model"]["params"] == PUBLISHED["gpt2.config.json"]

@@ -37,7 +37,10 @@ def _choice(value: str, known: tuple[str, ...], flag: str) -> str:
 def plan(
     params: Optional[str] = typer.Option(None, "--params", help="Parameter count: 7B, 350M, 1.3B (K/M/B/T)."),
     config: Optional[Path] = typer.Option(
-        None, "--config", help="A Hugging Face-style config.json (Llama, Mistral, Qwen, GPT-2 keys)."
+        None,
+        "--config",
+        help="A Hugging Face config.json, a model directory, an org/name already in the local Hugging Face "
+        "cache (never downloaded), or - for standard input.",
     ),
     dtype: str = typer.Option(
         "bf16",
