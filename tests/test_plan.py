@@ -804,3 +804,30 @@ def test_config_as_directory_cache_name_stdin_and_bom(tmp_path: Path) -> None:
 
     piped = runner.invoke(app, ["plan", "--config", "-", "--gpus", "1", "--gpu-mem", "80GiB", "--json"], input=text)
     assert piped.exit_code == 0 and json.loads(piped.stdout)["model"]["params"] == PUBLISHED["gpt2.config.json"]
+
+
+def test_offload_follows_deepspeeds_estimators() -> None:
+    """estimate_zero2_model_states_mem_needs(cpu_offload=True): GPU 2P, host P·max(4N, 16)·1.5;
+    estimate_zero3_model_states_mem_needs: offload_optimizer GPU 4L + 2P/N, host 16P·1.5 per node;
+    offload_param too: GPU 4L, host 18P·1.5 per node."""
+    p, big, n = 2_851_000_000, 32_000_000, 8
+    shape = replace(estimate_shape(p), largest_layer=big)
+    ovh = overhead_for("unknown", None, n, 1)
+    z2, notes = breakdown(Workload(shape, offload="optimizer"), Strategy("zero2"), n, ovh)
+    assert z2.model_states == 2 * p and z2.host == int(p * max(4 * n, 16) * 1.5)
+    assert any("host RAM" in note for note in notes)
+    z3, _ = breakdown(Workload(shape, offload="optimizer"), Strategy("zero3"), n, ovh)
+    assert z3.model_states == 4 * big + 2 * p // n + (1 if (2 * p) % n else 0) and z3.host == int(16 * p * 1.5)
+    z3p, _ = breakdown(Workload(shape, offload="optimizer+params"), Strategy("zero3"), 16, ovh, nodes=2)
+    assert z3p.model_states == 4 * big and z3p.host == int(18 * p * 1.5 / 2)
+    ddp, _ = breakdown(Workload(shape, offload="optimizer"), Strategy("ddp"), n, ovh)
+    assert ddp.host == 0 and ddp.model_states == 16 * p
+
+
+def test_cli_offload_json() -> None:
+    code, out, _ = _run("--params", "70B", "--gpus", "8", "--gpu-mem", "80GiB", "--strategy", "zero3",
+                        "--offload", "optimizer+params", "--json")  # fmt: skip
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    row = data["strategies"][0]
+    assert data["workload"]["offload"] == "optimizer+params" and row["bytes"]["host"] == int(18 * 70e9 * 1.5)

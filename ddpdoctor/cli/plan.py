@@ -9,7 +9,14 @@ from typing import List, Optional
 import typer
 
 from ddpdoctor.cli.app import app, json_option, replay_option, timeout_option, usage_error
-from ddpdoctor.plan.memory import ATTENTION, OPTIMIZER_BYTES, PRECISIONS, RECOMPUTE, resolve_optimizer
+from ddpdoctor.plan.memory import (
+    ATTENTION,
+    OFFLOAD,
+    OPTIMIZER_BYTES,
+    PRECISIONS,
+    RECOMPUTE,
+    resolve_optimizer,
+)
 
 PLAN_EXIT_HELP = (
     "Exit codes: 0 a strategy fits; 1 none fits; 2 usage error (bad size, unreadable or uncountable "
@@ -61,6 +68,12 @@ def plan(
         "--attention",
         help="sdpa (PyTorch SDPA, transformers' default), flash (FlashAttention) or eager (scores stored).",
     ),
+    offload: str = typer.Option(
+        "none",
+        "--offload",
+        help="DeepSpeed ZeRO offload to host RAM: none, optimizer, optimizer+params (ZeRO-3); host RAM per "
+        "node is in the notes and the JSON.",
+    ),
     gpus: Optional[int] = typer.Option(
         None, "--gpus", min=1, max=4096, help="GPUs per node (default: this node's, from NVML)."
     ),
@@ -107,6 +120,7 @@ def plan(
             seq_len=seq_len,
             recompute=_choice(recompute, RECOMPUTE, "--recompute"),
             attention=_choice(attention, ATTENTION, "--attention"),
+            offload=_choice(offload, OFFLOAD, "--offload"),
         )
         if micro_batch * seq_len > MAX_TOKENS:
             raise ValueError(f"--micro-batch x --seq-len = {micro_batch * seq_len} tokens per GPU: too many")

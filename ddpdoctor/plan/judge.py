@@ -143,7 +143,7 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
     if reason:
         return Row(s, dp, verdict="invalid", notes=(reason,))
     overhead = overhead_for(hw.generation, hw.name, hw.gpus_per_node, process_groups(s, hw.total_gpus))
-    mem, notes = breakdown(w, s, dp, overhead)
+    mem, notes = breakdown(w, s, dp, overhead, hw.nodes)
     if s.kind in ("zero1", "zero2", "zero3", "fsdp") and dp == 1:
         notes = [*notes, "one GPU: nothing to shard across"]
     if hw.memory is None:

@@ -46,6 +46,9 @@ OPTIMIZER_ALIASES = {
     "sgd_momentum": "sgd-momentum",
 }  # fmt: skip
 RECOMPUTE = ("none", "selective", "full")
+OFFLOAD = ("none", "optimizer", "optimizer+params")
+# DeepSpeed's estimators multiply host RAM by additional_buffer_factor=1.5 (pinned buffers, fragmentation).
+HOST_BUFFER_FACTOR = 1.5
 # eager: the attention scores and probabilities are stored (the paper's 5·a·s²·b); flash: FlashAttention
 # (and PyTorch SDPA's flash/memory-efficient kernels) store only a logsumexp per row and recompute them.
 # sdpa: torch's scaled_dot_product_attention, transformers' default since 4.36; its flash and
@@ -144,6 +147,7 @@ class Workload:
     seq_len: int = 2048
     recompute: str = "none"
     attention: str = "sdpa"
+    offload: str = "none"  # DeepSpeed ZeRO offload to host RAM: none, optimizer, optimizer+params
 
     @property
     def mixed(self) -> bool:
@@ -173,6 +177,7 @@ class Breakdown:
     temporary: int
     overhead: int
     workspace: int = 0  # backward's transient tensors at their largest (backward_workspace_bytes)
+    host: int = 0  # host RAM per node for offloaded states (not GPU memory: not in total)
 
     @property
     def model_states(self) -> int:
@@ -195,6 +200,7 @@ class Breakdown:
             "temporary": self.temporary,
             "overhead": self.overhead,
             "workspace": self.workspace,
+            "host": self.host,
             "model_states": self.model_states,
             "total": self.total,
         }
@@ -463,9 +469,15 @@ def _buckets(w: Workload, s: Strategy, grads_per_gpu: int, p: int, wb: int) -> i
     return 0
 
 
-def breakdown(w: Workload, s: Strategy, n_gpus: int, overhead: Overhead) -> tuple[Breakdown, list[str]]:
+def breakdown(
+    w: Workload, s: Strategy, n_gpus: int, overhead: Overhead, nodes: int = 1
+) -> tuple[Breakdown, list[str]]:
     """Every item of GPU memory for one strategy; `n_gpus` is the data-parallel degree."""
     params, grads, opt, master, notes = model_states(w, s, n_gpus)
+    host = 0
+    if w.offload != "none":
+        params, grads, opt, master, host, note = _offload(w, s, n_gpus, params, nodes)
+        notes = [*notes, note]
     return (
         Breakdown(
             parameters=params,
@@ -477,9 +489,36 @@ def breakdown(w: Workload, s: Strategy, n_gpus: int, overhead: Overhead) -> tupl
             temporary=temporary_bytes(w, s, grads),
             overhead=overhead.total,
             workspace=backward_workspace_bytes(w, s),
+            host=host,
         ),
         notes,
     )
+
+
+def _offload(w: Workload, s: Strategy, n: int, params: int, nodes: int) -> tuple[int, int, int, int, int, str]:
+    """(parameters, gradients, optimizer, master, host RAM per node, note) with DeepSpeed's offload, as its
+    estimators count it (estimate_zero2/zero3_model_states_mem_needs, additional_buffer_factor 1.5).
+
+    ZeRO-1/2 offload_optimizer: the 16-bit parameters stay (2P), everything else is on the host,
+    P·max(4·N, 16)·1.5 bytes. ZeRO-3 offload_optimizer: 4·largest_layer + 2P/N on the GPU, 16P·1.5 per node
+    on the host; with offload_param too: 4·largest_layer on the GPU, 18P·1.5 per node.
+    """
+    p = w.shape.params
+    if s.kind in ("zero1", "zero2"):
+        host = int(p * max(4 * n, 16) * HOST_BUFFER_FACTOR)
+        return params, 0, 0, 0, host, _host_note("optimizer", host)
+    if s.kind == "zero3":
+        big = w.weight_bytes * w.shape.largest_layer
+        if w.offload == "optimizer+params":
+            host = int(18 * p * HOST_BUFFER_FACTOR / nodes)
+            return big, big, 0, 0, host, _host_note("parameters and optimizer", host)
+        host = int(16 * p * HOST_BUFFER_FACTOR / nodes)
+        return params, big, 0, 0, host, _host_note("optimizer", host)
+    return params, *model_states(w, s, n)[1:4], 0, f"{s.label}: no DeepSpeed offload; --offload ignored"
+
+
+def _host_note(what: str, host: int) -> str:
+    return f"{what} offloaded: needs {host / GIB:.1f} GiB of host RAM per node (DeepSpeed's estimate)"
 
 
 def _ceil(value: float, n: int) -> int:

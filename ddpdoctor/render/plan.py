@@ -35,6 +35,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "seq_len": w.seq_len,
             "recompute": w.recompute,
             "attention": w.attention,
+            "offload": w.offload,
         },
         "hardware": {
             "gpus_per_node": hw.gpus_per_node,
