@@ -189,7 +189,7 @@ def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
 
 def planned(case: Case, seq: int, batch: int) -> dict[str, Any]:
     from ddpdoctor.plan import Strategy, Workload, shape_from_config
-    from ddpdoctor.plan.memory import backward_workspace_bytes, breakdown, overhead_for
+    from ddpdoctor.plan.memory import autocast_cast_bytes, backward_workspace_bytes, breakdown, overhead_for
 
     shape = shape_from_config(CONFIGS[case.model])
     w = Workload(
@@ -198,7 +198,7 @@ def planned(case: Case, seq: int, batch: int) -> dict[str, Any]:
     )  # fmt: skip
     s = Strategy("ddp")
     b, _ = breakdown(w, s, 1, overhead_for("unknown", None, 1, 0))
-    casts = 2 * (shape.params - shape.vocab * shape.hidden - shape.positions) if case.dtype == "autocast" else 0
+    casts = autocast_cast_bytes(w, s)
     return {
         "parameters": b.parameters,
         "gradients": b.gradients,

@@ -447,10 +447,18 @@ def temporary_bytes(w: Workload, s: Strategy, grads_per_gpu: int) -> int:
     wb = w.weight_bytes
     # autocast caches a bf16 cast of every weight the forward uses, and autograd keeps each until its
     # layer's backward: 2 B per parameter held by this GPU's shard of the model.
-    # The embedding is looked up, not multiplied: autocast never casts it.
-    embedding = -(-(w.shape.vocab * w.shape.hidden + w.shape.positions) // s.tp)
-    casts = 2 * max(0, stage_params(w.shape, s) - embedding) if w.dtype == "autocast" else 0
-    return casts + _buckets(w, s, grads_per_gpu, p, wb)
+    return autocast_cast_bytes(w, s) + _buckets(w, s, grads_per_gpu, p, wb)
+
+
+def autocast_cast_bytes(w: Workload, s: Strategy) -> int:
+    """The bf16 copies torch.autocast makes of the weights, kept by autograd until backward: 2 B for each
+    weight a matmul uses. Embeddings are looked up, not multiplied, so never cast, except a tied word
+    embedding, which is also the output layer's weight (measured: bench/plan_vs_measured.py)."""
+    if w.dtype != "autocast":
+        return 0
+    sh = w.shape
+    looked_up = sh.positions + (0 if sh.tied else sh.vocab * sh.hidden)
+    return 2 * max(0, stage_params(sh, s) - -(-looked_up // s.tp))
 
 
 def _buckets(w: Workload, s: Strategy, grads_per_gpu: int, p: int, wb: int) -> int:
