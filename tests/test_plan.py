@@ -831,3 +831,23 @@ def test_cli_offload_json() -> None:
     jsonschema.validate(data, SCHEMA)
     row = data["strategies"][0]
     assert data["workload"]["offload"] == "optimizer+params" and row["bytes"]["host"] == int(18 * 70e9 * 1.5)
+
+
+def test_lora_and_qlora_on_llama_2_7b() -> None:
+    """PEFT prints "trainable params: 39,976,960" for Llama-2-7B with r=16 on all linear layers; the
+    base is frozen (no gradients, optimizer state or master), 4-bit NF4 under QLoRA."""
+    from ddpdoctor.plan.memory import NF4_BYTES, lora_params
+
+    shape = load_shape(LLAMA7)
+    t = lora_params(shape, 16)
+    assert t == 39_976_960
+    ovh = overhead_for("ampere", None, 1, 0)
+    lora, notes = breakdown(Workload(shape, lora_rank=16), Strategy("ddp"), 1, ovh)
+    assert lora.parameters == 2 * shape.params + 4 * t and lora.gradients == 4 * t
+    assert lora.optimizer == 8 * t and lora.master == 0 and "0.59%" in notes[-1]
+    q, _ = breakdown(Workload(shape, lora_rank=16, qlora=True), Strategy("ddp"), 1, ovh)
+    blocks = shape.params - shape.root_params
+    assert q.parameters == int(NF4_BYTES * blocks + 2 * shape.root_params) + 4 * t
+    assert q.model_states < 5 * GIB  # the QLoRA paper's point: a 7B fine-tune on one consumer GPU
+    code, _, err = _run("--params", "7B", "--qlora", "--gpu-mem", "24GiB")
+    assert code == 2 and "--lora-rank" in err

@@ -282,3 +282,40 @@ def test_measured_activations_of_a_hf_llama_layer(attention: str, dtype: str) ->
     plan = activation_bytes(w, Strategy("tp", 1, 2))
     got = _hf_llama_layer_saved_bytes(torch, s, b, h, a, kv, i, attention == "eager", dtype == "autocast")
     assert abs(got - plan) / got < 0.03, (got, plan)
+
+
+def test_measured_lora_step_matches_the_plan() -> None:
+    """A frozen base with LoRA adapters (A: in x r, B: r x out, fp32) on every block Linear, one real AdamW
+    step: parameter, gradient and optimizer bytes equal the plan's LoRA layout exactly."""
+    torch = pytest.importorskip("torch")
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    rank = 4
+    model = _tiny_llama(torch, TINY)
+    for p in model.parameters():  # type: ignore[attr-defined]
+        p.requires_grad_(False)
+    adapters = nn.ModuleList()
+    for block in model.blocks:  # type: ignore[attr-defined]
+        for lin in [m for m in block.modules() if isinstance(m, nn.Linear)]:
+            a, b = nn.Linear(lin.in_features, rank, bias=False), nn.Linear(rank, lin.out_features, bias=False)
+            nn.init.zeros_(b.weight)
+            adapters.extend([a, b])
+            lin.register_forward_hook(lambda mod, inp, out, a=a, b=b: out + b(a(inp[0])))
+    opt = torch.optim.AdamW(adapters.parameters(), lr=1e-3)
+    ids = torch.randint(0, TINY["vocab_size"], (2, 16))
+    loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())  # type: ignore[operator]
+    loss.backward()
+    opt.step()
+    every = list(model.parameters()) + list(adapters.parameters())  # type: ignore[attr-defined]
+    state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+    shape = shape_from_config(TINY)
+    from ddpdoctor.plan.memory import breakdown, lora_params, overhead_for
+
+    assert lora_params(shape, rank) == sum(p.numel() for p in adapters.parameters())
+    b, _ = breakdown(
+        Workload(shape, dtype="fp32", lora_rank=rank), Strategy("ddp"), 1, overhead_for("unknown", None, 1, 0)
+    )
+    assert b.parameters == _bytes(every)
+    assert b.gradients == _bytes(p.grad for p in every if p.grad is not None)
+    assert b.optimizer == _bytes(state) and b.master == 0

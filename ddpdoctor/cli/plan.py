@@ -74,6 +74,10 @@ def plan(
         help="DeepSpeed ZeRO offload to host RAM: none, optimizer, optimizer+params (ZeRO-3); host RAM per "
         "node is in the notes and the JSON.",
     ),
+    lora_rank: int = typer.Option(
+        0, "--lora-rank", min=0, max=65536, help="LoRA adapters of this rank on every block Linear; base frozen."
+    ),
+    qlora: bool = typer.Option(False, "--qlora", help="With --lora-rank: the base's block Linears in 4-bit NF4."),
     gpus: Optional[int] = typer.Option(
         None, "--gpus", min=1, max=4096, help="GPUs per node (default: this node's, from NVML)."
     ),
@@ -121,7 +125,11 @@ def plan(
             recompute=_choice(recompute, RECOMPUTE, "--recompute"),
             attention=_choice(attention, ATTENTION, "--attention"),
             offload=_choice(offload, OFFLOAD, "--offload"),
+            lora_rank=lora_rank,
+            qlora=qlora,
         )
+        if qlora and not lora_rank:
+            raise ValueError("--qlora needs --lora-rank (the adapters are what trains)")
         if micro_batch * seq_len > MAX_TOKENS:
             raise ValueError(f"--micro-batch x --seq-len = {micro_batch * seq_len} tokens per GPU: too many")
         from ddpdoctor.plan.units import GPU_NVML_NAMES, parse_gpu_memory, parse_gpu_name

@@ -148,6 +148,8 @@ class Workload:
     recompute: str = "none"
     attention: str = "sdpa"
     offload: str = "none"  # DeepSpeed ZeRO offload to host RAM: none, optimizer, optimizer+params
+    lora_rank: int = 0  # LoRA adapters of this rank on every Linear of the blocks; the base is frozen
+    qlora: bool = False  # the frozen base's block Linears in 4-bit NF4 with double quantisation
 
     @property
     def mixed(self) -> bool:
@@ -482,6 +484,9 @@ def breakdown(
 ) -> tuple[Breakdown, list[str]]:
     """Every item of GPU memory for one strategy; `n_gpus` is the data-parallel degree."""
     params, grads, opt, master, notes = model_states(w, s, n_gpus)
+    if w.lora_rank:
+        params, grads, opt, master, note = _lora(w, s, n_gpus)
+        notes = [*notes, note]
     host = 0
     if w.offload != "none":
         params, grads, opt, master, host, note = _offload(w, s, n_gpus, params, nodes)
@@ -523,6 +528,40 @@ def _offload(w: Workload, s: Strategy, n: int, params: int, nodes: int) -> tuple
         host = int(16 * p * HOST_BUFFER_FACTOR / nodes)
         return params, big, 0, 0, host, _host_note("optimizer", host)
     return params, *model_states(w, s, n)[1:4], 0, f"{s.label}: no DeepSpeed offload; --offload ignored"
+
+
+# bitsandbytes NF4 with double quantisation (QLoRA, Dettmers et al. 2023 §2): 4 bits per weight, an
+# 8-bit absmax per block of 64 and an fp32 constant per 256 of those: 0.5 + 1/64 + 4/(64·256) B/param.
+NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
+
+
+def lora_params(shape: ModelShape, rank: int) -> int:
+    """Parameters of LoRA adapters (A: in x r, B: r x out) on every Linear of every block (PEFT's
+    target_modules="all-linear": q, k, v, o and the MLP's projections)."""
+    h, i = shape.hidden, shape.intermediate
+    qw = shape.q_width or shape.heads * shape.head_dim
+    kvw = shape.kv_heads * shape.head_dim
+    attn = (h + qw) + 2 * (h + kvw) + (qw + h)
+    mlp = (3 if shape.mlp_act == "silu" else 2) * (h + i)
+    return shape.layers * rank * (attn + mlp)
+
+
+def _lora(w: Workload, s: Strategy, n: int) -> tuple[int, int, int, int, str]:
+    """LoRA/QLoRA: the frozen base holds only its weights (16-bit, or NF4 in the blocks' Linears under
+    QLoRA), sharded as the strategy shards parameters; the adapters train in fp32 (PEFT's default under
+    mixed precision) with gradients and optimizer state, replicated (they are small)."""
+    sh = w.shape
+    frozen_blocks = sh.params - sh.root_params
+    base = (NF4_BYTES if w.qlora else w.weight_bytes) * frozen_blocks + w.weight_bytes * sh.root_params
+    if s.kind in ("zero3", "fsdp"):
+        base = _ceil(base, n)
+    elif s.kind == "tp":
+        base = _ceil(base, s.model_parallel)
+    t = lora_params(sh, w.lora_rank)
+    opt = int(optimizer_bytes(w) * t)
+    what = "QLoRA (NF4 base)" if w.qlora else "LoRA"
+    note = f"{what} rank {w.lora_rank}: {t:,} trainable parameters ({t / sh.params:.2%}); the base is frozen"
+    return int(base) + 4 * t, 4 * t, opt, 0, note
 
 
 def _host_note(what: str, host: int) -> str:

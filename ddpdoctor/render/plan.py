@@ -36,6 +36,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "recompute": w.recompute,
             "attention": w.attention,
             "offload": w.offload,
+            "lora_rank": w.lora_rank,
+            "qlora": w.qlora,
         },
         "hardware": {
             "gpus_per_node": hw.gpus_per_node,
