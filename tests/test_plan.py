@@ -851,3 +851,22 @@ def test_lora_and_qlora_on_llama_2_7b() -> None:
     assert q.model_states < 5 * GIB  # the QLoRA paper's point: a 7B fine-tune on one consumer GPU
     code, _, err = _run("--params", "7B", "--qlora", "--gpu-mem", "24GiB")
     assert code == 2 and "--lora-rank" in err
+
+
+def test_inference_kv_cache() -> None:
+    """Llama-2-7B caches 2 x 32 layers x 32 heads x 128 x 2 B = 0.5 MiB per token: 8 x 4096 tokens is
+    16 GiB; tp=2 halves it; training-only sharding is refused for inference."""
+    shape = load_shape(LLAMA7)
+    w = Workload(shape, inference=True, micro_batch=8, seq_len=4096)
+    plan = make_plan(w, Hardware(2, 1, 80 * GIB), [Strategy("ddp"), Strategy("tp", 2), Strategy("zero3")])
+    ddp, tp2, z3 = plan.rows
+    assert ddp.memory is not None and tp2.memory is not None
+    assert ddp.memory.kv_cache == 16 * GIB and tp2.memory.kv_cache == 8 * GIB
+    assert ddp.memory.parameters == 2 * shape.params and ddp.memory.model_states == 2 * shape.params
+    assert ddp.memory.gradients == ddp.memory.optimizer == 0
+    assert z3.verdict == "invalid" and "inference" in z3.notes[0]
+    code, out, _ = _run("--config", str(LLAMA7), "--inference", "--micro-batch", "8", "--seq-len", "4096",
+                        "--gpus", "1", "--gpu-mem", "40GiB", "--strategy", "ddp", "--json")  # fmt: skip
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    assert code == 0 and data["strategies"][0]["bytes"]["kv_cache"] == 16 * GIB

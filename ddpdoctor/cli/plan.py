@@ -78,6 +78,12 @@ def plan(
         0, "--lora-rank", min=0, max=65536, help="LoRA adapters of this rank on every block Linear; base frozen."
     ),
     qlora: bool = typer.Option(False, "--qlora", help="With --lora-rank: the base's block Linears in 4-bit NF4."),
+    inference: bool = typer.Option(
+        False,
+        "--inference",
+        help="Serving instead of training: weights and a KV cache of --micro-batch x --seq-len tokens (ddp = "
+        "a replica per GPU, or tp).",
+    ),
     gpus: Optional[int] = typer.Option(
         None, "--gpus", min=1, max=4096, help="GPUs per node (default: this node's, from NVML)."
     ),
@@ -127,6 +133,7 @@ def plan(
             offload=_choice(offload, OFFLOAD, "--offload"),
             lora_rank=lora_rank,
             qlora=qlora,
+            inference=inference,
         )
         if qlora and not lora_rank:
             raise ValueError("--qlora needs --lora-rank (the adapters are what trains)")

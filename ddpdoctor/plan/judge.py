@@ -120,6 +120,8 @@ class Plan:
 
 
 def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
+    if w.inference and s.kind not in ("ddp", "tp"):
+        return f"{s.kind} shards training state: for inference use a replica per GPU (ddp) or tp"
     if s.kind != "tp":
         return None
     if s.model_parallel > hw.total_gpus or hw.total_gpus % s.model_parallel:

@@ -150,6 +150,7 @@ class Workload:
     offload: str = "none"  # DeepSpeed ZeRO offload to host RAM: none, optimizer, optimizer+params
     lora_rank: int = 0  # LoRA adapters of this rank on every Linear of the blocks; the base is frozen
     qlora: bool = False  # the frozen base's block Linears in 4-bit NF4 with double quantisation
+    inference: bool = False  # serving: weights and a KV cache of micro_batch x seq_len tokens, no training
 
     @property
     def mixed(self) -> bool:
@@ -180,6 +181,7 @@ class Breakdown:
     overhead: int
     workspace: int = 0  # backward's transient tensors at their largest (backward_workspace_bytes)
     host: int = 0  # host RAM per node for offloaded states (not GPU memory: not in total)
+    kv_cache: int = 0  # inference: keys and values of every layer for micro_batch x seq_len tokens
 
     @property
     def model_states(self) -> int:
@@ -188,7 +190,13 @@ class Breakdown:
     @property
     def total(self) -> int:
         return (
-            self.model_states + self.activations + self.inputs + self.temporary + self.overhead + self.workspace
+            self.model_states
+            + self.activations
+            + self.inputs
+            + self.temporary
+            + self.overhead
+            + self.workspace
+            + self.kv_cache
         )
 
     def to_dict(self) -> dict[str, int]:
@@ -203,6 +211,7 @@ class Breakdown:
             "overhead": self.overhead,
             "workspace": self.workspace,
             "host": self.host,
+            "kv_cache": self.kv_cache,
             "model_states": self.model_states,
             "total": self.total,
         }
@@ -483,6 +492,8 @@ def breakdown(
     w: Workload, s: Strategy, n_gpus: int, overhead: Overhead, nodes: int = 1
 ) -> tuple[Breakdown, list[str]]:
     """Every item of GPU memory for one strategy; `n_gpus` is the data-parallel degree."""
+    if w.inference:
+        return _inference(w, s, overhead)
     params, grads, opt, master, notes = model_states(w, s, n_gpus)
     if w.lora_rank:
         params, grads, opt, master, note = _lora(w, s, n_gpus)
@@ -562,6 +573,45 @@ def _lora(w: Workload, s: Strategy, n: int) -> tuple[int, int, int, int, str]:
     what = "QLoRA (NF4 base)" if w.qlora else "LoRA"
     note = f"{what} rank {w.lora_rank}: {t:,} trainable parameters ({t / sh.params:.2%}); the base is frozen"
     return int(base) + 4 * t, 4 * t, opt, 0, note
+
+
+def kv_cache_bytes(w: Workload, s: Strategy) -> int:
+    """Keys and values of every layer for micro_batch sequences of seq_len tokens, 16-bit (fp32 under
+    --dtype fp32), split over tensor-parallel ranks. Grouped-query attention caches kv_heads heads;
+    transformers' DeepSeek MLA caches the decompressed keys (a·(nope + rope)) and values (a·v)."""
+    sh = w.shape
+    if sh.q_width and sh.v_width and sh.q_width != sh.heads * sh.head_dim:  # MLA
+        per_token = sh.q_width + sh.v_width
+    else:
+        per_token = 2 * sh.kv_heads * sh.head_dim
+    return _ceil(per_token * sh.layers * w.seq_len * w.micro_batch * w.act_bytes, s.tp)
+
+
+def _inference(w: Workload, s: Strategy, overhead: Overhead) -> tuple[Breakdown, list[str]]:
+    """Serving with transformers/vLLM-style TP: the weights, the KV cache, and the prefill's working set of
+    one layer (its MLP intermediates, or eager attention's scores) and the last token's fp32 logits."""
+    sh = w.shape
+    e = w.act_bytes
+    tokens = w.seq_len * w.micro_batch
+    width = sh.moe_intermediate * sh.experts_per_token if sh.moe_layers else sh.intermediate
+    prefill = 3 * e * width * tokens
+    if w.attention == "eager":
+        prefill = max(prefill, (4 + e) * sh.heads * w.seq_len * w.seq_len * w.micro_batch)
+    logits = 4 * sh.vocab * w.micro_batch
+    return (
+        Breakdown(
+            parameters=_ceil(w.weight_bytes * (stage_params(sh, s) if s.kind == "tp" else sh.params), 1),
+            gradients=0,
+            optimizer=0,
+            master=0,
+            activations=_ceil(prefill, s.tp) + logits,
+            inputs=8 * tokens,
+            temporary=0,
+            overhead=overhead.total,
+            kv_cache=kv_cache_bytes(w, s),
+        ),
+        [f"inference: KV cache for {w.micro_batch} x {w.seq_len} tokens"],
+    )
 
 
 def _host_note(what: str, host: int) -> str:
