@@ -870,3 +870,17 @@ def test_inference_kv_cache() -> None:
     data = json.loads(out)
     jsonschema.validate(data, SCHEMA)
     assert code == 0 and data["strategies"][0]["bytes"]["kv_cache"] == 16 * GIB
+
+
+def test_hybrid_shard_and_shard_grad_op() -> None:
+    """HSDP shards within a node, replicates across: on 2 nodes x 8 it holds what FSDP holds on 8 GPUs.
+    SHARD_GRAD_OP keeps every 16-bit parameter gathered from forward to the end of backward."""
+    w = Workload(estimate_shape(7_000_000_000))
+    two_nodes, one_node = Hardware(8, 2, 80 * GIB), Hardware(8, 1, 80 * GIB)
+    plan = make_plan(w, two_nodes, [parse_strategy("hsdp"), parse_strategy("fsdp"), parse_strategy("fsdp-grad-op")])
+    hsdp, fsdp16, grad_op = (r.memory for r in plan.rows)
+    fsdp8 = make_plan(w, one_node, [Strategy("fsdp")]).rows[0].memory
+    assert hsdp and fsdp16 and grad_op and fsdp8
+    assert hsdp.model_states == fsdp8.model_states > fsdp16.model_states
+    assert grad_op.parameters == 2 * w.shape.params and grad_op.optimizer == fsdp16.optimizer
+    assert [s.kind for s in default_strategies(8)] == ["ddp", "zero1", "zero2", "fsdp", "zero3", "tp"]

@@ -22,9 +22,10 @@ from ddpdoctor.plan.units import GIB
 # Cheapest first, by what each costs besides memory: DDP all-reduces once; ZeRO-1/2 add bookkeeping but
 # move the same bytes; FSDP/ZeRO-3 gather parameters again in backward (1.5x the traffic); tensor
 # parallel puts collectives inside every layer (NVLink needed); pipelines add bubbles.
-COST_ORDER = ("ddp", "zero1", "zero2", "fsdp", "zero3", "tp")
+COST_ORDER = ("ddp", "zero1", "zero2", "fsdp-grad-op", "hsdp", "fsdp", "zero3", "tp")
+DEFAULT_KINDS = ("ddp", "zero1", "zero2", "fsdp", "zero3")  # the others on request (--strategy)
 TIGHT_FRACTION = 0.05  # under 5% headroom, allocator fragmentation alone can tip a job over
-_STRATEGY = re.compile(r"^(ddp|zero1|zero2|zero3|fsdp)$|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?(,dopt)?$")
+_STRATEGY = re.compile(r"^(ddp|zero1|zero2|zero3|fsdp|hsdp|fsdp-grad-op)$|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?(,dopt)?$")
 
 
 def parse_strategy(text: str) -> Strategy:
@@ -32,7 +33,8 @@ def parse_strategy(text: str) -> Strategy:
     m = _STRATEGY.match(text.strip().lower().replace(" ", ""))
     if not m:
         raise ValueError(
-            f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, tp=T[,pp=P][,dopt]"
+            f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, hsdp, fsdp-grad-op, "
+            "tp=T[,pp=P][,dopt]"
         )
     if m.group(1):
         return Strategy(m.group(1))
@@ -45,7 +47,7 @@ def parse_strategy(text: str) -> Strategy:
 def default_strategies(gpus_per_node: int, shape: Optional[ModelShape] = None) -> list[Strategy]:
     """All strategies; tensor parallel at the largest degree that is valid: within the node (NVLink
     reach, at most 8), dividing the node's GPUs, the attention heads and the key/value heads."""
-    out = [Strategy(kind) for kind in COST_ORDER if kind != "tp"]
+    out = [Strategy(kind) for kind in DEFAULT_KINDS]
     tp = max(
         t
         for t in range(1, min(gpus_per_node, 8) + 1)
@@ -145,8 +147,10 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
     if reason:
         return Row(s, dp, verdict="invalid", notes=(reason,))
     overhead = overhead_for(hw.generation, hw.name, hw.gpus_per_node, process_groups(s, hw.total_gpus))
-    mem, notes = breakdown(w, s, dp, overhead, hw.nodes)
-    if s.kind in ("zero1", "zero2", "zero3", "fsdp") and dp == 1:
+    # HYBRID_SHARD shards within a node and replicates across nodes.
+    shard = min(dp, hw.gpus_per_node) if s.kind == "hsdp" else dp
+    mem, notes = breakdown(w, s, shard, overhead, hw.nodes)
+    if s.kind in ("zero1", "zero2", "zero3", "fsdp", "hsdp", "fsdp-grad-op") and shard == 1:
         notes = [*notes, "one GPU: nothing to shard across"]
     if hw.memory is None:
         return Row(s, dp, mem, "unknown", None, tuple(notes), overhead)

@@ -300,12 +300,14 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
             _ceil(master * p, n),
             notes,
         )
-    if s.kind == "fsdp":
+    if s.kind in ("fsdp", "hsdp", "fsdp-grad-op"):
         # torch FSDP FULL_SHARD with MixedPrecision(param_dtype=dtype) and a per-block auto-wrap policy:
         # the sharded flat parameters are fp32 (the master); the root unit (embeddings, head) stays
-        # gathered and two blocks are gathered at a time (current + backward prefetch).
+        # gathered and two blocks are gathered at a time (current + backward prefetch). HYBRID_SHARD is
+        # the same within its shard group (n: the node's GPUs), replicated across groups; SHARD_GRAD_OP
+        # keeps the parameters gathered from forward to the end of backward (all of them at the peak).
         sh = w.shape
-        gathered = wb * (sh.root_params + 2 * sh.block_params)
+        gathered = wb * (sh.root_params + 2 * sh.block_params) if s.kind != "fsdp-grad-op" else wb * p
         unit_grad = wb * max(sh.block_params, sh.root_params)
         if w.mixed:
             return gathered, unit_grad + _ceil(4 * p, n), _ceil(opt * p, n), _ceil(4 * p, n), notes
@@ -564,7 +566,7 @@ def _lora(w: Workload, s: Strategy, n: int) -> tuple[int, int, int, int, str]:
     sh = w.shape
     frozen_blocks = sh.params - sh.root_params
     base = (NF4_BYTES if w.qlora else w.weight_bytes) * frozen_blocks + w.weight_bytes * sh.root_params
-    if s.kind in ("zero3", "fsdp"):
+    if s.kind in ("zero3", "fsdp", "hsdp"):
         base = _ceil(base, n)
     elif s.kind == "tp":
         base = _ceil(base, s.model_parallel)
