@@ -884,3 +884,15 @@ def test_hybrid_shard_and_shard_grad_op() -> None:
     assert hsdp.model_states == fsdp8.model_states > fsdp16.model_states
     assert grad_op.parameters == 2 * w.shape.params and grad_op.optimizer == fsdp16.optimizer
     assert [s.kind for s in default_strategies(8)] == ["ddp", "zero1", "zero2", "fsdp", "zero3", "tp"]
+
+
+def test_global_batch_gives_accumulation_steps() -> None:
+    w = Workload(estimate_shape(1_000_000_000), micro_batch=4, global_batch=512)
+    plan = make_plan(w, Hardware(8, 2, 80 * GIB), [Strategy("ddp"), Strategy("tp", 8)])
+    ddp, tp = plan.rows
+    assert "8 accumulation step(s)" in ddp.notes[-1]  # 512 = micro-batch 4 x 16 replicas x 8
+    assert "64 accumulation step(s)" in tp.notes[-1]  # 2 replicas of tp=8
+    plain = make_plan(replace(w, global_batch=0), Hardware(8, 2, 80 * GIB), [Strategy("ddp")]).rows[0]
+    assert ddp.memory == plain.memory  # accumulation reuses the same buffers
+    odd = make_plan(replace(w, global_batch=100), Hardware(8, 2, 80 * GIB), [Strategy("ddp")]).rows[0]
+    assert odd.verdict == "invalid" and "not a multiple" in odd.notes[0]

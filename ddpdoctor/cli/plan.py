@@ -78,6 +78,14 @@ def plan(
         0, "--lora-rank", min=0, max=65536, help="LoRA adapters of this rank on every block Linear; base frozen."
     ),
     qlora: bool = typer.Option(False, "--qlora", help="With --lora-rank: the base's block Linears in 4-bit NF4."),
+    global_batch: int = typer.Option(
+        0,
+        "--global-batch",
+        min=0,
+        max=10**9,
+        help="Sequences per optimizer step over all replicas: each row says its gradient-accumulation steps "
+        "(invalid when micro-batch x replicas does not divide it).",
+    ),
     inference: bool = typer.Option(
         False,
         "--inference",
@@ -134,6 +142,7 @@ def plan(
             lora_rank=lora_rank,
             qlora=qlora,
             inference=inference,
+            global_batch=global_batch,
         )
         if qlora and not lora_rank:
             raise ValueError("--qlora needs --lora-rank (the adapters are what trains)")

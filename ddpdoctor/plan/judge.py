@@ -150,6 +150,13 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
     # HYBRID_SHARD shards within a node and replicates across nodes.
     shard = min(dp, hw.gpus_per_node) if s.kind == "hsdp" else dp
     mem, notes = breakdown(w, s, shard, overhead, hw.nodes)
+    if w.global_batch and not w.inference:
+        per_step = w.micro_batch * dp
+        if w.global_batch % per_step:
+            why = f"global batch {w.global_batch} is not a multiple of micro-batch x {dp} replicas = {per_step}"
+            return Row(s, dp, verdict="invalid", notes=(why,))
+        # Accumulating gradients over micro-batches reuses the same buffers: memory is unchanged.
+        notes = [*notes, f"global batch {w.global_batch}: {w.global_batch // per_step} accumulation step(s)"]
     if s.kind in ("zero1", "zero2", "zero3", "fsdp", "hsdp", "fsdp-grad-op") and shard == 1:
         notes = [*notes, "one GPU: nothing to shard across"]
     if hw.memory is None:

@@ -151,6 +151,7 @@ class Workload:
     lora_rank: int = 0  # LoRA adapters of this rank on every Linear of the blocks; the base is frozen
     qlora: bool = False  # the frozen base's block Linears in 4-bit NF4 with double quantisation
     inference: bool = False  # serving: weights and a KV cache of micro_batch x seq_len tokens, no training
+    global_batch: int = 0  # sequences per optimizer step over all replicas (0: not given)
 
     @property
     def mixed(self) -> bool:

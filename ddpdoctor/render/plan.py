@@ -39,6 +39,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "lora_rank": w.lora_rank,
             "qlora": w.qlora,
             "inference": w.inference,
+            "global_batch": w.global_batch,
         },
         "hardware": {
             "gpus_per_node": hw.gpus_per_node,
