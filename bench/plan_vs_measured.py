@@ -230,6 +230,7 @@ def _run_case(case: Case, seq: int, batch: int) -> dict[str, Any]:
 # --- DeepSpeed ZeRO-1/2/3 over gloo, 2 ranks -------------------------------------------------------------
 
 ZERO_WORLD = 2
+STAGES = (1, 2, 3, 0)  # 0: torch FSDP2
 
 
 def _live_storages(torch: Any) -> dict[int, int]:
@@ -257,19 +258,42 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
 
     torch.set_num_threads(1)
     try:
-        import deepspeed
-
-        deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=120))
         case = Case(model, "fp32", "sdpa", "none")
         net = _build(case, torch)
         net.train()
-        cfg = {
-            "train_micro_batch_size_per_gpu": batch, "bf16": {"enabled": True},
-            "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
-        }  # fmt: skip
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
-        engine, _, _, _ = deepspeed.initialize(model=net, optimizer=opt, config=cfg)
         ids = torch.randint(0, CONFIGS[model]["vocab_size"], (batch, seq))
+        if stage == 0:  # torch FSDP2: per-layer fully_shard, bf16 compute, fp32 sharded parameters
+            import torch.distributed as dist
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+            dist.init_process_group("gloo", rank=rank, world_size=ZERO_WORLD, timeout=timedelta(seconds=120))
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            for layer in net.model.layers:
+                fully_shard(layer, mp_policy=policy)
+            fully_shard(net, mp_policy=policy)
+            fsdp_opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+            def step() -> None:
+                net(input_ids=ids, labels=ids).loss.backward()
+                fsdp_opt.step()
+                fsdp_opt.zero_grad(set_to_none=True)
+
+        else:
+            import deepspeed
+
+            deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=120))
+            cfg = {
+                "train_micro_batch_size_per_gpu": batch, "bf16": {"enabled": True},
+                "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
+            }  # fmt: skip
+            opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+            engine, _, _, _ = deepspeed.initialize(model=net, optimizer=opt, config=cfg)
+
+            def step() -> None:
+                loss = engine(input_ids=ids, labels=ids).loss
+                engine.backward(loss)
+                engine.step()
+
 
         class Peak(TorchDispatchMode):
             """Bytes allocated during the step on top of what was resident, at their largest."""
@@ -283,8 +307,11 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
                 out = func(*args, **(kwargs or {}))
                 for t in out if isinstance(out, (tuple, list)) else (out,):
                     if torch.is_tensor(t) and t.device.type == "cpu":
-                        st = t.untyped_storage()
-                        ptr = st.data_ptr()
+                        try:
+                            st = t.untyped_storage()
+                            ptr = st.data_ptr()
+                        except RuntimeError:  # FSDP2 frees unsharded storages by resizing them to 0
+                            continue
                         if ptr and ptr not in self.live and ptr not in base:
                             self.live[ptr] = st.nbytes()
                             self.now += st.nbytes()
@@ -296,11 +323,6 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
 
             def _free(self, ptr: int) -> None:
                 self.now -= self.live.pop(ptr, 0)
-
-        def step() -> None:
-            loss = engine(input_ids=ids, labels=ids).loss
-            engine.backward(loss)
-            engine.step()
 
         step()
         base = _live_storages(torch)
@@ -341,7 +363,7 @@ def measure_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]
                 p.kill()
                 p.join(timeout=10)
     if 0 not in results:
-        return {"error": f"rank 0 reported nothing within {CASE_TIMEOUT_S} s"}
+        return {"error": "rank 0 reported nothing (exited, or past the time limit)"}
     return results[0]
 
 
@@ -351,11 +373,12 @@ def planned_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]
 
     shape = shape_from_config(CONFIGS[model])
     w = Workload(shape, micro_batch=batch, seq_len=seq)
-    s = Strategy(f"zero{stage}")
+    s = Strategy(f"zero{stage}" if stage else "fsdp")
     b, _ = breakdown(w, s, ZERO_WORLD, overhead_for("unknown", None, 1, 0))
     # Resident after the step: gradients are released by then, except stage 3's 16-bit partition; stage
     # 3's reduce buffer is allocated once and stays.
-    resident = b.parameters + b.optimizer + b.master
+    # FSDP2 reshards every unit after backward: only the fp32 shards (the master) and their state stay.
+    resident = b.optimizer + b.master + (b.parameters if stage else 0)
     if stage == 3:
         resident += b.temporary + 2 * -(-shape.params // ZERO_WORLD)
     return {
@@ -366,9 +389,9 @@ def planned_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]
     }
 
 
-def zero_rows(model: str, seq: int, batch: int) -> list[dict[str, Any]]:
+def zero_rows(model: str, seq: int, batch: int, stages: tuple[int, ...] = STAGES) -> list[dict[str, Any]]:
     rows = []
-    for stage in (1, 2, 3):
+    for stage in stages:
         start = time.monotonic()
         m = measure_zero(stage, model, seq, batch)
         row: dict[str, Any] = {"case": {"model": model, "zero": stage, "world": ZERO_WORLD}}
@@ -390,7 +413,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--models", default=",".join(CONFIGS))
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--zero", action="store_true", help="DeepSpeed ZeRO-1/2/3 on 2 ranks (needs deepspeed)")
+    ap.add_argument("--stages", default="1,2,3,0", help="with --zero: ZeRO stages to run, 0 = FSDP2")
+    ap.add_argument(
+        "--zero", action="store_true", help="DeepSpeed ZeRO-1/2/3 (needs deepspeed) and torch FSDP2 on 2 ranks"
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     cases = [
@@ -404,7 +430,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows = []
     if args.zero:
         for m in args.models.split(","):
-            for row in zero_rows(m, args.seq, args.batch):
+            for row in zero_rows(m, args.seq, args.batch, tuple(int(x) for x in args.stages.split(","))):
                 rows.append(row)
                 if not args.json:
                     _print_zero(row)
@@ -442,7 +468,7 @@ def _print_row(r: dict[str, Any]) -> None:
 
 def _print_zero(r: dict[str, Any]) -> None:
     c = r["case"]
-    label = f"{c['model']:<12} zero{c['zero']} x{c['world']} bf16"
+    label = f"{c['model']:<12} {'zero' + str(c['zero']) if c['zero'] else 'fsdp2':<5} x{c['world']} bf16"
     if "error" in r:
         print(f"{label}  error: {r['error']}", flush=True)
         return
