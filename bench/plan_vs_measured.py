@@ -268,7 +268,8 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
 
             dist.init_process_group("gloo", rank=rank, world_size=ZERO_WORLD, timeout=timedelta(seconds=120))
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            for layer in net.model.layers:
+            layers = net.transformer.h if hasattr(net, "transformer") else net.model.layers  # GPT-2 : Llama-like
+            for layer in layers:
                 fully_shard(layer, mp_policy=policy)
             fully_shard(net, mp_policy=policy)
             fsdp_opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
