@@ -896,3 +896,16 @@ def test_global_batch_gives_accumulation_steps() -> None:
     assert ddp.memory == plain.memory  # accumulation reuses the same buffers
     odd = make_plan(replace(w, global_batch=100), Hardware(8, 2, 80 * GIB), [Strategy("ddp")]).rows[0]
     assert odd.verdict == "invalid" and "not a multiple" in odd.notes[0]
+
+
+def test_deepseek_v3_counts_671b() -> None:
+    """DeepSeek-V3's config.json (q_lora_rank 1536, 256 routed experts top-8, 3 dense layers): 671B as the
+    model card says (the multi-token-prediction layer is not part of the transformers model)."""
+    cfg = {
+        **DEEPSEEK_V2_LITE, "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129280, "intermediate_size": 18432,
+        "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3, "q_lora_rank": 1536,
+    }  # fmt: skip
+    shape = shape_from_config(cfg)
+    assert round(shape.params / 1e9) == 671 and shape.moe_layers == 58 and shape.experts_per_token == 8
