@@ -153,7 +153,10 @@ def test_measured_activations_of_a_real_gpt_layer(attention: str) -> None:
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     s, b, h, a = 64, 2, 64, 4
-    shape = replace(estimate_shape(1000), hidden=h, heads=a, layers=1)
+    shape = replace(
+        estimate_shape(1000), hidden=h, heads=a, layers=1, intermediate=4 * h, q_width=h, v_width=h,
+        norm="layer", mlp_act="gelu", fused_qkv=True, dropout=0.1,
+    )
     plan = activation_bytes(Workload(shape, seq_len=s, micro_batch=b, attention=attention), Strategy("tp", 1, 2))
     cpu_masks = 2 * s * b * h + (a * s * s * b if attention == "eager" else 0)
     norm_stats = 2 * 2 * s * b * 2
@@ -182,3 +185,137 @@ def test_measured_on_gpu_with_max_memory_allocated() -> None:
     # After the step torch holds the model states (plus step counters and allocator rounding to 512 B).
     assert abs(held - (p + g + o + m)) / (p + g + o + m) < 0.02
     assert peak >= p + g + o + m
+
+
+def _hf_llama_layer_saved_bytes(
+    torch: object, s: int, b: int, h: int, a: int, kv: int, i: int, eager: bool, autocast: bool = False
+) -> int:
+    """Bytes autograd saves in one decoder layer written as transformers' modeling_llama writes it (RMSNorm
+    upcast to fp32, rotary embedding, repeat_kv, eager fp32 softmax or SDPA, SwiGLU), in bf16, on CPU."""
+    import math
+
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    d = h // a
+    bf16 = torch.bfloat16  # type: ignore[attr-defined]
+
+    def rms(x, w):  # type: ignore[no-untyped-def]
+        x32 = x.to(torch.float32)  # type: ignore[attr-defined]
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)  # type: ignore[attr-defined]
+        return w * x32.to(x.dtype)
+
+    def rope(x, cos, sin):  # type: ignore[no-untyped-def]
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return x * cos + torch.cat((-x2, x1), -1) * sin  # type: ignore[attr-defined]
+
+    def repeat_kv(x):  # type: ignore[no-untyped-def]
+        n = a // kv
+        return x if n == 1 else x[:, :, None].expand(b, kv, n, s, d).reshape(b, a, s, d)
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n1, self.n2 = nn.Parameter(torch.ones(h)), nn.Parameter(torch.ones(h))  # type: ignore[attr-defined]
+            self.q, self.k = nn.Linear(h, a * d, bias=False), nn.Linear(h, kv * d, bias=False)
+            self.v, self.o = nn.Linear(h, kv * d, bias=False), nn.Linear(a * d, h, bias=False)
+            self.gate, self.up = nn.Linear(h, i, bias=False), nn.Linear(h, i, bias=False)
+            self.down = nn.Linear(i, h, bias=False)
+
+        def forward(self, x, cos, sin):  # type: ignore[no-untyped-def]
+            y = rms(x, self.n1)
+            q = rope(self.q(y).view(b, s, a, d).transpose(1, 2), cos, sin)
+            k = repeat_kv(rope(self.k(y).view(b, s, kv, d).transpose(1, 2), cos, sin))
+            v = repeat_kv(self.v(y).view(b, s, kv, d).transpose(1, 2))
+            if eager:
+                w = (q @ k.transpose(2, 3)) / math.sqrt(d)
+                w = w + torch.full((s, s), float("-inf"), dtype=bf16).triu(1)  # type: ignore[attr-defined]
+                w = F.softmax(w, dim=-1, dtype=torch.float32).to(bf16)  # type: ignore[attr-defined]
+                out = w @ v
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.o(out.transpose(1, 2).contiguous().reshape(b, s, h))
+            y = rms(x, self.n2)
+            return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+    dtype = torch.float32 if autocast else bf16  # type: ignore[attr-defined]
+    layer = Layer().to(dtype)
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    # autocast's bf16 casts of the weights are a temporary of their own in the plan, not activations.
+    weight_shapes = {tuple(p.shape) for p in layer.parameters() if p.dim() == 2}
+    weight_shapes |= {w[::-1] for w in weight_shapes}
+    pos = torch.arange(s, dtype=torch.float32)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)  # type: ignore[attr-defined]
+    emb = torch.cat((pos, pos), -1)  # type: ignore[attr-defined]
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    saved: dict[int, int] = {}
+    rope_tables = {cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()}
+
+    def pack(t):  # type: ignore[no-untyped-def]
+        ptr = t.untyped_storage().data_ptr()
+        cast = autocast and t.dtype == bf16 and tuple(t.shape) in weight_shapes
+        if ptr not in params and ptr not in rope_tables and not cast:  # weights, rotary tables, casts
+            saved[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    import contextlib
+
+    x = torch.randn(b, s, h, dtype=dtype, requires_grad=True)  # type: ignore[attr-defined]
+    ctx = torch.autocast("cpu", dtype=bf16) if autocast else contextlib.nullcontext()  # type: ignore[attr-defined]
+    with ctx, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # type: ignore[attr-defined]
+        out = layer(x, cos, sin)
+    del out
+    return sum(saved.values())
+
+
+@pytest.mark.parametrize(("attention", "dtype"), [("eager", "bf16"), ("sdpa", "bf16"), ("sdpa", "autocast")])
+def test_measured_activations_of_a_hf_llama_layer(attention: str, dtype: str) -> None:
+    """Issue 25: the plan's per-layer bytes for a Llama layer as transformers writes it, against the bytes
+    autograd really saves (the small per-row fp32 RMSNorm statistics and the SDPA logsumexp's CPU layout
+    aside: within 3%)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    s, b, h, a, kv, i = 128, 2, 128, 4, 2, 352
+    shape = replace(
+        estimate_shape(1000), hidden=h, heads=a, kv_heads=kv, layers=1, intermediate=i, q_width=h, v_width=h
+    )
+    w = Workload(shape, dtype=dtype, seq_len=s, micro_batch=b, attention=attention)
+    plan = activation_bytes(w, Strategy("tp", 1, 2))
+    got = _hf_llama_layer_saved_bytes(torch, s, b, h, a, kv, i, attention == "eager", dtype == "autocast")
+    assert abs(got - plan) / got < 0.03, (got, plan)
+
+
+def test_measured_lora_step_matches_the_plan() -> None:
+    """A frozen base with LoRA adapters (A: in x r, B: r x out, fp32) on every block Linear, one real AdamW
+    step: parameter, gradient and optimizer bytes equal the plan's LoRA layout exactly."""
+    torch = pytest.importorskip("torch")
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    rank = 4
+    model = _tiny_llama(torch, TINY)
+    for p in model.parameters():  # type: ignore[attr-defined]
+        p.requires_grad_(False)
+    adapters = nn.ModuleList()
+    for block in model.blocks:  # type: ignore[attr-defined]
+        for lin in [m for m in block.modules() if isinstance(m, nn.Linear)]:
+            a, b = nn.Linear(lin.in_features, rank, bias=False), nn.Linear(rank, lin.out_features, bias=False)
+            nn.init.zeros_(b.weight)
+            adapters.extend([a, b])
+            lin.register_forward_hook(lambda mod, inp, out, a=a, b=b: out + b(a(inp[0])))
+    opt = torch.optim.AdamW(adapters.parameters(), lr=1e-3)
+    ids = torch.randint(0, TINY["vocab_size"], (2, 16))
+    loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())  # type: ignore[operator]
+    loss.backward()
+    opt.step()
+    every = list(model.parameters()) + list(adapters.parameters())  # type: ignore[attr-defined]
+    state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+    shape = shape_from_config(TINY)
+    from ddpdoctor.plan.memory import breakdown, lora_params, overhead_for
+
+    assert lora_params(shape, rank) == sum(p.numel() for p in adapters.parameters())
+    b, _ = breakdown(
+        Workload(shape, dtype="fp32", lora_rank=rank), Strategy("ddp"), 1, overhead_for("unknown", None, 1, 0)
+    )
+    assert b.parameters == _bytes(every)
+    assert b.gradients == _bytes(p.grad for p in every if p.grad is not None)
+    assert b.optimizer == _bytes(state) and b.master == 0

@@ -9,14 +9,20 @@ from typing import List, Optional
 import typer
 
 from ddpdoctor.cli.app import app, json_option, replay_option, timeout_option, usage_error
-from ddpdoctor.plan.memory import ATTENTION, DTYPE_BYTES, OPTIMIZER_BYTES, RECOMPUTE
+from ddpdoctor.plan.memory import (
+    ATTENTION,
+    OFFLOAD,
+    OPTIMIZER_BYTES,
+    PRECISIONS,
+    RECOMPUTE,
+    resolve_optimizer,
+)
 
 PLAN_EXIT_HELP = (
     "Exit codes: 0 a strategy fits; 1 none fits; 2 usage error (bad size, unreadable or uncountable "
     "config, or only strategies impossible on these GPUs); 3 no GPU memory known (no GPU found and no --gpu-mem): bytes printed, nothing judged."
 )
-DTYPES = tuple(DTYPE_BYTES)
-OPTIMIZERS = tuple(OPTIMIZER_BYTES)
+DTYPES = PRECISIONS
 MAX_TOKENS = 10**9  # micro-batch x sequence length beyond this is a typo (and overflows nothing useful)
 
 
@@ -38,25 +44,72 @@ def _choice(value: str, known: tuple[str, ...], flag: str) -> str:
 def plan(
     params: Optional[str] = typer.Option(None, "--params", help="Parameter count: 7B, 350M, 1.3B (K/M/B/T)."),
     config: Optional[Path] = typer.Option(
-        None, "--config", help="A Hugging Face-style config.json (Llama, Mistral, Qwen, GPT-2 keys)."
+        None,
+        "--config",
+        help="A Hugging Face config.json, a model directory, an org/name already in the local Hugging Face "
+        "cache (never downloaded), or - for standard input.",
     ),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 (both with an fp32 master copy) or fp32."),
-    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw8bit, sgd, sgd-momentum, adafactor."),
+    dtype: str = typer.Option(
+        "bf16",
+        "--dtype",
+        help="bf16, fp16 (16-bit weights with an fp32 master copy), fp32, or autocast (torch.autocast over "
+        "fp32 weights: fp32 grads and DDP buckets, bf16 weight casts).",
+    ),
+    optimizer: str = typer.Option(
+        "adamw",
+        "--optimizer",
+        help=", ".join(OPTIMIZER_BYTES) + "; transformers' names too (adamw_torch_fused, paged_adamw_8bit...).",
+    ),
     micro_batch: int = typer.Option(1, "--micro-batch", min=1, max=1_000_000, help="Sequences per GPU per step."),
     seq_len: int = typer.Option(2048, "--seq-len", min=1, max=100_000_000, help="Tokens per sequence."),
     recompute: str = typer.Option("none", "--recompute", help="Activation recomputation: none, selective, full."),
     attention: str = typer.Option(
-        "eager", "--attention", help="eager (scores stored) or flash (FlashAttention / PyTorch SDPA)."
+        "sdpa",
+        "--attention",
+        help="sdpa (PyTorch SDPA, transformers' default), flash (FlashAttention) or eager (scores stored).",
+    ),
+    offload: str = typer.Option(
+        "none",
+        "--offload",
+        help="DeepSpeed ZeRO offload to host RAM: none, optimizer, optimizer+params (ZeRO-3); host RAM per "
+        "node is in the notes and the JSON.",
+    ),
+    lora_rank: int = typer.Option(
+        0, "--lora-rank", min=0, max=65536, help="LoRA adapters of this rank on every block Linear; base frozen."
+    ),
+    qlora: bool = typer.Option(False, "--qlora", help="With --lora-rank: the base's block Linears in 4-bit NF4."),
+    global_batch: int = typer.Option(
+        0,
+        "--global-batch",
+        min=0,
+        max=10**9,
+        help="Sequences per optimizer step over all replicas: each row says its gradient-accumulation steps "
+        "(invalid when micro-batch x replicas does not divide it).",
+    ),
+    inference: bool = typer.Option(
+        False,
+        "--inference",
+        help="Serving instead of training: weights and a KV cache of --micro-batch x --seq-len tokens (ddp = "
+        "a replica per GPU, or tp).",
     ),
     gpus: Optional[int] = typer.Option(
         None, "--gpus", min=1, max=4096, help="GPUs per node (default: this node's, from NVML)."
     ),
     nodes: int = typer.Option(1, "--nodes", min=1, max=100_000, help="Nodes."),
     gpu_mem: Optional[str] = typer.Option(
-        None, "--gpu-mem", help="Memory per GPU (80GiB, 40GB) instead of what NVML reports."
+        None,
+        "--gpu-mem",
+        help="Memory per GPU with a unit (80GiB, 16384MiB; GB as GPU vendors mean it: 40GB = 40 GiB) "
+        "instead of what NVML reports.",
+    ),
+    gpu: Optional[str] = typer.Option(
+        None, "--gpu", help="A GPU by name, with its exact memory: A100-40GB, A100-80GB, H100-80GB, H200, L40S..."
     ),
     strategy: Optional[List[str]] = typer.Option(
-        None, "--strategy", help="ddp, zero1, zero2, zero3, fsdp or tp=T[,pp=P]; repeatable (default: all)."
+        None,
+        "--strategy",
+        help="ddp, zero1, zero2, zero3, fsdp or tp=T[,pp=P][,dopt] (dopt: Megatron's distributed optimizer); "
+        "repeatable (default: all).",
     ),
     replay: Optional[Path] = replay_option("Read the GPUs from a snapshot directory instead of this machine."),
     json_out: bool = json_option("Print the plan as JSON (schema: docs/schemas/plan.schema.json)."),
@@ -68,7 +121,6 @@ def plan(
         estimate_shape,
         load_shape,
         make_plan,
-        parse_bytes,
         parse_count,
         parse_strategy,
         read_hardware,
@@ -81,15 +133,30 @@ def plan(
         workload = Workload(
             shape=shape,
             dtype=_choice(dtype, DTYPES, "--dtype"),
-            optimizer=_choice(optimizer, OPTIMIZERS, "--optimizer"),
+            optimizer=resolve_optimizer(optimizer),
             micro_batch=micro_batch,
             seq_len=seq_len,
             recompute=_choice(recompute, RECOMPUTE, "--recompute"),
             attention=_choice(attention, ATTENTION, "--attention"),
+            offload=_choice(offload, OFFLOAD, "--offload"),
+            lora_rank=lora_rank,
+            qlora=qlora,
+            inference=inference,
+            global_batch=global_batch,
         )
+        if qlora and not lora_rank:
+            raise ValueError("--qlora needs --lora-rank (the adapters are what trains)")
         if micro_batch * seq_len > MAX_TOKENS:
             raise ValueError(f"--micro-batch x --seq-len = {micro_batch * seq_len} tokens per GPU: too many")
-        memory = parse_bytes(gpu_mem) if gpu_mem is not None else None
+        from ddpdoctor.plan.units import GPU_NVML_NAMES, parse_gpu_memory, parse_gpu_name
+
+        if gpu is not None and gpu_mem is not None:
+            raise ValueError("give --gpu or --gpu-mem, not both")
+        memory = parse_gpu_memory(gpu_mem) if gpu_mem is not None else None
+        gpu_name = None
+        if gpu is not None:
+            key, memory = parse_gpu_name(gpu)
+            gpu_name = GPU_NVML_NAMES[key]
         strategies = [parse_strategy(part) for item in strategy or () for part in _split_strategies(item)]
     except (PlanInputError, ValueError) as exc:
         raise usage_error(str(exc)) from None
@@ -100,7 +167,7 @@ def plan(
     with ReplaySources(replay) if replay is not None else LiveSources() as sources:
         sources.deadline = time.monotonic() + timeout
         label = f"snapshot {replay}" if replay is not None else "this node"
-        hardware = read_hardware(sources, gpus, nodes, memory, label)
+        hardware = read_hardware(sources, gpus, nodes, memory, label, gpu_name)
     result = make_plan(workload, hardware, strategies)
     if json_out:
         from ddpdoctor.render import print_json

@@ -7,11 +7,19 @@ A config.json is read as JSON and nothing else: no model code is imported or run
 from __future__ import annotations
 
 import errno
+import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ddpdoctor.checks.gpu.models import gpu_generation
-from ddpdoctor.edge.files import InputRefused, check_nesting, load_json_text, read_user_bytes
+from ddpdoctor.edge.files import (
+    InputRefused,
+    check_nesting,
+    load_json_text,
+    read_stdin_bytes,
+    read_user_bytes,
+)
 from ddpdoctor.plan.judge import Hardware
 from ddpdoctor.plan.shape import ModelShape, shape_from_config
 
@@ -28,10 +36,61 @@ class PlanInputError(ValueError):
     """A file or value the user gave that plan cannot use (a usage error, exit 2)."""
 
 
-def read_config(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`, read through the bounded edge reader. PlanInputError for anything else."""
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+def hub_cache_dir(env: Optional[dict[str, str]] = None) -> Path:
+    """Where huggingface_hub keeps downloaded models: HF_HUB_CACHE, else HF_HOME/hub, else
+    ~/.cache/huggingface/hub (huggingface_hub's constants)."""
+    env = dict(os.environ) if env is None else env
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"])
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]) / "hub"
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface" / "hub"
+
+
+def resolve_config(text: str, env: Optional[dict[str, str]] = None) -> Path:
+    """The config.json that `--config` names: a file, a model directory (its config.json), or a model
+    name (`org/name`) already in the local Hugging Face cache (the snapshot refs/main points to, else the
+    newest). Nothing is downloaded. PlanInputError when none is found."""
+    path = Path(text)
+    if path.is_dir():
+        return path / "config.json"
+    if path.exists() or not _HUB_NAME.match(text):
+        return path
+    repo = hub_cache_dir(env) / ("models--" + text.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    candidates: list[Path] = []
     try:
-        data = read_user_bytes(path, MAX_CONFIG_BYTES)
+        ref = (repo / "refs" / "main").read_text(encoding="ascii", errors="replace").strip()
+        if re.fullmatch(r"[0-9a-f]{40}", ref):
+            candidates.append(snapshots / ref / "config.json")
+    except OSError:
+        pass  # no refs/main: a cache filled by snapshot_download(revision=...) or copied by hand
+    try:
+        found = [p / "config.json" for p in snapshots.iterdir() if (p / "config.json").is_file()]
+        candidates += sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        pass
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise PlanInputError(
+        f"{text}: no such file, and no {text} in the Hugging Face cache ({hub_cache_dir(env)}); plan never "
+        "downloads: give the config.json path or run `huggingface-cli download "
+        f"{text} config.json` first"
+    )
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The JSON object in `path` (`-`: standard input), read through the bounded edge reader.
+    PlanInputError for anything else."""
+    try:
+        if str(path) == "-":
+            data = read_stdin_bytes(MAX_CONFIG_BYTES)
+        else:
+            data = read_user_bytes(path, MAX_CONFIG_BYTES)
     except InputRefused as exc:
         if exc.errno == errno.EFBIG:
             raise PlanInputError(
@@ -42,7 +101,8 @@ def read_config(path: Path) -> dict[str, Any]:
         raise PlanInputError(f"{path}: cannot open: {exc.strerror or exc}") from None
     try:
         # Decoded strictly first: json.loads on bytes would guess UTF-16 from a byte-order mark.
-        value = load_json_text(data.decode("utf-8"))
+        # utf-8-sig: a byte-order mark (Windows editors write one) is skipped, not an error.
+        value = load_json_text(data.decode("utf-8-sig"))
         if isinstance(value, dict):
             check_nesting(value, MAX_JSON_DEPTH)
     except UnicodeDecodeError:
@@ -59,7 +119,10 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def load_shape(path: Path) -> ModelShape:
-    """Read and count a config file; PlanInputError for an unreadable or uncountable one."""
+    """Read and count a config (a file, a model directory, a cached model name or `-`); PlanInputError
+    for an unreadable or uncountable one."""
+    if str(path) != "-":
+        path = resolve_config(str(path))
     cfg = read_config(path)
     try:
         return shape_from_config(cfg)
@@ -73,6 +136,7 @@ def read_hardware(
     nodes: int,
     gpu_mem: Optional[int],
     source_label: str,
+    gpu_name: Optional[str] = None,
 ) -> Hardware:
     """The GPUs to plan for: flags first, then what NVML (or the snapshot) says about this node.
 
@@ -88,6 +152,8 @@ def read_hardware(
     name = found[0].name if found else None
     if gpu_mem is not None:
         count = gpus or (len(found) if found else 1)
+        if gpu_name is not None:  # --gpu NAME: that board, whatever this node has
+            return Hardware(count, nodes, gpu_mem, gpu_name, gpu_generation(gpu_name), "--gpu")
         return Hardware(count, nodes, gpu_mem, name, gpu_generation(name), "--gpu-mem")
     if found:
         smallest = min(found, key=lambda g: g.memory_total_mib or 0)

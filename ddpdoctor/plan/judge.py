@@ -12,36 +12,47 @@ from ddpdoctor.plan.memory import (
     Strategy,
     Workload,
     breakdown,
+    layer_activation_elems,
     overhead_for,
     process_groups,
 )
+from ddpdoctor.plan.shape import ModelShape
 from ddpdoctor.plan.units import GIB
 
 # Cheapest first, by what each costs besides memory: DDP all-reduces once; ZeRO-1/2 add bookkeeping but
 # move the same bytes; FSDP/ZeRO-3 gather parameters again in backward (1.5x the traffic); tensor
 # parallel puts collectives inside every layer (NVLink needed); pipelines add bubbles.
-COST_ORDER = ("ddp", "zero1", "zero2", "fsdp", "zero3", "tp")
+COST_ORDER = ("ddp", "zero1", "zero2", "fsdp-grad-op", "hsdp", "fsdp", "zero3", "tp")
+DEFAULT_KINDS = ("ddp", "zero1", "zero2", "fsdp", "zero3")  # the others on request (--strategy)
 TIGHT_FRACTION = 0.05  # under 5% headroom, allocator fragmentation alone can tip a job over
-_STRATEGY = re.compile(r"^(ddp|zero1|zero2|zero3|fsdp)$|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?$")
+_STRATEGY = re.compile(r"^(ddp|zero1|zero2|zero3|fsdp|hsdp|fsdp-grad-op)$|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?(,dopt)?$")
 
 
 def parse_strategy(text: str) -> Strategy:
     """`zero2` or `tp=4,pp=2` -> Strategy. ValueError when malformed."""
     m = _STRATEGY.match(text.strip().lower().replace(" ", ""))
     if not m:
-        raise ValueError(f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, tp=T[,pp=P]")
+        raise ValueError(
+            f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, hsdp, fsdp-grad-op, "
+            "tp=T[,pp=P][,dopt]"
+        )
     if m.group(1):
         return Strategy(m.group(1))
     tp, pp = int(m.group(2)), int(m.group(3) or 1)
     if tp < 1 or pp < 1:
         raise ValueError(f"--strategy {text!r}: tp and pp must be at least 1")
-    return Strategy("tp", tp, pp)
+    return Strategy("tp", tp, pp, distopt=bool(m.group(4)))
 
 
-def default_strategies(gpus_per_node: int) -> list[Strategy]:
-    """All strategies; tensor parallel across the node's GPUs (TP stays inside NVLink reach, at most 8)."""
-    out = [Strategy(kind) for kind in COST_ORDER if kind != "tp"]
-    tp = min(gpus_per_node, 8)
+def default_strategies(gpus_per_node: int, shape: Optional[ModelShape] = None) -> list[Strategy]:
+    """All strategies; tensor parallel at the largest degree that is valid: within the node (NVLink
+    reach, at most 8), dividing the node's GPUs, the attention heads and the key/value heads."""
+    out = [Strategy(kind) for kind in DEFAULT_KINDS]
+    tp = max(
+        t
+        for t in range(1, min(gpus_per_node, 8) + 1)
+        if gpus_per_node % t == 0 and (shape is None or (shape.heads % t == 0 and shape.kv_heads % t == 0))
+    )
     if tp > 1:
         out.append(Strategy("tp", tp))
     return out
@@ -111,6 +122,8 @@ class Plan:
 
 
 def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
+    if w.inference and s.kind not in ("ddp", "tp"):
+        return f"{s.kind} shards training state: for inference use a replica per GPU (ddp) or tp"
     if s.kind != "tp":
         return None
     if s.model_parallel > hw.total_gpus or hw.total_gpus % s.model_parallel:
@@ -119,6 +132,9 @@ def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
         return f"tp={s.tp} spans nodes ({hw.gpus_per_node} GPUs per node): tensor parallel needs NVLink"
     if w.shape.heads % s.tp:
         return f"{w.shape.heads} attention heads do not split {s.tp} ways"
+    if w.shape.kv_heads % s.tp:
+        # Megatron-LM asserts num_query_groups % tensor_model_parallel_size == 0.
+        return f"{w.shape.kv_heads} key/value heads do not split {s.tp} ways"
     if s.pp > w.shape.layers:
         return f"pp={s.pp} is more stages than the {w.shape.layers} layers"
     return None
@@ -131,8 +147,17 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
     if reason:
         return Row(s, dp, verdict="invalid", notes=(reason,))
     overhead = overhead_for(hw.generation, hw.name, hw.gpus_per_node, process_groups(s, hw.total_gpus))
-    mem, notes = breakdown(w, s, dp, overhead)
-    if s.kind in ("zero1", "zero2", "zero3", "fsdp") and dp == 1:
+    # HYBRID_SHARD shards within a node and replicates across nodes.
+    shard = min(dp, hw.gpus_per_node) if s.kind == "hsdp" else dp
+    mem, notes = breakdown(w, s, shard, overhead, hw.nodes)
+    if w.global_batch and not w.inference:
+        per_step = w.micro_batch * dp
+        if w.global_batch % per_step:
+            why = f"global batch {w.global_batch} is not a multiple of micro-batch x {dp} replicas = {per_step}"
+            return Row(s, dp, verdict="invalid", notes=(why,))
+        # Accumulating gradients over micro-batches reuses the same buffers: memory is unchanged.
+        notes = [*notes, f"global batch {w.global_batch}: {w.global_batch // per_step} accumulation step(s)"]
+    if s.kind in ("zero1", "zero2", "zero3", "fsdp", "hsdp", "fsdp-grad-op") and shard == 1:
         notes = [*notes, "one GPU: nothing to shard across"]
     if hw.memory is None:
         return Row(s, dp, mem, "unknown", None, tuple(notes), overhead)
@@ -187,7 +212,7 @@ def find_alternatives(
     """Changes that make some strategy fit, each re-planned; the least disruptive first."""
     tries: list[tuple[str, Workload, Hardware]] = []
     if w.recompute == "none" and w.attention == "eager":
-        tries.append(("--attention flash", replace(w, attention="flash"), hw))
+        tries.append(("--attention sdpa", replace(w, attention="sdpa"), hw))
     if w.recompute == "none":
         tries.append(("--recompute selective", replace(w, recompute="selective"), hw))
     if w.recompute != "full":
@@ -235,25 +260,31 @@ def find_alternatives(
 
 def _workload_notes(w: Workload) -> list[str]:
     notes = []
+    if w.optimizer.startswith("paged-"):
+        notes.append(
+            "paged optimizer: its state lives in CUDA unified memory and is evicted to host RAM only under "
+            "memory pressure; it is counted on the GPU"
+        )
     if w.shape.estimated:
         notes.append(
             f"shape estimated from the parameter count (h={w.shape.hidden}, {w.shape.layers} layers, "
             f"{w.shape.heads} heads, vocabulary {w.shape.vocab}): activations are approximate; give --config"
         )
     if w.recompute == "none" and w.attention == "eager":
-        scores = 5 * w.shape.heads * w.seq_len
-        share = scores / (34 * w.shape.hidden + scores)
+        per_token, per_score = layer_activation_elems(w)
+        scores = per_score * w.shape.heads * w.seq_len
+        share = scores / (per_token + scores)
         if share > 0.5:
             notes.append(
                 f"attention scores are {share:.0%} of each layer's activations (eager attention); "
-                "FlashAttention or PyTorch SDPA (transformers' default) does not keep them: --attention flash"
+                "FlashAttention or PyTorch SDPA (transformers' default) does not keep them: --attention sdpa"
             )
     return notes
 
 
 def make_plan(w: Workload, hw: Hardware, strategies: Optional[Sequence[Strategy]] = None) -> Plan:
     """Judge every strategy; name the cheapest that fits, or what to change."""
-    chosen = list(strategies) if strategies else default_strategies(hw.gpus_per_node)
+    chosen = list(strategies) if strategies else default_strategies(hw.gpus_per_node, w.shape)
     rows = [judge_row(w, s, hw) for s in chosen]
     plan = Plan(w, hw, rows, notes=_workload_notes(w))
     if all(r.verdict == "invalid" for r in rows):

@@ -9,27 +9,52 @@ not an item: it is what the headroom is for (plan.judge warns when headroom is u
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ddpdoctor.plan.shape import ModelShape
 from ddpdoctor.plan.units import GIB
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "autocast": 4}
+# The precision layouts (docs/plan.md#precision): bf16/fp16 keep 16-bit weights with an fp32 master copy
+# (DeepSpeed, Megatron, FSDP MixedPrecision); fp32 is fp32 throughout; autocast is plain torch.autocast
+# over fp32 parameters: fp32 weights, grads and DDP buckets, and the bf16 casts of the weights that
+# autograd keeps from forward until backward.
+PRECISIONS = tuple(DTYPE_BYTES)
 # Optimizer state per parameter, master copy excluded (that is its own item).
 OPTIMIZER_BYTES = {
     "adamw": 8.0,  # exp_avg + exp_avg_sq, fp32 (torch.optim.AdamW; DeepSpeed docs: 4 + 4)
-    "adamw8bit": 2.0,  # bitsandbytes 8-bit AdamW: two 1-byte states (+ an fp32 absmax per 2048 values: 0.2%)
+    # bitsandbytes 8-bit AdamW: two 1-byte states plus, per state, an fp32 absmax per block of 256 values
+    # (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state: blocks = n // 256): 2 + 2·4/256.
+    "adamw8bit": 2.0 + 2 * 4 / 256,
+    "adam": 8.0,  # torch.optim.Adam: the same two fp32 moments
+    "paged-adamw": 8.0,  # bitsandbytes PagedAdamW (32-bit): same bytes, in unified memory (see note)
+    "paged-adamw8bit": 2.0 + 2 * 4 / 256,
+    "lion": 4.0,  # Lion (Chen et al. 2023): one fp32 momentum
+    "lion8bit": 1.0 + 4 / 256,  # bitsandbytes Lion8bit: one 1-byte state + its absmax per 256
+    "paged-lion8bit": 1.0 + 4 / 256,
     "sgd": 0.0,  # torch.optim.SGD without momentum keeps no state
     "sgd-momentum": 4.0,  # one fp32 momentum buffer
     "adafactor": 0.0,  # factored second moment: row + column statistics (see optimizer_bytes)
 }
+# transformers' TrainingArguments(optim=...) names, so `--optimizer adamw_torch_fused` works as written.
+OPTIMIZER_ALIASES = {
+    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw_apex_fused": "adamw",
+    "adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_adamw_8bit": "paged-adamw8bit",
+    "paged_adamw_32bit": "paged-adamw", "paged_adamw": "paged-adamw", "lion_32bit": "lion",
+    "lion_8bit": "lion8bit", "paged_lion_8bit": "paged-lion8bit", "paged_lion_32bit": "lion",
+    "sgd_momentum": "sgd-momentum",
+}  # fmt: skip
 RECOMPUTE = ("none", "selective", "full")
+OFFLOAD = ("none", "optimizer", "optimizer+params")
+# DeepSpeed's estimators multiply host RAM by additional_buffer_factor=1.5 (pinned buffers, fragmentation).
+HOST_BUFFER_FACTOR = 1.5
 # eager: the attention scores and probabilities are stored (the paper's 5·a·s²·b); flash: FlashAttention
 # (and PyTorch SDPA's flash/memory-efficient kernels) store only a logsumexp per row and recompute them.
-ATTENTION = ("eager", "flash")
+# sdpa: torch's scaled_dot_product_attention, transformers' default since 4.36; its flash and
+# memory-efficient kernels keep what FlashAttention keeps.
+ATTENTION = ("sdpa", "eager", "flash")
 ZERO_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed reduce_bucket_size / allgather_bucket_size defaults (5e8)
-ZERO3_PREFETCH_ELEMENTS = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default (5e7)
 
 # Fixed per-GPU overhead (docs/plan.md#overhead gives the sources):
 # - driver reserve: nvidia-smi -q "FB Memory Usage / Reserved" on H100 80GB: 454 MiB (R565), 480 MiB (R580);
@@ -98,12 +123,13 @@ class Strategy:
     kind: str
     tp: int = 1
     pp: int = 1
+    distopt: bool = False  # Megatron's --use-distributed-optimizer (tp only)
 
     @property
     def label(self) -> str:
         if self.kind != "tp":
             return self.kind
-        return f"tp={self.tp}" + (f",pp={self.pp}" if self.pp > 1 else "")
+        return f"tp={self.tp}" + (f",pp={self.pp}" if self.pp > 1 else "") + (",dopt" if self.distopt else "")
 
     @property
     def model_parallel(self) -> int:
@@ -120,15 +146,26 @@ class Workload:
     micro_batch: int = 1
     seq_len: int = 2048
     recompute: str = "none"
-    attention: str = "eager"
+    attention: str = "sdpa"
+    offload: str = "none"  # DeepSpeed ZeRO offload to host RAM: none, optimizer, optimizer+params
+    lora_rank: int = 0  # LoRA adapters of this rank on every Linear of the blocks; the base is frozen
+    qlora: bool = False  # the frozen base's block Linears in 4-bit NF4 with double quantisation
+    inference: bool = False  # serving: weights and a KV cache of micro_batch x seq_len tokens, no training
+    global_batch: int = 0  # sequences per optimizer step over all replicas (0: not given)
 
     @property
     def mixed(self) -> bool:
-        return self.dtype != "fp32"
+        """16-bit weights with an fp32 master copy (bf16, fp16); autocast keeps fp32 weights instead."""
+        return self.dtype in ("bf16", "fp16")
 
     @property
     def weight_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes of one activation element: 16-bit under bf16, fp16 and autocast, 4 under fp32."""
+        return 4 if self.dtype == "fp32" else 2
 
 
 @dataclass(frozen=True)
@@ -143,6 +180,9 @@ class Breakdown:
     inputs: int
     temporary: int
     overhead: int
+    workspace: int = 0  # backward's transient tensors at their largest (backward_workspace_bytes)
+    host: int = 0  # host RAM per node for offloaded states (not GPU memory: not in total)
+    kv_cache: int = 0  # inference: keys and values of every layer for micro_batch x seq_len tokens
 
     @property
     def model_states(self) -> int:
@@ -150,7 +190,15 @@ class Breakdown:
 
     @property
     def total(self) -> int:
-        return self.model_states + self.activations + self.inputs + self.temporary + self.overhead
+        return (
+            self.model_states
+            + self.activations
+            + self.inputs
+            + self.temporary
+            + self.overhead
+            + self.workspace
+            + self.kv_cache
+        )
 
     def to_dict(self) -> dict[str, int]:
         return {
@@ -162,9 +210,22 @@ class Breakdown:
             "inputs": self.inputs,
             "temporary": self.temporary,
             "overhead": self.overhead,
+            "workspace": self.workspace,
+            "host": self.host,
+            "kv_cache": self.kv_cache,
             "model_states": self.model_states,
             "total": self.total,
         }
+
+
+def resolve_optimizer(name: str) -> str:
+    """`adamw_bnb_8bit` -> `adamw8bit`; ValueError naming the known optimizers otherwise."""
+    key = name.strip().lower()
+    key = OPTIMIZER_ALIASES.get(key, key)
+    if key not in OPTIMIZER_BYTES:
+        known = ", ".join(OPTIMIZER_BYTES)
+        raise ValueError(f"unknown --optimizer {name!r}; one of {known} (or transformers' optim names)")
+    return key
 
 
 def optimizer_bytes(w: Workload) -> float:
@@ -176,12 +237,37 @@ def optimizer_bytes(w: Workload) -> float:
     return OPTIMIZER_BYTES[w.optimizer]
 
 
+def stage_params(shape: ModelShape, s: Strategy) -> int:
+    """Parameters on the most loaded model-parallel shard (Megatron-LM theoretical_memory_usage.py).
+
+    With pipelining the first stage holds its L/p blocks plus the embedding (and learned positions), the
+    last its blocks plus the final norm and an untied head; tensor parallel splits each stage t ways.
+    """
+    if s.kind != "tp":
+        return shape.params
+    if s.pp == 1:
+        return -(-shape.params // s.tp)
+    blocks = shape.params - shape.root_params
+    per_stage = -(-blocks // s.pp)
+    vh = shape.vocab * shape.hidden
+    final_norm = shape.root_params - vh - shape.positions - (0 if shape.tied else vh)
+    first_stage = per_stage + vh + shape.positions
+    # Megatron keeps a copy of tied word embeddings on the last stage for the output layer.
+    last_stage = per_stage + max(0, final_norm) + vh
+    return -(-max(first_stage, last_stage) // s.tp)
+
+
 def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, int, list[str]]:
     """(parameters, gradients, optimizer, master) bytes per GPU, and notes on what was assumed.
 
     `n_gpus` is the data-parallel degree for ddp/zero/fsdp; for tp the model-parallel split is applied
     and the rest of the GPUs replicate (plain data parallel over the remainder).
     """
+    if w.dtype == "autocast":
+        # torch.autocast leaves the parameters, their gradients and the optimizer in fp32: the fp32
+        # layout; the bf16 weight casts are a temporary (temporary_bytes).
+        params, grads, opt, master, notes = model_states(replace(w, dtype="fp32"), s, n_gpus)
+        return params, grads, opt, master, [*notes, "autocast: fp32 weights, gradients and optimizer state"]
     p = w.shape.params
     wb = w.weight_bytes
     opt = optimizer_bytes(w)
@@ -190,73 +276,178 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
     # (DeepSpeed's "4b grads" in its 16 and 18 multipliers; Megatron's main_grad).
     fp32_grad = 4 if w.mixed else 0
     notes: list[str] = []
+    n = n_gpus
     if s.kind == "ddp":
         # Transformer Math 101: 2 (bf16 weights) + 2 (bf16 grads) + 4 (master) + 8 (AdamW) = 16 B/param.
         return wb * p, wb * p, int(opt * p), master * p, notes
-    if s.kind in ("zero1", "zero2"):
-        # DeepSpeed estimate_zero2_model_states_mem_needs (offload_optimizer=none):
-        # 4·P + 16·P/N for fp16 params + fp16 grads, and fp32 master, momentum, variance, grads sharded.
-        if s.kind == "zero2":
-            notes.append(
-                "DeepSpeed's estimator keeps the 16-bit gradients whole under ZeRO-2 too (same figure as ZeRO-1)"
-            )
-        n = n_gpus
+    if s.kind == "zero1":
+        # ZeRO-1 shards the optimizer states (fp32 master, momentum, variance and the fp32 gradients the
+        # step reads); the 16-bit gradients are all-reduced whole: 4·P + 16·P/N.
         return wb * p, wb * p + _ceil(fp32_grad * p, n), _ceil(opt * p, n), _ceil(master * p, n), notes
+    if s.kind == "zero2":
+        # DeepSpeed >= 0.14.3 estimate_zero2_model_states_mem_needs (offload none): 2·P + 18·P/N, "18 =
+        # 2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit": stage 2 reduces
+        # each bucket of 16-bit gradients into the owning rank's partition during backward.
+        return wb * p, _ceil((wb + fp32_grad) * p, n), _ceil(opt * p, n), _ceil(master * p, n), notes
     if s.kind == "zero3":
-        # DeepSpeed estimate_zero3_model_states_mem_needs (no offload): 4·largest_layer + 18·P/N.
+        # DeepSpeed estimate_zero3_model_states_mem_needs (no offload): 4·largest_layer + 18·P/N, plus the
+        # persistent 16-bit gradient partition stage 3 keeps between reduce and step (2·P/N; measured
+        # ~20·P/N at the step, the estimator omits it): 4·L + 20·P/N.
         big = w.shape.largest_layer
-        n = n_gpus
         return (
             _ceil(wb * p, n) + wb * big,
-            wb * big + _ceil(fp32_grad * p, n),
+            wb * big + _ceil((wb + fp32_grad) * p, n),
             _ceil(opt * p, n),
             _ceil(master * p, n),
             notes,
         )
-    if s.kind == "fsdp":
+    if s.kind in ("fsdp", "hsdp", "fsdp-grad-op"):
         # torch FSDP FULL_SHARD with MixedPrecision(param_dtype=dtype) and a per-block auto-wrap policy:
         # the sharded flat parameters are fp32 (the master); the root unit (embeddings, head) stays
-        # gathered and two blocks are gathered at a time (current + backward prefetch).
+        # gathered and two blocks are gathered at a time (current + backward prefetch). HYBRID_SHARD is
+        # the same within its shard group (n: the node's GPUs), replicated across groups; SHARD_GRAD_OP
+        # keeps the parameters gathered from forward to the end of backward (all of them at the peak).
         sh = w.shape
-        gathered = wb * (sh.root_params + 2 * sh.block_params)
+        gathered = wb * (sh.root_params + 2 * sh.block_params) if s.kind != "fsdp-grad-op" else wb * p
         unit_grad = wb * max(sh.block_params, sh.root_params)
-        n = n_gpus
         if w.mixed:
             return gathered, unit_grad + _ceil(4 * p, n), _ceil(opt * p, n), _ceil(4 * p, n), notes
         return gathered + _ceil(4 * p, n), unit_grad + _ceil(4 * p, n), _ceil(opt * p, n), 0, notes
-    # Tensor/pipeline parallel (Megatron-LM without the distributed optimizer): every tensor is split
-    # t·p ways. bf16 keeps fp32 main grads (18 B/param), fp16 16-bit grads + an fp32 copy (20 B/param).
-    mp = s.model_parallel
-    grads = 4 * p if w.dtype == "bf16" else wb * p + fp32_grad * p
-    notes.append("Megatron-LM layout, sequence parallel on, no distributed optimizer")
+    # Tensor/pipeline parallel (Megatron-LM theoretical_memory_usage.py): the most loaded shard holds
+    # stage_params parameters. Without the distributed optimizer bf16 keeps fp32 main grads (18 B/param),
+    # fp16 16-bit grads + an fp32 copy (20 B/param); with it, optimizer state and master weights are
+    # sharded over the data-parallel ranks (Megatron docs: 6 + 12/d for bf16).
+    shard = stage_params(w.shape, s)
+    grads = 4 * shard if w.dtype == "bf16" else (wb + fp32_grad) * shard
+    d = n_gpus if s.distopt else 1
+    notes.append(
+        "Megatron-LM layout, sequence parallel on, "
+        + (f"distributed optimizer over {d} data-parallel ranks" if s.distopt else "no distributed optimizer")
+    )
     if s.pp > 1:
-        notes.append("layers split evenly over the stages; the first also holds the embeddings")
-    return _ceil(wb * p, mp), _ceil(grads, mp), _ceil(opt * p, mp), _ceil(master * p, mp), notes
+        notes.append("layers split evenly over the stages; the first also holds the embedding")
+    return wb * shard, grads, _ceil(opt * shard, d), _ceil(master * shard, d), notes
+
+
+def layer_activation_elems(w: Workload, core: bool = True) -> tuple[float, float]:
+    """(bytes per token, bytes per a·s²·b) one layer saves for backward, as transformers builds it.
+
+    Counted from the tensors autograd saves (docs/plan.md#activations): RMSNorm upcasts to fp32 (4 B of
+    its input for pow plus the normalised 16-bit copy the weight multiplies), LayerNorm keeps its input;
+    the q/k/v projections share the norm output; attention keeps q, k and v (k and v repeated to every
+    head), o_proj its input; a gated MLP keeps its input, the gate output, silu's output, the up output and
+    their product (h + 4i); GPT-2's gelu_new, written as tanh arithmetic, keeps five i-wide tensors. Eager
+    attention keeps the fp32 softmax and its 16-bit cast (HF Llama: 4 + 2 per score) or GPT-2's 16-bit
+    softmax, dropout mask and dropped copy (2 + 1 + 2); SDPA an fp32 logsumexp per head and row.
+    `core=False` leaves out the attention scores (selective recomputation recomputes the core from the
+    q, k and v it keeps).
+    """
+    sh = w.shape
+    e = w.act_bytes
+    h = sh.hidden
+    qw = sh.q_width or sh.heads * sh.head_dim
+    vw = sh.v_width or qw
+    ac = w.dtype == "autocast"
+    norm = _norm_bytes(w) * h
+    drop = 1 if sh.dropout > 0 else 0
+    # The q/k/v input: one tensor all three save, except under autocast, where the residual stream stays
+    # fp32 and each Linear saves its own bf16 cast of it (autocast caches casts of leaf weights only).
+    per_token = 2 * norm + e * h * (3 if ac and not sh.fused_qkv else 1)
+    per_token += e * (3 * h if sh.fused_qkv else 2 * qw + vw)  # kept even when the core is recomputed
+    per_token += e * vw  # o_proj input
+    per_token += 2 * drop * h  # residual dropout masks
+    sdpa = w.attention != "eager"
+    if core and sdpa:
+        # SDPA also saves its output, but that is the storage o_proj saves (the kernels write it in
+        # [b, s, a, d] order, so transpose + reshape copy nothing): only the fp32 logsumexp is extra.
+        per_token += 4 * sh.heads
+    i = sh.intermediate
+    if sh.mlp_act == "gelu_new":
+        mlp = e * (h + 5 * i)
+    elif sh.mlp_act == "gelu":
+        mlp = e * (h + 2 * i)
+    else:
+        mlp = e * ((2 if ac else 1) * h + 4 * i)  # gate and up save one input, or a cast each
+    if sh.experts > 1 and sh.moe_layers:
+        # Routed tokens: each of the top-k experts gathers its tokens (h, fp32 under autocast, then cast
+        # once per gate/up), runs a gated MLP (4·i_e) and keeps its output for the routing-weight product
+        # (h); the router keeps fp32 probabilities.
+        gathered = (4 + 2 * e) * h if ac else e * h
+        routed = sh.experts_per_token * (gathered + e * (h + 4 * sh.moe_intermediate)) + 4 * sh.experts + e * h
+        routed += e * 4 * sh.shared_intermediate
+        mlp = (routed * sh.moe_layers + mlp * (sh.layers - sh.moe_layers)) / sh.layers
+    per_token += mlp
+    if not core or sdpa:
+        per_score = 0.0
+    elif sh.norm == "layer" and sh.fused_qkv:
+        per_score = e + (1 + e) * drop
+    else:
+        per_score = 4 + (e if e < 4 else 0) + (1 + e) * drop
+    return per_token, per_score
 
 
 def activation_bytes(w: Workload, s: Strategy) -> int:
-    """Korthikanti et al. 2022 (Table 2, §4.3), per GPU, with sequence parallelism on under TP.
+    """Bytes saved for backward at the end of forward, per GPU (sequence parallel divides them by t).
 
-    Per layer and micro-batch: s·b·h·(34 + 5·a·s/h) without recomputation (eager attention; FlashAttention
-    keeps 34·s·b·h plus its fp32 logsumexp, 4·a·s·b), 34·s·b·h with selective,
-    2·s·b·h (the layer input) with full recomputation; all divided by t. The 1F1B pipeline schedule keeps
-    p micro-batches of L/p layers on the first stage: L layers' worth on any p. Without pipelining, the
-    output layer and loss add 4·s·b·h·(1 + v/h)/t. The formulas count 16-bit activations; fp32 doubles.
+    No recomputation: every layer's saved tensors (layer_activation_elems). Selective: the attention core
+    is recomputed, so the scores are not kept, plus one layer's scores while it is recomputed. Full: each
+    layer's input, plus the whole working set of the one layer being recomputed in backward. The 1F1B
+    schedule keeps L layers' worth on the first pipeline stage; without pipelining the output layer adds
+    its norm, the head's input, the 16-bit logits and cross entropy's fp32 log-softmax (4 B per logit).
     """
     sh = w.shape
-    seq, b, h, a, t = w.seq_len, w.micro_batch, sh.hidden, sh.heads, s.tp
+    seq, b, t = w.seq_len, w.micro_batch, s.tp
+    tokens = seq * b
+    per_token, per_score = layer_activation_elems(w)
+    one_layer = per_token * tokens + per_score * sh.heads * seq * seq * b
     if w.recompute == "full":
-        per_layer = 2 * seq * b * h
+        total = w.act_bytes * sh.hidden * tokens * sh.layers + one_layer
     elif w.recompute == "selective":
-        per_layer = 34 * seq * b * h
-    elif w.attention == "flash":
-        per_layer = 34 * seq * b * h + 4 * a * seq * b  # fp32 logsumexp per head and row (Dao et al.)
+        lean, _ = layer_activation_elems(w, core=False)
+        total = lean * tokens * sh.layers + (one_layer - lean * tokens)
     else:
-        per_layer = 34 * seq * b * h + 5 * a * seq * seq * b
-    total = per_layer * sh.layers
+        total = one_layer * sh.layers
     if s.pp == 1:
-        total += 4 * seq * b * h + 4 * seq * b * sh.vocab
-    return _ceil(total * w.weight_bytes // 2, t)
+        total += output_layer_bytes(w)
+    return _ceil(total, t)
+
+
+def _norm_bytes(w: Workload) -> int:
+    """Bytes per element a norm saves: HF RMSNorm keeps its fp32 upcast (4) and the normalised copy the
+    weight multiplies (16-bit, or fp32 when the input is fp32: fp32 training and autocast's fp32 residual
+    stream); LayerNorm keeps its input."""
+    e = w.act_bytes
+    if w.shape.norm == "rms":
+        return 8 if w.dtype in ("fp32", "autocast") else 4 + e
+    return 4 if w.dtype == "autocast" else e
+
+
+def output_layer_bytes(w: Workload) -> int:
+    """The final norm, the head's input, the 16-bit logits the model returns and the fp32 log-softmax."""
+    sh = w.shape
+    e = w.act_bytes
+    norm = _norm_bytes(w)
+    logits = (e + 4) if e < 4 else 8
+    return int(w.seq_len * w.micro_batch * ((norm + e) * sh.hidden + logits * sh.vocab))
+
+
+def backward_workspace_bytes(w: Workload, s: Strategy) -> int:
+    """Transient tensors of backward on top of the saved activations, at their largest.
+
+    Cross entropy's backward holds the fp32 gradient of the log-softmax and the fp32 gradient of the
+    logits it makes (8 B per logit) while the saved log-softmax still exists; an eager layer's softmax
+    backward holds the 16-bit gradient of the probabilities and fp32 gradients in and out ((e + 8) per
+    score); an MLP's backward the gradients of its i-wide intermediates. The largest counts (the output
+    layer only without pipelining, on the last stage).
+    """
+    sh = w.shape
+    e = w.act_bytes
+    tokens = w.seq_len * w.micro_batch
+    loss = 8 * tokens * sh.vocab if s.pp == 1 else 0
+    scores = (e + 8) * sh.heads * w.seq_len * w.seq_len * w.micro_batch if w.attention == "eager" else 0
+    width = sh.moe_intermediate * sh.experts_per_token if sh.moe_layers else sh.intermediate
+    mlp = 4 * e * width * tokens
+    return _ceil(max(loss, scores, mlp), s.tp)
 
 
 def input_bytes(w: Workload) -> int:
@@ -268,22 +459,52 @@ def temporary_bytes(w: Workload, s: Strategy, grads_per_gpu: int) -> int:
     """Communication buffers that exist besides the items above."""
     p = w.shape.params
     wb = w.weight_bytes
+    # autocast caches a bf16 cast of every weight the forward uses, and autograd keeps each until its
+    # layer's backward: 2 B per parameter held by this GPU's shard of the model.
+    return autocast_cast_bytes(w, s) + _buckets(w, s, grads_per_gpu, p, wb)
+
+
+def autocast_cast_bytes(w: Workload, s: Strategy) -> int:
+    """The bf16 copies torch.autocast makes of the weights, kept by autograd until backward: 2 B for each
+    weight a matmul uses. Embeddings are looked up, not multiplied, so never cast, except a tied word
+    embedding, which is also the output layer's weight (measured: bench/plan_vs_measured.py)."""
+    if w.dtype != "autocast":
+        return 0
+    sh = w.shape
+    looked_up = sh.positions + (0 if sh.tied else sh.vocab * sh.hidden)
+    return 2 * max(0, stage_params(sh, s) - -(-looked_up // s.tp))
+
+
+def _buckets(w: Workload, s: Strategy, grads_per_gpu: int, p: int, wb: int) -> int:
     if s.kind == "ddp":
         # DDP's buckets hold a flat copy of every gradient unless gradient_as_bucket_view=True (PyTorch
         # DistributedDataParallel docs: "the saved memory size will be equal to the total gradients size").
         return grads_per_gpu
-    if s.kind in ("zero1", "zero2"):
-        return wb * min(p, ZERO_BUCKET_ELEMENTS) * 2  # reduce bucket + allgather bucket
-    if s.kind == "zero3":
-        return wb * (min(p, ZERO_BUCKET_ELEMENTS) + min(p, ZERO3_PREFETCH_ELEMENTS))
+    if s.kind in ("zero1", "zero2", "zero3"):
+        # DeepSpeed allocates one reduce_bucket_size 16-bit buffer whatever the model's size: stages 1/2
+        # at each backward (ipg_buffer, contiguous_gradients), stage 3 once (its ipg flat buffer). The
+        # allgather bucket is a chunk size, not a buffer; stage 3's prefetched parameters are counted
+        # with the parameters. Measured on 2 gloo ranks (bench/plan_vs_measured.py --zero): 953 MiB.
+        return wb * ZERO_BUCKET_ELEMENTS
     # FSDP reduce-scatters each unit's gradient into the shard it keeps (counted in gradients); Megatron
     # all-reduces its contiguous grad buffer in place: nothing extra.
     return 0
 
 
-def breakdown(w: Workload, s: Strategy, n_gpus: int, overhead: Overhead) -> tuple[Breakdown, list[str]]:
+def breakdown(
+    w: Workload, s: Strategy, n_gpus: int, overhead: Overhead, nodes: int = 1
+) -> tuple[Breakdown, list[str]]:
     """Every item of GPU memory for one strategy; `n_gpus` is the data-parallel degree."""
+    if w.inference:
+        return _inference(w, s, overhead)
     params, grads, opt, master, notes = model_states(w, s, n_gpus)
+    if w.lora_rank:
+        params, grads, opt, master, note = _lora(w, s, n_gpus)
+        notes = [*notes, note]
+    host = 0
+    if w.offload != "none":
+        params, grads, opt, master, host, note = _offload(w, s, n_gpus, params, nodes)
+        notes = [*notes, note]
     return (
         Breakdown(
             parameters=params,
@@ -294,9 +515,110 @@ def breakdown(w: Workload, s: Strategy, n_gpus: int, overhead: Overhead) -> tupl
             inputs=input_bytes(w),
             temporary=temporary_bytes(w, s, grads),
             overhead=overhead.total,
+            workspace=backward_workspace_bytes(w, s),
+            host=host,
         ),
         notes,
     )
+
+
+def _offload(w: Workload, s: Strategy, n: int, params: int, nodes: int) -> tuple[int, int, int, int, int, str]:
+    """(parameters, gradients, optimizer, master, host RAM per node, note) with DeepSpeed's offload, as its
+    estimators count it (estimate_zero2/zero3_model_states_mem_needs, additional_buffer_factor 1.5).
+
+    ZeRO-1/2 offload_optimizer: the 16-bit parameters stay (2P), everything else is on the host,
+    P·max(4·N, 16)·1.5 bytes. ZeRO-3 offload_optimizer: 4·largest_layer + 2P/N on the GPU, 16P·1.5 per node
+    on the host; with offload_param too: 4·largest_layer on the GPU, 18P·1.5 per node.
+    """
+    p = w.shape.params
+    if s.kind in ("zero1", "zero2"):
+        host = int(p * max(4 * n, 16) * HOST_BUFFER_FACTOR)
+        return params, 0, 0, 0, host, _host_note("optimizer", host)
+    if s.kind == "zero3":
+        big = w.weight_bytes * w.shape.largest_layer
+        if w.offload == "optimizer+params":
+            host = int(18 * p * HOST_BUFFER_FACTOR / nodes)
+            return big, big, 0, 0, host, _host_note("parameters and optimizer", host)
+        host = int(16 * p * HOST_BUFFER_FACTOR / nodes)
+        return params, big, 0, 0, host, _host_note("optimizer", host)
+    return params, *model_states(w, s, n)[1:4], 0, f"{s.label}: no DeepSpeed offload; --offload ignored"
+
+
+# bitsandbytes NF4 with double quantisation (QLoRA, Dettmers et al. 2023 §2): 4 bits per weight, an
+# 8-bit absmax per block of 64 and an fp32 constant per 256 of those: 0.5 + 1/64 + 4/(64·256) B/param.
+NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
+
+
+def lora_params(shape: ModelShape, rank: int) -> int:
+    """Parameters of LoRA adapters (A: in x r, B: r x out) on every Linear of every block (PEFT's
+    target_modules="all-linear": q, k, v, o and the MLP's projections)."""
+    h, i = shape.hidden, shape.intermediate
+    qw = shape.q_width or shape.heads * shape.head_dim
+    kvw = shape.kv_heads * shape.head_dim
+    attn = (h + qw) + 2 * (h + kvw) + (qw + h)
+    mlp = (3 if shape.mlp_act == "silu" else 2) * (h + i)
+    return shape.layers * rank * (attn + mlp)
+
+
+def _lora(w: Workload, s: Strategy, n: int) -> tuple[int, int, int, int, str]:
+    """LoRA/QLoRA: the frozen base holds only its weights (16-bit, or NF4 in the blocks' Linears under
+    QLoRA), sharded as the strategy shards parameters; the adapters train in fp32 (PEFT's default under
+    mixed precision) with gradients and optimizer state, replicated (they are small)."""
+    sh = w.shape
+    frozen_blocks = sh.params - sh.root_params
+    base = (NF4_BYTES if w.qlora else w.weight_bytes) * frozen_blocks + w.weight_bytes * sh.root_params
+    if s.kind in ("zero3", "fsdp", "hsdp"):
+        base = _ceil(base, n)
+    elif s.kind == "tp":
+        base = _ceil(base, s.model_parallel)
+    t = lora_params(sh, w.lora_rank)
+    opt = int(optimizer_bytes(w) * t)
+    what = "QLoRA (NF4 base)" if w.qlora else "LoRA"
+    note = f"{what} rank {w.lora_rank}: {t:,} trainable parameters ({t / sh.params:.2%}); the base is frozen"
+    return int(base) + 4 * t, 4 * t, opt, 0, note
+
+
+def kv_cache_bytes(w: Workload, s: Strategy) -> int:
+    """Keys and values of every layer for micro_batch sequences of seq_len tokens, 16-bit (fp32 under
+    --dtype fp32), split over tensor-parallel ranks. Grouped-query attention caches kv_heads heads;
+    transformers' DeepSeek MLA caches the decompressed keys (a·(nope + rope)) and values (a·v)."""
+    sh = w.shape
+    if sh.q_width and sh.v_width and sh.q_width != sh.heads * sh.head_dim:  # MLA
+        per_token = sh.q_width + sh.v_width
+    else:
+        per_token = 2 * sh.kv_heads * sh.head_dim
+    return _ceil(per_token * sh.layers * w.seq_len * w.micro_batch * w.act_bytes, s.tp)
+
+
+def _inference(w: Workload, s: Strategy, overhead: Overhead) -> tuple[Breakdown, list[str]]:
+    """Serving with transformers/vLLM-style TP: the weights, the KV cache, and the prefill's working set of
+    one layer (its MLP intermediates, or eager attention's scores) and the last token's fp32 logits."""
+    sh = w.shape
+    e = w.act_bytes
+    tokens = w.seq_len * w.micro_batch
+    width = sh.moe_intermediate * sh.experts_per_token if sh.moe_layers else sh.intermediate
+    prefill = 3 * e * width * tokens
+    if w.attention == "eager":
+        prefill = max(prefill, (4 + e) * sh.heads * w.seq_len * w.seq_len * w.micro_batch)
+    logits = 4 * sh.vocab * w.micro_batch
+    return (
+        Breakdown(
+            parameters=_ceil(w.weight_bytes * (stage_params(sh, s) if s.kind == "tp" else sh.params), 1),
+            gradients=0,
+            optimizer=0,
+            master=0,
+            activations=_ceil(prefill, s.tp) + logits,
+            inputs=8 * tokens,
+            temporary=0,
+            overhead=overhead.total,
+            kv_cache=kv_cache_bytes(w, s),
+        ),
+        [f"inference: KV cache for {w.micro_batch} x {w.seq_len} tokens"],
+    )
+
+
+def _host_note(what: str, host: int) -> str:
+    return f"{what} offloaded: needs {host / GIB:.1f} GiB of host RAM per node (DeepSpeed's estimate)"
 
 
 def _ceil(value: float, n: int) -> int:

@@ -54,3 +54,51 @@ def parse_bytes(text: str) -> int:
 
 def to_gib(n_bytes: float) -> float:
     return n_bytes / GIB
+
+
+# Memory of one GPU as NVML reports it (nvidia-smi "FB Memory Usage / Total"), by the names users write.
+# Vendors' "GB" on a GPU is GiB: an A100-40GB has 40960 MiB.
+GPU_MEMORY_MIB = {
+    "A100-40GB": 40960,
+    "A100-80GB": 81920,
+    "H100-80GB": 81559,  # H100 80GB HBM3 (SXM), tests/fixtures/gpu nvidia-smi -q
+    "H100-94GB": 95830,  # H100 NVL
+    "H200": 143771,  # H200 141GB HBM3e
+    "L40S": 46068,
+    "L4": 23034,
+    "A10": 23028,
+}
+_GPU_NAME = re.compile(r"[\s_]+")
+# What NVML calls them, so the generation (and NVSwitch buffers) follow: plan.memory.overhead_for.
+GPU_NVML_NAMES = {
+    "A100-40GB": "NVIDIA A100-SXM4-40GB",
+    "A100-80GB": "NVIDIA A100-SXM4-80GB",
+    "H100-80GB": "NVIDIA H100 80GB HBM3",
+    "H100-94GB": "NVIDIA H100 NVL",
+    "H200": "NVIDIA H200",
+    "L40S": "NVIDIA L40S",
+    "L4": "NVIDIA L4",
+    "A10": "NVIDIA A10",
+}
+
+
+def parse_gpu_name(text: str) -> tuple[str, int]:
+    """`h100-80gb` -> ("H100-80GB", bytes). ValueError naming the known GPUs otherwise."""
+    key = _GPU_NAME.sub("-", text.strip().upper().removeprefix("NVIDIA").strip())
+    if key not in GPU_MEMORY_MIB and f"{key}-80GB" in GPU_MEMORY_MIB:
+        key = f"{key}-80GB"  # a bare "H100" is the 80GB board
+    if key not in GPU_MEMORY_MIB:
+        raise ValueError(f"unknown --gpu {text!r}; one of {', '.join(GPU_MEMORY_MIB)} (or give --gpu-mem 80GiB)")
+    return key, GPU_MEMORY_MIB[key] * 1024**2
+
+
+def parse_gpu_memory(text: str) -> int:
+    """--gpu-mem: a size with a unit. A bare number is refused (80 bytes is never meant), and GB/TB are
+    read as GPU vendors write them, binary: 40GB is an A100-40GB's 40 GiB. ValueError if bad."""
+    m = _BYTES.match(text)
+    if m and not m.group(2):
+        raise ValueError(f"--gpu-mem {text.strip()!r} has no unit: write {text.strip()}GiB (or --gpu H100-80GB)")
+    unit = m.group(2).upper() if m else ""
+    if unit in ("KB", "MB", "GB", "TB"):
+        text = text.strip()[: -len(unit)] + unit[0] + "iB"
+    return parse_bytes(text)

@@ -35,6 +35,11 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "seq_len": w.seq_len,
             "recompute": w.recompute,
             "attention": w.attention,
+            "offload": w.offload,
+            "lora_rank": w.lora_rank,
+            "qlora": w.qlora,
+            "inference": w.inference,
+            "global_batch": w.global_batch,
         },
         "hardware": {
             "gpus_per_node": hw.gpus_per_node,
@@ -102,6 +107,8 @@ def render_plan(plan: Plan) -> None:
             cells += ["-"] * (len(_COLUMNS) + 1)
         else:
             d = row.memory.to_dict()
+            # 80 columns hold no more: backward's transients print with the activations (JSON splits them).
+            d["activations"] += d["workspace"] + d["kv_cache"]
             cells += [_gib(d[name]) for name in _COLUMNS] + [_gib(row.memory.total)]
         if row.verdict in ("fits", "tight") and row.headroom is not None:
             verdict = f"{row.verdict} +{_gib(row.headroom)}"
@@ -114,7 +121,8 @@ def render_plan(plan: Plan) -> None:
     con.print(table)
     con.print(
         "param/grads/optim = parameters, gradients, optimizer states; mastr = fp32 copy of the weights "
-        "(mixed precision); activ = activations; temp = communication buckets; ovhd = driver reserve + "
+        "(mixed precision); activ = activations + backward's transients at their largest (+ KV cache for --inference); "
+        "temp = communication buckets and autocast's weight casts; ovhd = driver reserve + "
         "CUDA context + NCCL buffers; verdict: fits +X = X GiB headroom, short Y = over by Y GiB; inputs "
         "(token ids, labels) and the overhead's items are in the JSON. See docs/plan.md.",
         style="dim",

@@ -1,0 +1,491 @@
+"""`ddpdoctor plan` against real training steps of small transformers models on CPU (issue #25).
+
+For each small model (GPT-2, Llama, Mixtral-style MoE, DeepSeek-V2-style MLA + MoE), built by
+transformers from a local config with random weights (nothing downloaded), it runs real AdamW steps
+inside DDP over gloo (one rank, 127.0.0.1) and measures, per component:
+
+- parameters, gradients, optimizer state, fp32 master: bytes of the tensors after a real step;
+- activations: bytes of the storages autograd saves during forward (saved-tensor hooks, each storage
+  once, parameters and autocast's weight casts excluded) plus the logits the model returns;
+- autocast's weight casts: saved 16-bit tensors shaped like an fp32 parameter;
+- peak: torch.distributed._tools.mem_tracker.MemTracker's peak over the second step (every tensor torch
+  allocates through the dispatcher, DDP's C++ buckets included only if the reducer allocates them there).
+
+The plan for the same shape (`shape_from_config` of the same config, same dtype, batch, sequence, attention,
+recompute) gives the same components; the table prints measured, planned and planned/measured. The
+plan's peak is model states + activations + backward workspace + temporary + inputs (no CUDA overhead
+on CPU). Layouts:
+
+- bf16: 16-bit weights and gradients, fp32 master weights and AdamW state (DeepSpeed/Megatron layout),
+  written out: the optimizer steps fp32 masters and the result is copied into the model;
+- autocast: fp32 model under torch.autocast(bfloat16), AdamW on the fp32 parameters.
+
+    python bench/plan_vs_measured.py [--json] [--seq 256] [--batch 2]
+
+Needs `transformers` (bench only, not a requirement of the project or its tests). Each case has a
+wall-clock limit; a case that fails prints its error and the others go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Optional
+
+CASE_TIMEOUT_S = 300
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "gpt2": {
+        "model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 4, "vocab_size": 8000,
+        "n_positions": 1024, "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+    },
+    "llama": {
+        "model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8000, "tie_word_embeddings": False,
+    },
+    "mixtral": {
+        "model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8000, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "tie_word_embeddings": False,
+    },
+    "deepseek_v2": {
+        "model_type": "deepseek_v2", "hidden_size": 256, "intermediate_size": 688, "moe_intermediate_size": 128,
+        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 8000,
+        "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+        "moe_layer_freq": 1, "kv_lora_rank": 64, "q_lora_rank": None, "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 16, "v_head_dim": 32, "tie_word_embeddings": False,
+    },
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    dtype: str  # bf16 (16-bit weights + fp32 master) or autocast
+    attention: str  # eager or sdpa
+    recompute: str  # none or full
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _build(case: Case, torch: Any) -> Any:
+    import transformers
+
+    cfg = dict(CONFIGS[case.model])
+    kind = cfg.pop("model_type")
+    config = transformers.AutoConfig.for_model(kind, **cfg)
+    config._attn_implementation = case.attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    if case.recompute == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    return model.to(torch.bfloat16) if case.dtype == "bf16" else model
+
+
+def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
+    """One case: two real DDP steps; component bytes after the second, activations and peak of it."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", _free_port(), 1, True, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=60))
+    try:
+        model = _build(case, torch)
+        model.train()
+        params = list(model.parameters())
+        masters = [p.detach().float().clone().requires_grad_(True) for p in params] if case.dtype == "bf16" else []
+        opt = torch.optim.AdamW(masters or params, lr=1e-4)
+        ddp = DDP(model)
+        ids = torch.randint(0, CONFIGS[case.model]["vocab_size"], (batch, seq))
+        param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+        shapes32 = {tuple(p.shape) for p in params} if case.dtype == "autocast" else set()
+        shapes32 |= {s[::-1] for s in shapes32}  # a Linear saves the transposed view of its weight's cast
+        acts: dict[int, int] = {}
+        casts: dict[int, int] = {}
+
+        def pack(t: Any) -> Any:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr in param_ptrs:
+                return t
+            if t.dtype == torch.bfloat16 and tuple(t.shape) in shapes32 and t.dim() == 2 and st.nbytes() == 2 * t.numel():
+                casts[ptr] = st.nbytes()  # autocast's cast of an fp32 weight
+            else:
+                acts[ptr] = st.nbytes()
+            return t
+
+        def step(track: bool) -> int:
+            acts.clear()
+            casts.clear()
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if case.dtype == "autocast" else contextlib.nullcontext()
+            hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if track else contextlib.nullcontext()
+            with ctx, hooks:
+                out = ddp(input_ids=ids, labels=ids)
+            logits = out.logits
+            if logits.untyped_storage().data_ptr() not in acts:
+                acts[logits.untyped_storage().data_ptr()] = logits.untyped_storage().nbytes()
+            out.loss.backward()
+            grads = _bytes(p.grad for p in params if p.grad is not None)
+            del out, logits
+            if masters:
+                for p, m in zip(params, masters):
+                    m.grad = p.grad.float()
+                    p.grad = None
+            opt.step()
+            if masters:
+                with torch.no_grad():
+                    for p, m in zip(params, masters):
+                        p.copy_(m)
+                        m.grad = None
+            opt.zero_grad(set_to_none=True)
+            ddp.zero_grad(set_to_none=True)
+            return grads
+
+        step(False)  # the optimizer state exists from here on
+        tracker = MemTracker()
+        tracker.track_external(ddp, opt, *masters)
+        with tracker:
+            grads = step(True)
+        peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+        # DDP's buckets are allocated by its C++ reducer at construction, before the tracker starts: their
+        # sizes come from DDP's own logging data and are resident for the whole step.
+        sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))
+        buckets = sum(int(x) for x in sizes.replace(" ", "").split(",") if x.isdigit())
+        state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+        return {
+            "parameters": _bytes(params),
+            "gradients": grads,
+            "optimizer": _bytes(state),
+            "master": _bytes(masters),
+            "model_states": _bytes(params) + grads + _bytes(state) + _bytes(masters),
+            "activations": sum(acts.values()),
+            "casts": sum(casts.values()),
+            "buckets": buckets,
+            "peak": int(peak) + buckets,
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def planned(case: Case, seq: int, batch: int) -> dict[str, Any]:
+    from ddpdoctor.plan import Strategy, Workload, shape_from_config
+    from ddpdoctor.plan.memory import autocast_cast_bytes, backward_workspace_bytes, breakdown, overhead_for
+
+    shape = shape_from_config(CONFIGS[case.model])
+    w = Workload(
+        shape, dtype=case.dtype, micro_batch=batch, seq_len=seq, recompute=case.recompute,
+        attention="sdpa" if case.attention == "sdpa" else "eager",
+    )  # fmt: skip
+    s = Strategy("ddp")
+    b, _ = breakdown(w, s, 1, overhead_for("unknown", None, 1, 0))
+    casts = autocast_cast_bytes(w, s)
+    return {
+        "parameters": b.parameters,
+        "gradients": b.gradients,
+        "optimizer": b.optimizer,
+        "master": b.master,
+        "model_states": b.model_states,
+        "activations": b.activations,
+        "casts": casts,
+        "peak": b.model_states + b.activations + backward_workspace_bytes(w, s) + b.inputs + b.temporary,
+        "buckets": b.temporary - casts,
+        "params_counted": shape.params,
+    }
+
+
+def _run_case(case: Case, seq: int, batch: int) -> dict[str, Any]:
+    def on_alarm(*_: Any) -> None:
+        raise TimeoutError(f"case ran past {CASE_TIMEOUT_S} s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(CASE_TIMEOUT_S)
+    try:
+        return {"measured": measure(case, seq, batch), "plan": planned(case, seq, batch)}
+    except Exception as exc:  # a case that fails is reported, the others still run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        signal.alarm(0)
+
+
+# --- DeepSpeed ZeRO-1/2/3 over gloo, 2 ranks -------------------------------------------------------------
+
+ZERO_WORLD = 2
+STAGES = (1, 2, 3, 0)  # 0: torch FSDP2
+
+
+def _live_storages(torch: Any) -> dict[int, int]:
+    """Every tensor storage Python can reach now (gc), by address: what the process holds resident."""
+    import gc
+
+    out: dict[int, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if torch.is_tensor(obj) and obj.device.type == "cpu":
+                st = obj.untyped_storage()
+                out[st.data_ptr()] = st.nbytes()
+        except Exception:  # objects that only look like tensors (fakes, freed proxies): not memory
+            continue
+    return out
+
+
+def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: int, queue: Any) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(ZERO_WORLD),
+        LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu",
+    )  # fmt: skip
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    torch.set_num_threads(1)
+    try:
+        case = Case(model, "fp32", "sdpa", "none")
+        net = _build(case, torch)
+        net.train()
+        ids = torch.randint(0, CONFIGS[model]["vocab_size"], (batch, seq))
+        if stage == 0:  # torch FSDP2: per-layer fully_shard, bf16 compute, fp32 sharded parameters
+            import torch.distributed as dist
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+            dist.init_process_group("gloo", rank=rank, world_size=ZERO_WORLD, timeout=timedelta(seconds=120))
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            layers = net.transformer.h if hasattr(net, "transformer") else net.model.layers  # GPT-2 : Llama-like
+            for layer in layers:
+                fully_shard(layer, mp_policy=policy)
+            fully_shard(net, mp_policy=policy)
+            fsdp_opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+            def step() -> None:
+                net(input_ids=ids, labels=ids).loss.backward()
+                fsdp_opt.step()
+                fsdp_opt.zero_grad(set_to_none=True)
+
+        else:
+            import deepspeed
+
+            deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=120))
+            cfg = {
+                "train_micro_batch_size_per_gpu": batch, "bf16": {"enabled": True},
+                "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
+            }  # fmt: skip
+            opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+            engine, _, _, _ = deepspeed.initialize(model=net, optimizer=opt, config=cfg)
+
+            def step() -> None:
+                loss = engine(input_ids=ids, labels=ids).loss
+                engine.backward(loss)
+                engine.step()
+
+
+        class Peak(TorchDispatchMode):
+            """Bytes allocated during the step on top of what was resident, at their largest."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.live: dict[int, int] = {}
+                self.now = self.peak = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                out = func(*args, **(kwargs or {}))
+                for t in out if isinstance(out, (tuple, list)) else (out,):
+                    if torch.is_tensor(t) and t.device.type == "cpu":
+                        try:
+                            st = t.untyped_storage()
+                            ptr = st.data_ptr()
+                        except RuntimeError:  # FSDP2 frees unsharded storages by resizing them to 0
+                            continue
+                        if ptr and ptr not in self.live and ptr not in base:
+                            self.live[ptr] = st.nbytes()
+                            self.now += st.nbytes()
+                            self.peak = max(self.peak, self.now)
+                            import weakref
+
+                            weakref.finalize(st, self._free, ptr)
+                return out
+
+            def _free(self, ptr: int) -> None:
+                self.now -= self.live.pop(ptr, 0)
+
+        step()
+        base = _live_storages(torch)
+        resident = sum(base.values())
+        mode = Peak()
+        with mode:
+            step()
+        queue.put((rank, {"resident": resident, "peak": resident + mode.peak}))
+    except Exception as exc:  # reported in the table, never a hang
+        queue.put((rank, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def measure_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]:
+    import multiprocessing as mproc
+
+    ctx = mproc.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_zero_rank, args=(r, port, stage, model, seq, batch, queue), daemon=True)
+        for r in range(ZERO_WORLD)
+    ]
+    for p in procs:
+        p.start()
+    results: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + CASE_TIMEOUT_S
+    try:
+        while len(results) < ZERO_WORLD and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                rank, res = queue.get(timeout=5)
+                results[rank] = res
+            if len(results) < ZERO_WORLD and not any(p.is_alive() for p in procs):
+                break
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=10)
+    if 0 not in results:
+        return {"error": "rank 0 reported nothing (exited, or past the time limit)"}
+    return results[0]
+
+
+def planned_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]:
+    from ddpdoctor.plan import Strategy, Workload, shape_from_config
+    from ddpdoctor.plan.memory import backward_workspace_bytes, breakdown, overhead_for
+
+    shape = shape_from_config(CONFIGS[model])
+    w = Workload(shape, micro_batch=batch, seq_len=seq)
+    s = Strategy(f"zero{stage}" if stage else "fsdp")
+    b, _ = breakdown(w, s, ZERO_WORLD, overhead_for("unknown", None, 1, 0))
+    # Resident after the step: gradients are released by then, except stage 3's 16-bit partition; stage
+    # 3's reduce buffer is allocated once and stays.
+    # FSDP2 reshards every unit after backward: only the fp32 shards (the master) and their state stay.
+    resident = b.optimizer + b.master + (b.parameters if stage else 0)
+    if stage == 3:
+        resident += b.temporary + 2 * -(-shape.params // ZERO_WORLD)
+    return {
+        "model_states": b.model_states,
+        "resident": resident,
+        "temporary": b.temporary,
+        "peak": b.model_states + b.temporary + b.activations + backward_workspace_bytes(w, s) + b.inputs,
+    }
+
+
+def zero_rows(model: str, seq: int, batch: int, stages: tuple[int, ...] = STAGES) -> list[dict[str, Any]]:
+    rows = []
+    for stage in stages:
+        start = time.monotonic()
+        m = measure_zero(stage, model, seq, batch)
+        row: dict[str, Any] = {"case": {"model": model, "zero": stage, "world": ZERO_WORLD}}
+        if "error" in m:
+            row["error"] = m["error"]
+        else:
+            row["measured"], row["plan"] = m, planned_zero(stage, model, seq, batch)
+        row["seconds"] = round(time.monotonic() - start, 1)
+        rows.append(row)
+    return rows
+
+
+COMPONENTS = ("model_states", "activations", "casts", "buckets", "peak")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--models", default=",".join(CONFIGS))
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--stages", default="1,2,3,0", help="with --zero: ZeRO stages to run, 0 = FSDP2")
+    ap.add_argument(
+        "--zero", action="store_true", help="DeepSpeed ZeRO-1/2/3 (needs deepspeed) and torch FSDP2 on 2 ranks"
+    )
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    cases = [
+        Case(m, dtype, att, rc)
+        for m in args.models.split(",")
+        for dtype, att, rc in (
+            ("bf16", "sdpa", "none"), ("bf16", "eager", "none"), ("bf16", "sdpa", "full"),
+            ("autocast", "sdpa", "none"),
+        )
+    ]  # fmt: skip
+    rows = []
+    if args.zero:
+        for m in args.models.split(","):
+            for row in zero_rows(m, args.seq, args.batch, tuple(int(x) for x in args.stages.split(","))):
+                rows.append(row)
+                if not args.json:
+                    _print_zero(row)
+        cases = []
+    elif not args.json:
+        _header()
+    for case in cases:
+        start = time.monotonic()
+        result = {"case": case.__dict__, **_run_case(case, args.seq, args.batch)}
+        result["seconds"] = round(time.monotonic() - start, 1)
+        rows.append(result)
+        if not args.json:
+            _print_row(result)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    c = r["case"]
+    label = f"{c['model']:<12} {c['dtype']:<8} {c['attention']:<5} rc={c['recompute']:<4}"
+    if "error" in r:
+        print(f"{label}  error: {r['error']}")
+        return
+    m, p = r["measured"], r["plan"]
+    cells = []
+    for k in COMPONENTS:
+        if not m[k] and not p[k]:
+            continue
+        ratio = f"{p[k] / m[k]:5.3f}" if m[k] else "  n/a"
+        cells.append(f"{k} {m[k] / 2**20:.2f}/{p[k] / 2**20:.2f}={ratio}")
+    print(f"{label}  " + "  ".join(cells), flush=True)
+
+
+def _print_zero(r: dict[str, Any]) -> None:
+    c = r["case"]
+    label = f"{c['model']:<12} {'zero' + str(c['zero']) if c['zero'] else 'fsdp2':<5} x{c['world']} bf16"
+    if "error" in r:
+        print(f"{label}  error: {r['error']}", flush=True)
+        return
+    m, p = r["measured"], r["plan"]
+    resident_plan = p["resident"]
+    print(
+        f"{label}  resident after step {m['resident'] / 2**20:.2f}/{resident_plan / 2**20:.2f}="
+        f"{resident_plan / m['resident']:.3f}  peak {m['peak'] / 2**20:.2f}/{p['peak'] / 2**20:.2f}="
+        f"{p['peak'] / m['peak']:.3f}",
+        flush=True,
+    )
+
+
+def _header() -> None:
+    print("measured/planned MiB = planned/measured, per component; one DDP rank over gloo, CPU")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
