@@ -94,3 +94,24 @@ def test_every_area_reports_done_once() -> None:
     areas = select_areas(load_areas(), ["system", "mp", "launch"], [])
     run_checks(LiveSources(), areas, timeout_s=30, on_area_done=done.append)
     assert sorted(done) == sorted(a.name for a in areas)
+
+
+def test_lint_and_explain_show_progress_on_a_terminal(tmp_path) -> None:
+    # The long runs of a first hour (a big tree, a big log) say what they are doing on a terminal.
+    (tmp_path / "train.py").write_text("import torch.distributed as dist\ndist.init_process_group('nccl')\n")
+    code, tty = _run_on_a_terminal(["lint", str(tmp_path)], str(tmp_path))
+    assert code in (0, 1) and "lint" in tty, tty
+    log = tmp_path / "rank0.log"
+    log.write_text("NCCL WARN Call to ibv_create_cq failed\n" * 20000)
+    code, tty = _run_on_a_terminal(["explain", str(log)], str(tmp_path))
+    assert code in (0, 1) and "explain: rank0.log" in tty, tty
+
+
+def test_lint_reports_its_bytes_done() -> None:
+    from pathlib import Path
+
+    from ddpdoctor.lint import lint_paths
+
+    seen: list[tuple[int, int]] = []
+    lint_paths([Path(__file__)], on_progress=lambda done, total, where: seen.append((done, total)))
+    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] > 0

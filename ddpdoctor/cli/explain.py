@@ -98,6 +98,7 @@ def explain(
     from ddpdoctor.render import print_json
     from ddpdoctor.render.explain import render_explanation
     from ddpdoctor.render.formats import FORMATS, document_from_explain, render_document
+    from ddpdoctor.render.progress import StderrProgress
     from ddpdoctor.sources import redact_data
 
     try:
@@ -137,7 +138,13 @@ def explain(
 
     kb = load_knowledge_base()
     try:
-        scan = scan_inputs(kb, _streams(names))
+        with StderrProgress("explain", unit="bytes") as progress:
+
+            def read(name: str, n: int) -> None:
+                progress.describe(os.path.basename(name) if name != "-" else "stdin")
+                progress.advance(n)
+
+            scan = scan_inputs(kb, _streams(names), on_bytes=read)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         raise usage_error(f"cannot read input: {where}{exc.strerror or exc}") from None

@@ -51,6 +51,7 @@ def lint(
     from ddpdoctor.lint import lint_paths, select_rules
     from ddpdoctor.lint.config import load_lint_config
     from ddpdoctor.render.lint import FORMATS, render_lint_report
+    from ddpdoctor.render.progress import StderrProgress
 
     fmt = "text" if fmt.lower() == "table" else fmt.lower()
     if fmt not in FORMATS and fmt not in CI_ONLY_FORMATS:
@@ -69,7 +70,15 @@ def lint(
             [*config.ignore, *split_names(ignore)],
             [*([] if chosen else config.extend_select), *split_names(extend_select)],
         )
-        report = lint_paths(paths, rules)
+        with StderrProgress("lint", unit="bytes") as progress:
+
+            def advance(done: int, total: int, where: str) -> None:
+                progress.set_total(total)
+                progress.update(done)
+                if where:
+                    progress.describe(where)
+
+            report = lint_paths(paths, rules, on_progress=advance)
     except ValueError as exc:
         raise usage_error(str(exc)) from None
     except FileNotFoundError as exc:

@@ -12,7 +12,7 @@ import re
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterable
+from typing import IO, Any, Callable, Iterable, Optional
 
 from ddpdoctor.explain.kb import KnowledgeBase, Signature
 from ddpdoctor.explain.normalize import LineInfo, normalize_line, parse_timestamp
@@ -505,9 +505,11 @@ def scan_stream(
     file_index: int,
     collector: Collector,
     chunk_size: int = CHUNK_SIZE,
+    on_bytes: Optional[Callable[[int], None]] = None,
 ) -> None:
     """Scan a binary stream to its end. Read errors (a truncated .gz, an I/O error) end the scan of this
-    input and are recorded in stats.error; everything read before the error is scanned."""
+    input and are recorded in stats.error; everything read before the error is scanned. `on_bytes(n)`
+    is told of each chunk read (a progress bar)."""
     scanner = StreamScanner(kb, collector, stats, file_index)
     # read1 returns what one read of the underlying stream (or one gzip block) gives, so the data
     # before a truncated gzip member's end is not lost with the EOFError.
@@ -528,6 +530,8 @@ def scan_stream(
             size += len(data)
         if parts:
             scanner.feed(b"".join(parts))
+            if on_bytes is not None:
+                on_bytes(size)
         if error is not None:
             stats.error = f"read stopped early: {error}"
             break
@@ -544,14 +548,20 @@ def open_log(path: str) -> IO[bytes]:
     return open_user_log(path)
 
 
-def scan_inputs(kb: KnowledgeBase, named_streams: Iterable[tuple[str, IO[bytes]]]) -> ScanResult:
-    """Scan several inputs (name, binary stream) into one result."""
+def scan_inputs(
+    kb: KnowledgeBase,
+    named_streams: Iterable[tuple[str, IO[bytes]]],
+    on_bytes: Optional[Callable[[str, int], None]] = None,
+) -> ScanResult:
+    """Scan several inputs (name, binary stream) into one result; `on_bytes(name, n)` as each chunk
+    of an input is read (a progress bar)."""
     collector = Collector()
     inputs: list[InputStats] = []
     for index, (name, stream) in enumerate(named_streams):
         stats = InputStats(name=name)
         inputs.append(stats)
-        scan_stream(kb, stream, stats, index, collector)
+        told = None if on_bytes is None else (lambda n, name=name: on_bytes(name, n))
+        scan_stream(kb, stream, stats, index, collector, on_bytes=told)
     return ScanResult(
         inputs=inputs, events=collector.events, counts=dict(collector.counts), summary=collector.summary
     )

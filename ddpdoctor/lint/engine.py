@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from ddpdoctor.lint.discover import discover_files, read_source
 from ddpdoctor.lint.facts import ModuleFacts
@@ -235,18 +235,22 @@ def lint_file(
 
 
 def lint_paths(
-    paths: Sequence[Union[str, Path]], rules: Optional[Sequence[Rule]] = None, project: bool = True
+    paths: Sequence[Union[str, Path]],
+    rules: Optional[Sequence[Rule]] = None,
+    project: bool = True,
+    on_progress: Optional[Callable[[int, int, str], None]] = None,
 ) -> LintReport:
     """Discover the Python files under `paths` (honouring .gitignore) and lint them. With `project`
     (the default) the files are one project: imports between them are resolved (project.py), so a rule
-    sees a `set_epoch` or a rank-0 check in another file."""
+    sees a `set_epoch` or a rank-0 check in another file. `on_progress(bytes done, bytes in all, where)`
+    is called as each part of the tree is done (a progress bar)."""
     # Every file's tree stays alive until the project is judged: millions of AST objects, which the
     # cyclic collector would rescan again and again (end-to-end speed fell threefold). Nothing here
     # makes reference cycles worth collecting mid-run.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _lint_project(paths, rules, project)
+        return _lint_project(paths, rules, project, on_progress or (lambda done, total, where: None))
     finally:
         if collecting:
             gc.enable()
@@ -261,7 +265,10 @@ FOLLOW_LIMIT = 400
 
 
 def _lint_project(
-    paths: Sequence[Union[str, Path]], rules: Optional[Sequence[Rule]], project: bool
+    paths: Sequence[Union[str, Path]],
+    rules: Optional[Sequence[Rule]],
+    project: bool,
+    on_progress: Callable[[int, int, str], None],
 ) -> LintReport:
     report = LintReport()
     excluded: list[tuple[Path, str]] = []
@@ -269,8 +276,11 @@ def _lint_project(
     report.excluded = [(str(p), why) for p, why in excluded]
     named = [Path(p) for p in paths if not os.path.isdir(p)]
     sizes = [_size(f) for f in files]
-    if not project or sum(sizes) <= PROJECT_BYTES_LIMIT:
+    total = sum(sizes)
+    on_progress(0, total, f"{len(files)} files")
+    if not project or total <= PROJECT_BYTES_LIMIT:
         _lint_part(files, rules, project, report, follow_from=named if project else [])
+        on_progress(total, total, "")
         return report
     parts: list[list[Path]] = [[]]
     held = 0
@@ -287,8 +297,11 @@ def _lint_project(
         f"{sum(sizes) / 2**20:.0f} MB of source linted in {len(parts)} parts of about "
         f"{PART_BYTES // 2**20} MB (whole directories): calls between parts were not followed"
     )
+    done = 0
     for part in parts:
         _lint_part(part, rules, project, report, follow_from=[f for f in named if f in part])
+        done += sum(_size(f) for f in part)
+        on_progress(done, total, str(part[-1].parent) if part else "")
     return report
 
 

@@ -53,6 +53,15 @@ class StderrProgress:
             self._progress.stop()
             self._progress = None
 
+    def set_total(self, total: Optional[float]) -> None:
+        self.total = total
+        if self._progress is not None:
+            self._progress.update(self._task, total=total)
+
+    def update(self, completed: float) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=completed)
+
     def advance(self, amount: float = 1) -> None:
         if self._progress is not None:
             self._progress.advance(self._task, amount)
