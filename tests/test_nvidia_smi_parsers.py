@@ -745,7 +745,7 @@ def test_nvlink_bridge_pair_and_gpu_without_links() -> None:
 # --- the `ddpdoctor parse` contract on every fixture --------------------------------------------------
 
 CONTRACT_TOOLS = {
-    "nvidia-smi-q": sorted(GPU.glob("nvidia-smi-q__*.txt")),
+    "nvidia-smi-q": sorted(GPU.glob("nvidia-smi-q__*.txt")) + sorted(GPU.glob("nvidia-smi-q-section__*.txt")),
     "nvidia-smi-topo": sorted(GPU.glob("nvidia-smi-topo-m__*.txt")),
     "nvidia-smi-topo-p2p": sorted(GPU.glob("nvidia-smi-topo-p2p*.txt")),
     "nvidia-smi-nvlink": sorted(GPU.glob("nvidia-smi-nvlink*.txt")),
