@@ -172,7 +172,7 @@ the keywords that show it written down first (manifest sha256
 `fafc19e869f63dc119f0ff921cd9950dc36bd3459afe013eaa12fd08efd4c2b4`). Run once, at main 4c860c6 (nothing
 was tuned on it), and graded against those keywords: **23 right (51%)**, 0 partial, 11 wrong, 11 none; no
 launcher consequence (SIGTERM to siblings, ChildFailedError, a watchdog timeout) named as root cause.
-Right on port clashes (6/6), unused parameters, /dev/shm, duplicate GPUs, invalid device ordinals, OOM.
+Right on port clashes, unused parameters, /dev/shm, duplicate GPUs, invalid device ordinals, OOM.
 Missed: messages that state their own cause (`Unable to find address for: ^lo`, a conflicting NCCL
 library), fabric manager not running, CUDA toolkit vs torch mismatches (answered with a Python exception),
 Slurm task layouts, NCCL environment variables (NCCL_GRAPH_FILE, NCCL_ALGO) and NCCL too old for the GPU.
