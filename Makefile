@@ -36,7 +36,7 @@ lint: setup
 	$(VENV)/bin/ruff check ddpdoctor tests bench
 
 docs: setup
-	$(PY) -m ddpdoctor.docgen
+	$(PY) -m ddpdoctor.dev.docgen
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -20,7 +20,7 @@ import time
 from ddpdoctor.bench.launcher import launch_local
 from ddpdoctor.bench.math import bandwidths, coll_counts
 from ddpdoctor.bench.plan import BenchPlan
-from ddpdoctor.ports import pick_free_port
+from ddpdoctor.edge.ports import pick_free_port
 
 SIZES = (4 * 1024**2, 8 * 1024**2, 16 * 1024**2)
 

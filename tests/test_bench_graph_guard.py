@@ -41,7 +41,7 @@ from ddpdoctor.bench.limits import (
 from ddpdoctor.bench.results import compare_baseline, summarize
 from ddpdoctor.bench.timing import EAGER, GRAPH, eager_fallbacks, is_inplace, select_timing
 from ddpdoctor.cli import app
-from ddpdoctor.nvml import read_memory_specs
+from ddpdoctor.edge.nvml import read_memory_specs
 from ddpdoctor.parsers.nccl_tests import parse_nccl_tests
 from ddpdoctor.render.bench import bench_header_lines, bench_table_lines, summary_lines
 
@@ -495,7 +495,7 @@ def test_ci_formats_say_why_no_peak_at_one_rank(clean_env: None) -> None:
 def test_report_bench_section_marks_implausible_rows_and_notes() -> None:
     from types import SimpleNamespace
 
-    from ddpdoctor.report import _bench_section
+    from ddpdoctor.ci.report import _bench_section
 
     rows = flag_implausible(_h100_rows(), MemoryBandwidth(3352.3, "test"))
     data = {"rows": rows, "notes": [WORLD_SIZE_ONE_HEADING]}

@@ -23,8 +23,8 @@ from ddpdoctor.bench.preflight import (
     plan_launch,
     read_torch_build,
 )
-from ddpdoctor.ports import PortHolder
-from ddpdoctor.runner import Command, CommandResult
+from ddpdoctor.edge.ports import PortHolder
+from ddpdoctor.edge.runner import Command, CommandResult
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 
@@ -209,7 +209,7 @@ def test_buffer_memory_judged_from_the_op_that_needs_most() -> None:
 
 
 def test_available_memory_is_the_smallest_free_gpu_for_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ddpdoctor.nvml as nvml
+    import ddpdoctor.edge.nvml as nvml
     from ddpdoctor.bench.preflight import read_available_memory
 
     # free_mib 81079 of the real H100 snapshot (/work/shared/fixtures/real-h100, nvml.json), and a

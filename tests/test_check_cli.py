@@ -188,8 +188,8 @@ def test_snapshot_then_replay_gives_the_same_findings(clean_launch_env, tmp_path
         assert res.exit_code == 0, res.output
         # The same observations, judged live (recorded at the same moment) ...
         from ddpdoctor.checks import load_areas
-        from ddpdoctor.engine import run_checks, select_areas
-        from ddpdoctor.sources import RecordingSources
+        from ddpdoctor.core.engine import run_checks, select_areas
+        from ddpdoctor.edge.sources import RecordingSources
 
         rec = RecordingSources()
         live = run_checks(rec, select_areas(load_areas(), ISSUE2_AREAS.split(",")), timeout_s=60)
@@ -221,7 +221,7 @@ def test_snapshot_then_replay_gives_the_same_findings(clean_launch_env, tmp_path
 # then hangs like an `import torch` stuck on a dead NFS mount or a wedged driver.
 HANGING_TORCH_INFO = (
     "import os, sys, time\n"
-    "if 'ddpdoctor.torch_info' in sys.orig_argv:\n"
+    "if 'ddpdoctor.edge.torch_info' in sys.orig_argv:\n"
     "    open(os.environ['DDPDOCTOR_TEST_PIDFILE'], 'w').write(str(os.getpid()))\n"
     "    time.sleep(120)\n"
 )
@@ -313,7 +313,7 @@ def test_ctrl_c_during_the_check_leaves_no_child(tmp_path: Path) -> None:
 
 def test_prefetch_only_for_the_areas_that_read_torch_info(monkeypatch: pytest.MonkeyPatch) -> None:
     from ddpdoctor.cli.check import start_live_sources
-    from ddpdoctor.sources import LiveSources
+    from ddpdoctor.edge.sources import LiveSources
 
     prefetched: list[list[str]] = []
     monkeypatch.setattr(LiveSources, "prefetch", lambda self, cmd: prefetched[-1].append(cmd.id))

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from ddpdoctor.checks.nccl_env import CONF_READ_LIMIT, check_conf_files, read_conf_file, read_nccl_conf
 from ddpdoctor.checks.network import NetFacts, check_master_port
 from ddpdoctor.cli.app import app
-from ddpdoctor.model import Severity
+from ddpdoctor.core.model import Severity
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -33,12 +33,12 @@ def invoke(*args: str, env: dict[str, str] | None = None):
 
 
 def _no_probe_may_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ddpdoctor.engine
+    import ddpdoctor.core.engine
 
     def refuse(*_a: object, **_k: object) -> None:
         raise AssertionError("probes ran before the snapshot directory was validated")
 
-    monkeypatch.setattr(ddpdoctor.engine, "run_checks", refuse)
+    monkeypatch.setattr(ddpdoctor.core.engine, "run_checks", refuse)
 
 
 @pytest.mark.parametrize(
@@ -257,14 +257,14 @@ def test_timeout_of_a_day_works() -> None:
 
 def test_torch_probe_timeout_shows_sub_second_durations() -> None:
     from ddpdoctor.checks.torch import probe_failure
-    from ddpdoctor.runner import CommandResult
+    from ddpdoctor.edge.runner import CommandResult
 
     f = probe_failure(CommandResult(argv=("python",), timed_out=True, duration_s=0.1, stdout="x"))
     assert f is not None and "within 0.1s" in f.summary
 
 
 def test_shm_sizes_are_human() -> None:
-    from ddpdoctor.expect import human_size
+    from ddpdoctor.ci.expect import human_size
 
     assert human_size(24684084 * 1024) == "23.5 GiB"
     assert human_size(16 * 1024**3) == "16 GiB"
@@ -272,7 +272,7 @@ def test_shm_sizes_are_human() -> None:
 
 
 def test_one_more_check_passed_is_singular() -> None:
-    from ddpdoctor.model import Finding, Report
+    from ddpdoctor.core.model import Finding, Report
     from ddpdoctor.render import console
     from ddpdoctor.render.check import render_check_report
 
@@ -342,7 +342,7 @@ def test_cluster_json_validates_against_its_schema() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from _cluster_agents import Agents, agent_env, describe, find_json, torchrun_argv, wait_listening
 
-    from ddpdoctor.ports import pick_free_port
+    from ddpdoctor.edge.ports import pick_free_port
 
     schema = json.loads((DOCS / "schemas" / "cluster.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)

@@ -48,8 +48,8 @@ from ddpdoctor.cluster.report import (
 )
 from ddpdoctor.cluster.session import ClusterOutcome, print_rank_message
 from ddpdoctor.cluster.topology import group_by_node
-from ddpdoctor.model import Evidence, Severity, define
-from ddpdoctor.sysfs_ib import read_infiniband_sysfs
+from ddpdoctor.core.model import Evidence, Severity, define
+from ddpdoctor.edge.sysfs_ib import read_infiniband_sysfs
 
 # ---------------------------------------------------------------------------------------------
 # Slurm hostlists

@@ -20,7 +20,7 @@ import jsonschema
 import psutil
 from _cluster_agents import Agents, agent_env, describe, find_json, torchrun_argv, wait_listening
 
-from ddpdoctor.ports import pick_free_port
+from ddpdoctor.edge.ports import pick_free_port
 
 # Bounds on a whole multi-agent run: generous for a loaded 2-core CI machine, far below a hang.
 RUN_TIMEOUT_S = 120

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor import docgen
+from ddpdoctor.dev import docgen
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -15,12 +15,12 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 def test_generated_docs_are_current(name: str) -> None:
     expected = docgen.GENERATED[name]()
     actual = (DOCS / name).read_text()
-    assert actual == expected, f"docs/{name} is stale: run `python -m ddpdoctor.docgen`"
+    assert actual == expected, f"docs/{name} is stale: run `python -m ddpdoctor.dev.docgen`"
 
 
 def test_every_finding_id_is_documented() -> None:
     from ddpdoctor.checks import load_areas
-    from ddpdoctor.model import all_specs
+    from ddpdoctor.core.model import all_specs
 
     load_areas()
     text = (DOCS / "checks.md").read_text()

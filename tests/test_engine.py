@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import time
 
-from ddpdoctor.engine import Area, Context, run_checks, select_areas
-from ddpdoctor.model import ExitCode, Severity, define
-from ddpdoctor.runner import define_command
-from ddpdoctor.sources import LiveSources
+from ddpdoctor.core.engine import Area, Context, run_checks, select_areas
+from ddpdoctor.core.model import ExitCode, Severity, define
+from ddpdoctor.edge.runner import define_command
+from ddpdoctor.edge.sources import LiveSources
 
 SLEEPER = define_command("test-sleeper", ("sleep", "1000"), "test only: a tool that hangs")
 GOOD = define("test.good", "Good", "test only")
@@ -58,7 +58,7 @@ def test_crashing_probe_is_an_error_finding() -> None:
 
 
 def test_exit_codes() -> None:
-    from ddpdoctor.model import exit_code_for
+    from ddpdoctor.core.model import exit_code_for
 
     fail = GOOD.finding(Severity.FAIL, "x")
     warn = GOOD.finding(Severity.WARN, "x")

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ddpdoctor.cli import app
-from ddpdoctor.expect import (
+from ddpdoctor.ci.expect import (
     Expectations,
     ExpectationsError,
     NodeFacts,
@@ -22,7 +21,8 @@ from ddpdoctor.expect import (
     parse_size,
     parse_version,
 )
-from ddpdoctor.model import Severity
+from ddpdoctor.cli import app
+from ddpdoctor.core.model import Severity
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = Path(__file__).parent / "fixtures" / "ci"

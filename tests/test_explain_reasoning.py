@@ -9,8 +9,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from ddpdoctor.core.model import ExitCode
 from ddpdoctor.explain import explain, load_knowledge_base, scan_inputs
-from ddpdoctor.model import ExitCode
 
 KB = load_knowledge_base()
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpdoctor.cli import app
-from ddpdoctor.model import Evidence, Finding, Severity
+from ddpdoctor.core.model import Evidence, Finding, Severity
 from ddpdoctor.render.formats import (
     PROLOG_LINE_MAX,
     Document,

@@ -16,16 +16,16 @@ from hypothesis import strategies as st
 from test_nvml import R550_FIELDS, FakeNvml, Raise, consumer_gpu, field_values, h100, healthy
 from typer.testing import CliRunner
 
-from ddpdoctor import nvml
 from ddpdoctor.checks import gpu as gpu_area
 from ddpdoctor.checks.gpu import collect as gpu_collect
 from ddpdoctor.cli import app
-from ddpdoctor.engine import run_checks
-from ddpdoctor.model import Finding, Report, Severity
+from ddpdoctor.core.engine import run_checks
+from ddpdoctor.core.model import Finding, Report, Severity
+from ddpdoctor.edge import nvml
+from ddpdoctor.edge.runner import Command, CommandResult
+from ddpdoctor.edge.sources import LiveSources, NotAvailable, RecordingSources, ReplaySources
 from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_q
 from ddpdoctor.render.gpu import topology_table, topology_text
-from ddpdoctor.runner import Command, CommandResult
-from ddpdoctor.sources import LiveSources, NotAvailable, RecordingSources, ReplaySources
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 A100_REMAP = "nvidia-smi-q__a100-sxm4-80gb-xid63-dram-correctable-remap-pending-excerpt.txt"
@@ -106,7 +106,7 @@ def torch_info(cuda: Optional[str], count: int = 8, warning: str = "") -> str:
     errors = {"cuda_available.warning": warning} if warning else {}
     return json.dumps(
         {
-            "schema": "ddpdoctor.torch_info/1",
+            "schema": "ddpdoctor.edge.torch_info/1",
             "torch": {
                 "version": "2.5.1",
                 "cuda": cuda,
@@ -121,7 +121,7 @@ def torch_info(cuda: Optional[str], count: int = 8, warning: str = "") -> str:
 
 @pytest.fixture
 def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeNvml]:
-    """Install a FakeNvml as the pynvml module ddpdoctor.nvml loads."""
+    """Install a FakeNvml as the pynvml module ddpdoctor.edge.nvml loads."""
 
     def install(gpus: list[dict[str, Any]], **kw: Any) -> FakeNvml:
         fake = FakeNvml(gpus, **kw)
@@ -1010,10 +1010,10 @@ def test_real_gpu_node_snapshot_replay(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_real_nvidia_smi_outputs_parse() -> None:
+    from ddpdoctor.edge.runner import run_argv
     from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_q
     from ddpdoctor.parsers.nvidia_smi_nvlink import parse_nvlink
     from ddpdoctor.parsers.nvidia_smi_topo import parse_topo_matrix
-    from ddpdoctor.runner import run_argv
 
     q = run_argv(["nvidia-smi", "-q"], timeout_s=60)
     parsed = parse_nvidia_smi_q(q.stdout)

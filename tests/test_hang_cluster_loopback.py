@@ -22,7 +22,7 @@ from _cluster_agents import Agents, agent_env, describe, find_json, torchrun_arg
 from _hang_harness import JOB, group_alive, marker_line
 from referencing import Registry, Resource
 
-from ddpdoctor.ports import pick_free_port
+from ddpdoctor.edge.ports import pick_free_port
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 RUN_TIMEOUT_S = 150

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 from ddpdoctor.checks import load_areas
 from ddpdoctor.cli import app
-from ddpdoctor.docgen import load_declarations
-from ddpdoctor.engine import PROBE_CRASHED, run_checks, select_areas
-from ddpdoctor.sources import ReplaySources, all_facts
+from ddpdoctor.core.engine import PROBE_CRASHED, run_checks, select_areas
+from ddpdoctor.dev.docgen import load_declarations
+from ddpdoctor.edge.sources import ReplaySources, all_facts
 
 HEALTHY = Path(__file__).parent / "fixtures" / "ci" / "healthy-cpu-node"
 SETTINGS = settings(

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from ddpdoctor.checks.launch import parse_launch_env
 from ddpdoctor.cli import app
+from ddpdoctor.core.engine import PROBE_CRASHED, SNAPSHOT_BAD_FILE, SNAPSHOT_EMPTY
 from ddpdoctor.edge.files import (
     InputRefused,
     load_json_text,
@@ -30,8 +31,7 @@ from ddpdoctor.edge.files import (
     write_new_file,
 )
 from ddpdoctor.edge.redact import REDACTED, redact_text
-from ddpdoctor.engine import PROBE_CRASHED, SNAPSHOT_BAD_FILE, SNAPSHOT_EMPTY
-from ddpdoctor.sources import LiveSources, ReplaySources
+from ddpdoctor.edge.sources import LiveSources, ReplaySources
 
 ROOT = Path(__file__).resolve().parent.parent
 HEALTHY = Path(__file__).parent / "fixtures" / "ci" / "healthy-cpu-node"
@@ -313,7 +313,7 @@ def test_the_hard_deadline_ends_a_process_whose_gil_is_held(tmp_path: Path) -> N
     the in-process timer; the backstop process must still end the run, say why, and leave no child."""
     script = (
         "import re, subprocess, threading\n"
-        "from ddpdoctor.prolog import arm_hard_deadline\n"
+        "from ddpdoctor.ci.prolog import arm_hard_deadline\n"
         "child = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
         "print(child.pid, flush=True)\n"
         "arm_hard_deadline(1.0)\n"
@@ -333,7 +333,7 @@ def test_the_hard_deadline_ends_a_process_whose_gil_is_held(tmp_path: Path) -> N
 
 
 def test_an_armed_bound_leaves_no_backstop_behind() -> None:
-    from ddpdoctor.prolog import arm_hard_deadline
+    from ddpdoctor.ci.prolog import arm_hard_deadline
 
     bound = arm_hard_deadline(300)
     assert bound.backstop is not None and bound.backstop.poll() is None

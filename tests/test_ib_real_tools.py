@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 
 from ddpdoctor.checks.rdma import AREA, IBSTAT, IBSTATUS, IBV_DEVINFO
 from ddpdoctor.cli import app
-from ddpdoctor.engine import run_checks
-from ddpdoctor.model import Severity
+from ddpdoctor.core.engine import run_checks
+from ddpdoctor.core.model import Severity
+from ddpdoctor.edge.runner import run_argv
+from ddpdoctor.edge.sources import LiveSources
 from ddpdoctor.parsers.ibstat import parse_ibstat
 from ddpdoctor.parsers.ibstatus import parse_ibstatus
 from ddpdoctor.parsers.ibv_devinfo import parse_ibv_devinfo
-from ddpdoctor.runner import run_argv
-from ddpdoctor.sources import LiveSources
 
 MISSING = [tool for tool in ("ibstat", "ibv_devinfo") if shutil.which(tool) is None]
 

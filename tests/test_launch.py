@@ -15,7 +15,7 @@ from ddpdoctor.checks.launch import (
     parse_launch_env,
     parse_port,
 )
-from ddpdoctor.model import ExitCode, Severity, exit_code_for
+from ddpdoctor.core.model import ExitCode, Severity, exit_code_for
 
 TORCHRUN = {
     "MASTER_ADDR": "10.0.0.1",

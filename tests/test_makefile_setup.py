@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.ports import pick_free_port
+from ddpdoctor.edge.ports import pick_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -18,9 +18,9 @@ from ddpdoctor.checks.nccl_env import (
     parse_nccl_conf,
     suggest_name,
 )
-from ddpdoctor.engine import run_checks
-from ddpdoctor.model import ExitCode, Severity, exit_code_for
-from ddpdoctor.sources import ReplaySources
+from ddpdoctor.core.engine import run_checks
+from ddpdoctor.core.model import ExitCode, Severity, exit_code_for
+from ddpdoctor.edge.sources import ReplaySources
 
 
 def judge(env: dict[str, str], conf=None):

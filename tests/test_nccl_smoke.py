@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from ddpdoctor.bench.launcher import LaunchResult, RankFailure, RankState
 from ddpdoctor.checks.nccl import SmokeFacts, check_nccl
 from ddpdoctor.cli import app
-from ddpdoctor.model import Severity
+from ddpdoctor.core.model import Severity
 
 # These tests are about the CPU-only behaviour (the gloo path, the skip without GPUs): hide any GPU
 # so that they hold on a GPU node too. CUDA_VISIBLE_DEVICES="" is what users would set, and the ranks

@@ -20,9 +20,9 @@ from ddpdoctor.checks.network import (
     resolve_names,
     select_nccl_interfaces,
 )
-from ddpdoctor.engine import run_checks
-from ddpdoctor.model import ExitCode, Severity
-from ddpdoctor.sources import LiveSources, RecordingSources, ReplaySources
+from ddpdoctor.core.engine import run_checks
+from ddpdoctor.core.model import ExitCode, Severity
+from ddpdoctor.edge.sources import LiveSources, RecordingSources, ReplaySources
 
 IFACES = {
     "interfaces": [

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from ddpdoctor.checks import gpu as gpu_area
 from ddpdoctor.cli import app
-from ddpdoctor.engine import run_checks
-from ddpdoctor.model import Severity
+from ddpdoctor.core.engine import run_checks
+from ddpdoctor.core.model import Severity
+from ddpdoctor.edge.sources import ReplaySources
 from ddpdoctor.parsers.nvidia_smi import (
     parse_gpu_section,
     parse_nvidia_smi_csv,
@@ -27,7 +28,6 @@ from ddpdoctor.parsers.nvidia_smi import (
 )
 from ddpdoctor.parsers.nvidia_smi_nvlink import link_summary, parse_nvlink
 from ddpdoctor.parsers.nvidia_smi_topo import closest_nics, link_rank, parse_topo_matrix, parse_topo_p2p
-from ddpdoctor.sources import ReplaySources
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 

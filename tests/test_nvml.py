@@ -1,4 +1,4 @@
-"""ddpdoctor.nvml against a fake NVML at the I/O boundary (the pynvml module), and the real one on GPUs.
+"""ddpdoctor.edge.nvml against a fake NVML at the I/O boundary (the pynvml module), and the real one on GPUs.
 
 The fake raises the bindings' own exception classes (`pynvml.NVMLError(code)`), so the error mapping
 under test is the one that meets a real driver. Scenarios: healthy 8xH100, one GPU lost mid-query,
@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import pynvml
 import pytest
 
-from ddpdoctor import nvml
+from ddpdoctor.edge import nvml
 from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_q
 
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -476,7 +476,7 @@ def test_real_nvml_reads_every_gpu() -> None:
 
 @pytest.mark.gpu
 def test_real_nvml_agrees_with_nvidia_smi_q() -> None:
-    from ddpdoctor.runner import run_argv
+    from ddpdoctor.edge.runner import run_argv
 
     res = run_argv(["nvidia-smi", "-q"], timeout_s=60)
     assert res.ok, res.describe_failure()

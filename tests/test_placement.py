@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpdoctor.checks.gpu.placement import (
+from ddpdoctor.core.model import ExitCode, Severity, exit_code_for
+from ddpdoctor.core.placement import (
     GpuSupply,
     LocalRanks,
     choose_cuda_index,
@@ -21,7 +22,6 @@ from ddpdoctor.checks.gpu.placement import (
     supply_from_gpus,
     tasks_on_node,
 )
-from ddpdoctor.model import ExitCode, Severity, exit_code_for
 
 FIX = Path(__file__).parent / "fixtures"
 REPLAY = FIX / "check" / "real-h100-torchrun-2ranks"

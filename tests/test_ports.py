@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddpdoctor.ports import find_port_holder, pick_free_port, read_ephemeral_range
+from ddpdoctor.edge.ports import find_port_holder, pick_free_port, read_ephemeral_range
 
 LISTENER = (
     "import socket, sys, time\n"

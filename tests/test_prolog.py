@@ -89,7 +89,7 @@ def test_hard_deadline_stops_anything_and_kills_children(tmp_path: Path) -> None
     # exit 3, and no child left behind.
     script = (
         "import subprocess, sys, time\n"
-        "from ddpdoctor.prolog import arm_hard_deadline\n"
+        "from ddpdoctor.ci.prolog import arm_hard_deadline\n"
         "child = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
         "print(child.pid, flush=True)\n"
         "arm_hard_deadline(1.0)\n"
@@ -124,8 +124,8 @@ def test_the_hard_bound_ends_with_the_check_in_a_longer_lived_process() -> None:
 
     from typer.testing import CliRunner
 
+    from ddpdoctor.ci.prolog import DEADLINE_THREAD
     from ddpdoctor.cli import app
-    from ddpdoctor.prolog import DEADLINE_THREAD
 
     for args in (["--replay", str(HEALTHY)], ["--replay", str(HEALTHY), "--only", "no-such-area"]):
         res = CliRunner().invoke(app, ["check", "--prolog", "--timeout", "30", *args])

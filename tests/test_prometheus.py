@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.model import Finding, Severity
+from ddpdoctor.core.model import Finding, Severity
 from ddpdoctor.render.formats import Document
 from ddpdoctor.render.prometheus import escape_label_value, metric_names, render_prometheus
 

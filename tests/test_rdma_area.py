@@ -22,11 +22,11 @@ from ddpdoctor.checks.rdma import (
     summarize_rdma,
 )
 from ddpdoctor.cli import app
-from ddpdoctor.engine import run_checks
-from ddpdoctor.model import Finding, Severity
-from ddpdoctor.runner import CommandResult
-from ddpdoctor.sources import RecordingSources, ReplaySources
-from ddpdoctor.sysfs_ib import load_infiniband_sysfs, read_infiniband_sysfs, to_ib_status
+from ddpdoctor.core.engine import run_checks
+from ddpdoctor.core.model import Finding, Severity
+from ddpdoctor.edge.runner import CommandResult
+from ddpdoctor.edge.sources import RecordingSources, ReplaySources
+from ddpdoctor.edge.sysfs_ib import load_infiniband_sysfs, read_infiniband_sysfs, to_ib_status
 
 RDMA = Path(__file__).parent / "fixtures" / "rdma"
 IBSTAT_DOWN = RDMA / "ibstat__cx7-ib-port-down-polling-redacted-guids.txt"
@@ -526,7 +526,7 @@ def test_snapshot_then_replay_gives_the_same_findings(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["ibstat", "ibv_devinfo", "ibstatus", "lspci-vvv", "lsmod"])
 def test_commands_are_declared(name: str) -> None:
-    from ddpdoctor.runner import all_commands
+    from ddpdoctor.edge.runner import all_commands
 
     assert name in all_commands()
 
@@ -756,7 +756,7 @@ def test_virtual_functions_of_different_adapter_families_are_no_firmware_mismatc
 def test_missing_tools_replay_as_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A node without lspci/ibstat/lsmod: the replay must name the missing tools as the live run did,
     not report their files as absent from the snapshot (seen on a GPU node without pciutils)."""
-    from ddpdoctor.runner import Command
+    from ddpdoctor.edge.runner import Command
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no tool is found: every one is missing
     rec = RecordingSources()

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from ddpdoctor.checks.gpu.models import describe_architecture
 from ddpdoctor.cli import app
-from ddpdoctor.nvml import load_nvml_fact
+from ddpdoctor.edge.nvml import load_nvml_fact
 from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_csv, parse_nvidia_smi_q
 from ddpdoctor.parsers.nvidia_smi_nvlink import parse_nvlink
 from ddpdoctor.parsers.nvidia_smi_topo import parse_topo_matrix

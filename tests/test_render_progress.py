@@ -87,8 +87,8 @@ def test_snapshot_shows_progress_on_a_terminal_only(tmp_path) -> None:
 
 def test_every_area_reports_done_once() -> None:
     from ddpdoctor.checks import load_areas
-    from ddpdoctor.engine import run_checks, select_areas
-    from ddpdoctor.sources import LiveSources
+    from ddpdoctor.core.engine import run_checks, select_areas
+    from ddpdoctor.edge.sources import LiveSources
 
     done: list[str] = []
     areas = select_areas(load_areas(), ["system", "mp", "launch"], [])

@@ -23,15 +23,15 @@ from hypothesis import strategies as st
 from test_nvml import FakeNvml, h100
 from typer.testing import CliRunner
 
-from ddpdoctor import nvml
 from ddpdoctor.checks.gpu import check_gpu
 from ddpdoctor.checks.gpu.collect import GpuCollected
 from ddpdoctor.checks.rdma import RdmaFacts, check_rdma
 from ddpdoctor.cli import app
-from ddpdoctor.engine import PROBE_CRASHED
-from ddpdoctor.json_shape import ListOf, MapOf, Nullable, Record
+from ddpdoctor.core.engine import PROBE_CRASHED
+from ddpdoctor.edge import nvml
+from ddpdoctor.edge.json_shape import ListOf, MapOf, Nullable, Record
+from ddpdoctor.edge.sysfs_ib import IB_SYSFS_SHAPE
 from ddpdoctor.parsers import load_parse_tools
-from ddpdoctor.sysfs_ib import IB_SYSFS_SHAPE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GPU = FIXTURES / "gpu"
@@ -66,7 +66,7 @@ XID_TEXT = (
 )
 TORCH_INFO_TEXT = json.dumps(
     {
-        "schema": "ddpdoctor.torch_info/1",
+        "schema": "ddpdoctor.edge.torch_info/1",
         "torch": {"version": "2.5.1", "cuda": "12.4", "hip": None, "cuda_available": True, "device_count": 2},
         "errors": {},
     }
@@ -452,7 +452,7 @@ def test_gpu_judges_take_any_value_the_loader_lets_through(gpus: list[dict[str, 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(from_shape(IB_SYSFS_SHAPE), st.sampled_from([None, *SEEDS["ibstat"]]))
 def test_rdma_judges_take_any_value_the_loader_lets_through(sysfs: Any, ibstat: Optional[str]) -> None:
-    from ddpdoctor.runner import CommandResult
+    from ddpdoctor.edge.runner import CommandResult
 
     result = CommandResult(argv=("ibstat",), returncode=0, stdout=ibstat) if ibstat is not None else None
     for finding in check_rdma(RdmaFacts(sysfs=sysfs, ibstat=result)):

@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ddpdoctor.cli import app
-from ddpdoctor.engine import Area
-from ddpdoctor.model import Evidence, Severity, define
+from ddpdoctor.core.engine import Area
+from ddpdoctor.core.model import Evidence, Severity, define
+from ddpdoctor.edge.sources import REDACTED, redact_data, redact_text
 from ddpdoctor.render.formats import FORMATS
-from ddpdoctor.sources import REDACTED, redact_data, redact_text
 
 CI = Path(__file__).parent / "fixtures" / "ci"
 HEALTHY = CI / "healthy-cpu-node"
@@ -264,7 +264,7 @@ def test_report_benchmark_says_what_was_measured() -> None:
     # no word that it was gloo on 2 CPU ranks: read as NCCL, it looks like a broken interconnect.
     from types import SimpleNamespace
 
-    from ddpdoctor.report import _bench_section
+    from ddpdoctor.ci.report import _bench_section
 
     row = {"op": "all_reduce", "size": 1048576, "time_us": 3741.9, "algbw": 0.28, "busbw": 0.28, "wrong": 0}
     gloo = {

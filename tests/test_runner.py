@@ -6,7 +6,7 @@ from pathlib import Path
 
 import psutil
 
-from ddpdoctor.runner import run_argv
+from ddpdoctor.edge.runner import run_argv
 
 
 def test_missing_binary_is_a_result() -> None:
@@ -71,8 +71,8 @@ def test_no_shell_true_anywhere() -> None:
 def test_live_sources_run_each_command_once(tmp_path: Path) -> None:
     import threading
 
-    from ddpdoctor.runner import Command
-    from ddpdoctor.sources import LiveSources
+    from ddpdoctor.edge.runner import Command
+    from ddpdoctor.edge.sources import LiveSources
 
     counter = tmp_path / "count"
     tool = tmp_path / "counting-tool"
@@ -112,8 +112,8 @@ def _gone(pid: int, timeout_s: float = 10.0) -> bool:
 
 
 def test_prefetched_command_is_shared_with_the_later_run(tmp_path: Path) -> None:
-    from ddpdoctor.runner import Command
-    from ddpdoctor.sources import LiveSources
+    from ddpdoctor.edge.runner import Command
+    from ddpdoctor.edge.sources import LiveSources
 
     counter = tmp_path / "count"
     tool = tmp_path / "counting-tool"
@@ -129,8 +129,8 @@ def test_prefetched_command_is_shared_with_the_later_run(tmp_path: Path) -> None
 
 
 def test_close_kills_a_prefetched_command_and_its_children(tmp_path: Path) -> None:
-    from ddpdoctor.runner import Command
-    from ddpdoctor.sources import LiveSources
+    from ddpdoctor.edge.runner import Command
+    from ddpdoctor.edge.sources import LiveSources
 
     pids = tmp_path / "pids"
     # The tool starts a grandchild too: the whole process group must go.

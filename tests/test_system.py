@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpdoctor.checks import system
-from ddpdoctor.engine import run_checks
-from ddpdoctor.model import ExitCode, Severity
+from ddpdoctor.core.engine import run_checks
+from ddpdoctor.core.model import ExitCode, Severity
+from ddpdoctor.edge.sources import LiveSources, RecordingSources, ReplaySources
 from ddpdoctor.parsers.df import find_mount, parse_df
-from ddpdoctor.sources import LiveSources, RecordingSources, ReplaySources
 
 FIX = Path(__file__).parent / "fixtures"
 SHM_1G_87 = FIX / "system" / "df-shm__docker-shm-size-1g-87pct-used-zombie-dataloader-workers.txt"
@@ -149,7 +149,7 @@ def test_shm_fixture_parses_to_docker_default() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.text())
 def test_system_judge_never_raises_on_garbage(text: str) -> None:
-    from ddpdoctor.runner import CommandResult
+    from ddpdoctor.edge.runner import CommandResult
 
     res = CommandResult(argv=("df", "-k", "/dev/shm"), returncode=0, stdout=text)
     facts = system.SystemFacts(info={}, ulimit=CommandResult(argv=("bash",), stdout=text), df_shm=res)

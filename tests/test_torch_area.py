@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpdoctor import torch_info
 from ddpdoctor.checks import multiprocessing as mp_area
 from ddpdoctor.checks import torch as torch_area
 from ddpdoctor.checks.multiprocessing import check_start_method
 from ddpdoctor.checks.torch import check_torch_info, parse_torch_info
-from ddpdoctor.engine import run_checks
-from ddpdoctor.model import ExitCode, Severity
-from ddpdoctor.sources import LiveSources, RecordingSources, ReplaySources
+from ddpdoctor.core.engine import run_checks
+from ddpdoctor.core.model import ExitCode, Severity
+from ddpdoctor.edge import torch_info
+from ddpdoctor.edge.sources import LiveSources, RecordingSources, ReplaySources
 
 CUDA_TORCH = {
     "version": "2.4.0+cu121",
@@ -282,7 +282,7 @@ def test_torch_info_keeps_the_numpy_warning_out_of_its_output(tmp_path) -> None:
     hidden = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True,
                             env=env, timeout=120)
     assert "Failed to initialize NumPy" in hidden.stderr  # the premise: torch does warn here
-    proc = subprocess.run([sys.executable, "-m", "ddpdoctor.torch_info"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "ddpdoctor.edge.torch_info"], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode == 0 and json.loads(proc.stdout)["torch"]["version"]
     assert "NumPy" not in proc.stderr, proc.stderr

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpdoctor.visible_devices import classify_entry, parse_visible_devices
+from ddpdoctor.core.visible_devices import classify_entry, parse_visible_devices
 
 UUID = "GPU-8f6b9e3a-1c2d-4e5f-9a8b-7c6d5e4f3a2b"
 MIG_NEW = "MIG-3b5e8f0c-1d2a-5b4c-8e9f-0a1b2c3d4e5f"

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from ddpdoctor.bench.plan import FAULT_ENV, BenchPlan, Job, RankSpec, parse_fault_hook
-from ddpdoctor.ports import pick_free_port
-from ddpdoctor.runner import kill_process_group
+from ddpdoctor.edge.ports import pick_free_port
+from ddpdoctor.edge.runner import kill_process_group
 
 MASTER_ADDR = "127.0.0.1"
 PORT_ATTEMPTS = 3
@@ -130,7 +130,7 @@ class RankFailure:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, with secrets redacted from the texts (tracebacks and logs can echo the environment)."""
-        from ddpdoctor.sources import redact_text
+        from ddpdoctor.edge.sources import redact_text
 
         return {k: redact_text(v) if isinstance(v, str) else v for k, v in self.__dict__.items() if k != "at"}
 
@@ -400,7 +400,7 @@ def default_pg_timeout(step_timeout_s: float) -> float:
 
 def refuse_taken_port(port: int) -> None:
     """Raise LaunchRefused naming the holder when a pinned MASTER_PORT is already bound."""
-    from ddpdoctor.ports import find_port_holder
+    from ddpdoctor.edge.ports import find_port_holder
 
     holder = find_port_holder(port)
     if holder is not None:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
 
 WORLD_SIZE_ONE_HEADING = "one rank: collectives move no data between GPUs; this times the local path only"
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ddpdoctor.checks.gpu.placement import GpuSupply, LocalRanks, judge_placement, read_local_ranks
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.placement import GpuSupply, LocalRanks, judge_placement, read_local_ranks
+from ddpdoctor.core.visible_devices import VisibleDevices, parse_visible_devices
 from ddpdoctor.edge.files import load_json_file
-from ddpdoctor.model import Evidence, Finding, Severity, define
-from ddpdoctor.runner import Command, CommandResult, define_command
-from ddpdoctor.visible_devices import VisibleDevices, parse_visible_devices
+from ddpdoctor.edge.runner import Command, CommandResult, define_command
 
 NVIDIA_SMI_GPUS = define_command(
     "bench-nvidia-smi-gpus",
@@ -234,7 +234,7 @@ def read_memory_ceiling(backend: str, indices: Optional[list[int]], names: Seque
     if backend != "nccl":
         return None
     from ddpdoctor.bench.limits import bandwidth_ceiling
-    from ddpdoctor.nvml import read_memory_specs
+    from ddpdoctor.edge.nvml import read_memory_specs
 
     specs = read_memory_specs(indices)
     if specs:
@@ -269,7 +269,7 @@ def gather_launch_facts(
         else:
             facts.master_port = port
             if find_holder is None:
-                from ddpdoctor.ports import find_port_holder as find_holder
+                from ddpdoctor.edge.ports import find_port_holder as find_holder
             holder = find_holder(port)
             facts.master_port_holder = holder.describe() if holder is not None else None
     return facts
@@ -448,7 +448,7 @@ def read_available_memory(backend: str, gpu_indices: Sequence[int]) -> tuple[Opt
     the GPUs used (NCCL, from NVML; None when unreadable), else the host's available memory.
     Equivalent: nvidia-smi --query-gpu=memory.free --format=csv / free -b (available)."""
     if backend == "nccl":
-        from ddpdoctor.nvml import read_memory_specs
+        from ddpdoctor.edge.nvml import read_memory_specs
 
         free = [s.get("free_memory_bytes") for s in read_memory_specs(list(gpu_indices))]
         known = [f for f in free if isinstance(f, int)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ddpdoctor.model import ExitCode
+from ddpdoctor.core.model import ExitCode
 
 JSON_SCHEMA = "ddpdoctor.bench/1"
 DEFAULT_BASELINE_TOLERANCE = 0.10

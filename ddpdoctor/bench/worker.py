@@ -421,7 +421,7 @@ def select_device(backend: str, local_rank: int) -> torch.device:
     """The device this rank works on; NCCL ranks pin one GPU each before any CUDA work (the index as
     the placement judgement sees it: under srun's per-task binding, the task's own GPU)."""
     if backend == "nccl":
-        from ddpdoctor.checks.gpu.placement import choose_cuda_index
+        from ddpdoctor.core.placement import choose_cuda_index
 
         index = choose_cuda_index(local_rank, torch.cuda.device_count(), os.environ)
         torch.cuda.set_device(index)

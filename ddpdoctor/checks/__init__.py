@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ddpdoctor.engine import Area
+from ddpdoctor.core.engine import Area
 
 
 def load_areas() -> list[Area]:

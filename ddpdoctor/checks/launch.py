@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from ddpdoctor.engine import ENV_NOT_RECORDED, Area, Context
-from ddpdoctor.model import CheckSpec, Evidence, Finding, Severity, define
-from ddpdoctor.visible_devices import parse_visible_devices
+from ddpdoctor.core.engine import ENV_NOT_RECORDED, Area, Context
+from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Severity, define
+from ddpdoctor.core.visible_devices import parse_visible_devices
 
 # torchrun sets all of these for every worker (torch.distributed.elastic.agent.server.api).
 TORCH_INT_VARS = (

@@ -1,6 +1,6 @@
 """Multiprocessing: the default start method, and the fork-after-CUDA pitfall.
 
-Reads the same `python -m ddpdoctor.torch_info` result as the torch area (run once).
+Reads the same `python -m ddpdoctor.edge.torch_info` result as the torch area (run once).
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ddpdoctor.checks.torch import TorchFacts, as_list, collect_torch
-from ddpdoctor.engine import Area
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.engine import Area
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
 
 START_METHOD = define(
     "mp.start_method",
@@ -30,7 +30,7 @@ FORK_CUDA = define(
 UNKNOWN = define(
     "mp.unknown",
     "Start method unknown",
-    "The start method comes from the torch probe (`python -m ddpdoctor.torch_info`); when that gave no "
+    "The start method comes from the torch probe (`python -m ddpdoctor.edge.torch_info`); when that gave no "
     "result, this area is unchecked.",
     "See the torch area's finding for why the probe failed.",
 )
@@ -98,5 +98,5 @@ def check_mp(facts: TorchFacts) -> list[Finding]:
     return check_start_method(facts.info)
 
 
-# The same run of `python -m ddpdoctor.torch_info` as the torch area (LiveSources runs it once).
+# The same run of `python -m ddpdoctor.edge.torch_info` as the torch area (LiveSources runs it once).
 AREA = Area(name="mp", title="Multiprocessing", collect=collect_torch, judge=check_mp, order=25)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ddpdoctor.bench.preflight import gather_launch_facts, gpu_supply, plan_launch
-from ddpdoctor.checks.gpu.placement import judge_placement, read_local_ranks
-from ddpdoctor.engine import Area, Context
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.engine import Area, Context
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.placement import judge_placement, read_local_ranks
 
 SMOKE_STEP_TIMEOUT_S = 20.0
 CPU_SMOKE_RANKS = 2

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from ddpdoctor.core.engine import ENV_NOT_RECORDED, Area, Context
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
 from ddpdoctor.edge.files import read_user_head
-from ddpdoctor.engine import ENV_NOT_RECORDED, Area, Context
-from ddpdoctor.json_shape import MapOf, Record
-from ddpdoctor.model import Evidence, Finding, Severity, define
-from ddpdoctor.sources import define_fact, fact_or_none
+from ddpdoctor.edge.json_shape import MapOf, Record
+from ddpdoctor.edge.sources import define_fact, fact_or_none
 
 NCCL_CONF_FACT = define_fact(
     "nccl-conf",

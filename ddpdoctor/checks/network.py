@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from ddpdoctor.checks.launch import is_multi_node, parse_launch_env
-from ddpdoctor.engine import Area, Context
-from ddpdoctor.json_shape import ListOf, MapOf, Maybe, Nullable, Record
-from ddpdoctor.model import Evidence, Finding, Severity, define
-from ddpdoctor.ports import find_port_holder, read_ephemeral_range
-from ddpdoctor.sources import HOST_FACT, define_fact, fact_or_none, redact_text
+from ddpdoctor.core.engine import Area, Context
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.edge.json_shape import ListOf, MapOf, Maybe, Nullable, Record
+from ddpdoctor.edge.ports import find_port_holder, read_ephemeral_range
+from ddpdoctor.edge.sources import HOST_FACT, define_fact, fact_or_none, redact_text
 
 RESOLVE_FACT = define_fact(
     "net-resolve",

@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ddpdoctor.checks.system import ULIMIT_A
-from ddpdoctor.engine import Area, Context
-from ddpdoctor.json_shape import ListOf, Record, conform_fact
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.engine import Area, Context
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.edge.json_shape import ListOf, Record, conform_fact
+from ddpdoctor.edge.runner import CommandResult, define_command
+from ddpdoctor.edge.sources import Sources, define_fact, fact_or_none
+from ddpdoctor.edge.sysfs_ib import IB_SYSFS_FACT, load_infiniband_sysfs, read_infiniband_sysfs, to_ib_status
 from ddpdoctor.parsers import to_jsonable
 from ddpdoctor.parsers.ibstat import IbStatus, Number, parse_ibstat
 from ddpdoctor.parsers.ibstatus import parse_ibstatus
@@ -30,9 +33,6 @@ from ddpdoctor.parsers.ibv_devinfo import parse_board_ids, parse_ibv_devinfo
 from ddpdoctor.parsers.lspci import PciDevice, parse_lspci
 from ddpdoctor.parsers.modules import module_names
 from ddpdoctor.parsers.ulimit import parse_ulimit
-from ddpdoctor.runner import CommandResult, define_command
-from ddpdoctor.sources import Sources, define_fact, fact_or_none
-from ddpdoctor.sysfs_ib import IB_SYSFS_FACT, load_infiniband_sysfs, read_infiniband_sysfs, to_ib_status
 
 IBSTAT = define_command(
     "ibstat", ("ibstat",), "RDMA devices: CA type, firmware, port state, physical state, rate, link layer"

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ddpdoctor.engine import Area, Context
-from ddpdoctor.json_shape import ListOf, Maybe, Record
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.engine import Area, Context
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.edge.json_shape import ListOf, Maybe, Record
+from ddpdoctor.edge.runner import CommandResult, define_command
+from ddpdoctor.edge.sources import define_fact, fact_or_none
 from ddpdoctor.parsers.df import DfEntry, find_mount, parse_df
 from ddpdoctor.parsers.ulimit import Ulimits, parse_ulimit
-from ddpdoctor.runner import CommandResult, define_command
-from ddpdoctor.sources import define_fact, fact_or_none
 
 ULIMIT_A = define_command(
     "ulimit-a", ("bash", "-c", "ulimit -a"), "Resource limits of this shell (memlock, open files)"

@@ -1,6 +1,6 @@
 """Python / torch: versions, CUDA / cuDNN / NCCL builds, distributed backends, CUDA availability.
 
-torch is never imported here: `python -m ddpdoctor.torch_info` runs in a subprocess with a timeout,
+torch is never imported here: `python -m ddpdoctor.edge.torch_info` runs in a subprocess with a timeout,
 so a missing, broken or hanging torch becomes a finding. The multiprocessing area reads the same
 result (`run_torch_info` runs the subprocess once per Sources).
 """
@@ -15,15 +15,15 @@ import time
 import weakref
 from typing import Any, Mapping, Optional
 
-from ddpdoctor.engine import Area, Context
-from ddpdoctor.model import Evidence, Finding, Severity, define
-from ddpdoctor.runner import CommandResult, define_command
-from ddpdoctor.sources import Sources
+from ddpdoctor.core.engine import Area, Context
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.edge.runner import CommandResult, define_command
+from ddpdoctor.edge.sources import Sources
 
 # Documented as `python`; run with this interpreter (sys.executable), the one ddpdoctor is installed in.
 TORCH_INFO = define_command(
     "torch-info",
-    ("python", "-m", "ddpdoctor.torch_info"),
+    ("python", "-m", "ddpdoctor.edge.torch_info"),
     "torch, CUDA, cuDNN and NCCL versions, distributed backends, CUDA availability, "
     "multiprocessing start method (JSON)",
     # A cold import of torch from a network filesystem can take tens of seconds; --timeout bounds it.
@@ -41,7 +41,7 @@ IMPORT = define(
 PROBE = define(
     "torch.probe",
     "torch probe",
-    "The torch probe runs `python -m ddpdoctor.torch_info` in a subprocess. When it crashes, hangs or "
+    "The torch probe runs `python -m ddpdoctor.edge.torch_info` in a subprocess. When it crashes, hangs or "
     "prints garbage, nothing about torch was checked: that is never a pass.",
     "Run `python -c 'import torch; print(torch.__version__)'` by hand: a segfault or a hang there points "
     "to a broken CUDA driver or library (check `nvidia-smi` and `ldd` of torch's libraries).",
@@ -97,7 +97,7 @@ def live_command():
 def run_torch_info(sources: Sources) -> CommandResult:
     """The torch-info subprocess, run once per Sources even when several areas ask for it concurrently.
 
-    Equivalent: python -m ddpdoctor.torch_info
+    Equivalent: python -m ddpdoctor.edge.torch_info
     """
     try:
         with _RUNS_LOCK:
@@ -121,7 +121,7 @@ def run_torch_info(sources: Sources) -> CommandResult:
 
 
 def parse_torch_info(text: str) -> Optional[dict[str, Any]]:
-    """The JSON object printed by ddpdoctor.torch_info, or None when the text holds none."""
+    """The JSON object printed by ddpdoctor.edge.torch_info, or None when the text holds none."""
     text = text.strip()
     candidates = [text]
     start = text.find("{")
@@ -152,7 +152,7 @@ class TorchFacts:
 
 
 def collect_torch(ctx: Context) -> TorchFacts:
-    """Equivalent: python -m ddpdoctor.torch_info"""
+    """Equivalent: python -m ddpdoctor.edge.torch_info"""
     result = run_torch_info(ctx.sources)
     return TorchFacts(result=result, info=parse_torch_info(result.stdout) if result.stdout else None)
 

@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperCommand
 
 from ddpdoctor import __version__
-from ddpdoctor.model import EXIT_CODES_HELP, ExitCode
+from ddpdoctor.core.model import EXIT_CODES_HELP, ExitCode
 
 app = typer.Typer(
     name="ddpdoctor",

@@ -15,7 +15,7 @@ import typer
 
 from ddpdoctor.cli import bench_output
 from ddpdoctor.cli.app import app, expect_option, linger_for_siblings, output_option, seconds_option
-from ddpdoctor.model import ExitCode
+from ddpdoctor.core.model import ExitCode
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_BYTES_NCCL = "1G"
@@ -252,7 +252,7 @@ def bench_nccl(
     expectations = None
     notes: list[str] = []
     if expect is not None:
-        from ddpdoctor.expect import ExpectationsError, load_expectations
+        from ddpdoctor.ci.expect import ExpectationsError, load_expectations
 
         try:
             expectations = load_expectations(expect)
@@ -342,8 +342,8 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
     from ddpdoctor.bench.launcher import LaunchRefused, launch_local
     from ddpdoctor.bench.limits import with_one_rank_gate_refusal
     from ddpdoctor.bench.preflight import cpu_count, gather_launch_facts, plan_launch, visible_gpus
+    from ddpdoctor.edge.runner import run_argv
     from ddpdoctor.render.bench import BenchProgress, render_notes, render_refusals
-    from ddpdoctor.runner import run_argv
 
     facts = gather_launch_facts(lambda c: run_argv(c.argv, c.timeout_s), os.environ)
     decision = plan_launch(facts, backend, nproc, cpu_count())
@@ -394,8 +394,8 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     from ddpdoctor.bench.launcher import join_as_rank
     from ddpdoctor.bench.limits import one_rank_gate_refusal
     from ddpdoctor.bench.preflight import gather_launch_facts, plan_joined
+    from ddpdoctor.edge.runner import run_argv
     from ddpdoctor.render.bench import BenchProgress, render_notes, render_rank_failure, render_rank_refusals
-    from ddpdoctor.runner import run_argv
 
     if nproc is not None and nproc != ext.world_size:
         raise _usage(
@@ -534,7 +534,7 @@ def _expected(
         pcie_interconnect,
     )
     from ddpdoctor.bench.preflight import NVIDIA_SMI_NVLINK, visible_gpus
-    from ddpdoctor.runner import run_argv
+    from ddpdoctor.edge.runner import run_argv
 
     gpus = visible_gpus(facts)[:world_size]
     nvlink = run_argv(NVIDIA_SMI_NVLINK.argv, NVIDIA_SMI_NVLINK.timeout_s)
@@ -601,8 +601,8 @@ def _report(
     code = exit_code_for(verdicts, launch_failed, result.interrupted, result.interrupted_by)
     expect_findings = []
     if options.get("expectations") is not None and result.ok:
-        from ddpdoctor.expect import judge_bench
-        from ddpdoctor.model import Severity
+        from ddpdoctor.ci.expect import judge_bench
+        from ddpdoctor.core.model import Severity
 
         expect_findings = judge_bench(options["expectations"], plausible(world_rows(rows)))
         if code == 0 and any(f.severity == Severity.FAIL for f in expect_findings):

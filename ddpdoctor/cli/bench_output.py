@@ -172,7 +172,7 @@ def write_csv(fh: Any, fields: list[str], rows: list[dict[str, Any]]) -> None:
 def write_refusal_outputs(options: dict[str, Any], env: dict[str, Any], refusals: Sequence[Any]) -> bool:
     """The --json/--csv/--format outputs of a launch refused before start (exit 2): no rows, the
     refusals (Findings) and the environment as far as it is known."""
-    from ddpdoctor.model import ExitCode
+    from ddpdoctor.core.model import ExitCode
 
     return write_outputs(
         options,

@@ -23,15 +23,15 @@ from ddpdoctor.cli.app import (
     usage_error,
     write_output_file,
 )
-from ddpdoctor.model import EXIT_CODES_HELP, ExitCode
+from ddpdoctor.core.model import EXIT_CODES_HELP, ExitCode
 
 # What `check --prolog` does besides its exit code when the node is not healthy.
 ON_FAIL = ("exit", "drain")
 
 if TYPE_CHECKING:
-    from ddpdoctor.engine import Area
-    from ddpdoctor.model import Report
-    from ddpdoctor.sources import LiveSources, Sources
+    from ddpdoctor.core.engine import Area
+    from ddpdoctor.core.model import Report
+    from ddpdoctor.edge.sources import LiveSources, Sources
 
 
 def split_names(values: Optional[List[str]]) -> list[str]:
@@ -53,8 +53,8 @@ def start_live_sources(
     the GPU query that decides its backend and rank count starts here too, so that the smoke test's
     launch waits for no command."""
     from ddpdoctor.checks.torch import TORCH_INFO_READERS, live_command
-    from ddpdoctor.engine import is_selected
-    from ddpdoctor.sources import LiveSources
+    from ddpdoctor.core.engine import is_selected
+    from ddpdoctor.edge.sources import LiveSources
 
     sources = LiveSources(deadline=time.monotonic() + timeout)
     if any(is_selected(name, only, skip) for name in TORCH_INFO_READERS):
@@ -79,7 +79,7 @@ def build_report(
     """Run the selected areas (plus `extra_areas`, e.g. expectations) against `sources`; raises
     ValueError on bad area names."""
     from ddpdoctor.checks import load_areas
-    from ddpdoctor.engine import run_checks, select_areas
+    from ddpdoctor.core.engine import run_checks, select_areas
 
     areas = select_areas(load_areas(), only, skip) + list(extra_areas)
     return run_checks(sources, areas, timeout_s=timeout, options=options, source_label=label), areas
@@ -169,7 +169,7 @@ def check(
         raise usage_error(conflict)
     hard_deadline = None
     if prolog:
-        from ddpdoctor.prolog import PROLOG_GRACE_S, arm_hard_deadline
+        from ddpdoctor.ci.prolog import PROLOG_GRACE_S, arm_hard_deadline
 
         bound = timeout + PROLOG_GRACE_S + (join_timeout if cluster else 0.0)
         if on_fail == "drain":
@@ -270,7 +270,7 @@ def _check(
         output_format = pick_format(*fmt, (*FORMATS, PROMETHEUS))
         extra = ()
         if expect is not None:
-            from ddpdoctor.expect import expectation_area, load_expectations
+            from ddpdoctor.ci.expect import expectation_area, load_expectations
 
             extra = (expectation_area(load_expectations(expect)),)
         if cluster:
@@ -282,7 +282,7 @@ def _check(
                 replay=replay, prolog=prolog,
             )  # fmt: skip
         if replay is not None:
-            from ddpdoctor.sources import ReplaySources
+            from ddpdoctor.edge.sources import ReplaySources
 
             sources: Sources = ReplaySources(replay)
             label = f"replay:{replay}"
@@ -334,8 +334,8 @@ def _check(
 def drain_this_node(report: Report, strict: bool) -> None:
     """`--on-fail drain`: drain this Slurm node for the first failing finding (nothing when healthy).
     What happened goes to stderr; the exit code stays the check's own."""
+    from ddpdoctor.core.model import failing_findings
     from ddpdoctor.edge.slurm import drain_for
-    from ddpdoctor.model import failing_findings
 
     failing = failing_findings(report.findings, strict)
     outcome = drain_for(failing[0].id if failing else None, os.environ)
@@ -353,7 +353,7 @@ def snapshot(
     timeout: float = timeout_option(),
 ) -> None:
     from ddpdoctor.checks import load_areas
-    from ddpdoctor.engine import select_areas
+    from ddpdoctor.core.engine import select_areas
 
     try:
         areas = select_areas(load_areas(), split_names(only), split_names(skip))
@@ -368,9 +368,9 @@ def snapshot(
 
 
 def _snapshot_into(directory: Path, areas: list, timeout: float) -> None:
-    from ddpdoctor.engine import run_checks
+    from ddpdoctor.core.engine import run_checks
+    from ddpdoctor.edge.sources import RecordingSources
     from ddpdoctor.render.progress import StderrProgress
-    from ddpdoctor.sources import RecordingSources
 
     with RecordingSources(deadline=time.monotonic() + timeout) as sources:
         if any(area.name == "gpu" for area in areas):

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional, Sequence
 import typer
 
 from ddpdoctor.cli.app import linger_for_siblings, usage_error
-from ddpdoctor.model import ExitCode
+from ddpdoctor.core.model import ExitCode
 
 
 def run_cluster_command(
@@ -31,7 +31,7 @@ def run_cluster_command(
     from ddpdoctor.checks import load_areas
     from ddpdoctor.cluster.hostlist import expand_hostlist
     from ddpdoctor.cluster.session import ClusterOptions, print_rank_message, run_cluster_check
-    from ddpdoctor.engine import select_areas
+    from ddpdoctor.core.engine import select_areas
 
     if replay is not None:
         raise usage_error("--cluster checks the live nodes; --replay cannot be combined with it")
@@ -68,10 +68,10 @@ def _refuse_crowded_node(fmt: str, strict: bool) -> None:
     """More ranks of this job on this node than GPUs (gpu.ranks_per_node): every rank refuses before
     joining, with the same judgement as `check` (exit 2; rank 0 prints the JSON refusal with --json)."""
     from ddpdoctor.bench.preflight import gather_launch_facts, gpu_supply
-    from ddpdoctor.checks.gpu.placement import judge_placement, read_local_ranks
     from ddpdoctor.cluster.launch import LaunchError, detect_launch
-    from ddpdoctor.model import Severity
-    from ddpdoctor.runner import run_argv
+    from ddpdoctor.core.model import Severity
+    from ddpdoctor.core.placement import judge_placement, read_local_ranks
+    from ddpdoctor.edge.runner import run_argv
 
     try:
         info = detect_launch(os.environ)

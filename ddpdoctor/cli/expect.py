@@ -26,9 +26,9 @@ def expect(
     force: bool = typer.Option(False, "--force", help="Overwrite FILE if it exists."),
     timeout: float = timeout_option(),
 ) -> None:
-    from ddpdoctor.engine import load_hostname
-    from ddpdoctor.expect import expectations_from_facts, gather_node_facts, render_expectations_toml
-    from ddpdoctor.sources import LiveSources, ReplaySources
+    from ddpdoctor.ci.expect import expectations_from_facts, gather_node_facts, render_expectations_toml
+    from ddpdoctor.core.engine import load_hostname
+    from ddpdoctor.edge.sources import LiveSources, ReplaySources
 
     to_stdout = str(write) == "-"
     if not to_stdout and write.exists() and not force:

@@ -93,13 +93,13 @@ def explain(
         False, "--all", help="Also show informational notes and every kept evidence line."
     ),
 ) -> None:
+    from ddpdoctor.edge.sources import redact_data
     from ddpdoctor.explain import explain as explain_scan
     from ddpdoctor.explain import load_knowledge_base, scan_inputs
     from ddpdoctor.render import print_json
     from ddpdoctor.render.explain import render_explanation
     from ddpdoctor.render.formats import FORMATS, document_from_explain, render_document
     from ddpdoctor.render.progress import StderrProgress
-    from ddpdoctor.sources import redact_data
 
     try:
         fmt = pick_format(json_out, output_format, FORMATS)

@@ -68,9 +68,9 @@ def hang(
         None, "--hosts", help="With --cluster: expected hosts (Slurm hostlist, e.g. gpu[01-16]) to name absent ones."
     ),
 ) -> None:
+    from ddpdoctor.edge.sources import redact_data
     from ddpdoctor.hang.probe_io import gather_facts
     from ddpdoctor.hang.verdict import judge_hang
-    from ddpdoctor.sources import redact_data
 
     try:
         fmt = pick_format(json_out, output_format, HANG_FORMATS)
@@ -116,8 +116,8 @@ def _run_cluster(
     """`hang --cluster` on this task; always ends with typer.Exit (only rank 0 prints the report)."""
     from ddpdoctor.cluster.hostlist import expand_hostlist
     from ddpdoctor.cluster.session import print_rank_message
+    from ddpdoctor.edge.sources import redact_data
     from ddpdoctor.hang.cluster_io import HangLocalOptions, run_hang_cluster
-    from ddpdoctor.sources import redact_data
 
     local = HangLocalOptions(pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, use_fr=not no_fr,
                              timeout_s=timeout, samples=samples, interval_s=interval)

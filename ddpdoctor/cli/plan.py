@@ -161,7 +161,7 @@ def plan(
     except (PlanInputError, ValueError) as exc:
         raise usage_error(str(exc)) from None
 
-    from ddpdoctor.sources import LiveSources, ReplaySources
+    from ddpdoctor.edge.sources import LiveSources, ReplaySources
 
     # Leaving the block kills any probe still running: nothing is orphaned.
     with ReplaySources(replay) if replay is not None else LiveSources() as sources:

@@ -33,9 +33,9 @@ def report(
     ),
     timeout: float = timeout_option(),
 ) -> None:
-    from ddpdoctor.engine import load_environment
-    from ddpdoctor.report import build_report_text, gather_report_inputs, run_short_bench, write_report
-    from ddpdoctor.sources import LiveSources, ReplaySources
+    from ddpdoctor.ci.report import build_report_text, gather_report_inputs, run_short_bench, write_report
+    from ddpdoctor.core.engine import load_environment
+    from ddpdoctor.edge.sources import LiveSources, ReplaySources
 
     if replay is not None and bench:
         raise usage_error("--bench measures this machine; it cannot be combined with --replay")

@@ -13,12 +13,12 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ddpdoctor.engine import Area, Context
-from ddpdoctor.model import Evidence, Finding, Severity, define
-from ddpdoctor.nvml import gather_nvml
-from ddpdoctor.runner import define_command
-from ddpdoctor.sources import fact_or_none, redact_env
-from ddpdoctor.sysfs_ib import IB_SYSFS_FACT, read_infiniband_sysfs, to_ib_status
+from ddpdoctor.core.engine import Area, Context
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.edge.nvml import gather_nvml
+from ddpdoctor.edge.runner import define_command
+from ddpdoctor.edge.sources import fact_or_none, redact_env
+from ddpdoctor.edge.sysfs_ib import IB_SYSFS_FACT, read_infiniband_sysfs, to_ib_status
 
 # Test-only: a JSON object merged over this node's gathered key facts, so a loopback test can give one
 # "node" an older torch or NCCL than the others without installing one. Never set it in production.
@@ -68,11 +68,11 @@ KEY_FACTS: tuple[KeyFact, ...] = (
 
 
 def read_torch_facts() -> dict[str, Any]:
-    """torch, its CUDA build and NCCL version (ddpdoctor.torch_info, in this process: torch is loaded).
+    """torch, its CUDA build and NCCL version (ddpdoctor.edge.torch_info, in this process: torch is loaded).
 
     Equivalent: python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())'
     """
-    from ddpdoctor import torch_info
+    from ddpdoctor.edge import torch_info
 
     info = torch_info.gather()
     t = info.get("torch") or {}
@@ -84,7 +84,7 @@ NO_GPU_KINDS = frozenset({"library_not_found", "bindings_missing", "driver_not_l
 
 
 def summarize_nvml(nvml: Mapping[str, Any]) -> dict[str, Any]:
-    """Driver, GPU model (names joined when mixed) and count from ddpdoctor.nvml.gather_nvml's data."""
+    """Driver, GPU model (names joined when mixed) and count from ddpdoctor.edge.nvml.gather_nvml's data."""
     if not nvml.get("available"):
         kind = (nvml.get("error") or {}).get("kind")
         return {"driver": None, "gpu_model": None, "gpu_count": 0 if kind in NO_GPU_KINDS else None}

@@ -11,7 +11,7 @@ from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence
 
 from ddpdoctor.cluster.facts import KEY_FACTS
 from ddpdoctor.cluster.report import LOST, MISSING, NO_DATA, NodeResult
-from ddpdoctor.model import CheckSpec, Evidence, Finding, Severity, define
+from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Severity, define
 
 # Longer lists of node labels are cut in summaries (the JSON data keeps every node).
 MAX_LABELS = 8

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Mapping, Optional, Sequence
 
-from ddpdoctor.checks.gpu.placement import PLACEMENT, GpuSupply, LocalRanks, judge_placement
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.placement import PLACEMENT, GpuSupply, LocalRanks, judge_placement
 
 SLOW_FRACTION = 0.5
 COMPUTE_SECONDS = 0.3
@@ -436,7 +436,7 @@ def _placement_entry(env: Mapping[str, str], local_rank: int) -> dict[str, Any]:
     import socket
 
     from ddpdoctor.bench.preflight import gather_launch_facts, gpu_supply
-    from ddpdoctor.runner import run_argv
+    from ddpdoctor.edge.runner import run_argv
 
     facts = gather_launch_facts(
         lambda c: run_argv(c.argv, c.timeout_s), {k: v for k, v in env.items() if k != "MASTER_PORT"}
@@ -482,7 +482,7 @@ def run_pairwise(
     from ddpdoctor.cluster.membership import open_store
     from ddpdoctor.cluster.session import make_identity, require_launch
     from ddpdoctor.cluster.topology import group_by_node
-    from ddpdoctor.model import ExitCode
+    from ddpdoctor.core.model import ExitCode
 
     info = require_launch(os.environ if env is None else env)
     store = dist.PrefixStore("pairwise", open_store(info, settings.timeout_s))

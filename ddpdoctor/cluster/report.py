@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
-from ddpdoctor.model import Evidence, ExitCode, Finding, Severity, exit_code_for
+from ddpdoctor.core.model import Evidence, ExitCode, Finding, Severity, exit_code_for
 
 CLUSTER_SCHEMA_VERSION = "ddpdoctor.cluster/1"
 

@@ -46,9 +46,9 @@ from ddpdoctor.cluster.report import (
     NodeResult,
     finding_from_dict,
 )
-from ddpdoctor.engine import Area, run_checks
-from ddpdoctor.model import Evidence, ExitCode, Finding, Severity
-from ddpdoctor.sources import LiveSources, redact_data
+from ddpdoctor.core.engine import Area, run_checks
+from ddpdoctor.core.model import Evidence, ExitCode, Finding, Severity
+from ddpdoctor.edge.sources import LiveSources, redact_data
 
 DEFAULT_JOIN_TIMEOUT_S = 120.0
 DEFAULT_COLLECTIVE_TIMEOUT_S = 30.0
@@ -154,7 +154,7 @@ def _store_failure(info: LaunchInfo, exc: BaseException) -> str:
     exc_text = short_error(exc)
     where = f"{info.master_addr}:{info.master_port}"
     if info.rank == 0 and not info.use_agent_store:
-        from ddpdoctor.ports import find_port_holder
+        from ddpdoctor.edge.ports import find_port_holder
 
         holder = find_port_holder(info.master_port)
         extra = f"; {holder.describe()}" if holder else ""

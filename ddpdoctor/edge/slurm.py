@@ -10,7 +10,7 @@ import socket
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ddpdoctor.runner import CommandResult, run_argv
+from ddpdoctor.edge.runner import CommandResult, run_argv
 
 # scontrol asks slurmctld once; a controller that does not answer in this time will not answer a
 # prolog either. The prolog's hard bound grows by this much with --on-fail drain.

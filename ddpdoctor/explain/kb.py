@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Mapping
 
-from ddpdoctor.model import Severity
+from ddpdoctor.core.model import Severity
 
 KB_SCHEMA = "ddpdoctor.explain.signatures/1"
 ROLES = ("root", "symptom", "consequence", "hint", "context")

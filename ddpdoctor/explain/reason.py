@@ -15,11 +15,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ddpdoctor.core.model import ExitCode, Severity
 from ddpdoctor.explain.kb import DiagnosisSpec, KnowledgeBase
 from ddpdoctor.explain.nextlog import suggest_next_logs
 from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
-from ddpdoctor.model import ExitCode, Severity
 
 EXPLAIN_SCHEMA = "ddpdoctor.explain/1"
 EVIDENCE_DEFAULT = 3

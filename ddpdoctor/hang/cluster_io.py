@@ -33,9 +33,9 @@ class HangLocalOptions:
 
 def run_node(local: HangLocalOptions, identity: NodeIdentity) -> dict[str, Any]:
     """This node's hang report (ddpdoctor.hang/1), redacted, as the payload sent to rank 0."""
+    from ddpdoctor.edge.sources import redact_data
     from ddpdoctor.hang.probe_io import gather_facts
     from ddpdoctor.hang.verdict import judge_hang
-    from ddpdoctor.sources import redact_data
 
     try:
         facts = gather_facts(

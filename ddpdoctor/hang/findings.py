@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
 from ddpdoctor.hang.align import Alignment, describe_entry
 from ddpdoctor.hang.fr import Dump
 from ddpdoctor.hang.procs import Job
 from ddpdoctor.hang.progress import Sample
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
-from ddpdoctor.model import Evidence, Finding, Severity, define
 
 VERDICT = define(
     "hang.verdict",

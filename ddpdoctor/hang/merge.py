@@ -15,8 +15,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ddpdoctor.cluster.judge import judge_membership
 from ddpdoctor.cluster.report import REPORTED, NodeResult
+from ddpdoctor.core.model import Evidence, Finding, Severity, define, exit_code_for
 from ddpdoctor.hang.findings import format_ranks, plural_ranks, ranks_verb
-from ddpdoctor.model import Evidence, Finding, Severity, define, exit_code_for
 
 HANG_CLUSTER_SCHEMA_VERSION = "ddpdoctor.hang.cluster/1"
 

@@ -196,7 +196,7 @@ def dump_stack(
 ) -> RankStack:
     """One rank's Python stacks. Equivalent: `py-spy dump --json --pid PID` (`--nonblocking` between
     activity readings: pausing a rank wakes its sleeping threads, which would look like progress)."""
-    from ddpdoctor.runner import run_argv
+    from ddpdoctor.edge.runner import run_argv
 
     state = process_state(pid)
     if state == "t":

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
+from ddpdoctor.core.model import Evidence, Finding, Severity, exit_code_for
 from ddpdoctor.hang.align import Alignment, Divergence, align_dumps, describe_entry
 from ddpdoctor.hang.evidence import vet_dumps
 from ddpdoctor.hang.findings import (
@@ -38,7 +39,6 @@ from ddpdoctor.hang.ras import to_dict as ras_to_dict
 from ddpdoctor.hang.source import classify_split
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
 from ddpdoctor.hang.stacks import to_dict as stack_to_dict
-from ddpdoctor.model import Evidence, Finding, Severity, exit_code_for
 
 __all__ = ["HangFacts", "HangReport", "format_ranks", "judge_flight_recorder", "judge_hang"]
 

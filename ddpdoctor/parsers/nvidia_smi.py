@@ -7,7 +7,7 @@ SRAM uncorrectable into Parity and SEC-DED, `Pending` became `Pending Page Black
 print no `CUDA Version`. The parser reads the indentation tree and looks fields up by name, so the
 column width does not matter; a value it cannot read (`N/A`, `[N/A]`, `ERR!`, `Unknown Error`) is None.
 
-Each GPU becomes a dict in the shape documented in docs/parse.md; `ddpdoctor.nvml` builds the same
+Each GPU becomes a dict in the shape documented in docs/parse.md; `ddpdoctor.edge.nvml` builds the same
 shape from NVML so that one set of checks judges both.
 """
 

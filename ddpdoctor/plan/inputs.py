@@ -24,7 +24,7 @@ from ddpdoctor.plan.judge import Hardware
 from ddpdoctor.plan.shape import ModelShape, shape_from_config
 
 if TYPE_CHECKING:
-    from ddpdoctor.sources import Sources
+    from ddpdoctor.edge.sources import Sources
 
 # Hugging Face config.json files are a few KiB; the largest (label maps, quantization tables) stay
 # well under a MiB. Anything bigger is not a config.

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddpdoctor.model import Finding
+from ddpdoctor.core.model import Finding
 from ddpdoctor.render import console, err_console
 
 HEADER = (
@@ -299,7 +299,7 @@ def render_rank_failure(result: Any, rank: int) -> None:
 
 
 def _why(f: Finding) -> str:
-    from ddpdoctor.model import all_specs
+    from ddpdoctor.core.model import all_specs
 
     spec = all_specs().get(f.id)
     return spec.why if spec else ""

@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ddpdoctor.model import Finding, Report, Severity
+from ddpdoctor.core.model import Finding, Report, Severity
 from ddpdoctor.render import console
 
 STYLES = {

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ddpdoctor.cluster.facts import KEY_FACTS
 from ddpdoctor.cluster.report import REPORTED, ClusterReport, NodeResult
-from ddpdoctor.model import Finding, Severity
+from ddpdoctor.core.model import Finding, Severity
 from ddpdoctor.render import console
 from ddpdoctor.render.check import STYLES, findings_table, severity_text
 

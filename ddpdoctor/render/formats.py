@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ddpdoctor.model import CheckSpec, Evidence, Finding, Report, Severity, define, failing_findings
-from ddpdoctor.sources import redact_data, redact_text
+from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Report, Severity, define, failing_findings
+from ddpdoctor.edge.sources import redact_data, redact_text
 
 FORMATS = ("table", "json", "junit", "github", "markdown")
 
@@ -348,7 +348,7 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
     """`ddpdoctor bench-nccl --json` (ddpdoctor.bench/1) as a Document: refusals, the launch outcome, the
     verdicts (correctness, --min-busbw, --baseline), peak busbw per op, plus `extra` findings (e.g. the
     --expect bandwidth expectations)."""
-    from ddpdoctor.expect import show_gbps
+    from ddpdoctor.ci.expect import show_gbps
 
     findings: list[Finding] = []
     for r in data.get("refusals") or []:

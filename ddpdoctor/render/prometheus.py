@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from ddpdoctor.model import Severity
+from ddpdoctor.core.model import Severity
 from ddpdoctor.render.formats import Document, counts_by_severity
 
 PROMETHEUS = "prometheus"

@@ -3,10 +3,10 @@ itself, and through PYTHONPATH the `python -m ddpdoctor` subprocesses the tests 
 one-GPU H100 node of tests/fixtures/gpu/real-h100/ at the I/O edge, on a CPU-only machine.
 
 What is faked, and only this (the edge the product reads GPUs through):
-- the command runner (`ddpdoctor.runner.run_argv`): `nvidia-smi ...` and `python -m ddpdoctor.torch_info`
+- the command runner (`ddpdoctor.edge.runner.run_argv`): `nvidia-smi ...` and `python -m ddpdoctor.edge.torch_info`
   answer with that node's real outputs (nvidia-smi -q R580, topo -m, empty nvlink -s, torch-info);
   every other command runs for real (torch-info too when run with an environment of its own);
-- NVML (`ddpdoctor.nvml.gather_nvml`): that node's nvml.json, unless a test brings its own bindings;
+- NVML (`ddpdoctor.edge.nvml.gather_nvml`): that node's nvml.json, unless a test brings its own bindings;
 - torch's build metadata (`ddpdoctor.bench.preflight.read_torch_build`): torch 2.11.0+cu130, as there.
 
 torch itself is left alone (torch.cuda.is_available() stays False), so a test that launches NCCL ranks
@@ -56,8 +56,8 @@ def _outputs(node: Path) -> dict[tuple[str, ...], str]:
 
 def install(node: Path) -> None:
     """Patch the edge of this process (call before the modules that bind these names are imported)."""
-    from ddpdoctor import nvml, runner, sources
     from ddpdoctor.bench import preflight
+    from ddpdoctor.edge import nvml, runner, sources
 
     outputs = _outputs(node)
     torch_info = (node / "torch-info.txt").read_text()
@@ -80,7 +80,7 @@ def install(node: Path) -> None:
             )
         # Only the probe as check runs it (its own environment): tests that run it with a fake torch on
         # PYTHONPATH (env given) exercise the probe itself, not the machine.
-        if len(argv) >= 3 and argv[1:3] == ("-m", "ddpdoctor.torch_info") and env is None:
+        if len(argv) >= 3 and argv[1:3] == ("-m", "ddpdoctor.edge.torch_info") and env is None:
             return runner.CommandResult(argv=argv, returncode=0, stdout=torch_info, duration_s=0.05)
         return real_run(argv, timeout_s=timeout_s, env=env, started=started)
 

@@ -1,6 +1,6 @@
 """GPUs: driver and NVML, torch's CUDA build vs the driver, per-GPU health, NVLink, topology, Xids.
 
-Facts come from NVML first (`ddpdoctor.nvml`, stored as the `nvml` snapshot fact); `nvidia-smi -q` is
+Facts come from NVML first (`ddpdoctor.edge.nvml`, stored as the `nvml` snapshot fact); `nvidia-smi -q` is
 the fallback when NVML cannot be used and the replay source: a snapshot directory holding only
 `nvidia-smi-q.txt` is enough for the per-GPU checks. Both give per-GPU dicts of the same shape
 (docs/parse.md), judged by the same pure functions.
@@ -31,7 +31,7 @@ from ddpdoctor.checks.gpu.collect import (
     collect_gpu_base,
     read_gpu_facts,
 )
-from ddpdoctor.checks.gpu.driver import expected_cuda_count, judge_inventory, judge_presence, judge_torch
+from ddpdoctor.checks.gpu.driver import judge_inventory, judge_presence, judge_torch
 from ddpdoctor.checks.gpu.health import (
     CLOCK_CHECKS,
     MEMORY_CHECKS,
@@ -43,8 +43,9 @@ from ddpdoctor.checks.gpu.interconnect import FABRIC_CHECK, judge_nvlink, judge_
 from ddpdoctor.checks.gpu.kernel_log import judge_dmesg, judge_pcie_limited
 from ddpdoctor.checks.gpu.per_gpu import gpu_label, run_per_gpu
 from ddpdoctor.checks.gpu.sharing import judge_local_ranks, judge_sharing
-from ddpdoctor.engine import Area
-from ddpdoctor.model import Finding, Severity
+from ddpdoctor.core.engine import Area
+from ddpdoctor.core.model import Finding, Severity
+from ddpdoctor.core.visible_devices import expected_cuda_count
 
 __all__ = [
     "AREA",

@@ -1,6 +1,6 @@
 """What the gpu area reads (the I/O edge): commands, snapshot facts, collection and the typed summary.
 
-NVML comes first (`ddpdoctor.nvml`, stored as the `nvml` fact); `nvidia-smi -q` is the fallback when
+NVML comes first (`ddpdoctor.edge.nvml`, stored as the `nvml` fact); `nvidia-smi -q` is the fallback when
 NVML cannot be used and the replay source. Both give per-GPU dicts of one shape (`nvml.GPU_SHAPE`,
 docs/parse.md); facts read back from a snapshot are conformed to their shape here, so the judges never
 meet a value of the wrong type.
@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from ddpdoctor.core.engine import Context
+from ddpdoctor.edge.json_shape import ListOf, Record, conform_fact
+from ddpdoctor.edge.nvml import gather_nvml, load_nvml_fact
 from ddpdoctor.edge.procfs import read_parent_pid
-from ddpdoctor.engine import Context
-from ddpdoctor.json_shape import ListOf, Record, conform_fact
-from ddpdoctor.nvml import gather_nvml, load_nvml_fact
+from ddpdoctor.edge.runner import CommandResult, define_command
+from ddpdoctor.edge.sources import Sources, define_fact, fact_or_none
 from ddpdoctor.parsers.dmesg import normalize_bus_id
 from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_q
 from ddpdoctor.parsers.nvidia_smi_nvlink import parse_nvlink
 from ddpdoctor.parsers.nvidia_smi_topo import parse_topo_matrix, parse_topo_p2p
-from ddpdoctor.runner import CommandResult, define_command
-from ddpdoctor.sources import Sources, define_fact, fact_or_none
 
 NVIDIA_SMI_Q = define_command(
     "nvidia-smi-q",
@@ -173,7 +173,7 @@ class GpuCollected:
     p2p_source: str = ""
     nvlink_source: str = ""
     dmesg: Optional[CommandResult] = None
-    torch: Optional[Mapping[str, Any]] = None  # the torch-info JSON (ddpdoctor.torch_info)
+    torch: Optional[Mapping[str, Any]] = None  # the torch-info JSON (ddpdoctor.edge.torch_info)
     torch_result: Optional[CommandResult] = None
     env: Mapping[str, str] = field(default_factory=dict)
     replay: bool = False

@@ -9,8 +9,8 @@ from typing import Any, Mapping, Optional
 from ddpdoctor.checks.gpu.collect import NVIDIA_SMI_Q, GpuCollected
 from ddpdoctor.checks.gpu.health import LOST
 from ddpdoctor.checks.gpu.models import describe_architecture
-from ddpdoctor.model import Evidence, Finding, Severity, define
-from ddpdoctor.visible_devices import parse_visible_devices
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.visible_devices import expected_cuda_count
 
 DRIVER = define(
     "gpu.driver",
@@ -239,28 +239,6 @@ def judge_inventory(c: GpuCollected) -> list[Finding]:
     ]
 
 
-def expected_cuda_count(gpus: list[Mapping[str, Any]], raw_visible: Optional[str]) -> Optional[int]:
-    """How many devices CUDA should expose given CUDA_VISIBLE_DEVICES; None when it cannot be told."""
-    visible = parse_visible_devices(raw_visible)
-    if not visible.is_set:
-        return len(gpus)
-    count = 0
-    uuids = [str(g.get("uuid") or "") for g in gpus]
-    for entry, kind in zip(visible.entries, visible.kinds):
-        if kind == "mig":
-            return None
-        if kind == "index":
-            # str.isdigit() also accepts digits such as '²' that int() refuses: CUDA stops there too.
-            if not entry.isdecimal() or int(entry) >= len(gpus):
-                break  # CUDA stops at the first entry it cannot resolve
-            count += 1
-        elif kind == "uuid":
-            if not any(u.startswith(entry) for u in uuids):
-                break
-            count += 1
-    return count
-
-
 def _compat_verdict(
     build: Optional[str], driver_cuda: Optional[str], c: GpuCollected, torch: Mapping[str, Any]
 ) -> tuple[Severity, str]:
@@ -303,7 +281,7 @@ def judge_torch(c: GpuCollected) -> list[Finding]:
     if build is None and torch.get("hip"):
         return []  # a ROCm build: not this area's business
     driver_cuda = c.cuda_driver_version
-    src = "torch.version.cuda (python -m ddpdoctor.torch_info); driver CUDA version"
+    src = "torch.version.cuda (python -m ddpdoctor.edge.torch_info); driver CUDA version"
     excerpt = f"torch {torch.get('version')} built for CUDA {build}; driver {c.driver_version} supports CUDA {driver_cuda}"
     errors = c.torch.get("errors")
     warnings = (

@@ -19,7 +19,7 @@ from ddpdoctor.checks.gpu.per_gpu import (
     gpu_label,
     live_gpus,
 )
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
 
 # PCIe replays: DCGM's PCIe diagnostic fails at 80 replays over a short test; this many since the last
 # reset on a node about to run a job already points at a marginal link.

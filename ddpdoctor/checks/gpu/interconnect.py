@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional
 
 from ddpdoctor.checks.gpu.collect import TOPO_M, TOPO_P2P, GpuCollected
 from ddpdoctor.checks.gpu.per_gpu import PerGpuCheck, Verdict, gpu_fix, gpu_label
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
 from ddpdoctor.parsers.nvidia_smi_topo import ANSI, closest_nics, link_rank
 
 NVLINK_INACTIVE = define(

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional
 
 from ddpdoctor.checks.gpu.collect import DMESG, GpuCollected
 from ddpdoctor.checks.gpu.per_gpu import gpu_fix, gpu_label
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
 from ddpdoctor.parsers.dmesg import XID_TABLE, normalize_bus_id, parse_dmesg
 
 XID = define(

@@ -17,7 +17,7 @@ _GENERATIONS = (
     ("turing", re.compile(r"\bT4\b|RTX 20\d0|Quadro RTX|TITAN RTX", re.I)),
     ("volta", re.compile(r"\bV100\b|TITAN V", re.I)),
 )
-# The names NVML gives the same generations (ddpdoctor.nvml.ARCHITECTURES).
+# The names NVML gives the same generations (ddpdoctor.edge.nvml.ARCHITECTURES).
 ARCHITECTURE_NAMES = {
     "blackwell": "Blackwell",
     "hopper": "Hopper",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
 from ddpdoctor.checks.gpu.collect import NVIDIA_SMI_Q, GpuCollected
-from ddpdoctor.model import CheckSpec, Evidence, Finding, Severity
+from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Severity
 
 
 class Verdict(NamedTuple):

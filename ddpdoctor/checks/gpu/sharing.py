@@ -7,10 +7,10 @@ import os
 from typing import Any, Mapping, Optional
 
 from ddpdoctor.checks.gpu.collect import GpuCollected
-from ddpdoctor.checks.gpu.driver import expected_cuda_count
 from ddpdoctor.checks.gpu.per_gpu import evidence_source, gpu_fix, gpu_label, live_gpus
-from ddpdoctor.checks.gpu.placement import judge_placement, read_local_ranks, supply_from_gpus
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.placement import judge_placement, read_local_ranks, supply_from_gpus
+from ddpdoctor.core.visible_devices import expected_cuda_count
 
 COMPUTE_MODE = define(
     "gpu.compute_mode",

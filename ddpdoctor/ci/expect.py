@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from ddpdoctor.engine import Area
-from ddpdoctor.model import CheckSpec, Evidence, Finding, Severity, define
-from ddpdoctor.runner import Command, CommandResult, all_commands
-from ddpdoctor.sources import Sources, fact_or_none
+from ddpdoctor.core.engine import Area
+from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Severity, define
+from ddpdoctor.edge.runner import Command, CommandResult, all_commands
+from ddpdoctor.edge.sources import Sources, fact_or_none
 
 if sys.version_info >= (3, 11):
     pass
@@ -446,7 +446,7 @@ def read_hcas(sources: Sources) -> Observed:
     Equivalent: ibstat; cat /sys/class/infiniband/*/ports/*/{state,rate,link_layer}
     """
     from ddpdoctor.checks.rdma import IBSTAT, IBSTATUS, IBV_DEVINFO, RdmaFacts, summarize_rdma
-    from ddpdoctor.sysfs_ib import IB_SYSFS_FACT, read_infiniband_sysfs
+    from ddpdoctor.edge.sysfs_ib import IB_SYSFS_FACT, read_infiniband_sysfs
 
     facts = RdmaFacts(
         sysfs=fact_or_none(sources, IB_SYSFS_FACT, read_infiniband_sysfs),
@@ -495,7 +495,7 @@ def read_shm(sources: Sources) -> Observed:
 def read_torch_info(sources: Sources) -> Observed:
     """What the torch area's probe reported (shared with it: one subprocess per Sources).
 
-    Equivalent: python -m ddpdoctor.torch_info
+    Equivalent: python -m ddpdoctor.edge.torch_info
     """
     from ddpdoctor.checks.torch import TORCH_INFO, parse_torch_info, run_torch_info
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from ddpdoctor.ci.expect import NodeFacts, Observed, declared_command, show_version
+from ddpdoctor.core.model import Report
 from ddpdoctor.edge.redact import describe_redaction
-from ddpdoctor.expect import NodeFacts, Observed, declared_command, show_version
-from ddpdoctor.model import Report
+from ddpdoctor.edge.runner import Command, CommandResult
+from ddpdoctor.edge.sources import Sources, redact_data, redact_env, redact_text
 from ddpdoctor.render.formats import document_from_report, md_cell, md_code_block, md_details, render_markdown
-from ddpdoctor.runner import Command, CommandResult
-from ddpdoctor.sources import Sources, redact_data, redact_env, redact_text
 
 # GitHub caps an issue body at 65536 characters: raw outputs are cut, the snapshot has them whole.
 RAW_MAX_LINES = 200
@@ -309,9 +309,9 @@ def gather_report_inputs(
 
     from ddpdoctor.checks import load_areas
     from ddpdoctor.checks.system import SYSTEM_FACT, gather_system_info
-    from ddpdoctor.engine import load_hostname, run_checks
-    from ddpdoctor.expect import gather_node_facts, read_torch_info
-    from ddpdoctor.sources import fact_or_none
+    from ddpdoctor.ci.expect import gather_node_facts, read_torch_info
+    from ddpdoctor.core.engine import load_hostname, run_checks
+    from ddpdoctor.edge.sources import fact_or_none
 
     tap = TapSources(sources)
     tap.deadline = time.monotonic() + timeout
@@ -395,7 +395,7 @@ def run_short_bench(timeout_s: float) -> tuple[Optional[dict], str]:
     import sys
     import tempfile
 
-    from ddpdoctor.runner import run_argv
+    from ddpdoctor.edge.runner import run_argv
 
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-report-") as tmp:
         out = Path(tmp) / "bench.json"

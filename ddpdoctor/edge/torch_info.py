@@ -1,4 +1,4 @@
-"""`python -m ddpdoctor.torch_info`: what this Python's torch can do, as one JSON object on stdout.
+"""`python -m ddpdoctor.edge.torch_info`: what this Python's torch can do, as one JSON object on stdout.
 
 It runs in a subprocess of `ddpdoctor check` (with a timeout), so a missing, broken or hanging torch
 is a finding there and never a crash of the checker. Only the standard library is imported at module
@@ -20,7 +20,7 @@ import traceback
 import warnings
 from typing import Any, Callable
 
-SCHEMA = "ddpdoctor.torch_info/1"
+SCHEMA = "ddpdoctor.edge.torch_info/1"
 
 
 def _nccl_version_text(raw: Any) -> str | None:

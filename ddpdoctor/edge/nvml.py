@@ -22,7 +22,7 @@ import importlib
 import threading
 from typing import Any, Callable, Optional
 
-from ddpdoctor.json_shape import ListOf, MapOf, Nullable, Record, conform, conform_fact
+from ddpdoctor.edge.json_shape import ListOf, MapOf, Nullable, Record, conform, conform_fact
 from ddpdoctor.parsers.nvidia_smi import RECOVERY_ACTIONS
 
 # NVML return codes (nvml.h); kept here so that mapping does not depend on the bindings' version.

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ddpdoctor.model import Evidence, Finding, Severity, define
+from ddpdoctor.core.model import Evidence, Finding, Severity, define
 
 PLACEMENT = define(
     "gpu.ranks_per_node",
@@ -371,7 +371,7 @@ def _describe_supply(supply: GpuSupply) -> str:
 
 
 def _visible_gpu_dicts(gpus: list[Mapping], raw_visible: Optional[str]) -> list[Mapping]:
-    from ddpdoctor.visible_devices import parse_visible_devices
+    from ddpdoctor.core.visible_devices import parse_visible_devices
 
     vis = parse_visible_devices(raw_visible)
     if not vis.is_set:
@@ -399,8 +399,7 @@ def supply_from_gpus(
     """The supply from per-GPU dicts in nvml.GPU_SHAPE (NVML, nvidia-smi -q, a snapshot), after
     CUDA_VISIBLE_DEVICES (indices, UUIDs, MIG ids). `job_pids`: this job's processes, so that compute
     processes of another job can be told apart (None: not known, e.g. in a replay)."""
-    from ddpdoctor.checks.gpu.driver import expected_cuda_count
-    from ddpdoctor.visible_devices import parse_visible_devices
+    from ddpdoctor.core.visible_devices import expected_cuda_count, parse_visible_devices
 
     live = [g for g in gpus if not g.get("lost")]
     if not gpus and why_unknown:

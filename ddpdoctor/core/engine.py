@@ -12,8 +12,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ddpdoctor.model import Evidence, Finding, Report, Severity, define
-from ddpdoctor.sources import ENV_FACT, HOST_FACT, Sources, fact_or_none, redact_env
+from ddpdoctor.core.model import Evidence, Finding, Report, Severity, define
+from ddpdoctor.edge.sources import ENV_FACT, HOST_FACT, Sources, fact_or_none, redact_env
 
 # Slack on top of --timeout for the engine's own bookkeeping: the total stays within timeout + 1 s.
 JOIN_SLACK_S = 0.5

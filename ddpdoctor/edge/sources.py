@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol
 
 from ddpdoctor.edge.files import JSON_FILE_LIMIT, TOOL_OUTPUT_LIMIT, load_json_text, read_user_bytes
+from ddpdoctor.edge.json_shape import Shape, find_mismatch
 from ddpdoctor.edge.redact import (
     REDACTED,
     SECRET_NAME,
@@ -26,8 +27,7 @@ from ddpdoctor.edge.redact import (
     redact_text,
     redact_value,
 )
-from ddpdoctor.json_shape import Shape, find_mismatch
-from ddpdoctor.runner import Command, CommandResult, kill_process_group, run_argv
+from ddpdoctor.edge.runner import Command, CommandResult, kill_process_group, run_argv
 
 
 class NotAvailable(Exception):

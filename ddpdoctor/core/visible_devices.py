@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 _UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
 _UUID_PREFIX = re.compile(r"^GPU-[0-9a-fA-F-]+$")  # CUDA accepts unique UUID prefixes
@@ -97,3 +97,25 @@ def parse_visible_devices(raw: Optional[str]) -> VisibleDevices:
         empty_entries=empty,
         notes=tuple(notes),
     )
+
+
+def expected_cuda_count(gpus: list[Mapping[str, Any]], raw_visible: Optional[str]) -> Optional[int]:
+    """How many devices CUDA should expose given CUDA_VISIBLE_DEVICES; None when it cannot be told."""
+    visible = parse_visible_devices(raw_visible)
+    if not visible.is_set:
+        return len(gpus)
+    count = 0
+    uuids = [str(g.get("uuid") or "") for g in gpus]
+    for entry, kind in zip(visible.entries, visible.kinds):
+        if kind == "mig":
+            return None
+        if kind == "index":
+            # str.isdigit() also accepts digits such as '²' that int() refuses: CUDA stops there too.
+            if not entry.isdecimal() or int(entry) >= len(gpus):
+                break  # CUDA stops at the first entry it cannot resolve
+            count += 1
+        elif kind == "uuid":
+            if not any(u.startswith(entry) for u in uuids):
+                break
+            count += 1
+    return count

@@ -17,7 +17,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from ddpdoctor.json_shape import ListOf, Record, conform_fact
+from ddpdoctor.edge.json_shape import ListOf, Record, conform_fact
+from ddpdoctor.edge.sources import define_fact
 from ddpdoctor.parsers.ibstat import (
     IbStatus,
     normalize_link_layer,
@@ -25,7 +26,6 @@ from ddpdoctor.parsers.ibstat import (
     normalize_state,
     parse_rate_gbps,
 )
-from ddpdoctor.sources import define_fact
 
 CLASS_DIR = "sys/class/infiniband"
 DEV_DIR = "dev/infiniband"

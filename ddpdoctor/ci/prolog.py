@@ -14,7 +14,7 @@ import sys
 import threading
 from typing import Optional
 
-from ddpdoctor.model import ExitCode, define
+from ddpdoctor.core.model import ExitCode, define
 
 # On top of --timeout: Python start-up is already behind us, the engine needs at most 0.5 s of slack,
 # and rendering a few lines takes milliseconds.

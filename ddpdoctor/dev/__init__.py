@@ -1,0 +1,1 @@
+"""Development tools shipped with the package: docgen regenerates the docs tables from the registries."""
