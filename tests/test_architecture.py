@@ -8,7 +8,6 @@ and `__main__` lives at the package root.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 import pytest

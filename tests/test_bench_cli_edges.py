@@ -269,7 +269,8 @@ def test_nproc_help_matches_the_cpu_default() -> None:
 
 def test_report_bench_help_matches_its_sizes_and_rounds_numbers() -> None:
     from ddpdoctor.bench.sizes import parse_size
-    from ddpdoctor.ci.report import BENCH_ARGS, _bench_section
+    from ddpdoctor.ci.report import BENCH_ARGS
+    from ddpdoctor.render.report import _bench_section
 
     args = dict(zip(BENCH_ARGS[::2], BENCH_ARGS[1::2]))
     lo, hi = parse_size(args["--min-bytes"]), parse_size(args["--max-bytes"])

@@ -495,7 +495,7 @@ def test_ci_formats_say_why_no_peak_at_one_rank(clean_env: None) -> None:
 def test_report_bench_section_marks_implausible_rows_and_notes() -> None:
     from types import SimpleNamespace
 
-    from ddpdoctor.ci.report import _bench_section
+    from ddpdoctor.render.report import _bench_section
 
     rows = flag_implausible(_h100_rows(), MemoryBandwidth(3352.3, "test"))
     data = {"rows": rows, "notes": [WORLD_SIZE_ONE_HEADING]}

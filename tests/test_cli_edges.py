@@ -264,7 +264,7 @@ def test_torch_probe_timeout_shows_sub_second_durations() -> None:
 
 
 def test_shm_sizes_are_human() -> None:
-    from ddpdoctor.ci.expect import human_size
+    from ddpdoctor.ci.expectations import human_size
 
     assert human_size(24684084 * 1024) == "23.5 GiB"
     assert human_size(16 * 1024**3) == "16 GiB"

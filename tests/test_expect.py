@@ -9,18 +9,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ddpdoctor.ci.expect import (
+from ddpdoctor.ci.expect import judge_bench, judge_node
+from ddpdoctor.ci.expectations import (
     Expectations,
     ExpectationsError,
-    NodeFacts,
-    Observed,
-    judge_bench,
-    judge_node,
     load_expectations,
     parse_expectations,
     parse_size,
     parse_version,
 )
+from ddpdoctor.ci.node_facts import NodeFacts, Observed
 from ddpdoctor.cli import app
 from ddpdoctor.core.model import Severity
 

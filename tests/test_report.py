@@ -264,7 +264,7 @@ def test_report_benchmark_says_what_was_measured() -> None:
     # no word that it was gloo on 2 CPU ranks: read as NCCL, it looks like a broken interconnect.
     from types import SimpleNamespace
 
-    from ddpdoctor.ci.report import _bench_section
+    from ddpdoctor.render.report import _bench_section
 
     row = {"op": "all_reduce", "size": 1048576, "time_us": 3741.9, "algbw": 0.28, "busbw": 0.28, "wrong": 0}
     gloo = {

@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ddpdoctor.bench.plan import FAULT_ENV, BenchPlan, Job, RankSpec, parse_fault_hook
 from ddpdoctor.edge.ports import pick_free_port
+from ddpdoctor.edge.proctree import kill_tree
 from ddpdoctor.edge.runner import kill_process_group
 
 MASTER_ADDR = "127.0.0.1"
@@ -64,6 +65,8 @@ _PEER_FAILURE = re.compile(
 )
 
 EventCallback = Callable[[int, Mapping[str, Any]], None]
+# cluster.topology.run_scoped_benchmark's shape: (plan, device, backend, reporter, *, step_timeout_s, fault) -> rows
+ScopedRun = Callable[..., list[dict[str, Any]]]
 LAUNCHER_RANK = -1  # a failure of the zygote itself, before any rank ran
 
 
@@ -250,28 +253,6 @@ def _process_status(pid: Optional[int]) -> str:
         return str(psutil.Process(pid).status())
     except Exception:  # noqa: BLE001 - gone or not visible
         return "gone"
-
-
-def _kill_tree(pid: Optional[int]) -> None:
-    """SIGKILL a rank and anything it started (NCCL/gloo helpers, compilers)."""
-    if pid is None:
-        return
-    try:
-        import psutil
-
-        proc = psutil.Process(pid)
-        victims = proc.children(recursive=True) + [proc]
-    except Exception:  # noqa: BLE001 - already gone
-        victims = []
-    for v in victims:
-        try:
-            v.kill()
-        except Exception:  # noqa: BLE001
-            pass
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _wait_dead(pids: list[int], timeout_s: float = EXIT_WAIT_S) -> None:
@@ -503,8 +484,8 @@ def _stop_all(zygote: Optional[subprocess.Popen[bytes]], result: LaunchResult) -
     if zygote.poll() is None or any(s.exitcode is None for s in result.ranks.values()):
         kill_process_group(zygote)
         for s in result.ranks.values():
-            if s.exitcode is None:
-                _kill_tree(s.pid)
+            if s.exitcode is None and s.pid:
+                kill_tree(s.pid, include_root=True)
         _wait_dead([s.pid for s in result.ranks.values() if s.exitcode is None and s.pid])
     try:
         zygote.wait(EXIT_WAIT_S)
@@ -880,8 +861,13 @@ def join_as_rank(
     backend: str,
     step_timeout_s: float,
     on_event: Optional[EventCallback] = None,
+    scoped: Optional[ScopedRun] = None,
 ) -> LaunchResult:
-    """Run `job` in this process as rank `ext.rank` of an external launch (imports torch)."""
+    """Run `job` in this process as rank `ext.rank` of an external launch (imports torch).
+
+    `scoped` runs a benchmark plan again within each node and between nodes on the initialized world
+    (cluster.topology.run_scoped_benchmark, passed in by the caller so that bench never imports cluster).
+    """
     import faulthandler
 
     from ddpdoctor.bench import worker
@@ -898,16 +884,12 @@ def join_as_rank(
         worker.init_group(backend, ext.rank, ext.world_size, default_pg_timeout(step_timeout_s), device)
         result.env = worker.describe_environment(backend, device)
         state.result = worker.run_job(job, backend, device, reporter, fault)
-        if isinstance(job, BenchPlan):
-            from ddpdoctor.cluster.topology import run_scoped_benchmark
-
+        if isinstance(job, BenchPlan) and scoped is not None:
             # When the ranks span nodes: the same plan within each node, then between nodes (one rank
             # per node), every step armed by the same watchdog; [] on one node.
-            scoped = run_scoped_benchmark(
-                job, device, backend, reporter, step_timeout_s=step_timeout_s, fault=fault
-            )
-            result.rows.extend(scoped)
-            state.result = [*state.result, *scoped]
+            rows = scoped(job, device, backend, reporter, step_timeout_s=step_timeout_s, fault=fault)
+            result.rows.extend(rows)
+            state.result = [*state.result, *rows]
         state.done = True
         faulthandler.cancel_dump_traceback_later()
         worker.dist.barrier()

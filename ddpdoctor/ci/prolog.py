@@ -15,6 +15,7 @@ import threading
 from typing import Optional
 
 from ddpdoctor.core.model import ExitCode, define
+from ddpdoctor.edge.proctree import kill_tree
 
 # On top of --timeout: Python start-up is already behind us, the engine needs at most 0.5 s of slack,
 # and rendering a few lines takes milliseconds.
@@ -29,22 +30,6 @@ DEADLINE = define(
 )
 
 
-def kill_children() -> None:
-    """SIGKILL every descendant of this process (probes run in their own sessions, so a group kill of
-    ours would miss them)."""
-    try:
-        import psutil
-
-        children = psutil.Process().children(recursive=True)
-    except Exception:  # noqa: BLE001 - best effort on the way out
-        return
-    for child in children:
-        try:
-            child.kill()
-        except Exception:  # noqa: BLE001 - already gone or not ours to kill
-            pass
-
-
 DEADLINE_THREAD = "ddpdoctor-prolog-deadline"
 # The backstop process acts this long after the in-process timer should have: by then the timer thread
 # has had its chance, and only a thread holding the GIL in C code (a long regex match, a hung extension
@@ -53,7 +38,8 @@ BACKSTOP_DELAY_S = 1.0
 
 # Run as `python -S -c`: no site import, so it starts in milliseconds and needs nothing installed. It
 # sleeps until the deadline, leaves early when its parent is gone, and otherwise prints the line, kills
-# every descendant of the parent (from /proc) and the parent itself.
+# every descendant of the parent (from /proc) and the parent itself. It keeps this /proc walk rather than
+# edge.proctree.kill_tree because it runs without site-packages, where psutil lives.
 _BACKSTOP = r"""
 import os, signal, sys, time
 parent, delay, line = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
@@ -132,7 +118,7 @@ def arm_hard_deadline(seconds: float) -> HardDeadline:
             sys.stdout.flush()
         except Exception:  # noqa: BLE001 - stdout may be closed; the exit code still says it
             pass
-        kill_children()
+        kill_tree()
         os._exit(int(ExitCode.INCONCLUSIVE))
 
     timer = threading.Timer(seconds, expire)

@@ -252,7 +252,7 @@ def bench_nccl(
     expectations = None
     notes: list[str] = []
     if expect is not None:
-        from ddpdoctor.ci.expect import ExpectationsError, load_expectations
+        from ddpdoctor.ci.expectations import ExpectationsError, load_expectations
 
         try:
             expectations = load_expectations(expect)
@@ -394,6 +394,7 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
     from ddpdoctor.bench.launcher import join_as_rank
     from ddpdoctor.bench.limits import one_rank_gate_refusal
     from ddpdoctor.bench.preflight import gather_launch_facts, plan_joined
+    from ddpdoctor.cluster.topology import run_scoped_benchmark
     from ddpdoctor.edge.runner import run_argv
     from ddpdoctor.render.bench import BenchProgress, render_notes, render_rank_failure, render_rank_refusals
 
@@ -451,6 +452,7 @@ def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str,
             backend=chosen,
             step_timeout_s=options["timeout"],
             on_event=progress.on_event if ext.rank == 0 else None,
+            scoped=run_scoped_benchmark,
         )
     env = dict(result.env)
     env.setdefault("host", socket.gethostname())

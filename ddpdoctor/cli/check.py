@@ -270,7 +270,8 @@ def _check(
         output_format = pick_format(*fmt, (*FORMATS, PROMETHEUS))
         extra = ()
         if expect is not None:
-            from ddpdoctor.ci.expect import expectation_area, load_expectations
+            from ddpdoctor.ci.expect import expectation_area
+            from ddpdoctor.ci.expectations import load_expectations
 
             extra = (expectation_area(load_expectations(expect)),)
         if cluster:

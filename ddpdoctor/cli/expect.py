@@ -26,7 +26,8 @@ def expect(
     force: bool = typer.Option(False, "--force", help="Overwrite FILE if it exists."),
     timeout: float = timeout_option(),
 ) -> None:
-    from ddpdoctor.ci.expect import expectations_from_facts, gather_node_facts, render_expectations_toml
+    from ddpdoctor.ci.expect import expectations_from_facts, render_expectations_toml
+    from ddpdoctor.ci.node_facts import gather_node_facts
     from ddpdoctor.core.engine import load_hostname
     from ddpdoctor.edge.sources import LiveSources, ReplaySources
 

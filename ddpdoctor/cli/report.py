@@ -33,9 +33,10 @@ def report(
     ),
     timeout: float = timeout_option(),
 ) -> None:
-    from ddpdoctor.ci.report import build_report_text, gather_report_inputs, run_short_bench, write_report
+    from ddpdoctor.ci.report import gather_report_inputs, run_short_bench, write_report
     from ddpdoctor.core.engine import load_environment
     from ddpdoctor.edge.sources import LiveSources, ReplaySources
+    from ddpdoctor.render.report import build_report_text
 
     if replay is not None and bench:
         raise usage_error("--bench measures this machine; it cannot be combined with --replay")

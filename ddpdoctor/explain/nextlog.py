@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
-    from ddpdoctor.explain.reason import Diagnosis
+    from ddpdoctor.explain.diagnosis import Diagnosis
     from ddpdoctor.explain.scan import SummaryEntry
 
 _SIGNALS = {-6: "SIGABRT", -7: "SIGBUS", -9: "SIGKILL", -11: "SIGSEGV", -15: "SIGTERM"}

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ddpdoctor.core.model import ExitCode, Severity
+from ddpdoctor.explain.diagnosis import Diagnosis, Occurrence
 from ddpdoctor.explain.kb import DiagnosisSpec, KnowledgeBase
 from ddpdoctor.explain.nextlog import suggest_next_logs
 from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
 
 EXPLAIN_SCHEMA = "ddpdoctor.explain/1"
-EVIDENCE_DEFAULT = 3
 _ROLE_ORDER = {"root": 0, "symptom": 3, "consequence": 4, "hint": 5, "context": 6}
 _WATCHDOG_SIGS = ("watchdog.timeout", "watchdog.blocking_wait")
 _OOM_SIGS = ("oom.kernel", "oom.slurm", "dataloader.worker_killed")
@@ -38,70 +38,6 @@ _OTHER_PROCESS_SIGS = frozenset(
         "launch.child_failed",
     }
 )
-
-
-@dataclass
-class Occurrence:
-    file: str
-    line: int
-    text: str
-    rank: int | None = None
-    local_rank: int | None = None
-    host: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": f"{self.file}:{self.line}",
-            "file": self.file,
-            "line": self.line,
-            "rank": self.rank,
-            "local_rank": self.local_rank,
-            "host": self.host,
-            "excerpt": self.text,
-        }
-
-
-@dataclass
-class Diagnosis:
-    id: str
-    title: str
-    severity: Severity
-    role: str
-    component: str
-    cause: str
-    fix: str
-    references: list[str]
-    first: Occurrence | None
-    evidence: list[Occurrence]
-    count: int
-    ranks: list[int] = field(default_factory=list)
-    local_ranks: list[int] = field(default_factory=list)
-    hosts: list[str] = field(default_factory=list)
-    derived: bool = False
-    reasoning: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-    sort_key: tuple[Any, ...] = ()
-
-    def to_dict(self, all_evidence: bool = False) -> dict[str, Any]:
-        evidence = self.evidence if all_evidence else self.evidence[:EVIDENCE_DEFAULT]
-        return {
-            "id": self.id,
-            "title": self.title,
-            "severity": self.severity.label,
-            "role": "derived" if self.derived else self.role,
-            "component": self.component,
-            "ranks": self.ranks,
-            "local_ranks": self.local_ranks,
-            "hosts": self.hosts,
-            "count": self.count,
-            "first": self.first.to_dict() if self.first else None,
-            "evidence": [e.to_dict() for e in evidence],
-            "reasoning": self.reasoning,
-            "cause": self.cause,
-            "fix": self.fix,
-            "references": self.references,
-            "data": self.data,
-        }
 
 
 @dataclass

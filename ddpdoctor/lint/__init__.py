@@ -22,7 +22,7 @@ from ddpdoctor.lint.engine import (
     lint_source,
     select_rules,
 )
-from ddpdoctor.lint.rules import RULES, Rule, default_rules
+from ddpdoctor.lint.ruleset import RULES, Rule, default_rules
 
 __all__ = [
     "JSON_SCHEMA_VERSION",

@@ -10,18 +10,17 @@ from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier, is_rank_identifier
 from ddpdoctor.lint.flow import callers_of, find_call_in, happens_before, is_entry
-from ddpdoctor.lint.rules import (
+from ddpdoctor.lint.helpers import (
     _GLOBAL_RANK_ENV,
     _SPAWN_FUNCS,
-    Hit,
     _cuda_string,
     _init_calls,
     _is_collective_call,
     _is_set_device,
     is_cuda_touch,
-    rule,
     uses_cuda,
 )
+from ddpdoctor.lint.registry import Hit, rule
 
 
 def _env_key(f: ModuleFacts, node: ast.AST) -> Optional[str]:

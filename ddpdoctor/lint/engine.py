@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 from ddpdoctor.lint.discover import discover_files, read_source
 from ddpdoctor.lint.facts import ModuleFacts
 from ddpdoctor.lint.project import Project
-from ddpdoctor.lint.rules import RULES, Rule
+from ddpdoctor.lint.ruleset import RULES, Rule
 
 JSON_SCHEMA_VERSION = "ddpdoctor.lint/1"
 # Reported whatever --select/--ignore say: the file could not be linted at all.

@@ -33,7 +33,8 @@ from ddpdoctor.lint.flow import (
     rank_zero_only,
     value_before,
 )
-from ddpdoctor.lint.rules import COLLECTIVE_NAMES, Hit, _is_const, rule, uses_distributed
+from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, _is_const, uses_distributed
+from ddpdoctor.lint.registry import Hit, rule
 
 # Collectives and the (position, keyword) of the tensors every rank must pass.
 _COLLECTIVES: dict[str, tuple[tuple[int, str], ...]] = {

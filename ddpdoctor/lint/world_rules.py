@@ -14,14 +14,13 @@ from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, classify_guard, dotted, mentions_rank
 from ddpdoctor.lint.flow import value_before
-from ddpdoctor.lint.rules import (
+from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
-    Hit,
     _init_calls,
-    rule,
     uses_distributed,
 )
+from ddpdoctor.lint.registry import Hit, rule
 
 # --- DDP024: the world size from Slurm's task or node count ------------------------------------------
 

@@ -1,0 +1,9 @@
+"""Every lint rule, registered: importing the rule modules registers them (registry.py); the engine and
+the CLI read RULES from here so that no rule is missed whichever module was imported first."""
+
+from __future__ import annotations
+
+from ddpdoctor.lint import device_rules, rank_rules, rules, world_rules  # noqa: F401 - registers them
+from ddpdoctor.lint.registry import RULES, Rule, all_rules, default_rules
+
+__all__ = ["RULES", "Rule", "all_rules", "default_rules"]
