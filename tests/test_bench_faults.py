@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 import ddpdoctor.bench.launcher as launcher
+import ddpdoctor.bench.outcome as outcome
 from ddpdoctor.bench.plan import FAULT_ENV, BenchPlan
 
 STEP_TIMEOUT_S = 6
@@ -251,8 +252,8 @@ def test_stack_dump_is_acknowledged_once_complete(tmp_path: Path, stopped: bool)
         if stopped:
             proc.send_signal(signal.SIGSTOP)
             wait_for(expected)
-        state = launcher.RankState(rank=2, pid=proc.pid)
-        result = launcher.LaunchResult(world_size=3, backend="gloo", timeout_s=5)
+        state = outcome.RankState(rank=2, pid=proc.pid)
+        result = outcome.LaunchResult(world_size=3, backend="gloo", timeout_s=5)
         launcher._report_stuck(result, [state], tmp_path)
         (failure,) = result.failures
         assert failure.kind == "stuck" and failure.status == expected

@@ -20,6 +20,7 @@ import pytest
 from test_bench_cli_edges import LAUNCH_VARS
 from typer.testing import CliRunner
 
+import ddpdoctor.bench.external as external
 import ddpdoctor.bench.launcher as launcher
 import ddpdoctor.bench.preflight as preflight
 from ddpdoctor.bench.compare import (
@@ -558,7 +559,7 @@ def test_gate_refused_for_a_one_rank_torchrun_job(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("joined the job although the gate was refused")
 
-    monkeypatch.setattr(launcher, "join_as_rank", refuse)
+    monkeypatch.setattr(external, "join_as_rank", refuse)
     for name, value in (
         ("RANK", "0"),
         ("WORLD_SIZE", "1"),

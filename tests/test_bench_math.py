@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpdoctor.bench.launcher import RankFailure, detect_external_launch, is_peer_failure, pick_root_cause
+from ddpdoctor.bench.external import detect_external_launch
 from ddpdoctor.bench.math import OPS, bandwidths, bus_factor, coll_counts
+from ddpdoctor.bench.outcome import RankFailure, is_peer_failure, pick_root_cause
 from ddpdoctor.bench.plan import parse_fault_hook
 from ddpdoctor.bench.results import (
     compare_baseline,

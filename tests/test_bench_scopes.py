@@ -10,7 +10,8 @@ import time
 
 from typer.testing import CliRunner
 
-from ddpdoctor.bench.launcher import LaunchResult, RankState, _handle_message
+from ddpdoctor.bench.launcher import _handle_message
+from ddpdoctor.bench.outcome import LaunchResult, RankState
 from ddpdoctor.bench.results import (
     ROW_FIELDS,
     compare_baseline,

@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from ddpdoctor.bench.launcher import LaunchResult, RankFailure, RankState
+from ddpdoctor.bench.outcome import LaunchResult, RankFailure, RankState
 from ddpdoctor.checks.nccl import SmokeFacts, check_nccl
 from ddpdoctor.cli import app
 from ddpdoctor.core.model import Severity

@@ -8,9 +8,9 @@ init included, which PyTorch's own watchdog does not cover — gets the stuck ra
 (faulthandler on SIGUSR1) and then every rank is killed. A rank that raises or dies by a signal is
 reported as the root cause; the other ranks' failures are its consequences.
 
-Under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID set) nothing is spawned: `join_as_rank`
-runs the job in this process as that rank, and when the ranks span nodes it also runs the plan
-intra-node and inter-node (`ddpdoctor.cluster.topology.run_scoped_benchmark`).
+Under torchrun or srun nothing is spawned: external.py joins that launch. What a launch returns
+(rank states, failures, the root cause) is in outcome.py. ~650 lines kept together: starting the
+zygote, the per-rank pipes and the watchdog loop share one LaunchResult and one deadline.
 """
 
 from __future__ import annotations
@@ -27,13 +27,24 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_ready
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
-from ddpdoctor.bench.plan import FAULT_ENV, BenchPlan, Job, RankSpec, parse_fault_hook
+from ddpdoctor.bench.outcome import (
+    LAUNCHER_RANK,
+    EventCallback,
+    LaunchRefused,
+    LaunchResult,
+    RankFailure,
+    RankState,
+    first_line,
+    is_peer_failure,
+    pick_root_cause,
+    signal_name,
+)
+from ddpdoctor.bench.plan import Job, RankSpec
 from ddpdoctor.edge.ports import pick_free_port
 from ddpdoctor.edge.proctree import kill_tree
 from ddpdoctor.edge.runner import kill_process_group
@@ -56,193 +67,6 @@ START_ALLOWANCE_S = 60.0
 LOG_TAIL_CHARS = 3000
 
 _ADDR_IN_USE = re.compile(r"EADDRINUSE|address already in use|errno\s*[:=]?\s*98\b", re.IGNORECASE)
-# Messages a rank raises when a *peer* went away or stalled: consequences, not causes.
-_PEER_FAILURE = re.compile(
-    r"connection (closed|reset) by peer|broken pipe|ECONNRESET|EPIPE|remote process exited|ncclRemoteError|"
-    r"timed out|timeout|Connection refused|communicator was aborted|DistNetworkError|"
-    r"Socket Timeout|recvBytes|sendBytes|read error|Gloo connectFullMesh failed",
-    re.IGNORECASE,
-)
-
-EventCallback = Callable[[int, Mapping[str, Any]], None]
-# cluster.topology.run_scoped_benchmark's shape: (plan, device, backend, reporter, *, step_timeout_s, fault) -> rows
-ScopedRun = Callable[..., list[dict[str, Any]]]
-LAUNCHER_RANK = -1  # a failure of the zygote itself, before any rank ran
-
-
-@dataclass
-class RankState:
-    rank: int
-    pid: Optional[int] = None
-    host: str = ""
-    step: int = 0
-    op: str = "start"
-    size: int = 0
-    since: float = 0.0  # monotonic time the current step began
-    limit: Optional[float] = None  # this step's own limit (a wait on other ranks), else the step timeout
-    done: bool = False
-    result: Any = None
-    exitcode: Optional[int] = None
-
-
-@dataclass
-class RankFailure:
-    """What went wrong on one rank. `kind`: exception, signal, exit or stuck."""
-
-    rank: int
-    kind: str
-    op: str
-    size: int
-    host: str = ""
-    pid: Optional[int] = None
-    exc_type: str = ""
-    message: str = ""
-    traceback: str = ""
-    signal: str = ""
-    exitcode: Optional[int] = None
-    at: float = 0.0
-    peer_failure: bool = False
-    stack: str = ""
-    status: str = ""
-    log_tail: str = ""
-    step: int = 0
-
-    @property
-    def in_collective(self) -> bool:
-        """Its dumped stack shows it waiting inside torch.distributed (i.e. on its peers)."""
-        return "torch/distributed/" in self.stack
-
-    def describe(self) -> str:
-        if self.rank == LAUNCHER_RANK and self.exitcode is None:
-            return f"the ranks could not be started: {self.message}"
-        if self.rank == LAUNCHER_RANK:
-            return (
-                f"the rank launcher exited ({self.exitcode}) before the ranks ran: {first_line(self.message)}"
-            )
-        where = f"rank {self.rank}" + (f" on {self.host}" if self.host else "") + f" in {self.op}"
-        if self.size:
-            where += f" ({self.size} bytes)"
-        if self.kind == "signal":
-            return f"{where}: killed by {self.signal}"
-        if self.kind == "exit":
-            return f"{where}: exited with code {self.exitcode} without reporting an error"
-        if self.kind == "stuck":
-            state = f" (process {self.status})" if self.status and self.status != "running" else ""
-            return f"{where}: no progress{state}"
-        return f"{where}: {self.exc_type}: {first_line(self.message)}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able, with secrets redacted from the texts (tracebacks and logs can echo the environment)."""
-        from ddpdoctor.edge.sources import redact_text
-
-        return {k: redact_text(v) if isinstance(v, str) else v for k, v in self.__dict__.items() if k != "at"}
-
-
-@dataclass
-class LaunchResult:
-    """Outcome of one launch, keyed by rank, root cause first."""
-
-    world_size: int
-    backend: str
-    ranks: dict[int, RankState] = field(default_factory=dict)
-    failures: list[RankFailure] = field(default_factory=list)
-    root_cause: Optional[RankFailure] = None
-    timed_out: bool = False
-    timeout_s: float = 0.0
-    interrupted: bool = False
-    interrupted_by: str = ""  # "SIGINT" (Ctrl-C) or "SIGTERM" (kill, scancel, a Slurm time limit)
-    master_port: int = 0
-    port_attempts: int = 0
-    env: dict[str, Any] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    duration_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return (
-            not self.failures
-            and not self.timed_out
-            and not self.interrupted
-            and all(s.done for s in self.ranks.values())
-        )
-
-    @property
-    def pids(self) -> list[int]:
-        return [s.pid for s in self.ranks.values() if s.pid is not None]
-
-    def results(self) -> dict[int, Any]:
-        return {r: s.result for r, s in sorted(self.ranks.items()) if s.done}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "root_cause": self.root_cause.to_dict() if self.root_cause else None,
-            "failures": [f.to_dict() for f in self.failures],
-            "timed_out": self.timed_out,
-            "timeout_s": self.timeout_s,
-            "interrupted": self.interrupted,
-            "interrupted_by": self.interrupted_by or None,
-            "master_port": self.master_port,
-        }
-
-
-class LaunchRefused(Exception):
-    """The launch cannot work as asked (e.g. a pinned MASTER_PORT that is taken); nothing was started."""
-
-
-def first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:300]
-    return ""
-
-
-def is_peer_failure(message: str) -> bool:
-    """True when an exception text says a peer vanished or stalled (a consequence, not a cause)."""
-    return bool(_PEER_FAILURE.search(message))
-
-
-def pick_root_cause(failures: list[RankFailure]) -> Optional[RankFailure]:
-    """The failure that explains the others.
-
-    Order: a rank that died by a signal or exited without a report; a rank that raised something
-    other than a lost-peer error; a stuck rank that is stopped, behind the others, or stuck outside
-    any collective (its peers wait inside one for it); then the earliest failure.
-    """
-    stuck_steps = [f.step for f in failures if f.kind == "stuck"]
-    latest = max(stuck_steps, default=0)
-
-    def straggler(f: RankFailure) -> bool:
-        return (
-            f.status in ("stopped", "tracing-stop")
-            or f.step < latest
-            or (bool(f.stack) and not f.in_collective)
-        )
-
-    def priority(f: RankFailure) -> tuple[int, float, int]:
-        if f.kind in ("signal", "exit"):
-            p = 0
-        elif f.kind == "exception" and not f.peer_failure:
-            p = 1
-        elif f.kind == "stuck" and straggler(f):
-            p = 2
-        elif f.kind == "exception":
-            p = 3
-        else:
-            p = 4
-        return (p, f.at, f.rank)
-
-    return min(failures, key=priority) if failures else None
-
-
-def signal_name(exitcode: int) -> str:
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
-
 
 def _process_status(pid: Optional[int]) -> str:
     if pid is None:
@@ -780,142 +604,3 @@ def _report_stuck(result: LaunchResult, waiting: list[RankState], workdir: Path)
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# Joining an external launch (torchrun, srun).
-
-
-@dataclass(frozen=True)
-class ExternalRank:
-    """This process's place in a launch started by someone else."""
-
-    launcher: str  # "torchrun" or "slurm"
-    rank: int
-    world_size: int
-    local_rank: int
-    master_addr: Optional[str]
-    master_port: Optional[int]
-
-
-def detect_external_launch(env: Mapping[str, str]) -> Optional[ExternalRank]:
-    """torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; srun sets SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID.
-
-    A Slurm allocation alone (sbatch script, salloc shell) has SLURM_JOB_ID but no SLURM_PROCID
-    with SLURM_NTASKS > 1 for a single task: that is not a multi-rank launch.
-    """
-
-    def as_int(name: str) -> Optional[int]:
-        try:
-            return int(env[name])
-        except (KeyError, ValueError):
-            return None
-
-    port = as_int("MASTER_PORT")
-    addr = env.get("MASTER_ADDR") or None
-    rank, world = as_int("RANK"), as_int("WORLD_SIZE")
-    if rank is not None and world is not None:
-        return ExternalRank("torchrun", rank, world, as_int("LOCAL_RANK") or 0, addr, port)
-    rank, world = as_int("SLURM_PROCID"), as_int("SLURM_NTASKS")
-    if rank is not None and world is not None and world > 1 and env.get("SLURM_STEP_ID") is not None:
-        return ExternalRank("slurm", rank, world, as_int("SLURM_LOCALID") or 0, addr, port)
-    return None
-
-
-class _JoinedReporter:
-    """Progress for a joined rank: re-arms the in-process watchdog at every step."""
-
-    def __init__(
-        self, step_timeout_s: float, on_event: Optional[EventCallback], state: RankState, result: LaunchResult
-    ) -> None:
-        self.timeout, self.on_event, self.state, self.result = step_timeout_s, on_event, state, result
-
-    def step(self, op: str, size: int) -> None:
-        self._arm(op, size, self.timeout)
-
-    def wait(self, label: str, timeout_s: float) -> None:
-        self._arm(label, 0, timeout_s)
-
-    def _arm(self, op: str, size: int, timeout_s: float) -> None:
-        import faulthandler
-
-        self.state.op, self.state.size, self.state.since = op, size, time.monotonic()
-        self.state.limit = timeout_s
-        faulthandler.cancel_dump_traceback_later()
-        # On expiry: every thread's stack to stderr, then exit 1; the external launcher tears down the rest.
-        faulthandler.dump_traceback_later(timeout_s, exit=True)
-        if self.on_event:
-            self.on_event(self.state.rank, {"kind": "step", "op": op, "size": size})
-
-    def row(self, row: dict[str, Any]) -> None:
-        # Rows of the intra-/inter-node runs (tagged with a scope) come back gathered from every node
-        # by run_scoped_benchmark; here they only move the progress bar.
-        if not row.get("scope"):
-            self.result.rows.append(row)
-        if self.on_event:
-            self.on_event(self.state.rank, {"kind": "row", "row": row})
-
-
-def join_as_rank(
-    job: Job,
-    ext: ExternalRank,
-    *,
-    backend: str,
-    step_timeout_s: float,
-    on_event: Optional[EventCallback] = None,
-    scoped: Optional[ScopedRun] = None,
-) -> LaunchResult:
-    """Run `job` in this process as rank `ext.rank` of an external launch (imports torch).
-
-    `scoped` runs a benchmark plan again within each node and between nodes on the initialized world
-    (cluster.topology.run_scoped_benchmark, passed in by the caller so that bench never imports cluster).
-    """
-    import faulthandler
-
-    from ddpdoctor.bench import worker
-
-    result = LaunchResult(world_size=ext.world_size, backend=backend, timeout_s=step_timeout_s)
-    state = RankState(rank=ext.rank, pid=os.getpid(), host=socket.gethostname(), since=time.monotonic())
-    result.ranks[ext.rank] = state
-    reporter = _JoinedReporter(step_timeout_s, on_event, state, result)
-    fault = parse_fault_hook(os.environ.get(FAULT_ENV))
-    start = time.monotonic()
-    try:
-        reporter.step("init", 0)
-        device = worker.select_device(backend, ext.local_rank)
-        worker.init_group(backend, ext.rank, ext.world_size, default_pg_timeout(step_timeout_s), device)
-        result.env = worker.describe_environment(backend, device)
-        state.result = worker.run_job(job, backend, device, reporter, fault)
-        if isinstance(job, BenchPlan) and scoped is not None:
-            # When the ranks span nodes: the same plan within each node, then between nodes (one rank
-            # per node), every step armed by the same watchdog; [] on one node.
-            rows = scoped(job, device, backend, reporter, step_timeout_s=step_timeout_s, fault=fault)
-            result.rows.extend(rows)
-            state.result = [*state.result, *rows]
-        state.done = True
-        faulthandler.cancel_dump_traceback_later()
-        worker.dist.barrier()
-        worker.dist.destroy_process_group()
-    except KeyboardInterrupt:
-        result.interrupted = True
-    except Exception as exc:  # noqa: BLE001 - reported, never a traceback
-        import traceback as tb
-
-        message = str(exc)
-        result.failures.append(
-            RankFailure(
-                rank=ext.rank,
-                kind="exception",
-                op=state.op,
-                size=state.size,
-                host=state.host,
-                pid=state.pid,
-                exc_type=type(exc).__name__,
-                message=message[:4000],
-                traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-6000:],
-                peer_failure=is_peer_failure(message),
-            )
-        )
-        result.root_cause = result.failures[0]
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-    result.duration_s = time.monotonic() - start
-    return result

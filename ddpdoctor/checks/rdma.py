@@ -1,4 +1,6 @@
-"""RDMA: InfiniBand / RoCE ports, NCCL's IB settings, GPUDirect RDMA, memlock, and the PCIe fabric (ACS, links).
+"""RDMA: InfiniBand / RoCE ports and NCCL's IB settings; the area also runs rdma_gpudirect.py (GPUDirect
+RDMA, memlock) and rdma_pcie.py (ACS, PCIe links). ~900 lines kept as one module: every check here judges
+the same RdmaSummary of the node's HCAs and ports.
 
 Multi-node jobs that crawl are very often a port that is Down, a rate that negotiated lower than its
 peers, NCCL silently falling back to TCP sockets, or GPUDirect RDMA missing. Sysfs is preferred (it is
@@ -12,27 +14,36 @@ in the data of the `rdma.hca.inventory` finding (`Hca.from_dict` reads it back f
 
 from __future__ import annotations
 
-import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
+from ddpdoctor.checks.rdma_gpudirect import (
+    KERNEL_MODULES_SHAPE,
+    LSMOD,
+    MODULES_FACT,
+    check_gpudirect,
+    check_memlock,
+    loaded_modules,
+    read_kernel_modules,
+)
+from ddpdoctor.checks.rdma_pcie import (
+    LSPCI_VVV,
+    check_pcie,
+)
 from ddpdoctor.checks.system import ULIMIT_A
 from ddpdoctor.core.engine import Area, Context
 from ddpdoctor.core.model import Evidence, Finding, Severity, define
-from ddpdoctor.edge.json_shape import ListOf, Record, conform_fact
+from ddpdoctor.edge.json_shape import conform_fact
 from ddpdoctor.edge.runner import CommandResult, define_command
-from ddpdoctor.edge.sources import Sources, define_fact, fact_or_none
+from ddpdoctor.edge.sources import Sources, fact_or_none
 from ddpdoctor.edge.sysfs_ib import IB_SYSFS_FACT, load_infiniband_sysfs, read_infiniband_sysfs, to_ib_status
 from ddpdoctor.parsers import to_jsonable
 from ddpdoctor.parsers.ibstat import IbStatus, Number, parse_ibstat
 from ddpdoctor.parsers.ibstatus import parse_ibstatus
 from ddpdoctor.parsers.ibv_devinfo import parse_board_ids, parse_ibv_devinfo
-from ddpdoctor.parsers.lspci import PciDevice, parse_lspci
-from ddpdoctor.parsers.modules import module_names
-from ddpdoctor.parsers.ulimit import parse_ulimit
+from ddpdoctor.parsers.lspci import PciDevice
 
 IBSTAT = define_command(
     "ibstat", ("ibstat",), "RDMA devices: CA type, firmware, port state, physical state, rate, link layer"
@@ -45,23 +56,6 @@ IBV_DEVINFO = define_command(
 IBSTATUS = define_command(
     "ibstatus", ("ibstatus",), "Port state, physical state, rate and link layer per RDMA port"
 )
-LSPCI_VVV = define_command(
-    "lspci-vvv",
-    ("lspci", "-vvv"),
-    "PCI devices in detail: ACS control on bridges, link speed/width of GPUs and NICs (capabilities need root)",
-    timeout_s=20,
-)
-LSMOD = define_command("lsmod", ("lsmod",), "Loaded kernel modules (read when /proc/modules is not)")
-MODULES_FACT = define_fact(
-    "kernel-modules",
-    "Text of /proc/modules and the names in /sys/module (nvidia_peermem, ib_core, mlx5_ib)",
-    dict,
-)
-
-# RDMA registration pins memory: the 64 KiB kernel default, 8 MiB or Docker's 64 MiB all end in
-# "ibv_reg_mr ... Cannot allocate memory". Below this the check fails; unlimited is what NCCL wants.
-MEMLOCK_FAIL_BYTES = 1024**3
-GPUDIRECT_MODULES = ("nvidia_peermem", "nv_peer_mem")
 SOCKETS = "multi-node NCCL traffic will use TCP sockets"
 
 NO_RDMA = define(
@@ -155,53 +149,6 @@ UVERBS = define(
     "Run the container with `--device=/dev/infiniband` (or `--privileged`) and `--cap-add=IPC_LOCK`; in "
     "Kubernetes use the RDMA shared device plugin.",
 )
-GPUDIRECT = define(
-    "rdma.gpudirect.module",
-    "GPUDirect RDMA",
-    "Without the GPUDirect RDMA peer-memory module (nvidia_peermem, or nv_peer_mem on old MOFED) NCCL "
-    "stages every inter-node transfer through host memory: lower bandwidth, more CPU. (NCCL >= 2.19 can "
-    "use DMA-BUF instead, with the open GPU kernel modules on Linux >= 5.12.)",
-    "Load it: `sudo modprobe nvidia_peermem` (shipped with the NVIDIA driver >= 470; needs MOFED/ib_core "
-    "loaded first), and add it to /etc/modules-load.d/ so it survives reboots.",
-)
-MEMLOCK = define(
-    "rdma.memlock",
-    "Locked-memory limit (memlock)",
-    "RDMA registers (pins) memory; the memlock limit caps how much. The kernel default of 64 KiB, or 8-64 "
-    "MiB in many images, ends in `ibv_reg_mr ... failed with error Cannot allocate memory` from NCCL.",
-    "Run `ulimit -l unlimited` in the job script (check it inside the job: under srun/mpirun/containers "
-    "it can differ); for containers `docker run --ulimit memlock=-1`; for Slurm and containerd set "
-    "`LimitMEMLOCK=infinity` in the slurmd.service / containerd.service units (systemd ignores "
-    "/etc/security/limits.conf) and restart them.",
-)
-PCIE_UNREADABLE = define(
-    "rdma.pcie.unreadable",
-    "PCIe fabric not readable",
-    "lspci is missing or could not read PCIe capabilities, so the ACS and link-width checks did not run.",
-    "Install pciutils and run `ddpdoctor check` as root (lspci shows capabilities to root only), or run "
-    "`sudo lspci -vvv | grep ACSCtl` by hand.",
-)
-ACS = define(
-    "rdma.pcie.acs",
-    "PCIe ACS",
-    "ACS (Access Control Services) with SrcValid+/ReqRedir+ on PCIe bridges redirects peer-to-peer traffic "
-    "through the CPU root complex: GPU-to-GPU and GPUDirect RDMA get slow, and NCCL can hang. It is the "
-    "classic cause of NCCL P2P hangs on PCIe machines.",
-    "Disable ACS on the bridges (as root, at every boot): `setpci -s BDF ECAP_ACS+0x6.w=0000` for each "
-    "bridge listed, or disable ACS in the BIOS; with the IOMMU on, boot with `iommu=pt`. In a VM, ACS is "
-    "what isolates passthrough devices: ask the provider instead.",
-)
-PCIE_LINK = define(
-    "rdma.pcie.link_downgraded",
-    "PCIe link of GPUs and NICs",
-    "A GPU or NIC whose PCIe link trained below its capability (fewer lanes, lower speed) caps host "
-    "transfers and GPUDirect RDMA bandwidth.",
-    "Reseat the card or riser, check the slot's BIOS setting (lane bifurcation, Gen speed), and check "
-    "`dmesg | grep -i 'limited by'`. An idle GPU lowers its link speed to save power; check it under load "
-    "with `nvidia-smi -q -d PCIE`.",
-)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The typed summary other areas reuse
 
@@ -308,23 +255,6 @@ class RdmaFacts:
         # Facts may come from a hand-edited snapshot: conformed once, here, for every judge and caller.
         self.sysfs = load_infiniband_sysfs(self.sysfs)
         self.modules = conform_fact(self.modules, KERNEL_MODULES_SHAPE)
-
-
-KERNEL_MODULES_SHAPE = Record({"proc_modules": str, "sys_module": ListOf(str)})
-
-
-def read_kernel_modules(root: Path = Path("/")) -> dict[str, Any]:
-    """Equivalent: cat /proc/modules; ls /sys/module."""
-    root = Path(root)
-    try:
-        text: Optional[str] = (root / "proc/modules").read_text(errors="replace")
-    except OSError:
-        text = None
-    try:
-        names: Optional[list[str]] = sorted(os.listdir(root / "sys/module"))[:10000]
-    except OSError:
-        names = None
-    return {"proc_modules": text, "sys_module": names}
 
 
 def collect_rdma(ctx: Context) -> RdmaFacts:
@@ -952,263 +882,6 @@ def check_uverbs(sysfs: Optional[Mapping[str, Any]], summary: RdmaSummary) -> li
             evidence=[Evidence("ls /dev/infiniband", str(nodes))],
         )
     ]
-
-
-def loaded_modules(facts: RdmaFacts) -> tuple[Optional[set[str]], str]:
-    """Module names (dashes as underscores) and where they were read; None when no source was readable."""
-    mods = facts.modules or {}
-    if mods.get("proc_modules") and mods["proc_modules"].strip():
-        return {n.replace("-", "_") for n in module_names(mods["proc_modules"])}, "/proc/modules"
-    if facts.lsmod is not None and facts.lsmod.found and facts.lsmod.stdout.strip():
-        return {n.replace("-", "_") for n in module_names(facts.lsmod.stdout)}, "lsmod"
-    if mods.get("sys_module"):
-        return {n.replace("-", "_") for n in mods["sys_module"]}, "/sys/module"
-    return None, ""
-
-
-def check_gpudirect(facts: RdmaFacts, pci: Sequence[PciDevice]) -> list[Finding]:
-    names, where = loaded_modules(facts)
-    markers = (facts.sysfs or {}).get("gdr_markers", [])
-    loaded = sorted(set(GPUDIRECT_MODULES) & (names or set()))
-    if loaded or markers:
-        shown = ", ".join(loaded) or ", ".join(f"/{m}" for m in markers)
-        return [
-            GPUDIRECT.finding(
-                Severity.OK,
-                f"GPUDirect RDMA peer-memory module loaded ({shown})",
-                evidence=[Evidence(where or "sysfs", shown)],
-            )
-        ]
-    has_gpu = any(d.kind == "gpu" and "nvidia" in d.description.lower() for d in pci)
-    if names is None:
-        return [
-            GPUDIRECT.finding(
-                Severity.INFO,
-                "Could not tell whether nvidia_peermem is loaded: no module list (/proc/modules, lsmod, "
-                "/sys/module) was available",
-                evidence=[Evidence("/proc/modules, lsmod, /sys/module", "not available")],
-            )
-        ]
-    if "nvidia" not in names and not has_gpu:
-        return [
-            GPUDIRECT.finding(
-                Severity.SKIP,
-                "No NVIDIA GPU driver loaded: GPUDirect RDMA does not apply",
-                evidence=[Evidence(where, "no nvidia module")],
-            )
-        ]
-    return [
-        GPUDIRECT.finding(
-            Severity.WARN,
-            "RDMA devices and the NVIDIA driver are present but nvidia_peermem is not loaded: inter-node "
-            "transfers are staged through host memory (unless NCCL uses DMA-BUF)",
-            evidence=[Evidence(where, f"{len(names)} modules; none of {', '.join(GPUDIRECT_MODULES)}")],
-        )
-    ]
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}" if n % scale == 0 else f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
-
-
-def check_memlock(result: Optional[CommandResult], disabled_by: Optional[str]) -> list[Finding]:
-    stdout = result.stdout if result is not None else ""
-    # The memlock line is the evidence; the whole `ulimit -a` output only when that line is missing.
-    line = next((x.strip() for x in stdout.splitlines() if "locked memory" in x), None)
-    shown = line or ((result.excerpt(20) or result.describe_failure()) if result else "not run")
-    evidence = [Evidence(result.display if result else "ulimit -a", shown)]
-    limits = parse_ulimit(stdout) if stdout else None
-    memlock = limits.get("l") if limits else None
-    if memlock is None:
-        why = (result.describe_failure() if result else "") or "no 'max locked memory' line"
-        # Absent (not installed, or not in the snapshot): the system area reports the unreadable limits.
-        sev = Severity.SKIP if result is None or not result.found else Severity.ERROR
-        return [MEMLOCK.finding(sev, f"Could not read the memlock limit: {why}", evidence=evidence)]
-    if memlock.unlimited:
-        return [
-            MEMLOCK.finding(
-                Severity.OK, "memlock is unlimited", evidence=evidence, data={"memlock_bytes": None}
-            )
-        ]
-    size = memlock.bytes() or 0
-    data = {"memlock_bytes": size}
-    if size < MEMLOCK_FAIL_BYTES:
-        sev = Severity.WARN if disabled_by else Severity.FAIL
-        note = f" ({disabled_by}, so NCCL will not register memory now)" if disabled_by else ""
-        return [
-            MEMLOCK.finding(
-                sev,
-                f"memlock (max locked memory) is {_size(size)} with RDMA devices present: NCCL's ibv_reg_mr will fail with 'Cannot allocate memory'{note}",
-                evidence=evidence,
-                data=data,
-            )
-        ]
-    return [
-        MEMLOCK.finding(
-            Severity.INFO,
-            f"memlock is limited to {_size(size)}; unlimited (`ulimit -l unlimited`) is what NCCL expects",
-            evidence=evidence,
-            data=data,
-        )
-    ]
-
-
-def _describe(d: PciDevice) -> str:
-    return f"{d.slot} {d.description[:50]}".strip() if d.slot else "(slot not shown)"
-
-
-def check_pcie(result: Optional[CommandResult]) -> tuple[list[Finding], list[PciDevice]]:
-    """ACS on bridges above GPUs/NICs and downgraded GPU/NIC links, from `lspci -vvv`."""
-    if result is None or not result.found or not result.stdout.strip():
-        why = (result.describe_failure() if result else "") or "no output"
-        return [
-            PCIE_UNREADABLE.finding(
-                Severity.SKIP,
-                f"ACS and PCIe link checks skipped: {why}",
-                evidence=[Evidence("lspci -vvv", why)],
-            )
-        ], []
-    devices = parse_lspci(result.stdout)
-    findings: list[Finding] = []
-    acs_known = [d for d in devices if d.acs_control is not None]
-    acs_on = [d for d in acs_known if d.acs_redirecting and (d.kind == "bridge" or d.slot is None)]
-    targets = [d for d in devices if d.kind in ("gpu", "nic")]
-    partial = not any(d.slot and d.kind != "bridge" for d in devices)
-    if targets:
-        relevant = [b for b in acs_on if b.slot is None or any(b.is_above(t) for t in targets)]
-    else:
-        relevant = acs_on if partial else []
-    unreadable = [d for d in devices if not d.capabilities_readable]
-    if relevant:
-        slots = [d.slot or "?" for d in relevant]
-        setpci = "; ".join(f"setpci -s {s} ECAP_ACS+0x6.w=0000" for s in slots[:4] if s != "?")
-        findings.append(
-            ACS.finding(
-                Severity.WARN,
-                f"ACS is enabled on {len(relevant)} PCIe bridge(s)"
-                + (
-                    f" ({', '.join(slots[:6])}{' ...' if len(slots) > 6 else ''})"
-                    if any(s != "?" for s in slots)
-                    else ""
-                )
-                + ": GPU peer-to-peer and GPUDirect RDMA traffic goes through the root complex (slow, NCCL hangs)",
-                evidence=[
-                    Evidence(
-                        "lspci -vvv",
-                        f"{_describe(d)}: ACSCtl "
-                        + " ".join(f"{k}{'+' if v else '-'}" for k, v in (d.acs_control or {}).items()),
-                    )
-                    for d in relevant[:6]
-                ],
-                fix=ACS.fix + (f" Here: `{setpci}`." if setpci else ""),
-                data={"bridges": slots, "controls_on": {d.slot or "?": d.acs_redirecting for d in relevant}},
-            )
-        )
-    elif acs_known:
-        findings.append(
-            ACS.finding(
-                Severity.OK,
-                f"ACS is on for {len(acs_on)} PCIe port(s), none of them above a GPU or RDMA NIC"
-                if acs_on
-                else f"ACS redirection is off on the {len(acs_known)} PCIe port(s) that report ACS controls",
-                evidence=[
-                    Evidence(
-                        "lspci -vvv",
-                        f"{len(acs_known)} ACSCtl lines, {len(acs_on)} with SrcValid+/ReqRedir+/CmpltRedir+",
-                    )
-                ],
-            )
-        )
-    elif unreadable:
-        findings.append(
-            PCIE_UNREADABLE.finding(
-                Severity.SKIP,
-                f"lspci could not read PCIe capabilities ({len(unreadable)} device(s) '<access denied>'): run as root for the ACS and link checks",
-                evidence=[Evidence("lspci -vvv", "Capabilities: <access denied>")],
-            )
-        )
-    elif "Capabilities:" not in result.stdout:
-        # Plain `lspci` or `lspci -v` output lists devices without capabilities: no verdict either way. (A VM
-        # whose devices show capabilities but no PCIe port has nothing to judge: that is the ok below.)
-        findings.append(
-            PCIE_UNREADABLE.finding(
-                Severity.SKIP,
-                f"lspci listed {len(devices)} PCI device(s) without any capability lines (not the output of "
-                "`sudo lspci -vvv`?): ACS and link checks skipped",
-                evidence=[Evidence("lspci -vvv", f"{len(devices)} devices, no 'Capabilities:' lines")],
-            )
-        )
-    else:
-        findings.append(
-            ACS.finding(
-                Severity.OK,
-                f"No PCIe port reports ACS controls ({len(devices)} PCI device(s) listed)",
-                evidence=[Evidence("lspci -vvv", f"{len(devices)} devices, no ACSCtl lines")],
-            )
-        )
-    findings += _check_links(targets)
-    return findings, devices
-
-
-def _link_text(d: PciDevice) -> str:
-    cap, sta = d.link_capability, d.link_status
-    parts = []
-    if sta and sta.width is not None:
-        parts.append(f"x{sta.width}" + (f" of x{cap.width}" if cap and cap.width is not None else ""))
-    if sta and sta.speed_gts is not None:
-        parts.append(
-            f"{sta.speed_gts:g}"
-            + (f" of {cap.speed_gts:g}" if cap and cap.speed_gts is not None else "")
-            + " GT/s"
-        )
-    return ", ".join(parts)
-
-
-def _links_finding(severity: Severity, lead: str, devices: list[PciDevice]) -> Finding:
-    return PCIE_LINK.finding(
-        severity,
-        lead + "; ".join(f"{_describe(d)} ({_link_text(d)})" for d in devices[:6]),
-        evidence=[Evidence("lspci -vvv", f"{d.slot} LnkSta: {_link_text(d)}") for d in devices[:6]],
-        data={"devices": [d.slot for d in devices]},
-    )
-
-
-def _check_links(targets: Iterable[PciDevice]) -> list[Finding]:
-    warn, idle, fine = [], [], 0
-    for d in targets:
-        sta = d.link_status
-        if sta is None:
-            continue
-        if sta.width_downgraded or (d.kind == "nic" and sta.speed_downgraded):
-            warn.append(d)
-        elif sta.speed_downgraded:
-            idle.append(d)  # GPUs drop link speed when idle: only a hint
-        elif sta.width_downgraded is False and sta.speed_downgraded is False:
-            fine += 1  # both compared with LnkCap; a link without LnkCap proves nothing
-    findings = []
-    if warn:
-        findings.append(_links_finding(Severity.WARN, "PCIe link below capability: ", warn))
-    if idle:
-        findings.append(
-            _links_finding(
-                Severity.INFO,
-                "GPU PCIe link speed below capability (normal for an idle GPU; check under load with "
-                "`nvidia-smi -q -d PCIE`): ",
-                idle,
-            )
-        )
-    if not warn and not idle and fine:
-        findings.append(
-            PCIE_LINK.finding(
-                Severity.OK,
-                f"{fine} GPU/NIC PCIe link(s) at full width and speed",
-                evidence=[Evidence("lspci -vvv", "LnkSta (ok)")],
-            )
-        )
-    return findings
 
 
 def check_rdma(facts: RdmaFacts) -> list[Finding]:

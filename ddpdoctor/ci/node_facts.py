@@ -150,7 +150,8 @@ def read_hcas(sources: Sources) -> Observed:
 
 def read_modules(sources: Sources) -> Observed:
     """Loaded kernel modules as the RDMA area reads them. Equivalent: cat /proc/modules (or lsmod)."""
-    from ddpdoctor.checks.rdma import LSMOD, MODULES_FACT, RdmaFacts, loaded_modules, read_kernel_modules
+    from ddpdoctor.checks.rdma import RdmaFacts
+    from ddpdoctor.checks.rdma_gpudirect import LSMOD, MODULES_FACT, loaded_modules, read_kernel_modules
 
     facts = RdmaFacts(modules=fact_or_none(sources, MODULES_FACT, read_kernel_modules))
     names, where = loaded_modules(facts)

@@ -285,7 +285,7 @@ def bench_nccl(
                 f"run ({why})"
             ) from None
 
-    from ddpdoctor.bench.launcher import detect_external_launch
+    from ddpdoctor.bench.external import detect_external_launch
 
     ext = detect_external_launch(os.environ)
     options = dict(
@@ -339,8 +339,9 @@ def _plan(decision_backend: str, options: dict[str, Any]):
 
 def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
     from ddpdoctor.bench import preflight
-    from ddpdoctor.bench.launcher import LaunchRefused, launch_local
+    from ddpdoctor.bench.launcher import launch_local
     from ddpdoctor.bench.limits import with_one_rank_gate_refusal
+    from ddpdoctor.bench.outcome import LaunchRefused
     from ddpdoctor.bench.preflight import cpu_count, gather_launch_facts, plan_launch, visible_gpus
     from ddpdoctor.edge.runner import run_argv
     from ddpdoctor.render.bench import BenchProgress, render_notes, render_refusals
@@ -391,7 +392,7 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
 
 def _run_joined(ext: Any, backend: str, nproc: Optional[int], options: dict[str, Any]) -> int:
     from ddpdoctor.bench import preflight
-    from ddpdoctor.bench.launcher import join_as_rank
+    from ddpdoctor.bench.external import join_as_rank
     from ddpdoctor.bench.limits import one_rank_gate_refusal
     from ddpdoctor.bench.preflight import gather_launch_facts, plan_joined
     from ddpdoctor.cluster.topology import run_scoped_benchmark
