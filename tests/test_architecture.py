@@ -105,6 +105,21 @@ def test_imports_only_point_down() -> None:
     assert not upward, "imports that do not point down:\n" + "\n".join(sorted(upward))
 
 
+BIG_MODULE_LINES = 600
+
+
+def test_big_modules_say_why_they_are_one_module() -> None:
+    """A module over ~600 lines is split where a second concept lives in it, or its docstring says why not."""
+    silent = []
+    for name, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > BIG_MODULE_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "lines" not in doc:
+                silent.append(f"{name} ({text.count(chr(10))} lines)")
+    assert not silent, "modules over 600 lines without a reason in their docstring: " + ", ".join(silent)
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}

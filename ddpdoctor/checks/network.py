@@ -2,6 +2,7 @@
 
 Every live read is a fact (`net-resolve`, `net-interfaces`, `net-master-port`), so a snapshot
 replays to the same findings; the judges below are pure functions of those facts and the environment.
+Over 600 lines as one module: name resolution, the master port and socket interfaces are judged together because NCCL/gloo pick the interface from the same facts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""`ddpdoctor bench-nccl`: collective bandwidth with nccl-tests' numbers, correctness on, a launch that cannot hang."""
+"""`ddpdoctor bench-nccl`: collective bandwidth with nccl-tests' numbers, correctness on, a launch that cannot hang.
+
+Over 600 lines: the bench-nccl command's three launch paths (local, torchrun/srun, --pairwise) share option handling and the refusal/exit-code contract.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ RecursionError, and `write_new_file` never overwrites without being told to, nor
 symbolic link.
 
 Size caps (documented in docs/limits.md): see the *_LIMIT constants below.
+Over 600 lines: the one bounded reader and writer of user files; every file type and size guard is here so no other module opens a user's path.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ Init failures (library not found, driver/library version mismatch, driver not lo
 come back as `{"available": False, "error": {"kind", "message"}}`. One failing GPU never stops the
 others. The result is plain JSON-able data, stored in snapshots as the `nvml` fact, with per-GPU dicts
 in the same shape as `ddpdoctor.parsers.nvidia_smi.parse_gpu_section`.
+Over 600 lines as one module on purpose: it is the only importer of pynvml, and every NVML call, constant and error mapping must stay behind that one door.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Items (the checklist of what occupies GPU memory): parameters, gradients, optimi
 weights, activations, inputs, temporary buffers (communication buckets), and a fixed overhead (driver
 reserve, CUDA context with its kernels and library workspaces, NCCL buffers). Allocator fragmentation is
 not an item: it is what the headroom is for (plan.judge warns when headroom is under 5%).
+Over 600 lines: one concept, the per-GPU byte items of a step; each item's formula sits beside the others it is summed with.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ pages, remapped rows, reset required), the PCIe link, clocks, temperature, power
 
 Every judge here reads one per-GPU dict (nvml.GPU_SHAPE) and is pure; the tables at the bottom say which
 finding id, NVML call and `nvidia-smi -q` section each one stands for.
+Over 600 lines: one table of per-GPU judges over the same GPU dict; each judge is a short pure function.
 """
 
 from __future__ import annotations
