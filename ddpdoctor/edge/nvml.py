@@ -96,6 +96,14 @@ NVLINK_MAX_LINKS = 18  # NVML allows up to 36, but no shipping GPU has more than
 _LOCK = threading.Lock()
 
 
+def _shutdown(lib: Any) -> None:
+    """nvmlShutdown after every init (NVML counts them): its failures change nothing we report."""
+    try:
+        lib.nvmlShutdown()
+    except Exception:  # noqa: BLE001, S110 - see above
+        pass
+
+
 class GpuLost(Exception):
     """NVML said the GPU is lost or needs a reset: stop reading it, report it as lost."""
 
@@ -675,10 +683,7 @@ def gather_nvml(lib: Any = None) -> dict[str, Any]:
             if len(handles) > 1:
                 out["p2p"] = read_p2p(lib, handles)
         finally:
-            try:
-                lib.nvmlShutdown()
-            except Exception:  # noqa: BLE001, S110 - shutdown failures change nothing we report
-                pass
+            _shutdown(lib)
     return out
 
 
@@ -725,8 +730,5 @@ def read_memory_specs(indices: Optional[list[int]] = None, lib: Any = None) -> l
                     pass  # a lost GPU gets no ceiling; `check` reports it
                 out.append(spec)
         finally:
-            try:
-                lib.nvmlShutdown()
-            except Exception:  # noqa: BLE001, S110 - shutdown failures change nothing we report
-                pass
+            _shutdown(lib)
     return out
