@@ -107,7 +107,12 @@ SIZE_VARS = frozenset(
 SHOWN_PREFIXES = ("TORCHELASTIC_", "SLURM_")
 # (rank, size, local rank, local size) of each MPI flavour, in the order they are tried.
 _MPI = (
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
     ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"),
     ("PMIX_RANK", "PMI_SIZE", "", ""),
     ("PMI_RANK", "PMI_SIZE", "", ""),
