@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from ddpdoctor.core.launchenv import read_launch_env
 from ddpdoctor.core.model import Evidence, Finding, Severity, define
 from ddpdoctor.core.placement import GpuSupply, LocalRanks, judge_placement, read_local_ranks
 from ddpdoctor.core.visible_devices import VisibleDevices, parse_visible_devices
 from ddpdoctor.edge.files import load_json_file
 from ddpdoctor.edge.runner import Command, CommandResult, define_command
+from ddpdoctor.parsers.numbers import parse_int
 
 NVIDIA_SMI_GPUS = define_command(
     "bench-nvidia-smi-gpus",
@@ -145,28 +147,22 @@ class LaunchDecision:
     fallback: Optional[str] = None
 
 
-def _int(text: str) -> Optional[int]:
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
 def parse_gpu_query(text: str) -> list[GpuInfo]:
     """Rows of NVIDIA_SMI_GPUS; N/A and garbage become None, short rows are skipped."""
     gpus = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 7 or _int(parts[0]) is None:
+        index = parse_int(parts[0]) if len(parts) >= 7 else None
+        if index is None:
             continue
         gpus.append(
             GpuInfo(
-                index=int(parts[0]),
+                index=index,
                 uuid=parts[1],
                 name=parts[2],
                 compute_mode=parts[3],
-                pcie_gen=_int(parts[4]),
-                pcie_width=_int(parts[5]),
+                pcie_gen=parse_int(parts[4]),
+                pcie_width=parse_int(parts[5]),
                 driver=parts[6],
             )
         )
@@ -262,9 +258,10 @@ def gather_launch_facts(
         if apps.ok:
             facts.apps = parse_compute_apps(apps.stdout)
     raw_port = env.get("MASTER_PORT")
+    # An empty MASTER_PORT counts as unset here: the launcher then picks a free port itself.
     if raw_port:
-        port = _int(raw_port)
-        if port is None or not 0 < port < 65536:
+        port = read_launch_env(env).master_port
+        if port is None:
             facts.master_port_invalid = raw_port
         else:
             facts.master_port = port

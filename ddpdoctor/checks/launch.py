@@ -5,49 +5,33 @@ Everything here is judged from the (redacted) environment, so it works the same 
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from ddpdoctor.core.engine import ENV_NOT_RECORDED, Area, Context
+from ddpdoctor.core.launchenv import (
+    SHOWN_PREFIXES,
+    SLURM_INT_VARS,
+    TORCH_INT_VARS,
+    LaunchEnv,
+    read_launch_env,
+)
+from ddpdoctor.core.launchenv import parse_port as parse_port  # re-exported
+from ddpdoctor.core.launchenv import valid_host as valid_host
 from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Severity, define
 from ddpdoctor.core.visible_devices import parse_visible_devices
+from ddpdoctor.parsers.numbers import parse_int as parse_int  # re-exported: the one integer reader
 
-# torchrun sets all of these for every worker (torch.distributed.elastic.agent.server.api).
-TORCH_INT_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-)
-SLURM_INT_VARS = (
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-    "SLURM_NNODES",
-    "SLURM_NODEID",
-    "SLURM_JOB_NUM_NODES",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_STEP_NUM_TASKS",
-    "SLURM_GPUS_ON_NODE",
-)
 # What init_process_group(init_method="env://") reads; a partial set is the classic
 # "environment variable RANK expected, but not set".
 ENV_INIT_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
-SHOWN_PREFIXES = ("TORCHELASTIC_", "SLURM_")
+# The variables this area reports as malformed (LaunchEnv reads more: MPI's, PET_*, the Slurm ids).
+CHECKED_VARS = frozenset(TORCH_INT_VARS + SLURM_INT_VARS + ("MASTER_PORT", "MASTER_ADDR"))
 SHOWN_VARS = TORCH_INT_VARS + (
     "MASTER_ADDR",
     "MASTER_PORT",
     "CUDA_VISIBLE_DEVICES",
     "TORCH_NCCL_USE_COMM_NONBLOCKING",
 )
-_HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$|^\[?[0-9A-Fa-f:.]+\]?$")
 
 LAUNCHER = define(
     "launch.launcher",
@@ -157,84 +141,9 @@ DEVICE_ORDINAL = define(
 )
 
 
-@dataclass
-class LaunchEnv:
-    """The launch variables, parsed. `ints` holds well-formed integers; `malformed` the rest."""
-
-    raw: dict[str, str] = field(default_factory=dict)
-    ints: dict[str, int] = field(default_factory=dict)
-    malformed: dict[str, str] = field(default_factory=dict)  # name -> why
-
-    def get(self, name: str) -> Optional[int]:
-        return self.ints.get(name)
-
-
-def parse_int(text: str) -> Optional[int]:
-    """A plain ASCII decimal integer (surrounding spaces allowed), else None.
-
-    Stricter than Python's int(), which also takes '٣' or '1_0': the C++ side of c10d does not.
-    """
-    text = text.strip()
-    # At most 18 digits: any real rank, size or port fits, and int() of a 5000-digit string raises
-    # ValueError (Python's integer-digit limit) instead of answering. A longer number is as malformed
-    # as RANK=abc.
-    if len(text) > 19 or not re.fullmatch(r"[+-]?[0-9]{1,18}", text):
-        return None
-    return int(text)
-
-
-def parse_port(text: str) -> Optional[int]:
-    value = parse_int(text)
-    return value if value is not None and 1 <= value <= 65535 else None
-
-
-def valid_host(text: str) -> bool:
-    """A host name or an IP address literal (not a URL, not host:port, no spaces)."""
-    return bool(text) and len(text) <= 253 and bool(_HOST.match(text))
-
-
 def parse_launch_env(env: Mapping[str, str]) -> LaunchEnv:
     """Pick out and type-check the launch variables; never raises, whatever the values."""
-    out = LaunchEnv()
-    for name in TORCH_INT_VARS + SLURM_INT_VARS:
-        if name not in env:
-            continue
-        value = str(env[name])
-        out.raw[name] = value
-        number = parse_int(value)
-        if name == "SLURM_NTASKS_PER_NODE" and number is None:
-            # Slurm may write "4(x2)" or "2,1"; only the plain form is used below.
-            continue
-        if number is None:
-            shown = repr(value) if len(value) <= 40 else f"{value[:20]!r}... ({len(value)} characters)"
-            out.malformed[name] = f"{name}={shown} is not an integer (or more than 18 digits)"
-        elif number < 0:
-            out.malformed[name] = f"{name}={value!r} is negative"
-        else:
-            out.ints[name] = number
-    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "SLURM_NTASKS", "SLURM_NNODES"):
-        if out.ints.get(name) == 0:
-            del out.ints[name]
-            out.malformed[name] = f"{name}=0: a job has at least one process"
-    if "MASTER_PORT" in env:
-        value = str(env["MASTER_PORT"])
-        out.raw["MASTER_PORT"] = value
-        port = parse_port(value)
-        if port is None:
-            out.malformed["MASTER_PORT"] = f"MASTER_PORT={value!r} is not a TCP port (1-65535)"
-        else:
-            out.ints["MASTER_PORT"] = port
-    if "MASTER_ADDR" in env:
-        value = str(env["MASTER_ADDR"])
-        out.raw["MASTER_ADDR"] = value
-        if not valid_host(value.strip()):
-            out.malformed["MASTER_ADDR"] = (
-                f"MASTER_ADDR={value!r} is not a host name or IP address (no scheme, port or spaces)"
-            )
-    for name, value in env.items():
-        if name.startswith(SHOWN_PREFIXES) and name not in out.raw:
-            out.raw[name] = str(value)
-    return out
+    return read_launch_env(env)
 
 
 def is_multi_node(env: Mapping[str, str]) -> bool:
@@ -253,9 +162,7 @@ def _ev(launch: LaunchEnv, *names: str) -> list[Evidence]:
 
 
 def check_launcher(launch: LaunchEnv, env: Mapping[str, str]) -> list[Finding]:
-    torchrun = "TORCHELASTIC_RUN_ID" in env or "GROUP_RANK" in launch.raw
-    slurm = "SLURM_JOB_ID" in env or "SLURM_PROCID" in launch.raw
-    kinds = (["torchrun"] if torchrun else []) + (["Slurm"] if slurm else [])
+    kinds = (["torchrun"] if launch.under_torchrun else []) + (["Slurm"] if launch.under_slurm else [])
     shown = {n: launch.raw[n] for n in sorted(launch.raw) if n in SHOWN_VARS or n.startswith(SHOWN_PREFIXES)}
     if not kinds and not any(n in launch.raw for n in ENV_INIT_VARS):
         text = "No launcher variables set (normal outside a job; torchrun or srun set them for each rank)"
@@ -302,6 +209,7 @@ def check_malformed(launch: LaunchEnv) -> list[Finding]:
             data={"name": name, "value": launch.raw.get(name, "")},
         )
         for name, why in sorted(launch.malformed.items())
+        if name in CHECKED_VARS
     ]
 
 
@@ -384,8 +292,7 @@ def check_slurm(launch: LaunchEnv, env: Mapping[str, str]) -> list[Finding]:
     )
     if ntasks is None and launch.get("SLURM_PROCID") is None:
         return []
-    torchrun = "TORCHELASTIC_RUN_ID" in env or "GROUP_RANK" in launch.raw
-    if torchrun:
+    if launch.under_torchrun:
         if ntasks is not None and nnodes is not None and ntasks > nnodes:
             return [
                 SLURM_TORCHRUN.finding(

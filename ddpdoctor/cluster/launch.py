@@ -1,6 +1,7 @@
 """Which launcher started this process, and where rank 0 is: torchrun's or srun's environment.
 
-Pure functions over an environment mapping; ddpdoctor never launches or rendezvouses on its own.
+Pure functions over an environment mapping, read by core.launchenv (its rule: a variable that is set
+but malformed, empty included, is a LaunchError here); ddpdoctor never launches or rendezvouses on its own.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from ddpdoctor.cluster.hostlist import expand_hostlist
+from ddpdoctor.core.launchenv import LaunchEnv, read_launch_env
 
 # Under srun without MASTER_PORT we derive a port from the job and step id, so every task of one
 # step computes the same port and two steps of a job do not collide. Documented in docs/cluster.md.
@@ -50,23 +52,21 @@ class LaunchInfo:
         }
 
 
-def _int(env: Mapping[str, str], name: str, default: Optional[int] = None) -> Optional[int]:
-    text = env.get(name)
-    if text is None or text.strip() == "":
-        return default
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise LaunchError(f"{name}={text!r} is not an integer") from None
+def _checked(launch: LaunchEnv, *names: str) -> None:
+    """LaunchError naming the first of `names` that is set but breaks the launch rule (core.launchenv)."""
+    for name in names:
+        if name in launch.malformed:
+            raise LaunchError(launch.malformed[name])
 
 
 def slurm_master_port(env: Mapping[str, str]) -> int:
     """MASTER_PORT when set, else 20000 + (SLURM_JOB_ID + SLURM_STEP_ID) mod 20000."""
-    explicit = _int(env, "MASTER_PORT")
-    if explicit is not None:
-        return explicit
-    job = _int(env, "SLURM_JOB_ID", 0) or 0
-    step = _int(env, "SLURM_STEP_ID", 0) or 0
+    launch = read_launch_env(env)
+    _checked(launch, "MASTER_PORT", "SLURM_JOB_ID", "SLURM_STEP_ID")
+    if launch.master_port is not None:
+        return launch.master_port
+    job = launch.get("SLURM_JOB_ID") or 0
+    step = launch.get("SLURM_STEP_ID") or 0
     return SLURM_PORT_BASE + (job + step) % SLURM_PORT_SPAN
 
 
@@ -76,44 +76,44 @@ def detect_launch(env: Mapping[str, str]) -> Optional[LaunchInfo]:
     None when neither launcher's variables are present; LaunchError when they are incomplete.
     torchrun wins over srun: `srun torchrun ...` runs torchrun's workers inside a Slurm step.
     """
-    if "RANK" in env and "WORLD_SIZE" in env:
-        rank = _int(env, "RANK")
-        world = _int(env, "WORLD_SIZE")
-        addr = env.get("MASTER_ADDR", "").strip()
-        port = _int(env, "MASTER_PORT")
-        if not addr or port is None:
+    launch = read_launch_env(env)
+    if launch.launcher in ("torchrun", "env"):
+        _checked(launch, "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT")
+        if not launch.master_addr or "MASTER_PORT" not in env:
             raise LaunchError("RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not")
-        launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env or "GROUP_RANK" in env else "env"
+        _checked(launch, "MASTER_PORT")
         info = LaunchInfo(
-            launcher=launcher,
-            rank=rank or 0,
-            world_size=world or 0,
-            local_rank=_int(env, "LOCAL_RANK", 0) or 0,
-            node_rank=_int(env, "GROUP_RANK"),
-            master_addr=addr,
-            master_port=port,
+            launcher=launch.launcher,
+            rank=launch.rank or 0,
+            world_size=launch.world_size or 0,
+            local_rank=launch.local_rank or 0,
+            node_rank=launch.node_rank,
+            master_addr=launch.master_addr,
+            master_port=launch.master_port or 0,
             use_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
             run_id=env.get("TORCHELASTIC_RUN_ID", ""),
-            restart_count=_int(env, "TORCHELASTIC_RESTART_COUNT", 0) or 0,
+            restart_count=launch.get("TORCHELASTIC_RESTART_COUNT") or 0,
         )
-    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+    elif launch.launcher == "slurm":
+        _checked(launch, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID")
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
         hosts = tuple(expand_hostlist(nodelist)) if nodelist.strip() else ()
-        addr = env.get("MASTER_ADDR", "").strip() or (hosts[0] if hosts else "")
+        addr = launch.master_addr or (hosts[0] if hosts else "")
         if not addr:
             raise LaunchError("under srun, neither MASTER_ADDR nor SLURM_JOB_NODELIST is set")
         info = LaunchInfo(
             launcher="slurm",
-            rank=_int(env, "SLURM_PROCID") or 0,
-            world_size=_int(env, "SLURM_NTASKS") or 0,
-            local_rank=_int(env, "SLURM_LOCALID", 0) or 0,
-            node_rank=_int(env, "SLURM_NODEID"),
+            rank=launch.rank or 0,
+            world_size=launch.world_size or 0,
+            local_rank=launch.local_rank or 0,
+            node_rank=launch.node_rank,
             master_addr=addr,
             master_port=slurm_master_port(env),
             run_id=f"slurm-{env.get('SLURM_JOB_ID', '0')}.{env.get('SLURM_STEP_ID', '0')}",
             expected_hosts=hosts,
         )
     else:
+        # An MPI launch (mpirun without torchrun or srun) is read by core.launchenv but not run here.
         return None
     if info.world_size < 1:
         raise LaunchError(f"world size {info.world_size} must be at least 1")

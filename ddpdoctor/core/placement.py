@@ -9,10 +9,11 @@ gathered at each caller's edge into a `GpuSupply`; `judge_placement` turns both 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from ddpdoctor.core.launchenv import read_launch_env
+from ddpdoctor.core.launchenv import tasks_on_node as tasks_on_node  # re-exported
 from ddpdoctor.core.model import Evidence, Finding, Severity, define
 
 PLACEMENT = define(
@@ -45,8 +46,6 @@ SLURM_SHORT = define(
     "match tasks per node x GPUs per task, or lower --ntasks-per-node.",
 )
 
-_TASKS = re.compile(r"^([0-9]{1,6})(?:\(x([0-9]{1,6})\))?$")
-
 
 @dataclass(frozen=True)
 class LocalRanks:
@@ -75,107 +74,25 @@ class GpuSupply:
     excerpt: str = ""  # evidence: the raw reading
 
 
-def _positive(text: Optional[str]) -> Optional[int]:
-    if text is None:
-        return None
-    text = str(text).strip()
-    # fullmatch on a bounded pattern: no int() on thousands of digits, no '٣' or '1_0'.
-    if not re.fullmatch(r"[0-9]{1,6}", text):
-        return None
-    value = int(text)
-    return value if value > 0 else None
-
-
-def tasks_on_node(text: str, node_id: Optional[int]) -> Optional[int]:
-    """Tasks on node `node_id` from Slurm's compressed list ("2(x3),1": 2 on nodes 0-2, 1 on node 3).
-
-    Without a node id the count is only known when every node has the same; None when malformed.
-    """
-    counts: list[tuple[int, int]] = []
-    for token in str(text).strip().split(","):
-        m = _TASKS.match(token.strip())
-        if not m or int(m.group(1)) == 0:
-            return None
-        counts.append((int(m.group(1)), int(m.group(2) or 1)))
-    if not counts:
-        return None
-    if node_id is None or len(counts) == 1 and counts[0][1] == 1:
-        # One plain number (SLURM_NTASKS_PER_NODE=8) holds for every node.
-        distinct = {c for c, _ in counts}
-        return distinct.pop() if len(distinct) == 1 else None
-    seen = 0
-    for count, repeat in counts:
-        if node_id < seen + repeat:
-            return count
-        seen += repeat
-    return None
-
-
-def _gpus_per_task(text: Optional[str]) -> Optional[int]:
-    """SLURM_GPUS_PER_TASK: "1", or typed as "a100:2"."""
-    if text is None:
-        return None
-    return _positive(str(text).rsplit(":", 1)[-1])
-
-
-def _bound_narrower(env: Mapping[str, str]) -> bool:
-    """srun bound this task to fewer GPUs than the step has (--gpu-bind, --gpus-per-task): the task's
-    CUDA_VISIBLE_DEVICES lists fewer entries than SLURM_STEP_GPUS / SLURM_JOB_GPUS."""
-    step = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if not step or visible is None:
-        return False
-    return len([x for x in visible.split(",") if x.strip()]) < len([x for x in step.split(",") if x.strip()])
-
-
 def read_local_ranks(env: Mapping[str, str], nproc_per_node: Optional[int] = None) -> LocalRanks:
     """Ranks of this job on this node, from the environment (pure; never raises).
 
-    An explicit `--nproc-per-node` wins (preflight before a job starts), then torchrun's LOCAL_WORLD_SIZE
-    (torchrun starts the per-node workers, also inside a Slurm step) or its agent's PET_NPROC_PER_NODE,
-    then Slurm's tasks per node.
+    An explicit `--nproc-per-node` wins (preflight before a job starts), then what `read_launch_env`
+    reads: torchrun's LOCAL_WORLD_SIZE (torchrun starts the per-node workers, also inside a Slurm step)
+    or its agent's PET_NPROC_PER_NODE, then Slurm's tasks per node.
     """
-    gpt = _gpus_per_task(env.get("SLURM_GPUS_PER_TASK"))
-    on_node = _positive(env.get("SLURM_GPUS_ON_NODE"))
-    problems: list[str] = []
-    common = {"gpus_per_task": gpt, "gpus_on_node": on_node}
+    launch = read_launch_env(env)
+    common = {"gpus_per_task": launch.gpus_per_task, "gpus_on_node": launch.gpus_on_node}
     if nproc_per_node is not None and nproc_per_node > 0:
         return LocalRanks(nproc_per_node, f"--nproc-per-node {nproc_per_node}", "preflight", **common)
-    torchrun = "TORCHELASTIC_RUN_ID" in env or "GROUP_RANK" in env
-    if "LOCAL_WORLD_SIZE" in env:
-        value = _positive(env["LOCAL_WORLD_SIZE"])
-        if value is not None:
-            launcher = "torchrun" if torchrun else "env"
-            return LocalRanks(value, f"LOCAL_WORLD_SIZE={value}", launcher, **common)
-        problems.append(f"LOCAL_WORLD_SIZE={str(env['LOCAL_WORLD_SIZE'])[:40]!r} is not a positive integer")
-    # torchrun's agent reads its options from PET_* variables (Kubeflow's PyTorchJob sets them): a check
-    # in the agent's container before the job starts sees --nproc-per-node there. "gpu"/"auto" mean one
-    # rank per GPU: nothing to judge.
-    if "PET_NPROC_PER_NODE" in env:
-        value = _positive(env["PET_NPROC_PER_NODE"])
-        if value is not None:
-            return LocalRanks(value, f"PET_NPROC_PER_NODE={value}", "torchrun", **common)
-    node_id = _positive(env.get("SLURM_NODEID"))
-    if str(env.get("SLURM_NODEID", "")).strip() == "0":
-        node_id = 0
-    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
-        if name not in env:
-            continue
-        raw = str(env[name])
-        value = tasks_on_node(raw, node_id)
-        if value is None:
-            problems.append(f"{name}={raw[:40]!r}: tasks on this node cannot be told")
-            continue
-        in_step = "SLURM_STEP_ID" in env and not torchrun
-        return LocalRanks(
-            value,
-            f"{name}={raw[:40]}" + (f" (node {node_id})" if node_id is not None and "," in raw else ""),
-            "slurm",
-            per_task_binding=in_step and (gpt is not None or _bound_narrower(env)),
-            problems=tuple(problems),
-            **common,
-        )
-    return LocalRanks(None, "", "", problems=tuple(problems), **common)
+    return LocalRanks(
+        launch.ranks_per_node,
+        launch.ranks_per_node_source,
+        launch.ranks_per_node_launcher,
+        per_task_binding=launch.per_task_binding,
+        problems=launch.ranks_per_node_problems,
+        **common,
+    )
 
 
 def choose_cuda_index(local_rank: int, visible: Optional[int], env: Mapping[str, str]) -> int:

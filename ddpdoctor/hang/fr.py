@@ -20,7 +20,10 @@ import json
 import pickle
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Optional
+
+from ddpdoctor.parsers.numbers import parse_int
 
 # A dump holds at most TORCH_FR_BUFFER_SIZE entries; anything past these bounds is not a dump.
 MAX_DUMP_BYTES = 256 * 1024 * 1024
@@ -32,8 +35,6 @@ MAX_ENTRIES = 1_000_000
 MAX_BUILT_OBJECTS = 1_000_000
 MAX_FRAMES_READ = 64
 MAX_FRAMES_KEPT = 16
-# Integers past 64 bits are no seq id, rank or size torch wrote (and a 4300-digit one cannot be printed).
-MAX_INT_BITS = 63
 
 
 class Budget:
@@ -155,14 +156,9 @@ def _is_library_file(filename: str) -> bool:
     return any(part in filename for part in _LIBRARY_PARTS) or filename.startswith("<")
 
 
-def _as_int(value: Any, default: int = -1) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value if value.bit_length() <= MAX_INT_BITS else default
-    if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value.strip()):
-        return int(value.strip())
-    return default
+# Seq ids, ranks, sizes: an int, or (the JSON dump writes some as text) a decimal string; -1 when neither.
+# parse_int bounds the digits: a 4300-digit integer is no seq id torch wrote, and could not be printed.
+_as_int = partial(parse_int, default=-1, signed=True)
 
 
 def _as_str(value: Any) -> str:
@@ -199,7 +195,8 @@ def _as_frames(value: Any, budget: Budget) -> tuple[Frame, ...]:
     for raw in value[:MAX_FRAMES_READ]:
         budget.spend()
         if isinstance(raw, dict):
-            frame = Frame(_as_str(raw.get("filename")), _as_int(raw.get("line"), 0), _as_str(raw.get("name")))
+            line = _as_int(raw.get("line"), default=0)
+            frame = Frame(_as_str(raw.get("filename")), line, _as_str(raw.get("name")))
             if frame.is_user:
                 frames = frames[: MAX_FRAMES_KEPT - 1] + [frame]
                 break
@@ -265,7 +262,7 @@ def build_dump(
         raise DumpError(f"not a Flight Recorder dump: {len(entries_raw)} entries")
     dump_rank = raw.get("rank")
     dump = Dump(
-        rank=_as_int(dump_rank) if isinstance(dump_rank, (int, str)) and _as_int(dump_rank) >= 0 else rank,
+        rank=dump_rank_number if (dump_rank_number := _as_int(dump_rank)) >= 0 else rank,
         source=source,
         version=_as_str(raw.get("version")),
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from ddpdoctor.checks.launch import parse_int
+from ddpdoctor.core.launchenv import read_launch_env
 
 # The variables read from a worker's environment (nothing else is kept: environments hold secrets).
 ENV_KEYS = (
@@ -78,13 +78,6 @@ def is_agent(proc: ProcInfo) -> bool:
     return any(marker in joined for marker in _AGENT_MARKERS) and "ddpdoctor" not in joined
 
 
-def _int(text: Optional[str]) -> Optional[int]:
-    """A rank-like value from another process's environment: a non-negative ASCII integer, else None
-    (the launch checks' strict parser: str.isdigit() also takes '²', which int() then rejects)."""
-    value = parse_int(text) if text is not None else None
-    return value if value is not None and value >= 0 else None
-
-
 # Python children of a launcher that are not ranks: multiprocessing's bookkeeping processes.
 _HELPER_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "semaphore_tracker")
 
@@ -94,8 +87,14 @@ def _is_helper(proc: ProcInfo) -> bool:
     return any(marker in joined for marker in _HELPER_MARKERS)
 
 
+def _worker(proc: ProcInfo) -> Worker:
+    launch = read_launch_env(proc.env)
+    return Worker(proc.pid, launch.get("RANK"), launch.get("LOCAL_RANK"), proc.cmdline, dict(proc.env), proc.env_error)
+
+
 def _has_rank(proc: ProcInfo) -> bool:
-    return _int(proc.env.get("RANK")) is not None or _int(proc.env.get("LOCAL_RANK")) is not None
+    launch = read_launch_env(proc.env)
+    return launch.get("RANK") is not None or launch.get("LOCAL_RANK") is not None
 
 
 def _is_spawned(proc: ProcInfo) -> bool:
@@ -122,8 +121,10 @@ def find_jobs(procs: list[ProcInfo], own_pid: int = -1) -> list[Job]:
         if proc.pid == own_pid or is_agent(proc):
             continue
         agent = _agent_of(proc, by_pid)
-        rank = _int(proc.env.get("RANK"))
-        has_rank = rank is not None or _int(proc.env.get("LOCAL_RANK")) is not None
+        # The worker's own RANK/LOCAL_RANK/WORLD_SIZE, read by the launch reader every command uses.
+        launch = read_launch_env(proc.env)
+        rank = launch.get("RANK")
+        has_rank = rank is not None or launch.get("LOCAL_RANK") is not None
         if agent is None and not has_rank:
             continue
         if agent is not None and by_pid.get(proc.ppid) is not None and by_pid[proc.ppid].pid != agent:
@@ -139,9 +140,9 @@ def find_jobs(procs: list[ProcInfo], own_pid: int = -1) -> list[Job]:
         )
         job = jobs.setdefault(key, Job(None, ()))
         job.workers.append(
-            Worker(proc.pid, rank, _int(proc.env.get("LOCAL_RANK")), proc.cmdline, dict(proc.env), proc.env_error)
+            Worker(proc.pid, rank, launch.get("LOCAL_RANK"), proc.cmdline, dict(proc.env), proc.env_error)
         )
-        job.world_size = job.world_size or _int(proc.env.get("WORLD_SIZE"))
+        job.world_size = job.world_size or launch.get("WORLD_SIZE")
         job.run_id = job.run_id or proc.env.get("TORCHELASTIC_RUN_ID", "")
     for job in jobs.values():
         job.workers.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.pid))
@@ -198,11 +199,7 @@ def select_job(
             ]  # fmt: skip
             members = children or ([parent] if _is_python(parent) and (_has_rank(parent) or _is_spawned(parent)) else [])
             if members:
-                workers = [
-                    Worker(p.pid, _int(p.env.get("RANK")), _int(p.env.get("LOCAL_RANK")), p.cmdline, dict(p.env),
-                           p.env_error)
-                    for p in members
-                ]
+                workers = [_worker(p) for p in members]
                 return Job(pid if children else None, parent.cmdline if children else (), workers), ""
         return None, (
             f"process {pid} is not a distributed job: not a torchrun agent, and neither it nor its Python "

@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Optional
 
 from ddpdoctor.edge.files import load_json_text
+from ddpdoctor.parsers.numbers import parse_int
 
 RAS_DEFAULT_ADDR = "127.0.0.1:28028"
 MAX_REPLY_BYTES = 16 * 1024 * 1024
@@ -85,13 +87,13 @@ def parse_ras(body: str) -> RasStatus:
     return parse_ras_text(body)
 
 
-def _int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _dicts(value: Any) -> list[dict[str, Any]]:
     """The objects of a JSON list; [] for anything else (`"communicators": 5` is no list to iterate)."""
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+# RAS JSON writes numbers as numbers: "5" is no count.
+_json_int = partial(parse_int, signed=True, text_ok=False)
 
 
 def parse_ras_json(body: str) -> RasStatus:
@@ -107,7 +109,7 @@ def parse_ras_json(body: str) -> RasStatus:
         raise ValueError("RAS JSON has neither `communicators` nor `nccl_version`: not a RAS status")
     status = RasStatus(fmt="json", nccl_version=str(raw.get("nccl_version") or ""))
     ras = raw.get("ras") if isinstance(raw.get("ras"), dict) else {}
-    status.timeouts = _int(ras.get("timeouts_count")) or 0
+    status.timeouts = _json_int(ras.get("timeouts_count")) or 0
     for comm in _dicts(raw.get("communicators")):
         if not isinstance(comm.get("ranks"), list):
             # Every communicator RAS reports lists its ranks: without them nothing says who answered.
@@ -118,12 +120,12 @@ def parse_ras_json(body: str) -> RasStatus:
         state = "RUNNING"
         if missing:
             state = "INCOMPLETE"
-        status.comms.append(RasComm(ident, ident, _int(comm.get("size")) or 0, state, ""))
+        status.comms.append(RasComm(ident, ident, _json_int(comm.get("size")) or 0, state, ""))
         for r in missing:
             st = r.get("status") if isinstance(r.get("status"), dict) else {}
             rank = RasRank(
-                rank=_int(r.get("rank")) if _int(r.get("rank")) is not None else -1,
-                pid=_int(r.get("pid")),
+                rank=_json_int(r.get("rank"), -1),
+                pid=_json_int(r.get("pid")),
                 host=str(r.get("host") or ""),
                 gpu=str(r.get("cuda_dev", "")),
                 comm=ident,
@@ -135,16 +137,16 @@ def parse_ras_json(body: str) -> RasStatus:
         per_op: dict[str, dict[int, int]] = defaultdict(dict)
         info: dict[int, dict[str, Any]] = {}
         for r in ranks:
-            number = _int(r.get("rank"))
+            number = _json_int(r.get("rank"))
             counts = r.get("collective_counts")
             if number is None or not isinstance(counts, dict):
                 continue
             info[number] = r
             for op, count in counts.items():
-                if _int(count) is not None:
+                if _json_int(count) is not None:
                     per_op[str(op)][number] = count
         worst: dict[int, RasRank] = {}
-        status.op_counts[ident] = sum(max((_int(c) or 0 for c in counts.values()), default=0) for counts in per_op.values())
+        status.op_counts[ident] = sum(max((_json_int(c) or 0 for c in counts.values()), default=0) for counts in per_op.values())
         for op, counts in per_op.items():
             top = max(counts.values(), default=0)
             if len(set(counts.values())) > 1:
@@ -154,7 +156,7 @@ def parse_ras_json(body: str) -> RasStatus:
                 if count < top and number not in worst:
                     r = info[number]
                     worst[number] = RasRank(
-                        number, _int(r.get("pid")), str(r.get("host") or ""), str(r.get("cuda_dev", "")),
+                        number, _json_int(r.get("pid")), str(r.get("host") or ""), str(r.get("cuda_dev", "")),
                         ident, count, op,
                     )
         status.behind.extend(worst[n] for n in sorted(worst))

@@ -14,6 +14,7 @@ import re
 from typing import Any, Optional
 
 from ddpdoctor.parsers.ibstat import IbDevice, IbPort, IbStatus, as_number
+from ddpdoctor.parsers.numbers import parse_int
 
 _HCA = re.compile(r"^\s*hca_id\s*:\s*(?P<name>\S+)")
 _PORT = re.compile(r"^\s*port\s*:\s*(?P<port>\d{1,6})\s*$")
@@ -26,13 +27,6 @@ _WIDTH = re.compile(r"(?<!\d)(\d{1,4})\s*X", re.IGNORECASE)
 _SPEED = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps", re.IGNORECASE)
 # Mellanox/NVIDIA's verbs vendor id: their sysfs hca_type (and ibstat's CA type) is "MT<part id>".
 MELLANOX_VENDOR_IDS = {0x02C9, 0x119F}
-
-
-def _int(text: str) -> Optional[int]:
-    try:
-        return int(text.split()[0], 0)
-    except (ValueError, IndexError):
-        return None
 
 
 def _rate(width: Optional[str], speed: Optional[str]) -> Optional[float]:
@@ -121,9 +115,10 @@ def parse_ibv_devinfo(text: str) -> IbStatus:
         if key == "fw_ver":
             device.firmware = value or None
         elif key == "vendor_id":
-            vendor_id = _int(value)
+            # `0x02c9`: hexadecimal, as ibv_devinfo prints vendor ids
+            vendor_id = parse_int(value.split()[0] if value.split() else "", hex_ok=True)
         elif key == "vendor_part_id":
-            part_id = _int(value)
+            part_id = parse_int(value.split()[0] if value.split() else "", hex_ok=True)
     _finish_port(port, width, speed)
     close_device()
     return out

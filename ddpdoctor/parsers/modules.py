@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ddpdoctor.parsers import to_jsonable
+from ddpdoctor.parsers.numbers import parse_int
 
 
 @dataclass
@@ -21,13 +22,6 @@ class KernelModule:
     used_by_count: Optional[int] = None
     used_by: list[str] = field(default_factory=list)
     state: Optional[str] = None  # Live, Loading, Unloading (/proc/modules only)
-
-
-def _int(text: str) -> Optional[int]:
-    try:
-        return int(text)
-    except ValueError:
-        return None
 
 
 def _deps(text: str) -> list[str]:
@@ -50,9 +44,9 @@ def parse_modules(text: str) -> list[KernelModule]:
         parts = line.split()
         if not _MODULE_LINE.match(line):
             continue
-        mod = KernelModule(name=parts[0], size=_int(parts[1]))
+        mod = KernelModule(name=parts[0], size=parse_int(parts[1]))
         if len(parts) >= 3:
-            mod.used_by_count = _int(parts[2])
+            mod.used_by_count = parse_int(parts[2])
         if len(parts) >= 4:
             mod.used_by = _deps(parts[3])
         if len(parts) >= 5 and parts[4] in ("Live", "Loading", "Unloading"):

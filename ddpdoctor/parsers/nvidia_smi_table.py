@@ -16,12 +16,14 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from ddpdoctor.parsers.numbers import parse_int
 from ddpdoctor.parsers.nvidia_smi import ERROR_LINES, to_bool, to_compute_mode, value_or_none
 
 _BOX = frozenset("-=+|")
 _DRIVER = re.compile(r"Driver Version:\s*(\S+)")
 _CUDA = re.compile(r"CUDA Version:\s*(\S+)")
-_INT = re.compile(r"^-?\d{1,18}")
+# The number a value starts with (`72W`, `81559MiB`); parse_int bounds its digits.
+_LEADING_INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"^-?\d{1,18}(?:\.\d{1,18})?")
 # `72W /  700W`, `1MiB /  81559MiB`, `N/A /  N/A`: the slash between spaces, so the one in `N/A` is not it.
 _PAIR = re.compile(r"^(?P<left>.*?\S)\s+/\s+(?P<right>\S+)$")
@@ -39,10 +41,10 @@ _PERSISTENCE = {"on", "off", "n/a", "[n/a]", "err!", "wddm", "tcc", "mcdm"}
 
 
 def _int(text: Optional[str]) -> Optional[int]:
-    """`72W` -> 72, `81559MiB` -> 81559, `N/A` -> None."""
+    """`72W` -> 72, `81559MiB` -> 81559, `N/A` -> None: the unit dropped, the number read by parse_int."""
     text = value_or_none(text)
-    m = _INT.match(text) if text else None
-    return int(m.group(0)) if m else None
+    m = _LEADING_INT.match(text.strip()) if text else None
+    return parse_int(m.group(0), signed=True) if m else None
 
 
 def _float(text: Optional[str]) -> Optional[float]:

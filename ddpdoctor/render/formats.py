@@ -26,10 +26,12 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Report, Severity, define, failing_findings
 from ddpdoctor.edge.sources import redact_data, redact_text
+from ddpdoctor.parsers.numbers import parse_int
 
 FORMATS = ("table", "json", "junit", "github", "markdown")
 
@@ -196,8 +198,8 @@ def _one_line(text: str) -> str:
 # converts the same way.
 
 
-def _as_int(value: Any, default: int = 0) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
+# ddpdoctor's JSON writes numbers as numbers; anything else reads as 0.
+_json_int = partial(parse_int, default=0, signed=True, text_ok=False)
 
 
 def _severity(value: Any) -> Severity:
@@ -223,7 +225,7 @@ def _document(
     """A converted document: `clean` stands in for the findings when there are none (a passed test
     case in JUnit rather than an empty suite)."""
     return Document(
-        command=command, findings=findings or [clean], exit_code=_as_int(data.get("exit_code")), meta=meta
+        command=command, findings=findings or [clean], exit_code=_json_int(data.get("exit_code")), meta=meta
     )
 
 
@@ -234,7 +236,7 @@ def document_from_lint(data: Mapping[str, Any]) -> Document:
     for d in data.get("diagnostics") or []:
         if not isinstance(d, Mapping):
             continue
-        path, line, col = str(d.get("path") or "?"), _as_int(d.get("line")), _as_int(d.get("col"))
+        path, line, col = str(d.get("path") or "?"), _json_int(d.get("line")), _json_int(d.get("col"))
         findings.append(
             Finding(
                 id=str(d.get("code") or "DDP"),
@@ -247,7 +249,7 @@ def document_from_lint(data: Mapping[str, Any]) -> Document:
                 data={"location": {"file": path, "line": line, "col": col}},
             )
         )
-    checked = _as_int(data.get("files_checked"))
+    checked = _json_int(data.get("files_checked"))
     clean = Finding(
         id="lint.clean",
         severity=Severity.OK,
@@ -438,7 +440,7 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
         command="bench-nccl",
         findings=findings,
         host=str(env.get("host") or ""),
-        exit_code=_as_int(data.get("exit_code")),
+        exit_code=_json_int(data.get("exit_code")),
         meta={"backend": config.get("backend", ""), "world size": config.get("world_size", "")},
     )
 
