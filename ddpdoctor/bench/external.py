@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping, Optional
 from ddpdoctor.bench.launcher import default_pg_timeout
 from ddpdoctor.bench.outcome import EventCallback, LaunchResult, RankFailure, RankState, is_peer_failure
 from ddpdoctor.bench.plan import FAULT_ENV, BenchPlan, Job, parse_fault_hook
+from ddpdoctor.core.launchenv import read_launch_env
+from ddpdoctor.parsers.numbers import parse_int
 
 # cluster.topology.run_scoped_benchmark's shape: (plan, device, backend, reporter, *, step_timeout_s, fault) -> rows
 ScopedRun = Callable[..., list[dict[str, Any]]]
@@ -36,20 +38,17 @@ def detect_external_launch(env: Mapping[str, str]) -> Optional[ExternalRank]:
     with SLURM_NTASKS > 1 for a single task: that is not a multi-rank launch.
     """
 
-    def as_int(name: str) -> Optional[int]:
-        try:
-            return int(env[name])
-        except (KeyError, ValueError):
-            return None
-
-    port = as_int("MASTER_PORT")
-    addr = env.get("MASTER_ADDR") or None
-    rank, world = as_int("RANK"), as_int("WORLD_SIZE")
-    if rank is not None and world is not None:
-        return ExternalRank("torchrun", rank, world, as_int("LOCAL_RANK") or 0, addr, port)
-    rank, world = as_int("SLURM_PROCID"), as_int("SLURM_NTASKS")
-    if rank is not None and world is not None and world > 1 and env.get("SLURM_STEP_ID") is not None:
-        return ExternalRank("slurm", rank, world, as_int("SLURM_LOCALID") or 0, addr, port)
+    launch = read_launch_env(env)
+    # The port's range is judged by the caller, which names a bad MASTER_PORT in its refusal.
+    port = parse_int(env.get("MASTER_PORT"))
+    addr = launch.master_addr or None
+    rank, world, local = launch.rank, launch.world_size, launch.local_rank or 0
+    if rank is None or world is None:
+        return None
+    if launch.launcher in ("torchrun", "env"):
+        return ExternalRank("torchrun", rank, world, local, addr, port)
+    if launch.launcher == "slurm" and world > 1 and env.get("SLURM_STEP_ID") is not None:
+        return ExternalRank("slurm", rank, world, local, addr, port)
     return None
 
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from ddpdoctor.bench.preflight import gather_launch_facts, gpu_supply, plan_launch
 from ddpdoctor.core.engine import Area, Context
+from ddpdoctor.core.launchenv import read_launch_env
 from ddpdoctor.core.model import Evidence, Finding, Severity, define
 from ddpdoctor.core.placement import judge_placement, read_local_ranks
 
@@ -62,8 +63,7 @@ def collect_nccl(ctx: Context) -> SmokeFacts:
     ranks = read_local_ranks(env, ctx.options.get("nproc_per_node"))
     if ranks.launcher != "preflight" and ranks.count and ranks.count > 1:
         # Inside a job: the node's ranks would each start a smoke test on every GPU at once.
-        local = str(env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "0"))).strip()
-        if local != "0":
+        if read_launch_env(env).local_rank not in (None, 0):
             return SmokeFacts("skip", f"local rank 0 runs it for the {ranks.count} ranks of this node")
         supply = gpu_supply(facts)
         if supply.visible and any(

@@ -23,6 +23,8 @@ def last_words(exc: BaseException, env: Mapping[str, str]) -> str:
     stderr is often all a user gets of it, and must never be empty (the traceback follows it)."""
     import socket
 
+    # The variables as set, unparsed: a dying rank's last line shows what the launcher gave it, even
+    # a value core.launchenv would call malformed.
     rank = env.get("RANK") or env.get("SLURM_PROCID")
     local = env.get("LOCAL_RANK") or env.get("SLURM_LOCALID")
     who = (
