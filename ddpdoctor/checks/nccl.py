@@ -63,7 +63,10 @@ def collect_nccl(ctx: Context) -> SmokeFacts:
     ranks = read_local_ranks(env, ctx.options.get("nproc_per_node"))
     if ranks.launcher != "preflight" and ranks.count and ranks.count > 1:
         # Inside a job: the node's ranks would each start a smoke test on every GPU at once.
-        if read_launch_env(env).local_rank not in (None, 0):
+        launch = read_launch_env(env)
+        # LOCAL_RANK alone (no RANK/WORLD_SIZE) still says which rank of the node this is.
+        known = (launch.local_rank, launch.get("LOCAL_RANK"), launch.get("SLURM_LOCALID"))
+        if next((v for v in known if v is not None), 0) != 0:
             return SmokeFacts("skip", f"local rank 0 runs it for the {ranks.count} ranks of this node")
         supply = gpu_supply(facts)
         if supply.visible and any(
