@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from ddpdoctor.parsers.numbers import parse_int
+
 FORMAT_VERSION = 1
 BENCH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
 LINK_LAYERS = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
@@ -125,9 +127,11 @@ def _version(v: Any) -> str:
 
 
 def _count(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    # TOML already typed it: text ("8") is refused, as are bools, negatives and absurd sizes.
+    n = parse_int(v, text_ok=False)
+    if n is None:
         raise ValueError("must be a whole number >= 0")
-    return v
+    return n
 
 
 def _positive(v: Any) -> float:
