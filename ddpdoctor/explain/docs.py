@@ -1,4 +1,5 @@
-"""docs/explain.md is generated from ddpdoctor/data/signatures.json: `python -m ddpdoctor.explain.docs`.
+"""docs/explain.md is generated from ddpdoctor/data/signatures.json and nccl_catalogue.json:
+`python -m ddpdoctor.explain.docs`.
 
 tests/test_explain_signatures.py fails when the file is stale.
 """
@@ -126,6 +127,44 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def render_catalogue(cat: dict[str, Any]) -> str:
+    """The NCCL WARN catalogue section: provenance, coverage, classes, how to regenerate."""
+    cov, prov = cat["coverage"], cat["provenance"]
+    counts: dict[str, int] = {}
+    newest = cov["release"][1:].split("-")[0]
+    for e in cat["entries"]:
+        if e["last"] == newest:
+            counts[e["class"]] = counts.get(e["class"], 0) + 1
+    releases = ", ".join(f"{t} (`{c[:12]}`)" for t, c in prov["releases"].items())
+    out = [
+        "\n## NCCL WARN catalogue\n\n",
+        "An `NCCL WARN` line that no signature above claims is looked up in `ddpdoctor/data/nccl_catalogue.json`"
+        " (schema `ddpdoctor.explain.nccl_catalogue/1`): every `WARN(...)` format string with a literal format in"
+        f" NCCL's `src/` ({len(cat['entries'])} distinct formats), generated from {prov['repo']} at the newest"
+        f" patch release of each minor 2.18 .. 2.28: {releases}; generated {prov['generated']}. Each entry has the"
+        " printf format, a regex for the printed message (placeholders become bounded wildcards), the source path"
+        " and line, the first and last release that prints it, and a mechanism class. The report names the class"
+        " (`nccl.warn.<class>`: title, cause, fix) and quotes the line, where NCCL prints it and in which releases."
+        " Matching: formats are bucketed by their leading literal word; only formats with at least 10 literal"
+        " characters are matched, and the one with the most literal text wins. Specific signatures keep"
+        " precedence; a WARN the catalogue does not know stays `nccl.warn`.\n\n",
+        f"**Coverage**: of the {cov['warn_formats']} distinct WARN format strings of NCCL {cov['release']}'s"
+        f" `src/`, {cov['classified']} ({cov['ratio']:.1%}) map to a class other than `nccl.unclassified`."
+        " The classes are assigned by hand-written rules (source file, then keywords) in"
+        " `bench/explain_catalogue.py`; only those rules and the class table (title, cause, fix) are written"
+        " by hand.\n\n",
+        "Regenerate (after fetching github.com/NVIDIA/nccl as a git directory; no work tree needed), then"
+        " rebuild this page:\n\n",
+        "    python bench/explain_catalogue.py --mirror /path/to/nccl.git [--unclassified]\n",
+        "    python -m ddpdoctor.explain.docs\n\n",
+        "| class | reported as | 2.28 formats | title |\n|---|---|---|---|\n",
+    ]
+    for cid, c in sorted(cat["classes"].items(), key=lambda kv: -counts.get(kv[0], 0)):
+        sig = "`nccl.warn`" if cid == "nccl.unclassified" else f"`nccl.warn.{cid.split('.', 1)[1]}`"
+        out.append(f"| `{cid}` | {sig} | {counts.get(cid, 0)} | {_cell(c['title'])} |\n")
+    return "".join(out)
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     """docs/explain.md for a signatures document."""
     sigs = [s for s in doc["signatures"]]
@@ -189,6 +228,8 @@ def generate() -> str:
     bench/explain-eval/results.md (written by `python bench/eval_explain.py --markdown`) is there."""
     text = resources.files("ddpdoctor").joinpath("data", "signatures.json").read_text(encoding="utf-8")
     doc = render_markdown(json.loads(text))
+    cat = resources.files("ddpdoctor").joinpath("data", "nccl_catalogue.json").read_text(encoding="utf-8")
+    doc += render_catalogue(json.loads(cat))
     doc += HELD_OUT_RESULTS
     if EVAL_RESULTS.is_file():
         doc += "\n" + EVAL_RESULTS.read_text(encoding="utf-8")

@@ -179,7 +179,7 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
             severity=sig.severity,
             role=sig.role,
             component=sig.component,
-            cause=sig.cause,
+            cause=_cause(sig.cause, first),
             fix=sig.fix,
             references=list(sig.references),
             first=_occurrence(first),
@@ -192,6 +192,17 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
             sort_key=(_ROLE_ORDER[sig.role], sig.precedence, *_event_key(first)),
         )
     return out
+
+
+def _cause(cause: str, first: Event) -> str:
+    """The signature's cause, with where NCCL prints the quoted WARN (from the catalogue) when known."""
+    f = first.fields
+    if "nccl_source" in f:
+        cause += (
+            f" NCCL prints this message from {f['nccl_source']} (releases {f['nccl_releases']}, "
+            f"format \"{f['nccl_format']}\")."
+        )
+    return cause
 
 
 def _merge_fields(evs: list[Event]) -> dict[str, Any]:

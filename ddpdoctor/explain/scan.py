@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable, Optional
 
+from ddpdoctor.explain.catalogue import class_signature_id
 from ddpdoctor.explain.kb import KnowledgeBase, Signature
 from ddpdoctor.explain.normalize import LineInfo, normalize_line, parse_timestamp
 
@@ -380,6 +381,15 @@ class StreamScanner:
             return
         if any(not s.fallback for s, _ in matched):
             matched = [(s, m) for s, m in matched if not s.fallback]
+        extra: dict[str, str] = {}
+        if self.kb.catalogue is not None and any(s.id == "nccl.warn" for s, _ in matched):
+            # A WARN no specific signature claimed: name its mechanism from NCCL's own format strings.
+            entry = self.kb.catalogue.match(info.message)
+            if entry is not None:
+                extra = entry.fields()
+                cls_sig = self.kb.by_id.get(class_signature_id(entry.cls))
+                if cls_sig is not None:
+                    matched = [(cls_sig, m) if s.id == "nccl.warn" else (s, m) for s, m in matched]
         last_no, last_sigs = self._last_line
         if last_no != lineno:
             last_sigs = frozenset()
@@ -389,7 +399,10 @@ class StreamScanner:
             last_sigs = last_sigs | {sig.id}
             if self._recorded is not None:
                 self._recorded.append(sig.id)
-            self.collector.add(self._event(sig, m, info, text, lineno))
+            ev = self._event(sig, m, info, text, lineno)
+            if extra and sig.id.startswith("nccl.warn"):
+                ev.fields.update(extra)
+            self.collector.add(ev)
             if sig.context_lines and not self._context_left and not self.collector.summary_full:
                 self._start_summary(sig, info)
         self._last_line = (lineno, last_sigs)
