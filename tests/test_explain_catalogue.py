@@ -157,3 +157,21 @@ def test_catalogue_classes_have_signatures_in_the_knowledge_base() -> None:
             sig = KB.by_id["nccl.warn." + cid.split(".", 1)[1]]
             assert sig.title and sig.cause and sig.fix
     assert KB.by_id["nccl.warn.peer_failure"].role == "symptom"
+
+
+def test_message_that_states_its_fix_is_the_cause_and_keeps_its_nccl_source() -> None:
+    # NCCL v2.28.9-1 src/bootstrap.cc:102 prints this WARN (format without placeholders).
+    line = (
+        "node0:4211:4211 [0] bootstrap.cc:102 NCCL WARN Invalid NCCL_COMM_ID, please use format: "
+        "<ipv4>:<port> or [<ipv6>]:<port> or <hostname>:<port>"
+    )
+    ex = run(line + "\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1287, invalid usage, NCCL version 2.17.1\n")
+    assert ex.root is not None and ex.root.id == "message.stated_cause"
+    assert 'states it: "please use format: <ipv4>:<port>' in ex.root.cause
+    assert ex.root.data["nccl_source"].startswith("src/bootstrap.cc:")  # printed from two places
+
+
+def test_please_report_to_developers_is_not_a_stated_fix() -> None:
+    # nccl-tests#166's title: NCCL's internal-error text asks for a bug report, it names no cause.
+    ex = run("Test NCCL failure common.cu:958 'internal error - please report this issue to the NCCL developers / '\n")
+    assert ex.root is None or ex.root.id != "message.stated_cause"

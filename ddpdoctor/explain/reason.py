@@ -197,6 +197,8 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
 def _cause(cause: str, first: Event) -> str:
     """The signature's cause, with where NCCL prints the quoted WARN (from the catalogue) when known."""
     f = first.fields
+    if f.get("stated"):
+        cause = f"The message states it: \"{f['stated'].strip()}\". {cause}"
     if "nccl_source" in f:
         cause += (
             f" NCCL prints this message from {f['nccl_source']} (releases {f['nccl_releases']}, "

@@ -18,6 +18,7 @@ from ddpdoctor.explain.catalogue import class_signature_id
 from ddpdoctor.explain.kb import KnowledgeBase, Signature
 from ddpdoctor.explain.normalize import LineInfo, normalize_line, parse_timestamp
 
+STATED_CAUSE = "message.stated_cause"
 CHUNK_SIZE = 1 << 20
 MAX_LINE = 64 << 10  # a line longer than this is scanned in windows, never held whole
 WINDOW = 2048  # bytes kept around a match in an over-long line
@@ -377,6 +378,17 @@ class StreamScanner:
                 if m:
                     matched.append((sig, m))
                     break
+        if matched and all(s.fallback for s, _ in matched):
+            # A line only generic signatures claim (a WARN, an exception) may state its own cause in any
+            # case ("..., please set X"): keywords are case-sensitive, so the stated-cause patterns are
+            # tried on every such line, not only on lines holding one of its keywords.
+            stated = self.kb.by_id.get(STATED_CAUSE)
+            if stated is not None and all(s is not stated for s, _ in matched):
+                for rx in stated.patterns:
+                    sm = rx.search(info.message)
+                    if sm:
+                        matched.append((stated, sm))
+                        break
         if not matched:
             return
         if any(not s.fallback for s, _ in matched):
@@ -400,7 +412,7 @@ class StreamScanner:
             if self._recorded is not None:
                 self._recorded.append(sig.id)
             ev = self._event(sig, m, info, text, lineno)
-            if extra and sig.id.startswith("nccl.warn"):
+            if extra and (sig.id.startswith("nccl.warn") or sig.id == STATED_CAUSE):
                 ev.fields.update(extra)
             self.collector.add(ev)
             if sig.context_lines and not self._context_left and not self.collector.summary_full:
