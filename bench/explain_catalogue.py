@@ -9,13 +9,15 @@ call in src/ whose format is a string literal records
   regex      a matcher for the printed message: placeholders become bounded wildcards, anchored at the start
   key        the leading literal word (explain buckets the regexes by it)
   literal    how many literal (non-placeholder, non-space) characters the format has
-  class      the mechanism class, from the hand-written RULES below (source path and keywords)
+  class      the mechanism class, from the hand-written RULES below (source path, enclosing function,
+             message keywords); nccl.unclassified when no specific rule claims it (there is no catch-all)
+  rule       the id of the rule that classed it ('' when unclassified)
   path/line  where the newest release that prints it has it
+  function   the function the WARN is in (a column-0 definition before it)
   first/last the first and last release (of those read) that print it
 
 The class -> (title, cause, fix) table is the only other hand-written part (CLASSES). The output also
-states coverage: of the distinct WARN formats in the newest 2.28 release, the share mapped to a class other
-than `nccl.unclassified`.
+states coverage: of the distinct WARN formats in the newest 2.28 release, the share a specific rule classed.
 
     python bench/explain_catalogue.py --mirror /path/to/nccl.git [--out ddpdoctor/data/nccl_catalogue.json]
 """
@@ -23,11 +25,13 @@ than `nccl.unclassified`.
 from __future__ import annotations
 
 import argparse
+import bisect
 import datetime
 import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +218,26 @@ CLASSES: dict[str, dict[str, str]] = {
         "this rank's operation: a consequence of an error elsewhere.",
         "fix": "Find the first rank that failed (its own log) and its first error.",
     },
+    "nccl.message_truncated": {
+        "title": "NCCL received a longer message than it expected (bootstrap or socket transport)",
+        "cause": "A peer sent more bytes than this rank expected at that point of the exchange: the two "
+        "sides disagree about which message comes next. In NCCL 2.19 and 2.20 this was a known NCCL bug: "
+        "bootstrap messages of ncclTransportP2pSetup could be reordered (NCCL 2.21.5 release notes: 'Fix "
+        "packet reordering issue causing bootstrap mismatch'; NVIDIA/nccl#1176 saw it intermittently at "
+        "init on 2.19.3/2.19.4 and not on 2.18.6). Otherwise ranks run different NCCL versions, or issue "
+        "different collectives, sizes or NCCL_PROTO/NCCL_ALGO settings.",
+        "fix": "If the log shows NCCL 2.19.x or 2.20.x, upgrade to NCCL 2.21.5 or later (a newer torch wheel or "
+        "nvidia-nccl-cu12), or go back to 2.18.6. On newer releases check that every rank loads the same "
+        "libnccl (NCCL_DEBUG=VERSION), runs the same collectives with the same sizes "
+        "(TORCH_DISTRIBUTED_DEBUG=DETAIL), and sets the same NCCL_* variables.",
+    },
+    "nccl.teardown": {
+        "title": "NCCL communicator teardown error",
+        "cause": "Destroying, aborting or reclaiming an NCCL communicator failed (a stream sync, the proxy "
+        "stop, an IPC cleanup): usually after an earlier error left the communicator unusable.",
+        "fix": "Read the first error before the teardown; call destroy_process_group() once on every rank "
+        "after the last collective has completed.",
+    },
     UNCLASSIFIED: {
         "title": "NCCL warning",
         "cause": "NCCL printed a warning that the catalogue has no mechanism class for.",
@@ -221,46 +245,80 @@ CLASSES: dict[str, dict[str, str]] = {
     },
 }
 
-# Rules, first match wins: (path regex, message regex or None, class). Keyword rules come before path
-# rules where a message in a generic file (init.cc, proxy.cc) names its mechanism itself.
-RULES: list[tuple[str, str | None, str]] = [
+# Rules, first match wins: (rule id, source path regex, enclosing function regex, message regex, class); an
+# empty regex places no condition. Every rule names a mechanism: a source file or function that implements
+# one transport/subsystem, or message words that name it. There is deliberately no catch-all rule (no
+# "failed to|error", no "anything else in init.cc"): a format nothing specific claims stays
+# nccl.unclassified, and coverage counts only formats a specific rule classed. Each entry records its rule.
+RULES: list[tuple[str, str, str, str, str]] = [
     # message names the mechanism, wherever it is printed
-    (r"", r"NVLS|NVLink SHARP|[Mm]ulticast|MNNVL|IMEX", "nccl.nvls"),
-    (r"", r"(?i)\bcuda failure|\bcuda (?:error|driver)|cuCtx|cuMem\w*\b.*fail|cudaGetLastError|cuGetProcAddress|CUDA driver|cudaDriver|cuda.*symbol|libcuda", "nccl.cuda"),
-    (r"", r"(?i)nvml|nvidia-ml", "nccl.nvml"),
-    (r"", r"(?i)invalid config|ncclConfig|NCCL_[A-Z0-9_]+=", "nccl.config"),
-    (r"", r"(?i)version mismatch|mismatched nccl version", "nccl.init"),
-    (r"", r"(?i)\bgdr(?:copy)?\b|nv_peer_mem|peermem|gdrcopy", "nccl.gdr"),
-    (r"", r"(?i)\bNCCL_[A-Z0-9_]+\b.*(?:invalid|unknown|ignor|must|should|out of range|not (?:a|allowed|supported)|format|set to)|(?:invalid|unknown|ignoring).*\b(?:env|environment|NCCL_[A-Z_]+)", "nccl.config"),
-    (r"", r"(?i)\b(?:revoked|aborted|abort(?:ing)?\b|peer .*(?:failed|died)|remote (?:process|peer)|connection closed by)", "nccl.peer_failure"),
-    (r"", r"(?i)\bplugin\b|dlopen|dlsym|\.so\b|load.*librar", "nccl.plugin"),
-    (r"checks\.h", r"Call to", "nccl.system"),
-    # by source file
-    (r"transport/net_ib|/ibvwrap|ibvsymbols|mlx5dv|/ibvcore|net_ib/", None, "nccl.ib"),
-    (r"misc/socket|bootstrap|transport/net_socket|ipcsocket|misc/net\.cc|/socket\.h", None, "nccl.socket"),
-    (r"transport/shm|shmutils|shmem", None, "nccl.shm"),
-    (r"transport/p2p", None, "nccl.p2p"),
-    (r"nvls", None, "nccl.nvls"),
-    (r"coll_net|collnet", None, "nccl.collnet"),
-    (r"transport/net\.cc|(?:^|/)gin|gdaki", None, "nccl.net"),
-    (r"^src/proxy|/proxy", None, "nccl.proxy"),
-    (r"plugin/|net_v\d|tuner|profiler", None, "nccl.plugin"),
-    (r"cudawrap|cudalib|strongstream|cuda_|dev_runtime|launch_kernel", None, "nccl.cuda"),
-    (r"nvmlwrap", None, "nccl.nvml"),
-    (r"gdrwrap", None, "nccl.gdr"),
-    (r"graph/|topo|xml|mnnvl", None, "nccl.topology"),
-    (r"ras/", None, "nccl.ras"),
-    (r"enqueue|argcheck|collectives|group\.cc|scheduler/|symmetric|sym_kernels|/sym|register/|window", None, "nccl.usage"),
-    (r"allocator|alloc\.h|/mem|utils\.cc|/utils\.h|include/alloc", None, "nccl.memory"),
-    (r"param|env\.cc|/env|config", None, "nccl.config"),
-    # messages in generic files (init.cc, transport.cc, channel.cc, debug.cc, ...)
-    (r"", r"(?i)alloc|memory|\bmalloc|calloc|mmap|munmap|posix_memalign|cuMem|register|dereg|buffer", "nccl.memory"),
-    (r"", r"(?i)invalid|must be|null|not (?:supported|allowed)|mismatch|out of range|expected|exceed|unsupported|bad |unknown", "nccl.usage"),
-    (r"", r"(?i)\bpipe|fcntl|epoll|poll\b|socket|connect|thread|pthread", "nccl.proxy"),
-    (r"init\.cc|transport\.cc|channel\.cc|comm", None, "nccl.init"),
-    (r"", r"(?i)internal|unexpected|should not|failed to|error", "nccl.internal"),
+    ("msg.message_truncated", r"bootstrap|net_socket", r"", r"(?i)message truncated", "nccl.message_truncated"),
+    ("msg.nvls", r"", r"", r"NVLS|NVLink SHARP|[Mm]ulticast|MNNVL|IMEX", "nccl.nvls"),
+    ("msg.cuda", r"", r"", r"(?i)\bcuda failure|\bcuda (?:error|driver)|cuCtx|cuMem\w*\b.*fail|cudaGetLastError|"
+     r"cuGetProcAddress|CUDA driver|cudaDriver|cuda.*symbol|libcuda|CUDA (?:context|device)|cudaArch|"
+     r"\bCUDA \d+\.\d+|prior to CUDA", "nccl.cuda"),
+    ("msg.nvml", r"", r"", r"(?i)nvml|nvidia-ml", "nccl.nvml"),
+    ("msg.config", r"", r"", r"(?i)invalid config|ncclConfig|NCCL_[A-Z0-9_]+=", "nccl.config"),
+    ("msg.version", r"", r"", r"(?i)version mismatch|mismatched nccl version", "nccl.init"),
+    ("msg.gdr", r"", r"", r"(?i)\bgdr(?:copy)?\b|nv_peer_mem|peermem|gdrcopy", "nccl.gdr"),
+    ("msg.env", r"", r"",
+     r"(?i)\bNCCL_[A-Z0-9_]+\b.*(?:invalid|unknown|ignor|must|should|out of range|not (?:a|allowed|supported)|"
+     r"format|set to)|(?:invalid|unknown|ignoring).*\b(?:env|environment|NCCL_[A-Z_]+)", "nccl.config"),
+    ("msg.peer_failure", r"", r"",
+     r"(?i)\b(?:revoked|aborted|abort(?:ing)?\b|peer .*(?:failed|died)|remote (?:process|peer)|"
+     r"connection closed by)", "nccl.peer_failure"),
+    ("msg.plugin", r"", r"", r"(?i)\bplugin\b|dlopen|dlsym|\.so\b|load.*librar", "nccl.plugin"),
+    ("msg.syscall", r"checks\.h", r"", r"Call to", "nccl.system"),
+    # by source file: files that implement one transport or subsystem
+    ("file.ib", r"transport/net_ib|/ibvwrap|ibvsymbols|mlx5dv|/ibvcore|net_ib/", r"", r"", "nccl.ib"),
+    ("file.socket", r"misc/socket|bootstrap|transport/net_socket|ipcsocket|misc/net\.cc|/socket\.h", r"", r"",
+     "nccl.socket"),
+    ("file.shm", r"transport/shm|shmutils|shmem", r"", r"", "nccl.shm"),
+    ("file.p2p", r"transport/p2p", r"", r"", "nccl.p2p"),
+    ("file.nvls", r"nvls", r"", r"", "nccl.nvls"),
+    ("file.collnet", r"coll_net|collnet", r"", r"", "nccl.collnet"),
+    ("file.net", r"transport/net\.cc|(?:^|/)gin|gdaki", r"", r"", "nccl.net"),
+    ("file.proxy", r"^src/proxy|/proxy", r"", r"", "nccl.proxy"),
+    ("file.plugin", r"plugin/|net_v\d|tuner|profiler", r"", r"", "nccl.plugin"),
+    ("file.cuda", r"cudawrap|cudalib|strongstream|cuda_|dev_runtime|launch_kernel", r"", r"", "nccl.cuda"),
+    ("file.nvml", r"nvmlwrap", r"", r"", "nccl.nvml"),
+    ("file.gdr", r"gdrwrap", r"", r"", "nccl.gdr"),
+    ("file.topology", r"graph/|topo|xml|mnnvl", r"", r"", "nccl.topology"),
+    ("file.ras", r"ras/", r"", r"", "nccl.ras"),
+    ("file.argcheck", r"argcheck", r"", r"", "nccl.usage"),
+    ("file.group", r"group\.cc", r"", r"", "nccl.usage"),
+    ("file.allocator", r"allocator|include/alloc\.h", r"", r"", "nccl.memory"),
+    ("file.register", r"src/register", r"", r"", "nccl.memory"),
+    ("file.param", r"param|env\.cc|/env", r"", r"", "nccl.config"),
+    # generic files (enqueue.cc, init.cc, transport.cc, utils.cc, ...): the enclosing function or the message
+    # must name the mechanism
+    ("func.redop", r"enqueue", r"ncclRedOp", r"", "nccl.usage"),
+    ("func.symmetric", r"symmetric|sym_kernels", r"", r"", "nccl.usage"),
+    ("func.comm_init_args", r"init\.cc", r"^ncclCommInit|^ncclCommInitRank|^ncclCommInitAll|^ncclInit|commAlloc$",
+     r"(?i)invalid|exceeds|improper usage|requested", "nccl.usage"),
+    ("func.comm_destroy", r"init\.cc", r"(?i)destroy|reclaim|abort|revoke|finalize|commCleanup|commFree", r"",
+     "nccl.teardown"),
+    ("func.init_ranks", r"init\.cc", r"initTransportsRank|ncclCommInitRankFunc|^ncclCommInit|commAlloc|"
+     r"ncclCommSplit|ncclCommShrink|ncclCommInitChildComm|computeBuffSizes|devCommSetup", r"", "nccl.init"),
+    ("msg.duplicate_gpu", r"", r"", r"(?i)duplicate GPU|both on CUDA device", "nccl.init"),
+    ("msg.no_transport", r"", r"", r"No transport found", "nccl.init"),
+    ("msg.async_error", r"", r"", r"(?i)ncclCommSetAsyncError|already been destroyed|before the previous operation",
+     "nccl.usage"),
+    ("msg.alloc", r"", r"", r"(?i)\b(?:c|m|re)alloc\b|\bmalloc\(|\bmmap\b|posix_memalign|allocation failed|"
+     r"out of memory|Failed to (?:CUDA )?(?:host )?(?:c|m)?alloc", "nccl.memory"),
+    ("msg.selfsend", r"enqueue", r"", r"(?i)send to self|recv to self|without a matching", "nccl.usage"),
+    ("msg.graph_capture", r"", r"", r"(?i)captured|graph capture", "nccl.usage"),
+    ("msg.algo", r"enqueue|tuning", r"", r"(?i)no algorithm|algorithm/protocol|Unknown pattern", "nccl.internal"),
+    ("msg.datatype", r"", r"", r"(?i)\bdata ?type\b|reduction op|FP8", "nccl.usage"),
+    ("msg.collnet", r"", r"", r"CollNet|\bsharp\b", "nccl.collnet"),
+    ("msg.gin", r"", r"", r"\bGIN\b", "nccl.net"),
+    ("msg.pthread", r"", r"", r"(?i)pthread_|\bthread\b.*fail", "nccl.system"),
+    ("msg.internal", r"", r"", r"(?i)has bugs|should not happen|internal error|corrupted|garbage|List loop|"
+     r"Inactive op", "nccl.internal"),
 ]
-_RULES = [(re.compile(p), re.compile(m) if m else None, c) for p, m, c in RULES]
+_RULES = [
+    (rid, re.compile(p), re.compile(f), re.compile(m), c) for rid, p, f, m, c in RULES
+]
 
 # ---------------------------------------------------------------------------------------------- extraction
 _WARN_CALL = re.compile(r"(?<![\w])WARN\s*\(")
@@ -378,14 +436,36 @@ def literal_chars(fmt: str) -> int:
     return len(re.sub(r"\s", "", _SPEC.sub("", fmt)))
 
 
-def classify(path: str, fmt: str) -> str:
-    for path_rx, msg_rx, cls in _RULES:
-        if not path_rx.search(path):
+def classify(path: str, function: str, fmt: str) -> tuple[str, str]:
+    """(class, rule id) of a format printed from `function` in `path`; (nccl.unclassified, "") when no
+    specific rule claims it."""
+    for rid, path_rx, func_rx, msg_rx, cls in _RULES:
+        if path_rx.search(path) and func_rx.search(function) and msg_rx.search(fmt):
+            return cls, rid
+    return UNCLASSIFIED, ""
+
+
+# A function definition starts at column 0: `[static] type name(` with `{` before any `;` after it.
+_FUNC_START = re.compile(r"^(?![ \t#/{}])[^\n;{}()#]*?\b([A-Za-z_][\w:~]*)\s*\(", re.MULTILINE)
+_NOT_FUNCS = frozenset({"if", "for", "while", "switch", "return", "sizeof", "NCCL_API", "NCCL_PARAM"})
+
+
+def function_starts(text: str) -> list[tuple[int, str]]:
+    """(offset, name) of each function definition in a C/C++ source, in order."""
+    out: list[tuple[int, str]] = []
+    for m in _FUNC_START.finditer(text):
+        name = m.group(1)
+        if name in _NOT_FUNCS:
             continue
-        if msg_rx is not None and not msg_rx.search(fmt):
-            continue
-        return cls
-    return UNCLASSIFIED
+        brace, semi = text.find("{", m.end()), text.find(";", m.end())
+        if brace >= 0 and (semi < 0 or brace < semi):
+            out.append((m.start(), name.rsplit("::", 1)[-1]))
+    return out
+
+
+def enclosing_function(starts: list[tuple[int, str]], offset: int) -> str:
+    i = bisect.bisect_right([o for o, _ in starts], offset) - 1
+    return starts[i][1] if i >= 0 else ""
 
 
 def _git(mirror: Path, *args: str, data: bytes | None = None) -> bytes:
@@ -408,11 +488,11 @@ def release_tags(mirror: Path) -> list[str]:
     return [best[k][1] for k in sorted(best)]
 
 
-def warn_formats(mirror: Path, tag: str) -> list[tuple[str, int, str]]:
-    """(path, line, format) of every literal-format WARN( call in src/ at `tag`."""
+def warn_formats(mirror: Path, tag: str) -> list[tuple[str, int, str, str]]:
+    """(path, line, enclosing function, format) of every literal-format WARN( call in src/ at `tag`."""
     listing = _git(mirror, "ls-tree", "-r", "--name-only", tag, "--", "src").decode().split("\n")
     paths = [p for p in listing if re.search(r"\.(cc|c|cu|cpp|h|hpp|cuh)$", p)]
-    out: list[tuple[str, int, str]] = []
+    out: list[tuple[str, int, str, str]] = []
     blobs = _git(mirror, "cat-file", "--batch", data="".join(f"{tag}:{p}\n" for p in paths).encode())
     pos = 0
     for path in paths:
@@ -422,6 +502,7 @@ def warn_formats(mirror: Path, tag: str) -> list[tuple[str, int, str]]:
         pos = header_end + 1 + size + 1
         if "WARN" not in text:
             continue
+        starts = function_starts(text)
         for m in _WARN_CALL.finditer(text):
             line_start = text.rfind("\n", 0, m.start()) + 1
             if text[line_start : m.start()].lstrip().startswith(("//", "#define WARN", "*")):
@@ -429,7 +510,7 @@ def warn_formats(mirror: Path, tag: str) -> list[tuple[str, int, str]]:
             fmt = _format_of_call(text, m.end())
             if fmt is None:
                 continue
-            out.append((path, text.count("\n", 0, m.start()) + 1, fmt))
+            out.append((path, text.count("\n", 0, m.start()) + 1, enclosing_function(starts, m.start()), fmt))
     return out
 
 
@@ -441,17 +522,18 @@ def build(mirror: Path) -> dict[str, Any]:
     entries: dict[str, dict[str, Any]] = {}
     for tag in tags:
         version = tag[1:].split("-")[0]
-        for path, line, fmt in warn_formats(mirror, tag):
+        for path, line, func, fmt in warn_formats(mirror, tag):
             e = entries.get(fmt)
             if e is None:
                 e = entries[fmt] = {"format": fmt, "first": version, "paths": {}}
             e["last"] = version
-            e["paths"][path] = line  # newest release wins
+            e["paths"][path] = (line, func)  # newest release wins
     newest = tags[-1][1:].split("-")[0]
     out_entries = []
     for fmt, e in sorted(entries.items(), key=lambda kv: (sorted(kv[1]["paths"])[0], kv[0])):
         path = sorted(e["paths"])[0]
-        cls = classify(path, fmt)
+        line, func = e["paths"][path]
+        cls, rule = classify(path, func, fmt)
         regex = format_to_regex(fmt)
         re.compile(regex)
         out_entries.append(
@@ -461,14 +543,17 @@ def build(mirror: Path) -> dict[str, Any]:
                 "key": leading_key(fmt),
                 "literal": literal_chars(fmt),
                 "class": cls,
+                "rule": rule,
                 "path": path,
-                "line": e["paths"][path],
+                "line": line,
+                "function": func,
                 "first": e["first"],
                 "last": e["last"],
             }
         )
     current = [e for e in out_entries if e["last"] == newest]
-    classified = sum(1 for e in current if e["class"] != UNCLASSIFIED)
+    classified = sum(1 for e in current if e["class"] != UNCLASSIFIED and e["rule"])
+    by_rule = Counter(e["rule"] or "(none: unclassified)" for e in current)
     return {
         "schema": SCHEMA,
         "provenance": {
@@ -477,14 +562,20 @@ def build(mirror: Path) -> dict[str, Any]:
             "scope": "WARN(...) calls with a literal format in src/ (*.cc, *.cu, *.h)",
             "generated": datetime.date.today().isoformat(),
             "script": "bench/explain_catalogue.py",
-            "hand_written": "CLASSES (class -> title, cause, fix) and RULES (source path / keywords -> class)",
+            "hand_written": "CLASSES (class -> title, cause, fix) and RULES (source path / function / keywords -> class)",
         },
         "coverage": {
             "release": tags[-1],
             "warn_formats": len(current),
             "classified": classified,
             "ratio": round(classified / len(current), 4) if current else 0.0,
+            "definition": "distinct WARN formats of the release classed by a specific rule (no catch-all "
+            "rule exists) / all distinct WARN formats of the release",
+            "by_rule": dict(sorted(by_rule.items())),
         },
+        "rules": [
+            {"id": rid, "path": p, "function": f, "message": m, "class": c} for rid, p, f, m, c in RULES
+        ],
         "classes": CLASSES,
         "entries": out_entries,
     }
@@ -506,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.unclassified:
         for e in doc["entries"]:
             if e["class"] == UNCLASSIFIED and e["last"] == cov["release"][1:].split("-")[0]:
-                print(f"  {e['path']}:{e['line']}: {e['format']!r}")
+                print(f"  {e['path']}:{e['line']} {e['function']}(): {e['format']!r}")
     return 0
 
 

@@ -23,7 +23,7 @@ MIN_LITERAL = 10
 MAX_MESSAGE = 600
 _WARN = re.compile(r"\bNCCL WARN\s+|\.(?:cc|c|h|cu):\d+ WARN\s+")
 _KEY = re.compile(r"[A-Za-z0-9_/]+")
-_ENTRY_FIELDS = ("format", "regex", "key", "literal", "class", "path", "line", "first", "last")
+_ENTRY_FIELDS = ("format", "regex", "key", "literal", "class", "rule", "path", "line", "first", "last")
 _CLASS_FIELDS = ("title", "cause", "fix")
 
 
@@ -43,11 +43,13 @@ class CatalogueEntry:
     first: str
     last: str
     needle: str  # the longest literal run of the format: tested with `in` before the regex runs
+    rule: str = ""  # the generator's rule that classed it ('' when unclassified)
 
     def fields(self) -> dict[str, str]:
         """What an event records about the entry (evidence: where NCCL prints it, which releases)."""
         return {
             "nccl_class": self.cls,
+            "nccl_rule": self.rule or "(none)",
             "nccl_format": self.format,
             "nccl_source": f"{self.path}:{self.line}",
             "nccl_releases": self.first if self.first == self.last else f"{self.first}-{self.last}",
@@ -124,6 +126,8 @@ def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
             raise CatalogueError(f"entry {raw.get('format')!r}: missing {missing}")
         if raw["class"] not in classes:
             raise CatalogueError(f"entry {raw['format']!r}: unknown class {raw['class']!r}")
+        if (raw["class"] == UNCLASSIFIED) != (not raw["rule"]):
+            raise CatalogueError(f"entry {raw['format']!r}: a class needs the rule that assigned it, and only one")
         try:
             regex = re.compile(raw["regex"])
         except re.error as exc:
@@ -142,6 +146,7 @@ def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
             first=raw["first"],
             last=raw["last"],
             needle=_needle(raw["format"]),
+            rule=raw["rule"],
         )
         buckets.setdefault(entry.key, []).append(entry)
     return Catalogue(

@@ -149,10 +149,17 @@ def render_catalogue(cat: dict[str, Any]) -> str:
         " characters are matched, and the one with the most literal text wins. Specific signatures keep"
         " precedence; a WARN the catalogue does not know stays `nccl.warn`.\n\n",
         f"**Coverage**: of the {cov['warn_formats']} distinct WARN format strings of NCCL {cov['release']}'s"
-        f" `src/`, {cov['classified']} ({cov['ratio']:.1%}) map to a class other than `nccl.unclassified`."
-        " The classes are assigned by hand-written rules (source file, then keywords) in"
-        " `bench/explain_catalogue.py`; only those rules and the class table (title, cause, fix) are written"
-        " by hand.\n\n",
+        f" `src/`, {cov['classified']} ({cov['ratio']:.1%}) are classed by a specific rule; the other"
+        f" {cov['warn_formats'] - cov['classified']} stay `nccl.unclassified` (reported as `nccl.warn`, the quoted"
+        " text and the source location still shown). A rule names a mechanism: a source file that implements one"
+        " transport or subsystem (`net_ib`, `socket.cc`, `shm`, `graph/`), the function the WARN is in"
+        " (`ncclCommInitRankDev`, `commDestroySync`), or message words that name it (`NVLS`, `nvml`, `Message"
+        " truncated`). There is no catch-all rule (no \"anything with 'failed to'\", no \"the rest of init.cc\"),"
+        " and every entry records the id of the rule that classed it (`rule`, with `function`); the rules are"
+        " stored in the catalogue (`rules`) and written by hand in `bench/explain_catalogue.py`, with the class"
+        " table (title, cause, fix). Formats per rule: "
+        + ", ".join(f"`{r}` {n}" for r, n in cov.get("by_rule", {}).items())
+        + ".\n\n",
         "Regenerate (after fetching github.com/NVIDIA/nccl as a git directory; no work tree needed), then"
         " rebuild this page:\n\n",
         "    python bench/explain_catalogue.py --mirror /path/to/nccl.git [--unclassified]\n",
