@@ -41,6 +41,9 @@ class Signature:
     cause: str
     fix: str
     references: tuple[str, ...]
+    # A hint that, with no root cause, is the best lead: it names a misconfiguration that explains failures
+    # (torchrun ignoring --master_addr), unlike hints that are usually harmless (no IB device on one node).
+    lead: bool = False
 
     @property
     def cacheable(self) -> bool:
@@ -189,6 +192,7 @@ def parse_knowledge_base(doc: Mapping[str, Any], catalogue: Catalogue | None = N
                     cause=raw["cause"],
                     fix=raw["fix"],
                     references=tuple(raw.get("references", [])),
+                    lead=bool(raw.get("lead", False)),
                 )
             )
         except (KeyError, TypeError, re.error) as exc:
