@@ -66,7 +66,11 @@ file, a compressed file with nothing readable); 3 inconclusive: the input is emp
    fetch next (`no_cause_found.fetch_next` in JSON): the failed rank's own output when torchrun printed
    only its summary, the host's kernel log when a rank died of a signal, a rerun with `NCCL_DEBUG=INFO`
    for a bare `unhandled system error`, every rank's log for a timeout seen from one rank. The exit code
-   is still 1: a failure was seen.
+   is still 1: a failure was seen. It also prints the best-supported **lead**, marked `LEAD (not a
+   confirmed cause)` (`lead` in JSON, with `"kind": "lead"`): a hint the knowledge base marks `lead`
+   (torchrun ignoring `--master_addr` under c10d rendezvous), else the first symptom or cross-rank finding
+   (a gloo or c10d error, a watchdog timeout). Consequences (ChildFailedError, SIGTERM to siblings,
+   elastic restarts, lost Ray actors) are never the lead.
 5. **Watchdog timeouts across ranks.** The first `WorkNCCL(SeqNum=..., OpType=..., NumelIn=...)` timeout of
    each rank is compared: PyTorch's own desync report (`[7] finished collective #182, but didn't join
    collective #183`, `ranks [..] are the lagging ranks`) names stragglers first (`watchdog.straggler`);
@@ -85,7 +89,13 @@ file, a compressed file with nothing readable); 3 inconclusive: the input is emp
 
 Input is read in 1 MiB chunks and never decoded whole. One prefilter regex, a trie of every signature's
 keywords, runs over each chunk in C; only lines it hits are decoded (invalid UTF-8 replaced), stripped of
-prefixes and ANSI colours, and tested against the signatures' patterns. A line longer than 64 KiB is
+prefixes and ANSI colours, and tested against the signatures' patterns. Prefixes stripped from a line's
+start: PyTorch's `[rankN]:`, torchrun's `[defaultN]:`, srun --label `0: `, OpenMPI `[1,0]<stderr>:`,
+nccl-tests' `# `, Ray's `(RayTrainWorker pid=N, ip=...) `, Slurm's `srun: error: `, DeepSpeed's `[time]
+[INFO] [file:line:func] `. Lines are joined before matching when a hit line visibly continues (an unclosed
+`WorkNCCL(`, a trailing `Last error:`, gloo's `[enforce fail at file.cc:N]` with its text on the next line):
+up to 3 following lines, 2 KiB, from the same read chunk, their `[rankN]:` prefixes dropped. C++ stack
+frames (`frame #N:`, glog's `@ 0x...`, `Exception raised from ...`) are never matched. A line longer than 64 KiB is
 never held whole: it is scanned in windows and kept as an excerpt. Dense logs (nearly every line a
 keyword) are handled by line shapes: a hit line with its digits zeroed (its first 12 bytes, which say
 who printed it, kept as they are, and a `[rankN]`/`[Rank N]` further in kept too, so every rank's first
@@ -112,6 +122,7 @@ docs/performance.md).
 | `precedence` | 0 kernel/hardware, 1 default, 2 generic (orders roots) |
 | `fallback` | recorded only when no other signature matched the same line |
 | `context_lines` | lines after a match read as torchrun's failure summary |
+| `lead` | (hints) with no root cause, this hint is the lead: it names a misconfiguration that explains failures |
 | `keywords` | case-sensitive literals for the prefilter; a line is tested only if one occurs in it. A keyword may be any substring of the message, so each starts at a rare byte (upper case, `(`, `<`, or j/q/x/z: `zed arguments: --local` for `unrecognized arguments: --local-rank`): the regex engine skips ahead on the set of first bytes, so common ones would make it test most bytes of a log. `parse_knowledge_base` enforces it |
 | `patterns` | regexes (case-insensitive) searched in the line after its prefixes; named groups (`seq`, `optype`, `numel_in`, `pid`, `local_rank`, `host`, ...) become event fields |
 | `cause`, `fix` | shown with every diagnosis |
