@@ -46,17 +46,39 @@ def test_every_signature_has_a_quoted_line_with_a_source() -> None:
         assert item["source"].strip() and item["line"].strip()
 
 
+def _recognised(expected: str, found: set[str]) -> bool:
+    # The generic nccl.warn hands a WARN the NCCL catalogue knows to its class (nccl.warn.<class>).
+    return expected in found or (expected == "nccl.warn" and any(f.startswith("nccl.warn.") for f in found))
+
+
 @pytest.mark.parametrize("item", LINES, ids=[f"{i['signature']}-{n}" for n, i in enumerate(LINES)])
 def test_quoted_line_is_recognised(item: dict) -> None:
-    assert item["signature"] in sigs_of(item["line"] + "\n")
+    assert _recognised(item["signature"], sigs_of(item["line"] + "\n"))
 
 
-@pytest.mark.parametrize("prefix", ["[rank3]:", "[default3]:", "[default 3]:", "2024-05-01 12:00:01,123 "])
+# The prefixes launchers and frameworks put before every line: PyTorch's and torchrun's, python logging's
+# time, srun --label, OpenMPI --tag-output, nccl-tests' '# ', Ray's worker prefix, DeepSpeed's logger.
+PREFIXES = [
+    "[rank3]:",
+    "[default3]:",
+    "[default 3]:",
+    "2024-05-01 12:00:01,123 ",
+    "0: ",
+    "[1,3]<stderr>:",
+    "# ",
+    "(RayTrainWorker pid=2387, ip=10.0.1.5) ",
+    "[2024-05-06 10:12:31,577] [INFO] [launch.py:316:main] ",
+]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
 @pytest.mark.parametrize("item", LINES, ids=[f"{i['signature']}-{n}" for n, i in enumerate(LINES)])
 def test_quoted_line_is_recognised_behind_launcher_prefixes(item: dict, prefix: str) -> None:
-    if item["line"].lstrip().startswith("Failures:"):
+    if item["line"].lstrip().startswith("Failures:") and prefix[0].isdigit() and prefix != "0: ":
         pytest.skip("anchored to the start of torchrun's summary line")
-    events = [e for e in scan_text(prefix + item["line"] + "\n").events if e.sig == item["signature"]]
+    events = [
+        e for e in scan_text(prefix + item["line"] + "\n").events if _recognised(item["signature"], {e.sig})
+    ]
     assert events
     own_prefix = "[rank" in item["line"] or "[default" in item["line"]
     if prefix.startswith("[rank") and not own_prefix:

@@ -1,4 +1,5 @@
-"""docs/explain.md is generated from ddpdoctor/data/signatures.json: `python -m ddpdoctor.explain.docs`.
+"""docs/explain.md is generated from ddpdoctor/data/signatures.json and nccl_catalogue.json:
+`python -m ddpdoctor.explain.docs`.
 
 tests/test_explain_signatures.py fails when the file is stale.
 """
@@ -65,7 +66,11 @@ file, a compressed file with nothing readable); 3 inconclusive: the input is emp
    fetch next (`no_cause_found.fetch_next` in JSON): the failed rank's own output when torchrun printed
    only its summary, the host's kernel log when a rank died of a signal, a rerun with `NCCL_DEBUG=INFO`
    for a bare `unhandled system error`, every rank's log for a timeout seen from one rank. The exit code
-   is still 1: a failure was seen.
+   is still 1: a failure was seen. It also prints the best-supported **lead**, marked `LEAD (not a
+   confirmed cause)` (`lead` in JSON, with `"kind": "lead"`): a hint the knowledge base marks `lead`
+   (torchrun ignoring `--master_addr` under c10d rendezvous), else the first symptom or cross-rank finding
+   (a gloo or c10d error, a watchdog timeout). Consequences (ChildFailedError, SIGTERM to siblings,
+   elastic restarts, lost Ray actors) are never the lead.
 5. **Watchdog timeouts across ranks.** The first `WorkNCCL(SeqNum=..., OpType=..., NumelIn=...)` timeout of
    each rank is compared: PyTorch's own desync report (`[7] finished collective #182, but didn't join
    collective #183`, `ranks [..] are the lagging ranks`) names stragglers first (`watchdog.straggler`);
@@ -84,7 +89,13 @@ file, a compressed file with nothing readable); 3 inconclusive: the input is emp
 
 Input is read in 1 MiB chunks and never decoded whole. One prefilter regex, a trie of every signature's
 keywords, runs over each chunk in C; only lines it hits are decoded (invalid UTF-8 replaced), stripped of
-prefixes and ANSI colours, and tested against the signatures' patterns. A line longer than 64 KiB is
+prefixes and ANSI colours, and tested against the signatures' patterns. Prefixes stripped from a line's
+start: PyTorch's `[rankN]:`, torchrun's `[defaultN]:`, srun --label `0: `, OpenMPI `[1,0]<stderr>:`,
+nccl-tests' `# `, Ray's `(RayTrainWorker pid=N, ip=...) `, Slurm's `srun: error: `, DeepSpeed's `[time]
+[INFO] [file:line:func] `. Lines are joined before matching when a hit line visibly continues (an unclosed
+`WorkNCCL(`, a trailing `Last error:`, gloo's `[enforce fail at file.cc:N]` with its text on the next line):
+up to 3 following lines, 2 KiB, from the same read chunk, their `[rankN]:` prefixes dropped. C++ stack
+frames (`frame #N:`, glog's `@ 0x...`, `Exception raised from ...`) are never matched. A line longer than 64 KiB is
 never held whole: it is scanned in windows and kept as an excerpt. Dense logs (nearly every line a
 keyword) are handled by line shapes: a hit line with its digits zeroed (its first 12 bytes, which say
 who printed it, kept as they are, and a `[rankN]`/`[Rank N]` further in kept too, so every rank's first
@@ -111,6 +122,7 @@ docs/performance.md).
 | `precedence` | 0 kernel/hardware, 1 default, 2 generic (orders roots) |
 | `fallback` | recorded only when no other signature matched the same line |
 | `context_lines` | lines after a match read as torchrun's failure summary |
+| `lead` | (hints) with no root cause, this hint is the lead: it names a misconfiguration that explains failures |
 | `keywords` | case-sensitive literals for the prefilter; a line is tested only if one occurs in it. A keyword may be any substring of the message, so each starts at a rare byte (upper case, `(`, `<`, or j/q/x/z: `zed arguments: --local` for `unrecognized arguments: --local-rank`): the regex engine skips ahead on the set of first bytes, so common ones would make it test most bytes of a log. `parse_knowledge_base` enforces it |
 | `patterns` | regexes (case-insensitive) searched in the line after its prefixes; named groups (`seq`, `optype`, `numel_in`, `pid`, `local_rank`, `host`, ...) become event fields |
 | `cause`, `fix` | shown with every diagnosis |
@@ -124,6 +136,51 @@ issue (tests/fixtures/explain/lines.json, provenance in tests/fixtures/explain/R
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_catalogue(cat: dict[str, Any]) -> str:
+    """The NCCL WARN catalogue section: provenance, coverage, classes, how to regenerate."""
+    cov, prov = cat["coverage"], cat["provenance"]
+    counts: dict[str, int] = {}
+    newest = cov["release"][1:].split("-")[0]
+    for e in cat["entries"]:
+        if e["last"] == newest:
+            counts[e["class"]] = counts.get(e["class"], 0) + 1
+    releases = ", ".join(f"{t} (`{c[:12]}`)" for t, c in prov["releases"].items())
+    out = [
+        "\n## NCCL WARN catalogue\n\n",
+        "An `NCCL WARN` line that no signature above claims is looked up in `ddpdoctor/data/nccl_catalogue.json`"
+        " (schema `ddpdoctor.explain.nccl_catalogue/1`): every `WARN(...)` format string with a literal format in"
+        f" NCCL's `src/` ({len(cat['entries'])} distinct formats), generated from {prov['repo']} at the newest"
+        f" patch release of each minor 2.18 .. 2.28: {releases}; generated {prov['generated']}. Each entry has the"
+        " printf format, a regex for the printed message (placeholders become bounded wildcards), the source path"
+        " and line, the first and last release that prints it, and a mechanism class. The report names the class"
+        " (`nccl.warn.<class>`: title, cause, fix) and quotes the line, where NCCL prints it and in which releases."
+        " Matching: formats are bucketed by their leading literal word; only formats with at least 10 literal"
+        " characters are matched, and the one with the most literal text wins. Specific signatures keep"
+        " precedence; a WARN the catalogue does not know stays `nccl.warn`.\n\n",
+        f"**Coverage**: of the {cov['warn_formats']} distinct WARN format strings of NCCL {cov['release']}'s"
+        f" `src/`, {cov['classified']} ({cov['ratio']:.1%}) are classed by a specific rule; the other"
+        f" {cov['warn_formats'] - cov['classified']} stay `nccl.unclassified` (reported as `nccl.warn`, the quoted"
+        " text and the source location still shown). A rule names a mechanism: a source file that implements one"
+        " transport or subsystem (`net_ib`, `socket.cc`, `shm`, `graph/`), the function the WARN is in"
+        " (`ncclCommInitRankDev`, `commDestroySync`), or message words that name it (`NVLS`, `nvml`, `Message"
+        " truncated`). There is no catch-all rule (no \"anything with 'failed to'\", no \"the rest of init.cc\"),"
+        " and every entry records the id of the rule that classed it (`rule`, with `function`); the rules are"
+        " stored in the catalogue (`rules`) and written by hand in `bench/explain_catalogue.py`, with the class"
+        " table (title, cause, fix). Formats per rule: "
+        + ", ".join(f"`{r}` {n}" for r, n in cov.get("by_rule", {}).items())
+        + ".\n\n",
+        "Regenerate (after fetching github.com/NVIDIA/nccl as a git directory; no work tree needed), then"
+        " rebuild this page:\n\n",
+        "    python bench/explain_catalogue.py --mirror /path/to/nccl.git [--unclassified]\n",
+        "    python -m ddpdoctor.explain.docs\n\n",
+        "| class | reported as | 2.28 formats | title |\n|---|---|---|---|\n",
+    ]
+    for cid, c in sorted(cat["classes"].items(), key=lambda kv: -counts.get(kv[0], 0)):
+        sig = "`nccl.warn`" if cid == "nccl.unclassified" else f"`nccl.warn.{cid.split('.', 1)[1]}`"
+        out.append(f"| `{cid}` | {sig} | {counts.get(cid, 0)} | {_cell(c['title'])} |\n")
+    return "".join(out)
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -189,6 +246,8 @@ def generate() -> str:
     bench/explain-eval/results.md (written by `python bench/eval_explain.py --markdown`) is there."""
     text = resources.files("ddpdoctor").joinpath("data", "signatures.json").read_text(encoding="utf-8")
     doc = render_markdown(json.loads(text))
+    cat = resources.files("ddpdoctor").joinpath("data", "nccl_catalogue.json").read_text(encoding="utf-8")
+    doc += render_catalogue(json.loads(cat))
     doc += HELD_OUT_RESULTS
     if EVAL_RESULTS.is_file():
         doc += "\n" + EVAL_RESULTS.read_text(encoding="utf-8")

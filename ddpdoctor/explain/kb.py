@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 from ddpdoctor.core.model import Severity
+from ddpdoctor.explain.catalogue import UNCLASSIFIED, Catalogue, class_signature_id, load_catalogue
 
 KB_SCHEMA = "ddpdoctor.explain.signatures/1"
 ROLES = ("root", "symptom", "consequence", "hint", "context")
@@ -40,6 +41,9 @@ class Signature:
     cause: str
     fix: str
     references: tuple[str, ...]
+    # A hint that, with no root cause, is the best lead: it names a misconfiguration that explains failures
+    # (torchrun ignoring --master_addr), unlike hints that are usually harmless (no IB device on one node).
+    lead: bool = False
 
     @property
     def cacheable(self) -> bool:
@@ -83,6 +87,9 @@ class KnowledgeBase:
     keyword_sigs: Mapping[bytes, tuple[int, ...]]
     max_keyword_len: int
     by_id: Mapping[str, Signature] = field(default_factory=dict)
+    # NCCL WARN formats by mechanism class; its class signatures (nccl.warn.<class>) are in by_id only:
+    # they are never prefiltered, a line the generic nccl.warn matched is looked up in the catalogue.
+    catalogue: Catalogue | None = None
 
     def candidates(self, line: bytes) -> list[int]:
         """Indexes of signatures worth testing on `line` (one of their keywords occurs in it), in KB order."""
@@ -123,8 +130,37 @@ def trie_regex(words: list[bytes]) -> bytes:
     return build(trie)
 
 
-def parse_knowledge_base(doc: Mapping[str, Any]) -> KnowledgeBase:
-    """Validate and compile a signatures document (the parsed JSON)."""
+# Catalogue classes that NCCL prints after another rank or the communicator failed: what a rank sees, not
+# why (never a root cause).
+_CATALOGUE_SYMPTOMS = frozenset({"nccl.peer_failure"})
+
+
+def catalogue_signatures(catalogue: Catalogue) -> list[Signature]:
+    """One signature per catalogue class (nccl.unclassified stays the generic nccl.warn)."""
+    repo = str(catalogue.provenance.get("repo", "NVIDIA/nccl")).removeprefix("https://github.com/")
+    return [
+        Signature(
+            id=class_signature_id(c.id),
+            title=c.title,
+            component="NCCL",
+            role="symptom" if c.id in _CATALOGUE_SYMPTOMS else "root",
+            severity=Severity.WARN,
+            precedence=2,  # a WARN: the earliest explains a later NCCL error, a specific signature outranks it
+            fallback=True,
+            context_lines=0,
+            keywords=(),
+            patterns=(),
+            cause=c.cause,
+            fix=c.fix,
+            references=(repo,),
+        )
+        for c in catalogue.classes.values()
+        if c.id != UNCLASSIFIED
+    ]
+
+
+def parse_knowledge_base(doc: Mapping[str, Any], catalogue: Catalogue | None = None) -> KnowledgeBase:
+    """Validate and compile a signatures document (the parsed JSON), with the NCCL WARN catalogue."""
     if doc.get("schema") != KB_SCHEMA:
         raise KnowledgeBaseError(f"unknown knowledge-base schema {doc.get('schema')!r}")
     sigs: list[Signature] = []
@@ -156,6 +192,7 @@ def parse_knowledge_base(doc: Mapping[str, Any]) -> KnowledgeBase:
                     cause=raw["cause"],
                     fix=raw["fix"],
                     references=tuple(raw.get("references", [])),
+                    lead=bool(raw.get("lead", False)),
                 )
             )
         except (KeyError, TypeError, re.error) as exc:
@@ -184,7 +221,8 @@ def parse_knowledge_base(doc: Mapping[str, Any]) -> KnowledgeBase:
         prefilter=re.compile(trie_regex(literals)),
         keyword_sigs=keyword_sigs,
         max_keyword_len=max(len(lit) for lit in literals),
-        by_id={s.id: s for s in sigs},
+        by_id={s.id: s for s in [*sigs, *(catalogue_signatures(catalogue) if catalogue else [])]},
+        catalogue=catalogue,
     )
 
 
@@ -192,4 +230,4 @@ def parse_knowledge_base(doc: Mapping[str, Any]) -> KnowledgeBase:
 def load_knowledge_base() -> KnowledgeBase:
     """The packaged knowledge base, parsed and compiled once per process."""
     text = resources.files("ddpdoctor").joinpath("data", "signatures.json").read_text(encoding="utf-8")
-    return parse_knowledge_base(json.loads(text))
+    return parse_knowledge_base(json.loads(text), load_catalogue())

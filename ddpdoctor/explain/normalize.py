@@ -3,6 +3,10 @@
 Handles `[rank3]:` (PyTorch >= 2.3), torchrun's `[default0]:` / `[default 0]:` (--tee / log_line_prefix),
 ProcessGroupNCCL's `[Rank 2]` / `[PG 1 Rank 0]` / `[PG ID 0 PG GUID 0(default_pg) Rank 6]`, NCCL's
 `host:pid:tid [dev]` prefix, and the timestamp formats of python logging, glog, dmesg -T and syslog.
+The prefixes other launchers put in front of every line (srun --label `0: `, OpenMPI --tag-output
+`[1,0]<stderr>:`, nccl-tests' `# `, Ray's `(RayTrainWorker pid=123, ip=10.0.0.1) `, Slurm's `srun: error: `,
+DeepSpeed's `[2024-05-06 10:12:31,577] [INFO] [launch.py:316:main] `) are stripped from the message start, so
+patterns anchored at the message start still match.
 """
 
 from __future__ import annotations
@@ -16,6 +20,22 @@ _MSG_RANK = re.compile(r"\[(?:PG [^\]\[]*?)?Rank (\d+)\]")
 _NCCL_PREFIX = re.compile(
     r"(?<![\w.:\-])(?P<host>(?=[\w.\-]*[A-Za-z])[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
 )
+# Launcher / framework prefixes at the start of the message, stripped (a few times: they nest). Each is
+# anchored and bounded, so this costs a handful of character tests per hit line.
+_LEAD_PREFIX = re.compile(
+    r"(?:\d{1,5}: "  # srun --label, pdsh: task or node number
+    r"|\[\d{1,5},\d{1,5}\]<(?:stdout|stderr)>: ?"  # OpenMPI --tag-output
+    r"|# "  # nccl-tests prints its header and results behind '# '
+    r"|\((?:[\w.:-]{1,80} )?pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) "  # Ray worker output
+    r"|srun: error: "  # Slurm's own messages (the node and task follow)
+    r"|\[\d{4}-\d\d-\d\d[ T][\d:.,]{5,15}\] ?\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ?"
+    r"(?:\[[^\]\n]{1,120}\] ?)?"  # DeepSpeed's logger: [time] [LEVEL] [file:line:func]
+    r")"
+)
+_MAX_LEAD = 4
+# A C++ stack frame (c10::Error's backtrace, glog's "Check failure stack trace") or the line that introduces
+# one: the symbols name the code that raised, never the cause.
+_FRAME = re.compile(r"\s*(?:frame #\d+: |@\s+0x[0-9a-f]+ |Exception raised from \S+ at |\*\*\* Check failure stack trace)")
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
 _TS_ISO = re.compile(
     r"(?<!\d)(?P<Y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)[T _](?P<H>\d\d):(?P<M>\d\d)(?::(?P<S>\d\d)(?:[.,](?P<f>\d+))?)?"
@@ -42,6 +62,7 @@ class LineInfo:
     host: str | None = None
     pid: int | None = None
     ts: float | None = None  # seconds since the start of the year (the year itself is ignored)
+    frame: bool = False  # a C++ stack frame line: never a cause
 
 
 def parse_timestamp(text: str) -> float | None:
@@ -87,6 +108,11 @@ def normalize_line(text: str, anchor: int | None = None) -> LineInfo:
         else:
             rank, local_rank = None, int(m.group(2))
     message = text[start:]
+    for _ in range(_MAX_LEAD):
+        m = _LEAD_PREFIX.match(message)
+        if m is None:
+            break
+        message = message[m.end() :]
     pg_rank = None
     m = _MSG_RANK.search(message)
     if m:
@@ -105,6 +131,7 @@ def normalize_line(text: str, anchor: int | None = None) -> LineInfo:
         host=host,
         pid=pid,
         ts=parse_timestamp(message) or parse_timestamp(text),
+        frame=_FRAME.match(message) is not None,
     )
 
 

@@ -23,6 +23,10 @@ from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
 
 EXPLAIN_SCHEMA = "ddpdoctor.explain/1"
+LEAD_NOTE = (
+    "a lead, not a confirmed cause: no root-cause message is in these logs; this is the best-supported "
+    "error that is not a consequence of another failure"
+)
 _ROLE_ORDER = {"root": 0, "symptom": 3, "consequence": 4, "hint": 5, "context": 6}
 _WATCHDOG_SIGS = ("watchdog.timeout", "watchdog.blocking_wait")
 _OOM_SIGS = ("oom.kernel", "oom.slurm", "dataloader.worker_killed")
@@ -47,6 +51,9 @@ class Explanation:
     consequences: list[Diagnosis]
     notes: list[Diagnosis]
     next_logs: list[str] = field(default_factory=list)  # where to look when no cause was found
+    # With no root cause: the best-supported lead (a symptom or a lead hint, never a consequence), shown by
+    # default and marked as a lead, not a cause.
+    lead: Diagnosis | None = None
 
     @property
     def empty(self) -> bool:
@@ -88,6 +95,9 @@ class Explanation:
                 {"summary": "no cause found in these logs", "fetch_next": self.next_logs}
                 if self.root is None and self.next_logs
                 else None
+            ),
+            "lead": (
+                {**self.lead.to_dict(show_all), "kind": "lead", "note": LEAD_NOTE} if self.lead is not None else None
             ),
             "consequences": [d.to_dict(show_all) for d in self.consequences],
             "notes": [d.to_dict(show_all) for d in self.notes] if show_all else [],
@@ -179,7 +189,7 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
             severity=sig.severity,
             role=sig.role,
             component=sig.component,
-            cause=sig.cause,
+            cause=_cause(sig.cause, first),
             fix=sig.fix,
             references=list(sig.references),
             first=_occurrence(first),
@@ -192,6 +202,19 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
             sort_key=(_ROLE_ORDER[sig.role], sig.precedence, *_event_key(first)),
         )
     return out
+
+
+def _cause(cause: str, first: Event) -> str:
+    """The signature's cause, with where NCCL prints the quoted WARN (from the catalogue) when known."""
+    f = first.fields
+    if f.get("stated"):
+        cause = f"The message states it: \"{f['stated'].strip()}\". {cause}"
+    if "nccl_source" in f:
+        cause += (
+            f" NCCL prints this message from {f['nccl_source']} (releases {f['nccl_releases']}, "
+            f"format \"{f['nccl_format']}\")."
+        )
+    return cause
 
 
 def _merge_fields(evs: list[Event]) -> dict[str, Any]:
@@ -463,9 +486,34 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
     elif root is not None and consequences:
         root.reasoning += f" Later errors: {', '.join(d.id for d in consequences[:8])}."
     next_logs = [] if root is not None or not consequences else suggest_next_logs(consequences, scan.summary)
+    lead = None if root is not None else _choose_lead(kb, consequences, notes)
+    if lead is not None:
+        lead.reasoning = lead.reasoning or _lead_reasoning(lead, consequences)
     return Explanation(
-        inputs=scan.inputs, root=root, consequences=consequences, notes=notes, next_logs=next_logs
+        inputs=scan.inputs, root=root, consequences=consequences, notes=notes, next_logs=next_logs, lead=lead
     )
+
+
+def _choose_lead(kb: KnowledgeBase, consequences: list[Diagnosis], notes: list[Diagnosis]) -> Diagnosis | None:
+    """With no root cause: a hint the knowledge base marks as a lead, else the first symptom or cross-rank
+    finding. Consequences (launcher wrappers, SIGTERM to siblings, restarts, lost Ray actors) never lead:
+    they say that something failed elsewhere, not what."""
+    hints = [d for d in notes if d.role == "hint" and (sig := kb.by_id.get(d.id)) is not None and sig.lead]
+    if hints:
+        return min(hints, key=lambda d: d.sort_key)
+    symptoms = [d for d in consequences if d.role == "symptom" or d.derived]
+    return min(symptoms, key=lambda d: d.sort_key) if symptoms else None
+
+
+def _lead_reasoning(lead: Diagnosis, consequences: list[Diagnosis]) -> str:
+    others = [d.id for d in consequences if d is not lead]
+    text = f"No root-cause message in these logs; {lead.title.lower()} is the best-supported lead"
+    if lead.first is not None:
+        text += f" (first at {lead.first.file}:{lead.first.line})"
+    text += "."
+    if others:
+        text += f" Also seen: {', '.join(others[:8])}."
+    return text
 
 
 def _rank_from_summary(root: Diagnosis | None, summary: list[SummaryEntry]) -> None:

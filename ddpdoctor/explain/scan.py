@@ -14,9 +14,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable, Optional
 
+from ddpdoctor.explain.catalogue import class_signature_id
 from ddpdoctor.explain.kb import KnowledgeBase, Signature
 from ddpdoctor.explain.normalize import LineInfo, normalize_line, parse_timestamp
 
+STATED_CAUSE = "message.stated_cause"
 CHUNK_SIZE = 1 << 20
 MAX_LINE = 64 << 10  # a line longer than this is scanned in windows, never held whole
 WINDOW = 2048  # bytes kept around a match in an over-long line
@@ -34,6 +36,14 @@ SHAPE_FULL = EVENTS_PER_KEY + 1
 MAX_SHAPES = 4096  # per input; past this, new shapes are matched in full (memory stays bounded)
 MAX_SHAPE_LEN = 1024  # longer lines are never cached
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+# Lines joined before matching: a hit line that visibly continues (an unclosed `WorkNCCL(`, a trailing
+# `Last error:`, gloo's `[enforce fail at file.cc:N]` with its text on the next line) takes up to
+# JOIN_LINES following lines, JOIN_BYTES in all, from the same buffer (a continuation cut off by a read
+# chunk's end is not joined: the chunks are 1 MiB, so that is rare, and the work per line stays bounded).
+JOIN_LINES = 3
+JOIN_BYTES = 2048
+_GLOO_LOC_END = re.compile(rb"\[(?:enforce fail at )?[^\[\]\s]{1,300}\.(?:cc|cpp|h):\d+\]$")
+_CONT_PREFIX = re.compile(rb"(?:\[(?:rank|default) ?\d+\]: ?|\d{1,5}: )*")
 
 
 def _shape_key(buf: bytes, ls: int, le: int) -> bytes:
@@ -63,6 +73,16 @@ _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)
 _SUMMARY_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
 _SUMMARY_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
 _SUMMARY_EXIT = re.compile(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
+
+
+def _continues(raw: bytes) -> bool:
+    """Does this line visibly go on on the next one?"""
+    tail = raw.rstrip()
+    if tail.endswith(b"Last error:"):
+        return True
+    if b"WorkNCCL(" in raw and raw.count(b"(") > raw.count(b")"):
+        return True
+    return tail.endswith(b"]") and _GLOO_LOC_END.search(tail, max(0, len(tail) - 320)) is not None
 
 
 @dataclass
@@ -158,6 +178,7 @@ class StreamScanner:
         self._shapes: dict[bytes, list[Any]] = {}
         self._recorded: list[str] | None = None  # signature ids recorded by the current full match
         self._busy: tuple[int, str] | None = None  # progress bar glued before the current line's match
+        self._end = 0  # end of the complete lines of the buffer being scanned (continuations stop there)
 
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> None:
@@ -199,6 +220,7 @@ class StreamScanner:
         counted, so dense logs (every line a keyword) cost a dictionary lookup per line, not a match."""
         search = self.kb.prefilter.search
         shapes = self._shapes
+        self._end = end
         pos = 0
         cur = 0  # buf position whose line number is self._newlines + 1
         dense = False
@@ -332,7 +354,30 @@ class StreamScanner:
             w1 = min(le, hit + WINDOW // 2)
             self._window(buf[w0:w1], hit - w0, lineno, head if w0 > ls else None, context)
         else:
-            self._window(buf[ls:le], hit - ls, lineno, head, context)
+            raw = buf[ls:le]
+            if not context and _continues(raw):
+                raw = self._joined(buf, raw, le)
+            self._window(raw, hit - ls, lineno, head, context)
+
+    def _joined(self, buf: bytes, raw: bytes, le: int) -> bytes:
+        """`raw` (the line ending at `le`) with the lines that continue it appended."""
+        pos = le + 1
+        for _ in range(JOIN_LINES):
+            nl = buf.find(b"\n", pos, self._end)
+            if nl < 0 or len(raw) + nl - pos > MAX_SHAPE_LEN + JOIN_BYTES:
+                break
+            cont = buf[pos:nl].rstrip(b"\r")
+            cont = cont[_CONT_PREFIX.match(cont).end() :]  # type: ignore[union-attr]
+            if not cont.strip():
+                break
+            if cont[:1] in b" \t" or raw.rstrip()[-1:] in b",;:(":
+                raw = raw.rstrip() + b" " + cont.strip()
+            else:
+                raw = raw + cont.rstrip()  # a terminal's hard wrap: the word goes on
+            if not _continues(raw):
+                break
+            pos = nl + 1
+        return raw
 
     def _window(self, raw: bytes, hit: int, lineno: int, head: bytes | None, context: bool = False) -> None:
         raw = raw.rstrip(b"\r")
@@ -364,7 +409,7 @@ class StreamScanner:
         info = normalize_line(text, anchor)
         if context:
             self._summary_line(info, lineno)
-        if cands:
+        if cands and not info.frame:
             self._match(cands, info, text, lineno)
 
     def _match(self, cands: Iterable[int], info: LineInfo, text: str, lineno: int) -> None:
@@ -376,10 +421,30 @@ class StreamScanner:
                 if m:
                     matched.append((sig, m))
                     break
+        if matched and all(s.fallback for s, _ in matched):
+            # A line only generic signatures claim (a WARN, an exception) may state its own cause in any
+            # case ("..., please set X"): keywords are case-sensitive, so the stated-cause patterns are
+            # tried on every such line, not only on lines holding one of its keywords.
+            stated = self.kb.by_id.get(STATED_CAUSE)
+            if stated is not None and all(s is not stated for s, _ in matched):
+                for rx in stated.patterns:
+                    sm = rx.search(info.message)
+                    if sm:
+                        matched.append((stated, sm))
+                        break
         if not matched:
             return
         if any(not s.fallback for s, _ in matched):
             matched = [(s, m) for s, m in matched if not s.fallback]
+        extra: dict[str, str] = {}
+        if self.kb.catalogue is not None and any(s.id == "nccl.warn" for s, _ in matched):
+            # A WARN no specific signature claimed: name its mechanism from NCCL's own format strings.
+            entry = self.kb.catalogue.match(info.message)
+            if entry is not None:
+                extra = entry.fields()
+                cls_sig = self.kb.by_id.get(class_signature_id(entry.cls))
+                if cls_sig is not None:
+                    matched = [(cls_sig, m) if s.id == "nccl.warn" else (s, m) for s, m in matched]
         last_no, last_sigs = self._last_line
         if last_no != lineno:
             last_sigs = frozenset()
@@ -389,7 +454,10 @@ class StreamScanner:
             last_sigs = last_sigs | {sig.id}
             if self._recorded is not None:
                 self._recorded.append(sig.id)
-            self.collector.add(self._event(sig, m, info, text, lineno))
+            ev = self._event(sig, m, info, text, lineno)
+            if extra and (sig.id.startswith("nccl.warn") or sig.id == STATED_CAUSE):
+                ev.fields.update(extra)
+            self.collector.add(ev)
             if sig.context_lines and not self._context_left and not self.collector.summary_full:
                 self._start_summary(sig, info)
         self._last_line = (lineno, last_sigs)

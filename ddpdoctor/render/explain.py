@@ -42,6 +42,23 @@ def _labelled(indent: str, label: str, value: str, style: str = "bold") -> Text:
     return line
 
 
+def _render_lead(con: Any, lead: Mapping[str, Any], show_all: bool) -> None:
+    """The best-supported lead, marked as a lead (not a cause)."""
+    head = Text("  LEAD (not a confirmed cause)  ", style="bold yellow")
+    head.append(lead["title"], style="bold")
+    head.append(f"  [{lead['id']}]", style="dim")
+    con.print(head)
+    first = lead.get("first") or {}
+    where = _who(lead) + (f" · first seen {first['source']}" if first else "")
+    con.print(_labelled("    ", "Where: ", where))
+    if lead.get("reasoning"):
+        con.print(_labelled("    ", "Why a lead: ", lead["reasoning"]))
+    for line in _evidence(lead, "      ", None if show_all else 2):
+        con.print(line)
+    con.print(_labelled("    ", "Cause: ", lead["cause"]))
+    con.print(_labelled("    ", "Fix: ", lead["fix"], style="bold green"))
+
+
 def render_explanation(report: Mapping[str, Any], show_all: bool = False) -> None:
     """Print the explanation of a failed run."""
     con = console()
@@ -59,13 +76,17 @@ def render_explanation(report: Mapping[str, Any], show_all: bool = False) -> Non
 
     root = report["root_cause"]
     no_cause = report.get("no_cause_found")
-    if root is None and no_cause:
+    lead = report.get("lead")
+    if root is None and (no_cause or lead):
         # Something failed (the consequences below), but these logs do not hold its cause.
         con.print()
         con.print(Text("ROOT CAUSE  no cause found in these logs", style="bold yellow"))
-        con.print(_labelled("  ", "Fetch next:", ""))
-        for item in no_cause["fetch_next"]:
-            con.print(Text(f"    - {item}"))
+        if lead:
+            _render_lead(con, lead, show_all)
+        if no_cause:
+            con.print(_labelled("  ", "Fetch next:", ""))
+            for item in no_cause["fetch_next"]:
+                con.print(Text(f"    - {item}"))
     elif root is None and report.get("empty_input"):
         con.print(Text("The input is empty: nothing to explain.", style="bold yellow"))
         con.print(
