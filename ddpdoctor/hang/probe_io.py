@@ -16,7 +16,7 @@ import shutil
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -32,10 +32,10 @@ from ddpdoctor.hang.fr import (
     parse_dump,
     rank_from_name,
 )
-from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
+from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo, Worker, spawn_ranks_by_order
 from ddpdoctor.hang.progress import Activity, Sample
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
-from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
+from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result, spawn_rank
 
 MAX_ENVIRON_BYTES = 1024 * 1024
 # Dumps read from one directory or prefix (a job's ranks; more files are named as left out), and the
@@ -207,7 +207,16 @@ def dump_stack(
         # A stopped rank (Ctrl-Z, SIGSTOP, a debugger holding it) hangs the whole job, and py-spy cannot
         # read it ("Failed to find python version"): say so instead.
         kind = "stopped by a debugger (tracing stop)" if state == "t" else "stopped (SIGSTOP or Ctrl-Z)"
-        return RankStack(rank, pid, error=f"process {pid} is {kind}: /proc/{pid}/stat state {state}",
+        threads: list[Any] = []
+        if pyspy is not None:
+            # `--nonblocking` reads its memory without attaching (an attach would wait for a stopped
+            # process): the line it stopped at.
+            from ddpdoctor.edge.runner import run_argv
+
+            seen = run_argv([pyspy, "dump", "--json", "--nonblocking", "--pid", str(pid)], timeout_s=min(timeout_s, 3.0))
+            if seen.ok:
+                threads = parse_pyspy_result(rank, pid, seen.stdout, seen.stderr, True).threads
+        return RankStack(rank, pid, threads=threads, error=f"process {pid} is {kind}: /proc/{pid}/stat state {state}",
                          error_kind="stopped")
     if pyspy is None:
         return RankStack(rank, pid, error="py-spy is not installed", error_kind="missing")
@@ -403,6 +412,8 @@ def gather_facts(
             # An empty path is said as such (fr_finding), not read as a missing --fr.
             fr_spec = prefix if fr_candidates(prefix)[0] else None
     pyspy = find_pyspy()
+    if facts.job is not None and facts.job.workers and all(w.rank is None for w in facts.job.workers):
+        facts.job.workers = spawn_ranks(facts.job.workers, pyspy, min(3.0, timeout_s / 3))
     facts.pyspy_missing = use_stacks and facts.job is not None and pyspy is None
     facts.ptrace_scope = ptrace_scope()
     facts.cap_sys_ptrace = has_cap_sys_ptrace()
@@ -446,6 +457,28 @@ def gather_facts(
     read_sources_into(facts)
     facts.duration_s = time.monotonic() - start
     return facts
+
+
+def spawn_ranks(workers: list[Worker], pyspy: Optional[str], timeout_s: float) -> list[Worker]:
+    """The ranks of torch.multiprocessing.spawn's children, which set RANK in code, not in their
+    environment: read from each child's `_wrap(fn, i, ...)` frame (`py-spy dump --json --locals
+    --nonblocking`, stacks.spawn_rank), else from the order their parent started them (procs.
+    spawn_ranks_by_order). Workers that are no spawn children come back unchanged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ddpdoctor.edge.runner import run_argv
+
+    if pyspy is not None:
+        argv = [pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid"]
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(workers)))) as pool:
+            results = list(pool.map(lambda w: run_argv([*argv, str(w.pid)], timeout_s=timeout_s), workers))
+        found = [spawn_rank(r.stdout) if r.ok else None for r in results]
+        ranks = [f[0] for f in found if f is not None]
+        if found and all(f is not None for f in found) and len(set(ranks)) == len(ranks):
+            out = [replace(w, rank=f[0], local_rank=w.local_rank if w.local_rank is not None else f[0], rank_from=f[1])
+                   for w, f in zip(workers, found) if f is not None]
+            return sorted(out, key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.pid))
+    return spawn_ranks_by_order(workers, _start_times([w.pid for w in workers]))
 
 
 def _activity(pid: int) -> Optional[Activity]:
@@ -565,6 +598,9 @@ def read_sources_into(facts: HangFacts) -> None:
     job_roots: list[str] = []
     for worker in workers:
         job_roots += rank_source_roots(worker.pid, worker.cmdline, worker.env)
+    if facts.job is not None and facts.job.agent_pid is not None and any(w.rank_from for w in workers):
+        # spawn's children run `python -c ...`: the script is on their parent's command line.
+        job_roots += rank_source_roots(facts.job.agent_pid, facts.job.agent_cmdline, {})
     wanted: dict[str, tuple[list[str], Optional[int]]] = {}
     for stack in facts.stacks:
         frame = stack.user_frame()

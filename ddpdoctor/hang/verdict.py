@@ -284,11 +284,14 @@ def _verdict_from_stopped(ctx: _Context) -> Optional[dict[str, Any]]:
         return None
     ranks = sorted(s.rank if s.rank is not None else -s.pid for s in stopped)
     lead = ranks[0]
+    # Its stack, read without attaching (py-spy --nonblocking), says where it stopped.
+    where = ctx.where_stack(lead)
     return {
         "kind": "stopped",
         "summary": f"{ctx.who(lead) if len(ranks) == 1 else plural_ranks(ranks)} "
-        f"{'is' if len(ranks) == 1 else 'are'} not running: {stopped[0].error} -> every other rank waits "
-        "for it; the cause is that stop, not the network",
+        f"{'is' if len(ranks) == 1 else 'are'} not running: {stopped[0].error}"
+        + (f"; it stopped at {where}" if where else "")
+        + " -> every other rank waits for it; the cause is that stop, not the network",
         "culprit_ranks": [r for r in ranks if r >= 0],
         "other_ranks": [],
         "culprits": _culprit_records(ctx, ranks),
