@@ -107,8 +107,8 @@ def test_plural_culprits_get_plural_verbs():
     extra = [RankStack(r, 1000 + r, stacks[src].threads) for r, src in ((3, 0), (4, 0), (5, 2), (6, 0))]
     verdict = judge_hang(HangFacts(host="h", stacks=stacks + extra)).verdict
     assert verdict["culprit_ranks"] == [2, 5]
-    assert "ranks 2, 5 are not where the others are" in verdict["summary"], verdict["summary"]
-    assert " is not where" not in verdict["summary"]
+    assert "ranks 2, 5 have left the sequence of collectives" in verdict["summary"], verdict["summary"]
+    assert " has left" not in verdict["summary"] and "they are in no collective" in verdict["summary"]
 
 
 def test_the_jobs_dump_path_set_but_empty_is_said_as_such():

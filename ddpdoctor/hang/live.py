@@ -51,6 +51,12 @@ def verdict_spinning(ctx: Any, motion: Motion) -> dict[str, Any]:
     others = [r.key for r in motion.ranks if r.key not in keys]
     waiting = next((s for s in ctx.facts.stacks if s.waiting_in() and s.rank not in keys), None)
     where = ctx.where_stack(lead.key)
+    busiest = busiest_frame(ctx, lead.pid)
+    if busiest is not None:
+        frame, hits, seen = busiest
+        code = ctx.code(frame.filename, frame.line)
+        where = f"{frame.where()} in {frame.name}()" + (f" `{code}`" if code else "") + (
+            f" (the line it was on in {hits} of {seen} snapshots)" if seen > 1 else "")
     share = f"{lead.cpu_share:.0%}" if lead.cpu_share is not None else "most"
     summary = (
         f"{ctx.who(lead.key) if len(keys) == 1 else plural_ranks(keys)} "
@@ -68,9 +74,41 @@ def verdict_spinning(ctx: Any, motion: Motion) -> dict[str, Any]:
         "something should sleep and give up after a timeout.",
         "progress",
     )
+    records = ctx.records(keys)
+    if busiest is not None and records:
+        frame = busiest[0]
+        records[0].update(rank_where=records[0]["where"] or "", where=where, file=frame.filename, line=frame.line)
     verdict.update(culprit_ranks=[k for k in keys if k >= 0], other_ranks=[k for k in others if k >= 0],
-                   culprits=ctx.records(keys))
+                   culprits=records)
     return verdict
+
+
+def _is_loop_header(code: str) -> bool:
+    return code.startswith(("while ", "while(", "for ", "async for "))
+
+
+def busiest_frame(ctx: Any, pid: int) -> Optional[tuple[Any, int, int]]:
+    """(innermost user frame, snapshots it was in, snapshots) of a spinning rank: the line its loop spends
+    its time on, counted over every snapshot, not only the last. A loop's header (`while ...:`) is
+    passed once per turn, so a body line sampled as often wins, and the header only when no body line
+    was ever sampled."""
+    counts: dict[tuple[str, int], int] = {}
+    frames: dict[tuple[str, int], Any] = {}
+    seen = 0
+    for sample in ctx.facts.samples:
+        for stack in sample.stacks:
+            frame = stack.user_frame() if stack.pid == pid else None
+            if frame is None:
+                continue
+            seen += 1
+            key = (frame.filename, frame.line)
+            counts[key] = counts.get(key, 0) + 1
+            frames.setdefault(key, frame)
+    if not counts:
+        return None
+    body = {k: n for k, n in counts.items() if not _is_loop_header(ctx.code(*k))}
+    pick = max(body or counts, key=lambda k: ((body or counts)[k], -k[1]))
+    return frames[pick], counts[pick], seen
 
 
 _DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID")

@@ -33,7 +33,7 @@ from ddpdoctor.hang.fr import (
     rank_from_name,
 )
 from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo, Worker, spawn_ranks_by_order
-from ddpdoctor.hang.progress import Activity, Sample
+from ddpdoctor.hang.progress import LONG_LOOK_STEP_S, Activity, Sample, judge_motion, look_longer
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
 from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result, spawn_rank
 
@@ -424,10 +424,12 @@ def gather_facts(
     count = max(1, samples) if (workers or use_ras) else 1
     fr_stats: dict[str, tuple[int, int]] = {}
     with ThreadPoolExecutor(max_workers=max(2, min(16, len(workers) + 1))) as pool:
-        for index in range(count):
+        index = 0
+        while index < count or (workers and _look_longer(facts, deadline)):
             if index:
                 # Sleep to the next snapshot only when the rest of the run still fits in the timeout.
-                wait = facts.samples[-1].t + interval_s - time.monotonic()
+                step = interval_s if index < count else LONG_LOOK_STEP_S
+                wait = facts.samples[-1].t + step - time.monotonic()
                 if time.monotonic() + max(0.0, wait) + 0.5 > deadline:
                     break
                 time.sleep(max(0.0, wait))
@@ -448,6 +450,7 @@ def gather_facts(
             if ras_future is not None:
                 _take_ras(facts, ras_future.result(), sample, parse_ras, split_reply)
             facts.samples.append(sample)
+            index += 1
         facts.stacks = _final_stacks(facts, workers, pyspy, deadline, timeout_s, pool)
         if fr_stats and _stat_all(facts.dumps) != fr_stats:
             # The job wrote its dumps again while we looked: keep both reads, the seqs tell progress.
@@ -479,6 +482,19 @@ def spawn_ranks(workers: list[Worker], pyspy: Optional[str], timeout_s: float) -
                    for w, f in zip(workers, found) if f is not None]
             return sorted(out, key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.pid))
     return spawn_ranks_by_order(workers, _start_times([w.pid for w in workers]))
+
+
+# Time kept, after the last snapshot of a longer look, for the rest of the run (a rank's stack read again,
+# its DataLoader workers' stacks, source lines).
+LONG_LOOK_RESERVE_S = 1.5
+
+
+def _look_longer(facts: HangFacts, deadline: float) -> bool:
+    """More snapshots, beyond --samples, while nothing has completed yet and a rank is outside every
+    collective (progress.look_longer), as long as the timeout leaves room for the rest of the run."""
+    if len(facts.samples) < 2 or time.monotonic() + LONG_LOOK_STEP_S + LONG_LOOK_RESERVE_S > deadline:
+        return False
+    return look_longer(judge_motion(facts.samples), facts.samples)
 
 
 def _activity(pid: int) -> Optional[Activity]:
@@ -602,7 +618,11 @@ def read_sources_into(facts: HangFacts) -> None:
         # spawn's children run `python -c ...`: the script is on their parent's command line.
         job_roots += rank_source_roots(facts.job.agent_pid, facts.job.agent_cmdline, {})
     wanted: dict[str, tuple[list[str], Optional[int]]] = {}
-    for stack in facts.stacks:
+    # Every snapshot's frames (a spinning rank's busiest line may be in an earlier one), and the
+    # DataLoader workers' (the line a stuck worker is on).
+    every = [s for sample in facts.samples for s in sample.stacks] + list(facts.stacks)
+    every += [w for workers in facts.worker_stacks.values() for w in workers]
+    for stack in every:
         frame = stack.user_frame()
         if frame is not None:
             wanted.setdefault(frame.filename, (job_roots, _uid_of(f"/proc/{stack.pid}")))

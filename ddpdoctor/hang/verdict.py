@@ -36,7 +36,7 @@ from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.ras import to_dict as ras_to_dict
-from ddpdoctor.hang.source import classify_split
+from ddpdoctor.hang.source import classify_split, left_loop
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
 from ddpdoctor.hang.stacks import to_dict as stack_to_dict
 
@@ -79,6 +79,19 @@ class _Context:
         # Ranks are keyed as group_stacks numbers them: a process of unknown rank is -pid.
         self.stack_by_rank = {s.rank if s.rank is not None else -s.pid: s for s in facts.stacks}
         self.pid_by_rank = {w.rank: w.pid for w in (facts.job.workers if facts.job else []) if w.rank is not None}
+        self.kept: list[Any] = []  # the dumps evidence.vet_dumps kept (of the live job)
+
+    def last_collective(self, rank: int, pg: Optional[str] = None) -> str:
+        """`all_reduce #3 (16, Float) at file:line` of the last collective `rank` completed (or, when its
+        dump records no state, issued) in the kept dumps; '' without a dump of that rank."""
+        for dump in self.kept:
+            if dump.rank != rank:
+                continue
+            entries = [e for e in dump.entries if not e.is_p2p and (pg is None or e.pg == pg)]
+            done = [e for e in entries if e.state == "completed"] or entries
+            if done:
+                return self.where_entry(max(done, key=lambda e: e.seq))
+        return ""
 
     def records(self, ranks: Sequence[int]) -> list[dict[str, Any]]:
         """The culprit records of `ranks` (for live.py's verdicts)."""
@@ -207,6 +220,9 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
         )
         if stack_where:
             where = f"its stack is in {stack_where}"
+            last = ctx.last_collective(lead, div.pg) if len(culprits) == 1 else ""
+            if last:
+                where += f" (its last collective there: {last})"
         summary = (
             f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} "
             f"{'is' if len(culprits) == 1 else 'are'} behind: {where}, while {others_wait} "
@@ -331,6 +347,27 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 "(or on data that differs between ranks) around those lines. `--fr` with Flight Recorder "
                 "dumps tells a collective only some ranks call from ranks taking different branches."
             )
+        elif main_wait and not odd_wait:
+            # Every other rank waits in a collective; this one is in none: it left the sequence of
+            # collectives (it idles, or it left the loop the others are still in).
+            lead_stack = ctx.stack_by_rank.get(lead)
+            loop_note = _left_loop_note(ctx, lead_stack, main.example) if lead_stack is not None else ""
+            summary = (
+                f"{who} {'has' if len(culprits) == 1 else 'have'} "
+                + ("left the loop of collectives the others are still in" if loop_note else
+                   "left the sequence of collectives (never reached the one the others wait in)")
+                + f": {ranks_verb(main.ranks, 'waits', 'wait')} in {main_wait} at {ctx.where_line(main.example)}, while "
+                f"{'it is' if len(culprits) == 1 else 'they are'} in no collective: "
+                f"{'its stack' if len(culprits) == 1 else 'the stack of ' + ctx.who(lead)} is in {ctx.where_stack(lead)}"
+                + loop_note
+                + (f"; its last completed collective: {last}" if (last := ctx.last_collective(lead)) else "")
+                + f" -> the cause is on {plural_ranks(culprits)}, not the network"
+            )
+            fix = (
+                "Look at what the named rank does at that line instead of joining the collective the others wait "
+                "in; if it left the loop early (a `break`, a condition or data that differs between ranks), make "
+                "every rank run the same number of iterations and collectives."
+            )
         else:
             summary = (
                 f"{who} {'is' if len(culprits) == 1 else 'are'} not where the others are: "
@@ -407,6 +444,23 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
     return None
 
 
+def _left_loop_note(ctx: _Context, culprit: RankStack, waiter: RankStack) -> str:
+    """', after the loop (`for ...` at line 48) the others are still in; it left through `break` at line
+    52', when the culprit idles past the end of the loop the waiters' line is in, in the same function."""
+    idle, wait = culprit.user_frame(), waiter.user_frame()
+    if idle is None or wait is None or (idle.filename, idle.name) != (wait.filename, wait.name):
+        return ""
+    lines = ctx.facts.sources.get(idle.filename)
+    found = left_loop(lines, wait.line, idle.line) if lines else None
+    if found is None:
+        return ""
+    exits = ", ".join(f"`{ctx.code(idle.filename, n)}` at line {n}" for n in found.exits[:3])
+    return (
+        f", after the loop (`{ctx.code(idle.filename, found.header)}` at line {found.header}) the others are still in"
+        + (f"; it left it through {exits}" if exits else "")
+    )
+
+
 def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]:
     lagging = ras.missing or ras.behind
     if not lagging:
@@ -467,6 +521,7 @@ def judge_hang(facts: HangFacts) -> HangReport:
     findings: list[Finding] = []
     vetting = vet_dumps(facts) if facts.dumps else None
     kept = vetting.kept if vetting is not None else []
+    ctx.kept = list(kept)
     alignment: Optional[Alignment] = align_dumps(kept) if kept else None
     motion = judge_motion(facts.samples, facts.earlier_dumps, facts.dumps)
     findings.append(job_finding(facts))
