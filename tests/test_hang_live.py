@@ -227,8 +227,7 @@ def test_pid_of_a_process_that_is_not_a_distributed_job():
     finally:
         proc.kill()
         proc.wait(timeout=30)
-    if not _stacks_readable(report):
-        pytest.skip("py-spy cannot attach here")
+    # Known from its command line and environment alone (no RANK, no spawn children): py-spy is not needed.
     assert report["verdict"]["kind"] == "not_distributed" and report["exit_code"] == 3, report["verdict"]
     assert "not a distributed job" in report["verdict"]["summary"]
 

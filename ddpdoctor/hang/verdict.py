@@ -26,6 +26,7 @@ from ddpdoctor.hang.findings import (
     stacks_finding,
 )
 from ddpdoctor.hang.live import (
+    empty_verdict,
     not_distributed,
     verdict_exited,
     verdict_not_distributed,
@@ -533,6 +534,14 @@ def judge_hang(facts: HangFacts) -> HangReport:
     verdict: Optional[dict[str, Any]] = _verdict_from_stopped(ctx)
     if verdict is None and facts.job is not None and not_distributed(facts):
         verdict = verdict_not_distributed(ctx)
+    if verdict is None and facts.job is None and "is not a distributed job" in facts.job_error and not facts.dumps:
+        # --pid named a process no launcher rule recognises and with no rank-like children (procs.select_job).
+        verdict = empty_verdict(
+            "not_distributed", facts.job_error,
+            "Give --pid the torchrun agent, the torch.multiprocessing.spawn parent or a rank of the job "
+            "(`ps -ef | grep -e torchrun -e multiprocessing`), or run without --pid to find the job on this node.",
+            None,
+        )
     if verdict is None and motion.state == "progressing":
         verdict = verdict_progressing(ctx, motion)
     if verdict is None and motion.state == "spinning":
