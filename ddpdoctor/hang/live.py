@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 from ddpdoctor.hang.findings import HangFacts, plural_ranks, ranks_verb
 from ddpdoctor.hang.progress import Motion
+from ddpdoctor.hang.source import left_loop
+from ddpdoctor.hang.stacks import RankStack
 
 
 def empty_verdict(kind: str, summary: str, fix: str, source: Optional[str]) -> dict[str, Any]:
@@ -187,3 +189,59 @@ def verdict_exited(ctx: Any) -> Optional[dict[str, Any]]:
                    culprits=[{"rank": g, "pid": None, "host": ctx.facts.host, "where": "exited", "file": None,
                               "line": None, "chain": []} for _, g in gone])
     return verdict
+
+
+def left_loop_note(ctx: Any, culprit: RankStack, waiter: RankStack) -> str:
+    """', after the loop (`for ...` at line 48) the others are still in; it left through `break` at line
+    52', when the culprit idles past the end of the loop the waiters' line is in, in the same function."""
+    idle, wait = culprit.user_frame(), waiter.user_frame()
+    if idle is None or wait is None or (idle.filename, idle.name) != (wait.filename, wait.name):
+        return ""
+    lines = ctx.facts.sources.get(idle.filename)
+    found = left_loop(lines, wait.line, idle.line) if lines else None
+    if found is None:
+        return ""
+    exits = ", ".join(f"`{ctx.code(idle.filename, n)}` at line {n}" for n in found.exits[:3])
+    return (
+        f", after the loop (`{ctx.code(idle.filename, found.header)}` at line {found.header}) the others are still in"
+        + (f"; it left it through {exits}" if exits else "")
+    )
+
+
+def verdict_no_job_at_pid(facts: HangFacts) -> Optional[dict[str, Any]]:
+    """--pid named a process no launcher rule recognises, with no rank-like children (procs.select_job):
+    not a distributed job, known without reading a stack."""
+    if "is not a distributed job" not in facts.job_error:
+        return None
+    return empty_verdict(
+        "not_distributed", facts.job_error,
+        "Give --pid the torchrun agent, the torch.multiprocessing.spawn parent or a rank of the job "
+        "(`ps -ef | grep -e torchrun -e multiprocessing`), or run without --pid to find the job on this node.",
+        None,
+    )
+
+
+def left_sequence(ctx: Any, who: str, culprits: list[int], lead: int, main: Any) -> tuple[str, str]:
+    """(summary, fix) when every other rank waits in a collective and `culprits` are in none: they left
+    the sequence of collectives (they idle, or left the loop the others are still in)."""
+    lead_stack = ctx.stack_by_rank.get(lead)
+    loop_note = left_loop_note(ctx, lead_stack, main.example) if lead_stack is not None else ""
+    one = len(culprits) == 1
+    last = ctx.last_collective(lead)
+    summary = (
+        f"{who} {'has' if one else 'have'} "
+        + ("left the loop of collectives the others are still in" if loop_note else
+           "left the sequence of collectives (never reached the one the others wait in)")
+        + f": {ranks_verb(list(main.ranks), 'waits', 'wait')} in {main.example.waiting_in()} at "
+        f"{ctx.where_line(main.example)}, while {'it is' if one else 'they are'} in no collective: "
+        f"{'its stack' if one else 'the stack of ' + ctx.who(lead)} is in {ctx.where_stack(lead)}"
+        + loop_note
+        + (f"; its last completed collective: {last}" if last else "")
+        + f" -> the cause is on {plural_ranks(culprits)}, not the network"
+    )
+    fix = (
+        "Look at what the named rank does at that line instead of joining the collective the others wait "
+        "in; if it left the loop early (a `break`, a condition or data that differs between ranks), make "
+        "every rank run the same number of iterations and collectives."
+    )
+    return summary, fix

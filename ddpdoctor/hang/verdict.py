@@ -26,9 +26,10 @@ from ddpdoctor.hang.findings import (
     stacks_finding,
 )
 from ddpdoctor.hang.live import (
-    empty_verdict,
+    left_sequence,
     not_distributed,
     verdict_exited,
+    verdict_no_job_at_pid,
     verdict_not_distributed,
     verdict_progressing,
     verdict_spinning,
@@ -37,7 +38,7 @@ from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.ras import to_dict as ras_to_dict
-from ddpdoctor.hang.source import classify_split, left_loop
+from ddpdoctor.hang.source import classify_split
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
 from ddpdoctor.hang.stacks import to_dict as stack_to_dict
 
@@ -351,24 +352,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         elif main_wait and not odd_wait:
             # Every other rank waits in a collective; this one is in none: it left the sequence of
             # collectives (it idles, or it left the loop the others are still in).
-            lead_stack = ctx.stack_by_rank.get(lead)
-            loop_note = _left_loop_note(ctx, lead_stack, main.example) if lead_stack is not None else ""
-            summary = (
-                f"{who} {'has' if len(culprits) == 1 else 'have'} "
-                + ("left the loop of collectives the others are still in" if loop_note else
-                   "left the sequence of collectives (never reached the one the others wait in)")
-                + f": {ranks_verb(main.ranks, 'waits', 'wait')} in {main_wait} at {ctx.where_line(main.example)}, while "
-                f"{'it is' if len(culprits) == 1 else 'they are'} in no collective: "
-                f"{'its stack' if len(culprits) == 1 else 'the stack of ' + ctx.who(lead)} is in {ctx.where_stack(lead)}"
-                + loop_note
-                + (f"; its last completed collective: {last}" if (last := ctx.last_collective(lead)) else "")
-                + f" -> the cause is on {plural_ranks(culprits)}, not the network"
-            )
-            fix = (
-                "Look at what the named rank does at that line instead of joining the collective the others wait "
-                "in; if it left the loop early (a `break`, a condition or data that differs between ranks), make "
-                "every rank run the same number of iterations and collectives."
-            )
+            summary, fix = left_sequence(ctx, who, culprits, lead, main)
         else:
             summary = (
                 f"{who} {'is' if len(culprits) == 1 else 'are'} not where the others are: "
@@ -445,23 +429,6 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
     return None
 
 
-def _left_loop_note(ctx: _Context, culprit: RankStack, waiter: RankStack) -> str:
-    """', after the loop (`for ...` at line 48) the others are still in; it left through `break` at line
-    52', when the culprit idles past the end of the loop the waiters' line is in, in the same function."""
-    idle, wait = culprit.user_frame(), waiter.user_frame()
-    if idle is None or wait is None or (idle.filename, idle.name) != (wait.filename, wait.name):
-        return ""
-    lines = ctx.facts.sources.get(idle.filename)
-    found = left_loop(lines, wait.line, idle.line) if lines else None
-    if found is None:
-        return ""
-    exits = ", ".join(f"`{ctx.code(idle.filename, n)}` at line {n}" for n in found.exits[:3])
-    return (
-        f", after the loop (`{ctx.code(idle.filename, found.header)}` at line {found.header}) the others are still in"
-        + (f"; it left it through {exits}" if exits else "")
-    )
-
-
 def _verdict_from_ras(ctx: _Context, ras: RasStatus) -> Optional[dict[str, Any]]:
     lagging = ras.missing or ras.behind
     if not lagging:
@@ -534,14 +501,8 @@ def judge_hang(facts: HangFacts) -> HangReport:
     verdict: Optional[dict[str, Any]] = _verdict_from_stopped(ctx)
     if verdict is None and facts.job is not None and not_distributed(facts):
         verdict = verdict_not_distributed(ctx)
-    if verdict is None and facts.job is None and "is not a distributed job" in facts.job_error and not facts.dumps:
-        # --pid named a process no launcher rule recognises and with no rank-like children (procs.select_job).
-        verdict = empty_verdict(
-            "not_distributed", facts.job_error,
-            "Give --pid the torchrun agent, the torch.multiprocessing.spawn parent or a rank of the job "
-            "(`ps -ef | grep -e torchrun -e multiprocessing`), or run without --pid to find the job on this node.",
-            None,
-        )
+    if verdict is None and facts.job is None and not facts.dumps:
+        verdict = verdict_no_job_at_pid(facts)
     if verdict is None and motion.state == "progressing":
         verdict = verdict_progressing(ctx, motion)
     if verdict is None and motion.state == "spinning":
