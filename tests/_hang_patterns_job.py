@@ -9,7 +9,9 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
 - `zero`: ZeroRedundancyOptimizer; the last rank sleeps before its third optimizer.step(), the others
   wait in step()'s parameter broadcast;
 - `lock`: the last rank takes a (non-reentrant) lock twice: log_metrics() under the lock calls flush(),
-  which takes it again.
+  which takes it again;
+- `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
+  idles after it, while the others wait in the loop's all_reduce.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
@@ -122,6 +124,14 @@ def main() -> None:
                 ready(rank)
                 if culprit:
                     log_metrics()
+    elif scenario == "left_loop":
+        for step in range(1000):
+            if culprit and step == 3:
+                break  # HANG-LINE break
+            dist.all_reduce(grad)  # HANG-LINE loop-all-reduce
+            if step == 2:
+                ready(rank)
+        time.sleep(3600)  # HANG-LINE after-loop
     time.sleep(3600)
 
 

@@ -4,7 +4,10 @@ imported). argv[1] is the scenario:
 - `healthy`: every rank does a little work and an all_reduce, step after step, forever;
 - `slow`: the same, but the last rank sleeps 0.5 s per step (a straggler: the job still progresses);
 - `spin`: after three steps the last rank spins in a Python loop that never ends, the others wait in
-  the all_reduce it never reaches.
+  the all_reduce it never reaches;
+- `io`: every fourth step rank 0 spends about 2.5 s writing a checkpoint (torch.save, then short
+  writes, fsync and sleeps) while the others wait in a barrier: healthy, though one second of it looks
+  hung.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> once it has done three steps.
 """
@@ -25,6 +28,16 @@ def spin_forever() -> int:
     return count
 
 
+def write_checkpoint(path: str, weights: torch.Tensor) -> None:
+    torch.save(weights, path + ".pt")
+    with open(path, "wb") as out:
+        for _ in range(20):
+            out.write(os.urandom(256 * 1024))  # HANG-LINE io
+            out.flush()
+            os.fsync(out.fileno())
+            time.sleep(0.1)
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=int(os.environ.get("HANG_PG_TIMEOUT", "300"))))
@@ -40,6 +53,10 @@ def main() -> None:
             time.sleep(0.5)  # HANG-LINE slow
         if scenario == "spin" and rank == world - 1 and step > 3:
             spin_forever()
+        if scenario == "io" and step % 4 == 0:
+            if rank == 0:
+                write_checkpoint(os.path.join(os.environ.get("HANG_READY_DIR", "."), "ckpt"), weights)
+            dist.barrier()  # HANG-LINE io-barrier
         dist.all_reduce(grad)  # HANG-LINE step
         grad.fill_(1.0)
         if step == 3 and os.environ.get("HANG_READY_DIR"):

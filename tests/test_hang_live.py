@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -80,6 +81,9 @@ def test_hang_names_rank_and_line_with_flight_recorder(hung):
         assert culprit["file"].endswith("_hang_job.py")
         assert culprit["line"] == marker_line(marker), culprit
         assert f"_hang_job.py:{marker_line(marker)}" in verdict["summary"]
+        if scenario == "sleep":
+            # Where it idles, and the last collective it completed, from its dump.
+            assert "its last collective there: all_reduce #3" in verdict["summary"], verdict["summary"]
     else:
         pytest.skip("py-spy could not read the ranks here (ptrace denied): line checked from FR only")
 
@@ -188,21 +192,31 @@ def test_pid_of_a_spawn_parent(tmp_path):
             [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(proc.pid), "--no-ras", "--no-fr"],
             capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
         ).stdout.decode()
+        # The sleeping rank stopped (SIGSTOP, Ctrl-Z): still named with the line it stopped at.
+        sleeper = next(r["pid"] for r in report["job"]["ranks"] if r["rank"] == 1)
+        os.kill(sleeper, signal.SIGSTOP)
+        stopped, _ = run_hang("--pid", str(proc.pid), "--no-ras", "--no-fr")
     finally:
         os.killpg(proc.pid, 9)  # spawn's children stay in the parent's process group
         proc.wait(timeout=30)
         log.close()
-    assert [r["rank"] for r in report["job"]["ranks"]] == [None, None]  # RANK is set in code only
+    # RANK is set in code only: read from spawn's `_wrap(fn, i, ...)` frame (or the start order), never negative.
+    ranks = report["job"]["ranks"]
+    assert sorted(r["rank"] for r in ranks) == [0, 1], ranks
+    assert all("torch.multiprocessing.spawn" in r["rank_from"] for r in ranks), ranks
     if not _stacks_readable(report):
         pytest.skip("py-spy cannot attach here")
+    assert all("--locals" in r["rank_from"] for r in ranks), ranks
     verdict = report["verdict"]
     line = next(n for n, t in enumerate(spawn_job.read_text().splitlines(), 1) if "HANG-LINE spawn" in t)
     assert verdict["kind"] == "stack_outlier" and verdict["culprits"][0]["line"] == line, verdict
-    assert "(rank unknown)" in verdict["summary"]
-    # Never "rank -PID": a process of unknown rank is named by its pid, in JSON (null) and in text.
-    assert "rank -" not in text and "(rank unknown)" in text, text
+    assert verdict["culprit_ranks"] == [1] and verdict["culprits"][0]["rank"] == 1, verdict
+    assert f"rank 1 (pid {sleeper} on" in verdict["summary"], verdict["summary"]
+    assert "rank -" not in text and "(rank unknown)" not in text and "torch.multiprocessing.spawn" in text, text
     assert all(r >= 0 for g in report["stack_groups"] for r in g["ranks"])
-    assert all(c["rank"] is None for c in verdict["culprits"])
+    stop = stopped["verdict"]
+    assert stop["kind"] == "stopped" and stop["culprit_ranks"] == [1], stop
+    assert stop["culprits"][0]["line"] == line and f"it stopped at {spawn_job}:{line}" in stop["summary"], stop
 
 
 def test_pid_of_a_process_that_is_not_a_distributed_job():
@@ -213,8 +227,7 @@ def test_pid_of_a_process_that_is_not_a_distributed_job():
     finally:
         proc.kill()
         proc.wait(timeout=30)
-    if not _stacks_readable(report):
-        pytest.skip("py-spy cannot attach here")
+    # Known from its command line and environment alone (no RANK, no spawn children): py-spy is not needed.
     assert report["verdict"]["kind"] == "not_distributed" and report["exit_code"] == 3, report["verdict"]
     assert "not a distributed job" in report["verdict"]["summary"]
 

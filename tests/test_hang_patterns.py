@@ -34,7 +34,7 @@ def run_hang(*args: str) -> tuple[dict, str]:
     return report, text
 
 
-@pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero"])
+@pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop"])
 def hung(request, tmp_path_factory):
     job = HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)
     try:
@@ -61,8 +61,13 @@ def test_pattern_named_with_its_fix(hung):
         assert "find_unused_parameters=True" in verdict["fix"] and "DistributedSampler(drop_last=True)" in verdict["fix"]
         assert "Join" in verdict["fix"]
     elif scenario == "dataloader":
-        assert culprit["line"] == marker_line("loader", SCRIPT)
+        # The culprit line is the stuck worker's own (in __getitem__), with the worker's pid; the rank's
+        # own line (`for batch in loader`) stays as rank_where.
+        assert culprit["line"] == marker_line("worker", SCRIPT), culprit
+        assert f"_hang_patterns_job.py:{marker_line('loader', SCRIPT)}" in culprit["rank_where"], culprit
         workers = report["dataloader_workers"][str(culprit["pid"])]
+        assert culprit["worker_pid"] in [w["pid"] for w in workers] and culprit["worker_pid"] != culprit["pid"]
+        assert f"its worker pid {culprit['worker_pid']} is stuck at" in verdict["summary"], verdict["summary"]
         assert any(f"_hang_patterns_job.py:{marker_line('worker', SCRIPT)}" in (w["where"] or "") for w in workers)
         assert f"_hang_patterns_job.py:{marker_line('worker', SCRIPT)}" in verdict["summary"]
         assert "waits for a batch from its DataLoader" in verdict["summary"] and "DataLoader(timeout" in verdict["fix"]
@@ -73,6 +78,13 @@ def test_pattern_named_with_its_fix(hung):
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]
         assert f"_hang_patterns_job.py:{marker_line('zero-step', SCRIPT)}" in verdict["summary"]
+    elif scenario == "left_loop":
+        # Named where it idles, said plainly that it left the loop the others are in, and through which exit.
+        assert culprit["line"] == marker_line("after-loop", SCRIPT), culprit
+        summary = verdict["summary"]
+        assert "left the loop of collectives the others are still in" in summary, summary
+        assert f"at line {marker_line('break', SCRIPT)}" in summary and "`break" in summary, summary
+        assert f"_hang_patterns_job.py:{marker_line('loop-all-reduce', SCRIPT)}" in summary
     else:
         assert culprit["line"] == marker_line("lock", SCRIPT)
         assert "it takes `LOCK` at flush()" in verdict["summary"] and "log_metrics()" in verdict["summary"]

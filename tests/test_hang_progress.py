@@ -37,7 +37,7 @@ def run_hang(*args: str) -> tuple[dict, int, str]:
     return {}, out.returncode, text
 
 
-@pytest.fixture(scope="module", params=["healthy", "slow", "spin"])
+@pytest.fixture(scope="module", params=["healthy", "slow", "spin", "io"])
 def running(request, tmp_path_factory):
     job = HungJob(request.param, tmp_path_factory.mktemp(request.param), script=PROGRESS_JOB)
     try:
@@ -64,8 +64,9 @@ def test_progressing_or_spinning_every_time(running):
             assert verdict["kind"] == "spinning" and code == 1, (attempt, verdict, progress)
             assert verdict["culprit_ranks"] == [NPROC - 1]
             culprit = verdict["culprits"][0]
-            # Either line of the two-line loop, whichever the last snapshot caught.
-            assert culprit["line"] in (marker_line("spin", PROGRESS_JOB), marker_line("spin", PROGRESS_JOB) + 1)
+            # The loop's body line, sampled over the longer look, not its `while` header.
+            assert culprit["line"] == marker_line("spin", PROGRESS_JOB) + 1, (culprit, progress)
+            assert progress["samples"] > 2 and progress["span_s"] > 4, progress
             assert "spin_forever()" in culprit["where"], culprit
             assert "spins" in verdict["summary"] and "did not move" in verdict["summary"]
             states = {r["rank"]: r["state"] for r in progress["ranks"]}
@@ -73,6 +74,10 @@ def test_progressing_or_spinning_every_time(running):
         else:
             assert verdict["kind"] == "progressing" and code == 0, (attempt, verdict, progress)
             assert verdict["culprit_ranks"] == [] and progress["evidence"], progress
+            if scenario == "io":
+                # Rank 0 writes for ~2.5 s while the others wait in the barrier: the longer look waits for
+                # the barrier to complete instead of calling it hung.
+                assert not verdict.get("stragglers") or [s["rank"] for s in verdict["stragglers"]] == [0]
             if scenario == "slow" and verdict.get("stragglers"):
                 # The slow rank is named as the straggler (never a culprit) when the snapshots caught
                 # it outside the collective every time, as they do at 0.5 s of sleep per step.

@@ -107,8 +107,8 @@ def test_plural_culprits_get_plural_verbs():
     extra = [RankStack(r, 1000 + r, stacks[src].threads) for r, src in ((3, 0), (4, 0), (5, 2), (6, 0))]
     verdict = judge_hang(HangFacts(host="h", stacks=stacks + extra)).verdict
     assert verdict["culprit_ranks"] == [2, 5]
-    assert "ranks 2, 5 are not where the others are" in verdict["summary"], verdict["summary"]
-    assert " is not where" not in verdict["summary"]
+    assert "ranks 2, 5 have left the sequence of collectives" in verdict["summary"], verdict["summary"]
+    assert " has left" not in verdict["summary"] and "they are in no collective" in verdict["summary"]
 
 
 def test_the_jobs_dump_path_set_but_empty_is_said_as_such():
@@ -144,3 +144,51 @@ def test_a_local_rank_that_exited_while_the_others_wait_is_named():
     assert "drop_last=True" in verdict["fix"] and "Join" in verdict["fix"]
     assert report.exit_code() == 1
     jsonschema.validate(report.to_dict(), SCHEMA)
+
+
+def test_only_the_rank_outside_collectives_moving_is_weak_and_hung_after_the_long_look():
+    # Rank 2 moves between lines (I/O in short steps, or a loop polling for something) while ranks 0-1
+    # wait in all_reduce without waking: progress over one second, a hang once the long look saw the
+    # waiters never wake.
+    from ddpdoctor.hang.progress import LONG_LOOK_S, look_longer
+
+    moved = _stacks("mismatch")[1]  # another place (rank 1's broadcast line of the mismatch job)
+    other = RankStack(2, 1002, moved.threads)
+    first, second = _stacks(), _stacks()[:2] + [other]
+    readings = {1000: (5_000_000, 40), 1001: (5_000_000, 40), 1002: (5_000_000, 40)}
+    short = [Sample(0.0, first, {p: Activity(*r) for p, r in readings.items()}),
+             Sample(1.0, second, {p: Activity(*r) for p, r in readings.items()})]
+    motion = judge_motion(short)
+    assert motion.weak and motion.state == "progressing", motion
+    # Rank 2 is outside any collective in the last snapshot: look longer before judging.
+    still_outside = [Sample(0.0, first), Sample(1.0, first)]
+    assert look_longer(judge_motion(still_outside), still_outside)
+    long = [short[0], Sample(LONG_LOOK_S, second, short[1].activity)]
+    motion = judge_motion(long)
+    assert motion.weak and motion.state == "hung" and "without waking" in motion.evidence[0], motion
+    assert not look_longer(motion, long)
+
+
+def test_every_rank_in_a_collective_needs_no_longer_look():
+    from ddpdoctor.hang.progress import look_longer
+
+    stacks = _stacks("mismatch")
+    samples = [Sample(0.0, stacks), Sample(1.0, stacks)]
+    assert all(s.waiting_in() for s in stacks)
+    assert judge_motion(samples).state == "hung" and not look_longer(judge_motion(samples), samples)
+
+
+def test_left_loop_from_source_text():
+    from ddpdoctor.hang.source import left_loop
+
+    lines = [
+        "def main():",
+        "    for step in range(10):",
+        "        if rank == 1 and step == 3:",
+        "            break",
+        "        dist.all_reduce(grad)",
+        "    time.sleep(3600)",
+    ]
+    found = left_loop(lines, inside=5, after=6)
+    assert found is not None and (found.header, found.end, found.exits) == (2, 5, (4,))
+    assert left_loop(lines, inside=5, after=4) is None  # still inside the loop

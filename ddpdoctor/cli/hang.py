@@ -42,7 +42,8 @@ def hang(
         False, "--no-fr", help="Without --fr, do not read the dumps the job's TORCH_FR_DUMP_TEMP_FILE names."
     ),
     timeout: float = seconds_option(
-        5.0, "--timeout", "Bound, in seconds, on the whole run (every source, every snapshot)."
+        10.0, "--timeout", "Bound, in seconds, on the whole run (every source, every snapshot, the longer look "
+        "of up to 6 s when a rank is outside every collective).",
     ),
     samples: int = typer.Option(
         2, "--samples", min=1, max=20,

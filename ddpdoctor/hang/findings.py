@@ -145,7 +145,10 @@ def job_dict(facts: HangFacts) -> Optional[dict[str, Any]]:
     return {
         "agent_pid": facts.job.agent_pid,
         "world_size": facts.job.world_size,
-        "ranks": [{"rank": w.rank, "local_rank": w.local_rank, "pid": w.pid} for w in facts.job.workers],
+        "ranks": [
+            {"rank": w.rank, "local_rank": w.local_rank, "pid": w.pid, **({"rank_from": w.rank_from} if w.rank_from else {})}
+            for w in facts.job.workers
+        ],
     }
 
 
@@ -183,17 +186,22 @@ def job_finding(facts: HangFacts) -> Finding:
         f"rank {w.rank if w.rank is not None else '?'} pid {w.pid}" for w in job.workers[:16]
     )
     unreadable = [w.pid for w in job.workers if w.env_error]
+    spawned = [w for w in job.workers if w.rank_from]
     summary = f"{len(job.workers)} local rank(s) of a {job.world_size or '?'}-rank job" + (
-        f" under agent pid {job.agent_pid}" if job.agent_pid else ""
+        (f" started by torch.multiprocessing.spawn from pid {job.agent_pid}" if spawned else f" under agent pid {job.agent_pid}")
+        if job.agent_pid else ""
     ) + (
         f" and {len(job.more_agents)} more agent(s) of run {job.run_id} (pid {', '.join(map(str, job.more_agents[:8]))})"
         if job.more_agents else ""
     )
-    if unreadable:
+    if unreadable and not spawned:
         summary += f"; /proc/PID/environ unreadable for pid {', '.join(map(str, unreadable[:8]))} (rank unknown)"
+    if spawned:
+        summary += f"; ranks (set in code, not in the environment) read from {spawned[0].rank_from}"
     return JOB.finding(
         Severity.INFO, summary,
-        evidence=[Evidence("psutil.process_iter + /proc/PID/environ", ranks)],
+        evidence=[Evidence("psutil.process_iter + /proc/PID/environ", ranks)]
+        + [Evidence(f"rank {w.rank} pid {w.pid}", w.rank_from) for w in spawned[:16]],
         data=job_dict(facts) or {},
     )
 

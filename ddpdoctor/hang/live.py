@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 from ddpdoctor.hang.findings import HangFacts, plural_ranks, ranks_verb
 from ddpdoctor.hang.progress import Motion
+from ddpdoctor.hang.source import left_loop
+from ddpdoctor.hang.stacks import RankStack
 
 
 def empty_verdict(kind: str, summary: str, fix: str, source: Optional[str]) -> dict[str, Any]:
@@ -51,6 +53,12 @@ def verdict_spinning(ctx: Any, motion: Motion) -> dict[str, Any]:
     others = [r.key for r in motion.ranks if r.key not in keys]
     waiting = next((s for s in ctx.facts.stacks if s.waiting_in() and s.rank not in keys), None)
     where = ctx.where_stack(lead.key)
+    busiest = busiest_frame(ctx, lead.pid)
+    if busiest is not None:
+        frame, hits, seen = busiest
+        code = ctx.code(frame.filename, frame.line)
+        where = f"{frame.where()} in {frame.name}()" + (f" `{code}`" if code else "") + (
+            f" (the line it was on in {hits} of {seen} snapshots)" if seen > 1 else "")
     share = f"{lead.cpu_share:.0%}" if lead.cpu_share is not None else "most"
     summary = (
         f"{ctx.who(lead.key) if len(keys) == 1 else plural_ranks(keys)} "
@@ -68,9 +76,41 @@ def verdict_spinning(ctx: Any, motion: Motion) -> dict[str, Any]:
         "something should sleep and give up after a timeout.",
         "progress",
     )
+    records = ctx.records(keys)
+    if busiest is not None and records:
+        frame = busiest[0]
+        records[0].update(rank_where=records[0]["where"] or "", where=where, file=frame.filename, line=frame.line)
     verdict.update(culprit_ranks=[k for k in keys if k >= 0], other_ranks=[k for k in others if k >= 0],
-                   culprits=ctx.records(keys))
+                   culprits=records)
     return verdict
+
+
+def _is_loop_header(code: str) -> bool:
+    return code.startswith(("while ", "while(", "for ", "async for "))
+
+
+def busiest_frame(ctx: Any, pid: int) -> Optional[tuple[Any, int, int]]:
+    """(innermost user frame, snapshots it was in, snapshots) of a spinning rank: the line its loop spends
+    its time on, counted over every snapshot, not only the last. A loop's header (`while ...:`) is
+    passed once per turn, so a body line sampled as often wins, and the header only when no body line
+    was ever sampled."""
+    counts: dict[tuple[str, int], int] = {}
+    frames: dict[tuple[str, int], Any] = {}
+    seen = 0
+    for sample in ctx.facts.samples:
+        for stack in sample.stacks:
+            frame = stack.user_frame() if stack.pid == pid else None
+            if frame is None:
+                continue
+            seen += 1
+            key = (frame.filename, frame.line)
+            counts[key] = counts.get(key, 0) + 1
+            frames.setdefault(key, frame)
+    if not counts:
+        return None
+    body = {k: n for k, n in counts.items() if not _is_loop_header(ctx.code(*k))}
+    pick = max(body or counts, key=lambda k: ((body or counts)[k], -k[1]))
+    return frames[pick], counts[pick], seen
 
 
 _DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID")
@@ -149,3 +189,59 @@ def verdict_exited(ctx: Any) -> Optional[dict[str, Any]]:
                    culprits=[{"rank": g, "pid": None, "host": ctx.facts.host, "where": "exited", "file": None,
                               "line": None, "chain": []} for _, g in gone])
     return verdict
+
+
+def left_loop_note(ctx: Any, culprit: RankStack, waiter: RankStack) -> str:
+    """', after the loop (`for ...` at line 48) the others are still in; it left through `break` at line
+    52', when the culprit idles past the end of the loop the waiters' line is in, in the same function."""
+    idle, wait = culprit.user_frame(), waiter.user_frame()
+    if idle is None or wait is None or (idle.filename, idle.name) != (wait.filename, wait.name):
+        return ""
+    lines = ctx.facts.sources.get(idle.filename)
+    found = left_loop(lines, wait.line, idle.line) if lines else None
+    if found is None:
+        return ""
+    exits = ", ".join(f"`{ctx.code(idle.filename, n)}` at line {n}" for n in found.exits[:3])
+    return (
+        f", after the loop (`{ctx.code(idle.filename, found.header)}` at line {found.header}) the others are still in"
+        + (f"; it left it through {exits}" if exits else "")
+    )
+
+
+def verdict_no_job_at_pid(facts: HangFacts) -> Optional[dict[str, Any]]:
+    """--pid named a process no launcher rule recognises, with no rank-like children (procs.select_job):
+    not a distributed job, known without reading a stack."""
+    if "is not a distributed job" not in facts.job_error:
+        return None
+    return empty_verdict(
+        "not_distributed", facts.job_error,
+        "Give --pid the torchrun agent, the torch.multiprocessing.spawn parent or a rank of the job "
+        "(`ps -ef | grep -e torchrun -e multiprocessing`), or run without --pid to find the job on this node.",
+        None,
+    )
+
+
+def left_sequence(ctx: Any, who: str, culprits: list[int], lead: int, main: Any) -> tuple[str, str]:
+    """(summary, fix) when every other rank waits in a collective and `culprits` are in none: they left
+    the sequence of collectives (they idle, or left the loop the others are still in)."""
+    lead_stack = ctx.stack_by_rank.get(lead)
+    loop_note = left_loop_note(ctx, lead_stack, main.example) if lead_stack is not None else ""
+    one = len(culprits) == 1
+    last = ctx.last_collective(lead)
+    summary = (
+        f"{who} {'has' if one else 'have'} "
+        + ("left the loop of collectives the others are still in" if loop_note else
+           "left the sequence of collectives (never reached the one the others wait in)")
+        + f": {ranks_verb(list(main.ranks), 'waits', 'wait')} in {main.example.waiting_in()} at "
+        f"{ctx.where_line(main.example)}, while {'it is' if one else 'they are'} in no collective: "
+        f"{'its stack' if one else 'the stack of ' + ctx.who(lead)} is in {ctx.where_stack(lead)}"
+        + loop_note
+        + (f"; its last completed collective: {last}" if last else "")
+        + f" -> the cause is on {plural_ranks(culprits)}, not the network"
+    )
+    fix = (
+        "Look at what the named rank does at that line instead of joining the collective the others wait "
+        "in; if it left the loop early (a `break`, a condition or data that differs between ranks), make "
+        "every rank run the same number of iterations and collectives."
+    )
+    return summary, fix

@@ -36,7 +36,18 @@ def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
         stack = ctx.stack_by_rank.get(key)
         if stack is not None and stack.data_wait():
             workers = ctx.facts.worker_stacks.get(stack.pid) or []
+            stuck = stuck_worker(workers)
             shown = [f"worker pid {w.pid} is in {describe_stack(w)}" + _code_of(ctx, w) for w in workers if w.main]
+            if stuck is not None:
+                frame = stuck.user_frame()
+                shown = [f"its worker pid {stuck.pid} is stuck at {describe_stack(stuck)}{_code_of(ctx, stuck)}"] + [
+                    f"worker pid {w.pid} is in {describe_stack(w)}" for w in workers if w.main and w is not stuck]
+                for record in verdict["culprits"]:
+                    if record.get("pid") == stack.pid and frame is not None:
+                        # The line that does not deliver is the worker's, not the rank's `for batch in loader`.
+                        record.update(rank_where=record.get("where") or "", worker_pid=stuck.pid, file=frame.filename,
+                                      line=frame.line, where=f"{describe_stack(stuck)}{_code_of(ctx, stuck)} "
+                                      f"(DataLoader worker pid {stuck.pid})")
             notes.append(
                 f"{ctx.who(key)} waits for a batch from its DataLoader"
                 + (f": {'; '.join(shown[:3])}" if shown else " (its workers' stacks could not be read)")
@@ -69,6 +80,20 @@ def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
         verdict["summary"] += "; " + "; ".join(notes)
     if fixes:
         verdict["fix"] = " ".join([verdict["fix"], *fixes]).strip()
+
+
+def stuck_worker(workers: Sequence[RankStack]) -> Optional[RankStack]:
+    """The DataLoader worker whose stack is in the user's code (a dataset's __getitem__, a collate_fn), not
+    idle in torch's worker loop waiting for its next index; the first such one."""
+    for worker in workers:
+        # A forked worker's stack also holds the rank's frames below torch's _worker_loop (the fork copied
+        # them): only a user frame inside the loop's call is the worker's own work.
+        for frame in worker.main.frames if worker.main is not None else ():
+            if frame.name.rsplit(".", 1)[-1] == "_worker_loop" and "torch/utils/data" in frame.filename:
+                break
+            if frame.is_user:
+                return worker
+    return None
 
 
 def _code_of(ctx: Any, stack: RankStack) -> str:

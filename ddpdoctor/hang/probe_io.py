@@ -16,7 +16,7 @@ import shutil
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -32,10 +32,10 @@ from ddpdoctor.hang.fr import (
     parse_dump,
     rank_from_name,
 )
-from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo
-from ddpdoctor.hang.progress import Activity, Sample
+from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo, Worker, spawn_ranks_by_order
+from ddpdoctor.hang.progress import LONG_LOOK_STEP_S, Activity, Sample, judge_motion, look_longer
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
-from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result
+from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result, spawn_rank
 
 MAX_ENVIRON_BYTES = 1024 * 1024
 # Dumps read from one directory or prefix (a job's ranks; more files are named as left out), and the
@@ -207,7 +207,16 @@ def dump_stack(
         # A stopped rank (Ctrl-Z, SIGSTOP, a debugger holding it) hangs the whole job, and py-spy cannot
         # read it ("Failed to find python version"): say so instead.
         kind = "stopped by a debugger (tracing stop)" if state == "t" else "stopped (SIGSTOP or Ctrl-Z)"
-        return RankStack(rank, pid, error=f"process {pid} is {kind}: /proc/{pid}/stat state {state}",
+        threads: list[Any] = []
+        if pyspy is not None:
+            # `--nonblocking` reads its memory without attaching (an attach would wait for a stopped
+            # process): the line it stopped at.
+            from ddpdoctor.edge.runner import run_argv
+
+            seen = run_argv([pyspy, "dump", "--json", "--nonblocking", "--pid", str(pid)], timeout_s=min(timeout_s, 3.0))
+            if seen.ok:
+                threads = parse_pyspy_result(rank, pid, seen.stdout, seen.stderr, True).threads
+        return RankStack(rank, pid, threads=threads, error=f"process {pid} is {kind}: /proc/{pid}/stat state {state}",
                          error_kind="stopped")
     if pyspy is None:
         return RankStack(rank, pid, error="py-spy is not installed", error_kind="missing")
@@ -403,6 +412,8 @@ def gather_facts(
             # An empty path is said as such (fr_finding), not read as a missing --fr.
             fr_spec = prefix if fr_candidates(prefix)[0] else None
     pyspy = find_pyspy()
+    if facts.job is not None and facts.job.workers and all(w.rank is None for w in facts.job.workers):
+        facts.job.workers = spawn_ranks(facts.job.workers, pyspy, min(3.0, timeout_s / 3))
     facts.pyspy_missing = use_stacks and facts.job is not None and pyspy is None
     facts.ptrace_scope = ptrace_scope()
     facts.cap_sys_ptrace = has_cap_sys_ptrace()
@@ -413,10 +424,12 @@ def gather_facts(
     count = max(1, samples) if (workers or use_ras) else 1
     fr_stats: dict[str, tuple[int, int]] = {}
     with ThreadPoolExecutor(max_workers=max(2, min(16, len(workers) + 1))) as pool:
-        for index in range(count):
+        index = 0
+        while index < count or (workers and _look_longer(facts, deadline)):
             if index:
                 # Sleep to the next snapshot only when the rest of the run still fits in the timeout.
-                wait = facts.samples[-1].t + interval_s - time.monotonic()
+                step = interval_s if index < count else LONG_LOOK_STEP_S
+                wait = facts.samples[-1].t + step - time.monotonic()
                 if time.monotonic() + max(0.0, wait) + 0.5 > deadline:
                     break
                 time.sleep(max(0.0, wait))
@@ -437,6 +450,7 @@ def gather_facts(
             if ras_future is not None:
                 _take_ras(facts, ras_future.result(), sample, parse_ras, split_reply)
             facts.samples.append(sample)
+            index += 1
         facts.stacks = _final_stacks(facts, workers, pyspy, deadline, timeout_s, pool)
         if fr_stats and _stat_all(facts.dumps) != fr_stats:
             # The job wrote its dumps again while we looked: keep both reads, the seqs tell progress.
@@ -446,6 +460,41 @@ def gather_facts(
     read_sources_into(facts)
     facts.duration_s = time.monotonic() - start
     return facts
+
+
+def spawn_ranks(workers: list[Worker], pyspy: Optional[str], timeout_s: float) -> list[Worker]:
+    """The ranks of torch.multiprocessing.spawn's children, which set RANK in code, not in their
+    environment: read from each child's `_wrap(fn, i, ...)` frame (`py-spy dump --json --locals
+    --nonblocking`, stacks.spawn_rank), else from the order their parent started them (procs.
+    spawn_ranks_by_order). Workers that are no spawn children come back unchanged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ddpdoctor.edge.runner import run_argv
+
+    if pyspy is not None:
+        argv = [pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid"]
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(workers)))) as pool:
+            results = list(pool.map(lambda w: run_argv([*argv, str(w.pid)], timeout_s=timeout_s), workers))
+        found = [spawn_rank(r.stdout) if r.ok else None for r in results]
+        ranks = [f[0] for f in found if f is not None]
+        if found and all(f is not None for f in found) and len(set(ranks)) == len(ranks):
+            out = [replace(w, rank=f[0], local_rank=w.local_rank if w.local_rank is not None else f[0], rank_from=f[1])
+                   for w, f in zip(workers, found) if f is not None]
+            return sorted(out, key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.pid))
+    return spawn_ranks_by_order(workers, _start_times([w.pid for w in workers]))
+
+
+# Time kept, after the last snapshot of a longer look, for the rest of the run (a rank's stack read again,
+# its DataLoader workers' stacks, source lines).
+LONG_LOOK_RESERVE_S = 1.5
+
+
+def _look_longer(facts: HangFacts, deadline: float) -> bool:
+    """More snapshots, beyond --samples, while nothing has completed yet and a rank is outside every
+    collective (progress.look_longer), as long as the timeout leaves room for the rest of the run."""
+    if len(facts.samples) < 2 or time.monotonic() + LONG_LOOK_STEP_S + LONG_LOOK_RESERVE_S > deadline:
+        return False
+    return look_longer(judge_motion(facts.samples), facts.samples)
 
 
 def _activity(pid: int) -> Optional[Activity]:
@@ -565,8 +614,15 @@ def read_sources_into(facts: HangFacts) -> None:
     job_roots: list[str] = []
     for worker in workers:
         job_roots += rank_source_roots(worker.pid, worker.cmdline, worker.env)
+    if facts.job is not None and facts.job.agent_pid is not None and any(w.rank_from for w in workers):
+        # spawn's children run `python -c ...`: the script is on their parent's command line.
+        job_roots += rank_source_roots(facts.job.agent_pid, facts.job.agent_cmdline, {})
     wanted: dict[str, tuple[list[str], Optional[int]]] = {}
-    for stack in facts.stacks:
+    # Every snapshot's frames (a spinning rank's busiest line may be in an earlier one), and the
+    # DataLoader workers' (the line a stuck worker is on).
+    every = [s for sample in facts.samples for s in sample.stacks] + list(facts.stacks)
+    every += [w for workers in facts.worker_stacks.values() for w in workers]
+    for stack in every:
         frame = stack.user_frame()
         if frame is not None:
             wanted.setdefault(frame.filename, (job_roots, _uid_of(f"/proc/{stack.pid}")))

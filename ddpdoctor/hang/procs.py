@@ -7,7 +7,7 @@ TORCHELASTIC_RUN_ID variables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
 from ddpdoctor.core.launchenv import read_launch_env
@@ -43,6 +43,9 @@ class Worker:
     cmdline: tuple[str, ...]
     env: Mapping[str, str]
     env_error: str = ""
+    # Where `rank` came from when not from RANK in the environment (a torch.multiprocessing.spawn rank
+    # sets it in code): the spawn machinery's process index or the order its parent started it.
+    rank_from: str = ""
 
 
 @dataclass
@@ -95,6 +98,23 @@ def _worker(proc: ProcInfo) -> Worker:
 def _has_rank(proc: ProcInfo) -> bool:
     launch = read_launch_env(proc.env)
     return launch.get("RANK") is not None or launch.get("LOCAL_RANK") is not None
+
+
+def spawn_ranks_by_order(workers: list[Worker], start_times: Mapping[int, float]) -> list[Worker]:
+    """Ranks of torch.multiprocessing.spawn's children from the order their parent started them: spawn
+    starts process i = 0, 1, ... in turn, so the i-th started is process index i. Only when every worker
+    is a spawned child with a known start time and none has a rank yet; else the workers unchanged."""
+    if not workers or any(w.rank is not None for w in workers) or any(w.pid not in start_times for w in workers):
+        return workers
+    if not all(any("--multiprocessing-fork" in a or "spawn_main" in a for a in w.cmdline[:8]) for w in workers):
+        return workers
+    ordered = sorted(workers, key=lambda w: (start_times[w.pid], w.pid))
+    return [
+        replace(w, rank=i, local_rank=i, rank_from=(
+            f"the order torch.multiprocessing.spawn's parent started its children (process index {i}; "
+            "its locals could not be read)"))
+        for i, w in enumerate(ordered)
+    ]
 
 
 def _is_spawned(proc: ProcInfo) -> bool:

@@ -28,6 +28,12 @@ from ddpdoctor.hang.stacks import RankStack
 # A main thread on CPU at least this share of the interval is busy (a spinning loop shows ~1.0; on a
 # machine shared with other work it gets less, hence not 0.9).
 BUSY_CPU_SHARE = 0.5
+# How long to keep looking before calling a job hung (or a rank spinning) when a rank is outside every
+# collective (file I/O, short sleeps, a CPU-heavy step such as torch.save) while the others wait: a
+# healthy job's rank 0 writing a checkpoint for 2-3 s between epochs looks hung for a second. Snapshots
+# go on LONG_LOOK_STEP_S apart until something moves or LONG_LOOK_S have passed since the first.
+LONG_LOOK_S = 6.0
+LONG_LOOK_STEP_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,10 @@ class Motion:
     evidence: list[str] = field(default_factory=list)
     spinning: list[RankMotion] = field(default_factory=list)
     stragglers: list[RankMotion] = field(default_factory=list)
+    # Only ranks outside any collective moved, while some rank waited in one without ever waking: their
+    # steps (I/O between epochs) or a loop that polls for something that never comes. Progress over a
+    # short look; a hang once the long look (LONG_LOOK_S) saw the waiters never wake.
+    weak: bool = False
 
 
 def _place(stack: RankStack) -> tuple[object, ...]:
@@ -177,6 +187,18 @@ def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), 
     if len(counts) >= 2 and any(v > counts[0].get(k, v) for k, v in counts[-1].items()):
         motion.evidence.append("NCCL RAS operation counts grew")
     spinning = [r for r in ranks if r.state == "spinning"]
+    unwoken = [r for r in ranks if r.state == "waiting"]
+    strong = len(motion.evidence) > sum(1 for r in ranks if r.state == "working" and r.waiting < r.seen)
+    if motion.evidence and unwoken and not strong:
+        motion.weak = True
+        if span >= LONG_LOOK_S - 0.25:
+            # For the whole long look the waiters never woke: what moved is a loop on the other rank(s).
+            motion.evidence = [
+                f"{'; '.join(motion.evidence[:2])}, but {', '.join(_label(r) for r in unwoken[:4])} waited in a "
+                f"collective for {span:.1f}s without waking: no collective completed"
+            ]
+            motion.state = "hung"
+            return motion
     if motion.evidence:
         motion.state = "progressing"
     elif spinning and len(spinning) < len(ranks):
@@ -188,6 +210,22 @@ def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), 
     if motion.state == "progressing":
         motion.stragglers = _stragglers(ranks)
     return motion
+
+
+def look_longer(motion: Motion, samples: Sequence[Sample]) -> bool:
+    """Whether to take more snapshots before judging (probe_io goes on LONG_LOOK_STEP_S apart while this
+    holds and LONG_LOOK_S have not passed): nothing completed yet (hung, spinning, or only ranks outside
+    collectives moved) and some rank, in the last snapshot, is outside every collective and running (file
+    I/O, a short sleep, a CPU-heavy step, a DataLoader wait): it may be a healthy step that ends soon.
+    When every rank waits in a collective, or a rank is stopped, a longer look shows nothing new."""
+    if len(samples) < 2 or not (motion.state in ("hung", "spinning") or motion.weak):
+        return False
+    if samples[-1].t - samples[0].t >= LONG_LOOK_S - 0.25:
+        return False
+    last = samples[-1].stacks
+    if any(s.error_kind == "stopped" for s in last):
+        return False
+    return any(s.main is not None and not s.waiting_in() for s in last)
 
 
 def _stragglers(ranks: Sequence[RankMotion]) -> list[RankMotion]:
@@ -213,6 +251,7 @@ def motion_dict(motion: Motion) -> dict[str, Any]:
         "samples": motion.samples,
         "span_s": round(motion.span_s, 3),
         "evidence": list(motion.evidence),
+        "weak": motion.weak,
         "ranks": [
             {"rank": r.rank, "pid": r.pid, "state": r.state, "snapshots": r.seen, "in_collective": r.waiting,
              "cpu_share": round(r.cpu_share, 3) if r.cpu_share is not None else None, "woke": r.woke}

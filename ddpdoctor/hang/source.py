@@ -119,3 +119,47 @@ def classify_split(lines: Sequence[str], culprit_line: int, other_line: int) -> 
     if swapped == "branches":
         return "branches", other_branch
     return "unknown", branch
+
+
+@dataclass(frozen=True)
+class LeftLoop:
+    header: int  # 1-based line of the `for`/`while` the others are still in
+    end: int  # its body's last line
+    exits: tuple[int, ...]  # `break` / `return` lines in its body
+
+
+_EXIT = re.compile(r"^\s*(break|return)\b")
+
+
+def left_loop(lines: Sequence[str], inside: int, after: int) -> Optional[LeftLoop]:
+    """The loop around line `inside` (where the other ranks wait) when line `after` (where one rank idles,
+    in the same function) lies past its end: that rank has left the loop, through one of its exits."""
+    if not 0 < inside <= len(lines) or not 0 < after <= len(lines) or after <= inside:
+        return None
+    depth = _indent(lines[inside - 1])
+    header = None
+    for number in range(inside - 1, max(0, inside - _MAX_SCAN), -1):
+        text = lines[number - 1]
+        if not _is_code(text) or _indent(text) >= depth:
+            continue
+        depth = _indent(text)
+        stripped = text.lstrip()
+        if stripped.startswith(("for ", "while ", "async for ")):
+            header = number
+            break
+        if stripped.startswith(("def ", "async def ", "class ")):
+            return None
+    if header is None:
+        return None
+    head = _indent(lines[header - 1])
+    end = header
+    for number in range(header + 1, min(len(lines), header + _MAX_SCAN) + 1):
+        text = lines[number - 1]
+        if _is_code(text) and _indent(text) <= head:
+            break
+        if _is_code(text):
+            end = number
+    if after <= end:
+        return None
+    exits = tuple(n for n in range(header + 1, end + 1) if _EXIT.match(lines[n - 1]))
+    return LeftLoop(header, end, exits[:8])

@@ -253,3 +253,44 @@ def to_dict(stack: RankStack) -> dict[str, Any]:
         "error": stack.error or None,
         "error_kind": stack.error_kind or None,
     }
+
+
+def _int_repr(text: object) -> Optional[int]:
+    value = str(text).strip() if isinstance(text, (str, int)) and not isinstance(text, bool) else ""
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 7 else None
+
+
+def spawn_rank(text: str) -> Optional[tuple[int, str]]:
+    """(rank, where it was read) of a torch.multiprocessing.spawn child, from `py-spy dump --json
+    --locals`: spawn runs `_wrap(fn, i, args, error_file)` in torch/multiprocessing/spawn.py, and calls
+    `fn(i, *args)`; a `rank` argument or local of that `fn` (multi-node spawn computes it from the
+    node's rank and `i`) wins over `i`. None when no thread has that frame (not a spawn child)."""
+    try:
+        raw = load_json_text(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, list):
+        return None
+    for thread in raw[:1000]:
+        frames = thread.get("frames") if isinstance(thread, dict) else None
+        if not isinstance(frames, list):
+            continue
+        for index, frame in enumerate(frames[:500]):
+            if not isinstance(frame, dict) or frame.get("name") != "_wrap":
+                continue
+            if not str(frame.get("filename") or "").endswith("torch/multiprocessing/spawn.py"):
+                continue
+            found = {str(v.get("name")): v.get("repr") for v in frame.get("locals") or [] if isinstance(v, dict)}
+            process_index = _int_repr(found.get("i"))
+            if process_index is None:
+                continue
+            inner = frames[index - 1] if index > 0 and isinstance(frames[index - 1], dict) else {}
+            user = {str(v.get("name")): v.get("repr") for v in inner.get("locals") or [] if isinstance(v, dict)}
+            rank = _int_repr(user.get("rank"))
+            name = str(inner.get("name") or "fn")[:100]
+            if rank is not None:
+                return rank, (f"the `rank` of {name}() that torch.multiprocessing.spawn started as process "
+                              f"index {process_index} (py-spy dump --locals)")
+            return process_index, (f"torch.multiprocessing.spawn's process index i={process_index} in its "
+                                   f"_wrap(fn, i, ...) frame, the first argument of {name}() (py-spy dump --locals)")
+    return None

@@ -26,8 +26,10 @@ from ddpdoctor.hang.findings import (
     stacks_finding,
 )
 from ddpdoctor.hang.live import (
+    left_sequence,
     not_distributed,
     verdict_exited,
+    verdict_no_job_at_pid,
     verdict_not_distributed,
     verdict_progressing,
     verdict_spinning,
@@ -79,6 +81,19 @@ class _Context:
         # Ranks are keyed as group_stacks numbers them: a process of unknown rank is -pid.
         self.stack_by_rank = {s.rank if s.rank is not None else -s.pid: s for s in facts.stacks}
         self.pid_by_rank = {w.rank: w.pid for w in (facts.job.workers if facts.job else []) if w.rank is not None}
+        self.kept: list[Any] = []  # the dumps evidence.vet_dumps kept (of the live job)
+
+    def last_collective(self, rank: int, pg: Optional[str] = None) -> str:
+        """`all_reduce #3 (16, Float) at file:line` of the last collective `rank` completed (or, when its
+        dump records no state, issued) in the kept dumps; '' without a dump of that rank."""
+        for dump in self.kept:
+            if dump.rank != rank:
+                continue
+            entries = [e for e in dump.entries if not e.is_p2p and (pg is None or e.pg == pg)]
+            done = [e for e in entries if e.state == "completed"] or entries
+            if done:
+                return self.where_entry(max(done, key=lambda e: e.seq))
+        return ""
 
     def records(self, ranks: Sequence[int]) -> list[dict[str, Any]]:
         """The culprit records of `ranks` (for live.py's verdicts)."""
@@ -207,6 +222,9 @@ def _verdict_from_fr(ctx: _Context, div: Divergence) -> dict[str, Any]:
         )
         if stack_where:
             where = f"its stack is in {stack_where}"
+            last = ctx.last_collective(lead, div.pg) if len(culprits) == 1 else ""
+            if last:
+                where += f" (its last collective there: {last})"
         summary = (
             f"{ctx.who(lead) if len(culprits) == 1 else plural_ranks(culprits)} "
             f"{'is' if len(culprits) == 1 else 'are'} behind: {where}, while {others_wait} "
@@ -284,11 +302,14 @@ def _verdict_from_stopped(ctx: _Context) -> Optional[dict[str, Any]]:
         return None
     ranks = sorted(s.rank if s.rank is not None else -s.pid for s in stopped)
     lead = ranks[0]
+    # Its stack, read without attaching (py-spy --nonblocking), says where it stopped.
+    where = ctx.where_stack(lead)
     return {
         "kind": "stopped",
         "summary": f"{ctx.who(lead) if len(ranks) == 1 else plural_ranks(ranks)} "
-        f"{'is' if len(ranks) == 1 else 'are'} not running: {stopped[0].error} -> every other rank waits "
-        "for it; the cause is that stop, not the network",
+        f"{'is' if len(ranks) == 1 else 'are'} not running: {stopped[0].error}"
+        + (f"; it stopped at {where}" if where else "")
+        + " -> every other rank waits for it; the cause is that stop, not the network",
         "culprit_ranks": [r for r in ranks if r >= 0],
         "other_ranks": [],
         "culprits": _culprit_records(ctx, ranks),
@@ -328,6 +349,10 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 "(or on data that differs between ranks) around those lines. `--fr` with Flight Recorder "
                 "dumps tells a collective only some ranks call from ranks taking different branches."
             )
+        elif main_wait and not odd_wait:
+            # Every other rank waits in a collective; this one is in none: it left the sequence of
+            # collectives (it idles, or it left the loop the others are still in).
+            summary, fix = left_sequence(ctx, who, culprits, lead, main)
         else:
             summary = (
                 f"{who} {'is' if len(culprits) == 1 else 'are'} not where the others are: "
@@ -464,6 +489,7 @@ def judge_hang(facts: HangFacts) -> HangReport:
     findings: list[Finding] = []
     vetting = vet_dumps(facts) if facts.dumps else None
     kept = vetting.kept if vetting is not None else []
+    ctx.kept = list(kept)
     alignment: Optional[Alignment] = align_dumps(kept) if kept else None
     motion = judge_motion(facts.samples, facts.earlier_dumps, facts.dumps)
     findings.append(job_finding(facts))
@@ -475,6 +501,8 @@ def judge_hang(facts: HangFacts) -> HangReport:
     verdict: Optional[dict[str, Any]] = _verdict_from_stopped(ctx)
     if verdict is None and facts.job is not None and not_distributed(facts):
         verdict = verdict_not_distributed(ctx)
+    if verdict is None and facts.job is None and not facts.dumps:
+        verdict = verdict_no_job_at_pid(facts)
     if verdict is None and motion.state == "progressing":
         verdict = verdict_progressing(ctx, motion)
     if verdict is None and motion.state == "spinning":
