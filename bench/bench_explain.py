@@ -1,4 +1,4 @@
-"""Throughput and peak memory of `ddpdoctor explain` on three kinds of generated logs.
+"""Throughput and peak memory of `ddpdoctor explain` on four kinds of generated logs.
 
 Each log is written to a temporary directory (never in the repository), --size MB each:
 
@@ -9,14 +9,17 @@ Each log is written to a temporary directory (never in the repository), --size M
              job that restarted many times looks
   dense      nearly every line hits a keyword: the real quoted failure lines of tests/fixtures/explain/
              lines.json in random order, half behind a [rankN]: prefix (the worst case for the prefilter)
+  oneline    the dense lines with their newlines removed: one line of --size MB dense with keywords (a JSON
+             blob or a redrawn progress bar holding a log); the work per line must stay bounded
 
 For each, runs interleaved as separate processes: a baseline (python reading the file in 1 MiB chunks and
 counting newlines: the I/O floor) and `python -m ddpdoctor explain FILE --json`, and prints MB/s (wall and
 per CPU second), peak RSS (os.wait4) and the explain/baseline ratio. --rss-sizes also runs explain on
 smaller logs of the same kind to show that peak RSS does not grow with the log.
-Goals: ordinary >= 100 MB/s, realistic and dense >= 50 MB/s, peak RSS <= 200 MB and independent of size.
+Goals: ordinary >= 100 MB/s, realistic, dense and oneline >= 50 MB/s, peak RSS <= 200 MB and independent
+of size.
 
-    python bench/bench_explain.py [--size MB] [--kinds ordinary,realistic,dense] [--reps N] [--json]
+    python bench/bench_explain.py [--size MB] [--kinds ordinary,realistic,dense,oneline] [--reps N] [--json]
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-GOAL_MB_S = {"ordinary": 100.0, "realistic": 50.0, "dense": 50.0}
+GOAL_MB_S = {"ordinary": 100.0, "realistic": 50.0, "dense": 50.0, "oneline": 50.0}
 GOAL_RSS_MB = 200.0
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "explain"
 TIMEOUT_S = 600
@@ -139,6 +142,10 @@ def generate_log(path: Path, size_mb: int, seed: int = 0, kind: str = "ordinary"
             for _ in range(8)
         ]
         return _write_blocks(path, size_mb, lambda: b"".join(rng.choices(pool, k=20_000)), tail)
+    if kind == "oneline":
+        lines = [item["line"] for item in json.loads((FIXTURES / "lines.json").read_text())["lines"]]
+        pool = [(line + " ").encode() for line in lines]
+        return _write_blocks(path, size_mb, lambda: b"".join(rng.choices(pool, k=20_000)), b"\n")
     raise ValueError(f"unknown log kind {kind!r}")
 
 
@@ -190,7 +197,7 @@ def measure(kind: str, size_mb: int, reps: int, tmp: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=1024, help="log size in MB per kind (default 1024)")
-    ap.add_argument("--kinds", default="ordinary,realistic,dense", help="comma-separated log kinds")
+    ap.add_argument("--kinds", default="ordinary,realistic,dense,oneline", help="comma-separated log kinds")
     ap.add_argument("--reps", type=int, default=1, help="interleaved repetitions; medians are reported")
     ap.add_argument(
         "--rss-sizes",

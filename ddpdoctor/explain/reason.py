@@ -86,6 +86,7 @@ class Explanation:
                     "bytes": s.bytes,
                     "lines": s.lines,
                     "long_lines": s.long_lines,
+                    "windows_capped": s.windows_capped,
                     "error": s.error,
                 }
                 for s in self.inputs

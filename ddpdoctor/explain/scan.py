@@ -23,6 +23,10 @@ CHUNK_SIZE = 1 << 20
 MAX_LINE = 64 << 10  # a line longer than this is scanned in windows, never held whole
 WINDOW = 2048  # bytes kept around a match in an over-long line
 HEAD = 256  # bytes kept from the start of an over-long line (its prefixes)
+WINDOW_RETRIES = 8  # windows of one line with the same candidate signatures run in full, then skipped
+# Windows read in one over-long line (about 4 MiB of it around keywords): the work per line is bounded,
+# a 1 GB single line costs what 4 MiB does. What lies beyond is said (`windows_capped`), never silent.
+MAX_WINDOWS_PER_LINE = 2048
 MAX_TEXT = 400  # characters of a line kept as evidence
 EVENTS_PER_KEY = 3  # events kept per (signature, file, rank/pid attribution); the rest are only counted
 KEYS_PER_SIGNATURE = 128
@@ -109,6 +113,7 @@ class InputStats:
     bytes: int = 0
     lines: int = 0
     long_lines: int = 0  # lines longer than MAX_LINE, scanned in windows
+    windows_capped: int = 0  # over-long lines read only up to MAX_WINDOWS_PER_LINE windows
     error: str | None = None
 
 
@@ -174,6 +179,8 @@ class StreamScanner:
         self._entry: SummaryEntry | None = None
         self._entry_is_root = False
         self._last_line = (-1, frozenset())  # (line number, signatures recorded on it)
+        self._tried_line, self._tried = -1, {}  # windows of one line: candidate set -> times tried
+        self._windows_line, self._windows = -1, 0  # windows read in the current over-long line
         # shape -> [full matches so far, signature ids it matched, or None once two matches disagreed]
         self._shapes: dict[bytes, list[Any]] = {}
         self._recorded: list[str] | None = None  # signature ids recorded by the current full match
@@ -339,6 +346,8 @@ class StreamScanner:
             m = search(rest, pos)
             if m is None or m.start() >= cut:
                 return
+            if not self._count_window():
+                return
             w0 = max(0, m.start() - WINDOW // 2)
             w1 = min(len(rest), m.end() + WINDOW // 2)
             self._window(rest[w0:w1], m.start() - w0, self._newlines + 1, self._long_head)
@@ -350,14 +359,34 @@ class StreamScanner:
             if head is None:
                 head = buf[ls : ls + HEAD]
                 self.stats.long_lines += 1
-            w0 = max(ls, hit - WINDOW // 2)
-            w1 = min(le, hit + WINDOW // 2)
-            self._window(buf[w0:w1], hit - w0, lineno, head if w0 > ls else None, context)
+            if context:
+                if self._count_window():
+                    w0, w1 = max(ls, hit - WINDOW // 2), min(le, hit + WINDOW // 2)
+                    self._window(buf[w0:w1], hit - w0, lineno, head if w0 > ls else None, context)
+                return
+            # Every keyword of the line gets a window (not only the first), within the line's budget.
+            search = self.kb.prefilter.search
+            pos = hit
+            while (m := search(buf, pos, le)) is not None and self._count_window():
+                w0 = max(ls, m.start() - WINDOW // 2)
+                w1 = min(le, m.end() + WINDOW // 2)
+                self._window(buf[w0:w1], m.start() - w0, lineno, head if w0 > ls else None)
+                pos = max(w1, m.end())
         else:
             raw = buf[ls:le]
             if not context and _continues(raw):
                 raw = self._joined(buf, raw, le)
             self._window(raw, hit - ls, lineno, head, context)
+
+    def _count_window(self) -> bool:
+        """One more window of the current over-long line; False once the line has had its share."""
+        lineno = self._newlines + 1
+        if self._windows_line != lineno:
+            self._windows_line, self._windows = lineno, 0
+        self._windows += 1
+        if self._windows == MAX_WINDOWS_PER_LINE + 1:
+            self.stats.windows_capped += 1
+        return self._windows <= MAX_WINDOWS_PER_LINE
 
     def _joined(self, buf: bytes, raw: bytes, le: int) -> bytes:
         """`raw` (the line ending at `le`) with the lines that continue it appended."""
@@ -414,8 +443,24 @@ class StreamScanner:
 
     def _match(self, cands: Iterable[int], info: LineInfo, text: str, lineno: int) -> None:
         matched: list[tuple[Signature, re.Match[str]]] = []
+        # An over-long line is scanned in many windows; a signature already found in it is not run again
+        # (it would only add a count): the work per window is bounded by what is new in it.
+        last_no, done = self._last_line
+        seen = done if last_no == lineno else frozenset()
+        # The same keywords window after window (a 64 MB line of one repeated message) are tried a few
+        # times, then skipped: without this bound one pathological line costs minutes.
+        if self._tried_line != lineno:
+            self._tried_line, self._tried = lineno, {}
+        cands = tuple(cands)
+        key = frozenset(cands)
+        tries = self._tried.get(key, 0)
+        if tries >= WINDOW_RETRIES:
+            return
+        self._tried[key] = tries + 1
         for i in cands:
             sig = self.kb.signatures[i]
+            if sig.id in seen:
+                continue
             for rx in sig.patterns:
                 m = rx.search(info.message)
                 if m:
@@ -448,6 +493,9 @@ class StreamScanner:
         last_no, last_sigs = self._last_line
         if last_no != lineno:
             last_sigs = frozenset()
+        if extra:
+            # The generic WARN was named from the catalogue: later windows of this line need not run it.
+            last_sigs = last_sigs | {"nccl.warn"}
         for sig, m in matched:
             if sig.id in last_sigs:
                 continue  # the same over-long line matched again in another window

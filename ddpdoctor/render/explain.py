@@ -73,6 +73,16 @@ def render_explanation(report: Mapping[str, Any], show_all: bool = False) -> Non
             con.print(
                 Text(f"  {i['name']}: {i['long_lines']} over-long line(s) scanned in windows", style="dim")
             )
+        if i.get("windows_capped"):
+            from ddpdoctor.explain.scan import MAX_WINDOWS_PER_LINE
+
+            con.print(
+                Text(
+                    f"  {i['name']}: {i['windows_capped']} line(s) longer than the window budget: read up to "
+                    f"{MAX_WINDOWS_PER_LINE} keyword windows of each, the rest of the line skipped",
+                    style="yellow",
+                )
+            )
 
     root = report["root_cause"]
     no_cause = report.get("no_cause_found")
