@@ -220,7 +220,28 @@ EVAL_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "explain-eval" / 
 # The figure on a set nobody here tuned on (issue #23): kept apart from bench/explain-eval, which the
 # signatures were written against. A new figure needs a new set (the logs of this one stay aside).
 HELD_OUT_RESULTS = """
-## Evaluation on a fresh held-out set (2026-11-24)
+## Evaluation on a fresh held-out set (2026-11-26)
+
+45 new logs from public threads (16 NVIDIA/nccl, 4 nccl-tests, 3 pytorch, 2 vLLM, and one each from 20
+other repositories: aws-ofi-nccl, azhpc-images, DeepSpeed, accelerate, torchtitan, xgboost, mlcommons,
+...), none in bench/explain-eval or the tests, collected by a reviewer who had not read the knowledge
+base, with the established cause, what counts as right, keywords and the consequence lines written down
+first (manifest sha256 `1743faef41bf406187975e83733b70e138eebe1d922db60aa9386d0a497ccb57`). Run once, at
+main 6ffcd5d (after the NCCL catalogue, joined lines, stated causes and leads; nothing was tuned on it),
+and graded by a separate grader who had not read the knowledge base: **22 right (49%)** counting 9
+hedged answers (the right mechanism is one of several alternatives in the cause text), **13 right
+(29%) strict**; 16 partial, 1 wrong, 6 none; a consequence or wrapper named as root cause in 2 (a
+generic "Unhandled Python exception" above a gloo loopback line and above DeepSpeed's "setup
+passwordless ssh" line). Five failed runs exit 0 with nothing found (Fabric Manager not running, CUDA
+error 802; an unresolvable MASTER_ADDR; a watchdog timeout followed by "Aborted (core dumped)";
+`undefined symbol: ncclMemFree`; a lone `NCCL_GRAPH_FILE set by environment` line). Twelve partials are
+a generic answer on the right line ("CUDA call failed inside NCCL" for NVLS/Fabric Manager, cuMem
+without P2P, vGPU without UVM, a GPU architecture missing from the build). Contamination: one case
+(msr-fiddle/pipedream#32, graded right) was used for a `gloo.no_address` test line the same day, and
+two others (NVIDIA/nccl#1612, #2076, both partial) are cited by older signatures.
+Below the 75% goal of issue #23; these logs stay aside (tuning on them would make them a tuning set).
+
+## Evaluation on an earlier held-out set (2026-11-24)
 
 45 logs from public threads (NVIDIA/nccl, nccl-tests, pytorch, DeepSpeed, Lightning, Accelerate, vLLM,
 Ray/EKS, torchtune and training repositories), none of them in bench/explain-eval or the tests, collected
@@ -237,7 +258,8 @@ NVLS`, `Installed CUDA version does not match`, `nvcc fatal: Unsupported gpu arc
 127.0.0.1), `GLOO_SOCKET_IFNAME=^lo`, fabric manager not running (a generic "CUDA call failed inside
 NCCL"), Slurm task layouts, NCCL too old for the GPU; 7 partials are generic catch-alls ("NCCL warning",
 "Unhandled Python exception") on the right line.
-Both figures: this held-out set 47% (33% strict); the tuning set below 88% (29 of 33).
+Figures: the 2026-11-26 held-out set 49% (29% strict), the 2026-11-24 set 47% (33% strict); the tuning
+set below 88% (29 of 33).
 """
 
 
