@@ -98,7 +98,7 @@ def _writable_output(path: Optional[Path]) -> Optional[Path]:
 
         problem = atomic_target_problem(path)
         if problem is not None:
-            raise typer.BadParameter(f"cannot write {path}: {problem}")
+            raise bad_parameter(f"cannot write {path}: {problem}")
     return path
 
 
@@ -110,7 +110,7 @@ def write_output_file(path: Path, text: str) -> None:
     try:
         write_atomic(path, text)
     except OSError as exc:
-        typer.echo(f"error: could not write {path}: {exc.strerror or exc}", err=True)
+        say(f"error: could not write {path}: {exc.strerror or exc}", err=True)
         raise typer.Exit(int(ExitCode.INCONCLUSIVE)) from None
 
 
@@ -122,9 +122,32 @@ def pick_format(json_out: bool, output_format: str, known: Sequence[str]) -> str
     return fmt
 
 
+def say(message: str, err: bool = False) -> None:
+    """Print one message line (an error, a note) that may quote outside text (a file name, an environment
+    value, an exception's words): secrets redacted and terminal controls made visible (edge.redact.clean_text)."""
+    from ddpdoctor.edge.redact import clean_text
+
+    typer.echo(clean_text(message), err=err)
+
+
+def emit(text: str) -> None:
+    """Print a rendered document as it is (already redacted by its renderer), with terminal controls made
+    visible: whatever format it is, no byte of it can act on the terminal."""
+    from ddpdoctor.edge.redact import neutralize_controls
+
+    typer.echo(neutralize_controls(text), nl=False)
+
+
+def bad_parameter(message: str) -> typer.BadParameter:
+    """typer.BadParameter for a message that may quote outside text: cleaned as say() does."""
+    from ddpdoctor.edge.redact import clean_text
+
+    return typer.BadParameter(clean_text(message))
+
+
 def usage_error(message: str) -> typer.Exit:
     """Print `error: message` on stderr and return the exit-2 exception to raise."""
-    typer.echo(f"error: {message}", err=True)
+    say(f"error: {message}", err=True)
     return typer.Exit(int(ExitCode.USAGE))
 
 
@@ -142,11 +165,11 @@ def _seconds_between(low: float) -> Callable[[Optional[float]], Optional[float]]
         if value is None:
             return value
         if math.isnan(value):
-            raise typer.BadParameter("nan is not a number (a number of seconds is expected)")
+            raise bad_parameter("nan is not a number (a number of seconds is expected)")
         if not math.isfinite(value):
-            raise typer.BadParameter(f"{value} is not a finite number of seconds")
+            raise bad_parameter(f"{value} is not a finite number of seconds")
         if not low <= value <= MAX_SECONDS:
-            raise typer.BadParameter(f"{value:g} is not between {low:g} and {MAX_SECONDS:g} seconds")
+            raise bad_parameter(f"{value:g} is not between {low:g} and {MAX_SECONDS:g} seconds")
         return value
 
     return check
@@ -174,17 +197,17 @@ def check_snapshot_dir(directory: Optional[Path]) -> Optional[Path]:
     try:
         mode = directory.stat().st_mode
     except OSError as exc:
-        raise typer.BadParameter(f"{directory}: {exc.strerror or exc}") from None
+        raise bad_parameter(f"{directory}: {exc.strerror or exc}") from None
     if not stat.S_ISDIR(mode):
-        raise typer.BadParameter(f"{directory} is not a snapshot directory")
+        raise bad_parameter(f"{directory} is not a snapshot directory")
     try:
         names = [e.name for e in os.scandir(directory)]
     except OSError as exc:
-        raise typer.BadParameter(
+        raise bad_parameter(
             f"cannot list snapshot directory {directory}: {exc.strerror or exc}"
         ) from None
     if not any(n.endswith((".txt", ".json")) for n in names):
-        raise typer.BadParameter(
+        raise bad_parameter(
             f"{directory} holds no snapshot files (<command>.txt or <fact>.json; see docs/snapshot.md): "
             "replaying it would check nothing"
         )

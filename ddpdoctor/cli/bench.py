@@ -17,7 +17,15 @@ from typing import Any, Optional
 import typer
 
 from ddpdoctor.cli import bench_output
-from ddpdoctor.cli.app import app, expect_option, linger_for_siblings, output_option, seconds_option
+from ddpdoctor.cli.app import (
+    app,
+    emit,
+    expect_option,
+    linger_for_siblings,
+    output_option,
+    say,
+    seconds_option,
+)
 from ddpdoctor.core.model import ExitCode
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -52,7 +60,7 @@ def _split_ops(values: str) -> list[str]:
 
 
 def _usage(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    say(f"error: {message}", err=True)
     return typer.Exit(int(ExitCode.USAGE))
 
 
@@ -265,7 +273,7 @@ def bench_nccl(
             notes.append(
                 f"--expect {expect} has no [busbw_min_gbps] table: nothing in this run is judged from it"
             )
-            typer.echo(f"note: {notes[-1]}", err=True)
+            say(f"note: {notes[-1]}", err=True)
     if min_busbw is not None and "all_reduce" not in op_list:
         raise _usage("--min-busbw judges all_reduce: include it in --ops")
     baseline_rows = None
@@ -376,7 +384,7 @@ def _run_local(backend: str, nproc: Optional[int], options: dict[str, Any]) -> i
                 on_event=progress.on_event,
             )
     except LaunchRefused as exc:  # the pinned port was taken between the check and the launch
-        typer.echo(f"refused before launch: MASTER_PORT: {exc}", err=True)
+        say(f"refused before launch: MASTER_PORT: {exc}", err=True)
         return int(ExitCode.USAGE)
     gpus = visible_gpus(facts)[: result.world_size] if decision.backend == "nccl" else []
     ceiling = preflight.read_memory_ceiling(decision.backend, [g.index for g in gpus], [g.name for g in gpus])
@@ -638,11 +646,11 @@ def _report(
             if expect_findings:
                 from ddpdoctor.render.formats import render_findings_text
 
-                typer.echo(render_findings_text(expect_findings), nl=False)
+                emit(render_findings_text(expect_findings))
         if not result.ok:
             render_launch_failure(result)
         if result.interrupted_by == "SIGTERM":
-            typer.echo(
+            say(
                 "terminated by SIGTERM (kill, scancel or a Slurm time limit): every rank was stopped; "
                 f"{len(rows)} row(s) measured so far are reported",
                 err=True,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import typer
+from ddpdoctor.cli.app import emit, say
 
 
 def output_path_problem(path: str) -> Optional[str]:
@@ -127,7 +127,7 @@ def write_outputs(
             try:
                 Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
             except OSError as exc:
-                typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
+                say(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
                 written = False
     if csv_file:
         flat = csv_rows(rows, env)
@@ -135,13 +135,13 @@ def write_outputs(
         if csv_file == "-":
             buffer = io.StringIO()
             write_csv(buffer, fields, flat)
-            typer.echo(buffer.getvalue(), nl=False)
+            emit(buffer.getvalue())
         else:
             try:
                 with open(csv_file, "w", newline="") as fh:
                     write_csv(fh, fields, flat)
             except OSError as exc:
-                typer.echo(f"error: cannot write --csv {csv_file}: {exc.strerror or exc}", err=True)
+                say(f"error: cannot write --csv {csv_file}: {exc.strerror or exc}", err=True)
                 written = False
     sys.stdout.flush()
     return written
@@ -151,14 +151,14 @@ def write_format_output(path: Optional[Path], text: str) -> bool:
     """The --format output to stdout, or atomically to --output FILE; False when FILE could not be
     written (said on stderr)."""
     if path is None:
-        typer.echo(text, nl=False)
+        emit(text)
         return True
     from ddpdoctor.edge.files import write_atomic
 
     try:
         write_atomic(path, text)
     except OSError as exc:
-        typer.echo(f"error: cannot write --output {path}: {exc.strerror or exc}", err=True)
+        say(f"error: cannot write --output {path}: {exc.strerror or exc}", err=True)
         return False
     return True
 

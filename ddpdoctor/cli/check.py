@@ -11,6 +11,7 @@ import typer
 
 from ddpdoctor.cli.app import (
     app,
+    emit,
     expect_option,
     format_option,
     help_listing,
@@ -18,6 +19,7 @@ from ddpdoctor.cli.app import (
     output_option,
     pick_format,
     replay_option,
+    say,
     seconds_option,
     timeout_option,
     usage_error,
@@ -301,7 +303,7 @@ def _check(
     report = redact_report(report)
     if prolog:
         for line in render_prolog(report.findings, strict):
-            typer.echo(line)
+            say(line)
         if drain:
             drain_this_node(report, strict)
     elif output_format == "table":
@@ -322,7 +324,7 @@ def _check(
         if output is not None:
             write_output_file(output, text)
         else:
-            typer.echo(text, nl=False)
+            emit(text)
     code = int(report.exit_code(strict))
     if code and "TORCHELASTIC_RUN_ID" in os.environ:
         # torchrun SIGTERMs the other ranks as soon as one exits non-zero: let them print theirs too.
@@ -341,7 +343,7 @@ def drain_this_node(report: Report, strict: bool) -> None:
     failing = failing_findings(report.findings, strict)
     outcome = drain_for(failing[0].id if failing else None, os.environ)
     if outcome is not None:
-        typer.echo(outcome.describe(), err=True)
+        say(outcome.describe(), err=True)
 
 
 @app.command(
@@ -395,9 +397,9 @@ def _snapshot_into(directory: Path, areas: list, timeout: float) -> None:
     try:
         written = sources.write(directory)
     except OSError as exc:  # e.g. the disk filled up, or DIR was removed meanwhile
-        typer.echo(f"error: could not write the snapshot to {directory}: {exc}", err=True)
+        say(f"error: could not write the snapshot to {directory}: {exc}", err=True)
         raise typer.Exit(int(ExitCode.INCONCLUSIVE)) from None
-    typer.echo(f"wrote {len(written)} files to {directory}")
+    say(f"wrote {len(written)} files to {directory}")
     raise typer.Exit(0)
 
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import typer
 
-from ddpdoctor.cli.app import linger_for_siblings, usage_error
+from ddpdoctor.cli.app import linger_for_siblings, say, usage_error
 from ddpdoctor.core.model import ExitCode
 
 
@@ -128,7 +128,7 @@ def run_pairwise_command(
     try:
         outcome = run_pairwise(settings, backend=backend)
     except Exception as exc:  # noqa: BLE001 - a broken process group is reported, never a traceback
-        typer.echo(f"error: pairwise benchmark failed: {type(exc).__name__}: {exc}", err=True)
+        say(f"error: pairwise benchmark failed: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(int(ExitCode.INCONCLUSIVE)) from None
     if outcome.refusals:
         from ddpdoctor.render.bench import render_rank_refusals
@@ -149,7 +149,7 @@ def run_pairwise_command(
         raise typer.Exit(outcome.exit_code)
     if outcome.rank == 0:
         for note in outcome.notes:
-            typer.echo(f"note: {note}", err=True)
+            say(f"note: {note}", err=True)
     if outcome.analysis is None:
         if outcome.exit_code != 0:
             # torchrun SIGTERMs every rank once one exits non-zero: rank 0 must print the matrix first.
@@ -189,4 +189,4 @@ def _emit_pairwise(data: Mapping[str, Any], json_file: Optional[str]) -> None:
         try:
             Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
         except OSError as exc:
-            typer.echo(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
+            say(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)

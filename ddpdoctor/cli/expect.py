@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ddpdoctor.cli.app import app, replay_option, timeout_option, usage_error
+from ddpdoctor.cli.app import app, emit, replay_option, say, timeout_option, usage_error
 
 
 @app.command(
@@ -43,7 +43,7 @@ def expect(
     origin = f"snapshot {replay}" if replay is not None else f"host {host}"
     text = render_expectations_toml(tables, notes, name or host, origin)
     if to_stdout:
-        typer.echo(text, nl=False)
+        emit(text)
     else:
         from ddpdoctor.edge.files import write_new_file
 
@@ -51,7 +51,7 @@ def expect(
             write_new_file(write, text, force=force)
         except OSError as exc:
             raise usage_error(f"cannot write {write}: {exc.strerror or exc}") from None
-        typer.echo(
+        say(
             f"wrote {write}" + (f" ({len(notes)} facts unavailable, see its comments)" if notes else "")
         )
     raise typer.Exit(0)

@@ -8,7 +8,7 @@ from typing import IO, Iterator, List, Optional
 
 import typer
 
-from ddpdoctor.cli.app import app, format_option, json_option, pick_format, usage_error
+from ddpdoctor.cli.app import app, emit, format_option, json_option, pick_format, say, usage_error
 
 EXPLAIN_EXIT_CODES = (
     "Exit codes: 0 nothing recognised (or only informational notes); 1 a failure seen (a root cause, or "
@@ -51,7 +51,7 @@ def _split_directory(path: str) -> tuple[list[str], bool]:
         elif head:
             logs.append(entry.path)
     if len(entries) > MAX_DIRECTORY_FILES:
-        typer.echo(f"note: {path}: read the first {MAX_DIRECTORY_FILES} of {len(entries)} files", err=True)
+        say(f"note: {path}: read the first {MAX_DIRECTORY_FILES} of {len(entries)} files", err=True)
     return logs, dumps
 
 
@@ -183,5 +183,5 @@ def explain(
         if fr_findings:
             logs_found = bool(report.get("root_cause") or report.get("consequences") or report.get("notes"))
             doc.findings = fr_findings + (doc.findings if logs_found else [])
-        typer.echo(render_document(fmt, doc), nl=False)
+        emit(render_document(fmt, doc))
     raise typer.Exit(exit_code)

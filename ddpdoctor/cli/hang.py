@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ddpdoctor.cli.app import app, format_option, json_option, pick_format, seconds_option, usage_error
+from ddpdoctor.cli.app import app, emit, format_option, json_option, pick_format, seconds_option, usage_error
 
 HANG_FORMATS = ("table", "json", "markdown")
 HANG_EXIT_CODES = (
@@ -102,7 +102,7 @@ def hang(
     elif fmt == "markdown":
         from ddpdoctor.render.hang import render_hang_markdown
 
-        typer.echo(render_hang_markdown(data), nl=False)
+        emit(render_hang_markdown(data))
     else:
         from ddpdoctor.render.hang import render_hang_text
 
@@ -142,7 +142,7 @@ def _run_cluster(
     elif fmt == "markdown":
         from ddpdoctor.render.hang import render_hang_cluster_markdown
 
-        typer.echo(render_hang_cluster_markdown(data), nl=False)
+        emit(render_hang_cluster_markdown(data))
     else:
         from ddpdoctor.render.hang import render_hang_cluster_text
 

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from ddpdoctor.cli.app import app, usage_error
+from ddpdoctor.cli.app import app, emit, usage_error
 from ddpdoctor.cli.check import split_names
 
 # Formats rendered by ddpdoctor/render/formats.py (the others by ddpdoctor/render/lint.py).
@@ -86,7 +86,7 @@ def lint(
     if fmt in CI_ONLY_FORMATS:
         from ddpdoctor.render.formats import document_from_lint, render_document
 
-        typer.echo(render_document(fmt, document_from_lint(report.to_dict())), nl=False)
+        emit(render_document(fmt, document_from_lint(report.to_dict())))
     else:
         render_lint_report(report, fmt)
     raise typer.Exit(report.exit_code)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ddpdoctor.cli.app import app, help_listing, usage_error
+from ddpdoctor.cli.app import app, help_listing, say, usage_error
 
 PARSE_EXIT_CODES = (
     "Exit codes: 0 parsed; 2 usage error (unknown tool, unreadable or special file, input too large); "
@@ -36,7 +36,7 @@ def parse(
 
     tools = load_parse_tools()
     if tool == "list":
-        typer.echo("\n".join(tools))
+        say("\n".join(tools))
         raise typer.Exit(0)
     if tool not in tools:
         raise usage_error(f"unknown tool {tool!r}; known: {', '.join(tools)}")
@@ -57,6 +57,6 @@ def parse(
             if not data.strip()
             else "another tool's output? `ddpdoctor parse list` names the tools"
         )
-        typer.echo(f"error: nothing recognised as {tool} output in {file} ({why}); exit 3", err=True)
+        say(f"error: nothing recognised as {tool} output in {file} ({why}); exit 3", err=True)
         raise typer.Exit(3)
     raise typer.Exit(0)

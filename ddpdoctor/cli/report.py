@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ddpdoctor.cli.app import app, replay_option, timeout_option, usage_error
+from ddpdoctor.cli.app import app, replay_option, say, timeout_option, usage_error
 
 BENCH_TIMEOUT_S = 120.0
 
@@ -71,5 +71,5 @@ def report(
     except OSError as exc:
         raise usage_error(f"cannot write {output}: {exc.strerror or exc}") from None
     if output is not None:
-        typer.echo(f"wrote {output}", err=True)
+        say(f"wrote {output}", err=True)
     raise typer.Exit(0)

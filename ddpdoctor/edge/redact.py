@@ -89,11 +89,13 @@ TOKEN_FORMAT_NAMES = (
     "Google API/OAuth",
     "Azure AccountKey/SharedAccessSignature",
     "PEM private keys",
+    "W&B API key (40 hex after `key`/`login`)",
 )
 _TOKEN_FORMATS = re.compile(
-    r"(?<![A-Za-z0-9_-])(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|glpat-[A-Za-z0-9_-]{20,}|gl(?:cbt|rt|dt|ptt|ft|imt|oas)-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,}"
-    r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|api_org_[A-Za-z0-9]{20,}|AIza[0-9A-Za-z_-]{35}"
+    # After a "-" too (`host-ghp_...`): the prefixes are distinctive; only `sk-` needs a word start.
+    r"(?<![A-Za-z0-9_])(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|gl(?:cbt|rt|dt|ptt|ft|imt|oas)-[A-Za-z0-9_-]{20,}|(?<!-)sk-[A-Za-z0-9_-]{20,}"
+    r"|(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA)[0-9A-Z]{12,}|xox[abprs]-[A-Za-z0-9-]{10,}|api_org_[A-Za-z0-9]{20,}|AIza[0-9A-Za-z_-]{35}"
     r"|ya29\.[A-Za-z0-9_-]{20,})(?![A-Za-z0-9_-])"
 )
 # A JWT (CI_JOB_JWT, ID tokens, GitHub Actions OIDC): three base64url parts, the first two JSON objects.
@@ -107,6 +109,15 @@ _AZURE_KEY = re.compile(
 _PEM_PRIVATE_KEY = re.compile(
     r"-----BEGIN [A-Z ]{0,20}PRIVATE KEY-----[^-]{0,16384}(?:-----END [A-Z ]{0,20}PRIVATE KEY-----)?"
 )
+# A W&B API key is 40 hex digits (`local-` before it on a W&B server) with no prefix of its own: it is
+# recognised by the word before it (`wandb login KEY`, `login with key KEY`, `api key: KEY`).
+_KEYED_HEX = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9_])(?:key|login)[ \t]{0,4}[=:]?[ \t]{0,4})(?:local-)?[0-9a-fA-F]{40}(?![0-9A-Za-z])",
+    re.IGNORECASE,
+)
+# user:password@host without a scheme (MASTER_ADDR='user:pw@host', a host:port value, an argv word):
+# the user starts where a word starts, so the pattern stays linear.
+_HOST_USERINFO = re.compile(r"(?<![^\s='\"(\[,;])[A-Za-z0-9._~%+!$&*-]{1,64}:[^\s@/'\"<>]{1,256}@(?=[A-Za-z0-9\[])")
 _BEARER = re.compile(r"(?P<head>(?<![A-Za-z0-9_])(?:Bearer|Basic)[ \t]{1,8})[A-Za-z0-9._~+/=-]{8,}")
 _WEBHOOK_URL = re.compile(r"(?<![A-Za-z0-9])https://hooks\.slack\.com/[^\s\"']+")
 
@@ -118,7 +129,8 @@ def describe_redaction() -> str:
     segments = ", ".join(f"`_{s}`" for s in SECRET_NAME_SEGMENTS)
     return (
         f"values of variables whose names contain {names} (or end in a segment {segments}), "
-        "secret-named options (`--password <value>`, `--api-key=<value>`, `--auth <value>`, `--key <value>`, `-p <value>`), credentials in URLs, signed/presigned-URL "
+        "secret-named options (`--password <value>`, `--api-key=<value>`, `--auth <value>`, `--key <value>`, `-p <value>`), credentials in URLs "
+        "and in `user:password@host` values, signed/presigned-URL "
         "parameters (`X-Amz-Signature`, `sig`, `token`, ...), Slack webhooks, and tokens in known formats "
         f"({', '.join(TOKEN_FORMAT_NAMES)}); see docs/inputs.md"
     )
@@ -188,6 +200,7 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
         text = text[:REDACT_INPUT_LIMIT] + " [truncated]"
     text = _PEM_PRIVATE_KEY.sub(REDACTED, text)  # first: `"private_key": "-----BEGIN` is an assignment too
     text = _redact_url_credentials(text)
+    text = _HOST_USERINFO.sub(f"{REDACTED}@", text)
     text = _URL_SECRET_PARAM.sub(lambda m: f"{m.group('name')}={REDACTED}", text)
     text = _WEBHOOK_URL.sub(REDACTED, text)
     text = _SECRET_ASSIGNMENT.sub(_redact_assignment, text)
@@ -195,6 +208,7 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     text = _AZURE_KEY.sub(lambda m: f"{m.group('name')}={REDACTED}", text)
     text = _TOKEN_FORMATS.sub(REDACTED, text)
     text = _JWT.sub(REDACTED, text)
+    text = _KEYED_HEX.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
     secrets = [
         value
@@ -229,4 +243,56 @@ def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
                     and _SECRET_OPTION_NAME.fullmatch(before) and item and not item.startswith(("-", "<"))):  # fmt: skip
                 out_list[i] = REDACTED
         return out_list
+    return value
+
+
+# --- terminal controls -------------------------------------------------------------------------------
+# Text from outside (a log line, a file name, a frame's file name, an environment value) may carry bytes
+# a terminal obeys: ESC starts OSC (window title, clipboard 52, hyperlinks 8), CSI (clear the screen, move
+# the cursor) and DCS sequences, U+009B is CSI in one code point, BEL rings, BS and CR overwrite what was
+# printed. Each is replaced by a visible escape (`\x1b`, `\x9b`, `\u202e`), so the user still sees that the
+# input held it. Kept: tab and newline. Also made visible: the Unicode bidirectional overrides and
+# isolates, which reorder what the reader sees ("Trojan Source").
+_INVISIBLE_CODES = (
+    [c for c in range(0x20) if c not in (0x09, 0x0A)] + [0x7F] + list(range(0x80, 0xA0))
+    + list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A))
+)  # fmt: skip
+_VISIBLE = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _INVISIBLE_CODES}
+
+
+def neutralize_controls(text: str) -> str:
+    """`text` with every control a terminal would act on shown as a visible escape (`\\x1b`): all C0
+    controls but tab and newline, DEL, all C1 controls, bidi overrides. A CR before a newline is dropped
+    (a CRLF line end is no trick). Linear: one translate."""
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")
+    return text.translate(_VISIBLE)
+
+
+def has_controls(text: str) -> bool:
+    """Whether neutralize_controls would change `text` (tests and the sweep use it)."""
+    return any(ord(ch) in _VISIBLE for ch in text)
+
+
+def clean_text(text: str, env: Mapping[str, str] | None = None) -> str:
+    """The output edge for one string from outside: secrets redacted (redact_text), then terminal
+    controls made visible (neutralize_controls). Every human format and every error message takes
+    outside text through it."""
+    return neutralize_controls(redact_text(text, env))
+
+
+def clean_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
+    """redact_data, then every string (keys included) with its terminal controls made visible: a JSON-able
+    value about to be rendered for a human (text, markdown). JSON output needs no neutralising:
+    json.dumps escapes every control (and, with ensure_ascii, every C1 code point)."""
+    return _neutralize_data(redact_data(value, env))
+
+
+def _neutralize_data(value: Any) -> Any:
+    if isinstance(value, str):
+        return neutralize_controls(value)
+    if isinstance(value, Mapping):
+        return {(neutralize_controls(k) if isinstance(k, str) else k): _neutralize_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_neutralize_data(v) for v in value]
     return value

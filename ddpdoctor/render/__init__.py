@@ -42,8 +42,26 @@ def _raise_broken_pipe() -> None:
     raise BrokenPipeError(32, "standard output was closed by its reader")
 
 
+def _neutralize_rich_text() -> None:
+    """Make every string rich lays out go through neutralize_controls (edge/redact.py).
+
+    rich's Text already passes each string it is given (Text(...), append, a table cell, markup) through
+    `rich.text.strip_control_codes`, which drops BEL, BS, CR, VT and FF but lets ESC and the C1 controls
+    (U+009B is CSI) through: a log line's `ESC]0;title BEL` then set the terminal's title. Our function
+    takes its place there, before layout (widths are measured on the visible escapes) and before rich adds
+    its own styling sequences, which are not text and so keep working. Renderers also hand rich cleaned
+    strings (clean_text); this is the guarantee for any string one of them forgets."""
+    import rich.text
+
+    from ddpdoctor.edge.redact import neutralize_controls
+
+    rich.text.strip_control_codes = neutralize_controls  # type: ignore[assignment]
+
+
 def _new_console(**kwargs: Any) -> Console:
     from rich.console import Console
+
+    _neutralize_rich_text()
 
     made = Console(width=console_width(), **kwargs)
     made.on_broken_pipe = _raise_broken_pipe  # type: ignore[method-assign]
@@ -71,5 +89,9 @@ def reset_consoles() -> None:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """JSON on stdout, redacted (redact_data: every output path redacts, `parse` output included). Terminal
+    controls need nothing: json.dumps escapes them all (ensure_ascii also writes C1 as \\u009b)."""
+    from ddpdoctor.edge.redact import redact_data
+
+    sys.stdout.write(json.dumps(redact_data(data), indent=2, default=str) + "\n")
     sys.stdout.flush()

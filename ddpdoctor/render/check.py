@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ddpdoctor.core.model import Finding, Report, Severity
+from ddpdoctor.edge.redact import clean_text
 from ddpdoctor.render import console
 
 STYLES = {
@@ -101,7 +102,8 @@ def render_check_report(
         con.print(
             Panel(
                 findings_table(findings, verbose, pictures=True),
-                title=escape(titles.get(area, area)),
+                # A title may quote a user's file (the expectations' name): cleaned like every outside text.
+                title=escape(clean_text(titles.get(area, area))),
                 title_align="left",
                 border_style=STYLES[worst][1],
             )

@@ -1,5 +1,5 @@
 """Machine and CI formats for findings-like records: JUnit XML, GitHub workflow commands, markdown,
-Slurm prolog lines, and the secret redaction every one of them goes through.
+Slurm prolog lines, and the secret redaction and terminal-control neutralising every one of them goes through.
 
 Every command that reports (check, bench-nccl, lint, explain) turns its result into a `Document`: a
 list of `Finding`s plus context (host, duration, exit code). The renderers here only format; they never
@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Report, Severity, define, failing_findings
+from ddpdoctor.edge.redact import neutralize_controls
 from ddpdoctor.edge.sources import redact_data, redact_text
 from ddpdoctor.parsers.numbers import parse_int
 
@@ -190,7 +191,7 @@ def _where(f: Finding) -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(_CONTROL.sub(" ", text).split())
+    return neutralize_controls(" ".join(_CONTROL.sub(" ", text).split()))
 
 
 # --- converters: each command's JSON document to a Document --------------------------------------------
@@ -691,7 +692,7 @@ def render_findings_text(findings: Sequence[Finding]) -> str:
         lines.append(f"{f.severity.label.upper():5} {f.id}: {_one_line(f.summary)}")
         if f.fix and f.severity >= Severity.WARN:
             lines.append(f"      fix: {_one_line(f.fix)}")
-    return "\n".join(lines) + ("\n" if lines else "")
+    return neutralize_controls("\n".join(lines) + ("\n" if lines else ""))
 
 
 # --- Slurm prolog / NHC ------------------------------------------------------------------------------
@@ -725,9 +726,13 @@ def render_document(
         return text
     doc = dataclasses.replace(doc, findings=[redact_finding(f, env) for f in doc.findings])
     if fmt == "junit":
-        return render_junit(doc, strict)
-    if fmt == "github":
-        return render_github(doc, strict, verbose)
-    if fmt == "markdown":
-        return render_markdown(doc, strict)
-    raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+        text = render_junit(doc, strict)
+    elif fmt == "github":
+        text = render_github(doc, strict, verbose)
+    elif fmt == "markdown":
+        text = render_markdown(doc, strict)
+    else:
+        raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    # These formats write no control of their own: neutralising the whole text reaches every field
+    # (findings, host, meta, file names in locations) whoever built it.
+    return neutralize_controls(text)

@@ -10,6 +10,7 @@ import sys
 
 from rich.text import Text
 
+from ddpdoctor.edge.redact import neutralize_controls
 from ddpdoctor.lint import Diagnostic, LintReport
 from ddpdoctor.render import console, print_json
 
@@ -90,7 +91,8 @@ def render_lint_text(report: LintReport) -> None:
 
 def render_lint_github(report: LintReport) -> None:
     for d in report.diagnostics:
-        sys.stdout.write(format_github_line(d) + "\n")
+        # A file name is outside text: its controls are shown, never sent (the github format has no rich).
+        sys.stdout.write(neutralize_controls(format_github_line(d)) + "\n")
     sys.stdout.flush()
 
 

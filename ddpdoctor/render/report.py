@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Optional
 from ddpdoctor.ci.expectations import show_version
 from ddpdoctor.ci.node_facts import NodeFacts
 from ddpdoctor.ci.report import RAW_MAX_CHARS, RAW_MAX_LINES, ReportInputs
-from ddpdoctor.edge.redact import describe_redaction
+from ddpdoctor.edge.redact import describe_redaction, neutralize_controls
 from ddpdoctor.edge.sources import redact_text
 from ddpdoctor.render.formats import document_from_report, md_cell, md_code_block, md_details, render_markdown
 
@@ -202,4 +202,4 @@ def build_report_text(inputs: ReportInputs, env: Optional[Mapping[str, str]] = N
     from ddpdoctor.render.formats import redact_report
 
     inputs.check = redact_report(inputs.check, env)
-    return redact_text(render_report_markdown(inputs), env)
+    return neutralize_controls(redact_text(render_report_markdown(inputs), env))
