@@ -170,7 +170,9 @@ def test_github_lines_match_the_workflow_command_grammar() -> None:
     first = next(p for p in parsed if p[1].get("title", "").startswith("gpu.ecc.uncorrectable"))
     # Round trip: what the runner decodes is exactly the finding's text.
     assert first[1]["title"] == "gpu.ecc.uncorrectable: Title: with, punctuation fail"
-    assert first[2].startswith("50% of links down:\nline two\r\n")
+    # A CRLF line end arrives as LF; other controls are shown as escapes, never sent (#26).
+    assert first[2].startswith("50% of links down:\nline two\n")
+    assert "pipe \\x00\\x07 ctl" in first[2]
     assert first[2].endswith("\nfix: Run `nvidia-smi -r` (100%: sure)")
     lint = next(p for p in parsed if p[1].get("file"))
     assert lint[1]["file"] == "train,v2:final.py" and lint[1]["line"] == "12" and lint[1]["col"] == "5"

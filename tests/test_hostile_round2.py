@@ -176,7 +176,35 @@ SECRET_CORPUS = [
     ("WANDB_API_KEY=Zq25" + "a" * 36, "Zq25", "WANDB_API_KEY"),
     ("git clone https://x-access-token:ghp_Zq26abcdefghijklmnopqrstuvwxyz@github.com/o/r", "Zq26", "github.com"),
     ("Authorization: Bearer Zq27bearerTokenValue", "Zq27", "Authorization"),
+    # the independent attack pass of #26
+    ("wandb: login with key 00000070c0ffee15c0ffee15c0ffee15c0ffee15 (WANDB", "c0ffee15", "wandb: login with key"),
+    ("wandb login local-" + "ab12" * 10, "ab12ab12", "wandb login"),
+    ("MASTER_ADDR='u:Zq30pw@host' is not a host name", "Zq30pw", "@host'"),
+    ("MASTER_ADDR=trainer:Zq31pw@10.0.0.1", "Zq31pw", "@10.0.0.1"),
+    ("python holder.py --id AKIAZQ32XXXXXXXXXX 6000", "AKIAZQ32", "--id"),
+    ("role AROAZQ33ABCDEFGHIJKL assumed", "AROAZQ33", "assumed"),
+    ("python train.py --hf-token hf_Zq34abcdefghijklmnopqrstuv", "Zq34", "train.py"),
+    ("rank 5 (pid 4 on evil-ghp_Zq35abcdefghijklmnopqrstuvwxyz) is behind", "Zq35", "is behind"),
 ]
+
+# Look-alikes that must come out unchanged: the new shapes must not eat ordinary log text.
+NOT_SECRETS = [
+    "git@github.com:org/repo.git",
+    "host01:1234:5678 [0] NCCL INFO Channel 00/02 : 0 1",
+    "commit 0123456789abcdef0123456789abcdef01234567 (HEAD)",
+    "[rank0]:[W1121 10:00:00.000 init.py:12] warning",
+    "MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 user@host",
+    "pip install scikit-learn sk-learn-extra",
+    "AKIAB is a word",
+    "/home/u/job.py:47 `x = key[0]`",
+]
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_secret_lookalikes_stay(text):
+    from ddpdoctor.edge.redact import redact_text
+
+    assert redact_text(text, {}) == text
 
 
 @pytest.mark.parametrize("text,secret,keep", SECRET_CORPUS)

@@ -191,7 +191,7 @@ def _where(f: Finding) -> str:
 
 
 def _one_line(text: str) -> str:
-    return neutralize_controls(" ".join(_CONTROL.sub(" ", text).split()))
+    return " ".join(neutralize_controls(text).split())
 
 
 # --- converters: each command's JSON document to a Document --------------------------------------------
@@ -450,7 +450,8 @@ def document_from_bench(data: Mapping[str, Any], extra: Sequence[Finding] = ()) 
 
 
 def _xml_text(text: Any) -> str:
-    return re.sub(_XML_INVALID, "\ufffd", str(text))
+    # Controls first made visible (`\x1b`), as in every format; what XML still cannot carry is replaced.
+    return re.sub(_XML_INVALID, "\ufffd", neutralize_controls(str(text)))
 
 
 def _finding_text(f: Finding) -> str:
@@ -545,7 +546,6 @@ def render_junit(doc: Document, strict: bool = False) -> str:
 # --- GitHub workflow commands ------------------------------------------------------------------------
 
 
-_CONTROL_BUT_NEWLINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def escape_github_data(text: str) -> str:
@@ -561,13 +561,13 @@ def escape_github_property(text: str) -> str:
 def github_command(kind: str, message: str, **props: Any) -> str:
     """One workflow command line: `::kind prop=value,...::message`."""
     shown = [
-        f"{k}={escape_github_property(_CONTROL_BUT_NEWLINES.sub(' ', str(v)))}"
+        f"{k}={escape_github_property(neutralize_controls(str(v)))}"
         for k, v in props.items()
         if v not in (None, "")
     ]
     head = f"::{kind}" + (" " + ",".join(shown) if shown else "")
-    # Control characters (garbage tool output) have no place in a log line.
-    return f"{head}::{escape_github_data(_CONTROL_BUT_NEWLINES.sub(' ', message))}"
+    # Control characters (garbage tool output, an attacker's escapes) are shown, never sent.
+    return f"{head}::{escape_github_data(neutralize_controls(message))}"
 
 
 _GITHUB_KIND = {
@@ -612,7 +612,7 @@ def render_github(doc: Document, strict: bool = False, verbose: bool = False) ->
 
 def md_cell(text: Any) -> str:
     """Text safe inside a markdown table cell: no raw HTML, no column breaks, no line breaks."""
-    out = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    out = neutralize_controls(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     out = out.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
     return _CONTROL.sub(" ", out)
 
