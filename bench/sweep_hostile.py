@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -644,6 +645,158 @@ def build_round2_cases(tmp: Path) -> tuple[list[Case], list[Callable[[], None]]]
     return cases, cleanup
 
 
+# A raw control a terminal obeys (#26 escape class): C0 but tab/newline, DEL, C1, bidi overrides. The
+# output is decoded with errors="replace", so C1 arrives as its code point.
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+ESCAPES = ("\x1b]0;PWNTITLE\x07", "\x1b]52;c;ZWNobyBQV05FRA==\x07", "\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\",
+           "\x1b[2J\x1b[H", "\x1bP+q544e\x1b\\", "\u009b2J", "\x07\x07", "\rOK: nothing wrong", "\x08\x08\x7f")  # fmt: skip
+OUTPUT_SECRETS = ("c0ffee15c0ffee15", "Zq40pw", "AKIAZQ41XXXXXXXXXXXX", "Zq42abcdefghijklmnopqrstuv", "Zq43rule")
+
+
+def no_raw_control(*visible: str) -> Callable[[subprocess.CompletedProcess], str]:
+    """No control byte reaches the terminal raw, and the planted text is still visible (escaped)."""
+
+    def verify(proc: subprocess.CompletedProcess) -> str:
+        out = proc.stdout + "\n" + proc.stderr
+        m = RAW_CONTROL.search(out)
+        if m:
+            return f"raw {m.group(0)!r} in {out[max(0, m.start() - 60) : m.start() + 40]!r}"
+        missing = [v for v in visible if v not in out]
+        return f"does not show {missing}" if missing else ""
+
+    return verify
+
+
+def both(*checks: Callable[[subprocess.CompletedProcess], str]) -> Callable[[subprocess.CompletedProcess], str]:
+    def verify(proc: subprocess.CompletedProcess) -> str:
+        return next((why for why in (c(proc) for c in checks) if why), "")
+
+    return verify
+
+
+def build_output_cases(tmp: Path) -> tuple[list[Case], list[Callable[[], None]]]:
+    """The independent attack pass of #26: terminal escapes from every kind of outside text in every
+    format (26-9-escape), and the secret shapes it found printed (26-10-secret)."""
+    cases: list[Case] = []
+    d = tmp / "r3"
+    d.mkdir()
+    payload = "".join(ESCAPES)
+    log = d / "rank0\x1b]0;NAMEPWN\x07.log"
+    log.write_text(
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        f"NCCLUtils.cpp:93, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.9 {payload}\n"
+        f"[rank0]: Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60{payload}\n"
+    )
+    for fmt in ("table", "markdown", "github", "junit", "json"):
+        cases.append(Case("26-9-escape", f"explain --all --format {fmt} (escapes in lines and the file name)",
+                          ddpdoctor_argv("explain", str(log), "--all", "--format", fmt), (1,), 60,
+                          verify=no_raw_control("NAMEPWN")))  # fmt: skip
+    stdin_log = d / "stdin.log"
+    stdin_log.write_text("[rank0]: Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60\x1b]0;STDINPWN\x07\n")
+    cases.append(Case("26-9-escape", "explain - (escapes on stdin)", ddpdoctor_argv("explain", "-"), (1,), 60,
+                      stdin=str(stdin_log), verify=no_raw_control("STDINPWN")))  # fmt: skip
+    frames = hostile_dump_dir(d, "fr-esc", frames_to("/home/u/\x1b[2J\x1b]0;FRAMEPWN\x07job.py"))
+    for fmt in ("table", "markdown"):
+        cases.append(Case("26-9-escape", f"explain --format {fmt} DIR (frame file name with escapes)",
+                          ddpdoctor_argv("explain", "--format", fmt, str(frames)), (0, 1), 60,
+                          verify=no_raw_control("FRAMEPWN")))  # fmt: skip
+    cases.append(Case("26-9-escape", "hang --fr DIR (frame file name with escapes)",
+                      ddpdoctor_argv("hang", "--fr", str(frames), "--no-ras", "--no-stacks"), (0, 1), 60,
+                      verify=no_raw_control("FRAMEPWN")))  # fmt: skip
+    source = d / "job.py"
+    source.write_text("x = 1  # \x1b]0;SRCPWN\x07 \x1b[2J\n")
+    quoted = hostile_dump_dir(d, "fr-src", frames_to(str(source)))
+    cases.append(Case("26-9-escape", "explain --all DIR (quoted source line with escapes)",
+                      ddpdoctor_argv("explain", "--all", str(quoted)), (0, 1), 60, verify=no_raw_control()))  # fmt: skip
+    lint_dir = d / "lint"
+    lint_dir.mkdir()
+    (lint_dir / "t\x1b]0;FNPWN\x07.py").write_text(
+        "import os, torch\nrank = int(os.environ['RANK'])\ntorch.cuda.set_device(rank)\n"
+    )
+    (lint_dir / "u\u009b2J.py").write_text("import os, torch\ntorch.cuda.set_device(int(os.environ['RANK']))\n")
+    for fmt in ("text", "github", "json"):
+        cases.append(Case("26-9-escape", f"lint --format {fmt} (file names with ESC and C1)",
+                          ddpdoctor_argv("lint", str(lint_dir), "--format", fmt), (0, 1), 60,
+                          verify=no_raw_control("FNPWN")))  # fmt: skip
+    cases.append(Case("26-9-escape", "plan --config (HF_HUB_CACHE with escapes in the error)",
+                      ddpdoctor_argv("plan", "--config", "no/such", "--gpus", "8", "--gpu-mem", "80GiB"), (2,), 30,
+                      env={"HF_HUB_CACHE": "/tmp/\x1b]0;HUBPWN\x07"}, verify=no_raw_control("HUBPWN")))  # fmt: skip
+    cases.append(Case("26-9-escape", "snapshot --only with an escape in an area name",
+                      ddpdoctor_argv("snapshot", str(d / "snap-x"), "--only", "gpu,\x1b]0;X\x07"), (2,), 30,
+                      verify=no_raw_control("unknown area")))  # fmt: skip
+    cases.append(Case("26-9-escape", "parse with an escape in the tool name",
+                      ddpdoctor_argv("parse", "nvidia\x1b]0;T\x07", str(stdin_log)), (2,), 30,
+                      verify=no_raw_control("unknown tool")))  # fmt: skip
+    env_escapes = {"CUDA_VISIBLE_DEVICES": "0,\x1b]0;CVD\x07,1", "MASTER_ADDR": "host\x1b]0;MADDR\x07",
+                   "MASTER_PORT": "29500", "SLURM_JOB_ID": "1\x1b]0;SLURM\x07", "SLURM_JOB_NODELIST": "n\x1b[2J[1-2]",
+                   "SLURM_NNODES": "2", "NCCL_DEBUG": "INFO\x1b]0;ND\x07", "TORCH_DISTRIBUTED_DEBUG": "DETAIL\u009b2J"}  # fmt: skip
+    for fmt in ("table", "markdown", "github", "junit", "json"):
+        cases.append(Case("26-9-escape", f"check --format {fmt} -v (escapes in launch variables)",
+                          ddpdoctor_argv("check", "--only", "launch,nccl_env", "--format", fmt, "-v"), (0, 1), 60,
+                          env=env_escapes, verify=no_raw_control("CUDA_VISIBLE_DEVICES")))  # fmt: skip
+    cases.append(Case("26-9-escape", "check --prolog (escapes in launch variables)",
+                      ddpdoctor_argv("check", "--only", "launch", "--prolog"), (0, 1), 60, env=env_escapes,
+                      verify=no_raw_control()))  # fmt: skip
+    # 26-10: secret shapes the attack saw printed
+    wandb = d / "wandb.log"
+    wandb.write_text("[rank1]: NCCL WARN wandb: login with key 00000070c0ffee15c0ffee15c0ffee15c0ffee15 (x)\n")
+    for fmt in ("table", "json", "markdown"):
+        cases.append(Case("26-10-secret", f"explain --all --format {fmt} (a W&B key after 'key')",
+                          ddpdoctor_argv("explain", str(wandb), "--all", "--format", fmt), (0, 1), 60,
+                          verify=lacks(*OUTPUT_SECRETS)))  # fmt: skip
+    for fmt in ("table", "json", "markdown", "junit", "github"):
+        cases.append(Case("26-10-secret", f"check --format {fmt} -v (MASTER_ADDR='user:pw@host')",
+                          ddpdoctor_argv("check", "--only", "launch", "--format", fmt, "-v"), (0, 1), 60,
+                          env={"MASTER_ADDR": "trainer:Zq40pw@10.0.0.1", "MASTER_PORT": "29500"},
+                          verify=lacks(*OUTPUT_SECRETS)))  # fmt: skip
+    rule_dir = d / "rule"
+    rule_dir.mkdir()
+    (rule_dir / "pyproject.toml").write_text('[tool.ddpdoctor.lint]\nignore = ["hf_Zq43ruleQQQQQQQQQQQQQQQQQQQQ"]\n')
+    (rule_dir / "a.py").write_text("x = 1\n")
+    cases.append(Case("26-10-secret", "lint . (a token as an unknown rule id in pyproject)",
+                      ddpdoctor_argv("lint", str(rule_dir)), (2,), 30, verify=lacks(*OUTPUT_SECRETS)))  # fmt: skip
+    smi = d / "smi.txt"
+    smi.write_text(
+        "+-----------------------------------------------------------------------------------------+\n"
+        "| Processes:                                                                              |\n"
+        "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n"
+        "|        ID   ID                                                               Usage      |\n"
+        "|=========================================================================================|\n"
+        "|    0   N/A  N/A            4242      C   python train.py --hf-token hf_Zq42abcdefghijklmnopqrstuv  1000MiB |\n"
+        "+-----------------------------------------------------------------------------------------+\n"
+    )
+    cases.append(Case("26-10-secret", "parse nvidia-smi (a token in a process name)",
+                      ddpdoctor_argv("parse", "nvidia-smi", str(smi)), (0, 3), 30, verify=lacks(*OUTPUT_SECRETS)))  # fmt: skip
+    cases.append(Case("26-10-secret", "parse nvidia-smi-csv /proc/self/environ (HF_TOKEN in it)",
+                      ddpdoctor_argv("parse", "nvidia-smi-csv", "/proc/self/environ"), (0, 2, 3), 30,
+                      env={"HF_TOKEN": "hf_Zq42abcdefghijklmnopqrstuv"}, verify=lacks(*OUTPUT_SECRETS)))  # fmt: skip
+    # A MASTER_PORT holder whose argv has a bare AWS key id and escapes.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    holder_py = d / "holder.py"
+    holder_py.write_text(
+        "import socket, time\n"
+        f"s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); print('up', flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    holder = subprocess.Popen([sys.executable, str(holder_py), "--id", "AKIAZQ41XXXXXXXXXXXX", "\x1b]0;HOLDERPWN\x07"],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdout is not None
+    holder.stdout.readline()
+    env = {"MASTER_PORT": str(port), "MASTER_ADDR": "127.0.0.1"}
+    for fmt in ("table", "json", "markdown"):
+        cases.append(Case("26-10-secret", f"MASTER_PORT holder (--id AKIA..., escapes): check --format {fmt} -v",
+                          ddpdoctor_argv("check", "--only", "network", "--format", fmt, "-v"), (0, 1, 3), 60, env=env,
+                          verify=both(lacks(*OUTPUT_SECRETS), no_raw_control("HOLDERPWN"))))  # fmt: skip
+
+    def close() -> None:
+        holder.kill()
+        holder.wait()
+
+    return cases, [close]
+
+
 def files_without(path: Path) -> Callable[[subprocess.CompletedProcess], str]:
     def verify(proc: subprocess.CompletedProcess) -> str:
         for f in sorted(path.glob("*")):
@@ -739,7 +892,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cases.append(holder_case)
         round2, cleanup = build_round2_cases(tmp)
         holder_cases, holder2 = port_holder_round2(tmp)
-        cases += round2 + holder_cases
+        output_cases, output_cleanup = build_output_cases(tmp)
+        cleanup += output_cleanup
+        cases += round2 + holder_cases + output_cases
         if args.only:
             cases = [c for c in cases if args.only in c.group]
         outcomes: list[Outcome] = []
