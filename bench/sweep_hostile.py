@@ -869,6 +869,91 @@ def port_holder_case(tmp: Path) -> tuple[Case, subprocess.Popen]:
     return case, holder
 
 
+def build_attack3_cases(tmp: Path) -> list[Case]:
+    """Group 26-7: the third black-box attack pass (issue #26): links inside snapshots, pickle bombs,
+    long path names, a FIFO in the Hugging Face cache, a symlinked snapshot DIR, odd digits."""
+    import pickle
+
+    cases: list[Case] = []
+    outside = tmp / "a3-outside.txt"
+    outside.write_text("OUTSIDEMARKER line\n" * 5)
+
+    def no_marker(proc: subprocess.CompletedProcess) -> str:
+        return "a linked file's content was printed" if "OUTSIDEMARKER" in proc.stdout + proc.stderr else ""
+
+    for fname in ("df-shm.txt", "ulimit-a.txt", "nvidia-smi-q.txt", "env.json"):
+        d = snapshot_with(tmp, f"a3-link-{fname}", {})
+        (d / fname).unlink(missing_ok=True)
+        (d / fname).symlink_to(outside)
+        for argv in (("check", "--replay", str(d), "-v", "--json"), ("report", "--replay", str(d), "-o", "-")):
+            cases.append(Case("26-7-attack3", f"{argv[0]} --replay ({fname} -> a file outside)",
+                              ddpdoctor_argv(*argv), (0, 1, 3), 60, verify=no_marker))  # fmt: skip
+    fr = ROOT / "tests" / "fixtures" / "flight_recorder" / "mismatch"
+    dumps = [pickle.loads((fr / f"rank_{r}").read_bytes()) for r in range(3)]
+    for label, data in (("dict", b"\x80\x04}(\x8c\x07entries](" + b"}" * 16_000_000 + b"eu."),
+                        ("list", b"\x80\x04}(\x8c\x07entries](" + b"]" * 12_000_000 + b"eu.")):
+        d = tmp / f"a3-bomb-{label}"
+        d.mkdir()
+        (d / "rank_0").write_bytes(data)
+        cases.append(Case("26-7-attack3", f"explain DIR ({label} bomb pickle, 16 MB)", ddpdoctor_argv("explain", str(d)),
+                          (2,), 60))  # fmt: skip
+    proto0 = tmp / "a3-proto0"
+    proto0.mkdir()
+    for r, dump in enumerate(dumps):
+        (proto0 / f"rank_{r}").write_bytes(pickle.dumps(dump, protocol=0))
+    cases.append(Case("26-7-attack3", "explain DIR (protocol 0 dumps: a desync)", ddpdoctor_argv("explain", str(proto0)),
+                      (1,), 60))  # fmt: skip
+    names = tmp / "a3-names"
+    names.mkdir()
+    for name, dump in zip(("rank_0", "rank_9999999", "rank_-1"), dumps):
+        (names / name).write_bytes(pickle.dumps(dump))
+
+    def no_huge_rank(proc: subprocess.CompletedProcess) -> str:
+        return "rank 9999999 believed" if '"rank": 9999999' in proc.stdout else ""
+
+    cases.append(Case("26-7-attack3", "explain --json DIR (dump names rank_9999999, rank_-1)",
+                      ddpdoctor_argv("explain", "--json", str(names)), (0, 1, 2, 3), 60, verify=no_huge_rank))  # fmt: skip
+    line = ("[rank{r}]:[E1121 10:00:00.000000 1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum={s}, OpType=ALLREDUCE, NumelIn=16, NumelOut=16, Timeout(ms)=600000) "
+            "ran for 600010 milliseconds before timing out.\n")
+    for label, seq in (("negative", "-5"), ("5000 digits", "9" * 5000)):
+        log = tmp / f"a3-wd-{label.split()[0]}.log"
+        log.write_text(line.format(r=0, s=seq) + line.format(r=1, s=seq if seq == "-5" else "1"))
+        cases.append(Case("26-7-attack3", f"explain (watchdog SeqNum {label})", ddpdoctor_argv("explain", str(log)),
+                          (1,), 30))  # fmt: skip
+    long = "x" * 5000
+    cases += [
+        Case("26-7-attack3", "hang --fr <5000-char name>", ddpdoctor_argv("hang", "--fr", long, "--no-ras", "--no-stacks",
+             "--timeout", "3"), (2,), 30),
+        Case("26-7-attack3", "plan --config <5000-char name>", ddpdoctor_argv("plan", "--config", long, "--gpus", "8",
+             "--gpu-mem", "80GiB"), (2,), 30),
+        Case("26-7-attack3", "snapshot <5000-char name>", ddpdoctor_argv("snapshot", long, "--only", "launch"), (2,), 30),
+    ]  # fmt: skip
+    hub = tmp / "a3-hub"
+    (hub / "models--evil--fifo" / "refs").mkdir(parents=True)
+    os.mkfifo(hub / "models--evil--fifo" / "refs" / "main")
+    cases.append(Case("26-7-attack3", "plan --config evil/fifo (refs/main a FIFO)",
+                      ddpdoctor_argv("plan", "--config", "evil/fifo", "--gpus", "8", "--gpu-mem", "80GiB"), (2,), 30,
+                      env={"HF_HUB_CACHE": str(hub)}))  # fmt: skip
+    (tmp / "a3-real").mkdir()
+    (tmp / "a3-linkdir").symlink_to(tmp / "a3-real")
+    cases.append(Case("26-7-attack3", "snapshot DIR (DIR a symlink to a directory)",
+                      ddpdoctor_argv("snapshot", str(tmp / "a3-linkdir"), "--only", "launch"), (2,), 60))  # fmt: skip
+    arabic = str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")
+    ulimit = tmp / "a3-ulimit.txt"
+    ulimit.write_text("open files                          (-n) 1024\nmax user processes                  (-u) 8192\n"
+                      .translate(arabic))  # fmt: skip
+    cases.append(Case("26-7-attack3", "parse ulimit (Arabic-Indic digits)", ddpdoctor_argv("parse", "ulimit", str(ulimit)),
+                      (3,), 30))  # fmt: skip
+    for label, text in (("HTML", "<html><body><table><tr><td>GPU 0</td></tr></table></body></html>\n"),
+                        ("another CSV", "a,b,c\n1,2,3\n4,5,6\n")):
+        f = tmp / f"a3-csv-{label.split()[-1]}.txt"
+        f.write_text(text)
+        cases.append(Case("26-7-attack3", f"parse nvidia-smi-csv ({label})",
+                          ddpdoctor_argv("parse", "nvidia-smi-csv", str(f)), (3,), 30))  # fmt: skip
+    return cases
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -887,7 +972,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-sweep-") as t:
         tmp = Path(t)
         os.chmod(tmp, 0o755)
-        cases = build_cases(tmp, os.geteuid() == 0)
+        cases = build_cases(tmp, os.geteuid() == 0) + build_attack3_cases(tmp)
         holder_case, holder = port_holder_case(tmp)
         cases.append(holder_case)
         round2, cleanup = build_round2_cases(tmp)

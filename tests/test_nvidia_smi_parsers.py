@@ -24,6 +24,7 @@ from ddpdoctor.parsers.nvidia_smi import (
     to_bool,
     to_int,
     to_recovery_action,
+    to_signed_int,
     value_or_none,
 )
 from ddpdoctor.parsers.nvidia_smi_nvlink import link_summary, parse_nvlink
@@ -250,9 +251,12 @@ def test_value_helpers() -> None:
     assert (
         to_int("16x") == 16
         and to_int("2560 bank(s)") == 2560
-        and to_int("-8 C") == -8
         and to_int("0x1900") == 6400
     )
+    # Counts and sizes are never negative, nor written in another script's digits (parsers/numbers.py);
+    # temperatures (T.Limit margins) may be below zero.
+    assert to_int("-8 C") is None and to_signed_int("-8 C") == -8
+    assert to_int("\u0668") is None and to_int("9" * 400) is None and to_signed_int("\u0668 C") is None
     assert to_int("67.74 W") is None and to_int("N/A") is None
     assert to_bool("Not Active") is False and to_bool("Active") is True and to_bool("maybe") is None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Sequence
@@ -414,9 +415,19 @@ def prepare_snapshot_dir(directory: Path) -> Path:
     snapshot (say nvidia-smi-q.txt from another machine) would be replayed as if this machine wrote it,
     and deleting a user's files is not ours to do. Two snapshots started at once into one new directory
     both found it empty and mixed their files: the claim file, created with O_EXCL, lets only one in."""
-    if directory.exists() and not directory.is_dir():
+    from ddpdoctor.edge.files import InputRefused, refusal_text, shown_path, user_path_mode
+
+    try:
+        mode = user_path_mode(directory, follow_symlinks=False)
+    except InputRefused as exc:
+        raise ValueError(f"snapshot directory {refusal_text(exc)}") from None
+    if mode is not None and stat.S_ISLNK(mode):
+        # Followed, the link would put the snapshot wherever it points (another user's directory).
+        raise ValueError(f"snapshot directory {shown_path(directory)} is a symbolic link; refusing to write "
+                         "through it (give the directory it points to, if that is meant)")
+    if mode is not None and not stat.S_ISDIR(mode):
         raise ValueError(f"snapshot directory {directory} exists and is not a directory")
-    if directory.is_dir():
+    if mode is not None:
         try:
             entries = next(iter(directory.iterdir()), None)
         except OSError as exc:

@@ -29,6 +29,7 @@ def _split_directory(path: str) -> tuple[list[str], bool]:
     the logs are read only where no dump is.
     Hidden files and links are skipped; past MAX_DIRECTORY_FILES the rest is left out, with a note."""
     from ddpdoctor.edge.files import in_kernel_dir, read_user_head
+    from ddpdoctor.hang.fr import is_dump_head
 
     logs: list[str] = []
     dumps = False
@@ -46,7 +47,7 @@ def _split_directory(path: str) -> tuple[list[str], bool]:
             head = read_user_head(entry.path, 64)
         except (OSError, ValueError):
             continue
-        if head[:1] == b"\x80" or head.lstrip()[:1] == b"{":
+        if is_dump_head(head):
             dumps = True
         elif head:
             logs.append(entry.path)

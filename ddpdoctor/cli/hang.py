@@ -79,6 +79,14 @@ def hang(
         raise usage_error(str(exc)) from None
     if fr is not None and no_fr:
         raise usage_error("--fr and --no-fr contradict each other")
+    if fr is not None:
+        from ddpdoctor.edge.files import InputRefused, refusal_text, user_path_mode
+
+        try:
+            # A file, a directory or a prefix: only a path that cannot be looked at is refused here.
+            user_path_mode(fr)
+        except InputRefused as exc:
+            raise usage_error(f"--fr {refusal_text(exc)}") from None
     if cluster:
         _run_cluster(fmt, pid, fr, ras_addr, no_ras, no_stacks, no_fr, timeout, join_timeout, hosts, samples, interval)
     given = [

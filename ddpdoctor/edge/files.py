@@ -135,6 +135,82 @@ def _read_regular(path: Pathish, read_with: Any, extra_flags: int = 0) -> bytes:
         os.close(fd)
 
 
+def shown_path(path: Pathish, width: int = 160) -> str:
+    """`path` for a one-line message: a 5000-character name is cut in the middle, not printed whole."""
+    text = os.fspath(path)
+    return text if len(text) <= width else f"{text[: width // 2]}...{text[-width // 2 :]} ({len(text)} characters)"
+
+
+def user_path_mode(path: Pathish, *, follow_symlinks: bool = True) -> Optional[int]:
+    """The st_mode of a path the user named, or None when nothing is there (ENOENT, ENOTDIR).
+
+    The one check of a user's path before deciding what it is (pathlib's exists()/is_dir() raise for a
+    name too long, a loop of links, a directory that cannot be searched, and `\\0` raises ValueError):
+    any such failure is an InputRefused with a one-line reason, which each command reports as a usage
+    error (exit 2), with refusal_text (the path shortened)."""
+    try:
+        return os.stat(path, follow_symlinks=follow_symlinks).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError:
+        raise InputRefused(errno.EINVAL, "not a usable path (it holds a NUL byte)", path) from None
+    except OSError as exc:
+        raise InputRefused(exc.errno or errno.EINVAL, f"cannot use this path: {exc.strerror or exc}", path) from None
+
+
+def refusal_text(exc: OSError) -> str:
+    """'PATH: reason' on one line, for an OSError (InputRefused included) about a user's path."""
+    reason = exc.strerror or str(exc)
+    return f"{shown_path(exc.filename)}: {reason}" if exc.filename else reason
+
+
+def snapshot_entry_present(directory: Pathish, name: str) -> bool:
+    """Whether `name` is anything at all in `directory`, a symbolic link or special file included (those
+    are then refused by read_snapshot_bytes, with a finding, rather than taken for absent)."""
+    try:
+        os.lstat(os.path.join(directory, name))
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return True
+
+
+def read_snapshot_bytes(directory: Pathish, name: str, limit: int) -> bytes:
+    """The bytes of file `name` directly inside snapshot `directory`: a regular file, not a symbolic
+    link, at most `limit` bytes.
+
+    A snapshot comes from someone else (a colleague's tarball): a `df-shm.txt` that is a link to
+    /etc/shadow would otherwise be printed as evidence. The name is opened relative to the directory's
+    own descriptor with O_NOFOLLOW, so no link (nor a `..` or `/` in the name) can lead outside it, and
+    no check-then-open race can either. Raises InputRefused (an OSError) for a link, a special file or
+    a file over `limit`; FileNotFoundError when absent."""
+    if not name or "/" in name or name in (".", "..") or "\0" in name:
+        raise InputRefused(errno.EINVAL, "not a plain file name inside the snapshot", name)
+    dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        path = os.path.join(directory, name)
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(name, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InputRefused(
+                    errno.ELOOP, "a symbolic link; snapshot files must be regular files inside the snapshot", path
+                ) from None
+            raise
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        _refuse_special(st.st_mode, path)
+        if st.st_size > limit:
+            raise _too_large(limit, path)
+        return _read_capped(lambda n: os.read(fd, n), limit, path)
+    finally:
+        os.close(fd)
+
+
 def read_user_text(path: Pathish, limit: int) -> str:
     """read_user_bytes decoded as UTF-8, undecodable bytes replaced (never a UnicodeDecodeError)."""
     return read_user_bytes(path, limit).decode("utf-8", errors="replace")

@@ -16,7 +16,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol
 
-from ddpdoctor.edge.files import JSON_FILE_LIMIT, TOOL_OUTPUT_LIMIT, load_json_text, read_user_bytes
+from ddpdoctor.edge.files import (
+    JSON_FILE_LIMIT,
+    TOOL_OUTPUT_LIMIT,
+    load_json_text,
+    read_snapshot_bytes,
+    snapshot_entry_present,
+)
 from ddpdoctor.edge.json_shape import Shape, find_mismatch
 from ddpdoctor.edge.redact import (
     REDACTED,
@@ -240,20 +246,19 @@ META_FILE_LIMIT = 1024 * 1024
 
 
 def _is_present(path: Path) -> bool:
-    """Whether `path` names anything at all (a special or unreadable file included: those are read,
-    and refused, with a finding, rather than silently taken for absent)."""
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    return True
+    """Whether `path` names anything at all (a link, a special or unreadable file included: those are
+    read, and refused, with a finding, rather than silently taken for absent)."""
+    return snapshot_entry_present(path.parent, path.name)
+
+
+def _read_snapshot(path: Path, limit: int) -> bytes:
+    """A snapshot file: regular, directly inside the snapshot, never through a link (edge/files.py)."""
+    return read_snapshot_bytes(path.parent, path.name, limit)
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
     try:
-        meta = load_json_text(read_user_bytes(path, META_FILE_LIMIT))
+        meta = load_json_text(_read_snapshot(path, META_FILE_LIMIT))
     except (OSError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
@@ -266,7 +271,9 @@ def _reason(exc: BaseException) -> str:
 class ReplaySources:
     """A snapshot directory instead of the live machine.
 
-    Every file is read bounded and regular-only (edge/files.py), each fact file is checked against its
+    Every file is read bounded, regular-only and never through a symbolic link (edge/files.py
+    read_snapshot_bytes: a snapshot is someone else's directory, and a link in it to /etc/shadow must not
+    become evidence), each fact file is checked against its
     declared shape, and every value is redacted as it enters. A file that cannot be used is kept in
     `problems` (file name -> what was wrong); the engine reports each as one finding."""
 
@@ -309,7 +316,7 @@ class ReplaySources:
                 error=f"{name} not in snapshot {self.directory}",
             )
         try:
-            stdout = read_user_bytes(path, TOOL_OUTPUT_LIMIT).decode("utf-8", errors="replace")
+            stdout = _read_snapshot(path, TOOL_OUTPUT_LIMIT).decode("utf-8", errors="replace")
         except OSError as exc:
             self.problems[name] = f"cannot read it: {_reason(exc)}"
             return CommandResult(argv=cmd.argv, error=f"cannot read {path}: {_reason(exc)}")
@@ -333,7 +340,7 @@ class ReplaySources:
         if not _is_present(path):
             raise NotAvailable(f"{file} not in snapshot {self.directory}")
         try:
-            value = load_json_text(read_user_bytes(path, JSON_FILE_LIMIT))
+            value = load_json_text(_read_snapshot(path, JSON_FILE_LIMIT))
         except OSError as exc:
             why = f"cannot read it: {_reason(exc)}"
         except ValueError as exc:

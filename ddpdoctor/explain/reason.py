@@ -21,6 +21,7 @@ from ddpdoctor.explain.kb import DiagnosisSpec, KnowledgeBase
 from ddpdoctor.explain.nextlog import suggest_next_logs
 from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
+from ddpdoctor.parsers.numbers import parse_int
 
 EXPLAIN_SCHEMA = "ddpdoctor.explain/1"
 LEAD_NOTE = (
@@ -121,9 +122,9 @@ def _pid_map(events: Iterable[Event], summary: Iterable[SummaryEntry]) -> dict[i
             continue
         info = pids[ev.pid]
         if ev.sig == "context.nccl_comm_init":
-            nranks = int(ev.fields.get("nranks", -1))
+            nranks = parse_int(ev.fields.get("nranks"), -1)
             if nranks > info.nranks:
-                info.rank, info.nranks = int(ev.fields["comm_rank"]), nranks
+                info.rank, info.nranks = parse_int(ev.fields["comm_rank"]), nranks
         elif ev.local_rank is not None and info.local_rank is None:
             info.local_rank = ev.local_rank
         if ev.host and not info.host:
@@ -149,8 +150,8 @@ def _attribute(ev: Event, pids: dict[int, _PidInfo], file_ranks: dict[int, int |
         if ev.local_rank is None:
             ev.local_rank = info.local_rank
         ev.host = ev.host or info.host
-    if ev.sig == "oom.slurm" and ev.rank is None and ev.fields.get("task", "").isdigit():
-        ev.rank = int(ev.fields["task"])
+    if ev.sig == "oom.slurm" and ev.rank is None:
+        ev.rank = parse_int(ev.fields.get("task"))
     if ev.rank is None and ev.local_rank is None and ev.sig not in _OTHER_PROCESS_SIGS:
         ev.rank = file_ranks.get(ev.file_index)
 
@@ -315,7 +316,8 @@ def _watchdog_diagnosis(
         return report
     groups: dict[str, dict[int, Event]] = defaultdict(dict)
     for ev in sorted((e for e in events if e.sig in _WATCHDOG_SIGS and "seq" in e.fields), key=_event_key):
-        if ev.rank is None:
+        # A SeqNum no int64 holds (a 5000-digit one) is a mangled line: not compared across ranks.
+        if ev.rank is None or parse_int(ev.fields["seq"], signed=True) is None:
             continue
         sub = ev.pg_rank is not None and ev.pg_rank != ev.rank
         key = f"subgroup/{ev.fields.get('timeout_ms')}" if sub else "default"
@@ -326,7 +328,7 @@ def _watchdog_diagnosis(
     name = "default" if "default" in groups else max(groups, key=lambda k: len(groups[k]))
     first_by_rank = groups[name]
     ranks = sorted(first_by_rank)
-    seq = {r: int(first_by_rank[r].fields["seq"]) for r in ranks}
+    seq = {r: parse_int(first_by_rank[r].fields["seq"], 0, signed=True) for r in ranks}
     op = {r: first_by_rank[r].fields.get("optype", "?") for r in ranks}
     numel = {r: first_by_rank[r].fields.get("numel_in") for r in ranks}
     data: dict[str, Any] = {
@@ -373,8 +375,8 @@ def _watchdog_diagnosis(
         suspects = []
         reasoning = (
             f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]}) "
-            f"after {int(ev.fields['timeout_ms']) // 1000} s, but the timeout line of rank {ev.rank} shares its "
-            f"text with a progress bar that had been running for {int(ev.fields['busy_elapsed_s'])} s "
+            f"after {parse_int(ev.fields['timeout_ms'], 0) // 1000} s, but the timeout line of rank {ev.rank} shares its "
+            f"text with a progress bar that had been running for {parse_int(ev.fields['busy_elapsed_s'], 0)} s "
             f"({ev.fields['busy_bar'].strip()}): the process printing it (usually rank 0) was still busy outside "
             "the collective (data preparation, tokenisation) while the others waited. Not a network hang: do "
             "that work before init_process_group, or raise the timeout."

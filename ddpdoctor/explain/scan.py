@@ -17,6 +17,7 @@ from typing import IO, Any, Callable, Iterable, Optional
 from ddpdoctor.explain.catalogue import class_signature_id
 from ddpdoctor.explain.kb import KnowledgeBase, Signature
 from ddpdoctor.explain.normalize import LineInfo, normalize_line, parse_timestamp
+from ddpdoctor.parsers.numbers import parse_int
 
 STATED_CAUSE = "message.stated_cause"
 CHUNK_SIZE = 1 << 20
@@ -520,13 +521,13 @@ class StreamScanner:
             local_rank = entry.local_rank if local_rank is None else local_rank
             host = host or entry.host
         if "pid" in fields and pid is None:
-            pid = int(fields["pid"])
+            pid = parse_int(fields["pid"])
         if self._busy is not None:
             # The line shares its text with a progress bar printed just before it (same stream, no newline).
             fields["busy_elapsed_s"] = str(self._busy[0])
             fields["busy_bar"] = self._busy[1][:MAX_TEXT]
         if "local_rank" in fields and local_rank is None and rank is None:
-            local_rank = int(fields["local_rank"])
+            local_rank = parse_int(fields["local_rank"])
         if "host" in fields and host is None:
             host = fields["host"]
         if len(text) > MAX_TEXT:

@@ -57,7 +57,7 @@ class DumpError(ValueError):
     """The bytes are not a Flight Recorder dump we can read (the message says why)."""
 
 
-class _PlainUnpickler(pickle.Unpickler):
+class _Refusing:
     """Builds only containers and scalars: any class or function reference is refused.
 
     Protocol opcodes for dict/list/tuple/str/bytes/int/float/bool/None need no global lookup; every
@@ -74,12 +74,62 @@ class _PlainUnpickler(pickle.Unpickler):
         raise DumpError("refused: the pickle uses persistent ids; a Flight Recorder dump does not")
 
 
+class _PlainUnpickler(_Refusing, pickle.Unpickler):
+    """The C unpickler, for pickles small enough that whatever they build is bounded by their size."""
+
+
+# One opcode byte builds one object: `}` an empty dict (~90 bytes with its slot), so a 16 MB pickle of
+# `}` is 1.4 GB. Up to FAST_PICKLE_BYTES the C unpickler is used (at most ~200 MB whatever it holds);
+# a larger pickle is unpickled by the Python unpickler with every object it builds counted as it is
+# built, in units of ~30 bytes (a container 3, a string, number, memo entry or reference 1), and
+# refused past MAX_PICKLE_UNITS (~250 MB). A real dump of 20000 entries with 30 frames each spends ~6.6M.
+FAST_PICKLE_BYTES = 2 * 1024 * 1024
+MAX_PICKLE_UNITS = 8_000_000
+_FREE_OPCODES = frozenset(
+    op[0] for op in (pickle.MARK, pickle.STOP, pickle.PROTO, pickle.FRAME, pickle.APPEND, pickle.APPENDS,
+                     pickle.SETITEM, pickle.SETITEMS, pickle.POP, pickle.POP_MARK)
+)
+_CONTAINER_OPCODES = frozenset(
+    op[0] for op in (pickle.EMPTY_DICT, pickle.EMPTY_LIST, pickle.EMPTY_TUPLE, pickle.DICT, pickle.LIST,
+                     pickle.TUPLE, pickle.TUPLE1, pickle.TUPLE2, pickle.TUPLE3, pickle.EMPTY_SET,
+                     pickle.FROZENSET)
+)
+
+
+def _counted(handler: Any, weight: int) -> Any:
+    def run(self: Any) -> None:
+        self.units_left -= weight
+        if self.units_left < 0:
+            raise DumpError(
+                f"builds more than {MAX_PICKLE_UNITS} objects' worth of data: larger than any Flight "
+                "Recorder dump torch writes (a pickle bomb?)"
+            )
+        handler(self)
+
+    return run
+
+
+class _CountingUnpickler(_Refusing, pickle._Unpickler):  # type: ignore[name-defined,misc]
+    """The Python unpickler with each opcode's handler wrapped to spend from a budget before it builds."""
+
+    dispatch = {
+        key: handler if key in _FREE_OPCODES else _counted(handler, 3 if key in _CONTAINER_OPCODES else 1)
+        for key, handler in pickle._Unpickler.dispatch.items()  # type: ignore[attr-defined]
+    }
+
+    def __init__(self, file: Any, units: int = MAX_PICKLE_UNITS) -> None:
+        super().__init__(file)
+        self.units_left = units
+
+
 def load_plain_pickle(data: bytes) -> Any:
-    """Unpickle `data` allowing only plain containers and scalars; DumpError otherwise."""
+    """Unpickle `data` allowing only plain containers and scalars, and only as much as a real dump
+    builds; DumpError otherwise."""
     if len(data) > MAX_DUMP_BYTES:
         raise DumpError(f"{len(data)} bytes: larger than any Flight Recorder dump ({MAX_DUMP_BYTES})")
+    unpickler = _PlainUnpickler if len(data) <= FAST_PICKLE_BYTES else _CountingUnpickler
     try:
-        return _PlainUnpickler(io.BytesIO(data)).load()
+        return unpickler(io.BytesIO(data)).load()
     except DumpError:
         raise
     except RecursionError:
@@ -262,7 +312,7 @@ def build_dump(
         raise DumpError(f"not a Flight Recorder dump: {len(entries_raw)} entries")
     dump_rank = raw.get("rank")
     dump = Dump(
-        rank=dump_rank_number if (dump_rank_number := _as_int(dump_rank)) >= 0 else rank,
+        rank=dump_rank_number if 0 <= (dump_rank_number := _as_int(dump_rank)) <= MAX_PLAUSIBLE_RANK else rank,
         source=source,
         version=_as_str(raw.get("version")),
     )
@@ -305,9 +355,29 @@ def parse_dump(
     return build_dump(raw, source, rank, budget)
 
 
+# No job has a million ranks: a larger rank (a dump's own field, or the number ending its name) is
+# not believed; the file is then left out with a note rather than aligned as rank 9999999.
+MAX_PLAUSIBLE_RANK = 999_999
+
+
 def rank_from_name(name: str) -> Optional[int]:
-    """torch names dumps `<prefix><rank>` (optionally with .json/.pkl): the trailing number is the rank."""
+    """torch names dumps `<prefix><rank>` (optionally with .json/.pkl): the trailing number is the rank.
+
+    None when there is none, or it is signed (`rank_-1`) or longer than 7 digits (`rank_99999999`): the
+    last digits of such a name are not a rank. A 7-digit number past MAX_PLAUSIBLE_RANK is returned
+    as is, for the caller to refuse with a note."""
     base = name.rsplit("/", 1)[-1]
     base = re.sub(r"\.(json|pkl|pickle)$", "", base)
-    match = re.search(r"(\d{1,7})$", base)
+    match = re.search(r"(?<![\d-])(\d{1,7})$", base)
     return int(match.group(1)) if match else None
+
+
+def is_dump_head(head: bytes) -> bool:
+    """Whether a file starting with `head` is a dump rather than a log: JSON, a pickle of protocol 2+
+    (PROTO opcode), or a dict pickled with protocol 0 (`(dp0`) or 1 (`}q\x00(`)."""
+    return (
+        head[:1] == b"\x80"
+        or head.lstrip()[:1] == b"{"
+        or head.startswith(b"(dp")
+        or head[:2] in (b"}q", b"}(", b"}r")
+    )

@@ -14,18 +14,26 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ddpdoctor.edge.files import in_kernel_dir, read_quoted_source, read_user_bytes, source_roots
+from ddpdoctor.edge.files import (
+    in_kernel_dir,
+    read_quoted_source,
+    read_user_bytes,
+    source_roots,
+    user_path_mode,
+)
 from ddpdoctor.edge.procfs import read_process_state as process_state
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import (
     MAX_BUILT_OBJECTS,
     MAX_DUMP_BYTES,
+    MAX_PLAUSIBLE_RANK,
     Budget,
     Dump,
     DumpError,
@@ -266,18 +274,31 @@ def fr_candidates(spec: str) -> tuple[list[Path], list[Path]]:
     if in_kernel_dir(spec):
         return [], []
     path = Path(spec)
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    elif path.is_file():
-        files = [path]
-    else:
-        parent = path.parent if str(path.parent) else Path(".")
-        if not parent.is_dir():
-            return [], []
-        files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and p.is_file())
+    try:
+        mode = user_path_mode(path)
+        if mode is not None and stat.S_ISDIR(mode):
+            files = sorted(p for p in path.iterdir() if _is_file(p) and not p.name.startswith("."))
+        elif mode is not None and stat.S_ISREG(mode):
+            files = [path]
+        else:
+            parent = path.parent if str(path.parent) else Path(".")
+            parent_mode = user_path_mode(parent)
+            if parent_mode is None or not stat.S_ISDIR(parent_mode):
+                return [], []
+            files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and _is_file(p))
+    except OSError:  # InputRefused: a spec from a job's environment that cannot be looked at is no dump
+        return [], []
     files = [p for p in files if not in_kernel_dir(p)]
     partial = [p for p in files if p.name.endswith(".tmp")]
     return [p for p in files if not p.name.endswith(".tmp")], partial[:MAX_FR_FILES]
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        mode = user_path_mode(path)
+    except OSError:
+        return False
+    return mode is not None and stat.S_ISREG(mode)
 
 
 def _twin_name(path: str) -> str:
@@ -310,9 +331,15 @@ def read_dumps(spec: str) -> list[DumpRead]:
         except OSError as exc:
             out.append(DumpRead(str(path), error=f"{path}: {exc.strerror or exc}"))
             continue
+        name_rank = rank_from_name(path.name)
+        if name_rank is not None and name_rank > MAX_PLAUSIBLE_RANK:
+            out.append(DumpRead(str(path), error=(
+                f"{path}: its name claims rank {name_rank}, more than any job has ({MAX_PLAUSIBLE_RANK}); "
+                "left out")))
+            continue
         budget = Budget(min(MAX_BUILT_OBJECTS, total.left))
         try:
-            dump = parse_dump(data, str(path), rank_from_name(path.name), budget)
+            dump = parse_dump(data, str(path), name_rank, budget)
         except DumpError as exc:
             out.append(DumpRead(str(path), error=f"{path}: {exc}"))
             continue

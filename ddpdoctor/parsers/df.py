@@ -9,7 +9,7 @@ from typing import Optional
 _SUFFIX = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
 # At most 24 digits (10^24 bytes is a yottabyte): longer numbers are garbage, and as floats they
 # overflow to infinity, which int() refuses (an OverflowError took the whole System area down).
-_HUMAN = re.compile(r"^(?P<num>\d{1,24}(?:[.,]\d{1,12})?)(?P<suffix>[KMGTPB]?)i?$", re.I)
+_HUMAN = re.compile(r"^(?P<num>\d{1,24}(?:[.,]\d{1,12})?)(?P<suffix>[KMGTPB]?)i?$", re.I | re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def parse_df(text: str) -> list[DfEntry]:
             continue
         if parts[0].lower() == "filesystem":
             header = line.lower()
-            m = re.search(r"(\d{1,12})[kK]?-blocks", header)
+            m = re.search(r"(\d{1,12})[kK]?-blocks", header, re.ASCII)
             if m:
                 block = int(m.group(1)) * (1024 if "k-blocks" in header else 1)
             continue

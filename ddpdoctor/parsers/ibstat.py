@@ -57,8 +57,8 @@ _PHYS_WORDS = {
 }
 _LINK_LAYERS = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
 # Digit runs are bounded: int() refuses strings of thousands of digits, and no state code or port has them.
-_CODE = re.compile(r"^\s*(\d{1,6})\s*:|\((\d{1,6})\)\s*$")
-_NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
+_CODE = re.compile(r"^\s*(\d{1,6})\s*:|\((\d{1,6})\)\s*$", re.ASCII)
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?)", re.ASCII)
 # Lines that report a failure of the tool rather than data (ibpanic/ibwarn, libibverbs, ibstatus).
 _ERROR_LINE = re.compile(
     r"^\s*(?:ibpanic|ibwarn|iberror)\b|\b(?:fail(?:ed|ure)?|fatal|panic|error|can'?t|cannot|no such|"
@@ -131,7 +131,7 @@ def parse_rate_gbps(text: Optional[str]) -> Optional[Number]:
 _IB_WORDS = re.compile(
     r"^\s*(?:ibpanic|ibwarn|iberror|ibstat|ibstatus|ibv_\w+|libibverbs|libibumad)\b|\bIB\b|infiniband|verbs|umad"
     r"|\bno (?:\w+ )?devices\b|\bHCA\b|\bmlx\d|\bport\b|\brdma",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 
 
@@ -211,7 +211,7 @@ class IbStatus:
 
 # "CA 'mlx5_0'" (also Switch/Router/iWARP RNIC/???); "CA: 'mlx5_0'" when one port was asked for.
 _DEVICE = re.compile(r"^(?P<kind>[A-Za-z?][A-Za-z ?]*?):?\s+'(?P<name>[^']+)'\s*$")
-_PORT = re.compile(r"^\s*Port\s+(?P<port>\d{1,6})\s*:\s*$")
+_PORT = re.compile(r"^\s*Port\s+(?P<port>\d{1,6})\s*:\s*$", re.ASCII)
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ]*?)\s*:\s*(?P<value>.*?)\s*$")
 _IBSTAT_PORT_KEYS = {
     "state": "state",

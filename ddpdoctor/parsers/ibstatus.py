@@ -13,7 +13,7 @@ from typing import Any, Optional
 from ddpdoctor.parsers.ibstat import IbPort, IbStatus
 
 _HEADER = re.compile(
-    r"^\s*Infiniband device\s+'(?P<name>[^']+)'\s+port\s+(?P<port>\d{1,6})\s+status\s*:", re.I
+    r"^\s*Infiniband device\s+'(?P<name>[^']+)'\s+port\s+(?P<port>\d{1,6})\s+status\s*:", re.I | re.ASCII
 )
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z_ ]*?)\s*:\s*(?P<value>.*?)\s*$")
 _PORT_KEYS = {

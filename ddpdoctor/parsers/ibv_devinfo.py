@@ -17,14 +17,14 @@ from ddpdoctor.parsers.ibstat import IbDevice, IbPort, IbStatus, as_number
 from ddpdoctor.parsers.numbers import parse_int
 
 _HCA = re.compile(r"^\s*hca_id\s*:\s*(?P<name>\S+)")
-_PORT = re.compile(r"^\s*port\s*:\s*(?P<port>\d{1,6})\s*$")
+_PORT = re.compile(r"^\s*port\s*:\s*(?P<port>\d{1,6})\s*$", re.ASCII)
 # `ibv_devinfo -l`: devinfo.c prints "%d HCA%s found:\n" then "\t%s\n" per device.
-_LIST_HEADER = re.compile(r"^\s*\d{1,6}\s+HCAs?\s+found:\s*$")
+_LIST_HEADER = re.compile(r"^\s*\d{1,6}\s+HCAs?\s+found:\s*$", re.ASCII)
 _LIST_NAME = re.compile(r"^\s+(?P<name>[A-Za-z0-9_.-]+)\s*$")
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z0-9_ ]*?)\s*:\s*(?P<value>.*?)\s*$")
 _PORT_KEYS = {"state": "state", "phys_state": "physical_state", "link_layer": "link_layer"}
-_WIDTH = re.compile(r"(?<!\d)(\d{1,4})\s*X", re.IGNORECASE)
-_SPEED = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps", re.IGNORECASE)
+_WIDTH = re.compile(r"(?<!\d)(\d{1,4})\s*X", re.IGNORECASE | re.ASCII)
+_SPEED = re.compile(r"(\d+(?:\.\d+)?)\s*Gbps", re.IGNORECASE | re.ASCII)
 # Mellanox/NVIDIA's verbs vendor id: their sysfs hca_type (and ibstat's CA type) is "MT<part id>".
 MELLANOX_VENDOR_IDS = {0x02C9, 0x119F}
 

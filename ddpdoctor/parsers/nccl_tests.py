@@ -17,24 +17,26 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ddpdoctor.parsers.numbers import parse_float, parse_int
+
 _PARAMS = re.compile(r"^#?\s*nThread\b")
 _DEVICE = re.compile(
     r"^#?\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+"
-    r"device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+    r"device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$", re.ASCII
 )
-_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(?P<v>[-+\d.eE]+)")
-_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<n>\d{1,18})\s*(?P<status>\w+)?")
-_NCCL_VERSION = re.compile(r"NCCL version\s+(?P<v>\d+\.\d+\.\d+\S*)")
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(?P<v>[-+\d.eE]+)", re.ASCII)
+_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<n>\d{1,18})\s*(?P<status>\w+)?", re.ASCII)
+_NCCL_VERSION = re.compile(r"NCCL version\s+(?P<v>\d+\.\d+\.\d+\S*)", re.ASCII)
 _TEST_NAME = re.compile(r"^#?\s*Collective test(?: starting)?\s*:\s*(?P<name>\S+)")
 # `# nccl-tests version 2.18.0 nccl-headers=22907 nccl-library=22907` (recent nccl-tests, 2.18 here).
 _TESTS_VERSION = re.compile(
-    r"^#?\s*nccl-tests version\s+(?P<v>\d+\.\d+\.\d+\S*)(?:.*\bnccl-library=(?P<lib>\d{4,6})\b)?"
+    r"^#?\s*nccl-tests version\s+(?P<v>\d+\.\d+\.\d+\S*)(?:.*\bnccl-library=(?P<lib>\d{4,6})\b)?", re.ASCII
 )
 # nccl-tests' TESTCHECK/NCCLCHECK/CUDACHECK messages: `host: Test NCCL failure common.cu:959 'internal
 # error ...'`, ` .. host pid 3164639: Test failure common.cu:844`.
 _FAILURE = re.compile(r"\bTest (?:NCCL |CUDA |CURAND )?failure\b")
 # Launcher prefixes: OpenMPI `--tag-output` (`[1,0]<stdout>:`) and Slurm `srun --label` (`0: `, ` 12: `).
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d{1,6}: )")
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d{1,6}: )", re.ASCII)
 _NA = {"N/A", "[N/A]", "n/a", "-", "ERR!"}
 _GROUP_FIELDS = {"time", "algbw", "busbw", "#wrong", "error", "wrong"}
 
@@ -56,14 +58,10 @@ class PerfTable:
 def _num(text: str) -> Any:
     if text in _NA:
         return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return None
+    # The one number reader (parsers/numbers.py): no other script's digits, no negative size, time or
+    # bandwidth, nothing past 18 digits.
+    number = parse_int(text)
+    return number if number is not None else parse_float(text)
 
 
 def _parse_params(line: str) -> dict[str, Any]:
@@ -72,7 +70,10 @@ def _parse_params(line: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for m in re.finditer(r"([A-Za-z][A-Za-z ]*?):?\s+(-?\d+)(?:\((\w+)\))?", body):
         key = m.group(1).strip().replace(" ", "_")
-        params[key] = int(m.group(2))
+        value = parse_int(m.group(2))
+        if value is None:
+            continue
+        params[key] = value
         if m.group(3):
             params[f"{key}_kind"] = m.group(3)
     return params
@@ -117,11 +118,11 @@ def _nccl_version_from_code(code: int) -> str:
 
 def _device(d: re.Match[str]) -> dict[str, Any]:
     return {
-        "rank": int(d.group("rank")),
-        "group": int(d.group("group")) if d.group("group") else None,
-        "pid": int(d.group("pid")),
+        "rank": parse_int(d.group("rank")),
+        "group": parse_int(d.group("group")),
+        "pid": parse_int(d.group("pid")),
         "host": d.group("host"),
-        "device": int(d.group("device")),
+        "device": parse_int(d.group("device")),
         "bus_id": d.group("bus"),
         "name": d.group("name").strip(),
     }
@@ -136,13 +137,13 @@ def _read_meta(table: PerfTable, line: str) -> bool:
     elif (a := _AVG.match(line)) is not None:
         table.avg_busbw = _num(a.group("v"))
     elif (o := _OOB.match(line)) is not None:
-        table.out_of_bounds = int(o.group("n"))
+        table.out_of_bounds = parse_int(o.group("n"))
         if o.group("status"):
             table.ok = o.group("status").upper() == "OK"
     elif (v := _TESTS_VERSION.match(line)) is not None:
         table.nccl_tests_version = v.group("v")
         if v.group("lib") and table.nccl_version is None:
-            table.nccl_version = _nccl_version_from_code(int(v.group("lib")))
+            table.nccl_version = _nccl_version_from_code(parse_int(v.group("lib"), 0))
     else:
         return False
     return True
@@ -150,7 +151,7 @@ def _read_meta(table: PerfTable, line: str) -> bool:
 
 def _row(columns: list[str], values: list[str], test_name: Optional[str]) -> Optional[dict[str, Any]]:
     """One data row by the header's columns; None for a line that only starts with a number."""
-    if not values or not values[0].isdigit():
+    if not values or parse_int(values[0]) is None:
         return None  # NCCL INFO lines and other noise between rows
     lead, groups = _split_groups(columns)
     if len(values) < len(lead) + len(groups[0]):
@@ -159,7 +160,8 @@ def _row(columns: list[str], values: list[str], test_name: Optional[str]) -> Opt
         return None  # a number where the data type's name goes: not a row of this table
     row: dict[str, Any] = {}
     for name, raw in zip(lead, values):
-        row[name] = raw if name in ("type", "redop") else _num(raw)
+        # root is -1 for collectives without one (all_reduce); every other column is a size or count.
+        row[name] = raw if name in ("type", "redop") else (parse_int(raw, signed=True) if name == "root" else _num(raw))
     rest = values[len(lead) :]
     if len(groups) == 1:
         labels = ["out_of_place"]

@@ -89,3 +89,30 @@ def parse_int(
     if number < 0 and not signed:
         return default
     return number
+
+
+# ASCII decimal, an optional fraction and exponent: float() also takes '٣.٥', '1_0', 'nan' and 'inf'.
+_FLOAT = re.compile(r"([+-]?)(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+MAX_FLOAT_CHARS = 40
+
+
+def parse_float(value: object, default: Optional[float] = None, *, signed: bool = False) -> Optional[float]:
+    """`value` (an ASCII decimal text, or an int/float) as a finite float, else `default`. The rule of
+    parse_int: no bools, no other scripts' digits, no text past MAX_FLOAT_CHARS, negative only with
+    `signed`, and never nan or infinity. Never raises."""
+    import math
+
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, (int, float)):
+        number = float(value) if abs(value) < 1e300 else math.inf
+    elif isinstance(value, str):
+        text = value.strip()
+        if not text or len(text) > MAX_FLOAT_CHARS or not _FLOAT.fullmatch(text):
+            return default
+        number = float(text)
+    else:
+        return default
+    if not math.isfinite(number) or (number < 0 and not signed):
+        return default
+    return number

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from ddpdoctor.parsers.numbers import parse_float, parse_int
+
 # Values nvidia-smi prints when it cannot read a field.
 _UNREADABLE = {
     "",
@@ -40,7 +42,7 @@ _UNREADABLE = {
 _TRUE = {"yes", "enabled", "active", "on", "supported", "true"}
 _FALSE = {"no", "disabled", "not active", "off", "not supported", "false"}
 # Digit runs are bounded: int() refuses strings of thousands of digits, and no reading has them.
-_NUMBER = re.compile(r"^\s*(-?\d{1,18}(?:\.\d+)?)\s*(?:[a-zA-Z%()/.]+\s*)*$")
+_NUMBER = re.compile(r"^\s*(-?\d{1,19}(?:\.\d+)?)\s*(?:[a-zA-Z%()/.]+\s*)*$", re.ASCII)
 # The key/value separator: a colon followed by a space or the end of line. Bus ids
 # ("GPU 00000000:19:00.0") and clock times ("11:22:39") have colons followed by digits, so they
 # stay whole.
@@ -61,6 +63,13 @@ def value_or_none(text: Optional[str]) -> Optional[str]:
     return None if text.lower() in _UNREADABLE else text
 
 
+def to_signed_int(text: Optional[str]) -> Optional[int]:
+    """to_int for the readings that may be below zero: temperatures (T.Limit margins are -2 C)."""
+    text = value_or_none(text)
+    m = re.match(r"^(-?\d{1,19})(?:\s+\S.*)?$", text, re.ASCII) if text is not None else None
+    return parse_int(m.group(1), signed=True) if m else None
+
+
 def to_int(text: Optional[str]) -> Optional[int]:
     """`16x` -> 16, `29 C` -> 29, `2560 bank(s)` -> 2560, `0x1900` -> 6400; None when unreadable."""
     text = value_or_none(text)
@@ -68,8 +77,9 @@ def to_int(text: Optional[str]) -> Optional[int]:
         return None
     if re.fullmatch(r"0x[0-9a-fA-F]+", text):
         return int(text, 16)
-    m = re.match(r"^(-?\d{1,18})\s*x?$", text) or re.match(r"^(-?\d{1,18})(?:\s+\S.*)?$", text)
-    return int(m.group(1)) if m else None
+    # ASCII digits only (re.ASCII) and the one integer reader: no reading is negative or 19 digits long.
+    m = re.match(r"^(-?\d{1,19})\s*x?$", text, re.ASCII) or re.match(r"^(-?\d{1,19})(?:\s+\S.*)?$", text, re.ASCII)
+    return parse_int(m.group(1)) if m else None
 
 
 def to_float(text: Optional[str]) -> Optional[float]:
@@ -77,8 +87,8 @@ def to_float(text: Optional[str]) -> Optional[float]:
     text = value_or_none(text)
     if text is None:
         return None
-    m = re.match(r"^(-?\d+(?:\.\d+)?)", text)
-    return float(m.group(1)) if m else None
+    m = re.match(r"^(-?\d+(?:\.\d+)?)", text, re.ASCII)
+    return parse_float(m.group(1)) if m else None
 
 
 def to_bool(text: Optional[str]) -> Optional[bool]:
@@ -344,15 +354,15 @@ _SECTIONS: dict[str, dict[str, _Field]] = {
         "replay_rollovers": (to_int, ("PCI", "Replay Number Rollovers")),
     },
     "temperature": {
-        "gpu_c": (to_int, ("Temperature", "GPU Current Temp")),
-        "memory_c": (to_int, ("Temperature", "Memory Current Temp")),
-        "slowdown_c": (to_int, ("Temperature", "GPU Slowdown Temp")),
-        "shutdown_c": (to_int, ("Temperature", "GPU Shutdown Temp")),
-        "max_operating_c": (to_int, ("Temperature", "GPU Max Operating Temp")),
+        "gpu_c": (to_signed_int, ("Temperature", "GPU Current Temp")),
+        "memory_c": (to_signed_int, ("Temperature", "Memory Current Temp")),
+        "slowdown_c": (to_signed_int, ("Temperature", "GPU Slowdown Temp")),
+        "shutdown_c": (to_signed_int, ("Temperature", "GPU Shutdown Temp")),
+        "max_operating_c": (to_signed_int, ("Temperature", "GPU Max Operating Temp")),
         # R535+ prints T.Limit values: headroom (degrees below the limit), not absolute limits.
-        "t_limit_c": (to_int, ("Temperature", "GPU T.Limit Temp")),
-        "slowdown_t_limit_c": (to_int, ("Temperature", "GPU Slowdown T.Limit Temp")),
-        "shutdown_t_limit_c": (to_int, ("Temperature", "GPU Shutdown T.Limit Temp")),
+        "t_limit_c": (to_signed_int, ("Temperature", "GPU T.Limit Temp")),
+        "slowdown_t_limit_c": (to_signed_int, ("Temperature", "GPU Slowdown T.Limit Temp")),
+        "shutdown_t_limit_c": (to_signed_int, ("Temperature", "GPU Shutdown T.Limit Temp")),
     },
     "power": {
         "draw_w": (
@@ -476,7 +486,9 @@ def _csv_value(text: str, numeric: bool) -> Any:
     if not m:
         return value
     num = m.group(1)
-    return float(num) if "." in num else int(num)
+    # The one number readers: another script's digits, a negative count or 19 digits are no reading.
+    number = parse_float(num) if "." in num else parse_int(num)
+    return value if number is None else number
 
 
 def _looks_like_header(cells: list[str]) -> bool:
@@ -520,11 +532,37 @@ def parse_nvidia_smi_csv(text: str, fields: Optional[list[str]] = None) -> dict[
         row: list[Any] = []
         for i, c in enumerate(cells):
             name = names[i] if names and i < len(names) else None
-            carries_unit = bool(re.fullmatch(r"-?\d+(\.\d+)?\s+\S+", c.strip()))
+            carries_unit = bool(re.fullmatch(r"-?\d+(\.\d+)?\s+\S+", c.strip(), re.ASCII))
             row.append(_csv_value(c, numeric=(name in units) or carries_unit))
         rows.append(row)
+    if not fields and not _is_gpu_query(header, rows):
+        # HTML, a traceback, another tool's CSV or JSON: every line would be a "row" (exit 3 in `parse`).
+        return {"header": None, "fields": None, "units": {}, "rows": [], "records": None}
     records = [dict(zip(names, r)) for r in rows] if names else None
     return {"header": header, "fields": names, "units": units, "rows": rows, "records": records}
+
+
+# The first part of every --query-gpu field name (`nvidia-smi --help-query-gpu`).
+_QUERY_FIELDS = frozenset((
+    "accounting", "addressing_mode", "clocks", "clocks_event_reasons", "clocks_throttle_reasons",
+    "compute_cap", "compute_mode", "count", "display_active", "display_mode", "driver_model",
+    "driver_version", "ecc", "encoder", "enforced", "fabric", "fan", "gom", "gpu_bus_id", "gpu_name",
+    "gpu_serial", "gpu_uuid", "index", "inforom", "memory", "mig", "module_id", "name", "pci",
+    "persistence_mode", "power", "protected_memory", "pstate", "reset_status", "retired_pages",
+    "serial", "temperature", "timestamp", "utilization", "uuid", "vbios_version", "platform",
+))
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
+_GPU_VALUE = re.compile(r"GPU-[0-9a-fA-F-]{8,}|(?:NVIDIA|Tesla|Quadro|GeForce|TITAN)\b.*")
+
+
+def _is_gpu_query(header: Optional[list[str]], rows: list[list[Any]]) -> bool:
+    """A header naming --query-gpu fields, or (noheader) a row holding a bus id, GPU uuid or GPU name."""
+    if header is not None:
+        return any(c.split(" [", 1)[0].split(".", 1)[0] in _QUERY_FIELDS for c in header)
+    return any(
+        isinstance(cell, str) and (_BUS_ID.fullmatch(cell) or _GPU_VALUE.fullmatch(cell))
+        for row in rows for cell in row
+    )
 
 
 PARSE_TOOLS = {"nvidia-smi-q": parse_nvidia_smi_q, "nvidia-smi-csv": parse_nvidia_smi_csv}

@@ -6,14 +6,14 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-_GPU = re.compile(r"^\s*GPU\s+(?P<index>\d{1,6})\s*:\s*(?P<name>.*?)\s*(?:\(UUID:\s*(?P<uuid>[^)]+)\))?\s*$")
-_LINK = re.compile(r"^\s*Link\s+(?P<link>\d+)\s*:\s*(?P<rest>.*?)\s*$")
-_SPEED = re.compile(r"^(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[GM]B/s)$", re.I)
+_GPU = re.compile(r"^\s*GPU\s+(?P<index>\d{1,6})\s*:\s*(?P<name>.*?)\s*(?:\(UUID:\s*(?P<uuid>[^)]+)\))?\s*$", re.ASCII)
+_LINK = re.compile(r"^\s*Link\s+(?P<link>\d+)\s*:\s*(?P<rest>.*?)\s*$", re.ASCII)
+_SPEED = re.compile(r"^(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[GM]B/s)$", re.I | re.ASCII)
 _COUNTER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z /-]*?)\s*(?:Errors?)?\s*:\s*(?P<value>\S+)$")
 # `nvidia-smi nvlink -c`: "Link 0, P2P is supported: true".
 _CAPABILITY = re.compile(
     r"^\s*Link\s+(?P<link>\d+)\s*,\s*(?P<name>[A-Za-z0-9][A-Za-z0-9 /-]*?)\s*:\s*(?P<value>true|false)\s*$",
-    re.I,
+    re.I | re.ASCII,
 )
 
 

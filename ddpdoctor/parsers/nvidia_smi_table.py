@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from ddpdoctor.parsers.numbers import parse_int
+from ddpdoctor.parsers.numbers import parse_float, parse_int
 from ddpdoctor.parsers.nvidia_smi import ERROR_LINES, to_bool, to_compute_mode, value_or_none
 
 _BOX = frozenset("-=+|")
@@ -24,17 +24,17 @@ _DRIVER = re.compile(r"Driver Version:\s*(\S+)")
 _CUDA = re.compile(r"CUDA Version:\s*(\S+)")
 # The number a value starts with (`72W`, `81559MiB`); parse_int bounds its digits.
 _LEADING_INT = re.compile(r"-?[0-9]+")
-_FLOAT = re.compile(r"^-?\d{1,18}(?:\.\d{1,18})?")
+_FLOAT = re.compile(r"^-?\d{1,18}(?:\.\d{1,18})?", re.ASCII)
 # `72W /  700W`, `1MiB /  81559MiB`, `N/A /  N/A`: the slash between spaces, so the one in `N/A` is not it.
 _PAIR = re.compile(r"^(?P<left>.*?\S)\s+/\s+(?P<right>\S+)$")
 # Process rows. Memory is `1357MiB` or `N/A` (WDDM on Windows, and containers without PID visibility).
 _MEM = r"(?P<mem>\d{1,18}\s*MiB|N/A|\[N/A\])"
 _PROCESS_NEW = re.compile(
     r"^(?P<gpu>\d{1,9})\s+(?P<gi>\S+)\s+(?P<ci>\S+)\s+(?P<pid>\d{1,18})\s+(?P<type>[A-Z+]{1,5})\s+"
-    r"(?P<name>.*?)\s+" + _MEM + r"$"
+    r"(?P<name>.*?)\s+" + _MEM + r"$", re.ASCII
 )
 _PROCESS_OLD = re.compile(
-    r"^(?P<gpu>\d{1,9})\s+(?P<pid>\d{1,18})\s+(?P<type>[A-Z+]{1,5})\s+(?P<name>.*?)\s+" + _MEM + r"$"
+    r"^(?P<gpu>\d{1,9})\s+(?P<pid>\d{1,18})\s+(?P<type>[A-Z+]{1,5})\s+(?P<name>.*?)\s+" + _MEM + r"$", re.ASCII
 )
 # Persistence-mode column values; on Windows the column shows the driver model (WDDM/TCC) instead.
 _PERSISTENCE = {"on", "off", "n/a", "[n/a]", "err!", "wddm", "tcc", "mcdm"}
@@ -51,7 +51,7 @@ def _float(text: Optional[str]) -> Optional[float]:
     """`72.50W` -> 72.5, `N/A` -> None."""
     text = value_or_none(text)
     m = _FLOAT.match(text) if text else None
-    return float(m.group(0)) if m else None
+    return parse_float(m.group(0), signed=True) if m else None
 
 
 def _table_part(line: str) -> Optional[str]:
@@ -78,10 +78,10 @@ def _cells(body: str) -> list[str]:
 
 def _gpu_row1(cells: list[str], gpu: dict[str, Any]) -> bool:
     """`|   0  NVIDIA H100 80GB HBM3    On  |   00000000:19:00.0 Off |    0 |`; False if not such a row."""
-    m = re.match(r"^\s*(\d{1,9})(?:\s+(.*?))?\s*$", cells[0])
+    m = re.match(r"^\s*(\d{1,9})(?:\s+(.*?))?\s*$", cells[0], re.ASCII)
     if not m:
         return False
-    gpu["index"] = int(m.group(1))
+    gpu["index"] = parse_int(m.group(1))
     rest = (m.group(2) or "").split()
     if rest and rest[-1].lower() in _PERSISTENCE:
         gpu["persistence_mode"] = to_bool(rest[-1])
@@ -94,7 +94,7 @@ def _gpu_row1(cells: list[str], gpu: dict[str, Any]) -> bool:
     if len(cells) > 2:
         ecc = value_or_none(cells[2])
         # With MIG enabled the column shows `On`, not a count; only a plain number is a count.
-        gpu["ecc_uncorrectable"] = int(ecc) if ecc and re.fullmatch(r"\d{1,18}", ecc) else None
+        gpu["ecc_uncorrectable"] = parse_int(ecc)
     return True
 
 
@@ -110,18 +110,18 @@ def _gpu_row2(cells: list[str], gpu: dict[str, Any]) -> None:
         tokens = left.split()
     fan = temp = perf = None
     for token in tokens:
-        if re.fullmatch(r"\d{1,3}%", token):
+        if re.fullmatch(r"\d{1,3}%", token, re.ASCII):
             fan = token
-        elif re.fullmatch(r"-?\d{1,4}C", token):
+        elif re.fullmatch(r"-?\d{1,4}C", token, re.ASCII):
             temp = token
-        elif re.fullmatch(r"P\d{1,2}", token):
+        elif re.fullmatch(r"P\d{1,2}", token, re.ASCII):
             perf = token
     if len(tokens) == 3:
         # Unreadable values (`ERR!`, `N/A`) carry no unit: fall back to the column order.
         fan, temp, perf = fan or tokens[0], temp or tokens[1], perf or tokens[2]
     gpu["fan_percent"] = _int(fan)
     gpu["temperature_c"] = _int(temp)
-    gpu["perf_state"] = value_or_none(perf) if perf and re.fullmatch(r"P\d{1,2}", perf) else None
+    gpu["perf_state"] = value_or_none(perf) if perf and re.fullmatch(r"P\d{1,2}", perf, re.ASCII) else None
     if len(cells) > 1:
         mem = _PAIR.match(cells[1].strip())
         if mem:
@@ -185,7 +185,7 @@ def _parse_mig_device(rows: list[list[str]]) -> Optional[dict[str, Any]]:
     if not rows:
         return None
     ids = rows[0][0].split()
-    if len(ids) < 4 or not all(re.fullmatch(r"\d{1,9}", i) for i in ids[:4]):
+    if len(ids) < 4 or not all(re.fullmatch(r"\d{1,9}", i, re.ASCII) for i in ids[:4]):
         return None
     dev: dict[str, Any] = {
         "gpu": int(ids[0]),

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ddpdoctor.parsers.numbers import parse_int
+
 # bash: "max locked memory       (kbytes, -l) 64"; bash >= 5.1 adds "(microseconds, -R)" lines.
 _BASH_LINE = re.compile(
     r"^(?P<name>.+?)\s*\((?:(?P<unit>[^,)]*),\s*)?-(?P<flag>[A-Za-z])\)\s+(?P<value>\S+)\s*$"
@@ -51,9 +53,14 @@ class Ulimits:
 
 
 def _value(text: str) -> Optional[int]:
+    """None for unlimited; ValueError for anything the one integer reader refuses (another script's
+    digits, a negative limit, more than 18 digits)."""
     if text == "unlimited":
         return None
-    return int(text)
+    number = parse_int(text)
+    if number is None:
+        raise ValueError(f"not a limit: {text[:40]!r}")
+    return number
 
 
 def parse_ulimit(text: str) -> Ulimits:

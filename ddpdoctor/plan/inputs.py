@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -19,6 +20,10 @@ from ddpdoctor.edge.files import (
     load_json_text,
     read_stdin_bytes,
     read_user_bytes,
+    read_user_head,
+    refusal_text,
+    shown_path,
+    user_path_mode,
 )
 from ddpdoctor.plan.judge import Hardware
 from ddpdoctor.plan.shape import ModelShape, shape_from_config
@@ -55,32 +60,45 @@ def resolve_config(text: str, env: Optional[dict[str, str]] = None) -> Path:
     name (`org/name`) already in the local Hugging Face cache (the snapshot refs/main points to, else the
     newest). Nothing is downloaded. PlanInputError when none is found."""
     path = Path(text)
-    if path.is_dir():
+    try:
+        mode = user_path_mode(path)
+    except InputRefused as exc:
+        raise PlanInputError(refusal_text(exc)) from None
+    if mode is not None and stat.S_ISDIR(mode):
         return path / "config.json"
-    if path.exists() or not _HUB_NAME.match(text):
+    if mode is not None or not _HUB_NAME.match(text):
         return path
     repo = hub_cache_dir(env) / ("models--" + text.replace("/", "--"))
     snapshots = repo / "snapshots"
     candidates: list[Path] = []
     try:
-        ref = (repo / "refs" / "main").read_text(encoding="ascii", errors="replace").strip()
+        # The bounded reader: refs/main may be a FIFO or a device in a cache someone else filled.
+        ref = read_user_head(repo / "refs" / "main", 128).decode("ascii", errors="replace").strip()
         if re.fullmatch(r"[0-9a-f]{40}", ref):
             candidates.append(snapshots / ref / "config.json")
-    except OSError:
+    except (OSError, ValueError):
         pass  # no refs/main: a cache filled by snapshot_download(revision=...) or copied by hand
     try:
-        found = [p / "config.json" for p in snapshots.iterdir() if (p / "config.json").is_file()]
+        found = [p / "config.json" for p in snapshots.iterdir() if _is_regular(p / "config.json")]
         candidates += sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
+    except (OSError, ValueError):
         pass
     for candidate in candidates:
-        if candidate.is_file():
+        if _is_regular(candidate):
             return candidate
     raise PlanInputError(
         f"{text}: no such file, and no {text} in the Hugging Face cache ({hub_cache_dir(env)}); plan never "
         "downloads: give the config.json path or run `huggingface-cli download "
         f"{text} config.json` first"
     )
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        mode = user_path_mode(path)
+    except InputRefused:
+        return False
+    return mode is not None and stat.S_ISREG(mode)
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -96,9 +114,9 @@ def read_config(path: Path) -> dict[str, Any]:
             raise PlanInputError(
                 f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB: not a model config"
             ) from None
-        raise PlanInputError(f"{path}: {exc.strerror}") from None  # a FIFO, device, directory
-    except OSError as exc:
-        raise PlanInputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+        raise PlanInputError(refusal_text(exc)) from None  # a FIFO, device, directory
+    except (OSError, ValueError) as exc:
+        raise PlanInputError(f"{shown_path(path)}: cannot open: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         # Decoded strictly first: json.loads on bytes would guess UTF-16 from a byte-order mark.
         # utf-8-sig: a byte-order mark (Windows editors write one) is skipped, not an error.
