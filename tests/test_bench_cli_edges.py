@@ -170,12 +170,12 @@ def test_output_in_read_only_directory_refused(tmp_path: Path, no_launch: list[s
 
 
 def test_write_failing_at_the_end_is_not_exit_0(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ddpdoctor.cli.bench_output as bench_output
+    import ddpdoctor.cli.bench as bench_cli
 
     for name in LAUNCH_VARS:
         monkeypatch.delenv(name, raising=False)
     # The path passes the pre-launch check (as if the directory vanished during the run), then fails.
-    monkeypatch.setattr(bench_output, "output_path_problem", lambda path: None)
+    monkeypatch.setattr(bench_cli, "_check_outputs", lambda *args: None)
     result = _invoke(*TINY, "--json", "/proc/nope/x.json")
     assert "cannot write --json /proc/nope/x.json" in result.output
     assert result.exit_code == 1, result.output

@@ -18,6 +18,8 @@ def parse_size(text: str) -> int:
     if not m:
         raise ValueError(f"not a size: {text!r} (use bytes or a K/M/G suffix, e.g. 8, 64K, 4M, 1G)")
     number, unit = m.group(1), m.group(2).upper()
+    if len(number) > 24:  # int() of thousands of digits is slow, then a ValueError of its own
+        raise ValueError(f"not a size: {number[:12]}... ({len(number)} digits)")
     if "." not in number:
         return int(number) * _UNITS[unit]  # exact: a float would turn 2**53 + 1 into 2**53
     value = float(number) * _UNITS[unit]
@@ -33,6 +35,18 @@ def format_size(n: int) -> str:
         if n >= factor and n % factor == 0:
             return f"{n // factor}{unit}"
     return str(n)
+
+
+def check_size_range(min_bytes: int, max_bytes: int | None) -> None:
+    """ValueError (a usage error) for --min-bytes/--max-bytes no benchmark can run: below 1 byte, or a
+    maximum under the minimum. (A size too large for memory is the bench.max_bytes.too_large refusal.)"""
+    for flag, value in (("--min-bytes", min_bytes), ("--max-bytes", max_bytes)):
+        if value is None:
+            continue
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1 byte, not {value}")
+    if max_bytes is not None and max_bytes < min_bytes:
+        raise ValueError(f"--max-bytes ({max_bytes}) is smaller than --min-bytes ({min_bytes})")
 
 
 def size_sequence(min_bytes: int, max_bytes: int, step_factor: int = 2) -> list[int]:

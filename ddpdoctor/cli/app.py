@@ -80,20 +80,33 @@ def expect_option(help: str) -> Optional[Path]:
 
 
 def output_option() -> Optional[Path]:
-    """`-o/--output FILE`: write the --format output to FILE, atomically (docs/ci.md)."""
+    """`-o/--output FILE`: write the --format output to FILE, atomically (docs/ci.md); '-' is stdout."""
     return typer.Option(
         None,
         "-o",
         "--output",
+        parser=_output_path,
         callback=_writable_output,
-        help="Write the --format output to FILE instead of stdout, atomically (a temporary file in the same "
-        "directory, then renamed): node_exporter's textfile collector never reads half a file.",
+        help="Write the --format output to FILE instead of stdout ('-': stdout), atomically (a temporary file "
+        "in the same directory, then renamed): node_exporter's textfile collector never reads half a file.",
     )
+
+
+def _output_path(text: str) -> Path:
+    # Judged on the text as typed: Path() drops a trailing '/', which says "a directory".
+    from ddpdoctor.edge.files import output_target_problem
+
+    if text != "-" and text.endswith("/"):
+        problem = output_target_problem(text, force=None)
+        raise bad_parameter(f"cannot write {text}: {problem}")
+    return Path(text)
 
 
 def _writable_output(path: Optional[Path]) -> Optional[Path]:
     # Before anything runs: a check or a benchmark must not run only to lose its output.
     if path is not None:
+        if str(path) == "-":
+            return None  # stdout, as everywhere
         from ddpdoctor.edge.files import atomic_target_problem
 
         problem = atomic_target_problem(path)

@@ -64,7 +64,7 @@ def _usage(message: str) -> typer.Exit:
     return typer.Exit(int(ExitCode.USAGE))
 
 
-def _refuse_malformed_launch(json_file: Optional[str]) -> None:
+def _refuse_malformed_launch(json_file: Optional[str], force: bool = False) -> None:
     """A launcher variable that is not a number (RANK=abc) is refused, as `check` reports it
     (launch.var.malformed), instead of silently running a local benchmark: exit 2 on every rank."""
     from ddpdoctor.checks.launch import SLURM_INT_VARS, TORCH_INT_VARS, check_malformed, parse_launch_env
@@ -77,15 +77,17 @@ def _refuse_malformed_launch(json_file: Optional[str]) -> None:
         return
     render_refusals(refusals)
     bench_output.write_refusal_outputs(
-        {"json_file": json_file, "csv_file": None, "format": "table"},
+        {"json_file": json_file, "csv_file": None, "format": "table", "force": force},
         {"host": socket.gethostname()},
         refusals,
     )
     raise typer.Exit(int(ExitCode.USAGE))
 
 
-def _check_outputs(json_file: Optional[str], csv_file: Optional[str]) -> None:
+def _check_outputs(json_file: Optional[str], csv_file: Optional[str], force: bool = False) -> None:
     """Usage errors for output files that cannot be written or that would share stdout."""
+    from ddpdoctor.edge.files import output_target_problem, shown_path
+
     if json_file == "-" and csv_file == "-":
         raise _usage("--json - and --csv - would both print to stdout; write one of them to a FILE")
     for flag, value in (("--json", json_file), ("--csv", csv_file)):
@@ -93,9 +95,9 @@ def _check_outputs(json_file: Optional[str], csv_file: Optional[str]) -> None:
             continue
         if not value:
             raise _usage(f"{flag} needs a FILE name (or '-' for stdout)")
-        problem = bench_output.output_path_problem(value)
+        problem = output_target_problem(value, force=force)
         if problem is not None:
-            raise _usage(f"cannot write {flag} {value}: {problem}; nothing was run")
+            raise _usage(f"cannot write {flag} {shown_path(value)}: {problem}; nothing was run")
 
 
 @app.command(
@@ -157,6 +159,9 @@ def bench_nccl(
         None, "--csv", help="Write rows + environment as CSV to FILE ('-': stdout)."
     ),
     output: Optional[Path] = output_option(),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite an existing --json/--csv FILE (replaced whole, never through a link)."
+    ),
     min_busbw: Optional[float] = typer.Option(
         None, "--min-busbw", min=0.0, help="Exit 1 when the all_reduce peak busbw (GB/s) is below this."
     ),
@@ -183,7 +188,7 @@ def bench_nccl(
     ),
 ) -> None:
     from ddpdoctor.bench.math import DTYPE_SIZES
-    from ddpdoctor.bench.sizes import parse_size, size_sequence
+    from ddpdoctor.bench.sizes import check_size_range, parse_size, size_sequence
 
     started = time.time()  # the run's duration in --format prometheus
     if backend not in ("auto", "nccl", "gloo"):
@@ -194,12 +199,13 @@ def bench_nccl(
         op_list = _split_ops(ops)
         lo = parse_size(min_bytes)
         hi_given = parse_size(max_bytes) if max_bytes is not None else None
+        check_size_range(lo, hi_given)
         if hi_given is not None:
             size_sequence(lo, hi_given, step_factor)
     except ValueError as exc:
         raise _usage(str(exc)) from None
-    _check_outputs(json_file, csv_file)
-    _refuse_malformed_launch("-" if output_format == "json" else json_file)
+    _check_outputs(json_file, csv_file, force)
+    _refuse_malformed_launch("-" if output_format == "json" else json_file, force)
     if pairwise:
         from ddpdoctor.cli.cluster import run_pairwise_command
         from ddpdoctor.cluster.launch import LaunchError, detect_launch
@@ -233,6 +239,7 @@ def bench_nccl(
             timeout=timeout,
             output_format=output_format,
             json_file=json_file,
+            force=force,
         )
         # run_pairwise_command ends with typer.Exit; should it ever return, the pairwise run still
         # is the whole command: never fall through into the collective benchmark.
@@ -312,6 +319,7 @@ def bench_nccl(
         timeout=timeout,
         json_file=json_file,
         csv_file=csv_file,
+        force=force,
         min_busbw=min_busbw,
         baseline_rows=baseline_rows,
         baseline_tolerance=baseline_tolerance,

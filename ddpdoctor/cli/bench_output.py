@@ -6,47 +6,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ddpdoctor.cli.app import emit, say
-
-
-def output_path_problem(path: str) -> Optional[str]:
-    """Why FILE cannot be written (None when it can): checked before launch, so that a benchmark is
-    never run only to lose its results. Equivalent: test -d FILE || test -w "$(dirname FILE)"."""
-    target = Path(path)
-    if target.is_dir():
-        return "it is a directory"
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        return f"its directory {str(parent)!r} does not exist"
-    if target.exists():
-        if not os.access(target, os.W_OK):
-            return "it is not writable"
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        return f"its directory {str(parent)!r} is not writable"
-    return open_for_writing(target)
-
-
-def open_for_writing(target: Path) -> Optional[str]:
-    """Really open FILE for writing (created when absent, never truncated), the only test that holds
-    for /proc, read-only mounts and quotas; a file created here is removed again, so a run refused later
-    leaves nothing behind. O_NONBLOCK: a FIFO without a reader is refused instead of blocking."""
-    existed = target.exists()
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    os.close(fd)
-    if not existed:
-        try:
-            target.unlink()
-        except OSError:
-            pass
-    return None
 
 
 def write_outputs(
@@ -124,11 +88,8 @@ def write_outputs(
         if json_file == "-":
             print_json(data)
         else:
-            try:
-                Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
-            except OSError as exc:
-                say(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)
-                written = False
+            text = json.dumps(data, indent=2, default=str) + "\n"
+            written = _write_file("--json", json_file, text, options.get("force", False)) and written
     if csv_file:
         flat = csv_rows(rows, env)
         fields = list(flat[0]) if flat else list(ROW_FIELDS)
@@ -137,14 +98,24 @@ def write_outputs(
             write_csv(buffer, fields, flat)
             emit(buffer.getvalue())
         else:
-            try:
-                with open(csv_file, "w", newline="") as fh:
-                    write_csv(fh, fields, flat)
-            except OSError as exc:
-                say(f"error: cannot write --csv {csv_file}: {exc.strerror or exc}", err=True)
-                written = False
+            buffer = io.StringIO(newline="")
+            write_csv(buffer, fields, flat)
+            written = _write_file("--csv", csv_file, buffer.getvalue(), options.get("force", False)) and written
     sys.stdout.flush()
     return written
+
+
+def _write_file(flag: str, path: str, text: str, force: bool) -> bool:
+    """--json/--csv FILE through the one writer (edge.files.write_output_file); False when refused or
+    failed (said on stderr)."""
+    from ddpdoctor.edge.files import shown_path, write_output_file
+
+    try:
+        write_output_file(path, text, force=force)
+    except OSError as exc:
+        say(f"error: cannot write {flag} {shown_path(path)}: {exc.strerror or exc}", err=True)
+        return False
+    return True
 
 
 def write_format_output(path: Optional[Path], text: str) -> bool:

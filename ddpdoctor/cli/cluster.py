@@ -111,6 +111,7 @@ def run_pairwise_command(
     timeout: float,
     output_format: str,
     json_file: Optional[str],
+    force: bool = False,
 ) -> None:
     """`bench-nccl --pairwise` on this rank; always ends with typer.Exit (rank 0 prints the matrix)."""
 
@@ -144,7 +145,7 @@ def run_pairwise_command(
             }
             if output_format == "json":
                 _emit_pairwise(refusal, "-")
-            _emit_pairwise(refusal, json_file)
+            _emit_pairwise(refusal, json_file, force)
         linger_for_siblings()
         raise typer.Exit(outcome.exit_code)
     if outcome.rank == 0:
@@ -173,11 +174,11 @@ def run_pairwise_command(
 
         render_pairwise(data, outcome.analysis.findings)
     if json_file != "-":
-        _emit_pairwise(data, json_file)
+        _emit_pairwise(data, json_file, force)
     raise typer.Exit(outcome.exit_code)
 
 
-def _emit_pairwise(data: Mapping[str, Any], json_file: Optional[str]) -> None:
+def _emit_pairwise(data: Mapping[str, Any], json_file: Optional[str], force: bool = False) -> None:
     """The pairwise JSON document to stdout ('-') or to FILE (--json FILE)."""
     import json
 
@@ -186,7 +187,9 @@ def _emit_pairwise(data: Mapping[str, Any], json_file: Optional[str]) -> None:
 
         print_json(data)
     elif json_file:
+        from ddpdoctor.edge.files import write_output_file
+
         try:
-            Path(json_file).write_text(json.dumps(data, indent=2, default=str) + "\n")
+            write_output_file(json_file, json.dumps(data, indent=2, default=str) + "\n", force=force)
         except OSError as exc:
             say(f"error: cannot write --json {json_file}: {exc.strerror or exc}", err=True)

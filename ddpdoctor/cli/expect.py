@@ -18,7 +18,7 @@ from ddpdoctor.cli.app import app, emit, replay_option, say, timeout_option, usa
     "(and `bench-nccl --expect FILE`). Format in docs/ci.md."
 )
 def expect(
-    write: Path = typer.Option(..., "--write", help="File to write ('-' prints it)."),
+    write: str = typer.Option(..., "--write", help="File to write ('-' prints it)."),
     replay: Optional[Path] = replay_option(
         "Read the facts from a snapshot directory instead of this machine."
     ),
@@ -31,9 +31,14 @@ def expect(
     from ddpdoctor.core.engine import load_hostname
     from ddpdoctor.edge.sources import LiveSources, ReplaySources
 
-    to_stdout = str(write) == "-"
-    if not to_stdout and write.exists() and not force:
-        raise usage_error(f"{write} exists (use --force to overwrite)")
+    to_stdout = write == "-"
+    if not to_stdout:
+        from ddpdoctor.edge.files import output_target_problem, shown_path
+
+        # Before any probe runs, and without a traceback for a name the system refuses (too long).
+        problem = output_target_problem(write, force=force)
+        if problem is not None:
+            raise usage_error(f"cannot write {shown_path(write)}: {problem}")
     # Leaving the block kills any probe still running (a hung tool, or Ctrl-C): nothing is orphaned.
     with ReplaySources(replay) if replay is not None else LiveSources() as sources:
         sources.deadline = time.monotonic() + timeout
@@ -50,7 +55,7 @@ def expect(
         try:
             write_new_file(write, text, force=force)
         except OSError as exc:
-            raise usage_error(f"cannot write {write}: {exc.strerror or exc}") from None
+            raise usage_error(f"cannot write {shown_path(write)}: {exc.strerror or exc}") from None
         say(
             f"wrote {write}" + (f" ({len(notes)} facts unavailable, see its comments)" if notes else "")
         )

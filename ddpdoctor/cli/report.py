@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +17,7 @@ BENCH_TIMEOUT_S = 120.0
     "environment and raw probe outputs (collapsed), with secrets redacted. Exit 0 when written."
 )
 def report(
-    output: Optional[Path] = typer.Option(
+    output: Optional[str] = typer.Option(
         None, "-o", "--output", help="Write to FILE.md instead of stdout ('-': stdout)."
     ),
     bench: bool = typer.Option(
@@ -40,20 +38,15 @@ def report(
 
     if replay is not None and bench:
         raise usage_error("--bench measures this machine; it cannot be combined with --replay")
-    if output is not None and str(output) == "-":
+    if output == "-":
         output = None  # as `bench-nccl --json -`: '-' is stdout, never a file named '-'
-    # Before any probe runs: a refusal must not cost a full run (write_report checks again, atomically).
-    if output is not None and os.path.lexists(output):
-        if output.is_symlink():
-            raise usage_error(f"{output} is a symbolic link; refusing to write through it")
-        mode = os.stat(output).st_mode
-        if not stat.S_ISREG(mode):
-            from ddpdoctor.edge.files import describe_file_type
+    # Before any probe runs: a refusal must not cost a full run (write_report checks again).
+    if output is not None:
+        from ddpdoctor.edge.files import output_target_problem, shown_path
 
-            # --force would not help (write_new_file never writes into one): do not suggest it.
-            raise usage_error(f"{output} is not a regular file ({describe_file_type(mode)}); refusing to write to it")
-        if not force:
-            raise usage_error(f"{output} exists (use --force to overwrite)")
+        problem = output_target_problem(output, force=force)
+        if problem is not None:
+            raise usage_error(f"cannot write {shown_path(output)}: {problem}")
     # Leaving the block kills any probe still running (a hung tool, or Ctrl-C): nothing is orphaned.
     with ReplaySources(replay) if replay is not None else LiveSources() as sources:
         inputs = gather_report_inputs(
@@ -65,7 +58,7 @@ def report(
         )
     text = build_report_text(inputs)
     try:
-        write_report(text, output, force=force)
+        write_report(text, None if output is None else Path(output), force=force)
     except BrokenPipeError:
         raise  # standard output closed: cli.main says so (exit 2)
     except OSError as exc:

@@ -19,7 +19,6 @@ import io
 import os
 import stat
 import sys
-from pathlib import Path
 from typing import Any, BinaryIO, Optional, Union
 
 MiB = 1024 * 1024
@@ -279,79 +278,115 @@ def load_json_file(path: Pathish, limit: int = JSON_FILE_LIMIT) -> Any:
     return load_json_text(read_user_bytes(path, limit))
 
 
-def write_new_file(path: Path, text: str, *, force: bool = False) -> None:
-    """Write `text` to `path`, refusing (InputRefused) to replace an existing file unless `force`, and
-    never writing through a symbolic link or into a FIFO/device, even with `force`.
+# The temporary file's name keeps at most this much of the target's (in characters, 4 bytes each at
+# most): `.NAME.XXXXXXXX.tmp` must fit in 255 bytes when NAME itself does (a 250-byte -o name).
+_TMP_NAME_KEEP = 50
 
-    O_EXCL (new file) or O_NOFOLLOW (with force) make the refusal part of open() itself, so nothing can
-    swap a link in between a check and the write."""
-    try:
-        st: Optional[os.stat_result] = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None:
+
+def _planted_link(directory: str) -> Optional[str]:
+    """The first directory on the way to `directory` that is a symbolic link lying in a world-writable
+    directory (/tmp, /dev/shm), or None. Anyone could have planted such a link (`/tmp/out -> /etc`), so
+    writing through it is refused, as the kernel's protected_symlinks would for a file; a link only its
+    owner or root could make (~/results -> /scratch, /var/run -> /run) is followed."""
+    current = "/" if directory.startswith("/") else ""
+    for part in [p for p in directory.split("/") if p]:
+        holder = current or "."
+        current = os.path.join(current, part) if current else part
+        try:
+            st = os.lstat(current)
+        except OSError:
+            return None  # absent: the directory check that follows says so
         if stat.S_ISLNK(st.st_mode):
-            raise InputRefused(errno.ELOOP, "is a symbolic link; refusing to write through it", path)
-        if not force:
-            raise InputRefused(errno.EEXIST, "exists (use --force to overwrite)", path)
-        _refuse_special(st.st_mode, path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    flags |= os.O_TRUNC if force else os.O_EXCL
-    try:
-        fd = os.open(path, flags, 0o644)
-    except FileExistsError:
-        raise InputRefused(errno.EEXIST, "exists (use --force to overwrite)", path) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InputRefused(
-                errno.ELOOP, "is a symbolic link; refusing to write through it", path
-            ) from None
-        raise
-    try:
-        _refuse_special(os.fstat(fd).st_mode, path)
-        os.set_blocking(fd, True)
-        data = text.encode("utf-8")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def atomic_target_problem(path: Path) -> Optional[str]:
-    """Why `write_atomic(path, ...)` would be refused or fail (None when it can go ahead): asked before
-    a run, so that a check never runs only to lose its output."""
-    try:
-        st: Optional[os.stat_result] = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        return f"it is a {describe_file_type(st.st_mode)}; only a regular file is replaced"
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        return f"its directory {str(parent)!r} does not exist"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"its directory {str(parent)!r} is not writable (the new file is made there, then renamed)"
+            try:
+                writable_by_all = bool(os.stat(holder).st_mode & stat.S_IWOTH)
+            except OSError:
+                writable_by_all = True
+            if writable_by_all:
+                return current
     return None
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace `path` with `text` in one step: a temporary file in the same directory, flushed to disk,
-    then renamed over it. A reader (node_exporter's textfile collector, a dashboard) sees the old file or
-    the new one, never half of one. The temporary name starts with a dot and ends in .tmp, so a
-    collector that reads `*.prom` never picks it up.
+def output_target_problem(path: Pathish, *, force: Optional[bool] = False) -> Optional[str]:
+    """Why an output file of ours cannot be written at `path` (None when it can): asked before a command
+    runs anything, so that no probe or benchmark runs only to lose its output, and asked again by
+    write_output_file.
 
-    Refuses (InputRefused) to replace a symbolic link, a directory or a special file (`-o /dev/stdout`
-    would otherwise replace /dev's link itself); other OSErrors propagate, with the temporary removed."""
+    `force`: False (refuse an existing file: `report -o`, `expect --write`, `bench-nccl --json/--csv`),
+    True (replace it: `--force`), None (always replaced: `-o FILE.prom`, which a collector re-reads).
+    Refused whatever `force`: a name ending in '/' (that names a directory), a symbolic link, a
+    directory, a FIFO or device, a symbolic link to a directory planted in a world-writable directory
+    (_planted_link), a directory that is absent or not writable; and any name the system refuses
+    (too long, NUL): a temporary file is really created there and removed again."""
     import tempfile
 
-    problem = atomic_target_problem(path)
-    if problem is not None and os.path.lexists(path):
-        raise InputRefused(errno.EINVAL, problem, path)
-    parent = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    text = os.fspath(path)
+    if not text:
+        return "an empty file name"
+    if "\0" in text:
+        return "not a usable path (it holds a NUL byte)"
+    if text.endswith("/"):
+        return "names a directory (it ends in '/'); give a file name"
+    try:
+        st: Optional[os.stat_result] = os.lstat(text)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return f"cannot use this path: {exc.strerror or exc}"
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            return "is a symbolic link; refusing to write through it"
+        if stat.S_ISDIR(st.st_mode):
+            return "is a directory; only a regular file is replaced"
+        if not stat.S_ISREG(st.st_mode):
+            return f"is not a regular file ({describe_file_type(st.st_mode)}); only a regular file is replaced"
+        if force is False:
+            return "exists (use --force to overwrite)"
+    parent = os.path.dirname(text) or "."
+    link = _planted_link(parent)
+    if link is not None:
+        return f"{shown_path(link)} is a symbolic link in a world-writable directory; refusing to write through it"
+    try:
+        parent_mode = os.stat(parent).st_mode
+    except OSError:
+        parent_mode = None
+    if parent_mode is None or not stat.S_ISDIR(parent_mode):
+        return f"its directory {shown_path(parent)!r} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"its directory {shown_path(parent)!r} is not writable (the new file is made there, then renamed)"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(text), suffix=".tmp", dir=parent)
+    except OSError as exc:
+        return f"cannot create a file in its directory: {exc.strerror or exc}"
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    return None
+
+
+def _tmp_prefix(path: str) -> str:
+    return f".{os.path.basename(path)[:_TMP_NAME_KEEP]}."
+
+
+def write_output_file(path: Pathish, text: str, *, force: Optional[bool] = False, mode: int = 0o644) -> None:
+    """The one writer of every output file of every command (`report -o`, `expect --write`, `-o`,
+    `bench-nccl --json/--csv`): InputRefused (an OSError) for what output_target_problem refuses, else
+    the text is written to a temporary file in the same directory, flushed, and renamed into place.
+
+    Never in place: a file with a second (hard) link keeps its old content under that other name, a
+    reader (node_exporter's textfile collector) sees the old file or the new one and never half of one,
+    and a symbolic link swapped in meanwhile is replaced, not written through. Without `force` (False)
+    the rename is a link(), which fails if the name appeared meanwhile. The temporary name starts with a
+    dot and ends in .tmp, so a collector reading `*.prom` never picks it up."""
+    import tempfile
+
+    target = os.fspath(path)
+    problem = output_target_problem(target, force=force)
+    if problem is not None:
+        code = errno.EEXIST if problem.startswith("exists") else errno.EINVAL
+        raise InputRefused(code, problem, target)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(target), suffix=".tmp", dir=os.path.dirname(target) or ".")
     try:
         try:
             os.fchmod(fd, mode)  # mkstemp's 0600 would hide the file from a collector run as another user
@@ -361,13 +396,40 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
+        if force is False:
+            try:
+                os.link(tmp, target)  # fails with EEXIST: never replaces a file that appeared meanwhile
+            except FileExistsError:
+                raise InputRefused(errno.EEXIST, "exists (use --force to overwrite)", target) from None
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                    raise
+                # A file system without hard links (FAT, some network mounts): a last look, then rename.
+                if os.path.lexists(target):
+                    raise InputRefused(errno.EEXIST, "exists (use --force to overwrite)", target) from None
+                os.replace(tmp, target)
+        else:
+            os.replace(tmp, target)
+    finally:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise
+
+
+def write_new_file(path: Pathish, text: str, *, force: bool = False) -> None:
+    """write_output_file for a file that `--force` may replace (`report -o`, `expect --write`)."""
+    write_output_file(path, text, force=force)
+
+
+def atomic_target_problem(path: Pathish) -> Optional[str]:
+    """Why `write_atomic(path, ...)` would be refused or fail (None when it can go ahead)."""
+    return output_target_problem(path, force=None)
+
+
+def write_atomic(path: Pathish, text: str, mode: int = 0o644) -> None:
+    """write_output_file for a file replaced on every run (`-o FILE.prom` for a textfile collector)."""
+    write_output_file(path, text, force=None, mode=mode)
 
 
 # Source files quoted by `hang` and `explain DIR` (the line a rank is stuck on): a training script.
