@@ -59,6 +59,7 @@ def _split_directory(path: str) -> tuple[list[str], bool]:
 def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
     """Open each input lazily (hundreds of per-rank logs must not exhaust file descriptors)."""
     from ddpdoctor.edge.files import STDIN_LOG_LIMIT, open_log_stream
+    from ddpdoctor.edge.redact import one_line
     from ddpdoctor.explain import open_log
 
     for name in names:
@@ -68,7 +69,8 @@ def _streams(names: list[str]) -> Iterator[tuple[str, IO[bytes]]]:
             continue
         stream = open_log(name)
         try:
-            yield name, stream
+            # The name labels every event ("first seen NAME"): a newline in it must not start a line.
+            yield one_line(name), stream
         finally:
             stream.close()
 

@@ -83,6 +83,10 @@ def lint(
         raise usage_error(str(exc)) from None
     except FileNotFoundError as exc:
         raise usage_error(f"no such file or directory: {exc}") from None
+    except OSError as exc:  # a path named on the command line that cannot be used (edge.files.InputRefused)
+        from ddpdoctor.edge.files import refusal_text
+
+        raise usage_error(refusal_text(exc)) from None
     if fmt in CI_ONLY_FORMATS:
         from ddpdoctor.render.formats import document_from_lint, render_document
 

@@ -296,3 +296,10 @@ def _neutralize_data(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_neutralize_data(v) for v in value]
     return value
+
+
+def one_line(text: str) -> str:
+    """neutralize_controls, with a newline shown as `\\n` too: for outside text (a file name) placed where
+    one line of output is one record (`path:line:col: ...`, a heading, an evidence line). It can then never
+    start an output line of its own, which a CI log would obey as a workflow command (`::error ...`)."""
+    return neutralize_controls(text).replace("\n", "\\n")

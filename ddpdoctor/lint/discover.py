@@ -11,12 +11,22 @@ never hangs and never raises.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from ddpdoctor.edge.files import GITIGNORE_LIMIT, SOURCE_FILE_LIMIT, read_user_bytes, read_user_text
+from ddpdoctor.edge.files import (
+    GITIGNORE_LIMIT,
+    SOURCE_FILE_LIMIT,
+    InputRefused,
+    describe_file_type,
+    read_user_bytes,
+    read_user_text,
+    user_path_mode,
+)
 
 # Directories not linted, with the reason the report gives (the list ruff skips, plus __pycache__).
 # `build` and `dist` are skipped only when they are not a Python package (issue #24: a framework's
@@ -313,18 +323,20 @@ def discover_files(paths: Sequence[Path], excluded: Optional[list[tuple[Path, st
     `excluded`, when given, receives each directory left out and why (build output, a virtualenv,
     .gitignore): never skipped silently.
 
-    Raises FileNotFoundError for a path that does not exist (a usage error for the command line).
+    Raises FileNotFoundError for a path that does not exist (a path through a file included), and
+    InputRefused for one that cannot be used (a name too long, a loop of links, a FIFO or device): usage
+    errors for the command line (exit 2, README's exit codes), not findings. A file found inside a named
+    directory that cannot be read is a DDP000 finding instead (lint_file).
     """
     out: list[Path] = []
     seen: set[Path] = set()
     for p in paths:
-        try:
-            is_dir = os.path.isdir(p)
-            os.lstat(p)
-        except FileNotFoundError:
-            raise FileNotFoundError(str(p)) from None
-        except (OSError, ValueError):
-            is_dir = False  # lint_file reports why it cannot be read
+        mode = user_path_mode(p)
+        if mode is None:
+            raise FileNotFoundError(str(p))
+        is_dir = stat.S_ISDIR(mode)
+        if not is_dir and not stat.S_ISREG(mode):
+            raise InputRefused(errno.EINVAL, f"not a regular file ({describe_file_type(mode)})", p)
         found: Iterable[Path] = _walk(p, excluded) if is_dir else [p]
         for f in found:
             key = Path(os.path.realpath(f))

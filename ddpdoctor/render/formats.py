@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ddpdoctor.core.model import CheckSpec, Evidence, Finding, Report, Severity, define, failing_findings
-from ddpdoctor.edge.redact import neutralize_controls
+from ddpdoctor.edge.redact import neutralize_controls, one_line
 from ddpdoctor.edge.sources import redact_data, redact_text
 from ddpdoctor.parsers.numbers import parse_int
 
@@ -237,7 +237,8 @@ def document_from_lint(data: Mapping[str, Any]) -> Document:
     for d in data.get("diagnostics") or []:
         if not isinstance(d, Mapping):
             continue
-        path, line, col = str(d.get("path") or "?"), _json_int(d.get("line")), _json_int(d.get("col"))
+        # A file name is outside text: a newline in it must not start a line (a JUnit body, a log).
+        path, line, col = one_line(str(d.get("path") or "?")), _json_int(d.get("line")), _json_int(d.get("col"))
         findings.append(
             Finding(
                 id=str(d.get("code") or "DDP"),

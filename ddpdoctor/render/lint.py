@@ -10,7 +10,7 @@ import sys
 
 from rich.text import Text
 
-from ddpdoctor.edge.redact import neutralize_controls
+from ddpdoctor.edge.redact import neutralize_controls, one_line
 from ddpdoctor.lint import Diagnostic, LintReport
 from ddpdoctor.render import console, print_json
 
@@ -19,7 +19,7 @@ FORMATS = ("text", "json", "github")
 
 def format_text_line(d: Diagnostic) -> str:
     """`path:line:col: DDPxxx message` (the ruff/flake8 shape editors and CI parse)."""
-    return f"{d.path}:{d.line}:{d.col}: {d.code} {d.message}"
+    return f"{one_line(d.path)}:{d.line}:{d.col}: {d.code} {d.message}"
 
 
 def _gh_data(text: str) -> str:
@@ -79,14 +79,14 @@ def render_lint_text(report: LintReport) -> None:
     con = console()
     for d in report.diagnostics:
         line = Text.assemble(
-            (f"{d.path}:{d.line}:{d.col}:", "bold"), " ", (d.code, "bold red"), " ", d.message
+            (f"{one_line(d.path)}:{d.line}:{d.col}:", "bold"), " ", (d.code, "bold red"), " ", d.message
         )
         con.print(line, soft_wrap=True)
         if d.fix:
             con.print(Text.assemble("    ", ("fix:", "cyan"), " ", d.fix), soft_wrap=True)
     con.print(Text(_summary(report), style="bold"), soft_wrap=True)
     for note in scope_notes(report):
-        con.print(Text(note), soft_wrap=True)
+        con.print(Text(one_line(note)), soft_wrap=True)
 
 
 def render_lint_github(report: LintReport) -> None:
