@@ -954,6 +954,81 @@ def build_attack3_cases(tmp: Path) -> list[Case]:
     return cases
 
 
+def build_attack3_writes_cases(tmp: Path) -> list[Case]:
+    """Group 26-11: the third attack pass's write-safety findings (issue #26 W1, W3, W4, W5, T2, X2, T4,
+    X1, E2): every output file goes through edge.files.write_output_file."""
+    g = "26-11-attack3-writes"
+    snap = str(ROOT / "tests" / "fixtures" / "ci" / "healthy-cpu-node")
+    tiny = ("--backend", "gloo", "--nproc", "2", "--ops", "all_reduce", "--min-bytes", "8", "--max-bytes", "8",
+            "--iters", "1", "--warmup", "0")  # fmt: skip
+    w = tmp / "a3w"
+    w.mkdir()
+    cases: list[Case] = []
+
+    def unchanged(path: Path, text: str) -> Callable[[subprocess.CompletedProcess], str]:
+        path.write_text(text)
+        return lambda proc: "" if path.read_text() == text else f"{path} was overwritten"
+
+    keep = w / "keep.txt"
+    (w / "link.json").symlink_to(keep)
+    cases.append(Case(g, "bench-nccl --json LINK", ddpdoctor_argv("bench-nccl", *tiny, "--json", str(w / "link.json")),
+                      (2,), 60, verify=unchanged(keep, "KEEP\n")))  # fmt: skip
+    exists = w / "exists.csv"
+    cases.append(Case(g, "bench-nccl --csv EXISTING", ddpdoctor_argv("bench-nccl", *tiny, "--csv", str(exists)),
+                      (2,), 60, verify=unchanged(exists, "OLD\n")))  # fmt: skip
+    for command, flag in (("report", "-o"), ("expect", "--write")):
+        precious = w / f"precious-{command}.txt"
+        precious.write_text("PRECIOUS\n")
+        os.link(precious, w / f"hard-{command}.out")
+        cases.append(Case(g, f"{command} {flag} HARDLINK --force",
+                          ddpdoctor_argv(command, "--replay", snap, flag, str(w / f"hard-{command}.out"), "--force"),
+                          (0,), 60, verify=unchanged(precious, "PRECIOUS\n")))  # fmt: skip
+    shared = w / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    victim = w / "victim"
+    victim.mkdir()
+    (shared / "etclink").symlink_to(victim)
+    cases.append(Case(g, "report -o WORLD-WRITABLE/LINK-TO-DIR/x.md",
+                      ddpdoctor_argv("report", "--replay", snap, "-o", str(shared / "etclink" / "x.md")), (2,), 60,
+                      verify=lambda proc: "" if not any(victim.iterdir()) else "wrote through the linked directory"))  # fmt: skip
+    cases.append(Case(g, "report -o DIR/ (trailing slash)",
+                      ddpdoctor_argv("report", "--replay", snap, "-o", str(w / "newdir") + "/"), (2,), 60,
+                      verify=lambda proc: "" if not (w / "newdir").exists() else "wrote a file named DIR"))  # fmt: skip
+    long = "e" * 300
+    cases += [
+        Case(g, "expect --write <300-byte name>", ddpdoctor_argv("expect", "--replay", snap, "--write", long), (2,), 60),
+        Case(g, "bench-nccl --json <300-byte name>", ddpdoctor_argv("bench-nccl", *tiny, "--json", long), (2,), 60),
+        Case(g, "check -o <250-byte name> (written, not exit 3)",
+             ddpdoctor_argv("check", "--replay", snap, "--only", "system", "--format", "prometheus", "-o", "p" * 250),
+             (0, 1), 60),
+        Case(g, "bench-nccl --min-bytes 0", ddpdoctor_argv("bench-nccl", "--backend", "gloo", "--min-bytes", "0"),
+             (2,), 60),
+        Case(g, "bench-nccl --max-bytes 0", ddpdoctor_argv("bench-nccl", "--backend", "gloo", "--max-bytes", "0"),
+             (2,), 60),
+        Case(g, "lint FILE/x.py (a path through a file)", ddpdoctor_argv("lint", str(keep / "x.py")), (2,), 30),
+        Case(g, "lint <300-byte name>", ddpdoctor_argv("lint", long + ".py"), (2,), 30),
+    ]  # fmt: skip
+    repo = w / "repo"
+    repo.mkdir()
+    (repo / "a.py\n::error file=INJECTED,line=1::INJECTED-BY-NAME\nb.py").write_text(
+        'import os, torch\nrank = int(os.environ["RANK"])\ntorch.cuda.set_device(rank)\n'
+    )
+    log = w / "rank0.log\n::error file=x::INJECTED-BY-NAME\nx.log"
+    log.write_text("host:1:1 [0] misc NCCL WARN Net : Connection closed by remote peer\n")
+
+    def no_command_line(proc: subprocess.CompletedProcess) -> str:
+        hit = re.search(r"(?m)^::error file=(INJECTED|x::)", proc.stdout + proc.stderr)
+        return "a file name started its own output line" if hit else ""
+
+    for fmt in ("text", "junit"):
+        cases.append(Case(g, f"lint --format {fmt} (newline in a file name)",
+                          ddpdoctor_argv("lint", "--format", fmt, str(repo)), (1,), 30, verify=no_command_line))  # fmt: skip
+    cases.append(Case(g, "explain (newline in a file name)", ddpdoctor_argv("explain", str(log)), (0, 1), 30,
+                      verify=no_command_line))  # fmt: skip
+    return cases
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -972,7 +1047,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ddpdoctor-sweep-") as t:
         tmp = Path(t)
         os.chmod(tmp, 0o755)
-        cases = build_cases(tmp, os.geteuid() == 0) + build_attack3_cases(tmp)
+        cases = build_cases(tmp, os.geteuid() == 0) + build_attack3_cases(tmp) + build_attack3_writes_cases(tmp)
         holder_case, holder = port_holder_case(tmp)
         cases.append(holder_case)
         round2, cleanup = build_round2_cases(tmp)
