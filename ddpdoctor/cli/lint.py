@@ -11,7 +11,7 @@ from ddpdoctor.cli.check import split_names
 
 # Formats rendered by ddpdoctor/render/formats.py (the others by ddpdoctor/render/lint.py).
 CI_ONLY_FORMATS = ("junit", "markdown")
-LINT_EXIT_HELP = "Exit codes: 0 no findings; 1 findings (or a file that does not parse); 2 usage error."
+LINT_EXIT_HELP = "Exit codes: 0 no findings; 1 findings (or a file that does not parse); 2 usage error (a path named that is missing or unreadable)."
 
 
 @app.command(
