@@ -42,6 +42,7 @@ def _bench(tmp_path: Path, *args: str, env: dict | None = None):
             "60",
             "--json",
             str(out),
+            "--force",  # several runs of one test write the same file; an existing one needs --force
             *args,
         ],
         env=env,
