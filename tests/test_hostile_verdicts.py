@@ -1,0 +1,139 @@
+"""Issue #26, third attack pass (/work/qa/findings.md V1, H2, M2, T3, O1, V2, V3): inputs that made a
+command act on the wrong thing (drain other nodes), run away in time or memory, crash, or give a
+verdict the input does not support. Each test runs the real command on an input shaped like the
+reviewer's reproduction."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from ddpdoctor.edge.redact import REDACTED, redact_data
+from ddpdoctor.edge.slurm import drain_for
+from ddpdoctor.parsers.dmesg import MAX_EVENTS, parse_dmesg
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", *args], cwd=cwd, env=full, capture_output=True, text=True,
+        errors="replace", timeout=timeout,
+    )  # fmt: skip
+
+
+# --- V1: the drain names one node, this one ----------------------------------------------------------
+
+
+def fake_scontrol(tmp_path: Path) -> tuple[Path, Path]:
+    """A `scontrol` that records its argv (the reviewer's fake): what a real one would have drained."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    record = tmp_path / "scontrol.argv"
+    script = bindir / "scontrol"
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\n')
+    script.chmod(0o755)
+    return bindir, record
+
+
+def prolog_drain(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, Path]:
+    bindir, record = fake_scontrol(tmp_path)
+    base = {k: v for k, v in os.environ.items() if k not in ("SLURMD_NODENAME", "SLURM_NODENAME")}
+    full = {**base, "PATH": f"{bindir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0,0", **env}
+    out = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "check", "--prolog", "--on-fail", "drain", "--only", "launch"],
+        cwd=tmp_path, env={**full, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return out, record
+
+
+def test_a_hostlist_node_name_drains_nothing(tmp_path: Path) -> None:
+    for i, (var, value) in enumerate(
+        [("SLURMD_NODENAME", "gpu[01-99]"), ("SLURMD_NODENAME", "a,b"), ("SLURM_NODENAME", "gpu01 gpu02")]
+    ):
+        d = tmp_path / str(i)
+        d.mkdir()
+        out, record = prolog_drain(d, **{var: value})
+        assert out.returncode == 1, out.stderr  # CUDA_VISIBLE_DEVICES=0,0 fails: the drain is tried
+        assert not record.exists(), record.read_text()
+        assert "did not drain" in out.stderr and "one plain Slurm node name" in out.stderr
+
+
+def test_another_hosts_name_drains_nothing(tmp_path: Path) -> None:
+    out, record = prolog_drain(tmp_path, SLURM_NODENAME="some-other-node")
+    assert not record.exists()
+    assert "is not this host" in out.stderr
+
+
+def test_this_hosts_name_is_drained(tmp_path: Path) -> None:
+    host = socket.gethostname().split(".")[0]
+    out, record = prolog_drain(tmp_path, SLURMD_NODENAME=host)
+    assert record.read_text().splitlines()[:3] == ["update", f"nodename={host}", "state=drain"], out.stderr
+    assert drain_for(None, {"SLURMD_NODENAME": "gpu[1-2]"}) is None  # nothing failed: nothing said
+
+
+# --- H2: redacting a large environment is linear ---------------------------------------------------
+
+
+def test_an_environment_of_12k_variables_is_redacted_whole() -> None:
+    env = {f"MODULE_VAR_{i}": f"/opt/m/{i}" for i in range(12000)}
+    secrets = {f"SVC_{i}_TOKEN": f"tok-{i:05d}-Zq9xY" for i in range(3000)}
+    env.update(secrets)
+    env["DB_URL"] = "postgres://db/x?opt=tok-00042-Zq9xY"  # another variable's secret, verbatim
+    out = redact_data(env, env)
+    assert out["MODULE_VAR_11999"] == "/opt/m/11999"
+    assert all(out[k] == REDACTED for k in secrets)
+    assert "tok-00042" not in out["DB_URL"] and REDACTED in out["DB_URL"]
+
+
+def test_check_with_12k_variables_completes(tmp_path: Path) -> None:
+    extra = {f"MODULE_VAR_{i}": f"/opt/m/{i}" for i in range(12000)}
+    out = run_cli("check", "--only", "launch", cwd=tmp_path, env=extra)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_replay_of_140k_nccl_variables_is_summarised(tmp_path: Path) -> None:
+    snap = tmp_path / "snap"
+    shutil.copytree(FIXTURES / "check" / "real-h100-torchrun-2ranks", snap)
+    env = {"PATH": "/usr/bin", **{f"NCCL_FOO_{i}": "x" * 60 for i in range(140000)}}
+    (snap / "env.json").write_text(json.dumps(env))
+    out = run_cli("check", "--replay", str(snap), "--only", "nccl_env", "--json", cwd=tmp_path, timeout=300)
+    report = json.loads(out.stdout)
+    unknown = [f for f in report["findings"] if f["id"] == "nccl_env.unknown"]
+    assert len(unknown) == 201
+    assert unknown[-1]["data"]["omitted"] == 140000 - 200
+    assert len(out.stdout) < 2_000_000
+
+
+# --- M2: a huge kernel log keeps a bounded number of events -----------------------------------------
+
+
+def test_a_million_xid_lines_keep_a_bounded_number_of_events() -> None:
+    n = 200_000
+    text = "".join(
+        f"[{i}.0] NVRM: Xid (PCI:0000:{i % 256:02x}:00): 79, pid=1, GPU has fallen off the bus.\n" for i in range(n)
+    )
+    parsed = parse_dmesg(text)
+    assert len(parsed["xids"]) == MAX_EVENTS
+    assert parsed["omitted"]["xids"] == n - MAX_EVENTS
+    # The first and the last events are the ones kept: when it began, what it is now.
+    assert parsed["xids"][0]["timestamp"] == 0.0 and parsed["xids"][-1]["timestamp"] == float(n - 1)
+
+
+def test_a_multiline_fallen_off_the_bus_still_finds_its_bus() -> None:
+    text = (
+        "[ 12.5] NVRM: The NVIDIA GPU 0000:b3:00.0\r\n"
+        "NVRM: (PCI ID: 10de:2330) installed in this system has\r\n"
+        "NVRM: fallen off the bus and is not responding to commands.\r\n"
+    )
+    parsed = parse_dmesg(text)
+    assert [f["bus_id"] for f in parsed["fallen_off_bus"]] == ["0000:b3:00"]
+    assert parsed["fallen_off_bus"][0]["timestamp"] == 12.5
+    assert "omitted" not in parsed
