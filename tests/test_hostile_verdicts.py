@@ -137,3 +137,42 @@ def test_a_multiline_fallen_off_the_bus_still_finds_its_bus() -> None:
     assert [f["bus_id"] for f in parsed["fallen_off_bus"]] == ["0000:b3:00"]
     assert parsed["fallen_off_bus"][0]["timestamp"] == 12.5
     assert "omitted" not in parsed
+
+
+# --- T3: a RAS host name that cannot be a DNS name --------------------------------------------------
+
+
+def test_a_ras_host_label_over_63_characters_is_a_bad_address(tmp_path: Path) -> None:
+    for args, env in (
+        (["--ras-addr", "h" * 1000 + ":1"], {}),
+        ([], {"NCCL_RAS_ADDR": "h" * 300 + ":28028"}),  # the job's own variable, as hang reads it
+    ):
+        out = run_cli("hang", "--no-stacks", "--no-fr", "--timeout", "3", "--samples", "1", "--json", *args,
+                      cwd=tmp_path, env=env)
+        assert out.returncode == 3, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr
+        assert "not a valid host name" in out.stdout
+
+
+# --- O1: a flooding RAS server -----------------------------------------------------------------------
+
+
+def test_a_flooding_ras_reply_is_bounded_in_json() -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_hang_ras import FIX as RAS_FIX
+    from test_hang_ras import RasServer
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+    from ddpdoctor.hang.ras import MAX_LISTED_RANKS
+
+    # The real-shaped mismatch report, then the same "behind" line 200,000 times (16 MiB are read).
+    line = b"  Rank 5 has launched up to operation 6649 -- GPU 5 managed by process 1 on node h\n"
+    reply = b"SERVER PROTOCOL 2\nOK\n" + (RAS_FIX / "synthetic-mismatch.txt").read_bytes() + line * 200_000
+    server = RasServer(reply, old_nccl=True)
+    res = CliRunner().invoke(app, ["hang", "--ras-addr", server.addr, "--no-stacks", "--no-fr", "--json",
+                                   "--samples", "1", "--timeout", "10"])
+    data = json.loads(res.stdout[res.stdout.index("{"):])
+    assert len(data["ras"]["ranks_behind"]) == MAX_LISTED_RANKS
+    assert data["ras"]["omitted"]["ranks_behind"] > 100_000
+    assert len(res.stdout) < 1_000_000
