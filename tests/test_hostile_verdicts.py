@@ -176,3 +176,35 @@ def test_a_flooding_ras_reply_is_bounded_in_json() -> None:
     assert len(data["ras"]["ranks_behind"]) == MAX_LISTED_RANKS
     assert data["ras"]["omitted"]["ranks_behind"] > 100_000
     assert len(res.stdout) < 1_000_000
+
+
+# --- V2: readings that cannot be -------------------------------------------------------------------
+
+
+def snapshot_with_gpu_memory(tmp_path: Path, memory: dict) -> Path:
+    """The real H100 torchrun snapshot with GPU 0's NVML memory reading replaced."""
+    snap = tmp_path / "snap"
+    shutil.copytree(FIXTURES / "check" / "real-h100-torchrun-2ranks", snap)
+    nv = json.loads((snap / "nvml.json").read_text())
+    nv["gpus"][0]["memory"] = memory
+    (snap / "nvml.json").write_text(json.dumps(nv))
+    (snap / "env.json").write_text(json.dumps({"PATH": "/usr/bin"}))
+    return snap
+
+
+def test_negative_gpu_memory_is_a_bad_file_not_a_pass(tmp_path: Path) -> None:
+    snap = snapshot_with_gpu_memory(tmp_path, {"total_mib": -1, "used_mib": -5, "free_mib": 10**30})
+    out = run_cli("check", "--replay", str(snap), "--only", "gpu", "--json", cwd=tmp_path)
+    assert out.returncode == 3, out.stdout[-2000:]
+    bad = [f for f in json.loads(out.stdout)["findings"] if f["id"] == "core.snapshot.bad_file"]
+    assert bad and "total_mib" in bad[0]["summary"]
+
+
+def test_plan_refuses_a_snapshot_with_negative_gpu_memory(tmp_path: Path) -> None:
+    snap = snapshot_with_gpu_memory(tmp_path, {"total_mib": -81559, "used_mib": 0, "free_mib": 0})
+    out = run_cli("plan", "--params", "7B", "--replay", str(snap), cwd=tmp_path)
+    assert out.returncode == 3
+    assert "nvml.json is unusable" in out.stderr and "GiB" not in out.stdout
+    # The same snapshot with a real reading plans.
+    ok = snapshot_with_gpu_memory(tmp_path / "ok", {"total_mib": 81559, "used_mib": 0, "free_mib": 81559})
+    assert "79.6 GiB" in run_cli("plan", "--params", "7B", "--replay", str(ok), cwd=tmp_path).stdout
