@@ -208,3 +208,31 @@ def test_plan_refuses_a_snapshot_with_negative_gpu_memory(tmp_path: Path) -> Non
     # The same snapshot with a real reading plans.
     ok = snapshot_with_gpu_memory(tmp_path / "ok", {"total_mib": 81559, "used_mib": 0, "free_mib": 81559})
     assert "79.6 GiB" in run_cli("plan", "--params", "7B", "--replay", str(ok), cwd=tmp_path).stdout
+
+
+# --- V3: "every rank" only when every rank reported --------------------------------------------------
+
+WATCHDOG = (
+    "[rank{r}]:[E1121 10:00:00.000000 1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=16, NumelOut=16, Timeout(ms)=600000) ran for 600010 "
+    "milliseconds before timing out.\n"
+)
+
+
+def explain_ranks(tmp_path: Path, ranks: list[int]) -> dict:
+    log = tmp_path / f"ranks-{'-'.join(map(str, ranks))}.log"
+    log.write_text("".join(WATCHDOG.format(r=r) for r in ranks))
+    out = run_cli("explain", str(log), "--json", cwd=tmp_path)
+    return json.loads(out.stdout)
+
+
+def test_a_gap_in_the_ranks_is_not_an_all_ranks_hang(tmp_path: Path) -> None:
+    text = json.dumps(explain_ranks(tmp_path, [0, 3]))
+    assert "watchdog.unconfirmed" in text and "watchdog.hang" not in text
+    assert "no rank of the job is missing" not in text
+    assert "rank(s) 1, 2 left no line here" in text
+
+
+def test_every_rank_reporting_is_still_a_hang(tmp_path: Path) -> None:
+    text = json.dumps(explain_ranks(tmp_path, [0, 1, 2, 3]))
+    assert "watchdog.hang" in text and "no rank of the job is missing" in text
