@@ -1024,14 +1024,15 @@ def build_attack3_verdict_cases(tmp: Path) -> tuple[list[Case], list[Callable[[]
 
     cases.append(Case(g, "check --replay --json (env.json of 140,000 NCCL_* variables, 11 MB)",
                       ddpdoctor_argv("check", "--replay", str(big_env), "--json"), (0, 1, 3), 60,
-                      verify=small_output(2_000_000)))
+                      # Judged, not timed out (a probe past its --timeout also prints little).
+                      verify=both(small_output(2_000_000), says('"omitted": 139800'))))
     dmesg = tmp / "v-dmesg.txt"
     with dmesg.open("w") as f:
         for i in range(700_000):
             f.write(f"[{i}.0] NVRM: Xid (PCI:0000:{i % 256:02x}:00): 79, pid=1, GPU has fallen off the bus.\n")
     cases.append(Case(g, "parse dmesg (700,000 Xid lines, 52 MB)", ddpdoctor_argv("parse", "dmesg", str(dmesg)), (0,), 60,
                       verify=small_output(2_000_000)))
-    hang = ("hang", "--no-stacks", "--no-fr", "--timeout", "3", "--samples", "1")
+    hang = ("hang", "--no-stacks", "--no-fr", "--timeout", "3", "--samples", "1", "--json")  # JSON: no wrapping
     cases.append(Case(g, "hang --ras-addr <1000-char host>:1", ddpdoctor_argv(*hang, "--ras-addr", "h" * 1000 + ":1"),
                       (3,), 30, verify=says("not a valid host name")))
     cases.append(Case(g, "hang (NCCL_RAS_ADDR=<300-char host>:28028)", ddpdoctor_argv(*hang), (3,), 30,
