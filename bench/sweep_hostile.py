@@ -1029,6 +1029,127 @@ def build_attack3_writes_cases(tmp: Path) -> list[Case]:
     return cases
 
 
+_FLOOD_RAS = r"""
+import socket, sys
+mismatch = open(sys.argv[1], "rb").read()
+line = b"  Rank 5 has launched up to operation 6649 -- GPU 5 managed by process 1 on node h\n"
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    try:
+        f = c.makefile("rwb")
+        for raw in f:
+            if raw.startswith(b"CLIENT PROTOCOL"):
+                f.write(b"SERVER PROTOCOL 2\n")
+            elif raw.startswith(b"SET FORMAT"):
+                f.write(b"ERROR unknown\n")
+            elif b"STATUS" in raw:
+                f.write(mismatch + line * 300000)
+                f.flush()
+                break
+            else:
+                f.write(b"OK\n")
+            f.flush()
+    except OSError:
+        pass
+    finally:
+        c.close()
+"""
+
+
+def build_attack3_verdict_cases(tmp: Path) -> tuple[list[Case], list[Callable[[], None]]]:
+    """Group 26-12: the third attack pass's wrong actions and verdicts (/work/qa/findings.md V1, H2, M2,
+    T3, O1, V2, V3): a drain of a hostlist, quadratic redaction, a huge kernel log, an undecodable RAS
+    host, a flooding RAS server, negative GPU memory, a gap in the ranks called "every rank"."""
+    g = "26-12-attack3-verdicts"
+    cases: list[Case] = []
+    bindir = tmp / "v-bin"
+    bindir.mkdir()
+    record = tmp / "v-scontrol.argv"
+    (bindir / "scontrol").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\n')
+    (bindir / "scontrol").chmod(0o755)
+
+    def not_drained(proc: subprocess.CompletedProcess) -> str:
+        if record.exists():
+            drained = record.read_text()
+            record.unlink()
+            return f"scontrol ran: {drained!r}"
+        return "" if "did not drain" in proc.stderr else "no word on why nothing was drained"
+
+    path = f"{bindir}:{os.environ.get('PATH', '')}"
+    for label, var, value in (("hostlist", "SLURMD_NODENAME", "gpu[01-99]"), ("comma", "SLURMD_NODENAME", "a,b"),
+                              ("slurm-nodename-user-env", "SLURM_NODENAME", "gpu01 gpu02"),
+                              ("other-host", "SLURM_NODENAME", "not-this-host-x")):
+        cases.append(Case(g, f"check --prolog --on-fail drain ({var}={value!r}, {label})",
+                          ddpdoctor_argv("check", "--prolog", "--on-fail", "drain", "--only", "launch"), (1,), 60,
+                          env={"PATH": path, var: value, "CUDA_VISIBLE_DEVICES": "0,0"}, verify=not_drained))
+    cases.append(Case(g, "check --only launch (12,000 environment variables)", ddpdoctor_argv("check", "--only", "launch"),
+                      (0, 1), 60, env={f"MODULE_VAR_{i}": f"/opt/m/{i}" for i in range(12_000)}))
+    big_env = snapshot_with(tmp, "v-env-140k", {})
+    (big_env / "env.json").write_text(json.dumps({"PATH": "/usr/bin", **{f"NCCL_FOO_{i}": "x" * 60 for i in range(140_000)}}))
+
+    def small_output(limit: int) -> Callable[[subprocess.CompletedProcess], str]:
+        def verify(proc: subprocess.CompletedProcess) -> str:
+            return "" if len(proc.stdout) < limit else f"{len(proc.stdout)} bytes of output"
+
+        return verify
+
+    cases.append(Case(g, "check --replay --json (env.json of 140,000 NCCL_* variables, 11 MB)",
+                      ddpdoctor_argv("check", "--replay", str(big_env), "--json"), (0, 1, 3), 60,
+                      # Judged, not timed out (a probe past its --timeout also prints little).
+                      verify=both(small_output(2_000_000), says('"omitted": 139800'))))
+    dmesg = tmp / "v-dmesg.txt"
+    with dmesg.open("w") as f:
+        for i in range(700_000):
+            f.write(f"[{i}.0] NVRM: Xid (PCI:0000:{i % 256:02x}:00): 79, pid=1, GPU has fallen off the bus.\n")
+    cases.append(Case(g, "parse dmesg (700,000 Xid lines, 52 MB)", ddpdoctor_argv("parse", "dmesg", str(dmesg)), (0,), 60,
+                      verify=small_output(2_000_000)))
+    hang = ("hang", "--no-stacks", "--no-fr", "--timeout", "3", "--samples", "1", "--json")  # JSON: no wrapping
+    cases.append(Case(g, "hang --ras-addr <1000-char host>:1", ddpdoctor_argv(*hang, "--ras-addr", "h" * 1000 + ":1"),
+                      (3,), 30, verify=says("not a valid host name")))
+    cases.append(Case(g, "hang (NCCL_RAS_ADDR=<300-char host>:28028)", ddpdoctor_argv(*hang), (3,), 30,
+                      env={"NCCL_RAS_ADDR": "h" * 300 + ":28028"}, verify=says("not a valid host name")))
+    server_src = tmp / "v-ras-flood.py"
+    server_src.write_text(_FLOOD_RAS)
+    server = subprocess.Popen([sys.executable, str(server_src), str(ROOT / "tests" / "fixtures" / "nccl_ras" /
+                               "synthetic-mismatch.txt")], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    port = (server.stdout.readline() if server.stdout else "").strip()
+    cases.append(Case(g, "hang --json (a RAS server flooding 25 MB of text)",
+                      ddpdoctor_argv("hang", "--ras-addr", f"127.0.0.1:{port}", "--no-stacks", "--no-fr", "--json",
+                                     "--samples", "1", "--timeout", "10"), (0, 1, 3), 60,
+                      verify=small_output(1_000_000)))  # fmt: skip
+
+    def stop_server() -> None:
+        server.kill()
+        server.wait()
+
+    for label, memory in (("negative", {"total_mib": -1, "used_mib": -5, "free_mib": 10**30}),
+                          ("minus-80-GiB", {"total_mib": -81559, "used_mib": 0, "free_mib": 0})):
+        d = tmp / f"v-nvml-{label}"
+        shutil.copytree(ROOT / "tests" / "fixtures" / "check" / "real-h100-torchrun-2ranks", d)
+        nv = json.loads((d / "nvml.json").read_text())
+        nv["gpus"][0]["memory"] = memory
+        (d / "nvml.json").write_text(json.dumps(nv))
+        (d / "env.json").write_text(json.dumps({"PATH": "/usr/bin"}))
+        cases.append(Case(g, f"check --replay --only gpu (NVML memory {label})",
+                          ddpdoctor_argv("check", "--replay", str(d), "--only", "gpu", "--json"), (3,), 60,
+                          verify=has_finding("core.snapshot.bad_file")))
+        cases.append(Case(g, f"plan --params 7B --replay (NVML memory {label})",
+                          ddpdoctor_argv("plan", "--params", "7B", "--replay", str(d)), (3,), 60,
+                          verify=lacks("Nothing fits on 1 x -")))
+    wd = ("[rank{r}]:[E1121 10:00:00.000000 1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+          "operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=16, NumelOut=16, Timeout(ms)=600000) "
+          "ran for 600010 milliseconds before timing out.\n")
+    gap = tmp / "v-rank-gap.log"
+    gap.write_text(wd.format(r=0) + wd.format(r=3))
+    cases.append(Case(g, "explain (watchdog reports from ranks 0 and 3 only)", ddpdoctor_argv("explain", str(gap)),
+                      (0, 1), 30, verify=both(says("watchdog.unconfirmed"), lacks("no rank of the job is missing"))))
+    return cases, [stop_server]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -1054,7 +1175,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         holder_cases, holder2 = port_holder_round2(tmp)
         output_cases, output_cleanup = build_output_cases(tmp)
         cleanup += output_cleanup
-        cases += round2 + holder_cases + output_cases
+        verdict_cases, verdict_cleanup = build_attack3_verdict_cases(tmp)
+        cleanup += verdict_cleanup
+        cases += round2 + holder_cases + output_cases + verdict_cases
         if args.only:
             cases = [c for c in cases if args.only in c.group]
         outcomes: list[Outcome] = []

@@ -29,7 +29,7 @@ from ddpdoctor.checks.rdma import RdmaFacts, check_rdma
 from ddpdoctor.cli import app
 from ddpdoctor.core.engine import PROBE_CRASHED
 from ddpdoctor.edge import nvml
-from ddpdoctor.edge.json_shape import ListOf, MapOf, Nullable, Record
+from ddpdoctor.edge.json_shape import InRange, ListOf, MapOf, Nullable, Record
 from ddpdoctor.edge.sysfs_ib import IB_SYSFS_SHAPE
 from ddpdoctor.parsers import load_parse_tools
 
@@ -425,6 +425,8 @@ def from_shape(shape: Any) -> st.SearchStrategy[Any]:
         return st.none() | st.dictionaries(
             st.sampled_from(["0", "1", "12", "idle", "x"]), from_shape(shape.value), max_size=3
         )
+    if isinstance(shape, InRange):
+        return st.none() | st.integers(shape.low, shape.high)
     scalars = {
         int: st.integers(-(2**40), 2**40),
         float: st.floats(allow_nan=False, allow_infinity=False, width=32),

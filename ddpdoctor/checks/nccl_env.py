@@ -342,9 +342,12 @@ def check_settings(settings: Mapping[str, tuple[str, str]]) -> list[Finding]:
     """Judge the effective NCCL/torch settings (pure)."""
     metadata = {n: v for n, (v, w) in settings.items() if is_image_metadata(n, v.strip(), w)}
     settings = {n: vw for n, vw in settings.items() if n not in metadata}
+    # The listing and the data name at most MAX_LISTED settings (an environment can hold 140k).
+    listed = dict(list(settings.items())[:MAX_LISTED])
+    more = len(settings) - len(listed)
     listing = "\n".join(
-        f"{n}={v}" + ("" if w == "environment" else f"  (from {w})") for n, (v, w) in settings.items()
-    )
+        f"{n}={v}" + ("" if w == "environment" else f"  (from {w})") for n, (v, w) in listed.items()
+    ) + (f"\n... and {more} more" if more else "")
     findings = [
         SET.finding(
             Severity.INFO,
@@ -354,7 +357,10 @@ def check_settings(settings: Mapping[str, tuple[str, str]]) -> list[Finding]:
             if settings
             else "No NCCL_*, TORCH_NCCL_* or TORCH_DISTRIBUTED_* variable set (defaults)",
             evidence=[Evidence("environment, /etc/nccl.conf, ~/.nccl.conf", listing)],
-            data={"settings": {n: {"value": v, "source": w} for n, (v, w) in settings.items()}},
+            data={
+                "settings": {n: {"value": v, "source": w} for n, (v, w) in listed.items()},
+                **({"settings_omitted": more} if more else {}),
+            },
         )
     ]
     if metadata:
@@ -368,9 +374,46 @@ def check_settings(settings: Mapping[str, tuple[str, str]]) -> list[Finding]:
                 data={"variables": metadata},
             )
         )
+    unknown_left = MAX_UNKNOWN_JUDGED
+    unjudged: list[str] = []
     for name, (value, where) in settings.items():
+        if _is_unknown(name):
+            # Each unknown name costs a fuzzy match and a finding: an environment of 140k NCCL_*
+            # variables would take minutes and megabytes to say the same thing 140k times.
+            if unknown_left <= 0:
+                unjudged.append(name)
+                continue
+            unknown_left -= 1
         findings += _check_one(name, value.strip(), where, settings)
+    if unjudged:
+        findings.append(
+            UNKNOWN.finding(
+                Severity.INFO,
+                f"{len(unjudged)} more NCCL_*/TORCH_NCCL_* variables that NCCL and torch do not read "
+                f"were not judged one by one (the first {MAX_UNKNOWN_JUDGED} were)",
+                evidence=[Evidence("environment", "\n".join(unjudged[:20]) + ("\n..." if len(unjudged) > 20 else ""))],
+                data={"omitted": len(unjudged), "names": unjudged[:20]},
+            )
+        )
     return findings
+
+
+# Settings listed in the `nccl_env.set` finding's evidence and data.
+MAX_LISTED = 500
+# Unknown variables judged one by one (each with a typo suggestion); the rest are counted in one finding.
+MAX_UNKNOWN_JUDGED = 200
+
+
+def _is_unknown(name: str) -> bool:
+    return (
+        name.startswith(("NCCL_", "TORCH_NCCL_"))
+        and name not in KNOWN_ALL
+        and name not in TRANSPORT_KILLERS
+        and name not in DEPRECATED_TORCH
+        and name not in REMOVED_NCCL
+        and name not in DEBUG_VARS
+        and name not in ("NCCL_GRAPH_FILE", "NCCL_TOPO_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT")
+    )
 
 
 def _check_one(name: str, value: str, where: str, settings: Mapping[str, tuple[str, str]]) -> list[Finding]:

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from ddpdoctor.cli.app import app, json_option, replay_option, timeout_option, usage_error
+from ddpdoctor.cli.app import app, json_option, replay_option, say, timeout_option, usage_error
 from ddpdoctor.plan.memory import (
     ATTENTION,
     OFFLOAD,
@@ -168,6 +168,13 @@ def plan(
         sources.deadline = time.monotonic() + timeout
         label = f"snapshot {replay}" if replay is not None else "this node"
         hardware = read_hardware(sources, gpus, nodes, memory, label, gpu_name)
+        bad = dict(getattr(sources, "problems", {}) or {})
+    if replay is not None and memory is None and "nvml.json" in bad:
+        # A GPU file with impossible readings (negative memory) is a damaged snapshot: sizing a model
+        # against the other files of it would pass off a guess as this node's plan.
+        say(f"error: {replay}: nvml.json is unusable ({bad['nvml.json']}); no plan from this snapshot "
+            "(give --gpu-mem to plan without it); exit 3", err=True)
+        raise typer.Exit(3)
     result = make_plan(workload, hardware, strategies)
     if json_out:
         from ddpdoctor.render import print_json

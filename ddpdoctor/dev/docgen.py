@@ -16,7 +16,7 @@ from ddpdoctor.edge.sources import all_facts, fact_shape
 
 # Declarations made by tests (ids "test.*", commands "test-*") are not part of the product.
 TEST_PREFIX = "test"
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # the repository's docs/ (this file is ddpdoctor/dev/docgen.py)
 
 CHECKS_HEADER = """# Findings of `ddpdoctor check`
 

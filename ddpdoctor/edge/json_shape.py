@@ -54,7 +54,35 @@ class MapOf:
     value: Any
 
 
-Shape = Union[type, Record, Nullable, Maybe, ListOf, MapOf]
+@dataclass(frozen=True)
+class InRange:
+    """An integer a reading can have (`low` to `high`): a GPU with -79 GiB of memory or a count below
+    zero is a damaged or forged file, never a reading to judge (or to plan with)."""
+
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class Loose:
+    """`shape`, checked only where the value has its kind (an object for a Record, an integer for an
+    InRange): anything else fits, left to the reader that conforms it. For facts whose reader drops
+    wrong-typed parts but whose impossible readings must still be refused."""
+
+    shape: Any
+
+
+Shape = Union[type, Record, Nullable, Maybe, ListOf, MapOf, InRange, Loose]
+
+
+def _loose_applies(value: Any, shape: Any) -> bool:
+    if isinstance(shape, InRange):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(shape, (Record, MapOf)):
+        return isinstance(value, Mapping)
+    if isinstance(shape, ListOf):
+        return isinstance(value, list)
+    return True
 
 
 _KIND_NAMES = {
@@ -84,6 +112,10 @@ def _wanted(shape: Any) -> str:
         return "a list"
     if isinstance(shape, Maybe):
         return _wanted(shape.shape) + " or null"
+    if isinstance(shape, InRange):
+        return f"an integer from {shape.low} to {shape.high}"
+    if isinstance(shape, Loose):
+        return _wanted(shape.shape)
     return _KIND_NAMES.get(shape, getattr(shape, "__name__", str(shape)))
 
 
@@ -93,6 +125,8 @@ def find_mismatch(value: Any, shape: Shape, where: str = "") -> Optional[str]:
     Nullable; absent Record keys and extra keys fit (hand-built snapshots omit what they lack)."""
     if isinstance(shape, Maybe):
         return None if value is None else find_mismatch(value, shape.shape, where)
+    if isinstance(shape, Loose):
+        return find_mismatch(value, shape.shape, where) if _loose_applies(value, shape.shape) else None
     if isinstance(shape, Nullable):
         return None if value is None else find_mismatch(value, shape.shape, where)
     ok: bool
@@ -106,6 +140,11 @@ def find_mismatch(value: Any, shape: Shape, where: str = "") -> Optional[str]:
         ok = isinstance(value, bool)
     elif shape is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(shape, InRange):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not shape.low <= value <= shape.high:
+            shown = str(value) if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
+            return f"`{where or '(top level)'}`: {shown}, not a reading that can be ({_wanted(shape)})"
     elif shape is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     else:
@@ -142,6 +181,10 @@ def describe_shape(shape: Any) -> str:
         return f"[{describe_shape(shape.item)}]"
     if isinstance(shape, MapOf):
         return "{<name>: " + describe_shape(shape.value) + "}"
+    if isinstance(shape, InRange):
+        return f"integer ({shape.low}..{shape.high})"
+    if isinstance(shape, Loose):
+        return describe_shape(shape.shape)
     names = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "list"}
     return names.get(shape, getattr(shape, "__name__", str(shape)))
 
@@ -155,7 +198,10 @@ def _fits(value: Any, shape: Any) -> bool:
     return True
 
 
-def _scalar(value: Any, kind: type) -> Any:
+def _scalar(value: Any, kind: Any) -> Any:
+    if isinstance(kind, InRange):
+        ok = isinstance(value, int) and not isinstance(value, bool) and kind.low <= value <= kind.high
+        return value if ok else None
     if isinstance(value, bool):
         return value if kind is bool else None
     if kind is float:
@@ -176,6 +222,8 @@ def conform(value: Any, shape: Shape) -> Any:
         return conform(value, shape.shape) if isinstance(value, Mapping) else None
     if isinstance(shape, Maybe):
         return None if value is None else conform(value, shape.shape)
+    if isinstance(shape, Loose):
+        return conform(value, shape.shape)
     if isinstance(shape, ListOf):
         if not isinstance(value, list):
             return None

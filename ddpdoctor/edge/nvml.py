@@ -23,7 +23,7 @@ import importlib
 import threading
 from typing import Any, Callable, Optional
 
-from ddpdoctor.edge.json_shape import ListOf, MapOf, Nullable, Record, conform, conform_fact
+from ddpdoctor.edge.json_shape import InRange, ListOf, Loose, MapOf, Nullable, Record, conform, conform_fact
 from ddpdoctor.parsers.nvidia_smi import RECOVERY_ACTIONS
 
 # NVML return codes (nvml.h); kept here so that mapping does not depend on the bindings' version.
@@ -424,7 +424,8 @@ GPU_SHAPE = Record(
                 float,
             )
         ),
-        "memory": Record(dict.fromkeys(("total_mib", "used_mib", "free_mib"), int)),
+        # MiB: 0 to 1 PiB (an H200 has 141 GiB). Below zero or beyond that, the file is damaged.
+        "memory": Record(dict.fromkeys(("total_mib", "used_mib", "free_mib"), InRange(0, 2**30))),
         "utilization": Record({"gpu_percent": int, "memory_percent": int}),
         "fabric": Record({"state": str, "status": str}),
         "reset_required": bool,
@@ -447,11 +448,25 @@ NVML_SHAPE = Record(
         "driver_version": str,
         "cuda_driver_version": str,
         "nvml_version": str,
-        "device_count": int,
+        "device_count": InRange(0, 4096),
         "gpus": ListOf(GPU_SHAPE),
         "p2p": P2P_SHAPE,
     },
     defaults={"available": False, "gpus": []},
+)
+
+
+# What a replayed nvml.json must not hold, checked strictly at the edge (the rest is conformed leniently
+# by load_nvml_fact): readings that cannot be. A file with them is refused as a bad snapshot file, so
+# `check` reports it and `plan` does not size a model against -79.6 GiB. Absent and null still fit.
+_MIB = Loose(InRange(0, 2**30))
+NVML_IMPOSSIBLE = Record(
+    {
+        "device_count": Loose(InRange(0, 4096)),
+        "gpus": Loose(
+            ListOf(Loose(Record({"memory": Loose(Record(dict.fromkeys(("total_mib", "used_mib", "free_mib"), _MIB)))})))
+        ),
+    }
 )
 
 

@@ -196,6 +196,11 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     OpenAI-style, AWS access keys, Slack tokens and webhooks, Bearer), and the literal value of a
     secret-named variable in `env` (the current environment by default) wherever it appears, when it
     looks like a secret (`looks_like_secret`: not a short value, a number or a plain word)."""
+    return _redact_text(text, _secret_literals(env))
+
+
+def _redact_text(text: str, literals: _Literals) -> str:
+    """redact_text with the literals already collected."""
     if len(text) > REDACT_INPUT_LIMIT:
         text = text[:REDACT_INPUT_LIMIT] + " [truncated]"
     text = _PEM_PRIVATE_KEY.sub(REDACTED, text)  # first: `"private_key": "-----BEGIN` is an assignment too
@@ -210,15 +215,48 @@ def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     text = _JWT.sub(REDACTED, text)
     text = _KEYED_HEX.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
-    secrets = [
-        value
-        for name, value in (env if env is not None else os.environ).items()
-        if is_secret_name(name) and looks_like_secret(value)
-    ]
-    # Longest first: a secret that contains a shorter one must not be left half replaced.
-    for value in sorted(secrets, key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    return text
+    return literals.replace(text)
+
+
+class _Literals:
+    """The secret-named variables' values to replace wherever they appear, collected once per
+    environment (not once per string: an environment of N variables redacted value by value would
+    be N x N). Few values: str.replace, longest first. Many: one scan indexed by each value's first
+    characters, so the cost follows the text's length, not the number of values."""
+
+    _MANY = 64
+
+    def __init__(self, values: list[str]) -> None:
+        # Longest first: a secret that contains a shorter one must not be left half replaced.
+        self.values = sorted(set(values), key=len, reverse=True)
+        self.by_head: dict[str, list[str]] = {}
+        if len(self.values) > self._MANY:
+            for value in self.values:
+                self.by_head.setdefault(value[:_LITERAL_MIN_LENGTH], []).append(value)
+
+    def replace(self, text: str) -> str:
+        if not self.by_head:
+            for value in self.values:
+                text = text.replace(value, REDACTED)
+            return text
+        out: list[str] = []
+        last = i = 0
+        end = len(text) - _LITERAL_MIN_LENGTH
+        while i <= end:
+            for value in self.by_head.get(text[i : i + _LITERAL_MIN_LENGTH], ()):
+                if text.startswith(value, i):
+                    out += (text[last:i], REDACTED)
+                    i = last = i + len(value)
+                    break
+            else:
+                i += 1
+        out.append(text[last:])
+        return "".join(out)
+
+
+def _secret_literals(env: Mapping[str, str] | None) -> _Literals:
+    source = env if env is not None else os.environ
+    return _Literals([v for k, v in source.items() if is_secret_name(k) and looks_like_secret(v)])
 
 
 def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
@@ -226,16 +264,20 @@ def redact_data(value: Any, env: Mapping[str, str] | None = None) -> Any:
     environment-variable-like keys with secret names (an environment dict) replaced.
 
     Recursive: what users hand us is depth-checked at the edge (files.MAX_NESTING) before it gets here."""
+    return _redact_data(value, _secret_literals(env))
+
+
+def _redact_data(value: Any, literals: _Literals) -> Any:
     if isinstance(value, str):
-        return redact_text(value, env)
+        return _redact_text(value, literals)
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
             secret_key = isinstance(k, str) and _ENV_NAME.fullmatch(k) and is_secret_name(k)
-            out[k] = REDACTED if secret_key and isinstance(v, str) and v else redact_data(v, env)
+            out[k] = REDACTED if secret_key and isinstance(v, str) and v else _redact_data(v, literals)
         return out
     if isinstance(value, (list, tuple)):
-        out_list = [redact_data(v, env) for v in value]
+        out_list = [_redact_data(v, literals) for v in value]
         for i in range(1, len(value)):
             # An argv as a list: `--auth`, `X` -> `--auth`, `<redacted>`.
             before, item = value[i - 1], value[i]

@@ -383,7 +383,13 @@ def _watchdog_diagnosis(
         )
     else:
         missing = sorted(known_ranks - set(ranks))
-        unseen = world_size is not None and world_size > len(set(ranks) | set(missing))
+        seen = set(ranks) | set(missing)
+        # "Every rank" means ranks 0 to world size - 1 (or, with no world size in the logs, 0 to the
+        # highest rank seen: rank 3 reporting proves ranks 1 and 2 exist). A gap is a rank that left no
+        # line here, not one that was in step.
+        expected = range(world_size) if world_size else range(max(seen) + 1 if seen else 0)
+        absent = [r for r in expected if r not in seen] if len(expected) <= 1_000_000 else []
+        unseen = bool(absent) or len(expected) > len(seen)
         same = (
             f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]})"
         )
@@ -398,10 +404,14 @@ def _watchdog_diagnosis(
             spec = kb.diagnoses["watchdog.unconfirmed"]
             suspects = []
             of = f" of {world_size}" if world_size else ""
+            shown = fmt(absent[:10]) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
+            gap = f" (rank(s) {shown} left no line here)" if absent else ""
             reasoning = (
-                f"{same}; only {len(ranks)}{of} rank(s) are in these logs, so whether the others were in it "
+                f"{same}; only {len(ranks)}{of} rank(s) are in these logs{gap}, so whether the others were in it "
                 "(a network or GPU hang) or elsewhere (a straggler) cannot be told."
             )
+            if absent:
+                data["ranks_absent"] = absent[:1000]
         else:
             spec = kb.diagnoses["watchdog.hang"]
             suspects = []

@@ -173,6 +173,11 @@ def query_ras(addr: str = RAS_DEFAULT_ADDR, timeout_s: float = 5.0, verbose: boo
     except OSError as exc:
         return RasReply(addr, bytes(data), f"{host}:{port}: {exc.strerror or exc}", "unreachable",
                         time.monotonic() - start, command)
+    except UnicodeError as exc:
+        # The host name cannot be a DNS name (a label over 63 characters: the idna codec refuses it),
+        # whether it came from --ras-addr or from the job's own NCCL_RAS_ADDR.
+        return RasReply(addr, bytes(data), f"{host[:80]!r}{'...' if len(host) > 80 else ''} is not a valid host "
+                        f"name ({exc})", "bad_addr", time.monotonic() - start, command)
     return RasReply(addr, bytes(data), duration_s=time.monotonic() - start, command=command)
 
 

@@ -271,18 +271,28 @@ def parse_ras_text(body: str) -> RasStatus:
     return status
 
 
+# What the JSON keeps of a RAS reply: ranks listed per list, characters per string. A reply is up to
+# MAX_REPLY_BYTES (16 MiB) from whatever listens on the port; copied whole it made 37 MB of JSON.
+MAX_LISTED_RANKS = 256
+MAX_FIELD_CHARS = 200
+
+
 def to_dict(status: RasStatus) -> dict[str, Any]:
     def rank_dict(r: RasRank) -> dict[str, Any]:
-        return {"rank": r.rank, "pid": r.pid, "host": r.host, "gpu": r.gpu, "comm": r.comm, "count": r.count,
-                "op": r.op}
+        cut = MAX_FIELD_CHARS
+        return {"rank": r.rank, "pid": r.pid, "host": r.host[:cut], "gpu": r.gpu[:cut], "comm": r.comm[:cut],
+                "count": r.count, "op": r.op[:cut]}
 
+    lists = {"missing_ranks": status.missing, "dead_processes": status.dead_processes,
+             "ranks_behind": status.behind}
+    omitted = {k: len(v) - MAX_LISTED_RANKS for k, v in lists.items() if len(v) > MAX_LISTED_RANKS}
     return {
         "format": status.fmt,
-        "nccl_version": status.nccl_version,
+        "nccl_version": status.nccl_version[:MAX_FIELD_CHARS],
         "communicators": len(status.comms) or len(status.group_rows),
-        "missing_ranks": [rank_dict(r) for r in status.missing],
-        "dead_processes": [rank_dict(r) for r in status.dead_processes],
-        "ranks_behind": [rank_dict(r) for r in status.behind],
+        **{k: [rank_dict(r) for r in v[:MAX_LISTED_RANKS]] for k, v in lists.items()},
+        # Only when a list was cut: how many ranks each list had beyond the ones shown.
+        **({"omitted": omitted} if omitted else {}),
         "timeouts": status.timeouts,
         "mismatch": status.mismatch,
     }

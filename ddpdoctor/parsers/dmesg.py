@@ -10,8 +10,9 @@ Any prefix the kernel log tools put in front of a line is accepted: `[ 5123.4567
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ddpdoctor.parsers.nvidia_smi import RECOVERY_ACTIONS
 
@@ -303,6 +304,35 @@ def _caused_by(detail: str) -> Optional[int]:
     return int(m.group("code")) if m else None
 
 
+# Events kept per list: the first and the last half of this many. A 64 MiB log of one repeated Xid is
+# 700k events (3 GB as dicts); the first ones say when it began, the last ones what it is now, and
+# `omitted` says how many were between.
+MAX_EVENTS = 1000
+
+
+class _Kept:
+    """A list that keeps its first and last MAX_EVENTS // 2 items and counts the rest."""
+
+    def __init__(self) -> None:
+        self.head: list[dict[str, Any]] = []
+        self.tail: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS - MAX_EVENTS // 2)
+        self.seen = 0
+
+    def append(self, item: dict[str, Any]) -> None:
+        self.seen += 1
+        if len(self.head) < MAX_EVENTS // 2:
+            self.head.append(item)
+        else:
+            self.tail.append(item)
+
+    @property
+    def omitted(self) -> int:
+        return self.seen - len(self.head) - len(self.tail)
+
+    def items(self) -> list[dict[str, Any]]:
+        return self.head + list(self.tail)
+
+
 def parse_dmesg(text: str) -> dict[str, Any]:
     """Kernel log text to `{"xids": [...], "fallen_off_bus": [...], "pcie_limited": [...]}`; never raises.
 
@@ -311,11 +341,13 @@ def parse_dmesg(text: str) -> dict[str, Any]:
     the table's meaning, `caused_by` (the earlier Xid an Xid 43/45 names) and, for Xid 154,
     `recovery_action` (the action the driver now asks for).
     """
-    xids: list[dict[str, Any]] = []
-    fallen: list[dict[str, Any]] = []
-    limited: list[dict[str, Any]] = []
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
+    xids, fallen, limited = _Kept(), _Kept(), _Kept()
+    fallen_buses: set[Optional[str]] = set()
+    # The lines before this one (a multi-line message names its bus up to three lines back); the
+    # text is walked line by line, never split into one list.
+    recent: deque[str] = deque(maxlen=4)
+    for line in _lines(text):
+        recent.append(line)
         m = _XID.search(line)
         if m:
             code = int(m.group("code"))
@@ -336,6 +368,7 @@ def parse_dmesg(text: str) -> dict[str, Any]:
                 }
             )
             if code == 79 or "fallen off the bus" in line:
+                fallen_buses.add(normalize_bus_id(m.group("bus")))
                 fallen.append(
                     {
                         "bus_id": normalize_bus_id(m.group("bus")),
@@ -352,16 +385,15 @@ def parse_dmesg(text: str) -> dict[str, Any]:
             # message (the others are indented continuations), so the time comes from where the bus was.
             bus = None
             first = line
-            for back in range(0, 4):
-                if i - back < 0:
-                    break
-                b = _BUS.search(lines[i - back])
-                if b and ("NVRM" in lines[i - back] or back == 0):
+            for back, earlier in enumerate(reversed(recent)):
+                b = _BUS.search(earlier)
+                if b and ("NVRM" in earlier or back == 0):
                     bus = normalize_bus_id(b.group("bus"))
-                    first = lines[i - back]
+                    first = earlier
                     break
             # The Xid 79 line and the plain line often report the same event: keep one per GPU.
-            if bus is None or not any(f["bus_id"] == bus for f in fallen):
+            if bus is None or bus not in fallen_buses:
+                fallen_buses.add(bus)
                 stamp = _timestamp(line)
                 fallen.append(
                     {
@@ -389,7 +421,22 @@ def parse_dmesg(text: str) -> dict[str, Any]:
                     "line": line.strip()[:400],
                 }
             )
-    return {"xids": xids, "fallen_off_bus": fallen, "pcie_limited": limited}
+    out: dict[str, Any] = {
+        "xids": xids.items(),
+        "fallen_off_bus": fallen.items(),
+        "pcie_limited": limited.items(),
+    }
+    omitted = {k: v.omitted for k, v in (("xids", xids), ("fallen_off_bus", fallen), ("pcie_limited", limited))}
+    if any(omitted.values()):
+        # Only when the log was that long: the usual output keeps its three keys.
+        out["omitted"] = {k: n for k, n in omitted.items() if n}
+    return out
+
+
+def _lines(text: str) -> Iterator[str]:
+    """text.splitlines() one line at a time (\n, \r\n, \r), without holding them all."""
+    for chunk in re.finditer(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text):
+        yield chunk.group(0).rstrip("\r\n")
 
 
 PARSE_TOOLS = {"dmesg": parse_dmesg}

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ddpdoctor.core.engine import Context
 from ddpdoctor.edge.json_shape import ListOf, Record, conform_fact
-from ddpdoctor.edge.nvml import gather_nvml, load_nvml_fact
+from ddpdoctor.edge.nvml import NVML_IMPOSSIBLE, gather_nvml, load_nvml_fact
 from ddpdoctor.edge.procfs import read_parent_pid
 from ddpdoctor.edge.runner import CommandResult, define_command
 from ddpdoctor.edge.sources import Sources, define_fact, fact_or_none
@@ -70,7 +70,9 @@ NVML_FACT = define_fact(
     "nvml",
     "NVML readings: driver and CUDA driver version, per-GPU health (ECC, remapped rows, PCIe, clocks, "
     "compute mode, MIG, processes, NVLink, fabric) and GPU-pair P2P status",
-    dict,  # the fields are conformed by load_nvml_fact
+    # Impossible readings (negative memory) are refused at the edge; the other fields are conformed
+    # by load_nvml_fact.
+    NVML_IMPOSSIBLE,
 )
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 GPU_PCI_FACT = define_fact(
