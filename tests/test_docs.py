@@ -27,3 +27,8 @@ def test_every_finding_id_is_documented() -> None:
     for spec_id in all_specs():
         if not spec_id.startswith("test."):
             assert f"`{spec_id}`" in text
+
+
+def test_docgen_writes_the_repository_docs_folder() -> None:
+    # `make docs` (python -m ddpdoctor.dev.docgen) must write docs/, not a folder beside its own module.
+    assert docgen.DOCS == Path(__file__).resolve().parent.parent / "docs"
