@@ -206,8 +206,10 @@ def build_cases(tmp: Path, root_user: bool) -> list[Case]:
     (lintdir / "a.py").symlink_to("b.py")
     (lintdir / "b.py").symlink_to("a.py")
     (lintdir / "ok.py").write_text("import torch\n")
-    for p in (fifo_py, zero_py, lintdir):
-        cases.append(Case("1-files", f"lint {p.name}", ddpdoctor_argv("lint", str(p)), (0, 1), 30))
+    # A path named on the command line that cannot be read is a usage error (exit 2, README); bad files
+    # found inside a directory are DDP000 findings (exit 1).
+    for p, codes in ((fifo_py, (2,)), (zero_py, (2,)), (lintdir, (0, 1))):
+        cases.append(Case("1-files", f"lint {p.name}", ddpdoctor_argv("lint", str(p)), codes, 30))
     # 2. wrong types in every fact file, 3. deep nesting
     for name in FACT_NAMES:
         for label, text in wrong_values().items():
