@@ -80,7 +80,9 @@ file, a compressed file with nothing readable); 3 inconclusive: the input is emp
    reported -> `watchdog.straggler`; only one
    rank's report, or fewer ranks than NCCL's `nranks` -> `watchdog.unconfirmed` (not a root cause: the
    other ranks' logs are needed); `watchdog.hang` (network or GPU) only when every rank of the job
-   reported the same collective.
+   reported the same collective: ranks 0 to the world size - 1, or, when no line gives the world size,
+   0 to the highest rank seen. A gap (reports from ranks 0 and 3 only) is `watchdog.unconfirmed`, naming
+   the ranks that left no line (`ranks_absent` in its data).
 6. **Rank from the launcher.** A root cause whose lines name no rank takes it from torchrun's
    `Root Cause (first observed failure)` entry (`rank: 1 (local_rank: 1)`); an OOM kill without a rank
    takes the rank torchrun reported killed (exit code -9).
