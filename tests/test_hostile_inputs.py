@@ -28,7 +28,7 @@ from ddpdoctor.edge.files import (
     load_toml_text,
     read_stdin_bytes,
     read_user_bytes,
-    write_new_file,
+    write_output_file,
 )
 from ddpdoctor.edge.redact import REDACTED, redact_text
 from ddpdoctor.edge.sources import LiveSources, ReplaySources
@@ -457,14 +457,14 @@ def test_write_new_file_is_atomic_about_links_and_existing_files(tmp_path: Path)
     link = tmp_path / "l"
     link.symlink_to(target)
     with pytest.raises(InputRefused, match="exists"):
-        write_new_file(target, "new")
+        write_output_file(target, "new")
     with pytest.raises(InputRefused, match="symbolic link"):
-        write_new_file(link, "new", force=True)
+        write_output_file(link, "new", force=True)
     fifo = tmp_path / "f"
     os.mkfifo(fifo)
     with pytest.raises(InputRefused, match="regular"):
-        write_new_file(fifo, "new", force=True)
-    write_new_file(tmp_path / "n", "new")
+        write_output_file(fifo, "new", force=True)
+    write_output_file(tmp_path / "n", "new")
     assert (tmp_path / "n").read_text() == "new" and target.read_text() == "old"
 
 

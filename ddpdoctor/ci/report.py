@@ -171,16 +171,16 @@ def gather_report_inputs(
 
 def write_report(text: str, path: Optional[Path], force: bool = False) -> None:
     """Print the report, or write it to `path`: never over an existing file unless `force`, never
-    through a symbolic link (edge.files.write_new_file raises InputRefused, an OSError)."""
+    through a symbolic link (edge.files.write_output_file raises InputRefused, an OSError)."""
     if path is None:
         import sys
 
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        from ddpdoctor.edge.files import write_new_file
+        from ddpdoctor.edge.files import write_output_file
 
-        write_new_file(path, text, force=force)
+        write_output_file(path, text, force=force)
 
 
 BENCH_ARGS = (

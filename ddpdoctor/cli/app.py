@@ -107,9 +107,9 @@ def _writable_output(path: Optional[Path]) -> Optional[Path]:
     if path is not None:
         if str(path) == "-":
             return None  # stdout, as everywhere
-        from ddpdoctor.edge.files import atomic_target_problem
+        from ddpdoctor.edge.files import output_target_problem
 
-        problem = atomic_target_problem(path)
+        problem = output_target_problem(path, force=None)  # -o FILE is replaced on every run
         if problem is not None:
             raise bad_parameter(f"cannot write {path}: {problem}")
     return path

@@ -50,10 +50,10 @@ def expect(
     if to_stdout:
         emit(text)
     else:
-        from ddpdoctor.edge.files import write_new_file
+        from ddpdoctor.edge.files import write_output_file
 
         try:
-            write_new_file(write, text, force=force)
+            write_output_file(write, text, force=force)
         except OSError as exc:
             raise usage_error(f"cannot write {shown_path(write)}: {exc.strerror or exc}") from None
         say(

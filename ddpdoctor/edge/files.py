@@ -5,7 +5,7 @@ never ends), a socket, a directory, unreadable, or simply huge. `read_user_bytes
 with stat() before opening, opens without blocking, reads at most `limit` bytes and raises
 `InputRefused` (an OSError, so callers' `except OSError` and `exc.strerror` keep working) with a plain
 reason. `load_json_text` and `load_toml_text` turn deep nesting into a ValueError instead of a
-RecursionError, and `write_new_file` never overwrites without being told to, nor writes through a
+RecursionError, and `write_output_file` never overwrites without being told to, nor writes through a
 symbolic link.
 
 Size caps (documented in docs/limits.md): see the *_LIMIT constants below.
@@ -415,16 +415,6 @@ def write_output_file(path: Pathish, text: str, *, force: Optional[bool] = False
             os.unlink(tmp)
         except OSError:
             pass
-
-
-def write_new_file(path: Pathish, text: str, *, force: bool = False) -> None:
-    """write_output_file for a file that `--force` may replace (`report -o`, `expect --write`)."""
-    write_output_file(path, text, force=force)
-
-
-def atomic_target_problem(path: Pathish) -> Optional[str]:
-    """Why `write_atomic(path, ...)` would be refused or fail (None when it can go ahead)."""
-    return output_target_problem(path, force=None)
 
 
 def write_atomic(path: Pathish, text: str, mode: int = 0o644) -> None:
