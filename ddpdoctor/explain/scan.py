@@ -341,17 +341,21 @@ class StreamScanner:
 
     def _scan_fragment(self, rest: bytes, cut: int) -> None:
         """Matches starting before `cut` in a piece of an over-long line."""
+        self._keyword_windows(rest, 0, 0, len(rest), cut, self._long_head, None)
+
+    def _keyword_windows(
+        self, buf: bytes, pos: int, lo: int, hi: int, stop: int, head: bytes | None, line_start: int | None
+    ) -> None:
+        """A window around each keyword of an over-long line found from `pos` and starting before `stop`
+        (windows kept within buf[lo:hi]), while the line's window budget lasts. `head` (the line's first
+        bytes, for its prefixes) goes before every window that does not start at `line_start` (None: the
+        line started before `buf`)."""
         search = self.kb.prefilter.search
-        pos = 0
-        while True:
-            m = search(rest, pos)
-            if m is None or m.start() >= cut:
-                return
-            if not self._count_window():
-                return
-            w0 = max(0, m.start() - WINDOW // 2)
-            w1 = min(len(rest), m.end() + WINDOW // 2)
-            self._window(rest[w0:w1], m.start() - w0, self._newlines + 1, self._long_head)
+        lineno = self._newlines + 1
+        while (m := search(buf, pos, hi)) is not None and m.start() < stop and self._count_window():
+            w0 = max(lo, m.start() - WINDOW // 2)
+            w1 = min(hi, m.end() + WINDOW // 2)
+            self._window(buf[w0:w1], m.start() - w0, lineno, None if w0 == line_start else head)
             pos = max(w1, m.end())
 
     def _line(self, buf: bytes, ls: int, le: int, hit: int, head: bytes | None, context: bool) -> None:
@@ -366,13 +370,7 @@ class StreamScanner:
                     self._window(buf[w0:w1], hit - w0, lineno, head if w0 > ls else None, context)
                 return
             # Every keyword of the line gets a window (not only the first), within the line's budget.
-            search = self.kb.prefilter.search
-            pos = hit
-            while (m := search(buf, pos, le)) is not None and self._count_window():
-                w0 = max(ls, m.start() - WINDOW // 2)
-                w1 = min(le, m.end() + WINDOW // 2)
-                self._window(buf[w0:w1], m.start() - w0, lineno, head if w0 > ls else None)
-                pos = max(w1, m.end())
+            self._keyword_windows(buf, hit, ls, le, le, head, ls)
         else:
             raw = buf[ls:le]
             if not context and _continues(raw):
