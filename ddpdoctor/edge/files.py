@@ -157,6 +157,16 @@ def user_path_mode(path: Pathish, *, follow_symlinks: bool = True) -> Optional[i
         raise InputRefused(exc.errno or errno.EINVAL, f"cannot use this path: {exc.strerror or exc}", path) from None
 
 
+def is_regular_file(path: Pathish) -> bool:
+    """Whether a user's path names a regular file (following links); False for anything user_path_mode
+    refuses (too long, a loop of links, unsearchable), so a directory listing can simply skip it."""
+    try:
+        mode = user_path_mode(path)
+    except InputRefused:
+        return False
+    return mode is not None and stat.S_ISREG(mode)
+
+
 def refusal_text(exc: OSError) -> str:
     """'PATH: reason' on one line, for an OSError (InputRefused included) about a user's path."""
     reason = exc.strerror or str(exc)

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Optional
 
 from ddpdoctor.edge.files import (
     in_kernel_dir,
+    is_regular_file,
     read_quoted_source,
     read_user_bytes,
     source_roots,
@@ -282,7 +283,7 @@ def fr_candidates(spec: str) -> tuple[list[Path], list[Path]]:
     try:
         mode = user_path_mode(path)
         if mode is not None and stat.S_ISDIR(mode):
-            files = sorted(p for p in path.iterdir() if _is_file(p) and not p.name.startswith("."))
+            files = sorted(p for p in path.iterdir() if is_regular_file(p) and not p.name.startswith("."))
         elif mode is not None and stat.S_ISREG(mode):
             files = [path]
         else:
@@ -290,20 +291,12 @@ def fr_candidates(spec: str) -> tuple[list[Path], list[Path]]:
             parent_mode = user_path_mode(parent)
             if parent_mode is None or not stat.S_ISDIR(parent_mode):
                 return [], []
-            files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and _is_file(p))
+            files = sorted(p for p in parent.iterdir() if p.name.startswith(path.name) and is_regular_file(p))
     except OSError:  # InputRefused: a spec from a job's environment that cannot be looked at is no dump
         return [], []
     files = [p for p in files if not in_kernel_dir(p)]
     partial = [p for p in files if p.name.endswith(".tmp")]
     return [p for p in files if not p.name.endswith(".tmp")], partial[:MAX_FR_FILES]
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        mode = user_path_mode(path)
-    except OSError:
-        return False
-    return mode is not None and stat.S_ISREG(mode)
 
 
 def _twin_name(path: str) -> str:

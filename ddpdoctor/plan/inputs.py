@@ -17,6 +17,7 @@ from ddpdoctor.checks.gpu.models import gpu_generation
 from ddpdoctor.edge.files import (
     InputRefused,
     check_nesting,
+    is_regular_file,
     load_json_text,
     read_stdin_bytes,
     read_user_bytes,
@@ -79,26 +80,18 @@ def resolve_config(text: str, env: Optional[dict[str, str]] = None) -> Path:
     except (OSError, ValueError):
         pass  # no refs/main: a cache filled by snapshot_download(revision=...) or copied by hand
     try:
-        found = [p / "config.json" for p in snapshots.iterdir() if _is_regular(p / "config.json")]
+        found = [p / "config.json" for p in snapshots.iterdir() if is_regular_file(p / "config.json")]
         candidates += sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
     except (OSError, ValueError):
         pass
     for candidate in candidates:
-        if _is_regular(candidate):
+        if is_regular_file(candidate):
             return candidate
     raise PlanInputError(
         f"{text}: no such file, and no {text} in the Hugging Face cache ({hub_cache_dir(env)}); plan never "
         "downloads: give the config.json path or run `huggingface-cli download "
         f"{text} config.json` first"
     )
-
-
-def _is_regular(path: Path) -> bool:
-    try:
-        mode = user_path_mode(path)
-    except InputRefused:
-        return False
-    return mode is not None and stat.S_ISREG(mode)
 
 
 def read_config(path: Path) -> dict[str, Any]:
