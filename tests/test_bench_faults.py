@@ -115,13 +115,17 @@ def test_sigkill_one_rank_names_it_root_cause() -> None:
 def test_sigstop_one_rank_watchdog_names_it_and_kills_all() -> None:
     code, out, err, took, marker = _run(*BASE, fault="rank=2,op=broadcast,size=512,action=stop")
     assert code == 1, err
-    assert took < STEP_TIMEOUT_S + 20
-    assert f"watchdog: no progress within --timeout {STEP_TIMEOUT_S}s" in err
+    assert took < STEP_TIMEOUT_S + 20, err
+    assert f"watchdog: no progress within --timeout {STEP_TIMEOUT_S}s" in err, err
     root = [line for line in err.splitlines() if line.startswith("root cause:")]
     assert root and "rank 2" in root[0] and "broadcast" in root[0] and "stopped" in root[0], err
-    # The stuck ranks' Python stacks are shown, the stopped one included.
-    assert "stack of rank 2" in err and "_maybe_fault" in err
-    assert "stack of rank 0" in err and "torch/distributed" in err
+    # The stuck ranks' Python stacks are shown, the stopped one included, stopped where it stopped (its
+    # main thread is continued so that it can dump, and must not have run on before the dump).
+    stacks = err.split("stack of rank ")
+    rank2 = [s for s in stacks if s.startswith("2 ")]
+    assert rank2 and "in _maybe_fault" in rank2[0], err
+    rank0 = [s for s in stacks if s.startswith("0 ")]
+    assert rank0 and "torch/distributed" in rank0[0], err
     assert _survivors(marker) == []
 
 
@@ -213,23 +217,36 @@ def test_port_clash_is_retried_with_another_port(monkeypatch: pytest.MonkeyPatch
 
 
 BLOCKED_RANK = """
-import faulthandler, os, signal, sys
+import faulthandler, os, signal, sys, threading
 from ddpdoctor.bench.worker import acknowledge_stack_dumps
 stack = open(sys.argv[1], "w")
 acknowledge_stack_dumps(sys.argv[1] + ".done")
 faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True, chain=True)
+signal.signal(signal.SIGUSR2, lambda signum, frame: None)  # another signal with a Python handler
+def helper_thread():
+    os.read(int(sys.argv[2]), 1)
 def blocked_in_c():
     os.read(int(sys.argv[2]), 1)  # blocked in a system call, as a rank waiting inside a collective
+# A second thread, as gloo's in a rank: sent to the process, a signal pending in a stopped rank may be
+# taken by it rather than by the main thread.
+threading.Thread(target=helper_thread, daemon=True).start()
 print("ready", flush=True)
 blocked_in_c()
 """
 
 
-@pytest.mark.parametrize("stopped", [False, True], ids=["blocked", "stopped"])
-def test_stack_dump_is_acknowledged_once_complete(tmp_path: Path, stopped: bool) -> None:
+@pytest.mark.parametrize(
+    ("stopped", "earlier_signal"),
+    [(False, False), (True, False), (False, True)],
+    ids=["blocked", "stopped", "earlier-signal"],
+)
+def test_stack_dump_is_acknowledged_once_complete(tmp_path: Path, stopped: bool, earlier_signal: bool) -> None:
     """The launcher reads a rank's stack once the rank says the dump is complete (no fixed sleep), for a
-    rank blocked in C and for one stopped by SIGSTOP (continued after the dump is requested)."""
+    rank blocked in C and for one stopped by SIGSTOP (continued after the dump is requested); the dump is
+    taken by the main thread; an acknowledgement written before the request (any signal with a Python
+    handler writes one) does not count."""
     stack = tmp_path / "rank2.stack"
+    done = tmp_path / "rank2.stack.done"
     read_end, write_end = os.pipe()
     proc = subprocess.Popen(
         [sys.executable, "-c", BLOCKED_RANK, str(stack), str(read_end)],
@@ -249,6 +266,15 @@ def test_stack_dump_is_acknowledged_once_complete(tmp_path: Path, stopped: bool)
         # then stop it, so that a stopped rank is stopped inside blocked_in_c, as a hung rank would be.
         wait_for("sleeping")
         expected = "stopped" if stopped else "sleeping"
+        before = b""
+        if earlier_signal:
+            proc.send_signal(signal.SIGUSR2)
+            deadline = time.monotonic() + 30
+            while not done.read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            before = bytes([signal.SIGUSR2])
+            assert done.read_bytes() == before
+            wait_for(expected)
         if stopped:
             proc.send_signal(signal.SIGSTOP)
             wait_for(expected)
@@ -257,12 +283,54 @@ def test_stack_dump_is_acknowledged_once_complete(tmp_path: Path, stopped: bool)
         launcher._report_stuck(result, [state], tmp_path)
         (failure,) = result.failures
         assert failure.kind == "stuck" and failure.status == expected
-        assert (tmp_path / "rank2.stack.done").read_bytes() == bytes([signal.SIGUSR1])
-        # Whole: the innermost frame and the outermost one, in faulthandler's order.
-        assert "blocked_in_c" in failure.stack and failure.stack.rstrip().endswith("in <module>")
+        assert done.read_bytes() == before + bytes([signal.SIGUSR1])
+        # Whole: the innermost frame and the outermost one, in faulthandler's order, taken by the main
+        # thread itself (faulthandler heads the thread that ran the dump "Current thread").
+        main = failure.stack[failure.stack.index("Current thread") :]
+        assert "blocked_in_c" in main and main.rstrip().endswith("in <module>"), failure.stack
+        assert "helper_thread" in failure.stack and failure.stack_missing == ""
         assert proc.poll() is None  # the dump did not disturb the rank
     finally:
         proc.kill()
         proc.wait()
         os.close(read_end)
         os.close(write_end)
+
+
+IGNORING_RANK = """
+import signal, time
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a rank that cannot dump: the request never gets through
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_stack_not_dumped_is_said_with_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stuck rank whose dump never comes: reported as not dumped, with its process status and the time
+    waited, never silently without a stack; a byte already in its .done file does not pass for the dump."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    import ddpdoctor.render as render
+    from ddpdoctor.render.bench import render_launch_failure
+
+    monkeypatch.setattr(launcher, "STACK_WAIT_S", 0.5)
+    (tmp_path / "rank1.stack.done").write_bytes(bytes([signal.SIGUSR2]))  # an earlier signal's byte
+    proc = subprocess.Popen([sys.executable, "-c", IGNORING_RANK], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        result = outcome.LaunchResult(world_size=2, backend="gloo", timeout_s=5, timed_out=True)
+        launcher._report_stuck(result, [outcome.RankState(rank=1, pid=proc.pid, op="broadcast")], tmp_path)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    (failure,) = result.failures
+    assert failure.stack == ""
+    assert failure.stack_missing.startswith("process sleeping, waited "), failure.stack_missing
+    result.root_cause = outcome.pick_root_cause(result.failures)
+    buf = StringIO()
+    monkeypatch.setattr(render, "_err_console", Console(file=buf, width=200))
+    render_launch_failure(result)
+    assert f"stack of rank 1: not dumped ({failure.stack_missing})" in buf.getvalue(), buf.getvalue()

@@ -548,45 +548,95 @@ def _record_exit(result: LaunchResult, rank: int, exitcode: Optional[int], workd
     result.failures.append(failure)
 
 
-def _stack_dumped(workdir: Path, rank: int) -> bool:
+def _acks(workdir: Path, rank: int) -> int:
+    """How many stack dumps the rank has acknowledged so far (one byte each in rankN.stack.done)."""
     try:
-        return (workdir / f"rank{rank}.stack.done").stat().st_size > 0
+        return (workdir / f"rank{rank}.stack.done").stat().st_size
     except OSError:
-        return False
+        return 0
 
 
-def _await_stack_dumps(waiting: list[RankState], workdir: Path) -> None:
-    """Until every rank still alive has acknowledged its stack dump (see worker.acknowledge_stack_dumps)."""
+def _await_stack_dumps(
+    waiting: list[RankState], workdir: Path, acked_before: Mapping[int, int]
+) -> dict[int, str]:
+    """Until every rank still alive has acknowledged the dump just requested (see
+    worker.acknowledge_stack_dumps); returns, for each rank that did not, why (its process status and
+    how long it was waited for).
+
+    A dump counts only past the acknowledgements counted before SIGUSR1 was sent (`acked_before`): any
+    other signal with a Python handler also writes a byte to the wakeup fd, and a file that is merely
+    non-empty would be read before the dump is written.
+    """
     start = time.monotonic()
     pending = list(waiting)
+    missing: dict[int, str] = {}
     while pending:
-        pending = [
-            s
-            for s in pending
-            if not _stack_dumped(workdir, s.rank) and _process_status(s.pid) not in ("gone", "zombie", "dead")
-        ]
         elapsed = time.monotonic() - start
-        if not pending or elapsed >= STACK_WAIT_MAX_S:
-            return
-        if elapsed >= STACK_WAIT_S and not any(_process_status(s.pid) == "running" for s in pending):
-            return  # alive but neither dumping nor waiting for a CPU: the signal cannot get through
+        still = []
+        for s in pending:
+            if _acks(workdir, s.rank) > acked_before.get(s.rank, 0):
+                continue
+            status = _process_status(s.pid)
+            if status in ("gone", "zombie", "dead"):
+                missing[s.rank] = f"process {status}, waited {elapsed:.1f}s"
+            else:
+                still.append(s)
+        pending = still
+        if not pending:
+            break
+        runnable = any(_process_status(s.pid) == "running" for s in pending)
+        if elapsed >= STACK_WAIT_MAX_S or (elapsed >= STACK_WAIT_S and not runnable):
+            # Alive but neither dumping nor waiting for a CPU: the signal cannot get through.
+            for s in pending:
+                missing[s.rank] = f"process {_process_status(s.pid) or 'unknown'}, waited {elapsed:.1f}s"
+            break
         time.sleep(0.02)
+    return missing
+
+
+def _request_stack_dump(pid: int) -> None:
+    """SIGUSR1 to the rank's main thread (a forked rank's main thread id is its pid).
+
+    Process-directed, a signal pending in a stopped rank is taken, once SIGCONT wakes every thread, by
+    whichever thread runs first, often one of gloo's; faulthandler then walks the main thread's frames
+    while the main thread, continued too, runs on past the frame that stopped it. Directed at the main
+    thread, the dump is taken there before it returns to Python code.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.tgkill(pid, pid, signal.SIGUSR1) == 0:
+            return
+    except (OSError, AttributeError):  # no tgkill (not Linux, or a libc without it)
+        pass
+    os.kill(pid, signal.SIGUSR1)
 
 
 def _report_stuck(result: LaunchResult, waiting: list[RankState], workdir: Path) -> None:
     """Dump the Python stacks of the ranks still in a step, then record them as stuck."""
     now = time.monotonic()
     statuses = {s.rank: _process_status(s.pid) for s in waiting}
+    acked_before = {s.rank: _acks(workdir, s.rank) for s in waiting}
+    unsent: dict[int, str] = {}
     for s in waiting:
+        if not s.pid:
+            unsent[s.rank] = "its pid was never reported"
+            continue
         try:
-            os.kill(s.pid, signal.SIGUSR1)  # type: ignore[arg-type]
+            _request_stack_dump(s.pid)
             if statuses[s.rank] in ("stopped", "tracing-stop"):
-                os.kill(s.pid, signal.SIGCONT)  # type: ignore[arg-type]  # so it can run the dump
-        except (ProcessLookupError, PermissionError, TypeError):
-            pass
-    _await_stack_dumps(waiting, workdir)
+                os.kill(s.pid, signal.SIGCONT)  # so it can run the dump
+        except (ProcessLookupError, PermissionError) as exc:
+            unsent[s.rank] = f"SIGUSR1 not delivered: {exc.strerror or type(exc).__name__}"
+    missing = _await_stack_dumps([s for s in waiting if s.rank not in unsent], workdir, acked_before)
+    missing.update(unsent)
     stacks = {s.rank: _tail(workdir / f"rank{s.rank}.stack", 6000) for s in waiting}
     for s in waiting:
+        stack = stacks.get(s.rank, "")
+        note = missing.get(s.rank, "")
+        if not stack and not note:
+            note = "acknowledged, but the stack file is empty"
         result.failures.append(
             RankFailure(
                 rank=s.rank,
@@ -598,7 +648,8 @@ def _report_stuck(result: LaunchResult, waiting: list[RankState], workdir: Path)
                 pid=s.pid,
                 at=s.since,
                 status=statuses[s.rank],
-                stack=stacks.get(s.rank, ""),
+                stack=stack,
+                stack_missing="" if stack else note,
                 message=f"no progress for {now - s.since:.1f}s (limit {s.limit or result.timeout_s:g}s)",
             )
         )

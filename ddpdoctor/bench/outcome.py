@@ -57,6 +57,7 @@ class RankFailure:
     at: float = 0.0
     peer_failure: bool = False
     stack: str = ""
+    stack_missing: str = ""  # a stuck rank whose stack could not be dumped: why (status, time waited)
     status: str = ""
     log_tail: str = ""
     step: int = 0

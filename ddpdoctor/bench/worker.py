@@ -510,7 +510,8 @@ def acknowledge_stack_dumps(done_path: str) -> None:
     faulthandler dumps from its C signal handler (it works while the rank is blocked inside a collective,
     where a Python handler would never run); registered with chain=True it then calls the previous
     handler, Python's own C handler, which writes the signal number to the wakeup fd before returning.
-    The Python-level handler below runs later, if ever, and does nothing.
+    The Python-level handler below runs later, if ever, and does nothing. Any other signal with a Python
+    handler writes its byte too: the launcher counts bytes from before its request, never "non-empty".
     """
     fd = os.open(done_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o600)
     signal.signal(signal.SIGUSR1, lambda signum, frame: None)

@@ -8,6 +8,7 @@ the inter-node run (one rank per node).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -257,9 +258,61 @@ def render_launch_failure(result: Any) -> None:
         for f in others:
             out(f"  {f.describe()}", highlight=False)
     for f in result.failures:
-        if f.kind == "stuck" and f.stack:
+        if f.kind != "stuck":
+            continue
+        if f.stack:
             out(f"stack of rank {f.rank} (pid {f.pid}, {f.op} {f.size} B):", highlight=False)
-            out(_indent(f.stack.strip().splitlines()[:25], "    "), highlight=False)
+            out(_indent(stack_excerpt(f.stack), "    "), highlight=False)
+        elif f.stack_missing:
+            out(f"stack of rank {f.rank}: not dumped ({f.stack_missing})", highlight=False)
+
+
+# faulthandler's header of one thread's frames (`Current thread 0x...` when the signal landed on it);
+# `Stack (most recent call first):` when it dumped only the current thread.
+_THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ .*:$|^Stack \(most recent call first\):$")
+# The frames that say a thread is the rank's own, best first: the worker's entry point, then the
+# interpreter's (a thread started by `threading` begins in _bootstrap instead).
+_OWN_FRAMES = (re.compile(r" in rank_main$"), re.compile(r" in (?:_run_module_as_main|<module>)$"))
+OWN_STACK_LINES = 25
+OTHER_THREAD_LINES = 6
+OTHER_THREADS = 3
+
+
+def stack_excerpt(
+    stack: str,
+    own_lines: int = OWN_STACK_LINES,
+    other_lines: int = OTHER_THREAD_LINES,
+    other_threads: int = OTHER_THREADS,
+) -> list[str]:
+    """The lines of a rank's faulthandler dump worth printing: the thread that runs the rank's own code
+    first (up to `own_lines`), then a few lines of a few other threads.
+
+    faulthandler lists the newest thread first and the main thread last, so a plain cut of the text
+    can drop exactly the frames that say where the rank is.
+    """
+    threads: list[list[str]] = []
+    for line in stack.strip().splitlines():
+        if _THREAD_HEADER.match(line.strip()) or not threads:
+            threads.append([])
+        if line.strip():
+            threads[-1].append(line.rstrip())
+    threads = [t for t in threads if t]
+    if not threads:
+        return []
+    own = next(
+        (t for frame in _OWN_FRAMES for t in threads if any(frame.search(line) for line in t)), threads[-1]
+    )
+    lines = own[:own_lines]
+    if len(own) > own_lines:
+        lines.append(f"  ... {len(own) - own_lines} more lines")
+    others = [t for t in threads if t is not own]
+    for t in others[:other_threads]:
+        lines.extend(t[:other_lines])
+        if len(t) > other_lines:
+            lines.append(f"  ... {len(t) - other_lines} more lines")
+    if len(others) > other_threads:
+        lines.append(f"... {len(others) - other_threads} more threads")
+    return lines
 
 
 def _indent(lines: Iterable[str], prefix: str = "  ") -> str:
