@@ -189,20 +189,81 @@ def test_split_reply_never_crashes(data):
         pass
 
 
-def test_cli_verdict_from_ras_alone():
+@pytest.fixture
+def decoy_job():
+    """A local process that looks like a rank of another job (RANK, WORLD_SIZE, MASTER_* in its
+    environment, a Python process): what `hang` finds on this node when it looks. Killed at the end."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+        env=dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1"),
+    )
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("sources", [["--no-stacks", "--no-fr"], []])
+def test_cli_verdict_from_ras_alone(decoy_job, sources):
+    # --ras-addr without --pid reads RAS only: a job running on this node (the decoy, or whatever else
+    # runs here) is never attached to, so the verdict is RAS's whatever runs beside the test.
     import json
 
     import jsonschema
     from typer.testing import CliRunner
 
     from ddpdoctor.cli import app
+    from ddpdoctor.hang.probe_io import list_processes
+    from ddpdoctor.hang.procs import find_jobs
 
+    # The decoy is a job `hang` would find on its own: looking at local processes would attach to it.
+    deadline = time.monotonic() + 10
+    while not any(w.pid == decoy_job for j in find_jobs(list_processes()) for w in j.workers):
+        assert time.monotonic() < deadline, "the decoy job never looked like a rank"
+        time.sleep(0.1)
     server = RasServer((FIX / "synthetic-json-behind.txt").read_bytes())
-    res = CliRunner().invoke(app, ["hang", "--ras-addr", server.addr, "--no-stacks", "--no-fr", "--json"])
+    res = CliRunner().invoke(app, ["hang", "--ras-addr", server.addr, *sources, "--json"])
     data = json.loads(res.output)
     schema = json.loads((Path(__file__).parent.parent / "docs" / "schemas" / "hang.schema.json").read_text())
     jsonschema.validate(data, schema)
+    assert data["job"] is None and data["stacks"] == []
+    job = next(f for f in data["findings"] if f["id"] == "hang.job")
+    assert job["severity"] == "skip" and "--ras-addr" in job["summary"] and "--pid" in job["summary"]
+    assert str(decoy_job) not in res.output
     assert data["verdict"]["kind"] == "behind" and data["verdict"]["source"] == "ras"
     assert data["verdict"]["culprit_ranks"] == [2] and "pid 5002" in data["verdict"]["summary"]
     assert data["ras"]["ranks_behind"][0]["count"] == 41 and res.exit_code == 1
     assert data["verdict"]["culprits"][0]["pid"] == 5002 and data["verdict"]["culprits"][0]["host"] == "10.0.0.1"
+
+
+def test_ras_addr_with_pid_still_reads_that_local_job(decoy_job):
+    # Local discovery is explicit: --pid with --ras-addr reads that job's ranks and RAS.
+    import json
+
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    res = CliRunner().invoke(
+        app, ["hang", "--ras-addr", f"127.0.0.1:{port}", "--pid", str(decoy_job), "--no-stacks", "--samples", "1", "--json"]
+    )
+    data = json.loads(res.output)
+    assert [r["pid"] for r in data["job"]["ranks"]] == [decoy_job]
+    assert next(f for f in data["findings"] if f["id"] == "hang.ras")["severity"] == "skip"
+
+
+def test_ras_addr_and_no_ras_contradict():
+    from typer.testing import CliRunner
+
+    from ddpdoctor.cli import app
+
+    res = CliRunner().invoke(app, ["hang", "--ras-addr", "127.0.0.1:1", "--no-ras"])
+    assert res.exit_code == 2 and "contradict" in res.output

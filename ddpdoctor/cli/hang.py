@@ -34,7 +34,9 @@ def hang(
         "when dumps are there).",
     ),
     ras_addr: Optional[str] = typer.Option(
-        None, "--ras-addr", help="NCCL RAS host:port (default: the job's NCCL_RAS_ADDR, else 127.0.0.1:28028)."
+        None, "--ras-addr", help="NCCL RAS host:port (default: the job's NCCL_RAS_ADDR, else 127.0.0.1:28028). "
+        "Without --pid, only RAS (and --fr) is read: no process of this node is looked at; add --pid to also "
+        "read that job's local ranks.",
     ),
     no_ras: bool = typer.Option(False, "--no-ras", help="Do not query NCCL RAS."),
     no_stacks: bool = typer.Option(False, "--no-stacks", help="Do not read the ranks' stacks with py-spy."),
@@ -79,6 +81,8 @@ def hang(
         raise usage_error(str(exc)) from None
     if fr is not None and no_fr:
         raise usage_error("--fr and --no-fr contradict each other")
+    if ras_addr is not None and no_ras:
+        raise usage_error("--ras-addr and --no-ras contradict each other")
     if fr is not None:
         from ddpdoctor.edge.files import InputRefused, refusal_text, user_path_mode
 
@@ -97,9 +101,16 @@ def hang(
     ]
     if given:
         raise usage_error(f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --cluster")
+    # --ras-addr names a job, maybe on another node: without --pid, a job that happens to run here is
+    # not it, so this node's processes are not looked at (docs/hang.md, "RAS alone").
+    local_skipped = (
+        f"this node's processes were not looked at: --ras-addr {ras_addr} without --pid reads only NCCL RAS"
+        + (" and --fr" if fr else "") + "; add --pid AGENT_OR_RANK to also read a local job's ranks"
+        if ras_addr is not None and pid is None else ""
+    )
     facts = gather_facts(
         pid, fr, ras_addr, use_ras=not no_ras, use_stacks=not no_stacks, timeout_s=timeout, use_fr=not no_fr,
-        samples=samples, interval_s=interval,
+        samples=samples, interval_s=interval, local_skipped=local_skipped,
     )
     report = judge_hang(facts)
     data = redact_data(report.to_dict())

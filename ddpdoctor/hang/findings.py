@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 from ddpdoctor.core.model import Evidence, Finding, Severity, define
 from ddpdoctor.hang.align import Alignment, describe_entry
 from ddpdoctor.hang.fr import Dump
-from ddpdoctor.hang.procs import Job
+from ddpdoctor.hang.procs import HELPER_KINDS, Job
 from ddpdoctor.hang.progress import Sample
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
@@ -97,6 +97,7 @@ class HangFacts:
     # pid of a rank waiting on its DataLoader -> its worker processes' stacks
     worker_stacks: dict[int, list[RankStack]] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
+    job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr
     pyspy_found: bool = False
 
@@ -142,12 +143,17 @@ def group_name(pg: str, name: str) -> str:
 def job_dict(facts: HangFacts) -> Optional[dict[str, Any]]:
     if facts.job is None:
         return None
+    rank_by_pid = {w.pid: w.rank for w in facts.job.workers}
     return {
         "agent_pid": facts.job.agent_pid,
         "world_size": facts.job.world_size,
         "ranks": [
             {"rank": w.rank, "local_rank": w.local_rank, "pid": w.pid, **({"rank_from": w.rank_from} if w.rank_from else {})}
             for w in facts.job.workers
+        ],
+        "helpers": [
+            {"pid": h.pid, "rank_pid": h.rank_pid, "rank": rank_by_pid.get(h.rank_pid), "kind": h.kind}
+            for h in facts.job.helpers[:MAX_HELPERS_LISTED]
         ],
     }
 
@@ -176,7 +182,34 @@ def alignment_dict(alignment: Optional[Alignment], facts: HangFacts, vetting: An
     return out
 
 
+# Helper processes listed per job (a rank with a large DataLoader and a compile pool has dozens).
+MAX_HELPERS_LISTED = 256
+
+
+def describe_helpers(job: Job) -> list[str]:
+    """One line per rank that has helpers: 'rank 0 helpers: 2 DataLoader workers (pids 11, 12), 1 Python
+    subprocess (pid 13)'. Helpers inherited the rank's RANK; they are never counted as ranks."""
+    lines = []
+    for worker in job.workers:
+        mine = [h for h in job.helpers if h.rank_pid == worker.pid]
+        if not mine:
+            continue
+        kinds: dict[str, list[int]] = {}
+        for helper in mine:
+            kinds.setdefault(helper.kind, []).append(helper.pid)
+        parts = [
+            f"{len(pids)} {HELPER_KINDS.get(kind, kind) if len(pids) > 1 else kind} "
+            f"(pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids[:8]))}{', ...' if len(pids) > 8 else ''})"
+            for kind, pids in kinds.items()
+        ]
+        who = f"rank {worker.rank}" if worker.rank is not None else f"pid {worker.pid} (rank unknown)"
+        lines.append(f"{who} helpers: {', '.join(parts)}")
+    return lines
+
+
 def job_finding(facts: HangFacts) -> Finding:
+    if facts.job is None and facts.job_skipped:
+        return JOB.finding(Severity.SKIP, facts.job_skipped)
     if facts.job is None:
         severity = Severity.SKIP if facts.dumps else Severity.ERROR
         why = facts.pid_error or facts.job_error or "no job found"
@@ -198,10 +231,15 @@ def job_finding(facts: HangFacts) -> Finding:
         summary += f"; /proc/PID/environ unreadable for pid {', '.join(map(str, unreadable[:8]))} (rank unknown)"
     if spawned:
         summary += f"; ranks (set in code, not in the environment) read from {spawned[0].rank_from}"
+    helpers = describe_helpers(job)
+    if helpers:
+        # Processes that inherited a rank's RANK: named so nobody takes them for ranks, never counted.
+        summary += "; " + "; ".join(helpers[:8]) + (f"; {len(helpers) - 8} more" if len(helpers) > 8 else "")
     return JOB.finding(
         Severity.INFO, summary,
         evidence=[Evidence("psutil.process_iter + /proc/PID/environ", ranks)]
-        + [Evidence(f"rank {w.rank} pid {w.pid}", w.rank_from) for w in spawned[:16]],
+        + [Evidence(f"rank {w.rank} pid {w.pid}", w.rank_from) for w in spawned[:16]]
+        + [Evidence("helper processes (same RANK as their rank's, below it)", line) for line in helpers[:16]],
         data=job_dict(facts) or {},
     )
 

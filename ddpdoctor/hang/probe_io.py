@@ -407,12 +407,14 @@ def gather_facts(
     use_fr: bool = True,
     samples: int = 2,
     interval_s: float = 1.0,
+    local_skipped: str = "",
 ) -> HangFacts:
     """Everything `ddpdoctor hang` reads, in parallel where it can, the whole run bounded by timeout_s.
 
     `samples` snapshots `interval_s` apart (stacks read without pausing the ranks, their main threads'
     CPU time and sleeps, RAS counts) tell a hang from a slow job (progress.py); fewer are taken when
-    timeout_s leaves no room for them."""
+    timeout_s leaves no room for them. With `local_skipped` (why), this node's processes are not looked
+    at: no job, no stacks, only RAS and the dumps `fr_spec` names."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ddpdoctor.hang.procs import find_jobs, select_job
@@ -420,8 +422,8 @@ def gather_facts(
 
     start = time.monotonic()
     deadline = start + timeout_s
-    facts = HangFacts(host=socket.gethostname(), fr_spec=fr_spec or "")
-    if use_stacks or use_ras or pid is not None or not fr_spec:
+    facts = HangFacts(host=socket.gethostname(), fr_spec=fr_spec or "", job_skipped=local_skipped)
+    if not local_skipped and (use_stacks or use_ras or pid is not None or not fr_spec):
         procs = list_processes()
         if pid is not None and not any(p.pid == pid for p in procs):
             facts.pid_error = f"no such process: {pid}" if not os.path.exists(f"/proc/{pid}") else ""

@@ -3,6 +3,10 @@
 probe_io lists processes (psutil) and reads /proc/PID/environ where permitted; this module decides
 which of them are ranks of one job, from their command lines, parents and RANK/LOCAL_RANK/
 TORCHELASTIC_RUN_ID variables.
+
+A rank's own children inherit its RANK/LOCAL_RANK (DataLoader workers, a multiprocessing Pool, a
+`subprocess.Popen([sys.executable, ...])`, torch's compile workers): a process whose ancestor carries the
+same RANK/LOCAL_RANK is a helper of that rank (split_ranks), listed under it, never a rank of its own.
 """
 
 from __future__ import annotations
@@ -48,6 +52,16 @@ class Worker:
     rank_from: str = ""
 
 
+@dataclass(frozen=True)
+class Helper:
+    """A process a rank started that inherited its launch variables (split_ranks): never a rank."""
+
+    pid: int
+    rank_pid: int  # the rank it belongs to
+    kind: str  # helper_kind: "DataLoader worker", "Python subprocess", ...
+    cmdline: tuple[str, ...]
+
+
 @dataclass
 class Job:
     agent_pid: Optional[int]
@@ -56,6 +70,7 @@ class Job:
     world_size: Optional[int] = None
     run_id: str = ""
     more_agents: tuple[int, ...] = ()  # other agents of the same run on this node (merged in)
+    helpers: list[Helper] = field(default_factory=list)  # the ranks' helper processes (split_ranks)
 
     def ras_addr(self) -> Optional[str]:
         for worker in self.workers:
@@ -129,7 +144,8 @@ def _is_python(proc: ProcInfo) -> bool:
 
 def find_jobs(procs: list[ProcInfo], own_pid: int = -1) -> list[Job]:
     """Group processes into jobs: each agent with the workers below it, plus workers with no agent
-    (srun/mpirun-launched ranks) grouped by TORCHELASTIC_RUN_ID or MASTER_ADDR:MASTER_PORT."""
+    (srun/mpirun-launched ranks) grouped by TORCHELASTIC_RUN_ID or MASTER_ADDR:MASTER_PORT. The ranks'
+    helpers (split_ranks) go with their rank's job."""
     by_pid = {p.pid: p for p in procs}
     jobs: dict[object, Job] = {}
     for proc in procs:
@@ -137,36 +153,155 @@ def find_jobs(procs: list[ProcInfo], own_pid: int = -1) -> list[Job]:
             continue
         if is_agent(proc):
             jobs.setdefault(("agent", proc.pid), Job(proc.pid, proc.cmdline))
-    for proc in procs:
-        if proc.pid == own_pid or is_agent(proc):
-            continue
+    ranks, helpers = split_ranks(procs, own_pid)
+    job_of: dict[int, Job] = {}
+    for proc in ranks:
         agent = _agent_of(proc, by_pid)
         # The worker's own RANK/LOCAL_RANK/WORLD_SIZE, read by the launch reader every command uses.
         launch = read_launch_env(proc.env)
-        rank = launch.get("RANK")
-        has_rank = rank is not None or launch.get("LOCAL_RANK") is not None
-        if agent is None and not has_rank:
-            continue
-        if agent is not None and by_pid.get(proc.ppid) is not None and by_pid[proc.ppid].pid != agent:
-            # A grandchild of the agent (DataLoader worker, compile worker) is not a rank of its own
-            # unless it carries its own RANK and its parent does not.
-            parent = by_pid[proc.ppid]
-            if not (has_rank and not is_agent(parent) and parent.env.get("RANK") is None):
-                continue
-        if agent is None and not _is_python(proc):
-            continue
         key: object = ("agent", agent) if agent is not None else (
             "run", proc.env.get("TORCHELASTIC_RUN_ID") or f"{proc.env.get('MASTER_ADDR')}:{proc.env.get('MASTER_PORT')}"
         )
         job = jobs.setdefault(key, Job(None, ()))
-        job.workers.append(
-            Worker(proc.pid, rank, launch.get("LOCAL_RANK"), proc.cmdline, dict(proc.env), proc.env_error)
-        )
+        job.workers.append(_worker(proc))
         job.world_size = job.world_size or launch.get("WORLD_SIZE")
         job.run_id = job.run_id or proc.env.get("TORCHELASTIC_RUN_ID", "")
+        job_of[proc.pid] = job
+    for helper in helpers:
+        if helper.rank_pid in job_of:
+            job_of[helper.rank_pid].helpers.append(helper)
     for job in jobs.values():
         job.workers.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.pid))
     return [job for job in jobs.values() if job.workers]
+
+
+def launch_key(proc: ProcInfo) -> Optional[tuple[Optional[str], Optional[str]]]:
+    """The process's RANK and LOCAL_RANK as written in its environment (None when it has neither): a
+    child inherits them unchanged, so equal keys mean "the same rank's process"."""
+    rank, local = proc.env.get("RANK"), proc.env.get("LOCAL_RANK")
+    return None if rank is None and local is None else (rank, local)
+
+
+def split_ranks(procs: list[ProcInfo], own_pid: int = -1) -> tuple[list[ProcInfo], list[Helper]]:
+    """The processes that are ranks, and the helpers of those ranks. Pure.
+
+    A process is a rank when its parent is a launcher (a torchrun agent; a spawner, below) or when it
+    carries RANK/LOCAL_RANK and no ancestor of it below the launcher carries the same RANK/LOCAL_RANK
+    (its parent is srun/slurmstepd, mpirun, a shell, init). A process whose ancestor is a process of the
+    job with the same RANK/LOCAL_RANK is a helper of the highest such ancestor, its rank: DataLoader
+    workers (fork or spawn), a multiprocessing Pool, a Python subprocess, torch compile workers.
+
+    A spawner is a process with two or more children whose RANK/LOCAL_RANK differ (a script that starts
+    its ranks itself, e.g. torch.multiprocessing.spawn after setting RANK per child): its children are
+    ranks even where one of them carries the spawner's own RANK, and the spawner is no rank."""
+    by_pid = {p.pid: p for p in procs}
+    spawners = _spawners(procs)
+    ranks: list[ProcInfo] = []
+    helpers: list[Helper] = []
+    for proc in procs:
+        if proc.pid == own_pid or is_agent(proc) or proc.pid in spawners:
+            continue
+        parent = by_pid.get(proc.ppid)
+        under_launcher = parent is not None and (is_agent(parent) or parent.pid in spawners)
+        agent = _agent_of(proc, by_pid)
+        if parent is not None and is_agent(parent):
+            # The agent's own workers are ranks even with an unreadable environ (rank unknown).
+            ranks.append(proc)
+            continue
+        if not _has_rank(proc):
+            continue
+        owner = None if under_launcher else _rank_ancestor(proc, by_pid, spawners, own_pid)
+        if owner is not None:
+            helpers.append(Helper(proc.pid, owner.pid, helper_kind(proc, owner), proc.cmdline))
+        elif (agent is not None or _is_python(proc)) and not _is_helper(proc):
+            # multiprocessing's resource tracker of a spawner carries its RANK but is never a rank.
+            ranks.append(proc)
+    ranked = {p.pid for p in ranks}
+    # A helper's owner is its highest same-RANK ancestor; it is a rank unless it sits under no launcher
+    # and is no Python process (then neither is kept).
+    return ranks, [h for h in helpers if h.rank_pid in ranked]
+
+
+def _spawners(procs: list[ProcInfo]) -> set[int]:
+    keys: dict[int, set[object]] = {}
+    for proc in procs:
+        key = launch_key(proc)
+        if key is not None and _has_rank(proc) and not is_agent(proc):
+            keys.setdefault(proc.ppid, set()).add(key)
+    return {pid for pid, distinct in keys.items() if len(distinct) >= 2}
+
+
+def _rank_ancestor(
+    proc: ProcInfo, by_pid: Mapping[int, ProcInfo], spawners: set[int], own_pid: int
+) -> Optional[ProcInfo]:
+    """The highest ancestor with the process's RANK/LOCAL_RANK, below the nearest launcher (agent or
+    spawner); None when there is none. A bounded walk: pid loops must not spin."""
+    key = launch_key(proc)
+    found: Optional[ProcInfo] = None
+    seen: set[int] = set()
+    current = by_pid.get(proc.ppid)
+    while current is not None and current.pid not in seen and len(seen) < 64:
+        if is_agent(current) or current.pid in spawners or current.pid == proc.pid:
+            break
+        if current.pid != own_pid and launch_key(current) == key:
+            found = current
+        seen.add(current.pid)
+        current = by_pid.get(current.ppid)
+    return found
+
+
+# psutil's name of a process is its main thread's name, which torch sets in the processes it starts.
+_DATALOADER_WORKER_NAME = "pt_data_worker"
+# What helper_kind calls a helper, and the plural for several of them.
+HELPER_KINDS = {
+    "DataLoader worker": "DataLoader workers",
+    "torch compile worker": "torch compile workers",
+    "multiprocessing bookkeeping process": "multiprocessing bookkeeping processes",
+    "multiprocessing spawn child": "multiprocessing spawn children",
+    "multiprocessing fork child": "multiprocessing fork children",
+    "Python subprocess": "Python subprocesses",
+    "process": "processes",
+}
+
+
+def helper_kind(proc: ProcInfo, rank: Optional[ProcInfo] = None) -> str:
+    """What a rank's helper process is (a key of HELPER_KINDS), from its name and command line (no stack
+    is read for it): a DataLoader worker names itself pt_data_worker, spawn's children run spawn_main, a
+    fork child keeps its rank's command line."""
+    joined = " ".join(proc.cmdline[:6])
+    if proc.name == _DATALOADER_WORKER_NAME:
+        return "DataLoader worker"
+    if "compile_worker" in joined:
+        return "torch compile worker"
+    if _is_helper(proc):
+        return "multiprocessing bookkeeping process"
+    if _is_spawned(proc):
+        return "multiprocessing spawn child"
+    if rank is not None and proc.cmdline == rank.cmdline:
+        return "multiprocessing fork child"
+    return "Python subprocess" if _is_python(proc) else "process"
+
+
+def helpers_below(members: list[ProcInfo], procs: list[ProcInfo]) -> list[Helper]:
+    """The helpers of `members`, ranks that select_job took from a pid no rule recognises (an mp.spawn
+    parent's children, which may carry no RANK at all): their Python descendants with the member's
+    RANK/LOCAL_RANK, or any when the member carries none (its rank is set in code)."""
+    by_pid = {p.pid: p for p in procs}
+    member_pids = {m.pid for m in members}
+    out = []
+    for proc in procs:
+        if proc.pid in member_pids or not _is_python(proc):
+            continue
+        seen: set[int] = set()
+        current = by_pid.get(proc.ppid)
+        while current is not None and current.pid not in seen and len(seen) < 64:
+            if current.pid in member_pids:
+                if launch_key(current) is None or launch_key(current) == launch_key(proc):
+                    out.append(Helper(proc.pid, current.pid, helper_kind(proc, current), proc.cmdline))
+                break
+            seen.add(current.pid)
+            current = by_pid.get(current.ppid)
+    return out
 
 
 def _agent_of(proc: ProcInfo, by_pid: Mapping[int, ProcInfo]) -> Optional[int]:
@@ -206,6 +341,10 @@ def select_job(
         for job in jobs:
             if job.agent_pid == pid or any(w.pid == pid for w in job.workers):
                 return job, ""
+        for job in jobs:
+            # A rank's DataLoader worker or subprocess: the job of its rank (listed among its helpers).
+            if any(h.pid == pid for h in job.helpers):
+                return job, ""
         by_pid = {p.pid: p for p in procs or []}
         if procs is not None and pid not in by_pid:
             return None, f"no such process: {pid} (not running on this node, or not visible from here)"
@@ -213,14 +352,19 @@ def select_job(
             parent = by_pid[pid]
             # Only processes that look like ranks: RANK/LOCAL_RANK set, or children that mp.spawn started
             # (their command line says so). Any Python process, or PID 1, is no job (#26: "OK, no hang").
-            children = [
+            # A spawned child is a rank itself (mp.spawn's parent is not spawned): its own spawned children
+            # are its DataLoader workers or Pool, not ranks.
+            children = [] if _is_spawned(parent) else [
                 p for p in procs or []
                 if p.ppid == pid and _is_python(p) and not _is_helper(p) and (_has_rank(p) or _is_spawned(p))
             ]  # fmt: skip
             members = children or ([parent] if _is_python(parent) and (_has_rank(parent) or _is_spawned(parent)) else [])
             if members:
                 workers = [_worker(p) for p in members]
-                return Job(pid if children else None, parent.cmdline if children else (), workers), ""
+                return Job(
+                    pid if children else None, parent.cmdline if children else (), workers,
+                    helpers=helpers_below(members, procs or []),
+                ), ""
         return None, (
             f"process {pid} is not a distributed job: not a torchrun agent, and neither it nor its Python "
             "children carry RANK/LOCAL_RANK or were started by torch.multiprocessing.spawn"
@@ -250,11 +394,13 @@ def merge_runs(jobs: list[Job]) -> list[Job]:
             continue
         first = by_run.get(job.run_id)
         if first is None:
-            merged = Job(job.agent_pid, job.agent_cmdline, list(job.workers), job.world_size, job.run_id)
+            merged = Job(job.agent_pid, job.agent_cmdline, list(job.workers), job.world_size, job.run_id,
+                         helpers=list(job.helpers))
             by_run[job.run_id] = merged
             out.append(merged)
             continue
         first.workers.extend(job.workers)
+        first.helpers.extend(job.helpers)
         first.more_agents = (*first.more_agents, job.agent_pid)
         first.world_size = first.world_size or job.world_size
     for job in out:
