@@ -43,6 +43,15 @@ from ddpdoctor.bench.compare import (
 from ddpdoctor.parsers.nccl_tests import parse_nccl_tests
 
 RUN_TIMEOUT_S = 600
+# --raw DIR: every nccl-tests stdout and bench-nccl JSON kept there (fixtures for replaying a GPU run).
+_raw: dict[str, Any] = {"dir": None, "n": 0}
+
+
+def _keep_raw(name: str, text: str) -> None:
+    if _raw["dir"] is None:
+        return
+    _raw["n"] += 1
+    (Path(_raw["dir"]) / f"{_raw['n']:03d}-{name}").write_text(text)
 
 
 def find_binaries(explicit: Optional[str], env: dict[str, str]) -> tuple[dict[str, str], str]:
@@ -78,6 +87,7 @@ def run_nccl_tests(binary: str, args: argparse.Namespace, graph: bool) -> str:
         raise RuntimeError(
             f"{' '.join(argv)} failed ({proc.returncode}): {proc.stdout[-1500:]}{proc.stderr[-1500:]}"
         )
+    _keep_raw(f"{Path(binary).name}{'-G1' if graph else ''}.txt", proc.stdout)
     return proc.stdout
 
 
@@ -94,6 +104,7 @@ def run_ddpdoctor(op: str, args: argparse.Namespace, graph: bool) -> list[dict[s
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
         if not out.exists():
             raise RuntimeError(f"{' '.join(argv)} wrote no JSON ({proc.returncode}): {proc.stderr[-1500:]}")
+        _keep_raw(f"bench-nccl-{op}{'-graph' if graph else ''}.json", out.read_text())
         data = json.loads(out.read_text())
     rows = data.get("rows") or []
     wrong = sum(r.get("wrong") or 0 for r in rows)
@@ -147,7 +158,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="graph,eager", help="graph, eager or both")
     ap.add_argument("--json", default=None, help="write every ratio as JSON to this file")
+    ap.add_argument("--raw", default=None, help="keep every raw nccl-tests output and bench-nccl JSON in this directory")
     args = ap.parse_args()
+    if args.raw:
+        Path(args.raw).mkdir(parents=True, exist_ok=True)
+        _raw["dir"] = args.raw
     binaries, where = find_binaries(args.nccl_tests, dict(os.environ))
     if not binaries:
         print(f"skipped: no nccl-tests binaries ({', '.join(BINARIES.values())}) found in {where}")

@@ -99,24 +99,38 @@ def _build(case: Case, torch: Any) -> Any:
     return model.to(torch.bfloat16) if case.dtype == "bf16" else model
 
 
-def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
-    """One case: two real DDP steps; component bytes after the second, activations and peak of it."""
+def measure(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, Any]:
+    """One case: two real DDP steps; component bytes after the second, activations and peak of it.
+
+    On "cuda" DDP runs over NCCL on one GPU and the peak is torch.cuda.max_memory_allocated over the
+    second step, less what was allocated before the model existed (cuBLAS's workspace, made first)."""
     import torch
     import torch.distributed as dist
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
+    cuda = device == "cuda"
+    base = 0
+    if cuda:
+        torch.cuda.set_device(0)
+        (torch.ones(64, 64, device="cuda") @ torch.ones(64, 64, device="cuda")).sum().item()
+        (torch.ones(64, 64, device="cuda", dtype=torch.bfloat16) @ torch.ones(64, 64, device="cuda", dtype=torch.bfloat16)).sum().item()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
     store = dist.TCPStore("127.0.0.1", _free_port(), 1, True, timeout=timedelta(seconds=60))
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "nccl" if cuda else "gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=60),
+        **({"device_id": torch.device("cuda", 0)} if cuda else {}),
+    )  # fmt: skip
     try:
-        model = _build(case, torch)
+        model = _build(case, torch).to(device)
         model.train()
         params = list(model.parameters())
         masters = [p.detach().float().clone().requires_grad_(True) for p in params] if case.dtype == "bf16" else []
         opt = torch.optim.AdamW(masters or params, lr=1e-4)
         ddp = DDP(model)
-        ids = torch.randint(0, CONFIGS[case.model]["vocab_size"], (batch, seq))
+        ids = torch.randint(0, CONFIGS[case.model]["vocab_size"], (batch, seq), device=device)
         param_ptrs = {p.untyped_storage().data_ptr() for p in params}
         shapes32 = {tuple(p.shape) for p in params} if case.dtype == "autocast" else set()
         shapes32 |= {s[::-1] for s in shapes32}  # a Linear saves the transposed view of its weight's cast
@@ -137,7 +151,7 @@ def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
         def step(track: bool) -> int:
             acts.clear()
             casts.clear()
-            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if case.dtype == "autocast" else contextlib.nullcontext()
+            ctx = torch.autocast(device, dtype=torch.bfloat16) if case.dtype == "autocast" else contextlib.nullcontext()
             hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if track else contextlib.nullcontext()
             with ctx, hooks:
                 out = ddp(input_ids=ids, labels=ids)
@@ -162,15 +176,23 @@ def measure(case: Case, seq: int, batch: int) -> dict[str, Any]:
             return grads
 
         step(False)  # the optimizer state exists from here on
-        tracker = MemTracker()
-        tracker.track_external(ddp, opt, *masters)
-        with tracker:
-            grads = step(True)
-        peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
-        # DDP's buckets are allocated by its C++ reducer at construction, before the tracker starts: their
-        # sizes come from DDP's own logging data and are resident for the whole step.
         sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))
         buckets = sum(int(x) for x in sizes.replace(" ", "").split(",") if x.isdigit())
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            grads = step(True)
+            torch.cuda.synchronize()
+            # The caching allocator sees every allocation, DDP's buckets included: nothing to add.
+            peak = torch.cuda.max_memory_allocated() - base - buckets
+        else:
+            tracker = MemTracker()
+            tracker.track_external(ddp, opt, *masters)
+            with tracker:
+                grads = step(True)
+            peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+        # DDP's buckets are allocated by its C++ reducer at construction, before the tracker starts: their
+        # sizes come from DDP's own logging data and are resident for the whole step.
         state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
         return {
             "parameters": _bytes(params),
@@ -213,14 +235,14 @@ def planned(case: Case, seq: int, batch: int) -> dict[str, Any]:
     }
 
 
-def _run_case(case: Case, seq: int, batch: int) -> dict[str, Any]:
+def _run_case(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, Any]:
     def on_alarm(*_: Any) -> None:
         raise TimeoutError(f"case ran past {CASE_TIMEOUT_S} s")
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(CASE_TIMEOUT_S)
     try:
-        return {"measured": measure(case, seq, batch), "plan": planned(case, seq, batch)}
+        return {"measured": measure(case, seq, batch, device), "plan": planned(case, seq, batch)}
     except Exception as exc:  # a case that fails is reported, the others still run
         return {"error": f"{type(exc).__name__}: {exc}"}
     finally:
@@ -414,6 +436,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--models", default=",".join(CONFIGS))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: NCCL on GPU 0, max_memory_allocated")
     ap.add_argument("--stages", default="1,2,3,0", help="with --zero: ZeRO stages to run, 0 = FSDP2")
     ap.add_argument(
         "--zero", action="store_true", help="DeepSpeed ZeRO-1/2/3 (needs deepspeed) and torch FSDP2 on 2 ranks"
@@ -440,7 +463,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         _header()
     for case in cases:
         start = time.monotonic()
-        result = {"case": case.__dict__, **_run_case(case, args.seq, args.batch)}
+        result = {"case": case.__dict__, "device": args.device, **_run_case(case, args.seq, args.batch, args.device)}
         result["seconds"] = round(time.monotonic() - start, 1)
         rows.append(result)
         if not args.json:

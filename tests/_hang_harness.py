@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from ddpdoctor.hang.probe_io import find_pyspy
+
 JOB = Path(__file__).with_name("_hang_job.py")
 NPROC = 3
 
@@ -126,4 +128,8 @@ def group_alive(pgid: int) -> list[int]:
                 continue
     return alive
 
+
+# Tests that read the ranks' Python stacks need py-spy (the `hang` extra, in the test extras): a GPU
+# image without it skips them rather than failing (seen on the H100 node, 2026-11-27).
+NO_PYSPY = "" if find_pyspy() else "py-spy is not installed (pip install 'ddpdoctor[hang]')"
 

@@ -421,6 +421,7 @@ def test_pairwise_absurd_max_bytes_refused_before_the_process_group(
     assert "ceiling" in result.output and no_launch == []
 
 
+@pytest.mark.nogpu  # on a GPU node auto picks NCCL (and refuses more ranks than GPUs)
 def test_auto_backend_on_a_cpu_node_says_gloo_in_the_first_line() -> None:
     # The README's `bench-nccl --nproc 8` on a node without a usable GPU runs gloo on CPU: the first line
     # of the output says so, not only a note on stderr, so nobody reads the figures as NCCL's.

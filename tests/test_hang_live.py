@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from _hang_harness import NPROC, HungJob, marker_line
+from _hang_harness import NO_PYSPY, NPROC, HungJob, marker_line
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
@@ -133,6 +133,7 @@ def _nobody_cannot_import() -> str:
     return ""
 
 
+@pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY or "-")
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 def test_ptrace_denied_is_a_clear_error(hung):
     # ddpdoctor run as nobody against root's job: py-spy really is denied, environ really is unreadable.

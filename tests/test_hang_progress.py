@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from _hang_harness import NPROC, PROGRESS_JOB, HungJob, marker_line
+from _hang_harness import NO_PYSPY, NPROC, PROGRESS_JOB, HungJob, marker_line
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
@@ -85,6 +85,7 @@ def test_progressing_or_spinning_every_time(running):
                 assert report["findings"][0]["severity"] == "warn"
 
 
+@pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY or "-")
 def test_text_says_progressing_and_exit_0(running):
     scenario, job = running
     if scenario == "spin":
