@@ -52,8 +52,9 @@ def plan(
     dtype: str = typer.Option(
         "bf16",
         "--dtype",
-        help="bf16, fp16 (16-bit weights with an fp32 master copy), fp32, or autocast (torch.autocast over "
-        "fp32 weights: fp32 grads and DDP buckets, bf16 weight casts).",
+        help="bf16, fp16 (16-bit weights with an fp32 master copy), fp32, autocast (torch.autocast over "
+        "fp32 weights: fp32 grads and DDP buckets, bf16 weight casts), or fp8 (Transformer Engine: bf16 "
+        "weights and fp32 master, plus fp8 copies of the block Linears' weights and saved inputs).",
     ),
     optimizer: str = typer.Option(
         "adamw",
@@ -71,8 +72,9 @@ def plan(
     offload: str = typer.Option(
         "none",
         "--offload",
-        help="DeepSpeed ZeRO offload to host RAM: none, optimizer, optimizer+params (ZeRO-3); host RAM per "
-        "node is in the notes and the JSON.",
+        help="DeepSpeed ZeRO offload: none, optimizer, optimizer+params (ZeRO-3) to host RAM; "
+        "nvme-optimizer, nvme-optimizer+params (ZeRO-Infinity, ZeRO-3) to NVMe. Host RAM and NVMe bytes per "
+        "node are in the notes and the JSON.",
     ),
     lora_rank: int = typer.Option(
         0, "--lora-rank", min=0, max=65536, help="LoRA adapters of this rank on every block Linear; base frozen."
@@ -108,8 +110,10 @@ def plan(
     strategy: Optional[List[str]] = typer.Option(
         None,
         "--strategy",
-        help="ddp, zero1, zero2, zero3, fsdp or tp=T[,pp=P][,dopt] (dopt: Megatron's distributed optimizer); "
-        "repeatable (default: all).",
+        help="ddp, zero1, zero2, zero3, fsdp, hsdp[=R] (FSDP sharded within groups of R GPUs, default a "
+        "node, replicated across), fsdp-grad-op (SHARD_GRAD_OP) or tp=T[,pp=P][,dopt|,zero1|,zero2|,zero3|,fsdp] "
+        "(dopt: Megatron's distributed optimizer; zeroK/fsdp: the tp shard sharded over the N/(T*P) "
+        "data-parallel ranks); repeatable or comma-separated (default: ddp, zero1-3, fsdp and a tp).",
     ),
     replay: Optional[Path] = replay_option("Read the GPUs from a snapshot directory instead of this machine."),
     json_out: bool = json_option("Print the plan as JSON (schema: docs/schemas/plan.schema.json)."),
@@ -144,6 +148,11 @@ def plan(
             inference=inference,
             global_batch=global_batch,
         )
+        if workload.dtype == "fp8" and (inference or lora_rank):
+            raise ValueError(
+                "--dtype fp8 is Transformer Engine training of the whole model; with --inference or "
+                "--lora-rank it is not modelled (plan it as bf16)"
+            )
         if qlora and not lora_rank:
             raise ValueError("--qlora needs --lora-rank (the adapters are what trains)")
         if micro_batch * seq_len > MAX_TOKENS:
@@ -188,11 +197,19 @@ def plan(
     raise typer.Exit(result.exit_code)
 
 
+_TP_SHARDING = ("dopt", "zero1", "zero2", "zero3", "fsdp")  # what may follow a tp=T in one layout
+
+
 def _split_strategies(item: str) -> list[str]:
-    """`ddp,zero3` -> two strategies; `tp=4,pp=2` stays one (pp belongs to the tp before it)."""
+    """`ddp,zero3` -> two strategies; `tp=4,pp=2,dopt` and `tp=4,zero1` stay one: pp, dopt and a ZeRO or
+    FSDP stage right after a tp belong to it (list `zero1` before the tp, or apart, to plan it alone)."""
     out: list[str] = []
     for part in item.split(","):
-        if part.strip().lower().startswith("pp=") and out:
+        key = part.strip().lower()
+        last = out[-1].strip().lower().split(",") if out else [""]
+        sharded = any(k in last for k in _TP_SHARDING[1:])  # one ZeRO/FSDP stage per tp; dopt + zeroK is refused
+        joins_tp = last[0].startswith("tp=") and (key.startswith("pp=") or (key in _TP_SHARDING and not sharded))
+        if joins_tp:
             out[-1] += "," + part
         else:
             out.append(part)

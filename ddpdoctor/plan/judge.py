@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 from ddpdoctor.plan.memory import (
+    FP8_NOTE,
     Breakdown,
     Overhead,
     Strategy,
@@ -25,23 +26,37 @@ from ddpdoctor.plan.units import GIB
 COST_ORDER = ("ddp", "zero1", "zero2", "fsdp-grad-op", "hsdp", "fsdp", "zero3", "tp")
 DEFAULT_KINDS = ("ddp", "zero1", "zero2", "fsdp", "zero3")  # the others on request (--strategy)
 TIGHT_FRACTION = 0.05  # under 5% headroom, allocator fragmentation alone can tip a job over
-_STRATEGY = re.compile(r"^(ddp|zero1|zero2|zero3|fsdp|hsdp|fsdp-grad-op)$|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?(,dopt)?$")
+_STRATEGY = re.compile(
+    r"^(ddp|zero1|zero2|zero3|fsdp|hsdp|fsdp-grad-op)$|^hsdp=(\d{1,5})$"
+    r"|^tp=(\d{1,4})(?:,pp=(\d{1,4}))?(,dopt)?(?:,(zero1|zero2|zero3|fsdp))?$"
+)
+TP_DP_KINDS = ("zero1", "zero2", "zero3", "fsdp")  # what may shard a tensor-parallel shard (tp=T,zero1)
 
 
 def parse_strategy(text: str) -> Strategy:
-    """`zero2` or `tp=4,pp=2` -> Strategy. ValueError when malformed."""
+    """`zero2`, `hsdp=8`, `tp=4,pp=2` or `tp=4,zero1` -> Strategy. ValueError when malformed."""
     m = _STRATEGY.match(text.strip().lower().replace(" ", ""))
     if not m:
         raise ValueError(
-            f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, hsdp, fsdp-grad-op, "
-            "tp=T[,pp=P][,dopt]"
+            f"unknown --strategy {text!r}; one of ddp, zero1, zero2, zero3, fsdp, hsdp[=R], fsdp-grad-op, "
+            "tp=T[,pp=P][,dopt][,zero1|zero2|zero3|fsdp]"
         )
     if m.group(1):
         return Strategy(m.group(1))
-    tp, pp = int(m.group(2)), int(m.group(3) or 1)
+    if m.group(2):
+        group = int(m.group(2))
+        if group < 1:
+            raise ValueError(f"--strategy {text!r}: the shard group must be at least 1 GPU")
+        return Strategy("hsdp", group=group)
+    tp, pp = int(m.group(3)), int(m.group(4) or 1)
     if tp < 1 or pp < 1:
         raise ValueError(f"--strategy {text!r}: tp and pp must be at least 1")
-    return Strategy("tp", tp, pp, distopt=bool(m.group(4)))
+    if m.group(5) and m.group(6):
+        raise ValueError(
+            f"--strategy {text!r}: dopt (Megatron's distributed optimizer) already shards the optimizer over "
+            "the data-parallel ranks; give dopt or a ZeRO/FSDP stage, not both"
+        )
+    return Strategy("tp", tp, pp, distopt=bool(m.group(5)), dp=m.group(6) or "")
 
 
 def default_strategies(gpus_per_node: int, shape: Optional[ModelShape] = None) -> list[Strategy]:
@@ -92,6 +107,9 @@ class Row:
             "tp": self.strategy.tp,
             "pp": self.strategy.pp,
             "data_parallel": self.data_parallel,
+            # Fields added within ddpdoctor.plan/1: tp=T,zeroK's data-parallel sharding; hsdp's shard group.
+            "dp_sharding": self.strategy.dp or None,
+            "shard_group": self.strategy.group or None,
             "bytes": self.memory.to_dict() if self.memory else None,
             "verdict": self.verdict,
             "headroom_bytes": self.headroom,
@@ -124,6 +142,13 @@ class Plan:
 def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
     if w.inference and s.kind not in ("ddp", "tp"):
         return f"{s.kind} shards training state: for inference use a replica per GPU (ddp) or tp"
+    if w.offload.startswith("nvme-") and (s.kind in ("zero1", "zero2") or s.dp in ("zero1", "zero2")):
+        # DeepSpeed config docs: "NVMe offloading is available only with ZeRO stage 3".
+        return "NVMe offload needs ZeRO-3 (DeepSpeed offers it only with stage 3)"
+    if s.kind == "hsdp" and s.group:
+        if s.group > hw.total_gpus or hw.total_gpus % s.group:
+            return f"a shard group of {s.group} GPUs does not divide {hw.total_gpus} GPUs"
+        return None
     if s.kind != "tp":
         return None
     if s.model_parallel > hw.total_gpus or hw.total_gpus % s.model_parallel:
@@ -137,6 +162,9 @@ def _invalid(s: Strategy, w: Workload, hw: Hardware) -> Optional[str]:
         return f"{w.shape.kv_heads} key/value heads do not split {s.tp} ways"
     if s.pp > w.shape.layers:
         return f"pp={s.pp} is more stages than the {w.shape.layers} layers"
+    if s.pp > 1 and s.dp in ("zero2", "zero3"):
+        # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
+        return f"{s.dp} with pp={s.pp}: DeepSpeed's pipeline engine allows ZeRO-1 only"
     return None
 
 
@@ -147,8 +175,8 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
     if reason:
         return Row(s, dp, verdict="invalid", notes=(reason,))
     overhead = overhead_for(hw.generation, hw.name, hw.gpus_per_node, process_groups(s, hw.total_gpus))
-    # HYBRID_SHARD shards within a node and replicates across nodes.
-    shard = min(dp, hw.gpus_per_node) if s.kind == "hsdp" else dp
+    # HYBRID_SHARD shards within a group (hsdp=R; plain hsdp: a node) and replicates across groups.
+    shard = (s.group or min(dp, hw.gpus_per_node)) if s.kind == "hsdp" else dp
     mem, notes = breakdown(w, s, shard, overhead, hw.nodes)
     if w.global_batch and not w.inference:
         per_step = w.micro_batch * dp
@@ -157,7 +185,7 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
             return Row(s, dp, verdict="invalid", notes=(why,))
         # Accumulating gradients over micro-batches reuses the same buffers: memory is unchanged.
         notes = [*notes, f"global batch {w.global_batch}: {w.global_batch // per_step} accumulation step(s)"]
-    if s.kind in ("zero1", "zero2", "zero3", "fsdp", "hsdp", "fsdp-grad-op") and shard == 1:
+    if (s.kind in ("zero1", "zero2", "zero3", "fsdp", "hsdp", "fsdp-grad-op") or s.dp) and shard == 1:
         notes = [*notes, "one GPU: nothing to shard across"]
     if hw.memory is None:
         return Row(s, dp, mem, "unknown", None, tuple(notes), overhead)
@@ -175,9 +203,11 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def cost_rank(s: Strategy) -> tuple[int, int, int]:
-    """Sort key, cheapest first: COST_ORDER, then fewer pipeline stages, then less tensor parallel."""
-    return (COST_ORDER.index(s.kind), s.pp, s.tp)
+def cost_rank(s: Strategy) -> tuple[int, int, int, int]:
+    """Sort key, cheapest first: COST_ORDER, then fewer pipeline stages, then less tensor parallel, then
+    the data-parallel sharding under tp (none, then ZeRO-1, ZeRO-2, FSDP, ZeRO-3: more traffic)."""
+    dp = ("", "zero1", "zero2", "fsdp", "zero3").index(s.dp)
+    return (COST_ORDER.index(s.kind), s.pp, s.tp, dp)
 
 
 def _cheapest(rows: Sequence[Row]) -> Optional[Row]:
@@ -259,7 +289,7 @@ def find_alternatives(
 
 
 def _workload_notes(w: Workload) -> list[str]:
-    notes = []
+    notes = [FP8_NOTE] if w.dtype == "fp8" else []
     if w.optimizer.startswith("paged-"):
         notes.append(
             "paged optimizer: its state lives in CUDA unified memory and is evicted to host RAM only under "

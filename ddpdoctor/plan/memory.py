@@ -16,11 +16,13 @@ from typing import Optional
 from ddpdoctor.plan.shape import ModelShape
 from ddpdoctor.plan.units import GIB
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "autocast": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "autocast": 4, "fp8": 2}
 # The precision layouts (docs/plan.md#precision): bf16/fp16 keep 16-bit weights with an fp32 master copy
 # (DeepSpeed, Megatron, FSDP MixedPrecision); fp32 is fp32 throughout; autocast is plain torch.autocast
 # over fp32 parameters: fp32 weights, grads and DDP buckets, and the bf16 casts of the weights that
-# autograd keeps from forward until backward.
+# autograd keeps from forward until backward. fp8 is NVIDIA Transformer Engine's layout (TE docs,
+# "Performance Considerations / Memory usage", scenario 2): bf16 weights with an fp32 master in the
+# optimizer, plus per block Linear an fp8 copy of its weight and of its input saved for backward.
 PRECISIONS = tuple(DTYPE_BYTES)
 # Optimizer state per parameter, master copy excluded (that is its own item).
 OPTIMIZER_BYTES = {
@@ -47,7 +49,16 @@ OPTIMIZER_ALIASES = {
     "sgd_momentum": "sgd-momentum",
 }  # fmt: skip
 RECOMPUTE = ("none", "selective", "full")
-OFFLOAD = ("none", "optimizer", "optimizer+params")
+OFFLOAD = ("none", "optimizer", "optimizer+params", "nvme-optimizer", "nvme-optimizer+params")
+# DeepSpeed ZeRO-Infinity defaults (docs/_pages/config-json.md, "Optimizer offloading", "Parameter
+# offloading"): the optimizer swapper's pinned pool holds offload_optimizer.buffer_count buffers of the
+# largest sub-group (sub_group_size elements at most, fp32); parameters use offload_param.buffer_count x
+# buffer_size 16-bit elements, and up to max_in_cpu elements are kept in host memory instead of NVMe.
+NVME_OPT_BUFFER_COUNT = 4
+NVME_SUB_GROUP_SIZE = 1_000_000_000
+NVME_PARAM_BUFFER_COUNT = 5
+NVME_PARAM_BUFFER_SIZE = 100_000_000
+NVME_MAX_IN_CPU = 1_000_000_000
 # DeepSpeed's estimators multiply host RAM by additional_buffer_factor=1.5 (pinned buffers, fragmentation).
 HOST_BUFFER_FACTOR = 1.5
 # eager: the attention scores and probabilities are stored (the paper's 5·a·s²·b); flash: FlashAttention
@@ -114,23 +125,35 @@ def process_groups(s: Strategy, n_gpus: int) -> int:
     groups = 1 if n_gpus > 1 else 0
     if s.kind == "tp":
         groups += (s.tp > 1) + (s.pp > 1)
+    if s.kind == "hsdp" and 1 < (s.group or n_gpus) < n_gpus:
+        groups += 1  # HYBRID_SHARD: a shard group and a replicate group (a 2-D device mesh)
     return groups
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """How the model is split: `kind` is ddp, zero1, zero2, zero3, fsdp or tp (tp carries tp and pp)."""
+    """How the model is split: `kind` is ddp, zero1, zero2, zero3, fsdp, hsdp, fsdp-grad-op or tp (tp
+    carries tp and pp, and `dp`: how the data-parallel ranks shard the tensor-parallel shard)."""
 
     kind: str
     tp: int = 1
     pp: int = 1
     distopt: bool = False  # Megatron's --use-distributed-optimizer (tp only)
+    dp: str = ""  # tp only: zero1, zero2, zero3 or fsdp over the N/(tp*pp) data-parallel ranks
+    group: int = 0  # hsdp only: GPUs per shard group (0: the node's GPUs)
 
     @property
     def label(self) -> str:
+        if self.kind == "hsdp" and self.group:
+            return f"hsdp={self.group}"
         if self.kind != "tp":
             return self.kind
-        return f"tp={self.tp}" + (f",pp={self.pp}" if self.pp > 1 else "") + (",dopt" if self.distopt else "")
+        return (
+            f"tp={self.tp}"
+            + (f",pp={self.pp}" if self.pp > 1 else "")
+            + (",dopt" if self.distopt else "")
+            + (f",{self.dp}" if self.dp else "")
+        )
 
     @property
     def model_parallel(self) -> int:
@@ -156,8 +179,9 @@ class Workload:
 
     @property
     def mixed(self) -> bool:
-        """16-bit weights with an fp32 master copy (bf16, fp16); autocast keeps fp32 weights instead."""
-        return self.dtype in ("bf16", "fp16")
+        """16-bit weights with an fp32 master copy (bf16, fp16, fp8's bf16 weights); autocast keeps fp32
+        weights instead."""
+        return self.dtype in ("bf16", "fp16", "fp8")
 
     @property
     def weight_bytes(self) -> int:
@@ -184,6 +208,8 @@ class Breakdown:
     workspace: int = 0  # backward's transient tensors at their largest (backward_workspace_bytes)
     host: int = 0  # host RAM per node for offloaded states (not GPU memory: not in total)
     kv_cache: int = 0  # inference: keys and values of every layer for micro_batch x seq_len tokens
+    fp8_weights: int = 0  # --dtype fp8: the fp8 copies of the block Linears' weights kept for backward
+    nvme: int = 0  # NVMe bytes per node for states offloaded by ZeRO-Infinity (not GPU memory: not in total)
 
     @property
     def model_states(self) -> int:
@@ -199,6 +225,7 @@ class Breakdown:
             + self.overhead
             + self.workspace
             + self.kv_cache
+            + self.fp8_weights
         )
 
     def to_dict(self) -> dict[str, int]:
@@ -214,6 +241,8 @@ class Breakdown:
             "workspace": self.workspace,
             "host": self.host,
             "kv_cache": self.kv_cache,
+            "fp8_weights": self.fp8_weights,
+            "nvme": self.nvme,
             "model_states": self.model_states,
             "total": self.total,
         }
@@ -258,6 +287,21 @@ def stage_params(shape: ModelShape, s: Strategy) -> int:
     return -(-max(first_stage, last_stage) // s.tp)
 
 
+def tp_shard_view(w: Workload, s: Strategy) -> tuple[Workload, Strategy]:
+    """The most loaded tensor/pipeline-parallel shard as a model of its own, and the data-parallel
+    strategy (`s.dp`) that shards it: blocks, root unit and largest layer each split tp ways."""
+    sh = w.shape
+    t = s.tp
+    shard = replace(
+        sh,
+        params=stage_params(sh, s),
+        block_params=-(-sh.block_params // t),
+        root_params=-(-sh.root_params // t),
+        largest_layer=-(-sh.largest_layer // t),
+    )
+    return replace(w, shape=shard), Strategy(s.dp or "ddp")
+
+
 def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, int, list[str]]:
     """(parameters, gradients, optimizer, master) bytes per GPU, and notes on what was assumed.
 
@@ -269,6 +313,16 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
         # layout; the bf16 weight casts are a temporary (temporary_bytes).
         params, grads, opt, master, notes = model_states(replace(w, dtype="fp32"), s, n_gpus)
         return params, grads, opt, master, [*notes, "autocast: fp32 weights, gradients and optimizer state"]
+    if s.kind == "tp" and s.dp:
+        # TP x ZeRO/FSDP: the tensor-parallel shard is a model of its own, sharded over the data-parallel
+        # ranks as `dp` shards a whole model (DeepSpeed ZeRO under Megatron-DeepSpeed; FSDP2 over a 2-D mesh).
+        view, inner = tp_shard_view(w, s)
+        params, grads, opt, master, notes = model_states(view, inner, n_gpus)
+        note = (
+            f"tensor parallel {s.tp}" + (f" x pipeline {s.pp}" if s.pp > 1 else "")
+            + f", then {s.dp} over {n_gpus} data-parallel rank(s): model states split by tp first, then sharded"
+        )
+        return params, grads, opt, master, [*notes, note]
     p = w.shape.params
     wb = w.weight_bytes
     opt = optimizer_bytes(w)
@@ -319,7 +373,7 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
     # fp16 16-bit grads + an fp32 copy (20 B/param); with it, optimizer state and master weights are
     # sharded over the data-parallel ranks (Megatron docs: 6 + 12/d for bf16).
     shard = stage_params(w.shape, s)
-    grads = 4 * shard if w.dtype == "bf16" else (wb + fp32_grad) * shard
+    grads = 4 * shard if w.dtype in ("bf16", "fp8") else (wb + fp32_grad) * shard
     d = n_gpus if s.distopt else 1
     notes.append(
         "Megatron-LM layout, sequence parallel on, "
@@ -353,29 +407,40 @@ def layer_activation_elems(w: Workload, core: bool = True) -> tuple[float, float
     drop = 1 if sh.dropout > 0 else 0
     # The q/k/v input: one tensor all three save, except under autocast, where the residual stream stays
     # fp32 and each Linear saves its own bf16 cast of it (autocast caches casts of leaf weights only).
-    per_token = 2 * norm + e * h * (3 if ac and not sh.fused_qkv else 1)
+    # fp8 (Transformer Engine): a Linear saves its input as an fp8 copy (1 B) instead of the 16-bit one;
+    # q/k/v share one copy (TE's fused LayerNormLinear), so do gate/up (fused fc1).
+    lin = 1 if w.dtype == "fp8" else e
+    per_token = 2 * norm + (e * h * 3 if ac and not sh.fused_qkv else lin * h)
     per_token += e * (3 * h if sh.fused_qkv else 2 * qw + vw)  # kept even when the core is recomputed
-    per_token += e * vw  # o_proj input
-    per_token += 2 * drop * h  # residual dropout masks
     sdpa = w.attention != "eager"
+    if w.dtype == "fp8" and sdpa:
+        # SDPA saves its output for its own backward (the storage o_proj saves otherwise): under fp8 it
+        # stays, and o_proj adds its fp8 copy (TE docs: "the attention output which is saved anyway").
+        per_token += (e + 1) * vw
+    else:
+        per_token += lin * vw  # o_proj input
+    per_token += 2 * drop * h  # residual dropout masks
     if core and sdpa:
         # SDPA also saves its output, but that is the storage o_proj saves (the kernels write it in
         # [b, s, a, d] order, so transpose + reshape copy nothing): only the fp32 logsumexp is extra.
         per_token += 4 * sh.heads
     i = sh.intermediate
+    # The MLP's first input and the down projection's input are Linear inputs (lin bytes); the rest stay
+    # 16-bit (activation inputs and products).
     if sh.mlp_act == "gelu_new":
-        mlp = e * (h + 5 * i)
+        mlp = lin * h + (4 * e + lin) * i
     elif sh.mlp_act == "gelu":
-        mlp = e * (h + 2 * i)
+        mlp = lin * h + (e + lin) * i
     else:
-        mlp = e * ((2 if ac else 1) * h + 4 * i)  # gate and up save one input, or a cast each
+        mlp = (2 * e * h if ac else lin * h) + (3 * e + lin) * i  # gate and up save one input, or a cast each
     if sh.experts > 1 and sh.moe_layers:
         # Routed tokens: each of the top-k experts gathers its tokens (h, fp32 under autocast, then cast
         # once per gate/up), runs a gated MLP (4·i_e) and keeps its output for the routing-weight product
         # (h); the router keeps fp32 probabilities.
-        gathered = (4 + 2 * e) * h if ac else e * h
-        routed = sh.experts_per_token * (gathered + e * (h + 4 * sh.moe_intermediate)) + 4 * sh.experts + e * h
-        routed += e * 4 * sh.shared_intermediate
+        gathered = (4 + 2 * e) * h if ac else lin * h
+        expert = e * h + (3 * e + lin) * sh.moe_intermediate
+        routed = sh.experts_per_token * (gathered + expert) + 4 * sh.experts + e * h
+        routed += (3 * e + lin) * sh.shared_intermediate
         mlp = (routed * sh.moe_layers + mlp * (sh.layers - sh.moe_layers)) / sh.layers
     per_token += mlp
     if not core or sdpa:
@@ -481,7 +546,7 @@ def _buckets(w: Workload, s: Strategy, grads_per_gpu: int, p: int, wb: int) -> i
         # DDP's buckets hold a flat copy of every gradient unless gradient_as_bucket_view=True (PyTorch
         # DistributedDataParallel docs: "the saved memory size will be equal to the total gradients size").
         return grads_per_gpu
-    if s.kind in ("zero1", "zero2", "zero3"):
+    if s.kind in ("zero1", "zero2", "zero3") or s.dp.startswith("zero"):
         # DeepSpeed allocates one reduce_bucket_size 16-bit buffer whatever the model's size: stages 1/2
         # at each backward (ipg_buffer, contiguous_gradients), stage 3 once (its ipg flat buffer). The
         # allgather bucket is a chunk size, not a buffer; stage 3's prefetched parameters are counted
@@ -499,13 +564,17 @@ def breakdown(
     if w.inference:
         return _inference(w, s, overhead)
     params, grads, opt, master, notes = model_states(w, s, n_gpus)
+    # LoRA and offload act on what the data-parallel ranks shard: under tp=T,zeroK the tensor-parallel shard.
+    sw, ss = tp_shard_view(w, s) if s.kind == "tp" and s.dp else (w, s)
     if w.lora_rank:
-        params, grads, opt, master, note = _lora(w, s, n_gpus)
+        params, grads, opt, master, note = _lora(sw, ss, n_gpus)
         notes = [*notes, note]
-    host = 0
+    host = nvme = 0
     if w.offload != "none":
-        params, grads, opt, master, host, note = _offload(w, s, n_gpus, params, nodes)
+        ranks_per_node = max(1, n_gpus * s.model_parallel // max(1, nodes))
+        params, grads, opt, master, host, nvme, note = _offload(sw, ss, n_gpus, params, nodes, ranks_per_node)
         notes = [*notes, note]
+    fp8 = fp8_weight_bytes(w, s)
     return (
         Breakdown(
             parameters=params,
@@ -518,31 +587,99 @@ def breakdown(
             overhead=overhead.total,
             workspace=backward_workspace_bytes(w, s),
             host=host,
+            fp8_weights=fp8,
+            nvme=nvme,
         ),
         notes,
     )
 
 
-def _offload(w: Workload, s: Strategy, n: int, params: int, nodes: int) -> tuple[int, int, int, int, int, str]:
-    """(parameters, gradients, optimizer, master, host RAM per node, note) with DeepSpeed's offload, as its
-    estimators count it (estimate_zero2/zero3_model_states_mem_needs, additional_buffer_factor 1.5).
+FP8_NOTE = (
+    "fp8: Transformer Engine layout (bf16 weights, fp32 master); one fp8 copy of each block Linear's weight "
+    "and of its saved input counted (TE's memory example, Hopper/Ada); TE's fp8 weight cache across "
+    "micro-batches (is_first_microbatch) keeps the rowwise copy too: +1 B per block parameter; the output "
+    "layer, norms and attention stay 16-bit"
+)
+
+
+def fp8_weight_bytes(w: Workload, s: Strategy) -> int:
+    """--dtype fp8: the fp8 copy of every block Linear's weight that Transformer Engine saves for backward
+    (TE docs, Performance Considerations / Memory usage: after a Linear's forward, "1 MB (weight in FP8)"
+    beside the 2 MB bf16 weight of a 1024 x 1024 layer). On Hopper the copy kept is the transposed
+    (columnwise) one; on Blackwell one copy serves both uses. Amax history and scales (a few floats per
+    tensor; MXFP8 scales 1/32 B per element) are left out. Every layer's copy is alive at the end of
+    forward, whatever ZeRO-3/FSDP does with the 16-bit shard; tensor and pipeline parallel split it."""
+    if w.dtype != "fp8":
+        return 0
+    sh = w.shape
+    norms = 2 * sh.hidden * sh.layers  # the two norm weights per block: not Linears
+    linears = max(0, sh.params - sh.root_params - norms)
+    return _ceil(_ceil(linears, s.pp), s.tp)
+
+
+def _offload(
+    w: Workload, s: Strategy, n: int, params: int, nodes: int, ranks_per_node: int
+) -> tuple[int, int, int, int, int, int, str]:
+    """(parameters, gradients, optimizer, master, host RAM per node, NVMe per node, note) with DeepSpeed's
+    offload, as its estimators count it (estimate_zero2/zero3_model_states_mem_needs, additional_buffer_factor
+    1.5).
 
     ZeRO-1/2 offload_optimizer: the 16-bit parameters stay (2P), everything else is on the host,
     P·max(4·N, 16)·1.5 bytes. ZeRO-3 offload_optimizer: 4·largest_layer + 2P/N on the GPU, 16P·1.5 per node
-    on the host; with offload_param too: 4·largest_layer on the GPU, 18P·1.5 per node.
+    on the host; with offload_param too: 4·largest_layer on the GPU, 18P·1.5 per node. NVMe (ZeRO-Infinity,
+    ZeRO-3 only): the same GPU bytes; the states go to NVMe and the host keeps DeepSpeed's pinned buffers
+    (_nvme_offload).
     """
     p = w.shape.params
+    nvme = w.offload.startswith("nvme-")
+    what = w.offload.removeprefix("nvme-")
     if s.kind in ("zero1", "zero2"):
         host = int(p * max(4 * n, 16) * HOST_BUFFER_FACTOR)
-        return params, 0, 0, 0, host, _host_note("optimizer", host)
+        return params, 0, 0, 0, host, 0, _host_note("optimizer", host)
     if s.kind == "zero3":
         big = w.weight_bytes * w.shape.largest_layer
-        if w.offload == "optimizer+params":
-            host = int(18 * p * HOST_BUFFER_FACTOR / nodes)
-            return big, big, 0, 0, host, _host_note("parameters and optimizer", host)
-        host = int(16 * p * HOST_BUFFER_FACTOR / nodes)
-        return params, big, 0, 0, host, _host_note("optimizer", host)
-    return params, *model_states(w, s, n)[1:4], 0, f"{s.label}: no DeepSpeed offload; --offload ignored"
+        gpu = (big, big) if what == "optimizer+params" else (params, big)
+        if nvme:
+            host, disk, note = _nvme_offload(w, n, ranks_per_node)
+            return *gpu, 0, 0, host, disk, note
+        if what == "optimizer+params":
+            host = int(18 * p * HOST_BUFFER_FACTOR * ranks_per_node / n)
+            return *gpu, 0, 0, host, 0, _host_note("parameters and optimizer", host)
+        host = int(16 * p * HOST_BUFFER_FACTOR * ranks_per_node / n)
+        return *gpu, 0, 0, host, 0, _host_note("optimizer", host)
+    return params, *model_states(w, s, n)[1:4], 0, 0, f"{s.label}: no DeepSpeed offload; --offload ignored"
+
+
+def _nvme_offload(w: Workload, n: int, ranks_per_node: int) -> tuple[int, int, str]:
+    """(pinned host RAM per node, NVMe bytes per node, note) of ZeRO-Infinity with DeepSpeed's defaults.
+
+    Optimizer (offload_optimizer.device nvme): each rank writes its fp32 master, fp32 gradients and
+    optimizer state to NVMe and keeps in host RAM the swapper's buffer_count (4) buffers plus one fp32
+    gradient buffer, each of its largest sub-group (min(sub_group_size 1e9, P/N) elements, 4 B): stage3.py
+    initialize_optimizer_states and optimizer_utils.py's SwapBufferManager. Parameters (offload_param.device
+    nvme): a pool of buffer_count (5) x buffer_size (1e8) 16-bit elements, and up to max_in_cpu (1e9)
+    elements of the rank's 16-bit partition in host memory; the rest of the partition on NVMe.
+    """
+    wb = w.weight_bytes
+    part = -(-w.shape.params // n)  # this rank's partition of the parameters
+    sub_group = min(NVME_SUB_GROUP_SIZE, part)
+    host = (NVME_OPT_BUFFER_COUNT + 1) * sub_group * 4
+    master = 4 if w.mixed else 0
+    disk = int((master + 4 + optimizer_bytes(w)) * part)
+    what = "optimizer"
+    if w.offload == "nvme-optimizer+params":
+        what = "parameters and optimizer"
+        in_cpu = min(NVME_MAX_IN_CPU, part)
+        host += NVME_PARAM_BUFFER_COUNT * NVME_PARAM_BUFFER_SIZE * wb + in_cpu * wb
+        disk += (part - in_cpu) * wb
+    host, disk = host * ranks_per_node, disk * ranks_per_node
+    note = (
+        f"{what} on NVMe (ZeRO-Infinity): {disk / GIB:.1f} GiB of NVMe and {host / GIB:.1f} GiB of pinned "
+        "host RAM per node (DeepSpeed defaults: offload_optimizer buffer_count 4, sub_group_size 1e9"
+        + ("; offload_param buffer_count 5 x buffer_size 1e8, max_in_cpu 1e9" if what != "optimizer" else "")
+        + ")"
+    )
+    return host, disk, note
 
 
 # bitsandbytes NF4 with double quantisation (QLoRA, Dettmers et al. 2023 §2): 4 bits per weight, an
