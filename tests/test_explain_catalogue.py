@@ -212,9 +212,10 @@ def test_real_warn_line_gets_its_class_with_source_and_versions(line: str, sig: 
 
 
 def test_specific_signature_keeps_precedence_over_the_catalogue() -> None:
-    # NVIDIA/nccl#1528: the specific nccl.cuda_failure signature claims it, not the catalogue's nccl.cuda.
+    # NVIDIA/nccl#1528: a specific signature claims it (nccl.arch_missing, which refines nccl.cuda_failure:
+    # the kernel lookup in enqueue.cc), not the catalogue's nccl.cuda.
     ex = run("c76d92cccb6e:72:456 [0] enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'\n")
-    assert ex.root is not None and ex.root.id == "nccl.cuda_failure"
+    assert ex.root is not None and ex.root.id == "nccl.arch_missing"
     assert not any(d.id.startswith("nccl.warn") for d in ex.consequences)
 
 

@@ -44,6 +44,9 @@ class Signature:
     # A hint that, with no root cause, is the best lead: it names a misconfiguration that explains failures
     # (torchrun ignoring --master_addr), unlike hints that are usually harmless (no IB device on one node).
     lead: bool = False
+    # Broader signatures this one refines: where both match one line, only this one is recorded (a
+    # "Cuda failure" printed from transport/nvls.cc is an NVLS setup failure, not just a CUDA call failure).
+    refines: tuple[str, ...] = ()
 
     @property
     def cacheable(self) -> bool:
@@ -193,6 +196,7 @@ def parse_knowledge_base(doc: Mapping[str, Any], catalogue: Catalogue | None = N
                     fix=raw["fix"],
                     references=tuple(raw.get("references", [])),
                     lead=bool(raw.get("lead", False)),
+                    refines=tuple(raw.get("refines", [])),
                 )
             )
         except (KeyError, TypeError, re.error) as exc:
@@ -200,6 +204,10 @@ def parse_knowledge_base(doc: Mapping[str, Any], catalogue: Catalogue | None = N
     ids = [s.id for s in sigs]
     if len(ids) != len(set(ids)):
         raise KnowledgeBaseError("duplicate signature ids")
+    for s in sigs:
+        unknown = set(s.refines) - set(ids) - {s.id}
+        if unknown or s.id in s.refines:
+            raise KnowledgeBaseError(f"{s.id}: refines unknown or itself: {sorted(unknown) or s.id}")
     diagnoses = {
         d["id"]: DiagnosisSpec(
             id=d["id"],

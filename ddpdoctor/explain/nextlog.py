@@ -55,6 +55,16 @@ def suggest_next_logs(seen: Iterable[Diagnosis], summary: Iterable[SummaryEntry]
         )
     if ids & {"launch.sigterm_siblings", "launch.child_failed", "launch.spawn_raised"} and not out:
         out.append("the log of the rank that failed first (torchrun's 'Root Cause' entry names it)")
+    if "launch.sigabrt" in ids:
+        out.append(
+            "the lines just before the abort in that process's output: the watchdog timeout or the C++ "
+            "exception ('terminate called after throwing ...', its what()) that made it abort"
+        )
+    if "failure.unrecognised" in ids:
+        out.append(
+            "the full output around the first traceback or test failure listed (its message is not in the "
+            "knowledge base), and a rerun with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL"
+        )
     if not out:
         out.append("every rank's log and each host's kernel log (`dmesg -T`)")
     return out

@@ -29,6 +29,9 @@ LEAD_NOTE = (
     "error that is not a consequence of another failure"
 )
 _ROLE_ORDER = {"root": 0, "symptom": 3, "consequence": 4, "hint": 5, "context": 6}
+# Lines that only say something failed (a traceback, nccl-tests' 'Test failure'): kept so that a failed run
+# whose message the knowledge base does not know is never reported as "nothing found" (exit 0).
+UNRECOGNISED = "failure.unrecognised"
 _WATCHDOG_SIGS = ("watchdog.timeout", "watchdog.blocking_wait")
 _OOM_SIGS = ("oom.kernel", "oom.slurm", "dataloader.worker_killed")
 # Lines printed by the launcher or the kernel about another process: the file they are in says nothing
@@ -68,6 +71,10 @@ class Explanation:
         if self.root is not None and self.root.severity >= Severity.WARN:
             return ExitCode.FAILED
         if any(d.severity >= Severity.WARN for d in self.consequences):
+            return ExitCode.FAILED
+        # A lead the knowledge base rates warn or worse (an injected NCCL_GRAPH_FILE) is shown as the
+        # explanation of the failure: exit 0 would say the opposite.
+        if self.lead is not None and self.lead.severity >= Severity.WARN:
             return ExitCode.FAILED
         if self.empty:
             return ExitCode.INCONCLUSIVE
@@ -481,6 +488,9 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
     known_ranks |= {e.rank for e in scan.summary if e.rank is not None}
     reportable = [e for e in events if kb.by_id[e.sig].role != "context"]
     diags = list(_diagnoses(kb, reportable, scan.counts).values())
+    if any(d.id != UNRECOGNISED and d.role not in ("hint", "context") for d in diags):
+        # A traceback or test failure is only worth listing when nothing else says the run failed.
+        diags = [d for d in diags if d.id != UNRECOGNISED]
     world = max(
         (int(e.fields.get("nranks", 0)) for e in events if e.sig == "context.nccl_comm_init"), default=0
     )

@@ -480,6 +480,9 @@ class StreamScanner:
             return
         if any(not s.fallback for s, _ in matched):
             matched = [(s, m) for s, m in matched if not s.fallback]
+        refined = {r for s, _ in matched for r in s.refines}
+        if refined:
+            matched = [(s, m) for s, m in matched if s.id not in refined]
         extra: dict[str, str] = {}
         if self.kb.catalogue is not None and any(s.id == "nccl.warn" for s, _ in matched):
             # A WARN no specific signature claimed: name its mechanism from NCCL's own format strings.

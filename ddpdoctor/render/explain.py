@@ -107,11 +107,15 @@ def render_explanation(report: Mapping[str, Any], show_all: bool = False) -> Non
             )
         )
     elif root is None:
-        con.print(Text("No known failure signature found.", style="green"))
+        # Not green: explain is given the logs of runs that went wrong, and a log it cannot read is not a
+        # healthy run.
+        con.print(Text("No known failure signature found (this does not say the run succeeded).", style="yellow"))
         con.print(
             Text(
-                "Nothing in the knowledge base matched (docs/explain.md lists it). "
-                "If the run failed, the cause may be in a log that was not given (other ranks, dmesg).",
+                "Nothing in the knowledge base matched and no traceback, crash or test failure was seen "
+                "(docs/explain.md lists what is recognised). If the run failed, its cause is in a log that was "
+                "not given (every rank's output, the launcher's, dmesg) or in a message ddpdoctor does not "
+                "know: rerun with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL.",
                 style="dim",
             )
         )

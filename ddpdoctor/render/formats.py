@@ -308,6 +308,10 @@ def document_from_explain(data: Mapping[str, Any]) -> Document:
                 area="root_cause",
             )
         )
+    lead = data.get("lead")
+    if not isinstance(data.get("root_cause"), Mapping) and isinstance(lead, Mapping):
+        # With no root cause the lead is the report's explanation (it can set the exit code): not dropped.
+        findings.append(_diagnosis_finding(lead, "lead"))
     findings += [
         _diagnosis_finding(d, "consequence") for d in data.get("consequences") or [] if isinstance(d, Mapping)
     ]
