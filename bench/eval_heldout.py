@@ -1,6 +1,7 @@
 """Score `ddpdoctor explain` on a graded held-out set laid out as DIR/manifest.json + DIR/cases/<id>.log.
 
-Lenient rule (mechanical): a case is right when at least one of the manifest's `keywords` for it appears
+Lenient rule (mechanical): a case is right when at least one of the manifest's `keywords` (or
+`cause_keywords`) for it appears
 (case-insensitive) in the text of the named root cause (title, cause, fix, reasoning) or, with no root
 cause, in the lead's. It is a rough stand-in for a human grader: it cannot tell a hedged answer from a
 focused one, so the strict figure is judged by hand and reported separately.
@@ -44,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         report = ex.to_dict()
         named, text = named_text(report)
         low = text.lower()
-        hits = [k for k in case.get("keywords", []) if k.lower() in low]
+        # Set 2's manifest calls them `keywords`, set 3's `cause_keywords`.
+        keywords = case.get("keywords") or case.get("cause_keywords") or []
+        hits = [k for k in keywords if k.lower() in low]
         rows.append({"id": case["id"], "named": named, "exit": report["exit_code"], "keywords_hit": hits,
                      "lenient": bool(hits)})
     n = len(rows)

@@ -128,6 +128,13 @@ def test_wording_variants(line: str, sig: str) -> None:
         "WARNING:torch.distributed.run:",
         "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default",
         "INFO: Detected 8 GPUs, using NCCL",
+        # NCCL's interface list without container bridges (real-h100/nccl_info.log), and the routine lines of
+        # a NET plugin that is simply not installed (NCCL before and since 2.19).
+        "vm:1919:1919 [0] NCCL INFO NET/Socket : Using [0]eth0:192.0.2.2<0>",
+        "4e9a7654171e:8639:8639 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+        "node1:1:1 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or "
+        "directory No plugin found (libnccl-net.so), using internal implementation",
+        "node1:1:1 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so",
     ],
 )
 def test_benign_lines_are_not_recognised(line: str) -> None:

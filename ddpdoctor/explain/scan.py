@@ -42,13 +42,17 @@ MAX_SHAPES = 4096  # per input; past this, new shapes are matched in full (memor
 MAX_SHAPE_LEN = 1024  # longer lines are never cached
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 # Lines joined before matching: a hit line that visibly continues (an unclosed `WorkNCCL(`, a trailing
-# `Last error:`, gloo's `[enforce fail at file.cc:N]` with its text on the next line) takes up to
+# `Last error:`, gloo's `[enforce fail at file.cc:N]` with its text on the next line, NCCL's interface list
+# wrapped one interface per line) takes up to
 # JOIN_LINES following lines, JOIN_BYTES in all, from the same buffer (a continuation cut off by a read
 # chunk's end is not joined: the chunks are 1 MiB, so that is rare, and the work per line stays bounded).
 JOIN_LINES = 3
 JOIN_BYTES = 2048
 _GLOO_LOC_END = re.compile(rb"\[(?:enforce fail at )?[^\[\]\s]{1,300}\.(?:cc|cpp|h):\d+\]$")
 _CONT_PREFIX = re.compile(rb"(?:\[(?:rank|default) ?\d+\]: ?|\d{1,5}: )*")
+# NCCL's interface list (`NET/Socket : Using [0]eth0:10.0.0.1<0> [1]...`), cut after `Using` or after an entry
+# when a terminal or a paste wrapped it one interface per line.
+_IFACE_LIST_END = re.compile(rb"(?:NET/Socket|Bootstrap) ?: Using(?:\s*\[\d+\][^\s<]+<\d+>)*$")
 
 
 def _shape_key(buf: bytes, ls: int, le: int) -> bytes:
@@ -86,6 +90,8 @@ def _continues(raw: bytes) -> bool:
     if tail.endswith(b"Last error:"):
         return True
     if b"WorkNCCL(" in raw and raw.count(b"(") > raw.count(b")"):
+        return True
+    if b": Using" in raw and _IFACE_LIST_END.search(tail):
         return True
     return tail.endswith(b"]") and _GLOO_LOC_END.search(tail, max(0, len(tail) - 320)) is not None
 
