@@ -257,7 +257,7 @@ def test_messages_say_what_is_known() -> None:
     )
     by_code = {d.code: d for d in lint_source(src, "t.py", select_rules(["DDP003", "DDP021"]))}
     assert "set_device() (line 7)" in by_code["DDP003"].message
-    assert "in between (line 6)" in by_code["DDP003"].message
+    assert "line 6 uses the current GPU first" in by_code["DDP003"].message
     assert by_code["DDP021"].line == 9 and "(line 10)" in by_code["DDP021"].message
     assert "may start on GPU 0 if CUDA work" in by_code["DDP021"].message
 

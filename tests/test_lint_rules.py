@@ -1467,6 +1467,74 @@ NEAR_MISSES += [
     ),
 ]
 
+# The held-out review of 2026-11-24: real shapes with provenance in tests/test_lint_heldout_classes.py.
+POSITIVES += [
+    (
+        "DDP029",
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)  # <-
+        local_rank = int(os.environ["LOCAL_RANK"])
+        """,
+    ),
+    (
+        "DDP030",
+        """
+        import torchvision
+        def main():
+            dist.init_process_group("nccl")
+            torchvision.datasets.MNIST("data", download=True)  # <-
+        if __name__ == "__main__":
+            main()
+        """,
+    ),
+    (
+        "DDP031",
+        """
+        def main():
+            dist.init_process_group("nccl")
+            x = torch.zeros(2).to("cuda:0")  # <-
+        if __name__ == "__main__":
+            main()
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP029",
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local-rank", "--local_rank", type=int, default=0)
+        local_rank = int(os.environ["LOCAL_RANK"])
+        """,
+    ),
+    (
+        "DDP030",
+        """
+        import torchvision
+        def main(rank):
+            dist.init_process_group("nccl")
+            if rank == 0:
+                torchvision.datasets.MNIST("data", download=True)
+            dist.barrier()
+        if __name__ == "__main__":
+            main(0)
+        """,
+    ),
+    (
+        "DDP031",
+        """
+        def main(local_rank):
+            dist.init_process_group("nccl")
+            x = torch.zeros(2).to(f"cuda:{local_rank}")
+        if __name__ == "__main__":
+            main(0)
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
@@ -1507,7 +1575,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 29)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 32)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -1,5 +1,7 @@
 """Rules about which GPU a rank uses: DDP002 (device from the global rank, a taint analysis in source
 order), DDP003 and DDP021 (the NCCL group created before set_device). Registered in rules.py's table.
+Over 600 lines: one idea, which GPU a rank ends up on; the current-device predicate is shared with
+every_rank_rules.py.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from typing import Iterator, Optional
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier, is_rank_identifier
 from ddpdoctor.lint.flow import callers_of, find_call_in, happens_before, is_entry
 from ddpdoctor.lint.helpers import (
+    _CUDA_NO_INIT,
     _GLOBAL_RANK_ENV,
     _SPAWN_FUNCS,
     _cuda_string,
     _init_calls,
     _is_collective_call,
     _is_set_device,
-    is_cuda_touch,
     uses_cuda,
 )
 from ddpdoctor.lint.registry import Hit, rule
@@ -374,10 +376,79 @@ def _mentions_nccl(node: Optional[ast.AST], f: Optional[ModuleFacts] = None) -> 
     return None
 
 
+# torch.cuda calls that name no device and use none: they neither open a context on the current
+# device nor depend on it.
+_CUDA_DEVICE_FREE = frozenset(
+    {
+        "set_device",
+        "device",
+        "current_device",
+        "get_device_name",
+        "get_device_properties",
+        "get_device_capability",
+        "device_of",
+        "stream",
+    }
+)
+
+
+def _names_a_device(node: ast.AST) -> bool:
+    """ "cuda:1", f"cuda:{i}", torch.device("cuda", i), a variable or a number: a device given, not the
+    current one. Only the bare "cuda" string (and torch.device("cuda")) means "whatever is current"."""
+    if isinstance(node, ast.Constant):
+        return not (isinstance(node.value, str) and node.value.strip().lower() == "cuda")
+    if isinstance(node, ast.Call) and (dotted(node.func) or "").endswith("device") and len(node.args) == 1:
+        return _names_a_device(node.args[0])
+    return True
+
+
+def current_device_use(cs: CallSite) -> str:
+    """What the call does on the *current* CUDA device (GPU 0 until set_device), "" when nothing: a
+    collective or barrier (NCCL binds it to the current device), a bare `.cuda()`, `.to("cuda")`,
+    `device="cuda"`, `torch.cuda.synchronize()`. Work on a named device (`.cuda(i)`, `.to(f"cuda:{i}")`,
+    `DDP(device_ids=[i])`) lands where it should whatever the current device is."""
+    if _is_collective_call(cs):
+        if cs.attr == "barrier" and cs.kwarg("device_ids") is not None:
+            return ""  # barrier(device_ids=[i]) names its GPU: the documented way around the guess
+        return f"{cs.attr}()"
+    func = cs.node.func
+    if cs.attr == "cuda" and cs.qual != "torch.cuda" and isinstance(func, ast.Attribute):
+        if cs.node.args or cs.kwarg("device") is not None:
+            return ""
+        return "a bare .cuda()"
+    if cs.qual.startswith("torch.cuda.") and cs.qual.count(".") == 2:
+        if cs.attr in _CUDA_NO_INIT or cs.attr in _CUDA_DEVICE_FREE or cs.node.args or cs.node.keywords:
+            return ""
+        return f"torch.cuda.{cs.attr}()"
+    if cs.attr == "to" and cs.node.args and not _names_a_device(cs.node.args[0]):
+        return '.to("cuda")'
+    device = cs.kwarg("device")
+    if device is not None and not _names_a_device(device):
+        return 'device="cuda"'
+    return ""
+
+
 def _gpu_work(cs: CallSite) -> bool:
-    if cs.attr == "barrier" and cs.kwarg("device_ids") is not None:
-        return False  # barrier(device_ids=[i]) names its GPU: the documented way around the guess
-    return is_cuda_touch(cs) or cs.kwarg("device_ids") is not None or _is_collective_call(cs)
+    return bool(current_device_use(cs))
+
+
+def _first_use(f: ModuleFacts, cs: CallSite) -> str:
+    """`cs`'s own use of the current device, else that of the first such call a helper it calls makes."""
+    use = current_device_use(cs)
+    if use:
+        return use
+    inner = find_call_in(f, cs, _gpu_work)
+    return f"{current_device_use(inner)} in {cs.attr}()" if inner is not None else ""
+
+
+def visible_devices_per_rank(f: ModuleFacts) -> Optional[int]:
+    """The line where the program sets CUDA_VISIBLE_DEVICES from something that varies per process
+    (`str(local_rank)`, `args.gpu`): each rank then sees one GPU, and GPU 0 is the right one."""
+    for g in _program_files(f):
+        for _base, key, value, stmt in g.env_assigns:
+            if key == "CUDA_VISIBLE_DEVICES" and not isinstance(value, ast.Constant):
+                return stmt.lineno
+    return None
 
 
 def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
@@ -401,72 +472,74 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
             continue
         set_at: Optional[CallSite] = None
         work_at: Optional[CallSite] = None
+        use = ""
         for later in cs.scope.calls:
             if later.pos <= cs.pos:
                 continue
             if _is_set_device(later) or find_call_in(f, later, _is_set_device) is not None:
                 set_at = later
                 break
-            if work_at is None and (
-                _gpu_work(later) or find_call_in(f, later, _is_collective_call) is not None
-            ):
-                work_at = later
+            if work_at is None:
+                use = _first_use(f, later)
+                if use:
+                    work_at = later
         after_return = None
         if set_at is None and work_at is None and not is_entry(f, cs.scope):
             after_return = _set_device_after_return(f, cs.scope)
+        found: Optional[tuple[str, str]] = None
         if after_return is not None:
-            out.append(
-                (
-                    cs,
-                    "order",
-                    f"NCCL process group created in {cs.scope.name}() before torch.cuda.set_device(), which "
-                    f"follows after it returns (line {after_return.node.lineno}) with nothing on the GPU in "
-                    "between",
-                )
+            found = (
+                "order",
+                f"NCCL process group created in {cs.scope.name}() before torch.cuda.set_device(), which "
+                f"follows after it returns (line {after_return.node.lineno}) before anything uses the "
+                "current GPU",
             )
         elif set_at is not None and work_at is None:
-            out.append(
-                (
-                    cs,
-                    "order",
-                    f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}): "
-                    "nothing runs on the GPU in between, but this rank may start on GPU 0 if CUDA work "
-                    "moves before set_device",
-                )
+            found = (
+                "order",
+                f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}): "
+                "nothing uses the current GPU in between, but this rank may start on GPU 0 if CUDA work "
+                "moves before set_device",
             )
         elif set_at is not None and work_at is not None:
-            out.append(
-                (
-                    cs,
-                    "bug",
-                    f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}), "
-                    f"with GPU work or a collective in between (line {work_at.node.lineno}): that work runs "
-                    "on GPU 0 on every rank",
-                )
+            found = (
+                "bug",
+                f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}); "
+                f"line {work_at.node.lineno} uses the current GPU first ({use}): that runs on GPU 0 on "
+                "every rank",
             )
         elif work_at is None and set_at is None and before is not True and (touch := _gpu0_touch(f)):
             # An entry point with nothing on the GPU right after init, in a program that never sets the
             # device anywhere: pinned memory, a barrier or a bare .cuda() then opens a context on GPU 0
             # in every rank (issue #24, class 8).
-            out.append(
-                (
-                    cs,
-                    "bug",
-                    "NCCL process group created and no torch.cuda.set_device() anywhere in this program: "
-                    f"{touch} (line {touch_line(touch, f)}) opens a CUDA context on GPU 0 in every rank",
-                )
+            found = (
+                "bug",
+                "NCCL process group created and no torch.cuda.set_device() anywhere in this program: "
+                f"{touch} (line {touch_line(touch, f)}) uses the current GPU first, GPU 0 in every rank",
             )
         elif work_at is not None or (before is False and not is_entry(f, cs.scope)):
             # (A process entry point that does nothing on the GPU after init has nothing to misplace.)
-            where = f" (GPU work at line {work_at.node.lineno})" if work_at is not None else ""
-            out.append(
-                (
-                    cs,
-                    "bug",
-                    "NCCL process group created and no torch.cuda.set_device() before or after it in this "
-                    f"process{where}: ranks may all start on GPU 0",
-                )
+            where = (
+                f": line {work_at.node.lineno} uses the current GPU first ({use})"
+                if work_at is not None
+                else ""
             )
+            found = (
+                "bug",
+                "NCCL process group created and no torch.cuda.set_device() before or after it in this "
+                f"process{where}; ranks may all start on GPU 0",
+            )
+        if found is not None and found[0] == "bug":
+            visible = visible_devices_per_rank(f)
+            if visible is not None:
+                # One GPU visible per process (the launch layout): its GPU 0 is the right one.
+                found = (
+                    "order",
+                    "NCCL process group created before torch.cuda.set_device(); CUDA_VISIBLE_DEVICES is set "
+                    f"per process (line {visible}), so each rank's GPU 0 is its own",
+                )
+        if found is not None:
+            out.append((cs, found[0], found[1]))
     f.memo["nccl_init_order"] = out
     return out
 
@@ -536,7 +609,7 @@ def _set_device_after_return(f: ModuleFacts, scope: Scope) -> Optional[CallSite]
             if _is_set_device(later) or find_call_in(g, later, _is_set_device) is not None:
                 found = later
                 break
-            if _gpu_work(later) or find_call_in(g, later, _is_collective_call) is not None:
+            if _first_use(g, later):
                 return None
         if found is None:
             return None

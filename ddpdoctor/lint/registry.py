@@ -1,6 +1,6 @@
 """The lint rule registry: what a rule is, `@rule(...)` to declare one, and the registered rules.
 
-Rule modules (rules, device_rules, rank_rules, world_rules) register themselves on import; ruleset.py
+Rule modules (rules, device_rules, rank_rules, world_rules, every_rank_rules) register themselves on import; ruleset.py
 imports them all, and everything that runs rules reads them from there."""
 
 from __future__ import annotations

@@ -321,6 +321,21 @@ def check_sampler_with_shuffle(f: ModuleFacts) -> Iterator[Hit]:
                 break
 
 
+def _saved_path(cs: CallSite) -> Optional[tuple[str, Optional[ast.expr]]]:
+    """A call that writes a checkpoint-like file or directory: (what to call it, the path argument).
+    torch.save(obj, f), np.save(file, arr), x.save_pretrained(save_directory) of a model, tokenizer or
+    processor (held-out review of 2026-11-24: save_pretrained on every rank was a missed bug)."""
+    if cs.qual == "torch.save":
+        return "torch.save()", cs.arg(1, "f")
+    if cs.qual in ("numpy.save", "numpy.savez", "numpy.savez_compressed"):
+        return f"np.{cs.attr}()", cs.arg(0, "file")
+    if cs.attr == "save_pretrained" and isinstance(cs.node.func, ast.Attribute):
+        if cs.kwarg("is_main_process") is not None:
+            return None  # save_pretrained(..., is_main_process=accelerator.is_main_process) writes on one
+        return "save_pretrained()", cs.arg(0, "save_directory")
+    return None
+
+
 @rule(
     "DDP007",
     "save-on-every-rank",
@@ -330,24 +345,34 @@ def check_sampler_with_shuffle(f: ModuleFacts) -> Iterator[Hit]:
 )
 def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
     if not uses_distributed(f) and not (f.project is not None and distributed_program(f)):
-        return  # (a model file's `save()` method counts when the project is distributed)
+        # (a model file's `save()` method counts when the project is distributed); a script that drives
+        # Lightning, accelerate or DeepSpeed runs on every rank too: judged for save_pretrained / np.save.
+        if not distributed_program(f):
+            return
+        framework_only = True
+    else:
+        framework_only = False
     for cs in f.calls:
-        if cs.qual != "torch.save":
+        saved = _saved_path(cs)
+        if saved is None or (framework_only and saved[0] == "torch.save()"):
             continue
-        path = cs.arg(1, "f")
+        what, path = saved
         if path is not None and (per_rank_path(f, path) or in_memory(f, path)):
             continue  # one file per rank, on purpose; or a BytesIO buffer
         local = local_rank_guarded(f, cs)
         if local is not None:
             yield (
                 cs.node,
-                f"torch.save() runs on one process per node (the local check on line {local}) in a "
+                f"{what} runs on one process per node (the local check on line {local}) in a "
                 "multi-node script: the first process of every node writes the same file",
             )
             continue
         if cs.guarded or rank_zero_only(f, cs.scope):
             continue
-        yield cs.node
+        if what == "torch.save()":
+            yield cs.node
+        else:
+            yield cs.node, f"{what} runs on every rank: all ranks write the same path at once"
 
 
 @rule(
@@ -565,6 +590,50 @@ def check_distributed_launch(f: ModuleFacts) -> Iterator[Hit]:
             yield n, "runs torch.distributed.launch, which is deprecated: use torchrun"
 
 
+# The launch the script documents (a usage line in its docstring, a comment, an argv it builds) passes no
+# --local_rank flag at all: torchrun sets LOCAL_RANK, `torch.distributed.launch --use_env` too.
+_FLAGLESS_LAUNCH_RE = re.compile(rb"\btorchrun\b|--use[_-]env\b|torch\.distributed\.run\b")
+
+
+def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
+    """Each `add_argument("--local_rank")` without the `--local-rank` spelling, with "" when the launch
+    the script is written for breaks on it (PyTorch >= 2.0's torch.distributed.launch passes
+    --local-rank=N, which argparse rejects), or the reason the documented launch still works (the
+    opinionated DDP029)."""
+    if "local_rank_options" in f.memo:
+        return f.memo["local_rank_options"]  # type: ignore[return-value]
+    out: list[tuple[CallSite, str]] = []
+    hits = []
+    for cs in f.calls_named("add_argument"):
+        opts = {a.value for a in cs.node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+        if "--local_rank" in opts and "--local-rank" not in opts:
+            hits.append(cs)
+    # The deepspeed launcher passes --local_rank (underscore): the option is right there.
+    if hits and not f.imports_prefix("deepspeed"):
+        works = ""
+        if reads_env_key(f, "LOCAL_RANK"):
+            works = "the script also reads LOCAL_RANK from the environment, so torchrun works"
+        elif any(cs.qual in _SPAWN_FUNCS for cs in f.calls):
+            works = "the script starts its own processes with mp.spawn, which passes no flag"
+        elif f.calls_named("parse_known_args") and not f.calls_named("parse_args"):
+            works = "parse_known_args() ignores the launcher's --local-rank"
+        elif _FLAGLESS_LAUNCH_RE.search(f.source):
+            works = "the launch the script names (torchrun, --use_env) passes no flag"
+        # `if torch.__version__ ... 1:` / `if TORCH_MAJOR == 1:` around the option: only the old launcher.
+        versioned: list[tuple[int, int]] = []
+        low = f.source.lower()
+        for n in ast.walk(f.tree) if b"version" in low or b"major" in low else ():
+            if isinstance(n, ast.If) and any(
+                "version" in i.lower() or "major" in i.lower() for i in names_in(n.test)
+            ):
+                versioned.append((n.body[0].lineno, n.body[-1].end_lineno or n.body[-1].lineno))
+        for cs in hits:
+            if not any(a <= cs.node.lineno <= b for a, b in versioned):
+                out.append((cs, works))
+    f.memo["local_rank_options"] = out
+    return out
+
+
 @rule(
     "DDP013",
     "local-rank-argument",
@@ -573,28 +642,25 @@ def check_distributed_launch(f: ModuleFacts) -> Iterator[Hit]:
     "PyTorch 2.0's launcher passes --local-rank=N (hyphen); a parser that knows only --local_rank exits.",
 )
 def check_local_rank_argument(f: ModuleFacts) -> Iterator[Hit]:
-    hits = []
-    for cs in f.calls_named("add_argument"):
-        opts = {a.value for a in cs.node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
-        if "--local_rank" in opts and "--local-rank" not in opts:
-            hits.append(cs)
-    if not hits or f.imports_prefix("deepspeed"):
-        return  # the deepspeed launcher passes --local_rank (underscore): the option is right there
-    if reads_env_key(f, "LOCAL_RANK") or any(cs.qual in _SPAWN_FUNCS for cs in f.calls):
-        # The script takes its local rank from the environment (torchrun), or starts its own processes
-        # with mp.spawn, which passes no flag: the option is a dead legacy flag, not a crash.
-        return
-    # `if torch.__version__ ... 1:` / `if TORCH_MAJOR == 1:` around the option: only the old launcher.
-    versioned: list[tuple[int, int]] = []
-    low = f.source.lower()
-    for n in ast.walk(f.tree) if b"version" in low or b"major" in low else ():
-        if isinstance(n, ast.If) and any(
-            "version" in i.lower() or "major" in i.lower() for i in names_in(n.test)
-        ):
-            versioned.append((n.body[0].lineno, n.body[-1].end_lineno or n.body[-1].lineno))
-    for cs in hits:
-        if not any(a <= cs.node.lineno <= b for a, b in versioned):
+    for cs, works in local_rank_options(f):
+        if not works:
             yield cs.node
+
+
+@rule(
+    "DDP029",
+    "local-rank-argument-unused",
+    "--local_rank argparse option only: the documented launch works, but PyTorch >= 2.0's "
+    "torch.distributed.launch would pass --local-rank",
+    'accept both spellings (add_argument("--local-rank", "--local_rank")), or drop the flag and read LOCAL_RANK',
+    "Harmless with the launch the script is written for; a run through torch.distributed.launch on "
+    "PyTorch >= 2.0 exits with 'unrecognized arguments: --local-rank=0'.",
+    default=False,
+)
+def check_local_rank_argument_unused(f: ModuleFacts) -> Iterator[Hit]:
+    for cs, works in local_rank_options(f):
+        if works:
+            yield cs.node, f"--local_rank argparse option only: {works}; accept --local-rank too"
 
 
 def _uses_ddp_wrapper(f: ModuleFacts) -> bool:

@@ -3,7 +3,13 @@ the CLI read RULES from here so that no rule is missed whichever module was impo
 
 from __future__ import annotations
 
-from ddpdoctor.lint import device_rules, rank_rules, rules, world_rules  # noqa: F401 - registers them
+from ddpdoctor.lint import (  # noqa: F401 - registers them
+    device_rules,
+    every_rank_rules,
+    rank_rules,
+    rules,
+    world_rules,
+)
 from ddpdoctor.lint.registry import RULES, Rule, all_rules, default_rules
 
 __all__ = ["RULES", "Rule", "all_rules", "default_rules"]

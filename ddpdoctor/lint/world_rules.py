@@ -13,7 +13,7 @@ import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, classify_guard, dotted, mentions_rank
-from ddpdoctor.lint.flow import value_before
+from ddpdoctor.lint.flow import parameter_values, value_before
 from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
@@ -283,9 +283,51 @@ def check_rank_zero_object(f: ModuleFacts) -> Iterator[Hit]:
 
 # --- DDP027: a CPU tensor handed to an NCCL collective -----------------------------------------------
 
-_FACTORIES = frozenset({"tensor", "zeros", "ones", "empty", "full", "arange", "as_tensor", "from_numpy"})
+_FACTORIES = frozenset(
+    {
+        "tensor",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "as_tensor",
+        "from_numpy",
+        "rand",
+        "randn",
+        "randint",
+        "Tensor",
+        "FloatTensor",
+        "LongTensor",
+        "IntTensor",
+        "DoubleTensor",
+        "BoolTensor",
+        "ByteTensor",
+        "HalfTensor",
+    }
+)
+# Methods that keep a tensor where it is: `torch.tensor(x).float()` is still on the CPU.
+_KEEPS_DEVICE = frozenset(
+    {
+        "float",
+        "long",
+        "int",
+        "double",
+        "half",
+        "bool",
+        "view",
+        "reshape",
+        "unsqueeze",
+        "squeeze",
+        "contiguous",
+        "clone",
+        "detach",
+        "flatten",
+    }
+)
 _TENSOR_ARGS: dict[str, tuple[int, str]] = {
     "all_reduce": (0, "tensor"),
+    "all_gather": (1, "tensor"),
     "broadcast": (0, "tensor"),
     "reduce": (0, "tensor"),
     "all_gather_into_tensor": (1, "input_tensor"),
@@ -304,6 +346,9 @@ def _cpu_factory(node: Optional[ast.AST]) -> bool:
     """torch.tensor([...]) / torch.zeros(n) with no device= (and not moved by .cuda() / .to(...))."""
     if not isinstance(node, ast.Call):
         return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in _KEEPS_DEVICE and isinstance(func.value, ast.Call):
+        return _cpu_factory(func.value)  # torch.tensor([n]).long()
     q = dotted(node.func) or ""
     if not (q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES):
         return False
@@ -399,6 +444,12 @@ def check_sampler_seed_per_rank(f: ModuleFacts) -> Iterator[Hit]:
             value = value_before(f, key, cs.node.lineno) if key else None
             if value is not None and mentions_rank(value):
                 why = f"depends on the rank (`{key}`, line {value.lineno})"
+            elif isinstance(seed, ast.Name):
+                # build_loader(ds, seed=args.seed + rank): the parameter holds what the callers pass.
+                passed = parameter_values(f, cs.scope, seed.id) or []
+                ranked = next((v for v in passed if mentions_rank(v)), None)
+                if ranked is not None:
+                    why = f"depends on the rank (`{seed.id}` is passed the rank on line {ranked.lineno})"
         if why:
             yield (
                 cs.node,

@@ -1,0 +1,165 @@
+"""Rules about work every rank repeats that one process should do (classes the held-out review of
+2026-11-24 found missed): DDP030 (a dataset downloaded by every rank at once) and DDP031 (GPU 0 named
+outright on every rank). Registered through ruleset.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator
+
+from ddpdoctor.lint.device_rules import is_test_file, visible_devices_per_rank
+from ddpdoctor.lint.facts import NONZERO, CallSite, ModuleFacts, Scope, dotted, final_identifier
+from ddpdoctor.lint.flow import callers_of, rank_zero_only
+from ddpdoctor.lint.helpers import uses_distributed
+from ddpdoctor.lint.registry import Hit, rule
+from ddpdoctor.lint.rules import distributed_program
+
+# --- DDP030: a dataset downloaded by every rank --------------------------------------------------------
+
+# `with training_args.main_process_first():`, `accelerator.local_main_process_first()`,
+# `torch_distributed_zero_first(local_rank)` (YOLOv5), `rank_zero_first()`: one process goes first, the
+# others wait and then read its cache.
+_FIRST_CTX_RE = re.compile(r"(?:main|master|zero|leader|primary|rank0|rank_zero).*first|first.*(?:main|zero)")
+_LOADERS = frozenset({"datasets.load_dataset", "datasets.load_from_disk"})
+
+
+def _download(cs: CallSite) -> str:
+    """What the call downloads into a shared cache: `CIFAR10(root, download=True)` (torchvision,
+    torchaudio and the like) or `load_dataset(...)` (Hugging Face datasets); "" when nothing."""
+    flag = cs.kwarg("download")
+    if isinstance(flag, ast.Constant) and flag.value is True:
+        return f"{cs.attr}(download=True)"
+    if cs.qual == "datasets.load_dataset":
+        return "load_dataset()"
+    return ""
+
+
+def _first_blocks(scope: Scope) -> list[tuple[int, int]]:
+    """Line spans of `with <one process first>():` blocks in the function."""
+    spans: list[tuple[int, int]] = []
+    for n in ast.walk(scope.node):
+        if isinstance(n, (ast.With, ast.AsyncWith)) and any(
+            _FIRST_CTX_RE.search(final_identifier(item.context_expr).lower()) for item in n.items
+        ):
+            spans.append((n.lineno, n.end_lineno or n.lineno))
+    return spans
+
+
+def _goes_first(f: ModuleFacts, scope: Scope, line: int, depth: int = 0) -> bool:
+    """Line `line` of `scope` runs while the other ranks wait: inside a `main_process_first()` block, or
+    after a barrier that only the other ranks enter (`if rank != 0: dist.barrier()`) — in the function
+    or, for a helper, at every call of it."""
+    if any(a <= line <= b for a, b in _first_blocks(scope)):
+        return True
+    for c in scope.calls:
+        if c.node.lineno >= line:
+            break
+        if c.attr == "barrier" and c.rank_if is not None and c.rank_if.kind == NONZERO:
+            return True
+    if scope.is_module or depth > 2:
+        return False
+    callers = callers_of(f, scope)
+    return bool(callers) and all(_goes_first(g, c.scope, c.node.lineno, depth + 1) for g, c in callers)
+
+
+@rule(
+    "DDP030",
+    "download-on-every-rank",
+    "dataset downloaded on every rank: all ranks write the same cache at once",
+    "download on one process first: `if rank != 0: dist.barrier()` before, `if rank == 0: dist.barrier()` "
+    "after (or `with training_args.main_process_first():`)",
+    "Every rank downloads and extracts into the same directory at once: truncated archives, "
+    "'File is not a zip file' / checksum errors, or a rank reading a half-written file.",
+)
+def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
+    if b"download" not in f.source and b"load_dataset" not in f.source:
+        return
+    if not distributed_program(f):
+        return
+    for cs in f.calls:
+        what = _download(cs)
+        if not what:
+            continue
+        if cs.guarded or (cs.rank_if is not None) or rank_zero_only(f, cs.scope):
+            continue  # rank 0 (or one process per node) downloads; any rank branch: its own protocol
+        if _goes_first(f, cs.scope, cs.node.lineno):
+            continue
+        yield cs.node, f"{what} runs on every rank: all ranks download into the same cache at once"
+
+
+# --- DDP031: GPU 0 named outright on every rank --------------------------------------------------------
+
+
+def _gpu0(cs: CallSite) -> str:
+    """ "cuda:0" passed to a call, `torch.device("cuda", 0)`, `.cuda(0)`, `device_ids=[0]`."""
+
+    def is_zero(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and type(node.value) is int and node.value == 0
+
+    def is_cuda0(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() == "cuda:0"
+        )
+
+    args = list(cs.node.args) + [kw.value for kw in cs.node.keywords]
+    if any(is_cuda0(a) for a in args):
+        return '"cuda:0"'
+    if cs.qual == "torch.device" and len(cs.node.args) == 2 and is_zero(cs.node.args[1]):
+        return 'torch.device("cuda", 0)'
+    if cs.attr == "cuda" and isinstance(cs.node.func, ast.Attribute) and cs.qual != "torch.cuda":
+        if cs.node.args and is_zero(cs.node.args[0]):
+            return ".cuda(0)"
+    ids = cs.kwarg("device_ids")
+    if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1 and is_zero(ids.elts[0]):
+        return "device_ids=[0]"
+    return ""
+
+
+def _conditional_spans(scope: Scope) -> list[tuple[int, int]]:
+    """Line spans of the function's `if` statements and conditional expressions (a single-GPU branch:
+    `"cuda:0" if not args.distributed else f"cuda:{local_rank}"`), the `__main__` guard excepted."""
+    spans: list[tuple[int, int]] = []
+    for n in ast.walk(scope.node):
+        if isinstance(n, ast.If) and "__name__" not in {dotted(x) for x in ast.walk(n.test)}:
+            spans.append((n.lineno, n.end_lineno or n.lineno))
+        elif isinstance(n, ast.IfExp):
+            spans.append((n.lineno, n.end_lineno or n.lineno))
+    return spans
+
+
+def _spawns_ranks(f: ModuleFacts) -> bool:
+    """The program runs several ranks of torch.distributed (not a framework that places them itself)."""
+    files = [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
+    return any(uses_distributed(g) and g.calls_named("init_process_group") for g in files)
+
+
+@rule(
+    "DDP031",
+    "gpu-zero-on-every-rank",
+    'GPU 0 named outright ("cuda:0") on every rank: all ranks of a node share GPU 0',
+    'use the local rank: torch.device("cuda", local_rank) (or set_device(local_rank) and plain "cuda")',
+    "Every rank of a node puts its model and data on GPU 0: out of memory there, the other GPUs idle, "
+    "and NCCL refuses two ranks on one device.",
+)
+def check_gpu_zero_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
+    if b"0" not in f.source or is_test_file(f.path) or not _spawns_ranks(f):
+        return
+    if visible_devices_per_rank(f) is not None:
+        return  # one GPU visible per process: its cuda:0 is its own
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for cs in f.calls:
+        what = _gpu0(cs)
+        if not what:
+            continue
+        if cs.guarded or cs.rank_if is not None or rank_zero_only(f, cs.scope):
+            continue
+        scope_spans = spans.setdefault(id(cs.scope), _conditional_spans(cs.scope))
+        if any(a <= cs.node.lineno <= b for a, b in scope_spans):
+            continue  # a branch: often the single-GPU path
+        yield (
+            cs.node,
+            f"{what} on every rank: all ranks of a node use GPU 0 (out of memory there, NCCL "
+            "'Duplicate GPU detected')",
+        )
