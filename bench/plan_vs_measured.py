@@ -21,6 +21,11 @@ on CPU). Layouts:
 - autocast: fp32 model under torch.autocast(bfloat16), AdamW on the fp32 parameters.
 
     python bench/plan_vs_measured.py [--json] [--seq 256] [--batch 2]
+    python bench/plan_vs_measured.py --zero [--stages 1,2,3,0] [--detail]
+
+With --zero, --detail prints what was live at each measured peak: every storage allocated during the step
+(FSDP2's resize_ of its unsharded parameters included), summed by the op that made it and its phase; --json
+has each storage under measured.at_peak.
 
 Needs `transformers` (bench only, not a requirement of the project or its tests). Each case has a
 wall-clock limit; a case that fails prints its error and the others go on.
@@ -276,8 +281,6 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
         LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu",
     )  # fmt: skip
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     torch.set_num_threads(1)
     try:
         case = Case(model, "fp32", "sdpa", "none")
@@ -318,44 +321,110 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
                 engine.step()
 
 
-        class Peak(TorchDispatchMode):
-            """Bytes allocated during the step on top of what was resident, at their largest."""
-
-            def __init__(self) -> None:
-                super().__init__()
-                self.live: dict[int, int] = {}
-                self.now = self.peak = 0
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-                out = func(*args, **(kwargs or {}))
-                for t in out if isinstance(out, (tuple, list)) else (out,):
-                    if torch.is_tensor(t) and t.device.type == "cpu":
-                        try:
-                            st = t.untyped_storage()
-                            ptr = st.data_ptr()
-                        except RuntimeError:  # FSDP2 frees unsharded storages by resizing them to 0
-                            continue
-                        if ptr and ptr not in self.live and ptr not in base:
-                            self.live[ptr] = st.nbytes()
-                            self.now += st.nbytes()
-                            self.peak = max(self.peak, self.now)
-                            import weakref
-
-                            weakref.finalize(st, self._free, ptr)
-                return out
-
-            def _free(self, ptr: int) -> None:
-                self.now -= self.live.pop(ptr, 0)
-
         step()
         base = _live_storages(torch)
         resident = sum(base.values())
-        mode = Peak()
-        with mode:
+        mode = _peak_counter(torch, base)
+        with mode, mode.tracker, _resize_seen_by(torch, mode):
             step()
-        queue.put((rank, {"resident": resident, "peak": resident + mode.peak}))
+        detail = mode.detail()
+        queue.put((rank, {"resident": resident, "peak": resident + mode.peak, "at_peak": detail}))
     except Exception as exc:  # reported in the table, never a hang
         queue.put((rank, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def _peak_counter(torch: Any, base: dict[int, int]) -> Any:
+    """A dispatch mode counting the bytes allocated on top of `base` (what was resident), at their largest,
+    and what was live at that moment: each storage's bytes, the op whose output it first was, and where the
+    step was then (module, forward or backward, autograd node), so the peak can be read item by item."""
+    import weakref
+
+    from torch.distributed._tools.mod_tracker import ModTracker
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Peak(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.live: dict[int, tuple[int, str, int]] = {}  # data_ptr -> (bytes, what made it, token)
+            self.now = self.peak = 0
+            self.at_peak: dict[int, tuple[int, str, int]] = {}
+            self.peak_where = ""
+            self.tracker = ModTracker()
+            self._token = 0
+
+        def where(self) -> str:
+            node = torch._C._current_autograd_node()
+            mods = sorted(self.tracker.parents, key=len)
+            phase = "backward" if self.tracker.is_bw else "forward"
+            return f"{phase} {mods[-1] if mods else '-'}" + (f" {node.name()}" if node is not None else "")
+
+        def note(self, st: Any, what: str) -> None:
+            ptr = _data_ptr(st)
+            if not ptr or ptr in self.live or ptr in base:
+                return
+            self._token += 1
+            self.live[ptr] = (st.nbytes(), what, self._token)
+            # A storage is freed when its last reference goes; the token keeps a later storage at the same
+            # address from being popped by an earlier one's finalizer.
+            weakref.finalize(st, self.free, ptr, self._token)
+            self.now += st.nbytes()
+            if self.now > self.peak:
+                self.peak = self.now
+                self.at_peak = dict(self.live)
+                self.peak_where = f"{what} @ {self.where()}"
+
+        def free(self, ptr: int, token: int = 0) -> None:
+            if ptr in self.live and (not token or self.live[ptr][2] == token):
+                self.now -= self.live.pop(ptr)[0]
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if torch.is_tensor(t) and t.device.type == "cpu":
+                    try:
+                        st = t.untyped_storage()
+                    except RuntimeError:
+                        continue
+                    if _data_ptr(st) not in self.live:
+                        self.note(st, f"{func.__name__} {str(t.dtype).removeprefix('torch.')} {list(t.shape)} [{self.where()}]")
+            return out
+
+        def detail(self) -> dict[str, Any]:
+            """The storages live at the peak, largest first, and where the step was."""
+            items = sorted(((b, what) for b, what, _ in self.at_peak.values()), reverse=True)
+            return {"where": self.peak_where, "storages": [{"bytes": b, "made_by": w} for b, w in items]}
+
+    return Peak()
+
+
+def _data_ptr(st: Any) -> int:
+    """A storage's address, 0 for one FSDP2 has resized to nothing (torch refuses to give its pointer)."""
+    try:
+        return int(st.data_ptr())
+    except RuntimeError:
+        return 0
+
+
+@contextlib.contextmanager
+def _resize_seen_by(torch: Any, mode: Any) -> Any:
+    """FSDP2 allocates and frees its unsharded parameters by resizing their storages (alloc_storage and
+    free_storage in torch/distributed/fsdp/_fully_shard/_fsdp_param.py), outside the dispatcher: count
+    those too, or a gathered block freed by resize_(0) would stay counted."""
+    orig = torch.UntypedStorage.resize_
+
+    def resize_(st: Any, size: int) -> Any:
+        old = _data_ptr(st)
+        out = orig(st, size)
+        mode.free(old)
+        if size:
+            mode.note(st, f"resize_ (FSDP2 unsharded parameter) [{mode.where()}]")
+        return out
+
+    torch.UntypedStorage.resize_ = resize_
+    try:
+        yield
+    finally:
+        torch.UntypedStorage.resize_ = orig
 
 
 def measure_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]:
@@ -441,6 +510,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument(
         "--zero", action="store_true", help="DeepSpeed ZeRO-1/2/3 (needs deepspeed) and torch FSDP2 on 2 ranks"
     )
+    ap.add_argument(
+        "--detail", action="store_true",
+        help="with --zero: print what was live at the measured peak (the op that made each storage, where)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     cases = [
@@ -458,6 +531,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 rows.append(row)
                 if not args.json:
                     _print_zero(row)
+                    if args.detail and "measured" in row:
+                        _print_detail(row["measured"]["at_peak"])
         cases = []
     elif not args.json:
         _header()
@@ -504,6 +579,20 @@ def _print_zero(r: dict[str, Any]) -> None:
         f"{p['peak'] / m['peak']:.3f}",
         flush=True,
     )
+
+
+def _print_detail(d: dict[str, Any]) -> None:
+    """The storages live at the peak on top of what was resident, summed by the op that made them and the
+    phase it ran in (forward, backward, or FSDP2's resize_ of an unsharded parameter)."""
+    groups: dict[str, list[int]] = {}
+    for st in d["storages"]:
+        made = st["made_by"]
+        phase = "resize" if made.startswith("resize_") else ("backward" if "[backward" in made else "forward")
+        key = f"{phase:<8} {made.split()[0]}" + (f" {made.split()[1]}" if phase != "resize" else "")
+        groups.setdefault(key, []).append(st["bytes"])
+    print(f"    peak at: {d['where']}")
+    for key, sizes in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+        print(f"    {sum(sizes) / 2**20:9.3f} MiB  {len(sizes):3d} x {key}")
 
 
 def _header() -> None:

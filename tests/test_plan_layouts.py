@@ -177,6 +177,55 @@ def test_shard_grad_op_keeps_parameters_whole_and_shards_the_rest() -> None:
     assert (grad_op.gradients, grad_op.optimizer, grad_op.master) == (fsdp.gradients, fsdp.optimizer, fsdp.master)
 
 
+def _llama7_root_and_block() -> tuple[int, int]:
+    """FSDP's root unit (embedding, untied head, final norm) and one decoder block, from the config."""
+    cfg = json.loads(LLAMA7.read_text())
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    return 2 * v * h + h, 4 * h * h + 3 * h * i + 2 * h
+
+
+def test_fsdp_peak_is_the_start_of_backward_without_gradients() -> None:
+    """Measured (docs/plan.md, bench/plan_vs_measured.py --zero --stages 0 --detail): the FSDP2 peak is the
+    loss's backward, every activation saved and no gradient made yet (zero_grad(set_to_none=True)). The
+    activations and backward workspace are DDP's; the gradients, 0; parameters and optimizer as before."""
+    w = Workload(load_shape(str(LLAMA7)))
+    hw = Hardware(8, 1, 80 * GIB)
+    for label in ("fsdp", "hsdp", "fsdp-grad-op"):
+        ddp, fsdp = (r.memory for r in make_plan(w, hw, [Strategy("ddp"), parse_strategy(label)]).rows)
+        assert ddp and fsdp
+        assert fsdp.gradients == 0
+        assert (fsdp.activations, fsdp.workspace) == (ddp.activations, ddp.workspace)
+        assert fsdp.master == -(-4 * w.shape.params // 8)
+        row = make_plan(w, hw, [parse_strategy(label)]).rows[0]
+        assert any("peak at the start of backward" in n for n in row.notes)
+
+
+def test_fsdp_peak_moves_to_the_end_of_backward_when_activations_are_small() -> None:
+    """Full recomputation on 64 GPUs leaves little to save: the end of backward is larger, with every fp32
+    gradient shard, the root unit's and one block's 16-bit gradients, and one layer's activations."""
+    w = Workload(load_shape(str(LLAMA7)), recompute="full")
+    n = 64
+    root, block = _llama7_root_and_block()
+    ddp, fsdp = (r.memory for r in make_plan(w, Hardware(8, 8, 80 * GIB), [Strategy("ddp"), Strategy("fsdp")]).rows)
+    assert ddp and fsdp
+    assert fsdp.gradients == -(-4 * w.shape.params // n) + 2 * (root + block)
+    per_token, _ = layer_activation_elems(w)
+    assert fsdp.activations == int(per_token * 2048) < ddp.activations
+    assert fsdp.workspace < ddp.workspace  # the loss's fp32 transients are gone by then
+
+
+def test_fsdp_accumulation_keeps_the_gradient_shard_at_the_peak() -> None:
+    """With gradient accumulation the fp32 gradient shard of the last micro-batch is live when the next
+    backward begins."""
+    w = Workload(load_shape(str(LLAMA7)))
+    hw = Hardware(8, 1, 80 * GIB)
+    one = make_plan(replace(w, global_batch=8), hw, [Strategy("fsdp")]).rows[0].memory
+    acc = make_plan(replace(w, global_batch=64), hw, [Strategy("fsdp")]).rows[0].memory
+    assert one and acc
+    assert one.gradients == 0 and acc.gradients == -(-4 * w.shape.params // 8)
+    assert acc.total - one.total == acc.gradients
+
+
 # --- tp=T,zeroK / tp=T,fsdp ------------------------------------------------------------------------------
 
 

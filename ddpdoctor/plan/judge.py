@@ -177,13 +177,15 @@ def judge_row(w: Workload, s: Strategy, hw: Hardware) -> Row:
     overhead = overhead_for(hw.generation, hw.name, hw.gpus_per_node, process_groups(s, hw.total_gpus))
     # HYBRID_SHARD shards within a group (hsdp=R; plain hsdp: a node) and replicates across groups.
     shard = (s.group or min(dp, hw.gpus_per_node)) if s.kind == "hsdp" else dp
-    mem, notes = breakdown(w, s, shard, overhead, hw.nodes)
+    accumulating = bool(w.global_batch) and w.global_batch > w.micro_batch * dp
+    mem, notes = breakdown(w, s, shard, overhead, hw.nodes, accumulating)
     if w.global_batch and not w.inference:
         per_step = w.micro_batch * dp
         if w.global_batch % per_step:
             why = f"global batch {w.global_batch} is not a multiple of micro-batch x {dp} replicas = {per_step}"
             return Row(s, dp, verdict="invalid", notes=(why,))
-        # Accumulating gradients over micro-batches reuses the same buffers: memory is unchanged.
+        # Accumulating gradients over micro-batches reuses the same buffers; only FSDP's peak changes (its
+        # gradient shard then outlives a backward: breakdown's `accumulating`).
         notes = [*notes, f"global batch {w.global_batch}: {w.global_batch // per_step} accumulation step(s)"]
     if (s.kind in ("zero1", "zero2", "zero3", "fsdp", "hsdp", "fsdp-grad-op") or s.dp) and shard == 1:
         notes = [*notes, "one GPU: nothing to shard across"]

@@ -464,8 +464,7 @@ def activation_bytes(w: Workload, s: Strategy) -> int:
     sh = w.shape
     seq, b, t = w.seq_len, w.micro_batch, s.tp
     tokens = seq * b
-    per_token, per_score = layer_activation_elems(w)
-    one_layer = per_token * tokens + per_score * sh.heads * seq * seq * b
+    one_layer = _one_layer(w)
     if w.recompute == "full":
         total = w.act_bytes * sh.hidden * tokens * sh.layers + one_layer
     elif w.recompute == "selective":
@@ -476,6 +475,14 @@ def activation_bytes(w: Workload, s: Strategy) -> int:
     if s.pp == 1:
         total += output_layer_bytes(w)
     return _ceil(total, t)
+
+
+def _one_layer(w: Workload) -> float:
+    """Bytes one layer saves for backward with nothing recomputed (also the working set of a layer being
+    recomputed under selective or full recomputation)."""
+    sh = w.shape
+    per_token, per_score = layer_activation_elems(w)
+    return per_token * w.seq_len * w.micro_batch + per_score * sh.heads * w.seq_len * w.seq_len * w.micro_batch
 
 
 def _norm_bytes(w: Workload) -> int:
@@ -497,19 +504,20 @@ def output_layer_bytes(w: Workload) -> int:
     return int(w.seq_len * w.micro_batch * ((norm + e) * sh.hidden + logits * sh.vocab))
 
 
-def backward_workspace_bytes(w: Workload, s: Strategy) -> int:
+def backward_workspace_bytes(w: Workload, s: Strategy, loss: bool = True) -> int:
     """Transient tensors of backward on top of the saved activations, at their largest.
 
     Cross entropy's backward holds the fp32 gradient of the log-softmax and the fp32 gradient of the
     logits it makes (8 B per logit) while the saved log-softmax still exists; an eager layer's softmax
     backward holds the 16-bit gradient of the probabilities and fp32 gradients in and out ((e + 8) per
     score); an MLP's backward the gradients of its i-wide intermediates. The largest counts (the output
-    layer only without pipelining, on the last stage).
+    layer only without pipelining, on the last stage). `loss=False`: a moment after the output layer's
+    backward, when only a layer's transients remain.
     """
     sh = w.shape
     e = w.act_bytes
     tokens = w.seq_len * w.micro_batch
-    loss = 8 * tokens * sh.vocab if s.pp == 1 else 0
+    loss = 8 * tokens * sh.vocab if s.pp == 1 and loss else 0
     scores = (e + 8) * sh.heads * w.seq_len * w.seq_len * w.micro_batch if w.attention == "eager" else 0
     width = sh.moe_intermediate * sh.experts_per_token if sh.moe_layers else sh.intermediate
     mlp = 4 * e * width * tokens
@@ -558,9 +566,10 @@ def _buckets(w: Workload, s: Strategy, grads_per_gpu: int, p: int, wb: int) -> i
 
 
 def breakdown(
-    w: Workload, s: Strategy, n_gpus: int, overhead: Overhead, nodes: int = 1
+    w: Workload, s: Strategy, n_gpus: int, overhead: Overhead, nodes: int = 1, accumulating: bool = False
 ) -> tuple[Breakdown, list[str]]:
-    """Every item of GPU memory for one strategy; `n_gpus` is the data-parallel degree."""
+    """Every item of GPU memory for one strategy at the step's peak; `n_gpus` is the data-parallel degree,
+    `accumulating`: gradients are accumulated over several micro-batches per optimizer step."""
     if w.inference:
         return _inference(w, s, overhead)
     params, grads, opt, master, notes = model_states(w, s, n_gpus)
@@ -575,22 +584,62 @@ def breakdown(
         params, grads, opt, master, host, nvme, note = _offload(sw, ss, n_gpus, params, nodes, ranks_per_node)
         notes = [*notes, note]
     fp8 = fp8_weight_bytes(w, s)
+    acts, workspace = activation_bytes(w, s), backward_workspace_bytes(w, s)
+    if (s.kind in FSDP_KINDS or s.dp == "fsdp") and not w.lora_rank and not w.inference:
+        grads, acts, workspace, note = _fsdp_peak(w, s, sw, n_gpus, accumulating)
+        notes = [*notes, note]
     return (
         Breakdown(
             parameters=params,
             gradients=grads,
             optimizer=opt,
             master=master,
-            activations=activation_bytes(w, s),
+            activations=acts,
             inputs=input_bytes(w),
             temporary=temporary_bytes(w, s, grads),
             overhead=overhead.total,
-            workspace=backward_workspace_bytes(w, s),
+            workspace=workspace,
             host=host,
             fp8_weights=fp8,
             nvme=nvme,
         ),
         notes,
+    )
+
+
+FSDP_KINDS = ("fsdp", "hsdp", "fsdp-grad-op")
+
+
+def _fsdp_peak(w: Workload, s: Strategy, sw: Workload, n: int, accumulating: bool) -> tuple[int, int, int, str]:
+    """(gradients, activations, workspace, note) of FSDP at its peak, the larger of two moments.
+
+    Measured item by item (bench/plan_vs_measured.py --zero --stages 0 --detail, docs/plan.md): under FSDP
+    the sum of the step's items never coexists. Gradients are set to None after each step (torch.optim's
+    zero_grad(set_to_none=True), the default since torch 2.0), so none exists when backward begins, while
+    every activation is saved and the loss's backward holds its fp32 transients: that is the peak on every
+    model measured. From there each block's backward frees its activations and adds its gradient shard,
+    both linearly, so the other candidate is the end of backward: every fp32 gradient shard, the root
+    unit's and one block's unsharded 16-bit gradients before their reduce-scatter (FSDP2 reduce-scatters a
+    unit in its post-backward hook; the root's, holding the head and embeddings, runs last), and one layer's
+    activations. The gathered parameters (the root unit, kept unsharded after forward "because the root
+    module is typically required immediately when the backward pass begins", fully_shard's
+    reshard_after_forward; the block being computed and the one prefetched) are in `parameters` at both.
+    Accumulating over micro-batches keeps the gradient shard from one backward to the next.
+    """
+    sh = sw.shape
+    shard = _ceil(4 * sh.params, n)  # fp32 gradient shard (the sharded parameters are fp32)
+    start_grads = shard if accumulating else 0
+    start = start_grads + activation_bytes(w, s) + backward_workspace_bytes(w, s)
+    end_grads = shard + sw.weight_bytes * (sh.root_params + sh.block_params)
+    end_acts = _ceil(_one_layer(w), s.tp)
+    end_ws = backward_workspace_bytes(w, s, loss=False)
+    if end_grads + end_acts + end_ws > start:
+        return end_grads, end_acts, end_ws, (
+            "peak at the end of backward (every gradient shard made, one layer's activations left)"
+        )
+    held = "the gradient shard accumulated so far" if accumulating else "no gradient yet: zero_grad sets them to None"
+    return start_grads, activation_bytes(w, s), backward_workspace_bytes(w, s), (
+        f"peak at the start of backward (every activation saved, the loss's backward; {held})"
     )
 
 
