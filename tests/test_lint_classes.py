@@ -412,6 +412,24 @@ def test_class12_no_source_package_skipped_silently_and_imports_followed(tmp_pat
     assert any(n.startswith("Followed 2 local module(s)") for n in scope_notes(alone))
 
 
+def test_class12_dist_folder_of_modules_without_init_is_linted(tmp_path: Path) -> None:
+    # A namespace package (no __init__.py) called dist/, the shape of mmengine/dist/utils.py copied alone
+    # (held-out lint corpus, 2026-11-27: the folder was skipped as build output and nothing was linted);
+    # a real dist/ holds archives and a real build/ keeps modules under lib*/, both still skipped.
+    (tmp_path / "fw" / "dist").mkdir(parents=True)
+    (tmp_path / "fw" / "dist" / "utils.py").write_text(
+        "import os\nimport torch.distributed as dist\n\n\ndef init_dist(port=29511):\n"
+        '    os.environ["MASTER_PORT"] = str(port)\n    dist.init_process_group("gloo")\n'
+    )
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "fw-0.1-py3-none-any.whl").write_bytes(b"PK")
+    (tmp_path / "build" / "lib" / "fw").mkdir(parents=True)
+    (tmp_path / "build" / "lib" / "fw" / "copy.py").write_text("x = 1\n")
+    result = lint_paths([tmp_path], default_rules())
+    assert [Path(f).relative_to(tmp_path).as_posix() for f in result.files] == ["fw/dist/utils.py"]
+    assert {Path(p).name: why for p, why in result.excluded} == {"dist": "build output", "build": "build output"}
+
+
 def test_class13_large_tree_is_linted_in_parts(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # Bounded memory: past PROJECT_BYTES_LIMIT the tree is linted in parts of whole directories, and the
     # report says so. (Memory and time are measured by bench/bench_lint.py --big, not asserted here.)

@@ -280,9 +280,21 @@ def _skip_reason(directory: Path, name: str) -> Optional[str]:
     reason = _SKIP_REASONS.get(name)
     if reason is None:
         return None
-    if name not in _ALWAYS_SKIP and _exists(directory / "__init__.py"):
-        return None  # a source package that happens to be called build/ or dist/
+    if name not in _ALWAYS_SKIP and (_exists(directory / "__init__.py") or _holds_python(directory)):
+        # A source package, or a folder of modules, that happens to be called build/ or dist/ (mmengine's
+        # `dist/utils.py`): build output keeps its modules deeper (setuptools' build/lib*/pkg/, a wheel's
+        # files in dist/ are archives), never directly inside.
+        return None
     return reason
+
+
+def _holds_python(directory: Path) -> bool:
+    """Whether `directory` itself holds a .py file (not below it); unreadable counts as no."""
+    try:
+        with os.scandir(directory) as entries:
+            return any(e.name.endswith(".py") and e.is_file(follow_symlinks=False) for e in entries)
+    except OSError:
+        return False
 
 
 def _walk(top: Path, excluded: Optional[list[tuple[Path, str]]] = None) -> Iterable[Path]:
