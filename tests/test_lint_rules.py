@@ -1535,6 +1535,53 @@ NEAR_MISSES += [
     ),
 ]
 
+# The 2026-11-27 held-out classes (tests/test_lint_heldout3_classes.py holds the fuller shapes).
+POSITIVES += [
+    (
+        "DDP032",
+        """
+        def init_slurm():
+            rank = int(os.environ["SLURM_PROCID"])
+            os.environ["MASTER_ADDR"] = "10.0.0.7"  # <-
+            dist.init_process_group("nccl", rank=rank, world_size=int(os.environ["SLURM_NTASKS"]))
+        """,
+    ),
+    (
+        "DDP033",
+        """
+        def init(rank, world):
+            try:
+                dist.init_process_group("nccl", rank=rank, world_size=world)
+            except RuntimeError:  # <-
+                rank, world = 0, 1
+            return rank, world
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP032",
+        """
+        def init_slurm():
+            rank = int(os.environ["SLURM_PROCID"])
+            os.environ["MASTER_ADDR"] = os.environ["SLURM_LAUNCH_NODE_IPADDR"]
+            dist.init_process_group("nccl", rank=rank, world_size=int(os.environ["SLURM_NTASKS"]))
+        """,
+    ),
+    (
+        "DDP033",
+        """
+        def init(rank, world):
+            try:
+                dist.init_process_group("nccl", rank=rank, world_size=world)
+            except RuntimeError:
+                print("rendezvous failed")
+                raise
+            return rank, world
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
@@ -1575,7 +1622,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 32)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 34)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -202,6 +202,16 @@ def env_absent_key(test: ast.AST, op: type = ast.NotIn) -> Optional[str]:
     return None
 
 
+def env_absent_keys(test: ast.AST) -> frozenset[str]:
+    """The keys a test finds missing: `"KEY" not in os.environ`, and each side of `"MASTER_ADDR" not in
+    os.environ or "MASTER_PORT" not in os.environ` (ClassyVision's defaults when no launcher ran)."""
+    if isinstance(test, ast.BoolOp):
+        keys = [env_absent_key(v) for v in test.values]
+        return frozenset(k for k in keys if k) if all(keys) else frozenset()
+    key = env_absent_key(test)
+    return frozenset((key,)) if key else frozenset()
+
+
 def ends_in_exit(body: list[ast.stmt]) -> bool:
     if not body:
         return False
@@ -368,10 +378,10 @@ class ModuleFacts:
                     continue
                 test = stmt.test  # type: ignore[attr-defined]
                 kind = classify_guard(test, self.main_vars)
-                absent = env_absent_key(test)
+                absent = env_absent_keys(test)
                 outer_rank_if, outer_absent = self._rank_if, self._absent
                 if absent:
-                    self._absent = outer_absent | {absent}
+                    self._absent = outer_absent | absent
                 # Only tests that split ranks 0 / not 0 count: `if local_rank != -1` is the same on every rank.
                 # `if rank != 0 and not evaluate:` runs on some ranks other than 0: NONZERO for its body,
                 # though its `else` is no rank-0-only branch.
@@ -608,7 +618,11 @@ class ModuleFacts:
                 target = aliases.get(head)
                 if target is not None:
                     cs.qual = target + dot + rest
-                if cs.attr in functions and (target is None or head in ("self", "cls")):
+                # `obj.run()` on an object (yolov5's `callbacks.run(...)`) is not the module's `def run`:
+                # a dotted call reaches a function of this file only as a method of one of its classes.
+                if cs.attr in functions and (
+                    head in ("self", "cls") or target is None and (not dot or cs.attr in self.methods)
+                ):
                     cs.local = True
                     self.callers.setdefault(cs.attr, []).append(cs)
 

@@ -51,7 +51,19 @@ _COLLECTIVES: dict[str, tuple[tuple[int, str], ...]] = {
 }
 
 
+# mpi4py's communicator collectives (lower case for Python objects, capitalised for buffers): improved-
+# diffusion reads a checkpoint on rank 0 and hands it round with `MPI.COMM_WORLD.bcast`.
+_MPI_COLLECTIVES = frozenset(
+    {
+        "bcast", "Bcast", "allreduce", "Allreduce", "reduce", "Reduce", "gather", "Gather",
+        "allgather", "Allgather", "scatter", "Scatter", "alltoall", "Alltoall", "barrier", "Barrier",
+    }
+)  # fmt: skip
+
+
 def _is_collective(cs: CallSite) -> bool:
+    if cs.qual.startswith("mpi4py."):
+        return cs.attr in _MPI_COLLECTIVES
     return cs.attr in COLLECTIVE_NAMES and cs.qual.startswith("torch.distributed.")
 
 
@@ -74,6 +86,14 @@ def _matched(cs: CallSite, branch: RankBranch, calls: list[CallSite], name: str)
         if ob.kind is not None and branch.kind is not None and ob.kind != branch.kind:
             return True
     return False
+
+
+def _other_side(other: RankBranch, branch: RankBranch) -> bool:
+    """`other` is a branch the ranks that skip `branch` take (not the same block: `self.model.load_state_dict(
+    dist_util.load_state_dict(path))` is two calls of one name on one side)."""
+    if other.stmt is branch.stmt:
+        return other.body != branch.body
+    return other.kind is not None and branch.kind is not None and other.kind != branch.kind
 
 
 def _collective_in_callee(f: ModuleFacts, cs: CallSite, kind: Optional[str]) -> Optional[CallSite]:
@@ -113,7 +133,10 @@ def check_collective_in_rank_branch(f: ModuleFacts) -> Iterator[Hit]:
             inner = _collective_in_callee(f, cs, branch.kind)
             if inner is None or _matched(cs, branch, calls, inner.attr):
                 continue
-            if any(o is not cs and o.rank_if is not None and o.attr == cs.attr for o in calls):
+            if any(
+                o is not cs and o.rank_if is not None and o.attr == cs.attr and _other_side(o.rank_if, branch)
+                for o in calls
+            ):
                 continue  # the same helper is called on the other side too
             yield (
                 cs.node,

@@ -20,6 +20,7 @@ from ddpdoctor.lint.facts import (
     Scope,
     dotted,
     final_identifier,
+    is_rank_identifier,
 )
 from ddpdoctor.lint.flow import (
     callees_of,
@@ -525,6 +526,65 @@ def check_data_parallel(f: ModuleFacts) -> Iterator[Hit]:
             yield cs.node
 
 
+def _minus_one(node: ast.AST) -> bool:
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _is_const(node.operand, 1)
+
+
+def _single_process_test(test: ast.AST, negated: bool = False) -> bool:
+    """A test true only when no process group is used: `RANK == -1`, `local_rank in (-1,)`, `not
+    args.distributed` (yolov5's and yolov7's DP mode: the rank is -1 when no launcher set one). With
+    `negated`, the test is true on the distributed path (`if args.distributed:` / `if rank != -1:`), so
+    its `else:` is the single-process one."""
+    if isinstance(test, ast.BoolOp):
+        # `cuda and RANK == -1 and n > 1`: any conjunct that holds only without DDP makes the body so.
+        if isinstance(test.op, ast.And) and not negated or isinstance(test.op, ast.Or) and negated:
+            return any(_single_process_test(v, negated) for v in test.values)
+        return all(_single_process_test(v, negated) for v in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _single_process_test(test.operand, not negated)
+    name = final_identifier(test).lower()
+    if isinstance(test, (ast.Name, ast.Attribute)) and ("distributed" in name or name in ("ddp", "is_ddp", "use_ddp")):
+        return negated
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and is_rank_identifier(final_identifier(test.left)):
+        op, right = test.ops[0], test.comparators[0]
+        minus = _minus_one(right) or (
+            isinstance(right, (ast.Tuple, ast.List, ast.Set)) and len(right.elts) == 1 and _minus_one(right.elts[0])
+        )
+        if not minus:
+            return False
+        positive = isinstance(op, (ast.Eq, ast.In, ast.Is))
+        return positive != negated if isinstance(op, (ast.Eq, ast.In, ast.Is, ast.NotEq, ast.NotIn, ast.IsNot)) else False
+    return False
+
+
+def _single_process_path(scope_node: ast.AST, target: ast.AST) -> bool:
+    """`target` sits in the body of an `if` that only the no-DDP run takes, or in the `else:` of one
+    that only the DDP run takes."""
+
+    def visit(body: list[ast.stmt]) -> Optional[bool]:
+        for stmt in body:
+            if not (stmt.lineno <= target.lineno <= (stmt.end_lineno or stmt.lineno)):  # type: ignore[attr-defined]
+                continue
+            if isinstance(stmt, ast.If):
+                if any(n is target for b in stmt.body for n in ast.walk(b)):
+                    return _single_process_test(stmt.test) or bool(visit(stmt.body))
+                if any(n is target for b in stmt.orelse for n in ast.walk(b)):
+                    return _single_process_test(stmt.test, negated=True) or bool(visit(stmt.orelse))
+                return False
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, field, None)
+                if isinstance(block, list) and any(n is target for b in block for n in ast.walk(b)):
+                    return visit(block)
+            for h in getattr(stmt, "handlers", ()) or ():
+                if any(n is target for b in h.body for n in ast.walk(b)):
+                    return visit(h.body)
+            return False
+        return None
+
+    body = getattr(scope_node, "body", None)
+    return bool(visit(body)) if isinstance(body, list) else False
+
+
 def _is_init(cs: CallSite) -> bool:
     return cs.attr == "init_process_group"
 
@@ -545,6 +605,10 @@ def check_data_parallel_in_ddp(f: ModuleFacts) -> Iterator[Hit]:
         # `if args.distributed: DDP(...) else: DataParallel(...)` (pytorch/examples imagenet): the
         # function builds DDP on the distributed path; DataParallel is the one-process fallback.
         if any(o.qual.endswith("DistributedDataParallel") for o in cs.scope.calls):
+            continue
+        # `if RANK == -1 and device_count() > 1: DataParallel(model)` (yolov5): the run without a
+        # process group, whatever the function does on the DDP path.
+        if _single_process_path(cs.scope.node, cs.node):
             continue
         if happens_before(f, cs.scope, cs.pos, _is_init):
             yield (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, classify_guard, dotted, mentions_rank
 from ddpdoctor.lint.flow import parameter_values, value_before
@@ -129,9 +129,9 @@ class _RankZeroNames:
         self.f = f
         self.hits: list[tuple[ast.AST, str]] = []
 
-    def scan(self, body: list[ast.stmt]) -> None:
+    def scan(self, body: list[ast.stmt], params: Iterable[str] = ()) -> None:
         zero_only: dict[str, int] = {}  # name -> line of its rank-0 assignment
-        everywhere: set[str] = set()
+        everywhere: set[str] = set(params)  # every rank has the function's parameters
         self._bind(body, False, zero_only, everywhere)
         for name in everywhere:
             zero_only.pop(name, None)
@@ -151,10 +151,16 @@ class _RankZeroNames:
             return [(a.asname or a.name).split(".")[0] for a in stmt.names]
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return [stmt.name]
-        for t in targets:
-            for n in ast.walk(t):
-                if isinstance(n, ast.Name):
-                    out.append(n.id)
+        # `opt.hyp = ...` / `d[k] = ...` bind nothing: `opt` is whatever it was before (yolov7's train()
+        # parameter, set on rank 0 only as an attribute), so only plain names and their unpacking count.
+        while targets:
+            t = targets.pop()
+            if isinstance(t, ast.Name):
+                out.append(t.id)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                targets.extend(t.elts)
+            elif isinstance(t, ast.Starred):
+                targets.append(t.value)
         return out
 
     def _bind(
@@ -277,7 +283,13 @@ def check_rank_zero_object(f: ModuleFacts) -> Iterator[Hit]:
             continue
         body = getattr(scope.node, "body", None)
         if isinstance(body, list):
-            checker.scan(body)
+            args = getattr(scope.node, "args", None)
+            params = (
+                [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a]
+                if isinstance(args, ast.arguments)
+                else []
+            )
+            checker.scan(body, params)
     yield from checker.hits
 
 
@@ -455,3 +467,105 @@ def check_sampler_seed_per_rank(f: ModuleFacts) -> Iterator[Hit]:
                 cs.node,
                 f"DistributedSampler seed {why}: the ranks' shards overlap and some samples are skipped",
             )
+
+
+# --- DDP032: MASTER_ADDR fixed to one host, or to each task's own ------------------------------------
+
+# What says the code runs on several nodes: Slurm's per-task variables, a node count or a node rank.
+_MULTI_NODE_RE = re.compile(
+    rb"SLURM_(?:PROCID|NTASKS|NPROCS|NNODES|NODEID|JOB_NUM_NODES)|\bn_?nodes\b|num_nodes|node_rank|--nodes\b"
+)
+_LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0"})
+_OWN_HOST_CALLS = frozenset({"gethostname", "getfqdn", "node", "uname"})
+
+
+def _multi_node(f: ModuleFacts) -> bool:
+    files = [facts for _, facts in f.project.files] if f.project is not None else [f]  # type: ignore[attr-defined]
+    return any(_MULTI_NODE_RE.search(facts.source) for facts in files)
+
+
+def _own_host(f: ModuleFacts, value: ast.AST) -> bool:
+    """`socket.gethostname()`, `platform.node()`, `os.uname()[1]`, `os.environ["HOSTNAME"]`: the host of
+    the task that runs it, different on every node."""
+    for n in ast.walk(value):
+        if isinstance(n, ast.Call):
+            qual = f.resolve(n.func)
+            if qual.split(".")[-1] in _OWN_HOST_CALLS and qual.split(".")[0] in ("socket", "platform", "os"):
+                return True
+        if isinstance(n, ast.Constant) and n.value == "HOSTNAME":
+            return True
+    return False
+
+
+@rule(
+    "DDP032",
+    "hard-coded-master-addr",
+    "MASTER_ADDR is a fixed host or each task's own hostname in code run on several nodes",
+    "take MASTER_ADDR from the launcher (torchrun --rdzv-endpoint, or the first host of "
+    "`scontrol show hostnames $SLURM_JOB_NODELIST` under Slurm); never a literal or the task's own name",
+    "Every rank must dial the same address: rank 0's host. A literal IP is right on one cluster only, and "
+    "each task's own hostname points every node at itself, so the ranks never meet and init hangs.",
+)
+def check_hard_coded_master_addr(f: ModuleFacts) -> Iterator[Hit]:
+    if b"MASTER_ADDR" not in f.source or not _multi_node(f):
+        return
+    for base, key, value, stmt in f.env_assigns:
+        if key != "MASTER_ADDR" or f.resolve_dotted(base) != "os.environ" or id(stmt) in f.env_defaults:
+            continue
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            if value.value.strip().lower() not in _LOCAL_HOSTS:
+                yield stmt, (
+                    "MASTER_ADDR hard-coded to one host in code written for several nodes: on any other "
+                    "machine or allocation the ranks dial a host that is not rank 0's and init hangs"
+                )
+        elif _own_host(f, value):
+            yield stmt, (
+                "MASTER_ADDR set to each task's own hostname: on several nodes every node rendezvous with "
+                "itself instead of rank 0's host, and init hangs"
+            )
+
+
+# --- DDP033: an init_process_group failure swallowed into a one-process run --------------------------
+
+# Handlers for these only catch an API difference (a keyword older torch lacks), not a failed rendezvous.
+_NARROW_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "KeyError"})
+_EXITS = frozenset({"exit", "_exit", "abort", "init_process_group"})
+
+
+def _swallows(handler: ast.ExceptHandler) -> bool:
+    caught = [] if handler.type is None else handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    if caught and all(dotted(c) is not None and dotted(c).split(".")[-1] in _NARROW_ERRORS for c in caught):  # type: ignore[union-attr]
+        return False
+    for n in ast.walk(ast.Module(body=handler.body, type_ignores=[])):
+        if isinstance(n, ast.Raise):
+            return False
+        if isinstance(n, ast.Call) and (dotted(n.func) or "").split(".")[-1] in _EXITS:
+            return False  # exits, or retries the init another way
+    return True
+
+
+@rule(
+    "DDP033",
+    "init-failure-swallowed",
+    "an init_process_group failure is caught and the run goes on without a process group",
+    "let the exception propagate (or re-raise after logging): a rank that cannot join must stop the job",
+    "When the rendezvous fails on some ranks (port taken, wrong address, timeout), the handler turns each "
+    "into a world of one: they train alone as rank 0, write the same checkpoints, and the job looks healthy.",
+)
+def check_init_failure_swallowed(f: ModuleFacts) -> Iterator[Hit]:
+    inits = [cs for cs in _init_calls(f) if cs.qual.startswith("torch.distributed.")]
+    if not inits:
+        return
+    for scope in {id(cs.scope): cs.scope for cs in inits}.values():
+        for n in ast.walk(scope.node):
+            if not isinstance(n, ast.Try) or isinstance(n, _NESTED_DEFS):
+                continue
+            first, last = n.body[0].lineno, n.body[-1].end_lineno or n.body[-1].lineno
+            if not any(cs.scope is scope and first <= cs.node.lineno <= last for cs in inits):
+                continue
+            for h in n.handlers:
+                if _swallows(h):
+                    yield h, (
+                        f"init_process_group() (line {first}-{last}) failing is caught here and the run "
+                        "goes on: each rank that could not join trains alone as a world of one"
+                    )
