@@ -19,7 +19,7 @@ SCRIPT = HERE / "_hang_waits_job.py"
 OUT = HERE / "fixtures" / "hang_waits"
 PYSPY = str(Path(sys.executable).parent / "py-spy")
 SCENARIOS = ["lock_order", "self_lock", "queue_join", "queue_get", "mp_queue_get", "poll", "event", "barrier",
-             "proc_join", "popen_wait", "writer"]
+             "proc_join", "popen_wait", "writer", "flock", "pipe_read", "fifo_open", "store_get"]
 
 
 def rank_of(pid: int) -> int:

@@ -15,11 +15,16 @@ all_reduce for the last one:
 - `barrier`: the main thread waits on a threading.Barrier(2) no other thread reaches;
 - `proc_join`: the main thread joins a multiprocessing.Process child that sleeps;
 - `popen_wait`: the main thread waits in subprocess.run(["sleep", "3600"]);
-- `writer`: rank 0 alone runs a `tb-writer` thread by design; the last rank sleeps before all_reduce.
+- `writer`: rank 0 alone runs a `tb-writer` thread by design; the last rank sleeps before all_reduce;
+- `flock`: the last rank takes an fcntl.flock on a file, then opens it again and waits for the lock;
+- `pipe_read`: the last rank reads from a pipe whose write end nobody writes to;
+- `fifo_open`: the last rank opens a FIFO for reading that no process opens for writing;
+- `store_get`: the last rank waits in the c10d store's get() for a key no rank sets.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
 
+import fcntl
 import multiprocessing
 import os
 import queue
@@ -128,6 +133,34 @@ def sleep_forever() -> None:
     time.sleep(3600)
 
 
+def flock(rank: int) -> None:
+    path = os.path.join(os.environ["HANG_READY_DIR"], "lockfile")
+    held = open(path, "w")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    again = open(path, "w")  # another open file description: its flock waits for the first
+    ready(rank)
+    fcntl.flock(again, fcntl.LOCK_EX)  # HANG-LINE flock
+
+
+def pipe_read(rank: int) -> None:
+    readable, writable = os.pipe()
+    ready(rank)
+    os.read(readable, 1)  # HANG-LINE pipe-read
+
+
+def fifo_open(rank: int) -> None:
+    path = os.path.join(os.environ["HANG_READY_DIR"], "fifo")
+    os.mkfifo(path)
+    ready(rank)
+    open(path).read()  # HANG-LINE fifo-open
+
+
+def store_get(rank: int) -> None:
+    store = dist.distributed_c10d._get_default_store()
+    ready(rank)
+    store.get("never-set")  # HANG-LINE store-get
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
@@ -170,6 +203,14 @@ def main() -> None:
         elif scenario == "popen_wait":
             ready(rank)
             subprocess.run(["sleep", "3600"])  # HANG-LINE popen-wait
+        elif scenario == "flock":
+            flock(rank)
+        elif scenario == "pipe_read":
+            pipe_read(rank)
+        elif scenario == "fifo_open":
+            fifo_open(rank)
+        elif scenario == "store_get":
+            store_get(rank)
         elif scenario == "writer":
             ready(rank)
             time.sleep(3600)  # HANG-LINE writer

@@ -2,8 +2,8 @@
 that is no collective (tests/_hang_waits_job.py): the verdict names the rank and line, and says why it
 waits (`verdict.mechanism`): a lock-order deadlock between two threads, a lock nothing else holds, a
 Queue.join whose consumer never calls task_done(), a get() with no producer, a poll loop, an Event or
-Barrier nothing completes, a child process it joins. A thread only rank 0 runs by design is not called
-missing. Each job runs in its own session and is SIGKILLed as a group.
+Barrier nothing completes, a child process it joins, a file lock, a pipe or FIFO nobody writes, a store
+key nobody sets. A thread only rank 0 runs by design is not called missing. Each job runs in its own session and is SIGKILLed as a group.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ EXPECTED = {
     "proc_join": ("process.join_child", "proc-join", ["Process.join()", "for its child process pid"]),
     "popen_wait": ("subprocess.wait_child", "popen-wait", ["for its child process pid", "`sleep 3600`"]),
     "writer": (None, "writer", []),
+    "flock": ("file.lock_held", "flock", ["fcntl file lock"]),
+    "pipe_read": ("io.read_no_writer", "pipe-read", ["for data nobody writes"]),
+    "fifo_open": ("io.open_blocked", "fifo-open", ["opening a FIFO blocks"]),
+    "store_get": ("store.key_never_set", "store-get", ["c10d store's get()", "never-set"]),
 }
 
 

@@ -111,6 +111,20 @@ def test_event_barrier_and_children():
     assert f":{marker('popen-wait')}" in wait.summary
 
 
+def test_calls_into_c_read_from_the_line():
+    # flock, os.read, open() of a FIFO and the c10d store's get() leave no Python frame below the user's
+    # line: the line's text names the call.
+    store = explain("store_get")
+    assert store.id == "store.key_never_set" and "for key \"never-set\"" in store.summary
+    assert f":{marker('store-get')}" in store.summary
+    flock = explain("flock")
+    assert flock.id == "file.lock_held" and f":{marker('flock')}" in flock.summary
+    read = explain("pipe_read")
+    assert read.id == "io.read_no_writer" and f":{marker('pipe-read')}" in read.summary
+    fifo = explain("fifo_open")
+    assert fifo.id == "io.open_blocked" and "FIFO" in fifo.summary and f":{marker('fifo-open')}" in fifo.summary
+
+
 def test_ranks_in_a_collective_have_no_wait_mechanism():
     stack, sources = load("lock_order", rank=0)
     assert stack.waiting_in() == "all_reduce"

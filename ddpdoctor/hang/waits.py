@@ -46,6 +46,12 @@ _WITH_LOCK = re.compile(r"^\s*(?:async\s+)?with\s+([A-Za-z_][\w.]{0,200})(?:\(\)
 _ACQUIRE = re.compile(r"([A-Za-z_][\w.]{0,200})\.acquire\(")
 _BARE_GET = re.compile(r"([A-Za-z_][\w.]{0,200})\.get\(\s*(?:block\s*=\s*True\s*)?\)")
 _SLEEP = re.compile(r"\bsleep\(")
+# Calls into C that block with no Python frame below the user's line (their names read from the line).
+_STORE_GET = re.compile(r"([A-Za-z_][\w.]{0,200})\.(get|wait)\(\s*([^)]{0,120})\)")
+_FLOCK = re.compile(r"\b(?:flock|lockf)\(")
+_OS_READ = re.compile(r"\bos\.read\(|\.recv(?:_into)?\(|\bsys\.stdin\.read")
+_INPUT = re.compile(r"(?<![\w.])input\(")
+_OPEN = re.compile(r"(?<![\w.])(?:io\.|os\.)?open\(")
 _LOOP = re.compile(r"^\s*(?:async\s+)?(?:while\b|for\b)")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s")
 _MAX_SCAN = 400
@@ -113,8 +119,14 @@ def blocked_in(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Opt
     held = _WITH_LOCK.match(code) or _ACQUIRE.search(code)
     if held:
         return Blocked(thread.thread_name, "lock", user, held.group(1))
+    store = _STORE_GET.search(code)
+    if store and "store" in store.group(1).lower():
+        return Blocked(thread.thread_name, "store_get", user, store.group(3).strip())
     if _BARE_GET.search(code):
         return Blocked(thread.thread_name, "simple_queue_get", user)
+    for pattern, kind in ((_FLOCK, "flock"), (_OS_READ, "read"), (_INPUT, "input"), (_OPEN, "open")):
+        if pattern.search(code):
+            return Blocked(thread.thread_name, kind, user)
     if _SLEEP.search(code):
         return Blocked(thread.thread_name, "sleep", user)
     return None
@@ -368,6 +380,42 @@ def explain_wait(
             "thread.join",
             f"it waits in Thread.join() at {at}" + (f" for thread(s) {', '.join(live[:4])}, still running" if live else ""),
             "Look at what the joined thread does (its stack is in the dump); join(timeout=...) bounds the wait.",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "store_get":
+        key = f" for key {mine.lock}" if mine.lock else ""
+        return Mechanism(
+            "store.key_never_set",
+            f"it waits in the c10d store's {'wait' if '.wait(' in _code(sources, mine.frame) else 'get'}() at {at}"
+            f"{key} that no rank sets: get() blocks until some process calls set() on that key (up to the "
+            "store's timeout)",
+            "Make sure the rank that should `store.set()` that key reaches it, with the same key string on "
+            "every rank; pass a short timeout (`store.wait([key], timedelta(...))`) so a missing key is an error.",
+            [_record(mine, sources, key=mine.lock)],
+        )
+    if mine.kind == "flock":
+        return Mechanism(
+            "file.lock_held",
+            f"it waits in an fcntl file lock at {at} that another open file holds (another process, or another "
+            "open() of the same file in this very process: flock locks belong to the open file, not the process)",
+            "Find the holder (`fuser -v FILE`, `lsof FILE`); take the lock once per process and keep that file "
+            "open, or use LOCK_NB and retry with a deadline.",
+            [_record(mine, sources)],
+        )
+    if mine.kind in ("read", "input", "open"):
+        said = {
+            "read": ("io.read_no_writer", f"it waits in a blocking read at {at} for data nobody writes (a pipe, "
+                     "FIFO or socket whose writer never writes, or whose write end is still open in this very "
+                     "process, so no end-of-file comes either)"),
+            "input": ("io.stdin_input", f"it waits in input() at {at} for a line on stdin, which nothing feeds "
+                      "to a rank started by a launcher"),
+            "open": ("io.open_blocked", f"it waits in open() at {at}: opening a FIFO blocks until another "
+                     "process opens its other end (or the file system does not answer)"),
+        }[mine.kind]
+        return Mechanism(
+            said[0], said[1],
+            "Look at who should write (or open the other end) and why it does not; close unused write ends "
+            "after fork, and read with a timeout (select/poll) so a missing writer is an error.",
             [_record(mine, sources)],
         )
     if mine.kind == "sleep":
