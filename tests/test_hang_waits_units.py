@@ -173,3 +173,20 @@ def test_any_stack_and_source_text_gives_an_answer_or_none():
         assert found is None or (found.id.count(".") >= 1 and found.summary)
 
     check()
+
+
+def test_a_retry_loop_caught_between_its_sleeps():
+    # The real poll dump, and the same stack moved to the loop's header (`while not os.path.exists(...)`),
+    # as a later snapshot catches it between two sleeps: the earlier snapshot's sleep names the loop.
+    from dataclasses import replace
+
+    from ddpdoctor.hang.stacks import ThreadStack
+
+    slept, sources = load("poll")
+    main = slept.main
+    header = replace(main.frames[0], line=marker("poll-loop"))
+    checking = RankStack(1, slept.pid, threads=[ThreadStack(main.thread_name, (header, *main.frames[1:]))])
+    assert explain_wait(checking, sources, [], 3) is None  # alone, a loop header says nothing
+    found = explain_wait(checking, sources, [slept, checking], 3)
+    assert found is not None and found.id == "loop.poll_retry"
+    assert f"sleeping between tries at line {marker('poll-sleep')}" in found.summary

@@ -271,7 +271,7 @@ def explain_wait(
             if found.id == "lock.order_deadlock":
                 return found
     if mine is None:
-        return None
+        return _poll_seen_before(stack, sources, history, woke)
     at = _at(mine.frame, sources)
     if mine.kind == "lock":
         return _lock_mechanism(stack, mine, blocked, sources)
@@ -419,20 +419,47 @@ def explain_wait(
             [_record(mine, sources)],
         )
     if mine.kind == "sleep":
-        lines = sources.get(mine.frame.filename)
-        header = _enclosing_loop(lines, mine.frame.line) if lines else None
-        moved = any(s.user_frame() not in (None, mine.frame) for s in history)
-        if header is None or not (moved or (woke or 0) > 0 or woke is None):
-            return None
-        head = Frame(mine.frame.filename, header, mine.frame.name)
-        return Mechanism(
-            "loop.poll_retry",
-            f"it polls/retries in a loop at line {header} (`{_code(sources, head)}` in {mine.frame.filename}), "
-            f"sleeping between tries at line {mine.frame.line}"
-            + (f" (its main thread woke {woke} time(s) during the look)" if woke else "")
-            + ": what it waits for never comes",
-            "Look at what the loop waits for (a file, a key, a flag another rank or thread should produce) and "
-            "why it never comes; give the loop a deadline that raises, so a missing producer is an error.",
-            [_record(mine, sources, loop_line=header)],
-        )
+        return _poll(mine, sources, history, woke)
+    return _poll_seen_before(stack, sources, history, woke)
+
+
+def _poll(
+    mine: Blocked, sources: Mapping[str, Sequence[str]], history: Sequence[RankStack], woke: Optional[int]
+) -> Optional[Mechanism]:
+    """A sleep inside a `while`/`for` of its own function, in a thread that woke (or moved) during the
+    look: a poll or retry loop. A sleep outside a loop, or one that never woke, is no retry."""
+    lines = sources.get(mine.frame.filename)
+    header = _enclosing_loop(lines, mine.frame.line) if lines else None
+    moved = any(s.user_frame() not in (None, mine.frame) for s in history)
+    if header is None or not (moved or (woke or 0) > 0 or woke is None):
+        return None
+    head = Frame(mine.frame.filename, header, mine.frame.name)
+    return Mechanism(
+        "loop.poll_retry",
+        f"it polls/retries in a loop at line {header} (`{_code(sources, head)}` in {mine.frame.filename}), "
+        f"sleeping between tries at line {mine.frame.line}"
+        + (f" (its main thread woke {woke} time(s) during the look)" if woke else "")
+        + ": what it waits for never comes",
+        "Look at what the loop waits for (a file, a key, a flag another rank or thread should produce) and "
+        "why it never comes; give the loop a deadline that raises, so a missing producer is an error.",
+        [_record(mine, sources, loop_line=header)],
+    )
+
+
+def _poll_seen_before(
+    stack: RankStack, sources: Mapping[str, Sequence[str]], history: Sequence[RankStack], woke: Optional[int]
+) -> Optional[Mechanism]:
+    """A retry loop caught, in the last snapshot, between its sleeps (in the check it retries, in the
+    loop's header): an earlier snapshot of the same function saw it sleep in the loop."""
+    now = stack.user_frame()
+    if now is None:
+        return None
+    for earlier in reversed(history):
+        slept = blocked_in(earlier.main, sources) if earlier.main is not None else None
+        if slept is not None and slept.kind == "sleep" and (slept.frame.filename, slept.frame.name) == (
+            now.filename, now.name
+        ):
+            found = _poll(slept, sources, [*history, stack], woke)
+            if found is not None:
+                return found
     return None
