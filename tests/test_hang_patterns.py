@@ -71,9 +71,14 @@ def test_pattern_named_with_its_fix(hung):
         assert any(f"_hang_patterns_job.py:{marker_line('worker', SCRIPT)}" in (w["where"] or "") for w in workers)
         assert f"_hang_patterns_job.py:{marker_line('worker', SCRIPT)}" in verdict["summary"]
         assert "waits for a batch from its DataLoader" in verdict["summary"] and "DataLoader(timeout" in verdict["fix"]
+        # Why the worker does not deliver: it waits on an Event nothing sets.
+        assert verdict["mechanism"]["id"] == "event.never_set", verdict
+        assert f"its DataLoader worker pid {culprit['worker_pid']}:" in verdict["mechanism"]["summary"]
     elif scenario == "prefetch":
         assert culprit["line"] == marker_line("prefetch", SCRIPT)
         assert "rank 2 has no `prefetch` thread (ranks 0-1 have one)" in verdict["summary"], verdict
+        # Why it waits: its get() has no live producer thread left.
+        assert verdict["mechanism"]["id"] == "queue.get_no_producer", verdict
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]
@@ -89,6 +94,8 @@ def test_pattern_named_with_its_fix(hung):
         assert culprit["line"] == marker_line("lock", SCRIPT)
         assert "it takes `LOCK` at flush()" in verdict["summary"] and "log_metrics()" in verdict["summary"]
         assert "RLock" in verdict["fix"]
+        assert verdict["mechanism"]["id"] == "lock.self_deadlock", verdict
+        assert "already held by this same thread" in verdict["mechanism"]["summary"], verdict["mechanism"]
         # The caller chain is in the default text output, outermost first.
         chain = text[text.index("call chain of rank 2"):]
         assert chain.index("log_metrics()") < chain.index("flush()"), text

@@ -29,7 +29,11 @@ VERDICT = define(
     "rank is unresponsive), `all_waiting` (every local rank waits in the same collective: the cause is "
     "on another node or in the network), `progressing` (something moved between the snapshots taken a "
     "second apart: not a hang; the slowest rank is named as a straggler, a warning), `not_distributed` "
-    "(--pid names a process with no sign of torch.distributed) or `none` (no sign of a hang).",
+    "(--pid names a process with no sign of torch.distributed) or `none` (no sign of a hang). When the "
+    "culprit waits in no collective, `data.mechanism` says why, read from all its threads: a stable dotted "
+    "id (`lock.order_deadlock`, `lock.self_deadlock`, `queue.join_without_task_done`, "
+    "`queue.get_no_producer`, `loop.poll_retry`, `event.never_set`, `process.join_child`, "
+    "`subprocess.wait_child`, ...; all in docs/hang.md) and the phrase the summary gives after `why it waits:`.",
     "Fix the code path of the named rank: make every rank issue the same collectives in the same order.",
 )
 STACKS = define(
@@ -96,6 +100,10 @@ class HangFacts:
     rank_start: dict[int, float] = field(default_factory=dict)  # pid -> process start (epoch seconds)
     # pid of a rank waiting on its DataLoader -> its worker processes' stacks
     worker_stacks: dict[int, list[RankStack]] = field(default_factory=dict)
+    # rank pid -> its live child processes (pid, kind, command line), read after the last snapshot: what
+    # a rank in Process.join / Popen.wait waits for (a `sleep` child carries no readable RANK, so it is
+    # no helper).
+    children: dict[int, list[tuple[int, str, str]]] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
     job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr

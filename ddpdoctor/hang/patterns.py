@@ -4,7 +4,8 @@
 - a rank waiting on its DataLoader: the stacks of its worker processes, where the batch is stuck;
 - a rank in loss.backward(): DDP/FSDP's gradient all-reduce (unused parameters, uneven data);
 - a lock taken twice: the line that takes it and the caller that already holds it (read from the
-  source text of the caller chain, never imported).
+  source text of the caller chain, never imported);
+- why a culprit outside every collective waits (waits.explain_wait): `verdict["mechanism"]`.
 """
 
 from __future__ import annotations
@@ -13,19 +14,29 @@ import re
 from typing import Any, Optional, Sequence
 
 from ddpdoctor.hang.findings import plural_ranks
-from ddpdoctor.hang.stacks import RankStack, describe_stack
+from ddpdoctor.hang.stacks import RankStack, describe_stack, normal_thread_name
+from ddpdoctor.hang.waits import Mechanism, explain_wait
 
 _WITH = re.compile(r"^\s*with\s+([A-Za-z_][\w.]{0,200})(?:\(\))?\s*(?::|as\b)")
 _ACQUIRE = re.compile(r"([A-Za-z_][\w.]{0,200})\.acquire\(")
 
 
 def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
-    """What the pattern of the hang adds to a verdict: threads some ranks lack, a DataLoader worker that
-    is stuck, a gradient all-reduce in backward (unused parameters, uneven data)."""
+    """What the pattern of the hang adds to a verdict: why the culprit waits (its `mechanism`), threads
+    some ranks lack, a DataLoader worker that is stuck, a gradient all-reduce in backward (unused
+    parameters, uneven data)."""
     if verdict["kind"] in ("progressing", "none", "not_distributed"):
         return
     notes, fixes = [], []
-    missing = _missing_threads(ctx.facts.stacks)
+    mechanism = wait_mechanism(ctx, verdict)
+    if mechanism is not None:
+        verdict["mechanism"] = mechanism.to_dict()
+        notes.append(f"why it waits: {mechanism.summary}")
+        # The reason's own fix leads: the generic one ("look at that line") is what it makes specific.
+        verdict["fix"] = " ".join([mechanism.fix, verdict["fix"]]).strip()
+    culprit_keys = verdict["culprit_ranks"] or [
+        r["rank"] if r["rank"] is not None else -r["pid"] for r in verdict["culprits"] if r.get("pid")]
+    missing = _missing_threads(ctx.facts.stacks, culprit_keys)
     if missing:
         notes.append(missing)
         fixes.append(
@@ -82,6 +93,36 @@ def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
         verdict["fix"] = " ".join([verdict["fix"], *fixes]).strip()
 
 
+def wait_mechanism(ctx: Any, verdict: dict[str, Any]) -> Optional[Mechanism]:
+    """Why the first culprit that waits in no collective waits (waits.explain_wait), from all its threads,
+    its earlier snapshots, its main thread's wake-ups over the look and its child processes."""
+    keys = verdict["culprit_ranks"] or [
+        r["rank"] if r["rank"] is not None else -r["pid"] for r in verdict["culprits"] if r.get("pid")]
+    if verdict["kind"] in ("stopped", "exited", "spinning"):
+        return None  # a stopped or gone process waits on nothing; a spinning one is running
+    for key in keys:
+        stack = ctx.stack_by_rank.get(key)
+        if stack is None or stack.main is None:
+            continue
+        if stack.data_wait():
+            # The rank waits for its DataLoader: the reason is in the worker that does not deliver.
+            for worker in ctx.facts.worker_stacks.get(stack.pid) or []:
+                found = explain_wait(worker, ctx.facts.sources, (), None, ctx.facts.children.get(worker.pid, []))
+                if found is not None:
+                    found.summary = f"its DataLoader worker pid {worker.pid}: {found.summary}"
+                    found.pids = [worker.pid, *found.pids]
+                    return found
+            continue
+        history = [s for sample in ctx.facts.samples for s in sample.stacks if s.pid == stack.pid]
+        readings = [a for sample in ctx.facts.samples if (a := sample.activity.get(stack.pid)) is not None]
+        woke = max(0, readings[-1].switches - readings[0].switches) if len(readings) > 1 else None
+        children = ctx.facts.children.get(stack.pid, [])
+        found = explain_wait(stack, ctx.facts.sources, history, woke, children)
+        if found is not None:
+            return found
+    return None
+
+
 def stuck_worker(workers: Sequence[RankStack]) -> Optional[RankStack]:
     """The DataLoader worker whose stack is in the user's code (a dataset's __getitem__, a collate_fn), not
     idle in torch's worker loop waiting for its next index; the first such one."""
@@ -102,19 +143,28 @@ def _code_of(ctx: Any, stack: RankStack) -> str:
     return f" `{code}`" if code else ""
 
 
-def _missing_threads(stacks: Sequence[RankStack]) -> str:
-    """'rank 1 has no `prefetch` thread (ranks 0, 2 have one)', for a named thread most ranks run."""
+def _missing_threads(stacks: Sequence[RankStack], culprits: Sequence[int] = ()) -> str:
+    """'rank 1 has no `prefetch` thread (ranks 0, 2 have one)', for a named thread of the user's code that
+    a majority of at least two ranks run and a culprit lacks. A thread one rank runs by design (rank 0's
+    logging, checkpoint or TensorBoard writer) is no majority; a thread only libraries run (pin memory,
+    event writers, queue feeders) comes and goes with the library's own state."""
     readable = [s for s in stacks if s.threads]
     if len(readable) < 2:
         return ""
     names: dict[str, list[int]] = {}
     for stack in readable:
-        for name in stack.thread_names():
-            names.setdefault(name, []).append(stack.rank if stack.rank is not None else -stack.pid)
+        for thread in stack.threads:
+            name = normal_thread_name(thread.thread_name)
+            if name and any(f.is_user for f in thread.frames):
+                key = stack.rank if stack.rank is not None else -stack.pid
+                if key not in names.setdefault(name, []):
+                    names[name].append(key)
     everyone = sorted(s.rank if s.rank is not None else -s.pid for s in readable)
     for name, having in sorted(names.items()):
         lacking = [r for r in everyone if r not in having]
-        if lacking and len(having) >= len(lacking) and name != "MainThread":
+        if culprits and not set(lacking) & set(culprits):
+            continue
+        if lacking and len(having) >= 2 and len(having) > len(lacking) and name != "MainThread":
             return (
                 f"{plural_ranks(lacking)} {'has' if len(lacking) == 1 else 'have'} no `{name}` thread "
                 f"({plural_ranks(sorted(having))} {'has' if len(having) == 1 else 'have'} one)"

@@ -484,6 +484,7 @@ def gather_facts(
             facts.earlier_dumps, facts.dumps, facts.dump_errors = facts.dumps, [], []
             read_fr_into(facts, fr_spec or "")
         facts.worker_stacks = _dataloader_workers(facts, pyspy, deadline, timeout_s, pool)
+    facts.children = _rank_children(facts)
     read_sources_into(facts)
     facts.duration_s = time.monotonic() - start
     return facts
@@ -591,6 +592,32 @@ def _final_stacks(
     return last
 
 
+def _rank_children(facts: HangFacts) -> dict[int, list[tuple[int, str, str]]]:
+    """Each rank's live child processes: (pid, kind, command line). The kind is the helper's
+    (procs.helper_kind) where the child is a known helper, else `process`. Equivalent: `ps --ppid PID`."""
+    import psutil
+
+    kinds = {h.pid: h.kind for h in (facts.job.helpers if facts.job is not None else [])}
+    out: dict[int, list[tuple[int, str, str]]] = {}
+    for stack in facts.stacks:
+        try:
+            children = psutil.Process(stack.pid).children()[:16]
+        except (psutil.Error, OSError):
+            continue
+        found = []
+        for child in children:
+            try:
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                cmdline = " ".join(child.cmdline()[:16])[:200]
+            except (psutil.Error, OSError):
+                continue
+            found.append((child.pid, kinds.get(child.pid, "process"), cmdline))
+        if found:
+            out[stack.pid] = found
+    return out
+
+
 def _dataloader_workers(
     facts: HangFacts, pyspy: Optional[str], deadline: float, timeout_s: float, pool: Any
 ) -> dict[int, list[RankStack]]:
@@ -653,6 +680,12 @@ def read_sources_into(facts: HangFacts) -> None:
         frame = stack.user_frame()
         if frame is not None:
             wanted.setdefault(frame.filename, (job_roots, _uid_of(f"/proc/{stack.pid}")))
+    for stack in facts.stacks:
+        # Every thread's user files too: why a rank waits (hang.waits) reads the line each thread is on
+        # and the `with LOCK:` blocks around its callers.
+        for thread in stack.threads:
+            for frame in [f for f in thread.frames if f.is_user][:12]:
+                wanted.setdefault(frame.filename, (job_roots, _uid_of(f"/proc/{stack.pid}")))
     for dump in facts.dumps:
         roots = source_roots([*job_roots, os.getcwd(), os.path.dirname(os.path.abspath(dump.source))])
         for entry in dump.entries[-8:]:

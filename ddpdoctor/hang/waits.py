@@ -1,0 +1,465 @@
+"""Why a rank waits when the wait is no collective: read from every thread of its Python stacks (py-spy
+dumps), the source lines they are on, and the rank's helper processes. Pure: stacks in, a Mechanism out.
+
+The stacks name the blocking call (`Queue.join`, `Event.wait`, a `with LOCK:` line); what makes it a
+hang is the rest of the process: the thread that holds the other lock, the consumer that never calls
+task_done(), the producer that is gone, the child process that never exits, the loop that sleeps and
+tries again. Each mechanism has a stable dotted id (`lock.order_deadlock`, ...) for scripts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from ddpdoctor.hang.fr import Frame
+from ddpdoctor.hang.stacks import RankStack, ThreadStack
+
+# (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
+# `Class.method` on Python 3.11+ and `method` before; both are matched by the part after the last dot
+# together with the file.
+_LIBRARY_WAITS: tuple[tuple[str, str, str], ...] = (
+    ("threading.py", "Event.wait", "event"),
+    ("threading.py", "Barrier.wait", "barrier"),
+    ("threading.py", "Thread.join", "thread_join"),
+    ("threading.py", "Semaphore.acquire", "lock"),
+    ("threading.py", "Condition.wait", "condition"),
+    ("threading.py", "Condition.wait_for", "condition"),
+    ("queue.py", "Queue.join", "queue_join"),
+    ("queue.py", "Queue.get", "queue_get"),
+    ("queue.py", "Queue.put", "queue_put"),
+    ("multiprocessing/queues.py", "Queue.get", "mp_queue_get"),
+    ("multiprocessing/queues.py", "SimpleQueue.get", "mp_queue_get"),
+    ("multiprocessing/queues.py", "JoinableQueue.join", "queue_join"),
+    ("multiprocessing/process.py", "BaseProcess.join", "process_join"),
+    ("subprocess.py", "Popen.wait", "popen_wait"),
+    ("subprocess.py", "Popen.communicate", "popen_wait"),
+    ("subprocess.py", "run", "popen_wait"),
+    ("subprocess.py", "call", "popen_wait"),
+    ("subprocess.py", "check_call", "popen_wait"),
+    ("subprocess.py", "check_output", "popen_wait"),
+)
+
+# A user line that blocks without a Python frame below it (C locks, C SimpleQueue, time.sleep).
+_WITH_LOCK = re.compile(r"^\s*(?:async\s+)?with\s+([A-Za-z_][\w.]{0,200})(?:\(\))?\s*(?::|as\b)")
+_ACQUIRE = re.compile(r"([A-Za-z_][\w.]{0,200})\.acquire\(")
+_BARE_GET = re.compile(r"([A-Za-z_][\w.]{0,200})\.get\(\s*(?:block\s*=\s*True\s*)?\)")
+_SLEEP = re.compile(r"\bsleep\(")
+# Calls into C that block with no Python frame below the user's line (their names read from the line).
+_STORE_GET = re.compile(r"([A-Za-z_][\w.]{0,200})\.(get|wait)\(\s*([^)]{0,120})\)")
+_FLOCK = re.compile(r"\b(?:flock|lockf)\(")
+_OS_READ = re.compile(r"\bos\.read\(|\.recv(?:_into)?\(|\bsys\.stdin\.read")
+_INPUT = re.compile(r"(?<![\w.])input\(")
+_OPEN = re.compile(r"(?<![\w.])(?:io\.|os\.)?open\(")
+_LOOP = re.compile(r"^\s*(?:async\s+)?(?:while\b|for\b)")
+_DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s")
+_MAX_SCAN = 400
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """What one thread is blocked in: `kind` (lock, event, queue_get, ...), the user frame that made the
+    call, and for a lock the name the source text takes it by."""
+
+    thread: str
+    kind: str
+    frame: Frame
+    lock: str = ""
+
+
+@dataclass
+class Mechanism:
+    """Why a rank waits: a stable id, one phrase for the verdict, a fix, the threads and pids involved."""
+
+    id: str
+    summary: str
+    fix: str
+    threads: list[dict[str, object]] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "summary": self.summary, "threads": self.threads, "pids": self.pids}
+
+
+def _code(sources: Mapping[str, Sequence[str]], frame: Frame) -> str:
+    lines = sources.get(frame.filename)
+    if lines and 0 < frame.line <= len(lines):
+        return lines[frame.line - 1].strip()[:160]
+    return ""
+
+
+def _matches(frame: Frame, suffix: str, method: str) -> bool:
+    if not frame.filename.endswith(suffix):
+        return False
+    # "Queue.get" must not match multiprocessing's queues.py for the threading queue.py, hence the
+    # suffix check with its directory; a name without the class (Python < 3.11) matches the method.
+    return frame.name == method or ("." not in frame.name and frame.name == method.rsplit(".", 1)[-1])
+
+
+def blocked_in(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Optional[Blocked]:
+    """The blocking call a thread is in, from its innermost frames up to the first user frame; None when
+    it is in none this module knows (a collective, I/O, running code)."""
+    frames = thread.frames
+    user_index = next((i for i, f in enumerate(frames) if f.is_user), None)
+    if user_index is None:
+        return None
+    user = frames[user_index]
+    # The library call the user made is the outermost library frame below the user's: `run`, not the
+    # `Popen.wait` inside it.
+    for frame in reversed(frames[:user_index]):
+        for suffix, method, kind in _LIBRARY_WAITS:
+            if suffix == "queue.py" and "multiprocessing" in frame.filename:
+                continue
+            if _matches(frame, suffix, method):
+                return Blocked(thread.thread_name, kind, user)
+    if user_index:
+        return None
+    code = _code(sources, user)
+    held = _WITH_LOCK.match(code) or _ACQUIRE.search(code)
+    if held:
+        return Blocked(thread.thread_name, "lock", user, held.group(1))
+    store = _STORE_GET.search(code)
+    if store and "store" in store.group(1).lower():
+        return Blocked(thread.thread_name, "store_get", user, store.group(3).strip())
+    if _BARE_GET.search(code):
+        return Blocked(thread.thread_name, "simple_queue_get", user)
+    for pattern, kind in ((_FLOCK, "flock"), (_OS_READ, "read"), (_INPUT, "input"), (_OPEN, "open")):
+        if pattern.search(code):
+            return Blocked(thread.thread_name, kind, user)
+    if _SLEEP.search(code):
+        return Blocked(thread.thread_name, "sleep", user)
+    return None
+
+
+def held_locks(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> dict[str, Frame]:
+    """Locks a thread holds by the source text: every `with NAME:` that encloses one of its user frames'
+    lines (the innermost frame's own line excluded: that is the one it waits to take)."""
+    out: dict[str, Frame] = {}
+    for frame in (f for f in thread.frames if f.is_user):
+        lines = sources.get(frame.filename)
+        if not lines or not 0 < frame.line <= len(lines):
+            continue
+        indent = len(lines[frame.line - 1]) - len(lines[frame.line - 1].lstrip())
+        for number in range(frame.line - 1, max(0, frame.line - _MAX_SCAN), -1):
+            text = lines[number - 1]
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            depth = len(text) - len(text.lstrip())
+            if depth >= indent:
+                continue
+            indent = depth
+            held = _WITH_LOCK.match(text)
+            if held:
+                out.setdefault(held.group(1), Frame(frame.filename, number, frame.name))
+            if _DEF.match(text):
+                break
+    return out
+
+
+def _enclosing_loop(lines: Sequence[str], line: int) -> Optional[int]:
+    """1-based line of the `while`/`for` whose body holds `line`, in the same function."""
+    if not 0 < line <= len(lines):
+        return None
+    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
+    for number in range(line - 1, max(0, line - _MAX_SCAN), -1):
+        text = lines[number - 1]
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        depth = len(text) - len(text.lstrip())
+        if depth >= indent:
+            continue
+        if _LOOP.match(text):
+            return number
+        if _DEF.match(text):
+            return None
+        indent = depth
+    return None
+
+
+def _at(frame: Frame, sources: Mapping[str, Sequence[str]]) -> str:
+    code = _code(sources, frame)
+    return f"{frame.where()} in {frame.name}()" + (f" `{code}`" if code else "")
+
+
+def _record(blocked: Blocked, sources: Mapping[str, Sequence[str]], **extra: object) -> dict[str, object]:
+    return {"thread": blocked.thread, "file": blocked.frame.filename, "line": blocked.frame.line,
+            "code": _code(sources, blocked.frame), **extra}
+
+
+def _runs_user_code(thread: ThreadStack) -> bool:
+    return any(f.is_user for f in thread.frames)
+
+
+def _lock_mechanism(
+    stack: RankStack, mine: Blocked, blocked: Sequence[Blocked], sources: Mapping[str, Sequence[str]]
+) -> Mechanism:
+    holds = {t.thread_name: held_locks(t, sources) for t in stack.threads}
+    for other in blocked:
+        if other is mine or other.kind != "lock":
+            continue
+        mine_holds, other_holds = holds.get(mine.thread, {}), holds.get(other.thread, {})
+        crossed = mine.lock in other_holds and other.lock in mine_holds
+        if crossed or (mine.lock and other.lock and mine.lock != other.lock):
+            detail = ""
+            if crossed:
+                detail = (f": {mine.thread} holds `{other.lock}` (since line {mine_holds[other.lock].line}) and waits "
+                          f"for `{mine.lock}`; {other.thread} holds `{mine.lock}` (since line "
+                          f"{other_holds[mine.lock].line}) and waits for `{other.lock}`")
+            return Mechanism(
+                "lock.order_deadlock",
+                f"lock-order deadlock between thread {mine.thread} ({_at(mine.frame, sources)}) and thread "
+                f"{other.thread} ({_at(other.frame, sources)}){detail}: each waits for a lock the other holds",
+                "Take the locks in one global order in every thread (or hold one at a time: release the first "
+                "before taking the second); `acquire(timeout=...)` turns the deadlock into an error.",
+                [_record(mine, sources, waits_for=mine.lock, holds=sorted(mine_holds)),
+                 _record(other, sources, waits_for=other.lock, holds=sorted(other_holds))],
+            )
+    holder = next((t for t, locks in holds.items() if t != mine.thread and mine.lock in locks), None)
+    if holder is not None:
+        where = holds[holder][mine.lock]
+        return Mechanism(
+            "lock.held_by_thread",
+            f"thread {mine.thread} waits for `{mine.lock}` at {_at(mine.frame, sources)}, which thread {holder} "
+            f"holds since {where.where()} and does not release",
+            f"Look at what thread {holder} does while it holds `{mine.lock}`: release it before any wait.",
+            [_record(mine, sources, waits_for=mine.lock)],
+        )
+    self_held = mine.lock in holds.get(mine.thread, {})
+    return Mechanism(
+        "lock.self_deadlock",
+        f"thread {mine.thread} waits on a lock nothing else in this process holds or releases: `{mine.lock or 'a lock'}` "
+        f"at {_at(mine.frame, sources)}"
+        + (" is already held by this same thread (a non-reentrant Lock taken twice)" if self_held else
+           " (no other thread holds it: it was taken earlier on a path that never released it, or this thread "
+           "took it twice)"),
+        "Release the lock on every path (`with LOCK:` instead of acquire()/release()), do not take a "
+        "threading.Lock twice in one thread (or make it a threading.RLock).",
+        [_record(mine, sources, waits_for=mine.lock)],
+    )
+
+
+def _others_in_user_code(stack: RankStack, mine: Blocked, blocked: Sequence[Blocked], kinds: set[str]) -> list[str]:
+    """Threads other than `mine` that run user code and are not themselves parked in one of `kinds`."""
+    parked = {b.thread for b in blocked if b.kind in kinds}
+    return [t.thread_name for t in stack.threads
+            if t.thread_name != mine.thread and t.thread_name not in parked and _runs_user_code(t)]
+
+
+def explain_wait(
+    stack: RankStack,
+    sources: Mapping[str, Sequence[str]],
+    history: Sequence[RankStack] = (),
+    woke: Optional[int] = None,
+    helpers: Sequence[tuple[int, str, str]] = (),
+) -> Optional[Mechanism]:
+    """Why this rank's main thread waits, when it waits in no collective: one Mechanism, or None.
+
+    `history`: this rank's stacks in earlier snapshots (a poll loop moves between its lines); `woke`: its
+    main thread's voluntary context switches over the look (a poll wakes, a plain sleep does not);
+    `helpers`: (pid, kind, command line) of its child processes (procs.split_ranks)."""
+    main = stack.main
+    if main is None or stack.waiting_in() is not None or stack.data_wait():
+        return None
+    blocked = [b for t in stack.threads if (b := blocked_in(t, sources)) is not None]
+    mine = next((b for b in blocked if b.thread == main.thread_name), None)
+    locks = [b for b in blocked if b.kind == "lock"]
+    if mine is None or mine.kind in ("thread_join", "process_join", "queue_join", "queue_get", "event", "condition"):
+        # The main thread waits on other threads; two of them deadlocked on locks are the reason.
+        for first in locks:
+            found = _lock_mechanism(stack, first, locks, sources)
+            if found.id == "lock.order_deadlock":
+                return found
+    if mine is None:
+        return _poll_seen_before(stack, sources, history, woke)
+    at = _at(mine.frame, sources)
+    if mine.kind == "lock":
+        return _lock_mechanism(stack, mine, blocked, sources)
+    if mine.kind == "queue_join":
+        consumers = [b for b in blocked if b.kind in ("queue_get", "simple_queue_get") and b is not mine]
+        if consumers:
+            names = ", ".join(f"`{c.thread}`" for c in consumers)
+            return Mechanism(
+                "queue.join_without_task_done",
+                f"it waits in Queue.join() at {at} while its consumer thread(s) {names} already took every item "
+                f"and wait in get() for more ({_at(consumers[0].frame, sources)}): task_done() was not called "
+                "for each item, so join() waits forever",
+                "Call queue.task_done() once for every item get() returned (in a `finally:`), or do not join() a "
+                "queue whose consumer does not call it.",
+                [_record(mine, sources), *(_record(c, sources) for c in consumers)],
+            )
+        return Mechanism(
+            "queue.join_no_consumer",
+            f"it waits in Queue.join() at {at} and no thread takes items from the queue (the consumer thread "
+            "died or was never started): task_done() will never be called",
+            "Look at the consumer thread's log (an exception in a thread is only printed); join() with no "
+            "live consumer waits forever.",
+            [_record(mine, sources)],
+        )
+    if mine.kind in ("queue_get", "simple_queue_get"):
+        what = "Queue.get()" if mine.kind == "queue_get" else "a queue's get()"
+        live = _others_in_user_code(stack, mine, blocked, {"queue_get", "simple_queue_get"})
+        if not live:
+            return Mechanism(
+                "queue.get_no_producer",
+                f"it waits in {what} at {at} with no live producer thread: no other thread of this process runs "
+                "user code (the producer died or finished, or was never started), so no item will come",
+                "Look at the producer thread's log (an exception in a thread is only printed); put a sentinel "
+                "or use get(timeout=...) so a dead producer becomes an error, not a hang.",
+                [_record(mine, sources)],
+            )
+        return Mechanism(
+            "queue.get_waiting",
+            f"it waits in {what} at {at}; thread(s) {', '.join(live[:4])} run user code and may be the producer "
+            "that never puts",
+            "Look at what the producer thread does instead of putting the next item.",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "mp_queue_get":
+        # multiprocessing's own bookkeeping processes (resource tracker, forkserver) put nothing.
+        children = [h for h in helpers if "bookkeeping" not in h[1]]
+        if not children:
+            return Mechanism(
+                "queue.get_no_producer",
+                f"it waits in multiprocessing.Queue.get() at {at} with no live producer: the rank has no child "
+                "process left (the producer process exited or died), so no item will come",
+                "Check the producer process's exit code and log; use get(timeout=...) and check "
+                "Process.is_alive() so a dead producer becomes an error.",
+                [_record(mine, sources)],
+            )
+        return Mechanism(
+            "queue.mp_get_waiting",
+            f"it waits in multiprocessing.Queue.get() at {at}; its child process(es) "
+            f"{', '.join(f'pid {p} ({k})' for p, k, _ in children[:4])} are alive and never put",
+            "Look at the child processes' stacks (`py-spy dump --pid PID`).",
+            [_record(mine, sources)], [p for p, _, _ in children[:8]],
+        )
+    if mine.kind in ("process_join", "popen_wait"):
+        wanted = [h for h in helpers if ("multiprocessing" in h[1]) == (mine.kind == "process_join")] or list(helpers)
+        call = "multiprocessing Process.join()" if mine.kind == "process_join" else "subprocess (Popen.wait/communicate)"
+        kids = ", ".join(f"pid {p}" + (f" `{c[:80]}`" if c else f" ({k})") for p, k, c in wanted[:4])
+        return Mechanism(
+            "process.join_child" if mine.kind == "process_join" else "subprocess.wait_child",
+            f"it waits in {call} at {at} for its child process "
+            + (f"{kids}, which has not exited" if kids else "(not found among its live children)"),
+            "Look at what the child does (`py-spy dump --pid PID` for a Python child); give the wait a timeout "
+            "(`join(timeout=...)`, `subprocess.run(..., timeout=...)`) and kill the child when it passes.",
+            [_record(mine, sources)], [p for p, _, _ in wanted[:8]],
+        )
+    if mine.kind == "event":
+        live = _others_in_user_code(stack, mine, blocked, {"event"})
+        return Mechanism(
+            "event.never_set",
+            f"it waits in threading.Event.wait() at {at} for an event that nothing sets"
+            + (f" (threads {', '.join(live[:4])} run user code: one of them should set it)" if live else
+               " (no other thread of this process runs user code that could set it)"),
+            "Make sure the thread that should call event.set() is alive and reaches it; wait(timeout=...) "
+            "turns a missing set() into an error.",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "barrier":
+        waiting = [b for b in blocked if b.kind == "barrier"]
+        return Mechanism(
+            "barrier.parties_missing",
+            f"it waits in threading.Barrier.wait() at {at} for parties that never arrive ({len(waiting)} "
+            f"thread(s) of this process wait at a barrier; the others it counts on are gone or elsewhere)",
+            "Give the Barrier as many parties as threads that call wait(), and make each of them reach it; "
+            "wait(timeout=...) breaks the barrier instead of hanging.",
+            [_record(b, sources) for b in waiting],
+        )
+    if mine.kind == "condition":
+        return Mechanism(
+            "condition.never_notified",
+            f"it waits in threading.Condition.wait() at {at} for a notify() that never comes",
+            "Make sure the thread that should notify() is alive; use wait_for(predicate, timeout=...).",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "thread_join":
+        live = [t.thread_name for t in stack.threads if t.thread_name != mine.thread and _runs_user_code(t)]
+        return Mechanism(
+            "thread.join",
+            f"it waits in Thread.join() at {at}" + (f" for thread(s) {', '.join(live[:4])}, still running" if live else ""),
+            "Look at what the joined thread does (its stack is in the dump); join(timeout=...) bounds the wait.",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "store_get":
+        key = f" for key {mine.lock}" if mine.lock else ""
+        return Mechanism(
+            "store.key_never_set",
+            f"it waits in the c10d store's {'wait' if '.wait(' in _code(sources, mine.frame) else 'get'}() at {at}"
+            f"{key} that no rank sets: get() blocks until some process calls set() on that key (up to the "
+            "store's timeout)",
+            "Make sure the rank that should `store.set()` that key reaches it, with the same key string on "
+            "every rank; pass a short timeout (`store.wait([key], timedelta(...))`) so a missing key is an error.",
+            [_record(mine, sources, key=mine.lock)],
+        )
+    if mine.kind == "flock":
+        return Mechanism(
+            "file.lock_held",
+            f"it waits in an fcntl file lock at {at} that another open file holds (another process, or another "
+            "open() of the same file in this very process: flock locks belong to the open file, not the process)",
+            "Find the holder (`fuser -v FILE`, `lsof FILE`); take the lock once per process and keep that file "
+            "open, or use LOCK_NB and retry with a deadline.",
+            [_record(mine, sources)],
+        )
+    if mine.kind in ("read", "input", "open"):
+        said = {
+            "read": ("io.read_no_writer", f"it waits in a blocking read at {at} for data nobody writes (a pipe, "
+                     "FIFO or socket whose writer never writes, or whose write end is still open in this very "
+                     "process, so no end-of-file comes either)"),
+            "input": ("io.stdin_input", f"it waits in input() at {at} for a line on stdin, which nothing feeds "
+                      "to a rank started by a launcher"),
+            "open": ("io.open_blocked", f"it waits in open() at {at}: opening a FIFO blocks until another "
+                     "process opens its other end (or the file system does not answer)"),
+        }[mine.kind]
+        return Mechanism(
+            said[0], said[1],
+            "Look at who should write (or open the other end) and why it does not; close unused write ends "
+            "after fork, and read with a timeout (select/poll) so a missing writer is an error.",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "sleep":
+        return _poll(mine, sources, history, woke)
+    return _poll_seen_before(stack, sources, history, woke)
+
+
+def _poll(
+    mine: Blocked, sources: Mapping[str, Sequence[str]], history: Sequence[RankStack], woke: Optional[int]
+) -> Optional[Mechanism]:
+    """A sleep inside a `while`/`for` of its own function, in a thread that woke (or moved) during the
+    look: a poll or retry loop. A sleep outside a loop, or one that never woke, is no retry."""
+    lines = sources.get(mine.frame.filename)
+    header = _enclosing_loop(lines, mine.frame.line) if lines else None
+    moved = any(s.user_frame() not in (None, mine.frame) for s in history)
+    if header is None or not (moved or (woke or 0) > 0 or woke is None):
+        return None
+    head = Frame(mine.frame.filename, header, mine.frame.name)
+    return Mechanism(
+        "loop.poll_retry",
+        f"it polls/retries in a loop at line {header} (`{_code(sources, head)}` in {mine.frame.filename}), "
+        f"sleeping between tries at line {mine.frame.line}"
+        + (f" (its main thread woke {woke} time(s) during the look)" if woke else "")
+        + ": what it waits for never comes",
+        "Look at what the loop waits for (a file, a key, a flag another rank or thread should produce) and "
+        "why it never comes; give the loop a deadline that raises, so a missing producer is an error.",
+        [_record(mine, sources, loop_line=header)],
+    )
+
+
+def _poll_seen_before(
+    stack: RankStack, sources: Mapping[str, Sequence[str]], history: Sequence[RankStack], woke: Optional[int]
+) -> Optional[Mechanism]:
+    """A retry loop caught, in the last snapshot, between its sleeps (in the check it retries, in the
+    loop's header): an earlier snapshot of the same function saw it sleep in the loop."""
+    now = stack.user_frame()
+    if now is None:
+        return None
+    for earlier in reversed(history):
+        slept = blocked_in(earlier.main, sources) if earlier.main is not None else None
+        if slept is not None and slept.kind == "sleep" and (slept.frame.filename, slept.frame.name) == (
+            now.filename, now.name
+        ):
+            found = _poll(slept, sources, [*history, stack], woke)
+            if found is not None:
+                return found
+    return None

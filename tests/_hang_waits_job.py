@@ -1,0 +1,220 @@
+"""A gloo job whose last rank hangs in a wait that is no collective, run under torchrun by
+tests/test_hang_waits.py (never imported). argv[1] is the scenario; every other rank waits in
+all_reduce for the last one:
+
+- `lock_order`: the main thread holds LOCK_A and wants LOCK_B; a `saver` thread holds LOCK_B and wants
+  LOCK_A (a lock-order deadlock between two threads of one rank);
+- `self_lock`: a Lock taken with acquire() on one path is never released; the next `with` waits on it
+  (nothing else in the process holds or releases it);
+- `queue_join`: a `consumer` thread takes every item but never calls task_done(); Queue.join() waits;
+- `queue_get`: the `producer` thread died; the main thread waits in Queue.get();
+- `mp_queue_get`: a multiprocessing.Process producer put two items and exited; the main thread waits in
+  multiprocessing.Queue.get();
+- `poll`: the main thread polls for a file nobody writes, sleeping 0.2 s between tries;
+- `event`: the main thread waits on a threading.Event nothing sets;
+- `barrier`: the main thread waits on a threading.Barrier(2) no other thread reaches;
+- `proc_join`: the main thread joins a multiprocessing.Process child that sleeps;
+- `popen_wait`: the main thread waits in subprocess.run(["sleep", "3600"]);
+- `writer`: rank 0 alone runs a `tb-writer` thread by design; the last rank sleeps before all_reduce;
+- `flock`: the last rank takes an fcntl.flock on a file, then opens it again and waits for the lock;
+- `pipe_read`: the last rank reads from a pipe whose write end nobody writes to;
+- `fifo_open`: the last rank opens a FIFO for reading that no process opens for writing;
+- `store_get`: the last rank waits in the c10d store's get() for a key no rank sets.
+
+Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
+"""
+
+import fcntl
+import multiprocessing
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+LOCK_A = threading.Lock()
+LOCK_B = threading.Lock()
+STATE_LOCK = threading.Lock()
+
+
+def ready(rank: int) -> None:
+    open(os.path.join(os.environ["HANG_READY_DIR"], f"ready_{rank}"), "w").close()
+
+
+def saver(both: threading.Barrier) -> None:
+    with LOCK_B:
+        both.wait()
+        with LOCK_A:  # HANG-LINE saver
+            pass
+
+
+def lock_order(rank: int) -> None:
+    both = threading.Barrier(2)
+    threading.Thread(target=saver, args=(both,), name="saver", daemon=True).start()
+    with LOCK_A:
+        both.wait()
+        ready(rank)
+        with LOCK_B:  # HANG-LINE lock-order
+            pass
+
+
+def save_state(early: bool) -> None:
+    STATE_LOCK.acquire()
+    if early:
+        return  # leaves STATE_LOCK held
+    STATE_LOCK.release()
+
+
+def self_lock(rank: int) -> None:
+    save_state(early=True)
+    ready(rank)
+    with STATE_LOCK:  # HANG-LINE self-lock
+        pass
+
+
+def consume(items: queue.Queue) -> None:
+    while True:
+        items.get()  # no task_done()
+
+
+def queue_join(rank: int) -> None:
+    items: queue.Queue = queue.Queue()
+    threading.Thread(target=consume, args=(items,), name="consumer", daemon=True).start()
+    for i in range(4):
+        items.put(i)
+    ready(rank)
+    items.join()  # HANG-LINE queue-join
+
+
+def produce(items: queue.Queue) -> None:
+    items.put(0)
+    raise RuntimeError("producer failed")  # the thread dies; only its stderr says so
+
+
+def queue_get(rank: int) -> None:
+    items: queue.Queue = queue.Queue()
+    producer = threading.Thread(target=produce, args=(items,), name="producer", daemon=True)
+    producer.start()
+    producer.join()
+    items.get()
+    ready(rank)
+    items.get()  # HANG-LINE queue-get
+
+
+def put_two(items) -> None:
+    items.put(1)
+    items.put(2)
+
+
+def mp_queue_get(rank: int) -> None:
+    items = multiprocessing.Queue()
+    child = multiprocessing.Process(target=put_two, args=(items,))
+    child.start()
+    items.get()
+    items.get()
+    child.join()
+    ready(rank)
+    items.get()  # HANG-LINE mp-queue-get
+
+
+def poll(rank: int) -> None:
+    flag = os.path.join(os.environ["HANG_READY_DIR"], "never-written")
+    ready(rank)
+    while not os.path.exists(flag):  # HANG-LINE poll-loop
+        time.sleep(0.2)  # HANG-LINE poll-sleep
+
+
+def sleep_forever() -> None:
+    time.sleep(3600)
+
+
+def flock(rank: int) -> None:
+    path = os.path.join(os.environ["HANG_READY_DIR"], "lockfile")
+    held = open(path, "w")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    again = open(path, "w")  # another open file description: its flock waits for the first
+    ready(rank)
+    fcntl.flock(again, fcntl.LOCK_EX)  # HANG-LINE flock
+
+
+def pipe_read(rank: int) -> None:
+    readable, writable = os.pipe()
+    ready(rank)
+    os.read(readable, 1)  # HANG-LINE pipe-read
+
+
+def fifo_open(rank: int) -> None:
+    path = os.path.join(os.environ["HANG_READY_DIR"], "fifo")
+    os.mkfifo(path)
+    ready(rank)
+    open(path).read()  # HANG-LINE fifo-open
+
+
+def store_get(rank: int) -> None:
+    store = dist.distributed_c10d._get_default_store()
+    ready(rank)
+    store.get("never-set")  # HANG-LINE store-get
+
+
+def main() -> None:
+    scenario = sys.argv[1]
+    dist.init_process_group("gloo", timeout=timedelta(seconds=300))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    culprit = rank == world - 1
+    grad = torch.ones(4)
+    if scenario == "writer" and rank == 0:
+        # Rank 0 alone writes the event file (TensorBoard-like): a thread that exists there by design.
+        threading.Thread(target=sleep_forever, name="tb-writer", daemon=True).start()
+    for step in range(1000):
+        dist.all_reduce(grad)
+        if step < 2:
+            continue
+        if not culprit:
+            ready(rank)
+            continue
+        if scenario == "lock_order":
+            lock_order(rank)
+        elif scenario == "self_lock":
+            self_lock(rank)
+        elif scenario == "queue_join":
+            queue_join(rank)
+        elif scenario == "queue_get":
+            queue_get(rank)
+        elif scenario == "mp_queue_get":
+            mp_queue_get(rank)
+        elif scenario == "poll":
+            poll(rank)
+        elif scenario == "event":
+            ready(rank)
+            threading.Event().wait()  # HANG-LINE event
+        elif scenario == "barrier":
+            ready(rank)
+            threading.Barrier(2).wait()  # HANG-LINE barrier
+        elif scenario == "proc_join":
+            child = multiprocessing.Process(target=sleep_forever)
+            child.start()
+            ready(rank)
+            child.join()  # HANG-LINE proc-join
+        elif scenario == "popen_wait":
+            ready(rank)
+            subprocess.run(["sleep", "3600"])  # HANG-LINE popen-wait
+        elif scenario == "flock":
+            flock(rank)
+        elif scenario == "pipe_read":
+            pipe_read(rank)
+        elif scenario == "fifo_open":
+            fifo_open(rank)
+        elif scenario == "store_get":
+            store_get(rank)
+        elif scenario == "writer":
+            ready(rank)
+            time.sleep(3600)  # HANG-LINE writer
+
+
+if __name__ == "__main__":
+    main()

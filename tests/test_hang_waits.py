@@ -1,0 +1,92 @@
+"""`ddpdoctor hang` on real 2-rank gloo jobs under a real torchrun agent whose last rank hangs in a wait
+that is no collective (tests/_hang_waits_job.py): the verdict names the rank and line, and says why it
+waits (`verdict.mechanism`): a lock-order deadlock between two threads, a lock nothing else holds, a
+Queue.join whose consumer never calls task_done(), a get() with no producer, a poll loop, an Event or
+Barrier nothing completes, a child process it joins, a file lock, a pipe or FIFO nobody writes, a store
+key nobody sets. A thread only rank 0 runs by design is not called missing. Each job runs in its own session and is SIGKILLed as a group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from _hang_harness import HungJob, marker_line
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
+SCRIPT = Path(__file__).with_name("_hang_waits_job.py")
+CULPRIT = 1
+
+# scenario -> (mechanism id, the culprit's HANG-LINE marker, words the summary must hold)
+EXPECTED = {
+    "lock_order": ("lock.order_deadlock", "lock-order", ["lock-order deadlock between thread MainThread", "thread saver"]),
+    "self_lock": ("lock.self_deadlock", "self-lock", ["waits on a lock nothing else in this process holds or releases"]),
+    "queue_join": ("queue.join_without_task_done", "queue-join", ["Queue.join()", "task_done()", "`consumer`"]),
+    "queue_get": ("queue.get_no_producer", "queue-get", ["Queue.get()", "no live producer thread"]),
+    "mp_queue_get": ("queue.get_no_producer", "mp-queue-get", ["multiprocessing.Queue.get()", "no live producer"]),
+    "poll": ("loop.poll_retry", "poll-sleep", ["polls/retries in a loop at line", "sleeping between tries"]),
+    "event": ("event.never_set", "event", ["threading.Event.wait()"]),
+    "barrier": ("barrier.parties_missing", "barrier", ["threading.Barrier.wait()"]),
+    "proc_join": ("process.join_child", "proc-join", ["Process.join()", "for its child process pid"]),
+    "popen_wait": ("subprocess.wait_child", "popen-wait", ["for its child process pid", "`sleep 3600`"]),
+    "writer": (None, "writer", []),
+    "flock": ("file.lock_held", "flock", ["fcntl file lock"]),
+    "pipe_read": ("io.read_no_writer", "pipe-read", ["for data nobody writes"]),
+    "fifo_open": ("io.open_blocked", "fifo-open", ["opening a FIFO blocks"]),
+    "store_get": ("store.key_never_set", "store-get", ["c10d store's get()", "never-set"]),
+}
+
+
+def run_hang(*args: str) -> dict:
+    env = dict(os.environ, COLUMNS="200")
+    out = subprocess.run([sys.executable, "-m", "ddpdoctor", "hang", "--json", "--no-ras", *args],
+                         capture_output=True, timeout=120, cwd=REPO, env=env)
+    report = json.loads(out.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert report["exit_code"] == out.returncode
+    return report
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED))
+def hung(request, tmp_path_factory):
+    job = HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)
+    try:
+        job.wait_ready()
+        yield request.param, job
+    finally:
+        job.kill()
+        assert job.alive() == [], "processes of the job survived"
+
+
+def test_why_the_rank_waits(hung):
+    scenario, job = hung
+    report = run_hang("--pid", str(job.proc.pid))
+    if not all(s["frames"] for s in report["stacks"]):
+        pytest.skip("py-spy cannot attach here")
+    verdict = report["verdict"]
+    mechanism, tag, words = EXPECTED[scenario]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [CULPRIT], verdict
+    assert verdict["culprits"][0]["line"] == marker_line(tag, SCRIPT), verdict["culprits"][0]
+    if mechanism is None:
+        assert "mechanism" not in verdict, verdict
+        # rank 0's own writer thread is there by design: no "rank 1 has no `tb-writer` thread".
+        assert "tb-writer" not in verdict["summary"], verdict["summary"]
+        return
+    assert verdict["mechanism"]["id"] == mechanism, verdict
+    assert f"why it waits: {verdict['mechanism']['summary']}" in verdict["summary"]
+    for word in words:
+        assert word in verdict["summary"], (word, verdict["summary"])
+    if scenario == "lock_order":
+        assert f"_hang_waits_job.py:{marker_line('saver', SCRIPT)}" in verdict["summary"]
+    if scenario in ("proc_join", "popen_wait"):
+        import psutil
+
+        # The pid named is the culprit's own child (the forked Process; the `sleep` it runs).
+        children = [c.pid for c in psutil.Process(verdict["culprits"][0]["pid"]).children()]
+        assert verdict["mechanism"]["pids"] and set(verdict["mechanism"]["pids"]) <= set(children), children
