@@ -138,7 +138,8 @@ def test_wording_variants(line: str, sig: str) -> None:
     ],
 )
 def test_benign_lines_are_not_recognised(line: str) -> None:
-    assert sigs_of(line + "\n") == set()
+    # Context lines (NCCL's P2P channel setup) are kept for reasoning but never reported on their own.
+    assert {s for s in sigs_of(line + "\n") if KB.by_id[s].role != "context"} == set()
 
 
 def test_keywords_must_start_with_a_fast_byte() -> None:

@@ -461,10 +461,13 @@ def _root_reasoning(root: Diagnosis, others: list[Diagnosis], summary: list[Summ
 _WEAK_DERIVED = ("watchdog.hang", "watchdog.unconfirmed")
 
 
-def _choose_root(diags: list[Diagnosis], derived: Diagnosis | None) -> Diagnosis | None:
+def _choose_root(
+    diags: list[Diagnosis], derived: Diagnosis | None, launch: Diagnosis | None = None
+) -> Diagnosis | None:
     tiers: list[list[Diagnosis]] = [
         [d for d in diags if d.role == "root" and d.severity >= Severity.WARN and d.sort_key[1] <= 1],
-        [derived] if derived is not None and derived.id not in _WEAK_DERIVED else [],
+        ([derived] if derived is not None and derived.id not in _WEAK_DERIVED else [])
+        + ([launch] if launch is not None and launch.severity >= Severity.WARN else []),
         [d for d in diags if d.role == "root" and d.severity >= Severity.WARN],
         [derived] if derived is not None and derived.id == "watchdog.hang" else [],
         # Symptoms and consequences are never the root cause: with nothing better, no cause is named and
@@ -495,12 +498,15 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         (int(e.fields.get("nranks", 0)) for e in events if e.sig == "context.nccl_comm_init"), default=0
     )
     derived = _watchdog_diagnosis(kb, reportable, known_ranks, world or None)
-    root = _choose_root(diags, derived)
+    launch = _lightning_ranks(kb, events)
+    root = _choose_root(diags, derived, launch)
     _enrich_kill(root, diags, scan.summary, pids)
     _rank_from_summary(root, scan.summary)
     rest = [d for d in diags if d is not root]
     if derived is not None and derived is not root:
         rest.append(derived)
+    if launch is not None and launch is not root and launch.severity >= Severity.WARN:
+        rest.append(launch)
     rest.sort(key=lambda d: d.sort_key)
     consequences = [d for d in rest if d.severity >= Severity.WARN and d.role != "hint"]
     notes = [d for d in rest if d not in consequences]
@@ -510,8 +516,15 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         root.reasoning += f" Later errors: {', '.join(d.id for d in consequences[:8])}."
     next_logs = [] if root is not None or not consequences else suggest_next_logs(consequences, scan.summary)
     lead = None if root is not None else _choose_lead(kb, consequences, notes)
+    if root is None and (lead is None or not _is_kb_lead(kb, lead)):
+        # A P2P setup followed by silence or a timeout says more than the timeout itself.
+        lead = _p2p_suspect(kb, events, diags, scan.inputs) or lead
+    if root is None and lead is None and launch is not None:
+        lead = launch
     if lead is not None:
         lead.reasoning = lead.reasoning or _lead_reasoning(lead, consequences)
+        if lead.id in _TIMEOUT_LEADS and all(d.id in _TIMEOUT_LEADS for d in consequences):
+            _only_a_timeout(lead, next_logs)
     return Explanation(
         inputs=scan.inputs, root=root, consequences=consequences, notes=notes, next_logs=next_logs, lead=lead
     )
@@ -526,6 +539,101 @@ def _choose_lead(kb: KnowledgeBase, consequences: list[Diagnosis], notes: list[D
         return min(hints, key=lambda d: d.sort_key)
     symptoms = [d for d in consequences if d.role == "symptom" or d.derived]
     return min(symptoms, key=lambda d: d.sort_key) if symptoms else None
+
+
+_TIMEOUT_LEADS = frozenset({*_WATCHDOG_SIGS, "watchdog.unconfirmed", "watchdog.hang", "gloo.timeout"})
+
+
+def _is_kb_lead(kb: KnowledgeBase, d: Diagnosis) -> bool:
+    sig = kb.by_id.get(d.id)
+    return sig is not None and sig.lead
+
+
+def _only_a_timeout(lead: Diagnosis, next_logs: list[str]) -> None:
+    """The only evidence is a timeout: a rank's report that it waited, never why. Say that first, and what
+    to collect, so the timeout is not read as the cause."""
+    lead.title = f"Cause not in this log: only a timeout was seen ({lead.title[:1].lower()}{lead.title[1:]})"
+    collect = "; ".join(next_logs) if next_logs else "every rank's log"
+    lead.reasoning = (
+        "Cause not in this log. The only failure here is a collective timeout, which a rank reports after "
+        "something else went wrong (another rank failed, lagged or took another code path; a network, GPU "
+        f"or software hang). {lead.reasoning} Collect: {collect}."
+    )
+
+
+def _lightning_ranks(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | None:
+    """Lightning's 'Initializing distributed: GLOBAL_RANK: N, MEMBER: N+1/W' lines (one per process): the same
+    rank twice while other ranks never appear -> the launcher started the wrong processes (root); some ranks
+    only, nothing after -> the others never started (a lead at most: their output may be in another log)."""
+    starts = sorted((e for e in events if e.sig == "context.lightning_rank" and e.rank is not None), key=_event_key)
+    if not starts:
+        return None
+    world = max(parse_int(e.fields.get("world"), 0) for e in starts)
+    per_rank: Counter[int] = Counter(e.rank for e in starts if e.rank is not None)
+    seen = sorted(per_rank)
+    if not world or len(seen) >= world:
+        return None  # every rank started (a repeated full set is a restart, not a misconfiguration)
+    dups = sorted(r for r, n in per_rank.items() if n > 1)
+
+    def span(rs: list[int]) -> str:
+        return f"{rs[0]}-{rs[-1]}" if len(rs) > 2 and rs[-1] - rs[0] == len(rs) - 1 else ", ".join(map(str, rs))
+
+    if dups:
+        spec = kb.diagnoses["launch.duplicate_rank"]
+        shown = [e for e in starts if e.rank in dups]
+        reasoning = (
+            f"Global rank(s) {span(dups)} printed Lightning's start line {max(per_rank.values())} times each, and "
+            f"only rank(s) {span(seen)} of {world} appeared: two processes took the same rank, so the launcher's "
+            "task count per node and the Trainer's devices/num_nodes disagree."
+        )
+        data: dict[str, Any] = {"duplicate_ranks": dups, "ranks_seen": seen, "world_size": world}
+    else:
+        spec = kb.diagnoses["launch.ranks_missing"]
+        shown = starts
+        reasoning = (
+            f"Only rank(s) {span(seen)} of {world} printed Lightning's start line: if this is the whole job's "
+            "output, the other ranks were never started (on SLURM: the script run without srun, or fewer tasks "
+            "than Trainer expects); if other nodes log elsewhere, read those logs."
+        )
+        data = {"ranks_seen": seen, "world_size": world}
+    diag = _cross_rank_diagnosis(spec, "launcher / PyTorch Lightning (cross-rank)", shown[0], shown, dups, reasoning, data)
+    diag.ranks = dups or seen
+    return diag
+
+
+def _p2p_suspect(
+    kb: KnowledgeBase, events: list[Event], diags: list[Diagnosis], inputs: list[InputStats]
+) -> Diagnosis | None:
+    """NCCL connected GPUs over P2P and then nothing completed (no 'Init COMPLETE') or a collective timed
+    out: the P2P path is the first thing to rule out (NCCL_P2P_DISABLE=1)."""
+    p2p = sorted((e for e in events if e.sig == "context.nccl_p2p"), key=_event_key)
+    if not p2p:
+        return None
+    timed_out = [d.id for d in diags if d.id in _TIMEOUT_LEADS]
+    init_complete = any(e.sig == "context.nccl_comm_init" for e in events)
+    last = max(p2p, key=lambda e: (e.file_index, e.line))
+    # Without a timeout, only a log that ends on the P2P setup is a hang sign: P2P lines followed by
+    # training output are an ordinary NCCL_DEBUG=INFO run.
+    ends_there = last.file_index < len(inputs) and last.line >= inputs[last.file_index].lines - 1
+    if not timed_out and (init_complete or not ends_there):
+        return None
+    kinds = sorted({e.fields.get("p2p", "?") for e in p2p})
+    after = (
+        f"then a timeout ({', '.join(timed_out)})"
+        if timed_out
+        else "and the log ends there: no rank printed 'Init COMPLETE' and no error followed (a hang)"
+    )
+    reasoning = (
+        f"NCCL connected GPUs through P2P/{'/'.join(kinds)} ({len(p2p)} such line(s) shown, first at "
+        f"{p2p[0].file}:{p2p[0].line}), {after}. A P2P path that does not deliver data hangs the first collective "
+        "without an error; NCCL_P2P_DISABLE=1 tells it apart."
+    )
+    diag = _cross_rank_diagnosis(
+        kb.diagnoses["nccl.p2p_suspect"], "NCCL P2P transport (cross-event)", p2p[0], p2p[:8], [], reasoning,
+        {"p2p_transports": kinds, "init_complete": init_complete, "timeouts": timed_out},
+    )
+    diag.ranks = sorted({e.rank for e in p2p if e.rank is not None})
+    return diag
 
 
 def _lead_reasoning(lead: Diagnosis, consequences: list[Diagnosis]) -> str:

@@ -533,6 +533,9 @@ class StreamScanner:
             # The line shares its text with a progress bar printed just before it (same stream, no newline).
             fields["busy_elapsed_s"] = str(self._busy[0])
             fields["busy_bar"] = self._busy[1][:MAX_TEXT]
+        if "global_rank" in fields and rank is None:
+            # Lightning's start line names its process's rank: kept per rank, so a rank printed twice shows.
+            rank = parse_int(fields["global_rank"])
         if "local_rank" in fields and local_rank is None and rank is None:
             local_rank = parse_int(fields["local_rank"])
         if "host" in fields and host is None:
