@@ -21,11 +21,13 @@ on CPU). Layouts:
 - autocast: fp32 model under torch.autocast(bfloat16), AdamW on the fp32 parameters.
 
     python bench/plan_vs_measured.py [--json] [--seq 256] [--batch 2]
-    python bench/plan_vs_measured.py --zero [--stages 1,2,3,0] [--detail]
+    python bench/plan_vs_measured.py --zero [--stages 1,2,3,0] [--detail] [--world 2]
 
 With --zero, --detail prints what was live at each measured peak: every storage allocated during the step
 (FSDP2's resize_ of its unsharded parameters included), summed by the op that made it and its phase; --json
-has each storage under measured.at_peak.
+has each storage under measured.at_peak. ZeRO rows also report the model states at the step (what Python can
+reach when DeepSpeed first calls _optimizer_step, less its reduce buckets) and, for stage 3, its 16-bit gradient
+partition (grad_partitions_flat_buffer) at the step and after it.
 
 Needs `transformers` (bench only, not a requirement of the project or its tests). Each case has a
 wall-clock limit; a case that fails prints its error and the others go on.
@@ -256,7 +258,7 @@ def _run_case(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str
 
 # --- DeepSpeed ZeRO-1/2/3 over gloo, 2 ranks -------------------------------------------------------------
 
-ZERO_WORLD = 2
+ZERO_WORLD = 2  # the default of --world
 STAGES = (1, 2, 3, 0)  # 0: torch FSDP2
 
 
@@ -275,9 +277,11 @@ def _live_storages(torch: Any) -> dict[int, int]:
     return out
 
 
-def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: int, queue: Any) -> None:
+def _zero_rank(
+    rank: int, port: int, stage: int, model: str, seq: int, batch: int, queue: Any, world: int = ZERO_WORLD
+) -> None:
     os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(ZERO_WORLD),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
         LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu",
     )  # fmt: skip
     import torch
@@ -291,7 +295,7 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
             import torch.distributed as dist
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-            dist.init_process_group("gloo", rank=rank, world_size=ZERO_WORLD, timeout=timedelta(seconds=120))
+            dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             layers = net.transformer.h if hasattr(net, "transformer") else net.model.layers  # GPT-2 : Llama-like
             for layer in layers:
@@ -304,7 +308,8 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
                 fsdp_opt.step()
                 fsdp_opt.zero_grad(set_to_none=True)
 
-        else:
+        at_step: dict[str, int] = {}
+        if stage:
             import deepspeed
 
             deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=120))
@@ -314,6 +319,24 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
             }  # fmt: skip
             opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
             engine, _, _, _ = deepspeed.initialize(model=net, optimizer=opt, config=cfg)
+            zopt = engine.optimizer
+            inner_step = zopt._optimizer_step
+
+            def optimizer_step(group: int) -> Any:
+                # The model states as the step sees them: called once the fp32 gradient partition is made
+                # and before AdamW's own temporaries, with every activation freed. Everything Python can
+                # reach then, less DeepSpeed's reduce bucket (a communication buffer, not a model state).
+                if not at_step:
+                    live = _live_storages(torch)
+                    bucket = _zero_bucket_ptrs(zopt)
+                    at_step["model_states"] = sum(b for ptr, b in live.items() if ptr not in bucket)
+                    at_step["bucket"] = sum(b for ptr, b in live.items() if ptr in bucket)
+                    flat = getattr(zopt, "grad_partitions_flat_buffer", None)
+                    if flat is not None:  # stage 3's 16-bit gradient partition
+                        at_step["grad_partition"] = flat.untyped_storage().nbytes()
+                return inner_step(group)
+
+            zopt._optimizer_step = optimizer_step
 
             def step() -> None:
                 loss = engine(input_ids=ids, labels=ids).loss
@@ -324,13 +347,32 @@ def _zero_rank(rank: int, port: int, stage: int, model: str, seq: int, batch: in
         step()
         base = _live_storages(torch)
         resident = sum(base.values())
+        at_step.clear()
         mode = _peak_counter(torch, base)
         with mode, mode.tracker, _resize_seen_by(torch, mode):
             step()
         detail = mode.detail()
-        queue.put((rank, {"resident": resident, "peak": resident + mode.peak, "at_peak": detail}))
+        out = {"resident": resident, "peak": resident + mode.peak, "at_peak": detail, **at_step}
+        if stage == 3:  # still there after the step: the 16-bit gradient partition DeepSpeed allocated once
+            flat = engine.optimizer.grad_partitions_flat_buffer
+            out["grad_partition_after_step"] = flat.untyped_storage().nbytes() if _data_ptr(flat.untyped_storage()) in base else 0
+        queue.put((rank, out))
     except Exception as exc:  # reported in the table, never a hang
         queue.put((rank, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def _zero_bucket_ptrs(zopt: Any) -> set[int]:
+    """Addresses of DeepSpeed's reduce buffers (`ipg_buckets[dtype].buffer`): stage 3's tensor, allocated
+    once and kept; stages 1/2's list, filled at each backward."""
+    out = set()
+    stack = [getattr(b, "buffer", None) for b in getattr(zopt, "ipg_buckets", {}).values()]
+    while stack:
+        buf = stack.pop()
+        if isinstance(buf, (list, tuple)):
+            stack.extend(buf)
+        elif buf is not None and hasattr(buf, "untyped_storage"):
+            out.add(_data_ptr(buf.untyped_storage()))
+    return out
 
 
 def _peak_counter(torch: Any, base: dict[int, int]) -> Any:
@@ -427,26 +469,26 @@ def _resize_seen_by(torch: Any, mode: Any) -> Any:
         torch.UntypedStorage.resize_ = orig
 
 
-def measure_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]:
+def measure_zero(stage: int, model: str, seq: int, batch: int, world: int = ZERO_WORLD) -> dict[str, Any]:
     import multiprocessing as mproc
 
     ctx = mproc.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_zero_rank, args=(r, port, stage, model, seq, batch, queue), daemon=True)
-        for r in range(ZERO_WORLD)
+        ctx.Process(target=_zero_rank, args=(r, port, stage, model, seq, batch, queue, world), daemon=True)
+        for r in range(world)
     ]
     for p in procs:
         p.start()
     results: dict[int, dict[str, Any]] = {}
     deadline = time.monotonic() + CASE_TIMEOUT_S
     try:
-        while len(results) < ZERO_WORLD and time.monotonic() < deadline:
+        while len(results) < world and time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 rank, res = queue.get(timeout=5)
                 results[rank] = res
-            if len(results) < ZERO_WORLD and not any(p.is_alive() for p in procs):
+            if len(results) < world and not any(p.is_alive() for p in procs):
                 break
     finally:
         for p in procs:
@@ -459,38 +501,44 @@ def measure_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]
     return results[0]
 
 
-def planned_zero(stage: int, model: str, seq: int, batch: int) -> dict[str, Any]:
+def planned_zero(stage: int, model: str, seq: int, batch: int, world: int = ZERO_WORLD) -> dict[str, Any]:
     from ddpdoctor.plan import Strategy, Workload, shape_from_config
     from ddpdoctor.plan.memory import backward_workspace_bytes, breakdown, overhead_for
 
     shape = shape_from_config(CONFIGS[model])
     w = Workload(shape, micro_batch=batch, seq_len=seq)
     s = Strategy(f"zero{stage}" if stage else "fsdp")
-    b, _ = breakdown(w, s, ZERO_WORLD, overhead_for("unknown", None, 1, 0))
+    b, _ = breakdown(w, s, world, overhead_for("unknown", None, 1, 0))
     # Resident after the step: gradients are released by then, except stage 3's 16-bit partition; stage
     # 3's reduce buffer is allocated once and stays.
     # FSDP2 reshards every unit after backward: only the fp32 shards (the master) and their state stay.
     resident = b.optimizer + b.master + (b.parameters if stage else 0)
     if stage == 3:
-        resident += b.temporary + 2 * -(-shape.params // ZERO_WORLD)
+        resident += b.temporary + 2 * -(-shape.params // world)
+    # At the optimizer's step stage 3 has re-partitioned every parameter (stage3.py step():
+    # _partition_all_parameters()): the largest layer's gathered 16-bit parameter and gradient are gone.
+    gathered = 2 * w.weight_bytes * shape.largest_layer if stage == 3 else 0
     return {
         "model_states": b.model_states,
+        "states_at_step": b.model_states - gathered if stage else b.model_states,
         "resident": resident,
         "temporary": b.temporary,
         "peak": b.model_states + b.temporary + b.activations + backward_workspace_bytes(w, s) + b.inputs,
     }
 
 
-def zero_rows(model: str, seq: int, batch: int, stages: tuple[int, ...] = STAGES) -> list[dict[str, Any]]:
+def zero_rows(
+    model: str, seq: int, batch: int, stages: tuple[int, ...] = STAGES, world: int = ZERO_WORLD
+) -> list[dict[str, Any]]:
     rows = []
     for stage in stages:
         start = time.monotonic()
-        m = measure_zero(stage, model, seq, batch)
-        row: dict[str, Any] = {"case": {"model": model, "zero": stage, "world": ZERO_WORLD}}
+        m = measure_zero(stage, model, seq, batch, world)
+        row: dict[str, Any] = {"case": {"model": model, "zero": stage, "world": world}}
         if "error" in m:
             row["error"] = m["error"]
         else:
-            row["measured"], row["plan"] = m, planned_zero(stage, model, seq, batch)
+            row["measured"], row["plan"] = m, planned_zero(stage, model, seq, batch, world)
         row["seconds"] = round(time.monotonic() - start, 1)
         rows.append(row)
     return rows
@@ -510,6 +558,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument(
         "--zero", action="store_true", help="DeepSpeed ZeRO-1/2/3 (needs deepspeed) and torch FSDP2 on 2 ranks"
     )
+    ap.add_argument("--world", type=int, default=ZERO_WORLD, help="with --zero: ranks (gloo, this machine)")
     ap.add_argument(
         "--detail", action="store_true",
         help="with --zero: print what was live at the measured peak (the op that made each storage, where)",
@@ -527,7 +576,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows = []
     if args.zero:
         for m in args.models.split(","):
-            for row in zero_rows(m, args.seq, args.batch, tuple(int(x) for x in args.stages.split(","))):
+            for row in zero_rows(m, args.seq, args.batch, tuple(int(x) for x in args.stages.split(",")), args.world):
                 rows.append(row)
                 if not args.json:
                     _print_zero(row)
@@ -573,8 +622,16 @@ def _print_zero(r: dict[str, Any]) -> None:
         return
     m, p = r["measured"], r["plan"]
     resident_plan = p["resident"]
+    at_step = ""
+    if "model_states" in m:
+        at_step = (
+            f"  states at step {m['model_states'] / 2**20:.2f}/{p['states_at_step'] / 2**20:.2f}="
+            f"{p['states_at_step'] / m['model_states']:.3f}"
+        )
+    if "grad_partition" in m:
+        at_step += f" (16-bit grad partition {m['grad_partition'] / 2**20:.2f}, after step {m.get('grad_partition_after_step', 0) / 2**20:.2f})"
     print(
-        f"{label}  resident after step {m['resident'] / 2**20:.2f}/{resident_plan / 2**20:.2f}="
+        f"{label}{at_step}  resident after step {m['resident'] / 2**20:.2f}/{resident_plan / 2**20:.2f}="
         f"{resident_plan / m['resident']:.3f}  peak {m['peak'] / 2**20:.2f}/{p['peak'] / 2**20:.2f}="
         f"{p['peak'] / m['peak']:.3f}",
         flush=True,

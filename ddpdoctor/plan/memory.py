@@ -346,8 +346,9 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
         return wb * p, _ceil((wb + fp32_grad) * p, n), _ceil(opt * p, n), _ceil(master * p, n), notes
     if s.kind == "zero3":
         # DeepSpeed estimate_zero3_model_states_mem_needs (no offload): 4·largest_layer + 18·P/N, plus the
-        # persistent 16-bit gradient partition stage 3 keeps between reduce and step (2·P/N; measured
-        # ~20·P/N at the step, the estimator omits it): 4·L + 20·P/N.
+        # 16-bit gradient partition the estimator omits (2·P/N): stage3.py allocates it once in __init__
+        # (grad_partitions_flat_buffer) and never frees it. Measured (bench --zero, docs/plan.md): 20·P/N at
+        # the step, the buffer still there after it: 4·L + 20·P/N.
         big = w.shape.largest_layer
         return (
             _ceil(wb * p, n) + wb * big,
