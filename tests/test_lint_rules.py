@@ -211,9 +211,9 @@ POSITIVES: list[tuple[str, str]] = [
         "DDP005",
         """
         def main(ds):
-            sampler = DistributedSampler(ds)  # <-
+            sampler = DistributedSampler(ds)
             loader = DataLoader(ds, sampler=sampler)
-            for epoch in range(10):
+            for epoch in range(10):  # <- where set_epoch belongs (reviewers mark the epoch loop)
                 for batch in loader:
                     pass
     """,
@@ -222,8 +222,8 @@ POSITIVES: list[tuple[str, str]] = [
         "DDP005",
         """
         def main(ds):
-            loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=True))  # <-
-            for epoch in range(10):
+            loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=True))
+            for epoch in range(10):  # <-
                 loader.sampler.set_epoch(0)
     """,
     ),
@@ -1260,9 +1260,9 @@ POSITIVES += [
             for batch in loader:
                 model(batch)
         def main(ds, model):
-            sampler = DistributedSampler(ds)  # <-
+            sampler = DistributedSampler(ds)
             loader = DataLoader(ds, sampler=sampler)
-            for epoch in range(3):
+            for epoch in range(3):  # <-
                 train_one_epoch(model, loader)
     """,
     ),
@@ -1583,6 +1583,42 @@ NEAR_MISSES += [
 ]
 
 
+# DDP034 (held-out review of 2026-11-27, open-mmlab/mmcv's Slurm init).
+POSITIVES += [
+    (
+        "DDP034",
+        """
+        def init_slurm():
+            rank = int(os.environ["SLURM_PROCID"])
+            if is_free_port(29500):  # <-
+                os.environ["MASTER_PORT"] = "29500"
+            else:
+                os.environ["MASTER_PORT"] = str(find_free_port())
+            dist.init_process_group("nccl", rank=rank, world_size=int(os.environ["SLURM_NTASKS"]))
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP034",
+        """
+        def main():
+            os.environ["MASTER_PORT"] = str(find_free_port())
+            mp.spawn(worker, nprocs=4)
+    """,
+    ),
+    (
+        "DDP034",
+        """
+        def init_slurm():
+            rank = int(os.environ["SLURM_PROCID"])
+            os.environ["MASTER_PORT"] = str(20000 + int(os.environ["SLURM_JOB_ID"]) % 20000)
+            dist.init_process_group("nccl", rank=rank, world_size=int(os.environ["SLURM_NTASKS"]))
+    """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -1622,7 +1658,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 34)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 35)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

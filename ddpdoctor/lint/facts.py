@@ -187,18 +187,45 @@ def is_main_guard(test: ast.AST) -> bool:
     return False
 
 
+def _env_get(node: ast.AST) -> Optional[str]:
+    """`os.environ.get("KEY", ...)` / `os.getenv("KEY", ...)` / `environ["KEY"]` -> "KEY"."""
+    if isinstance(node, ast.Call) and node.args:
+        key = node.args[0]
+        name = dotted(node.func) or ""
+        if (name.endswith("environ.get") or name.split(".")[-1] == "getenv") and isinstance(key, ast.Constant):
+            return key.value if isinstance(key.value, str) else None
+    return None
+
+
+def _empty(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value in (None, "")
+
+
 def env_absent_key(test: ast.AST, op: type = ast.NotIn) -> Optional[str]:
     """`"KEY" not in os.environ` -> "KEY": the body only sets a default the launcher can override.
-    With `op=ast.In`, `"KEY" in os.environ` -> "KEY": then the `else:` sets the default."""
-    if (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], op)
-        and isinstance(test.left, ast.Constant)
-        and isinstance(test.left.value, str)
-        and (dotted(test.comparators[0]) or "").endswith("environ")
-    ):
-        return test.left.value
+    With `op=ast.In`, `"KEY" in os.environ` -> "KEY": then the `else:` sets the default.
+    Also the other spellings of "unset or empty" (held-out review of 2026-11-27, dlrm's
+    `if not os.environ.get("MASTER_PORT", None):`): `not os.getenv("KEY")`, `os.environ.get("KEY") is None`,
+    `== ""`; and of "set": a bare `os.environ.get("KEY")`, `is not None`, `!= ""`."""
+    absent = op is ast.NotIn
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, cmp, right = test.left, test.ops[0], test.comparators[0]
+        if isinstance(left, ast.Constant) and isinstance(left.value, str):
+            holder = right
+            if isinstance(right, ast.Call) and isinstance(right.func, ast.Attribute) and right.func.attr == "keys":
+                holder = right.func.value
+            if isinstance(cmp, op) and (dotted(holder) or "").endswith("environ"):
+                return left.value
+            return None
+        key = _env_get(left)
+        if key and _empty(right):
+            if isinstance(cmp, (ast.Is, ast.Eq) if absent else (ast.IsNot, ast.NotEq)):
+                return key
+        return None
+    if absent and isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _env_get(test.operand)
+    if not absent:
+        return _env_get(test)
     return None
 
 

