@@ -280,3 +280,15 @@ def test_deeply_nested_json_from_pyspy_or_ras_is_refused_as_garbage():
             parse_pyspy_json(text)
     with pytest.raises(ValueError, match="nested"):
         parse_ras_json('{"a":' * 70 + "1" + "}" * 70)
+
+
+def test_snapshot_line_says_what_moved_not_a_verdict() -> None:
+    # Held-out hang set 3, j03 (2026-11-27): a healthy job whose ranks all waited on their DataLoader
+    # workers for the whole look got "verdict: no sign of a hang" above "snapshots: ..., job hung".
+    from ddpdoctor.render.hang import _verdict_detail_lines
+
+    report = {"verdict": {"kind": "none"}, "progress": {"samples": 12, "span_s": 6.0, "state": "hung"}}
+    lines = _verdict_detail_lines(report)
+    assert lines == ["snapshots: 12 over 6.0s, nothing moved between them"]
+    report["progress"]["state"] = "progressing"
+    assert _verdict_detail_lines(report) == ["snapshots: 12 over 6.0s, the job moved between them"]

@@ -50,10 +50,19 @@ def _verdict_detail_lines(report: Mapping[str, Any]) -> list[str]:
             out.extend(f"    {text}" for text in chain)
     progress = report.get("progress") or {}
     if progress.get("samples"):
-        out.append(
-            f"snapshots: {progress['samples']} over {progress.get('span_s', 0):.1f}s, job {progress.get('state')}"
-        )
+        # What the snapshots saw, not a verdict: "nothing moved" can sit under "no sign of a hang" (every
+        # rank waiting on its DataLoader workers), where "job hung" read as a contradiction.
+        seen = _MOTION_WORDS.get(str(progress.get("state")), str(progress.get("state")))
+        out.append(f"snapshots: {progress['samples']} over {progress.get('span_s', 0):.1f}s, {seen}")
     return out
+
+
+_MOTION_WORDS = {
+    "hung": "nothing moved between them",
+    "progressing": "the job moved between them",
+    "spinning": "a rank ran in place between them",
+    "unknown": "too few to compare",
+}
 
 
 def render_hang_text(report: Mapping[str, Any]) -> None:
