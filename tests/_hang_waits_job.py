@@ -19,7 +19,8 @@ all_reduce for the last one:
 - `flock`: the last rank takes an fcntl.flock on a file, then opens it again and waits for the lock;
 - `pipe_read`: the last rank reads from a pipe whose write end nobody writes to;
 - `fifo_open`: the last rank opens a FIFO for reading that no process opens for writing;
-- `store_get`: the last rank waits in the c10d store's get() for a key no rank sets.
+- `store_get`: the last rank waits in the c10d store's get() for a key no rank sets;
+- `sleep_ms`: the last rank's rate limiter passes a delay in milliseconds to time.sleep (seconds).
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
@@ -161,6 +162,11 @@ def store_get(rank: int) -> None:
     store.get("never-set")  # HANG-LINE store-get
 
 
+def rate_limit(rank: int, delay_ms: int) -> None:
+    ready(rank)
+    time.sleep(delay_ms)  # HANG-LINE sleep-ms
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
@@ -211,6 +217,8 @@ def main() -> None:
             fifo_open(rank)
         elif scenario == "store_get":
             store_get(rank)
+        elif scenario == "sleep_ms":
+            rate_limit(rank, 60 * 60 * 1000)
         elif scenario == "writer":
             ready(rank)
             time.sleep(3600)  # HANG-LINE writer

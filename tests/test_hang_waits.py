@@ -3,7 +3,7 @@ that is no collective (tests/_hang_waits_job.py): the verdict names the rank and
 waits (`verdict.mechanism`): a lock-order deadlock between two threads, a lock nothing else holds, a
 Queue.join whose consumer never calls task_done(), a get() with no producer, a poll loop, an Event or
 Barrier nothing completes, a child process it joins, a file lock, a pipe or FIFO nobody writes, a store
-key nobody sets. A thread only rank 0 runs by design is not called missing. Each job runs in its own session and is SIGKILLed as a group.
+key nobody sets, a delay in milliseconds given to time.sleep. A thread only rank 0 runs by design is not called missing. Each job runs in its own session and is SIGKILLed as a group.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ EXPECTED = {
     "barrier": ("barrier.parties_missing", "barrier", ["threading.Barrier.wait()"]),
     "proc_join": ("process.join_child", "proc-join", ["Process.join()", "for its child process pid"]),
     "popen_wait": ("subprocess.wait_child", "popen-wait", ["for its child process pid", "`sleep 3600`"]),
-    "writer": (None, "writer", []),
+    "writer": ("sleep.long", "writer", ["it sleeps 3,600 s (about 1.0 hours", "rather than waits for a peer"]),
     "flock": ("file.lock_held", "flock", ["fcntl file lock"]),
     "pipe_read": ("io.read_no_writer", "pipe-read", ["for data nobody writes"]),
     "fifo_open": ("io.open_blocked", "fifo-open", ["opening a FIFO blocks"]),
     "store_get": ("store.key_never_set", "store-get", ["c10d store's get()", "never-set"]),
+    "sleep_ms": ("sleep.milliseconds_as_seconds", "sleep-ms",
+                 ["a value in milliseconds passed as seconds?", "rather than waits for a peer"]),
 }
 
 
@@ -73,15 +75,16 @@ def test_why_the_rank_waits(hung):
     mechanism, tag, words = EXPECTED[scenario]
     assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [CULPRIT], verdict
     assert verdict["culprits"][0]["line"] == marker_line(tag, SCRIPT), verdict["culprits"][0]
-    if mechanism is None:
-        assert "mechanism" not in verdict, verdict
-        # rank 0's own writer thread is there by design: no "rank 1 has no `tb-writer` thread".
-        assert "tb-writer" not in verdict["summary"], verdict["summary"]
-        return
+    # rank 0's own writer thread is there by design: no "rank 1 has no `tb-writer` thread".
+    assert "tb-writer" not in verdict["summary"], verdict["summary"]
     assert verdict["mechanism"]["id"] == mechanism, verdict
     assert f"why it waits: {verdict['mechanism']['summary']}" in verdict["summary"]
     for word in words:
         assert word in verdict["summary"], (word, verdict["summary"])
+    if scenario == "sleep_ms":
+        # py-spy --locals read `delay_ms`: the sleep's length is said, in seconds and days.
+        assert verdict["mechanism"]["threads"][0]["seconds"] == 3_600_000, verdict["mechanism"]
+        assert "it sleeps 3,600,000 s (about 41.7 days" in verdict["summary"], verdict["summary"]
     if scenario == "lock_order":
         assert f"_hang_waits_job.py:{marker_line('saver', SCRIPT)}" in verdict["summary"]
     if scenario in ("proc_join", "popen_wait"):

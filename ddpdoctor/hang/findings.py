@@ -104,6 +104,8 @@ class HangFacts:
     # a rank in Process.join / Popen.wait waits for (a `sleep` child carries no readable RANK, so it is
     # no helper).
     children: dict[int, list[tuple[int, str, str]]] = field(default_factory=dict)
+    # pid -> name -> repr: the locals of a rank's innermost user frame when it sleeps there (py-spy --locals).
+    sleep_locals: dict[int, dict[str, str]] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
     job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr

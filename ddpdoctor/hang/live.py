@@ -4,11 +4,12 @@ distributed job at all. Pure; `ctx` is verdict.py's context (who, where, records
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from ddpdoctor.hang.findings import HangFacts, plural_ranks, ranks_verb
 from ddpdoctor.hang.progress import Motion
-from ddpdoctor.hang.source import left_loop
+from ddpdoctor.hang.source import LeftLoop, left_loop, loop_around
 from ddpdoctor.hang.stacks import RankStack
 
 
@@ -245,3 +246,150 @@ def left_sequence(ctx: Any, who: str, culprits: list[int], lead: int, main: Any)
         "every rank run the same number of iterations and collectives."
     )
     return summary, fix
+
+
+@dataclass(frozen=True)
+class LoopSplit:
+    """Two ranks that wait in different collectives because one is still in a loop the other has left:
+    `frame` is the stayer's frame inside that loop (its file and function)."""
+
+    stayer: RankStack
+    leaver: RankStack
+    frame: Any
+    loop: LeftLoop
+
+
+def loop_split(ctx: Any, a: RankStack, b: RankStack) -> Optional[LoopSplit]:
+    """Read from the source of both call chains (never run): where they part, in one function, the rank
+    on the earlier line is still inside a loop (in that function, or in the function it called there)
+    that the rank on the later line has finished. None when the chains say nothing of the kind."""
+    if a.main is None or b.main is None:
+        return None
+    chain_a = [f for f in reversed(a.main.frames) if f.is_user]
+    chain_b = [f for f in reversed(b.main.frames) if f.is_user]
+    i = 0
+    while i < min(len(chain_a), len(chain_b)) and chain_a[i] == chain_b[i]:
+        i += 1
+    if i >= len(chain_a) or i >= len(chain_b):
+        return None
+    fa, fb = chain_a[i], chain_b[i]
+    if (fa.filename, fa.name) != (fb.filename, fb.name) or fa.line == fb.line:
+        return None
+    stayer, leaver, chain = (a, b, chain_a) if fa.line < fb.line else (b, a, chain_b)
+    lines = ctx.facts.sources.get(fa.filename)
+    if not lines:
+        return None
+    same = left_loop(lines, min(fa.line, fb.line), max(fa.line, fb.line))
+    if same is not None:
+        return LoopSplit(stayer, leaver, chain[i], same)
+    for frame in chain[i + 1:]:
+        text = ctx.facts.sources.get(frame.filename)
+        found = loop_around(text, frame.line) if text else None
+        if found is not None:
+            return LoopSplit(stayer, leaver, frame, found)
+    return None
+
+
+def _key(stack: RankStack) -> int:
+    return stack.rank if stack.rank is not None else -stack.pid
+
+
+def loop_split_mechanism(ctx: Any, split: LoopSplit, stayers: list[int], leavers: list[int]) -> dict[str, Any]:
+    """The verdict's `mechanism` for a LoopSplit, and who is to blame: with an exit (`break`, `return`) in
+    the loop the ranks that took it left early; with none, the ranks still in it run more iterations than
+    the others (uneven data, or a loop condition that differs between ranks)."""
+    frame, loop = split.frame, split.loop
+    header = ctx.code(frame.filename, loop.header)
+    stay_wait, leave_wait = split.stayer.waiting_in() or "a collective", split.leaver.waiting_in() or "a collective"
+    stay_at, leave_at = split.stayer.user_frame(), split.leaver.user_frame()
+    stay_line = f"line {stay_at.line}" if stay_at is not None else "?"
+    leave_line = f"line {leave_at.line}" if leave_at is not None else "?"
+    loop_where = f"the loop `{header}` at line {loop.header} of {frame.name}() ({frame.filename})"
+    records = [
+        {"thread": "MainThread", "file": frame.filename, "line": loop.header, "code": header, "role": "loop"},
+        *({"thread": "MainThread", "file": frame.filename, "line": n, "code": ctx.code(frame.filename, n),
+           "role": "exit"} for n in loop.exits[:4]),
+    ]
+    if loop.exits:
+        exits = ", ".join(f"line {n} ({ctx.code(frame.filename, n).split()[0]})" for n in loop.exits[:3])
+        who = plural_ranks(leavers)
+        summary = (
+            f"{who} left the loop at {exits} and {'waits' if len(leavers) == 1 else 'wait'} in {leave_wait} at "
+            f"{leave_line}; the others ({plural_ranks(stayers)}) wait in {stay_wait} at {stay_line}, still inside "
+            f"{loop_where}: the exit's condition was true on {who} only (it depends on the rank or on rank-local "
+            "data)"
+        )
+        fix = (
+            "Decide to leave the loop on every rank together: reduce the condition first (e.g. all_reduce a "
+            "`stop` flag with MAX, or the loss) so all ranks break at the same iteration."
+        )
+        return {"id": "loop.left_early", "summary": summary, "threads": records, "pids": [], "culprits": leavers,
+                "fix": fix}
+    who = plural_ranks(stayers)
+    data = header.lstrip().startswith(("for ", "async for "))
+    summary = (
+        f"{who} {'runs' if len(stayers) == 1 else 'run'} one more iteration than the others ("
+        + ("uneven number of batches per rank" if data else "the loop's condition differs between ranks")
+        + f"): {'it is' if len(stayers) == 1 else 'they are'} still inside {loop_where} and "
+        f"{'waits' if len(stayers) == 1 else 'wait'} in {stay_wait} at {stay_line}, while "
+        f"{plural_ranks(leavers)} finished that loop and {'waits' if len(leavers) == 1 else 'wait'} in "
+        f"{leave_wait} at {leave_line}"
+    )
+    fix = (
+        "Give every rank the same number of iterations: use DistributedSampler(drop_last=True) (or shards of "
+        "equal length), or wrap the loop in `with torch.distributed.algorithms.Join([model]):` so ranks that run "
+        "out shadow the others' collectives."
+    )
+    return {"id": "loop.uneven_iterations", "summary": summary, "threads": records, "pids": [], "culprits": stayers,
+            "fix": fix}
+
+
+def split_sides(split: LoopSplit, groups: list[Any]) -> tuple[list[int], list[int]]:
+    """(stayer ranks, leaver ranks): the members of the stack groups of the two sides of a LoopSplit."""
+    stay_sig, leave_sig = split.stayer.signature(), split.leaver.signature()
+    stayers = sorted(r for g in groups if g.signature == stay_sig for r in g.ranks) or [_key(split.stayer)]
+    leavers = sorted(r for g in groups if g.signature == leave_sig for r in g.ranks) or [_key(split.leaver)]
+    return stayers, leavers
+
+
+def loop_tie_verdict(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
+    """Two stack groups in different collectives, no majority: a verdict that names one side when the
+    source says one is inside a loop the other has left (loop_split), else None."""
+    split = loop_split(ctx, groups[0].example, groups[1].example)
+    if split is not None:
+        mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))
+        culprits = list(mechanism["culprits"])
+        others = sorted(r for g in groups for r in g.ranks if r not in culprits)
+        lead_stack = ctx.stack_by_rank[culprits[0]]
+        other_stack = next(g.example for g in groups if culprits[0] not in g.ranks)
+        verdict = {
+            "kind": "stack_outlier",
+            "summary": (
+                f"{ctx.who(culprits[0]) if len(culprits) == 1 else plural_ranks(culprits)} "
+                f"{'waits' if len(culprits) == 1 else 'wait'} in {lead_stack.waiting_in()} at "
+                f"{ctx.where_line(lead_stack)}, while {ranks_verb(others, 'waits', 'wait')} in "
+                f"{other_stack.waiting_in()} at {ctx.where_line(other_stack)}: the ranks are in different "
+                f"collectives (out of step) -> the cause is the code path of {plural_ranks(culprits)}, not the "
+                "network"
+            ),
+            "culprit_ranks": [r for r in culprits if r >= 0],
+            "other_ranks": [r for r in others if r >= 0],
+            "culprits": ctx.records(culprits),
+            "collective": None,
+            "tie": False,
+            "fix": "Make every rank run the same iterations and issue the same collectives in the same order.",
+            "source": "stacks",
+        }
+        return with_loop_mechanism(verdict, mechanism)
+    return None
+
+
+def with_loop_mechanism(verdict: dict[str, Any], mechanism: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The verdict with why the ranks parted (live.loop_split_mechanism): its `mechanism`, quoted in the
+    summary after `why it waits:`, its fix first."""
+    if mechanism is None:
+        return verdict
+    verdict["mechanism"] = {k: mechanism[k] for k in ("id", "summary", "threads", "pids")}
+    verdict["summary"] += f"; why it waits: {mechanism['summary']}"
+    verdict["fix"] = f"{mechanism['fix']} {verdict['fix']}".strip()
+    return verdict

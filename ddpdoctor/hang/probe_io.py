@@ -486,8 +486,35 @@ def gather_facts(
         facts.worker_stacks = _dataloader_workers(facts, pyspy, deadline, timeout_s, pool)
     facts.children = _rank_children(facts)
     read_sources_into(facts)
+    facts.sleep_locals = _sleep_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.duration_s = time.monotonic() - start
     return facts
+
+
+def _sleep_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:
+    """The locals of each rank that sleeps on its innermost user line (`time.sleep(delay)`): what the
+    delay is worth. Equivalent: `py-spy dump --json --locals --nonblocking --pid PID` (non-blocking: a
+    pause would wake the sleep)."""
+    from ddpdoctor.edge.runner import run_argv
+    from ddpdoctor.hang.stacks import frame_locals
+
+    out: dict[int, dict[str, str]] = {}
+    if pyspy is None:
+        return out
+    for stack in facts.stacks[:16]:
+        main = stack.main
+        frame = main.frames[0] if main is not None and main.frames else None
+        lines = facts.sources.get(frame.filename) if frame is not None else None
+        if frame is None or not frame.is_user or not lines or not 0 < frame.line <= len(lines):
+            continue
+        if "sleep(" not in lines[frame.line - 1]:
+            continue
+        seen = run_argv([pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid", str(stack.pid)], timeout_s=timeout_s)
+        if seen.ok:
+            found = frame_locals(seen.stdout, frame.name, frame.line)
+            if found:
+                out[stack.pid] = found
+    return out
 
 
 def spawn_ranks(workers: list[Worker], pyspy: Optional[str], timeout_s: float) -> list[Worker]:

@@ -131,10 +131,10 @@ class LeftLoop:
 _EXIT = re.compile(r"^\s*(break|return)\b")
 
 
-def left_loop(lines: Sequence[str], inside: int, after: int) -> Optional[LeftLoop]:
-    """The loop around line `inside` (where the other ranks wait) when line `after` (where one rank idles,
-    in the same function) lies past its end: that rank has left the loop, through one of its exits."""
-    if not 0 < inside <= len(lines) or not 0 < after <= len(lines) or after <= inside:
+def loop_around(lines: Sequence[str], inside: int) -> Optional[LeftLoop]:
+    """The innermost `for`/`while` of its own function whose body holds line `inside`, with its exits: the
+    `break`s that leave this very loop (not one nested in it) and every `return` in its body."""
+    if not 0 < inside <= len(lines) or not _is_code(lines[inside - 1]):
         return None
     depth = _indent(lines[inside - 1])
     header = None
@@ -159,7 +159,32 @@ def left_loop(lines: Sequence[str], inside: int, after: int) -> Optional[LeftLoo
             break
         if _is_code(text):
             end = number
-    if after <= end:
+    exits = []
+    for number in range(header + 1, end + 1):
+        found = _EXIT.match(lines[number - 1])
+        if found and (found.group(1) == "return" or _loop_of_break(lines, number, header) == header):
+            exits.append(number)
+    return LeftLoop(header, end, tuple(exits[:8]))
+
+
+def _loop_of_break(lines: Sequence[str], line: int, outer: int) -> int:
+    """The header line of the innermost loop a `break` at `line` leaves (searching back to `outer`)."""
+    depth = _indent(lines[line - 1])
+    for number in range(line - 1, outer - 1, -1):
+        text = lines[number - 1]
+        if _is_code(text) and _indent(text) < depth:
+            depth = _indent(text)
+            if text.lstrip().startswith(("for ", "while ", "async for ")):
+                return number
+    return outer
+
+
+def left_loop(lines: Sequence[str], inside: int, after: int) -> Optional[LeftLoop]:
+    """The loop around line `inside` (where the other ranks wait) when line `after` (where one rank idles,
+    in the same function) lies past its end: that rank has left the loop, through one of its exits."""
+    if not 0 < inside <= len(lines) or not 0 < after <= len(lines) or after <= inside:
         return None
-    exits = tuple(n for n in range(header + 1, end + 1) if _EXIT.match(lines[n - 1]))
-    return LeftLoop(header, end, exits[:8])
+    found = loop_around(lines, inside)
+    if found is None or after <= found.end:
+        return None
+    return found

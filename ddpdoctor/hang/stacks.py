@@ -31,6 +31,16 @@ COLLECTIVE_NAMES = frozenset(
 )
 
 
+# DistributedDataParallel methods (torch/nn/parallel/distributed.py) that are themselves collectives, and
+# those of its forward that block in one below Python (Reducer._rebuild_buckets, the buffer broadcast); the
+# forward's `_run_ddp_forward` is left out: below it the user's module computes.
+_DDP_COLLECTIVE_METHODS = frozenset(
+    {"_sync_buffers", "_sync_params", "_check_global_requires_backward_grad_sync", "_match_all_reduce_for_bwd_pass",
+     "_match_unused_params_allreduce", "_sync_module_buffers", "_default_broadcast_coalesced",
+     "_distributed_broadcast_coalesced", "_check_and_sync_module_buffers"}
+)
+_DDP_FORWARD_METHODS = frozenset({"_pre_forward", "_post_forward"})
+
 # DataLoader methods the main thread waits in for a worker's batch (torch/utils/data/dataloader.py).
 _DATALOADER_WAITS = frozenset({"_try_get_data", "_get_data", "_next_data"})
 
@@ -51,8 +61,12 @@ def collective_wrapper(frame: Frame) -> Optional[str]:
         return "ZeroRedundancyOptimizer.step (its parameter broadcast)"
     if "torch/distributed/fsdp/" in path or "torch/distributed/_composable/fsdp/" in path:
         return f"FSDP {name} (its all-gather / reduce-scatter)"
-    if path.endswith("torch/nn/parallel/distributed.py") and name in ("_sync_buffers", "_sync_params", "_check_global_requires_backward_grad_sync", "_match_all_reduce_for_bwd_pass", "_match_unused_params_allreduce"):
+    if path.endswith("torch/nn/parallel/distributed.py") and name in _DDP_COLLECTIVE_METHODS:
         return f"DistributedDataParallel {name}"
+    if path.endswith("torch/nn/parallel/distributed.py") and name in _DDP_FORWARD_METHODS:
+        # DDP's forward issues collectives of its own before the module runs (the bucket rebuild's
+        # broadcast on the second iteration, the buffer broadcast): a rank blocked there waits for peers.
+        return f"DistributedDataParallel forward ({name}: its bucket/buffer broadcast)"
     return None
 
 
@@ -294,3 +308,22 @@ def spawn_rank(text: str) -> Optional[tuple[int, str]]:
             return process_index, (f"torch.multiprocessing.spawn's process index i={process_index} in its "
                                    f"_wrap(fn, i, ...) frame, the first argument of {name}() (py-spy dump --locals)")
     return None
+
+
+def frame_locals(text: str, name: str, line: int) -> dict[str, str]:
+    """name -> repr of the locals (arguments included) of the main thread's frame `name` at `line`, from
+    `py-spy dump --json --locals`; empty when that frame is not there."""
+    try:
+        raw = load_json_text(text)
+    except ValueError:
+        return {}
+    if not isinstance(raw, list):
+        return {}
+    threads = [t for t in raw[:1000] if isinstance(t, dict)]
+    main = [t for t in threads if t.get("thread_name") == "MainThread"] or threads[:1]
+    for thread in main:
+        for frame in (thread.get("frames") or [])[:500]:
+            if isinstance(frame, dict) and frame.get("name") == name and frame.get("line") == line:
+                return {str(v.get("name"))[:100]: str(v.get("repr"))[:200]
+                        for v in (frame.get("locals") or [])[:200] if isinstance(v, dict) and v.get("repr") is not None}
+    return {}

@@ -1,5 +1,7 @@
 """Judge a hanging job from what probe_io gathered: one verdict, root cause first, plus a finding per
 source (stacks, NCCL RAS, Flight Recorder). Pure: facts in, HangReport out; nothing here reads or prints.
+Its ~600 lines stay one module: every verdict source shares the _Context lookups (who, where, records);
+the verdicts from behaviour and from loops live in live.py.
 """
 
 from __future__ import annotations
@@ -27,12 +29,17 @@ from ddpdoctor.hang.findings import (
 )
 from ddpdoctor.hang.live import (
     left_sequence,
+    loop_split,
+    loop_split_mechanism,
+    loop_tie_verdict,
     not_distributed,
+    split_sides,
     verdict_exited,
     verdict_no_job_at_pid,
     verdict_not_distributed,
     verdict_progressing,
     verdict_spinning,
+    with_loop_mechanism,
 )
 from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
@@ -327,6 +334,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         return None
     odd = odd_ones_out(groups)
     waiting = [g for g in groups if g.example.waiting_in()]
+    mechanism: Optional[dict[str, Any]] = None
     if odd:
         culprits = sorted(r for g in odd for r in g.ranks)
         main = groups[0] if groups[0] not in odd else next(g for g in groups if g not in odd)
@@ -349,6 +357,9 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 "(or on data that differs between ranks) around those lines. `--fr` with Flight Recorder "
                 "dumps tells a collective only some ranks call from ranks taking different branches."
             )
+            split = loop_split(ctx, ctx.stack_by_rank[lead], main.example)
+            if split is not None:
+                mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))
         elif main_wait and not odd_wait:
             # Every other rank waits in a collective; this one is in none: it left the sequence of
             # collectives (it idles, or it left the loop the others are still in).
@@ -366,7 +377,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 + (", not the network" if main_wait else "")
             )
             fix = "Look at what the named rank does at that line instead of joining the collective."
-        return {
+        verdict = {
             "kind": "stack_outlier",
             "summary": summary,
             "culprit_ranks": [r for r in culprits if r >= 0],
@@ -377,6 +388,13 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             "fix": fix,
             "source": "stacks",
         }
+        return with_loop_mechanism(verdict, mechanism)
+    if len(groups) == 2 and len(waiting) == 2:
+        # Two sides in different collectives with no majority: the source of both call chains can still say
+        # which side is wrong, when one is inside a loop the other has left.
+        from_loop = loop_tie_verdict(ctx, groups)
+        if from_loop is not None:
+            return from_loop
     if len(groups) > 1 and len(waiting) == len(groups):
         # No majority (e.g. two ranks), each side waiting in a different collective: out of step, and
         # the stacks alone cannot say which side is wrong.

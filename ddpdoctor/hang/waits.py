@@ -252,12 +252,14 @@ def explain_wait(
     history: Sequence[RankStack] = (),
     woke: Optional[int] = None,
     helpers: Sequence[tuple[int, str, str]] = (),
+    frame_locals: Optional[Mapping[str, str]] = None,
 ) -> Optional[Mechanism]:
     """Why this rank's main thread waits, when it waits in no collective: one Mechanism, or None.
 
     `history`: this rank's stacks in earlier snapshots (a poll loop moves between its lines); `woke`: its
     main thread's voluntary context switches over the look (a poll wakes, a plain sleep does not);
-    `helpers`: (pid, kind, command line) of its child processes (procs.split_ranks)."""
+    `helpers`: (pid, kind, command line) of its child processes (procs.split_ranks); `frame_locals`: the
+    locals of its innermost user frame where it sleeps (probe_io reads them with py-spy --locals)."""
     main = stack.main
     if main is None or stack.waiting_in() is not None or stack.data_wait():
         return None
@@ -419,8 +421,88 @@ def explain_wait(
             [_record(mine, sources)],
         )
     if mine.kind == "sleep":
-        return _poll(mine, sources, history, woke)
+        long = _long_sleep(mine, sources, frame_locals or {})
+        if long is not None and long.id == "sleep.milliseconds_as_seconds":
+            return long
+        return _poll(mine, sources, history, woke) or long
     return _poll_seen_before(stack, sources, history, woke)
+
+
+_SLEEP_ARG = re.compile(r"\bsleep\(\s*([^()]{0,200}(?:\([^()]{0,100}\)[^()]{0,100})?)\)")
+_NUMBER = re.compile(r"^[+]?(\d[\d_]{0,20}(?:\.\d{0,20})?(?:[eE][+]?\d{1,3})?)$")
+_MS_NAME = re.compile(r"(?:^|_)(?:ms|msec|msecs|millis|milliseconds?)(?:$|_)|[a-z](?:Ms|MS|Millis)$", re.IGNORECASE)
+_IDENT = re.compile(r"[A-Za-z_]\w{0,100}")
+# Longer than this, a sleep is no pause between steps: it holds the rank out of the job.
+_LONG_SLEEP_S = 600.0
+
+
+def _number(text: str) -> Optional[float]:
+    found = _NUMBER.match(text.strip().strip("'\""))
+    try:
+        return float(found.group(1).replace("_", "")) if found else None
+    except ValueError:
+        return None
+
+
+def _sleep_value(arg: str, sources: Mapping[str, Sequence[str]], filename: str,
+                 frame_locals: Mapping[str, str]) -> tuple[Optional[float], str]:
+    """(seconds the sleep's argument is worth, where that was read): a literal; a local py-spy read
+    (`--locals`); else the one number the source assigns to a name or key ending in the argument's last
+    name (`"upload_min_interval_ms": 1500000`), read, never run."""
+    literal = _number(arg)
+    if literal is not None:
+        return literal, "the literal"
+    if arg in frame_locals and _number(frame_locals[arg]) is not None:
+        return _number(frame_locals[arg]), f"the local `{arg}` (py-spy --locals)"
+    names = _IDENT.findall(arg)
+    if len(names) == 0 or not all(n == "self" or n in arg.split(".") for n in names):
+        return None, ""
+    last = names[-1]
+    assign = re.compile(r"\b\w*" + re.escape(last) + r"""["']?\s*[:=]\s*([0-9][0-9_]*(?:\.[0-9]+)?)\b""")
+    values = {}
+    for number, text in enumerate(sources.get(filename) or [], 1):
+        for match in assign.finditer(text):
+            values.setdefault(match.group(1), number)
+    if len(values) == 1:
+        (value, number), = values.items()
+        return _number(value), f"the source (line {number})"
+    return None, ""
+
+
+def _long_sleep(mine: Blocked, sources: Mapping[str, Sequence[str]], frame_locals: Mapping[str, str]) -> Optional[Mechanism]:
+    """A sleep too long to be a pause between steps, or whose argument looks like milliseconds (a name in
+    `ms`, a `* 1000`) given to time.sleep, which takes seconds: the rank sleeps, it waits for no peer."""
+    code = _code(sources, mine.frame)
+    found = _SLEEP_ARG.search(code)
+    arg = found.group(1).strip() if found else ""
+    value, origin = _sleep_value(arg, sources, mine.frame.filename, frame_locals) if arg else (None, "")
+    ms_like = bool(arg) and ("1000" in arg.replace("_", "") or any(_MS_NAME.search(n) for n in _IDENT.findall(arg)))
+    if value is not None and value < _LONG_SLEEP_S and not ms_like:
+        return None
+    if value is None and not ms_like:
+        how = "how long could not be read"
+    else:
+        how = ""
+    parts = []
+    if value is not None:
+        days = value / 86400
+        span = f"about {days:.1f} days" if days >= 1 else f"about {value / 3600:.1f} hours" if value >= 3600 else f"{value:g} s"
+        parts.append(f"it sleeps {value:,.0f} s ({span}; the value read from {origin})")
+    else:
+        parts.append("it sleeps" + (f" ({how})" if how else ""))
+    text = f"{parts[0]} at line {mine.frame.line} `{code}` in {mine.frame.name}()"
+    if ms_like:
+        text += " — a value in milliseconds passed as seconds? (time.sleep takes seconds)"
+    text += ": the rank sleeps rather than waits for a peer, and reaches the next collective only when it wakes"
+    return Mechanism(
+        "sleep.milliseconds_as_seconds" if ms_like else "sleep.long",
+        text,
+        "Convert the delay to seconds before time.sleep (`time.sleep(delay_ms / 1000)`), and bound it; a rate "
+        "limit or back-off should be a short sleep in a loop with a deadline." if ms_like else
+        "Look at where that delay comes from and bound it; a rank that sleeps holds every other rank in its "
+        "next collective.",
+        [_record(mine, sources, seconds=value)],
+    )
 
 
 def _poll(

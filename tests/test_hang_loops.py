@@ -1,0 +1,63 @@
+"""`ddpdoctor hang` on real 2-rank gloo jobs under a real torchrun agent whose ranks wait in different
+collectives because one left a loop the other is still in (tests/_hang_loops_job.py): from the stacks
+alone (no Flight Recorder), reading the loop around both call chains, the verdict names the rank that
+left through `break` (not a symmetric tie), or the rank that runs one more DDP iteration (uneven
+batches). Each job runs in its own session and is SIGKILLed as a group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from _hang_harness import HungJob, marker_line
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
+SCRIPT = Path(__file__).with_name("_hang_loops_job.py")
+
+# scenario -> (culprit rank, mechanism id, the culprit's HANG-LINE marker, words the mechanism must hold)
+EXPECTED = {
+    "early_break": (1, "loop.left_early", "barrier", [
+        f"rank 1 left the loop at line {marker_line('break', SCRIPT)} (break) and waits in barrier at line "
+        f"{marker_line('barrier', SCRIPT)}; the others (rank 0) wait in all_reduce at line "
+        f"{marker_line('all-reduce', SCRIPT)}"]),
+    "uneven_ddp": (0, "loop.uneven_iterations", "ddp-forward", [
+        "rank 0 runs one more iteration than the others (uneven number of batches per rank)",
+        "DistributedDataParallel forward", f"in all_gather at line {marker_line('gather', SCRIPT)}"]),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED))
+def hung(request, tmp_path_factory):
+    job = HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)
+    try:
+        job.wait_ready()
+        yield request.param, job
+    finally:
+        job.kill()
+        assert job.alive() == [], "processes of the job survived"
+
+
+def test_the_rank_that_left_or_stayed(hung):
+    scenario, job = hung
+    env = dict(os.environ, COLUMNS="200")
+    out = subprocess.run([sys.executable, "-m", "ddpdoctor", "hang", "--json", "--no-ras", "--pid", str(job.proc.pid)],
+                         capture_output=True, timeout=120, cwd=REPO, env=env)
+    report = json.loads(out.stdout)
+    jsonschema.validate(report, SCHEMA)
+    if not all(s["frames"] for s in report["stacks"]):
+        pytest.skip("py-spy cannot attach here")
+    verdict = report["verdict"]
+    culprit, mechanism, tag, words = EXPECTED[scenario]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [culprit] and not verdict["tie"], verdict
+    assert verdict["culprits"][0]["line"] == marker_line(tag, SCRIPT), verdict["culprits"][0]
+    assert verdict["mechanism"]["id"] == mechanism, verdict
+    assert f"why it waits: {verdict['mechanism']['summary']}" in verdict["summary"]
+    for word in words:
+        assert word in verdict["mechanism"]["summary"], (word, verdict["mechanism"]["summary"])
