@@ -270,3 +270,122 @@ def test_method_call_is_not_the_module_function_of_that_name() -> None:
     """
     assert not has(src, "DDP017")
     assert has(src.replace("callbacks.run(", "run(x="), "DDP017")
+
+
+# --- (l) a log/CSV file every rank appends to at one path (DDP018) ------------------------------------
+
+# tczhangzhi/pytorch-distributed distributed_slurm_main.py: after each epoch every spawned rank runs
+# `with open("distributed.csv", "a+") as f: csv.writer(f).writerow([...])`, no rank check.
+SHARED_LOG = """
+import csv
+import logging
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(gpu, args):
+    dist.init_process_group("nccl", rank=gpu, world_size=2)
+    {log}
+    for epoch in range(3):
+        {guard}with open("timings.csv", "{mode}") as fh:
+            {pad}writer = csv.writer(fh)
+            {pad}writer.writerow([epoch, 1.5])
+
+if __name__ == "__main__":
+    mp.spawn(worker, nprocs=2, args=(None,))
+"""
+
+
+def shared_log(mode: str = "a+", guard: bool = False, log: str = "pass") -> str:
+    g, pad = ("if dist.get_rank() == 0:\n            ", "    ") if guard else ("", "")
+    return SHARED_LOG.format(mode=mode, guard=g, pad=pad, log=log)
+
+
+def test_append_log_on_every_rank_is_ddp018() -> None:
+    hits = [(line, c) for line, c in codes(shared_log()) if c == "DDP018"]
+    assert hits == [(11, "DDP018")]
+    # csv.writer over a file opened for "w" writes each rank's rows too
+    assert has(shared_log(mode="w"), "DDP018")
+    # logging.FileHandler appends by default
+    assert has(shared_log(log='logging.getLogger().addHandler(logging.FileHandler("train.log"))'), "DDP018")
+
+
+def test_append_log_near_misses_stay_silent() -> None:
+    assert not has(shared_log(guard=True), "DDP018")  # rank 0 only
+    assert not has(shared_log(mode="r"), "DDP018")  # read
+    per_rank = shared_log().replace('"timings.csv"', 'f"timings_{gpu}.csv"')
+    assert not has(per_rank, "DDP018")  # one file per rank
+    # a plain "w" write (a config dump: the same on every rank) stays out of the default tier
+    config = shared_log(mode="w").replace("writer = csv.writer(fh)", "pass").replace(
+        "writer.writerow([epoch, 1.5])", 'fh.write("lr=0.1")'
+    )
+    assert not has(config, "DDP018")
+
+
+# dinov2 eval/knn.py (tuning corpus): every rank opens the metrics file for append, but the dict it
+# writes is filled only under `if distributed.is_main_process():`, so the other ranks write nothing.
+RANK_ZERO_FILLED = """
+import json
+import torch.distributed as dist
+
+def evaluate(results, path):
+    dist.init_process_group("nccl")
+    out = {{}}
+    if dist.get_rank() == 0:
+        for k in results.keys():
+            out[k] = results[k].item()
+    with open(path, "a") as fh:
+        for k, v in {src}.items():
+            fh.write(json.dumps({{k: v}}))
+
+if __name__ == "__main__":
+    evaluate({{}}, "metrics.json")
+"""
+
+
+def test_append_of_rank_zero_data_stays_silent() -> None:
+    assert not has(RANK_ZERO_FILLED.format(src="out"), "DDP018")
+    assert has(RANK_ZERO_FILLED.format(src="results"), "DDP018")
+
+
+# --- (m) one writer per node on a multi-node run (DDP018) --------------------------------------------
+
+# richardkxu/distributed-pytorch imagenet_ddp.py and tczhangzhi/pytorch-distributed: Slurm starts one
+# task per node (SLURM_PROCID is the node), each spawns a process per GPU; a `local_rank == 0` check
+# leaves one writer on every node, all appending to the same file in the shared working directory.
+PER_NODE_LOG = """
+import os
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(local_rank, node, ngpus):
+    dist.init_process_group("nccl", rank=node * ngpus + local_rank, world_size={world})
+    if {check}:
+        with open("train_log.txt", "a") as fh:
+            fh.write("epoch done")
+
+def main():
+    node = int(os.environ["{node_var}"])
+    mp.spawn(worker, nprocs=4, args=(node, 4))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_one_writer_per_node_is_ddp018() -> None:
+    src = PER_NODE_LOG.format(world='int(os.environ["SLURM_NPROCS"]) * ngpus', check="local_rank == 0", node_var="SLURM_PROCID")
+    hits = [(line, c) for line, c in codes(src) if c == "DDP018"]
+    assert hits == [(9, "DDP018")]
+    mod = PER_NODE_LOG.format(world="nnodes * ngpus", check="(node * ngpus + local_rank) % ngpus == 0", node_var="NODE_RANK")
+    assert has(mod.replace("def worker(", "nnodes = 2\n\ndef worker("), "DDP018")
+
+
+def test_one_writer_per_node_near_misses_stay_silent() -> None:
+    # the global rank 0: one writer in the whole job
+    src = PER_NODE_LOG.format(world='int(os.environ["SLURM_NPROCS"]) * ngpus', check="dist.get_rank() == 0", node_var="SLURM_PROCID")
+    assert not has(src, "DDP018")
+    # a single-node script: local rank 0 is the only writer
+    one_node = PER_NODE_LOG.format(world="ngpus", check="local_rank == 0", node_var="GPUS").replace(
+        'int(os.environ["GPUS"])', "0"
+    )
+    assert not has(one_node, "DDP018")

@@ -193,7 +193,9 @@ def value_before(f: ModuleFacts, key: str, line: int) -> Optional[ast.expr]:
 
 # The script knows it runs across nodes: it names the global rank or the node rank apart from the local
 # one. (get_rank() alone is not enough: single-node scripts call it too.)
-_MULTI_NODE_RE = re.compile(rb"global_rank|node_rank|nnodes|num_nodes|['\"]RANK['\"]")
+# Slurm's task and node variables: srun starts the job on every node of the allocation.
+_SLURM_NODES = rb"SLURM_(?:PROCID|NPROCS|NTASKS|NNODES|JOB_NUM_NODES|NODEID)"
+_MULTI_NODE_RE = re.compile(rb"global_rank|node_rank|nnodes|num_nodes|['\"]RANK['\"]|" + _SLURM_NODES)
 
 
 # "Main process of this node" helpers: is_local_master(), is_local_main_process, local_main.
@@ -201,7 +203,7 @@ _LOCAL_MAIN_RE = re.compile(r"^(?:is_)?local_(?:main|master|chief|leader|primary
 
 
 # Node-level words: a script that names the node it runs on knows it runs on several.
-_NODE_WORDS_RE = re.compile(rb"node_rank|nnodes|num_nodes|n_nodes|NODE_RANK|SLURM_NODEID|node_id")
+_NODE_WORDS_RE = re.compile(rb"node_rank|nnodes|num_nodes|n_nodes|NODE_RANK|node_id|" + _SLURM_NODES)
 
 
 def local_only(test: ast.AST, source: bytes = b"") -> bool:

@@ -29,6 +29,7 @@ from ddpdoctor.lint.flow import (
     find_call_in,
     happens_before,
     in_memory,
+    local_rank_guarded,
     per_rank_path,
     rank_split_of,
     rank_zero_only,
@@ -165,8 +166,112 @@ _WRITERS: dict[str, tuple[int, str]] = {
 }
 
 
+def _open_mode(cs: CallSite) -> str:
+    mode = cs.arg(1, "mode")
+    if mode is None:
+        return "r"
+    return mode.value if isinstance(mode, ast.Constant) and isinstance(mode.value, str) else ""
+
+
+def _csv_handle(cs: CallSite) -> bool:
+    """`open(path, "w")` whose handle goes to `csv.writer` in the same function: `with open(p, "w") as
+    fh: w = csv.writer(fh)`, or `csv.writer(open(p, "w"))`."""
+    names = {
+        dotted(item.optional_vars)
+        for n in ast.walk(cs.scope.node)
+        if isinstance(n, (ast.With, ast.AsyncWith))
+        for item in n.items
+        if item.context_expr is cs.node and item.optional_vars is not None
+    }
+    names.update(
+        dotted(t)
+        for n in ast.walk(cs.scope.node)
+        if isinstance(n, ast.Assign) and n.value is cs.node
+        for t in n.targets
+    )
+    names.discard(None)
+    for c in cs.scope.calls:
+        if c.qual in ("csv.writer", "csv.DictWriter") and c.node.args:
+            handle = c.node.args[0]
+            if handle is cs.node or dotted(handle) in names:
+                return True
+    return False
+
+
+def _text_write_target(cs: CallSite) -> Optional[tuple[str, ast.AST]]:
+    """A log or CSV file opened for writing: `open(path, "a")` (every rank appends its own lines),
+    `open(path, "w")` handed to `csv.writer`, `logging.FileHandler(path)` (appends by default).
+    A plain `open(path, "w")` is left alone: often a config dump, the same on every rank."""
+    if cs.qual == "open" and cs.node.args:
+        mode = _open_mode(cs)
+        if "a" in mode and not _writes_rank_zero_data(cs):
+            return f'open(..., "{mode}")', cs.node.args[0]
+        if "w" in mode and _csv_handle(cs):
+            return "csv.writer(open(...))", cs.node.args[0]
+    elif cs.qual in ("logging.FileHandler", "logging.handlers.RotatingFileHandler") and cs.node.args:
+        return "logging.FileHandler(...)", cs.node.args[0]
+    return None
+
+
+def _rank_zero_filled(scope_node: ast.AST, guarded_lines: set[int]) -> set[str]:
+    """Names filled only inside a rank-0 branch of the function: `if is_main(): results[k] = v`."""
+    names: set[str] = set()
+    for n in ast.walk(scope_node):
+        if not (isinstance(n, ast.If) and any(n.lineno < ln <= (n.end_lineno or 0) for ln in guarded_lines)):
+            continue
+        for m in ast.walk(ast.Module(body=n.body, type_ignores=[])):
+            if isinstance(m, ast.Assign):
+                for t in m.targets:
+                    if isinstance(t, ast.Subscript) and dotted(t.value):
+                        names.add(dotted(t.value))  # type: ignore[arg-type]
+            elif isinstance(m, ast.Call) and isinstance(m.func, ast.Attribute) and dotted(m.func.value):
+                if m.func.attr in ("append", "extend", "update", "add"):
+                    names.add(dotted(m.func.value))  # type: ignore[arg-type]
+    return names
+
+
+def _writes_rank_zero_data(cs: CallSite) -> bool:
+    """The file is opened by every rank, but what goes in it is filled on rank 0 only (dinov2's
+    `with open(path, "a") as f: for k, v in results_dict.items(): f.write(...)`, with results_dict
+    filled under `if is_main_process():`): the other ranks append nothing."""
+    block = next(
+        (
+            n
+            for n in ast.walk(cs.scope.node)
+            if isinstance(n, (ast.With, ast.AsyncWith)) and any(i.context_expr is cs.node for i in n.items)
+        ),
+        None,
+    )
+    if block is None:
+        return False
+    guarded = {c.node.lineno for c in cs.scope.calls if c.guarded}
+    filled = _rank_zero_filled(cs.scope.node, guarded)
+    if not filled:
+        return False
+    for stmt in block.body:
+        src = (
+            stmt.iter
+            if isinstance(stmt, (ast.For, ast.AsyncFor))
+            else stmt.test
+            if isinstance(stmt, ast.If)
+            else None
+        )
+        if src is None or not any(dotted(n) in filled for n in ast.walk(src)):
+            return False
+    return True
+
+
+_NOT_FILES = frozenset({"os.devnull", "sys.stdout", "sys.stderr"})
+
+
 def _write_target(f: ModuleFacts, cs: CallSite) -> Optional[tuple[str, ast.AST]]:
     """(what writes, the path expression) for a write whose destination we can see."""
+    text = _text_write_target(cs)
+    if text is not None:
+        path = text[1]
+        if dotted(path) in _NOT_FILES or (isinstance(path, ast.Constant) and path.value == "/dev/null"):
+            return None
+        return text
     where = _WRITERS.get(cs.qual)
     if where is not None:
         target = cs.arg(*where)
@@ -205,6 +310,8 @@ _CONTENT_INDEX: dict[str, tuple[int, str]] = {
 def _content_per_rank(f: ModuleFacts, cs: CallSite) -> bool:
     """The written content differs by rank: it names the rank, or results a rank computed on its shard
     (`preds`, `results`, `metrics`, `outputs`), directly or through the variable it was built in."""
+    if _text_write_target(cs) is not None:
+        return True  # log lines and CSV rows: each rank's own timings, losses and metrics
     where = _CONTENT_INDEX.get(cs.qual)
     content = cs.arg(*where) if where else None
     if content is None:
@@ -233,24 +340,33 @@ def _runs_once(f: ModuleFacts, cs: CallSite) -> bool:
 _SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
 
 
-def same_path_writes(f: ModuleFacts) -> list[tuple[CallSite, str, bool]]:
-    """Writes every rank makes to one path: (call, what writes, whether the content differs by rank)."""
+def same_path_writes(f: ModuleFacts) -> list[tuple[CallSite, str, bool, Optional[int]]]:
+    """Writes every rank (or the first process of every node) makes to one path: (call, what writes,
+    whether the content differs by rank, the line of the one-per-node check or None)."""
     if "same_path_writes" in f.memo:
         return f.memo["same_path_writes"]  # type: ignore[return-value]
-    out: list[tuple[CallSite, str, bool]] = []
+    out: list[tuple[CallSite, str, bool, Optional[int]]] = []
     if uses_distributed(f):
         for cs in f.calls:
             found = _write_target(f, cs)
-            if found is None or cs.guarded or cs.rank_if is not None:
+            if found is None:
                 continue
             what, path = found
             if per_rank_path(f, path) or in_memory(f, path):
+                continue
+            # `if local_rank == 0:` in a script that runs on several nodes: one writer per node, all
+            # of them on the same (shared) path.
+            local = local_rank_guarded(f, cs)
+            if local is not None:
+                out.append((cs, what, _content_per_rank(f, cs), local))
+                continue
+            if cs.guarded or cs.rank_if is not None:
                 continue
             # Only where we can see the code runs on every rank: the module's top level, a spawn target,
             # or a function whose every caller we see (rank_zero_only says False only then).
             if rank_zero_only(f, cs.scope) or _runs_once(f, cs):
                 continue
-            out.append((cs, what, _content_per_rank(f, cs)))
+            out.append((cs, what, _content_per_rank(f, cs), None))
     f.memo["same_path_writes"] = out
     return out
 
@@ -264,8 +380,20 @@ def same_path_writes(f: ModuleFacts) -> list[tuple[CallSite, str, bool]]:
     "once, the file holds one rank's part, or an interleaved mix, and the others are silently lost.",
 )
 def check_same_path_write(f: ModuleFacts) -> Iterator[Hit]:
-    for cs, what, per_rank in same_path_writes(f):
-        if per_rank:
+    for cs, what, per_rank, local in same_path_writes(f):
+        if per_rank and local is not None:
+            yield (
+                cs.node,
+                f"{what} writes on one process per node (the local check on line {local}) in a "
+                "multi-node script: the first process of every node writes the same path",
+            )
+        elif per_rank and what.endswith(")"):
+            yield (
+                cs.node,
+                f"{what} runs on every rank with the same path: each rank's lines interleave with and "
+                "overwrite the others'",
+            )
+        elif per_rank:
             yield (
                 cs.node,
                 f"{what}() writes content that differs by rank to the same path on every rank: the ranks "
@@ -283,8 +411,8 @@ def check_same_path_write(f: ModuleFacts) -> Iterator[Hit]:
     default=False,
 )
 def check_same_content_write(f: ModuleFacts) -> Iterator[Hit]:
-    for cs, what, per_rank in same_path_writes(f):
-        if not per_rank:
+    for cs, what, per_rank, _local in same_path_writes(f):
+        if not per_rank and _local is None:
             yield cs.node, f"{what}() runs on every rank with the same path and the same content"
 
 
