@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ddpdoctor.hang.probe_io import find_pyspy
@@ -133,3 +135,13 @@ def group_alive(pgid: int) -> list[int]:
 # image without it skips them rather than failing (seen on the H100 node, 2026-11-27).
 NO_PYSPY = "" if find_pyspy() else "py-spy is not installed (pip install 'ddpdoctor[hang]')"
 
+
+@contextmanager
+def started(job: HungJob) -> Iterator[HungJob]:
+    """The job once ready; on the way out every process of it is killed, and none may survive."""
+    try:
+        job.wait_ready()
+        yield job
+    finally:
+        job.kill()
+        assert job.alive() == [], "processes of the job survived"

@@ -7,18 +7,12 @@ batches). Each job runs in its own session and is SIGKILLed as a group.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
-from _hang_harness import HungJob, marker_line
+from _hang_harness import HungJob, marker_line, started
+from test_hang_evidence import run_hang
 
-REPO = Path(__file__).resolve().parent.parent
-SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
 SCRIPT = Path(__file__).with_name("_hang_loops_job.py")
 
 # scenario -> (culprit rank, mechanism id, the culprit's HANG-LINE marker, words the mechanism must hold)
@@ -35,22 +29,13 @@ EXPECTED = {
 
 @pytest.fixture(scope="module", params=sorted(EXPECTED))
 def hung(request, tmp_path_factory):
-    job = HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)
-    try:
-        job.wait_ready()
+    with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)) as job:
         yield request.param, job
-    finally:
-        job.kill()
-        assert job.alive() == [], "processes of the job survived"
 
 
 def test_the_rank_that_left_or_stayed(hung):
     scenario, job = hung
-    env = dict(os.environ, COLUMNS="200")
-    out = subprocess.run([sys.executable, "-m", "ddpdoctor", "hang", "--json", "--no-ras", "--pid", str(job.proc.pid)],
-                         capture_output=True, timeout=120, cwd=REPO, env=env)
-    report = json.loads(out.stdout)
-    jsonschema.validate(report, SCHEMA)
+    report = run_hang("--pid", str(job.proc.pid))
     if not all(s["frames"] for s in report["stacks"]):
         pytest.skip("py-spy cannot attach here")
     verdict = report["verdict"]

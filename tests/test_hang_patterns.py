@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from _hang_harness import HungJob, marker_line
+from _hang_harness import HungJob, marker_line, started
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
@@ -36,13 +36,8 @@ def run_hang(*args: str) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop"])
 def hung(request, tmp_path_factory):
-    job = HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)
-    try:
-        job.wait_ready()
+    with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
-    finally:
-        job.kill()
-        assert job.alive() == [], "processes of the job survived"
 
 
 def test_pattern_named_with_its_fix(hung):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from _hang_harness import NO_PYSPY, NPROC, PROGRESS_JOB, HungJob, marker_line
+from _hang_harness import NO_PYSPY, NPROC, PROGRESS_JOB, HungJob, marker_line, started
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
@@ -39,13 +39,8 @@ def run_hang(*args: str) -> tuple[dict, int, str]:
 
 @pytest.fixture(scope="module", params=["healthy", "slow", "spin", "io"])
 def running(request, tmp_path_factory):
-    job = HungJob(request.param, tmp_path_factory.mktemp(request.param), script=PROGRESS_JOB)
-    try:
-        job.wait_ready()
+    with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=PROGRESS_JOB)) as job:
         yield request.param, job
-    finally:
-        job.kill()
-        assert job.alive() == [], "processes of the job survived"
 
 
 def _readable(report: dict) -> bool:

@@ -8,18 +8,12 @@ key nobody sets, a delay in milliseconds given to time.sleep. A thread only rank
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
-from _hang_harness import HungJob, marker_line
+from _hang_harness import HungJob, marker_line, started
+from test_hang_evidence import run_hang
 
-REPO = Path(__file__).resolve().parent.parent
-SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
 SCRIPT = Path(__file__).with_name("_hang_waits_job.py")
 CULPRIT = 1
 
@@ -45,25 +39,10 @@ EXPECTED = {
 }
 
 
-def run_hang(*args: str) -> dict:
-    env = dict(os.environ, COLUMNS="200")
-    out = subprocess.run([sys.executable, "-m", "ddpdoctor", "hang", "--json", "--no-ras", *args],
-                         capture_output=True, timeout=120, cwd=REPO, env=env)
-    report = json.loads(out.stdout)
-    jsonschema.validate(report, SCHEMA)
-    assert report["exit_code"] == out.returncode
-    return report
-
-
 @pytest.fixture(scope="module", params=sorted(EXPECTED))
 def hung(request, tmp_path_factory):
-    job = HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)
-    try:
-        job.wait_ready()
+    with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)) as job:
         yield request.param, job
-    finally:
-        job.kill()
-        assert job.alive() == [], "processes of the job survived"
 
 
 def test_why_the_rank_waits(hung):
