@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+from test_explain_spent_set3 import explain_file
 
-from ddpdoctor.explain import explain, load_knowledge_base, open_log, scan_inputs
+from ddpdoctor.explain import explain, load_knowledge_base, scan_inputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "explain"
 SPENT = FIXTURES / "spent-set4"
@@ -41,8 +42,7 @@ def _report(text: str) -> dict:
 
 
 def _explain(name: str) -> dict:
-    with open_log(str(SPENT / f"{name}.log")) as stream:
-        return explain(KB, scan_inputs(KB, [("input.log", stream)])).to_dict()
+    return explain_file(SPENT / f"{name}.log")
 
 
 def test_every_spent_log_has_an_expectation() -> None:
