@@ -191,15 +191,15 @@ def measure(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, 
             grads = step(True)
             torch.cuda.synchronize()
             # The caching allocator sees every allocation, DDP's buckets included: nothing to add.
-            peak = torch.cuda.max_memory_allocated() - base - buckets
+            peak = torch.cuda.max_memory_allocated() - base
         else:
             tracker = MemTracker()
             tracker.track_external(ddp, opt, *masters)
             with tracker:
                 grads = step(True)
-            peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
-        # DDP's buckets are allocated by its C++ reducer at construction, before the tracker starts: their
-        # sizes come from DDP's own logging data and are resident for the whole step.
+            # DDP's buckets are allocated by its C++ reducer at construction, before the tracker starts:
+            # their sizes come from DDP's own logging data and are resident for the whole step.
+            peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"] + buckets
         state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
         return {
             "parameters": _bytes(params),
@@ -210,7 +210,7 @@ def measure(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, 
             "activations": sum(acts.values()),
             "casts": sum(casts.values()),
             "buckets": buckets,
-            "peak": int(peak) + buckets,
+            "peak": int(peak),
         }
     finally:
         dist.destroy_process_group()
