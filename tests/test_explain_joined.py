@@ -5,6 +5,7 @@ for a cause, and the NCCL result strings of nccl-tests and Caffe. Every line is 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from ddpdoctor.explain import explain, load_knowledge_base, scan_inputs
 from ddpdoctor.explain.normalize import normalize_line
@@ -155,3 +156,21 @@ def test_slurm_and_deepspeed_prefixes_are_stripped() -> None:
     assert info.message == " RuntimeError: boom" and info.rank == 1
     info = normalize_line("0: compute-1:34639:36718 [5] bootstrap.cc:77 NCCL WARN Message truncated")
     assert info.message.startswith("compute-1:34639:36718 [5]") and info.host == "compute-1"
+
+
+def test_a_whole_interface_list_is_not_joined_with_the_next_line_and_a_healthy_run_exits_0() -> None:
+    # The real H100 node's healthy NCCL log (tests/fixtures/explain/real-h100/nccl_info.log), with its
+    # one-interface NET/Socket line given the bridges of NVIDIA/nccl#697 in NCCL's own format
+    # (net_socket.cc: INFO "NET/Socket : Using%s", " [%d]%s:%s" per interface). The list is whole on its
+    # line, so the next line is not part of it; the bridges are a lead for a multi-node failure, not a
+    # failure: nothing in this log failed.
+    real = (Path(__file__).parent / "fixtures" / "explain" / "real-h100" / "nccl_info.log").read_text()
+    socket_line = "vm:1919:1919 [0] NCCL INFO NET/Socket : Using [0]eth0:192.0.2.2<0>"
+    assert socket_line in real
+    log = real.replace(socket_line, socket_line + " [1]br-05ab815fa14e:172.19.0.1<0> [2]veth6163fba:fe80::b878%veth6163fba<0>")
+    ex = run(log)
+    assert ex.root is None and ex.lead is not None and ex.lead.id == "nccl.socket_bridge_ifaces"
+    assert ex.lead.first is not None
+    assert ex.lead.first.text.rstrip().endswith("%veth6163fba<0>")
+    assert "Initialized NET plugin" not in ex.lead.first.text
+    assert int(ex.exit_code) == 0

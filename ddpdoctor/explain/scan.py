@@ -53,6 +53,7 @@ _CONT_PREFIX = re.compile(rb"(?:\[(?:rank|default) ?\d+\]: ?|\d{1,5}: )*")
 # NCCL's interface list (`NET/Socket : Using [0]eth0:10.0.0.1<0> [1]...`), cut after `Using` or after an entry
 # when a terminal or a paste wrapped it one interface per line.
 _IFACE_LIST_END = re.compile(rb"(?:NET/Socket|Bootstrap) ?: Using(?:\s*\[\d+\][^\s<]+<\d+>)*$")
+_IFACE_ENTRY = re.compile(rb"\[\d+\][^\s<]+<\d+>")
 
 
 def _shape_key(buf: bytes, ls: int, le: int) -> bytes:
@@ -404,6 +405,8 @@ class StreamScanner:
             cont = cont[_CONT_PREFIX.match(cont).end() :]  # type: ignore[union-attr]
             if not cont.strip():
                 break
+            if _IFACE_LIST_END.search(raw.rstrip()) and not _IFACE_ENTRY.match(cont.strip()):
+                break  # a whole interface list, and the next line is not an entry of it: nothing was wrapped
             if cont[:1] in b" \t" or raw.rstrip()[-1:] in b",;:(":
                 raw = raw.rstrip() + b" " + cont.strip()
             else:
