@@ -115,16 +115,23 @@ def _writable_output(path: Optional[Path]) -> Optional[Path]:
     return path
 
 
-def write_output_file(path: Path, text: str) -> None:
-    """Write a command's --format output to `path` atomically; a failure (disk full, the directory
-    removed meanwhile) is one line on stderr and exit 3: the run happened, its output is lost."""
+def try_write_output(path: Path, text: str) -> bool:
+    """Write a command's --format output to `path` atomically; False, said in one line on stderr, when it
+    could not be written (disk full, the directory removed meanwhile)."""
     from ddpdoctor.edge.files import write_atomic
 
     try:
         write_atomic(path, text)
     except OSError as exc:
         say(f"error: could not write {path}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(int(ExitCode.INCONCLUSIVE)) from None
+        return False
+    return True
+
+
+def write_output_file(path: Path, text: str) -> None:
+    """try_write_output, where a failure is exit 3: the run happened, its output is lost."""
+    if not try_write_output(path, text):
+        raise typer.Exit(int(ExitCode.INCONCLUSIVE))
 
 
 def pick_format(json_out: bool, output_format: str, known: Sequence[str]) -> str:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ddpdoctor.cli.app import emit, say
+from ddpdoctor.cli.app import emit, say, try_write_output
 
 
 def write_outputs(
@@ -124,14 +124,7 @@ def write_format_output(path: Optional[Path], text: str) -> bool:
     if path is None:
         emit(text)
         return True
-    from ddpdoctor.edge.files import write_atomic
-
-    try:
-        write_atomic(path, text)
-    except OSError as exc:
-        say(f"error: cannot write --output {path}: {exc.strerror or exc}", err=True)
-        return False
-    return True
+    return try_write_output(path, text)
 
 
 def write_csv(fh: Any, fields: list[str], rows: list[dict[str, Any]]) -> None:

@@ -34,6 +34,8 @@ BUSY_CPU_SHARE = 0.5
 # go on LONG_LOOK_STEP_S apart until something moves or LONG_LOOK_S have passed since the first.
 LONG_LOOK_S = 6.0
 LONG_LOOK_STEP_S = 0.5
+# The long look counts as whole from here: the snapshots' own timing lands them a little short of LONG_LOOK_S.
+LONG_LOOK_DONE_S = LONG_LOOK_S - 0.25
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), 
     strong = len(motion.evidence) > sum(1 for r in ranks if r.state == "working" and r.waiting < r.seen)
     if motion.evidence and unwoken and not strong:
         motion.weak = True
-        if span >= LONG_LOOK_S - 0.25:
+        if span >= LONG_LOOK_DONE_S:
             # For the whole long look the waiters never woke: what moved is a loop on the other rank(s).
             motion.evidence = [
                 f"{'; '.join(motion.evidence[:2])}, but {', '.join(_label(r) for r in unwoken[:4])} waited in a "
@@ -220,7 +222,7 @@ def look_longer(motion: Motion, samples: Sequence[Sample]) -> bool:
     When every rank waits in a collective, or a rank is stopped, a longer look shows nothing new."""
     if len(samples) < 2 or not (motion.state in ("hung", "spinning") or motion.weak):
         return False
-    if samples[-1].t - samples[0].t >= LONG_LOOK_S - 0.25:
+    if samples[-1].t - samples[0].t >= LONG_LOOK_DONE_S:
         return False
     last = samples[-1].stacks
     if any(s.error_kind == "stopped" for s in last):
