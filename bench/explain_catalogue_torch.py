@@ -53,7 +53,8 @@ GIT_TIMEOUT_S = 120
 UNCLASSIFIED = "torch.unclassified"
 MIN_LITERAL = 16  # literal characters of the matched line; "Timed out" or "%s: %s" would claim any line
 MIN_NEEDLE = 10
-MAX_NEEDLE = 48
+MAX_NEEDLE = 24  # the lookup needle: enough to pick candidates (their matchers decide), short to keep its trie small
+MAX_KEYWORD = 48
 # The prefilter's rule (ddpdoctor/explain/kb.py): a keyword never starts with one of these bytes.
 SLOW_FIRST = frozenset("abcdefghiklmnoprstuvwy0123456789 \t-_:.,/")
 WILD = "{*}"
@@ -438,6 +439,16 @@ def matched_line(pieces: list[Piece]) -> list[Piece]:
     return best
 
 
+def _first_line(pieces: list[Piece]) -> list[Piece]:
+    out: list[Piece] = []
+    for p in pieces:
+        if p is not None and "\n" in p.lstrip("\n"):
+            out.append(p.lstrip("\n").split("\n")[0])
+            break
+        out.append(p)
+    return out
+
+
 def literal_chars(pieces: list[Piece]) -> int:
     return sum(len(re.sub(r"\s", "", p)) for p in pieces if p is not None)
 
@@ -465,7 +476,7 @@ def needles(pieces: list[Piece]) -> tuple[str, str]:
         for i, ch in enumerate(run):
             if ch in SLOW_FIRST or not ch.isascii():
                 continue
-            cand = run[i : i + MAX_NEEDLE].rstrip()
+            cand = run[i : i + MAX_KEYWORD].rstrip()
             if len(cand) > len(best):
                 best = cand
             break  # the earliest allowed start gives the longest substring of this run
@@ -862,6 +873,10 @@ def finish(col: Collector) -> list[dict[str, Any]]:
         e.pop("locs", None)
         line = matched_line(pieces)
         look, keyword = needles(line)
+        if template_text(line) == template_text(matched_line(_first_line(pieces))):
+            # A first line is read through explain's anchors (Error, [W, NCCL...: sources.PROBE_ANCHORS); a
+            # continuation line may hold none of them, so it brings its own keyword into the prefilter.
+            keyword = ""
         text = e["format"] + " " + e.get("name", "") + " " + e.get("text", "")
         cls, rule = classify(e["source"], e["path"], text)
         rels = e.pop("releases")

@@ -300,8 +300,15 @@ def parse_knowledge_base(
         # byte later, except at the same start, so only prefixes need adding. The probe is candidate index
         # len(signatures): it is not one of the knowledge base's signatures (it never matches by itself).
         probe_kw = {k.encode() for k in probe.keywords}
+        own = re.compile(trie_regex(literals))
         for kw in sorted(probe_kw - set(literals)):
-            keyword_sigs[kw] = tuple(i for i, s in enumerate(sigs) if any(k.encode() in kw for k in s.keywords))
+            # The signatures' keywords inside this one, found as candidates() finds them in a line.
+            found: set[int] = set()
+            m = own.search(kw)
+            while m is not None:
+                found.update(keyword_sigs[m.group()])
+                m = own.search(kw, m.start() + 1)
+            keyword_sigs[kw] = tuple(sorted(found))
         literals = sorted(set(literals) | probe_kw)
         index = len(sigs)
         for lit in literals:

@@ -24,6 +24,13 @@ SIGNATURE_PREFIX = "catalogue."
 WARNING_SUFFIX = ".warning"
 LEVELS = ("error", "warning")
 ROLES = ("root", "symptom", "consequence")
+# What a line holding a catalogued message almost always holds besides it, so that explain's prefilter reads the
+# line: an exception or error word (`RuntimeError:`, `cudaErrorX`, `ERROR:`), a logger's level prefix (glog
+# `[W1127 ...]` / `E0813 ...`, Python's `WARNING:`), or the component's name. One keyword per catalogue entry
+# instead would cost every log's prefilter 15-25% for the few lines that hold none of these; continuation
+# lines of multi-line messages still bring their own (`keyword` in the file).
+PROBE_ANCHORS = ("Error", "ERROR", "Exception", "Warning", "WARNING", "[E", "[W", "E0", "E1", "W0", "W1",
+                 "[c10d", "[enforce fail", "NCCL", "CUDA", "Cuda", "Gloo", "ProcessGroup", "TCPStore", "Timed out")
 # Entries with fewer literal characters on their matched line would claim unrelated lines: never matched.
 MIN_LITERAL = 16
 # Only this much of a line is looked at, and only this many needle hits in it are followed: the work per
@@ -33,6 +40,12 @@ MAX_HITS = 32
 _ENTRY_FIELDS = ("source", "repo", "kind", "level", "format", "match", "regex", "literal", "needle", "keyword",
                  "class", "rule", "path", "line", "commit", "first", "last")
 _CLASS_FIELDS = ("role", "title", "cause", "fix")
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    # Bounded by the catalogue: one compiled matcher per entry ever tried.
+    return re.compile(pattern)
 
 
 class SourceCatalogueError(ValueError):
@@ -46,7 +59,7 @@ class SourceEntry:
     kind: str  # the call that prints it: TORCH_CHECK, raise RuntimeError, GLOO_ENFORCE, cudaGetErrorString...
     format: str  # the whole message, {*} for each argument
     match: str  # the line of it that is matched
-    regex: re.Pattern[str]
+    pattern: str  # its matcher, compiled on first use (most entries are never tried in a given log)
     literal: int
     needle: str
     cls: str
@@ -58,6 +71,10 @@ class SourceEntry:
     last: str
     name: str = ""  # cudaError_t / ncclResult_t name, for result-code entries
     level: str = "error"  # "warning": printed by a warning call (TORCH_WARN, logger.warning): a hint, not a cause
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compiled(self.pattern)
 
     @property
     def signature(self) -> str:
@@ -99,20 +116,25 @@ class SourceClass:
 class SourceCatalogue:
     classes: Mapping[str, SourceClass]
     by_needle: Mapping[str, tuple[SourceEntry, ...]]  # needle -> entries it may start, most literal first
-    finder: re.Pattern[str] | None  # a trie of every needle
-    keywords: tuple[str, ...]  # prefilter keywords (literal text starting at a byte the prefilter allows)
+    needles: tuple[str, ...]  # every needle: a trie of them is built and compiled on the first lookup
+    keywords: tuple[str, ...]  # prefilter keywords: PROBE_ANCHORS and the continuation lines' own
     entries: int
     coverage: Mapping[str, Any]
     provenance: Mapping[str, Any]
 
+    @functools.cached_property
+    def _finder(self) -> re.Pattern[str] | None:
+        return re.compile(trie_pattern(list(self.needles))) if self.needles else None
+
     def match(self, line: str) -> tuple[SourceEntry, re.Match[str]] | None:
         """The entry whose message `line` holds (the one with the most literal text), with its match."""
-        if self.finder is None:
+        finder = self._finder
+        if finder is None:
             return None
         text = line[:MAX_MESSAGE]
         best: tuple[SourceEntry, re.Match[str]] | None = None
         seen: set[str] = set()
-        search = self.finder.search
+        search = finder.search
         m = search(text)
         hits = 0
         while m is not None and hits < MAX_HITS:
@@ -188,20 +210,18 @@ def parse_sources(doc: Mapping[str, Any]) -> SourceCatalogue:
             raise SourceCatalogueError(f"entry {raw['format']!r}: level {raw['level']!r} not in {LEVELS}")
         if (raw["class"] == UNCLASSIFIED) != (not raw["rule"]):
             raise SourceCatalogueError(f"entry {raw['format']!r}: a class needs the rule that assigned it")
-        try:
-            regex = re.compile(raw["regex"])
-        except re.error as exc:
-            raise SourceCatalogueError(f"entry {raw['format']!r}: {exc}") from exc
         count += 1
         if int(raw["literal"]) < MIN_LITERAL or not raw["needle"]:
             continue
+        if not isinstance(raw["regex"], str) or not raw["regex"]:
+            raise SourceCatalogueError(f"entry {raw['format']!r}: no matcher")
         if raw["needle"] not in raw["match"].replace("{*}", "\0") and raw["needle"] not in re.sub(
             r"\s+", " ", raw["match"]
         ):
             raise SourceCatalogueError(f"entry {raw['format']!r}: needle {raw['needle']!r} is not in its text")
         entry = SourceEntry(
             source=raw["source"], repo=raw["repo"], kind=raw["kind"], format=raw["format"], match=raw["match"],
-            regex=regex, literal=int(raw["literal"]), needle=raw["needle"], cls=raw["class"], rule=raw["rule"],
+            pattern=raw["regex"], literal=int(raw["literal"]), needle=raw["needle"], cls=raw["class"], rule=raw["rule"],
             path=raw["path"], line=int(raw["line"]), commit=raw["commit"], first=raw["first"], last=raw["last"],
             name=raw.get("name", ""),
             level=raw["level"],
@@ -220,8 +240,8 @@ def parse_sources(doc: Mapping[str, Any]) -> SourceCatalogue:
     return SourceCatalogue(
         classes=classes,
         by_needle={k: tuple(v) for k, v in closed.items()},
-        finder=re.compile(trie_pattern(needles)) if needles else None,
-        keywords=tuple(sorted(keywords)),
+        needles=tuple(needles),
+        keywords=tuple(sorted(keywords | set(PROBE_ANCHORS))),
         entries=count,
         coverage=dict(cov),
         provenance=dict(prov),
