@@ -909,6 +909,12 @@ def coverage(entries: list[dict[str, Any]]) -> dict[str, Any]:
             "ratio": round(len(classed) / len(matchable), 4) if matchable else 0.0,
             "by_class": dict(sorted(Counter(e["class"] for e in matchable).items())),
         }
+    # PyTorch's split: the C++ of c10d, and the Python of torch.distributed (c10d's API, torchrun, elastic).
+    for lang, pred in (("pytorch_cpp", lambda p: not p.endswith(".py")), ("pytorch_python", lambda p: p.endswith(".py"))):
+        es = [e for e in entries if e["source"] == "pytorch" and pred(e["path"])]
+        matchable = [e for e in es if e["literal"] >= MIN_LITERAL]
+        classed = [e for e in matchable if e["class"] != UNCLASSIFIED]
+        cov["pytorch"][lang] = {"messages": len(es), "matchable": len(matchable), "classified": len(classed)}
     cov["definition"] = ("messages: distinct message templates read; matchable: those with at least "
                          f"{MIN_LITERAL} literal characters on their matched line (the rest are never matched); "
                          "classified: matchable ones a specific rule classed (there is no catch-all rule)")

@@ -5,8 +5,9 @@ ddpdoctor/data/torch_catalogue.json is generated from those projects' sources by
 bench/explain_catalogue_torch.py (its provenance records each repository or package, commit and release). A
 line that no specific signature claims is looked up here: the literal needles of the catalogue's messages are
 found in the line with one trie regex, and the entries of the needles found are tried most-literal-first
-against their matcher (literal text, with each message argument a bounded wildcard). The catalogue's
-prefilter keywords go into explain's keyword trie, so a line that holds only a catalogue message is read.
+against their matcher (literal text, with each message argument a bounded wildcard). PROBE_ANCHORS (and the
+keywords of continuation lines) go into explain's keyword trie, so a line that holds a catalogued message but
+no signature keyword is read.
 """
 
 from __future__ import annotations
