@@ -362,3 +362,24 @@ def test_consequences_are_never_the_root_cause() -> None:
     report = explain(KB, res)
     assert report.root is None or not report.root.id.startswith("catalogue.c10d.worker_failure")
     assert any(d.id.startswith("catalogue.c10d.worker_failure") for d in report.consequences + report.notes)
+
+
+def test_lookups_per_over_long_line_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One 6 MB line of a catalogued message (a redrawn progress bar or a JSON blob holding a log): the line is
+    # read in windows, and only the first few windows are looked up; the message is still named.
+    from ddpdoctor.explain import scan
+    from ddpdoctor.explain.sources import SourceCatalogue
+
+    calls = []
+    real = SourceCatalogue.match
+
+    def counting(self: SourceCatalogue, line: str):  # type: ignore[no-untyped-def]
+        calls.append(len(line))
+        return real(self, line)
+
+    monkeypatch.setattr(SourceCatalogue, "match", counting)
+    line = b"RuntimeError: CUDA error: invalid resource handle; " * 120_000 + b"\n"
+    res = scan_inputs(KB, [("log", io.BytesIO(line))])
+    assert "catalogue.cuda.handle" in {e.sig for e in res.events}
+    assert 1 <= len(calls) <= scan.SOURCE_TRIES_PER_LINE
+    assert CAT.match("x" * 10_000 + " RuntimeError: CUDA error: invalid resource handle") is None  # past 2048
