@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 from ddpdoctor.core.model import Severity
 from ddpdoctor.explain.catalogue import UNCLASSIFIED, Catalogue, class_signature_id, load_catalogue
+from ddpdoctor.explain.sources import UNCLASSIFIED as SOURCES_UNCLASSIFIED
+from ddpdoctor.explain.sources import WARNING_SUFFIX, SourceCatalogue, load_sources, signature_id
 
 KB_SCHEMA = "ddpdoctor.explain.signatures/1"
 ROLES = ("root", "symptom", "consequence", "hint", "context")
@@ -93,6 +95,14 @@ class KnowledgeBase:
     # NCCL WARN formats by mechanism class; its class signatures (nccl.warn.<class>) are in by_id only:
     # they are never prefiltered, a line the generic nccl.warn matched is looked up in the catalogue.
     catalogue: Catalogue | None = None
+    # The messages of c10d / gloo / elastic / NCCL result codes / CUDA errors by mechanism class; its class
+    # signatures (catalogue.<class>) are in by_id only. Its prefilter keywords belong to SOURCES_PROBE.
+    sources: SourceCatalogue | None = None
+
+    @property
+    def probe_index(self) -> int:
+        """The candidate index of the source catalogue's keywords (one past the last signature)."""
+        return len(self.signatures)
 
     def candidates(self, line: bytes) -> list[int]:
         """Indexes of signatures worth testing on `line` (one of their keywords occurs in it), in KB order."""
@@ -162,8 +172,69 @@ def catalogue_signatures(catalogue: Catalogue) -> list[Signature]:
     ]
 
 
-def parse_knowledge_base(doc: Mapping[str, Any], catalogue: Catalogue | None = None) -> KnowledgeBase:
-    """Validate and compile a signatures document (the parsed JSON), with the NCCL WARN catalogue."""
+# The signature that carries the source catalogue's keywords into the prefilter. It never matches by itself:
+# a line it lets through is looked up in the catalogue when no specific signature claims it.
+SOURCES_PROBE = "catalogue.probe"
+_SOURCE_COMPONENTS = {"c10d": "PyTorch distributed", "gloo": "gloo", "ncclres": "NCCL", "cuda": "CUDA"}
+
+
+def source_signatures(sources: SourceCatalogue) -> list[Signature]:
+    """Two signatures per source-catalogue class: its errors (the class's role), and its warnings (a hint: the
+    program went on after printing it). The unclassified class has none: such a line keeps whatever generic
+    signature claimed it."""
+    return [
+        Signature(
+            id=signature_id(c.id) + (WARNING_SUFFIX if warning else ""),
+            title=c.title + (" (warning)" if warning else ""),
+            component=_SOURCE_COMPONENTS.get(c.id.split(".", 1)[0], "PyTorch distributed"),
+            role="hint" if warning else c.role,
+            severity=Severity.INFO if warning else Severity.ERROR if c.role == "root" else Severity.WARN,
+            precedence=2,  # like a catalogued NCCL WARN: a specific signature outranks it
+            fallback=True,
+            context_lines=0,
+            keywords=(),
+            patterns=(),
+            cause=c.cause,
+            fix=c.fix,
+            references=_source_references(sources, c.id),
+        )
+        for c in sources.classes.values()
+        for warning in (False, True)
+        if c.id != SOURCES_UNCLASSIFIED
+    ]
+
+
+def _source_references(sources: SourceCatalogue, cls: str) -> tuple[str, ...]:
+    kind = cls.split(".", 1)[0]
+    src = {"c10d": "pytorch", "gloo": "gloo", "ncclres": "nccl", "cuda": "cuda"}.get(kind, "pytorch")
+    repo = sources.provenance.get(src, {}).get("repo", "")
+    return (str(repo),) if repo else ()
+
+
+def _probe(sources: SourceCatalogue) -> Signature:
+    return Signature(
+        id=SOURCES_PROBE,
+        title="Message from the source catalogue",
+        component="PyTorch distributed",
+        role="context",
+        severity=Severity.INFO,
+        precedence=9,
+        fallback=True,
+        context_lines=0,
+        keywords=sources.keywords,
+        patterns=(),
+        cause="The line holds a message PyTorch distributed, gloo, NCCL or CUDA prints; it is looked up in the "
+        "source catalogue when no specific signature claims it.",
+        fix="See the class the catalogue names.",
+        references=tuple(str(p["repo"]) for p in sources.provenance.values() if isinstance(p, dict) and "repo" in p),
+    )
+
+
+def parse_knowledge_base(
+    doc: Mapping[str, Any], catalogue: Catalogue | None = None, sources: SourceCatalogue | None = None
+) -> KnowledgeBase:
+    """Validate and compile a signatures document (the parsed JSON), with the NCCL WARN catalogue and the
+    source catalogue."""
     if doc.get("schema") != KB_SCHEMA:
         raise KnowledgeBaseError(f"unknown knowledge-base schema {doc.get('schema')!r}")
     sigs: list[Signature] = []
@@ -219,18 +290,47 @@ def parse_knowledge_base(doc: Mapping[str, Any], catalogue: Catalogue | None = N
         )
         for d in doc.get("diagnoses", [])
     }
+    probe = _probe(sources) if sources is not None and sources.keywords else None
     literals = sorted({kw.encode() for s in sigs for kw in s.keywords})
     keyword_sigs: dict[bytes, tuple[int, ...]] = {}
     for lit in literals:
         keyword_sigs[lit] = tuple(i for i, s in enumerate(sigs) if any(k.encode() in lit for k in s.keywords))
+    if probe is not None:
+        # The probe's keywords are many: a keyword inside a longer one is found by the prefilter's restart one
+        # byte later, except at the same start, so only prefixes need adding. The probe is candidate index
+        # len(signatures): it is not one of the knowledge base's signatures (it never matches by itself).
+        probe_kw = {k.encode() for k in probe.keywords}
+        own = re.compile(trie_regex(literals))
+        for kw in sorted(probe_kw - set(literals)):
+            # The signatures' keywords inside this one, found as candidates() finds them in a line.
+            found: set[int] = set()
+            m = own.search(kw)
+            while m is not None:
+                found.update(keyword_sigs[m.group()])
+                m = own.search(kw, m.start() + 1)
+            keyword_sigs[kw] = tuple(sorted(found))
+        literals = sorted(set(literals) | probe_kw)
+        index = len(sigs)
+        for lit in literals:
+            if any(lit[:n] in probe_kw for n in range(1, len(lit) + 1)):
+                keyword_sigs[lit] = (*keyword_sigs[lit], index)
     return KnowledgeBase(
         signatures=tuple(sigs),
         diagnoses=diagnoses,
         prefilter=re.compile(trie_regex(literals)),
         keyword_sigs=keyword_sigs,
         max_keyword_len=max(len(lit) for lit in literals),
-        by_id={s.id: s for s in [*sigs, *(catalogue_signatures(catalogue) if catalogue else [])]},
+        by_id={
+            s.id: s
+            for s in [
+                *sigs,
+                *(catalogue_signatures(catalogue) if catalogue else []),
+                *(source_signatures(sources) if sources else []),
+                *([probe] if probe else []),
+            ]
+        },
         catalogue=catalogue,
+        sources=sources,
     )
 
 
@@ -238,4 +338,4 @@ def parse_knowledge_base(doc: Mapping[str, Any], catalogue: Catalogue | None = N
 def load_knowledge_base() -> KnowledgeBase:
     """The packaged knowledge base, parsed and compiled once per process."""
     text = resources.files("ddpdoctor").joinpath("data", "signatures.json").read_text(encoding="utf-8")
-    return parse_knowledge_base(json.loads(text), load_catalogue())
+    return parse_knowledge_base(json.loads(text), load_catalogue(), load_sources())

@@ -214,7 +214,8 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
 
 
 def _cause(cause: str, first: Event) -> str:
-    """The signature's cause, with where NCCL prints the quoted WARN (from the catalogue) when known."""
+    """The signature's cause, with where NCCL prints the quoted WARN (from the catalogue), or where PyTorch, gloo,
+    NCCL or CUDA prints the quoted message (from the source catalogue), when known."""
     f = first.fields
     if f.get("stated"):
         cause = f"The message states it: \"{f['stated'].strip()}\". {cause}"
@@ -222,6 +223,12 @@ def _cause(cause: str, first: Event) -> str:
         cause += (
             f" NCCL prints this message from {f['nccl_source']} (releases {f['nccl_releases']}, "
             f"format \"{f['nccl_format']}\")."
+        )
+    if "catalogue_source" in f:
+        name = f"{f['catalogue_name']}: " if "catalogue_name" in f else ""
+        cause += (
+            f" The message is printed by {f['catalogue_source']} (releases {f['catalogue_releases']}): "
+            f"{name}\"{f['catalogue_message'][:300]}\"."
         )
     return cause
 

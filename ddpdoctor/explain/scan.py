@@ -17,13 +17,21 @@ from typing import IO, Any, Callable, Iterable, Optional
 from ddpdoctor.explain.catalogue import class_signature_id
 from ddpdoctor.explain.kb import KnowledgeBase, Signature
 from ddpdoctor.explain.normalize import LineInfo, normalize_line, parse_timestamp
+from ddpdoctor.explain.sources import SIGNATURE_PREFIX, WARNING_SUFFIX, signature_id
 from ddpdoctor.parsers.numbers import parse_int
 
 STATED_CAUSE = "message.stated_cause"
+# Generic signatures a source-catalogue class replaces on the same line: it says more than they do (failure.unrecognised
+# stays: it is what marks a failed run whose cause is not named).
+# A line its logger printed as a warning (glog `[W...]` / `W0920 ...`, Python's `WARNING:`): whatever call built
+# the message (socket.cpp's connect errors are kept, and logged as warnings while c10d retries), the program went on.
+_WARNING_LINE = re.compile(r"^\s*(?:\[[^\]\n]{0,40}\]:?\s*)?(?:\[W[ \d]|W\d{4} |WARNING\b|\[WARNING\])")
+_GENERIC_FOR_SOURCES = frozenset({"python.exception", "nccl.warn"})
 CHUNK_SIZE = 1 << 20
 MAX_LINE = 64 << 10  # a line longer than this is scanned in windows, never held whole
 WINDOW = 2048  # bytes kept around a match in an over-long line
 HEAD = 256  # bytes kept from the start of an over-long line (its prefixes)
+SOURCE_TRIES_PER_LINE = 4  # windows of one over-long line looked up in the source catalogue
 WINDOW_RETRIES = 8  # windows of one line with the same candidate signatures run in full, then skipped
 # Windows read in one over-long line (about 4 MiB of it around keywords): the work per line is bounded,
 # a 1 GB single line costs what 4 MiB does. What lies beyond is said (`windows_capped`), never silent.
@@ -188,6 +196,7 @@ class StreamScanner:
         self._entry_is_root = False
         self._last_line = (-1, frozenset())  # (line number, signatures recorded on it)
         self._tried_line, self._tried = -1, {}  # windows of one line: candidate set -> times tried
+        self._source_line, self._source_tries = -1, 0  # source-catalogue lookups in the current line
         self._windows_line, self._windows = -1, 0  # windows read in the current over-long line
         # shape -> [full matches so far, signature ids it matched, or None once two matches disagreed]
         self._shapes: dict[bytes, list[Any]] = {}
@@ -465,8 +474,11 @@ class StreamScanner:
         if tries >= WINDOW_RETRIES:
             return
         self._tried[key] = tries + 1
+        sigs = self.kb.signatures
         for i in cands:
-            sig = self.kb.signatures[i]
+            if i >= len(sigs):
+                continue  # the source catalogue's probe: looked up below when nothing specific matches
+            sig = sigs[i]
             if sig.id in seen:
                 continue
             for rx in sig.patterns:
@@ -485,6 +497,14 @@ class StreamScanner:
                     if sm:
                         matched.append((stated, sm))
                         break
+        source_extra: dict[str, str] = {}
+        if self.kb.sources is not None and all(s.fallback for s, _ in matched):
+            if self._source_line != lineno:
+                self._source_line, self._source_tries = lineno, 0
+            self._source_tries += 1
+            # An over-long line is looked up in its first few windows only: the work per line stays bounded.
+            if self._source_tries <= SOURCE_TRIES_PER_LINE:
+                matched, source_extra = self._source_lookup(matched, info.message, text)
         if not matched:
             return
         if any(not s.fallback for s, _ in matched):
@@ -516,10 +536,38 @@ class StreamScanner:
             ev = self._event(sig, m, info, text, lineno)
             if extra and (sig.id.startswith("nccl.warn") or sig.id == STATED_CAUSE):
                 ev.fields.update(extra)
+            if source_extra and (sig.id.startswith(SIGNATURE_PREFIX) or sig.id == STATED_CAUSE):
+                ev.fields.update(source_extra)
             self.collector.add(ev)
             if sig.context_lines and not self._context_left and not self.collector.summary_full:
                 self._start_summary(sig, info)
         self._last_line = (lineno, last_sigs)
+
+    def _source_lookup(
+        self, matched: list[tuple[Signature, re.Match[str]]], message: str, text: str
+    ) -> tuple[list[tuple[Signature, re.Match[str]]], dict[str, str]]:
+        """A line only generic signatures (or none) claimed: name its mechanism from the message catalogue of
+        c10d / gloo / elastic / NCCL result codes / CUDA errors. The class replaces a generic exception or
+        failure line; a catalogued NCCL WARN keeps the NCCL catalogue's class."""
+        if any(s.id == "nccl.warn" for s, _ in matched):
+            cat = self.kb.catalogue
+            if cat is not None and cat.match(message) is not None:
+                return matched, {}  # NCCL's own format strings name it (below)
+        assert self.kb.sources is not None
+        hit = self.kb.sources.match(message)
+        if hit is None:
+            return matched, {}
+        entry, found = hit
+        warning = entry.level == "warning" or _WARNING_LINE.match(text) is not None
+        cls_sig = self.kb.by_id.get(entry.signature if not warning else signature_id(entry.cls) + WARNING_SUFFIX)
+        if cls_sig is None:
+            return matched, {}  # an unclassified message: the generic signature that claimed the line stays
+        if warning:
+            # A warning is a hint: it never replaces the error signature that claimed the line.
+            kept = matched
+        else:
+            kept = [(s, m) for s, m in matched if s.id not in _GENERIC_FOR_SOURCES]
+        return [*kept, (cls_sig, found)], entry.fields()
 
     def _event(self, sig: Signature, m: re.Match[str], info: LineInfo, text: str, lineno: int) -> Event:
         fields = {k: v for k, v in m.groupdict().items() if v is not None}
