@@ -79,6 +79,7 @@ POSITIVES: list[tuple[str, str]] = [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         rank = int(os.environ["RANK"])
         torch.cuda.set_device(rank)  # <-
     """,
@@ -86,6 +87,7 @@ POSITIVES: list[tuple[str, str]] = [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         def main():
             rank = dist.get_rank()
             model = nn.Linear(2, 2).to(rank)  # <-
@@ -95,6 +97,7 @@ POSITIVES: list[tuple[str, str]] = [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         def main():
             device = torch.device(f"cuda:{dist.get_rank()}")  # <-
     """,
@@ -111,6 +114,7 @@ POSITIVES: list[tuple[str, str]] = [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         class Trainer:
             def __init__(self, model):
                 self.global_rank = int(os.environ.get("RANK", "0"))
@@ -132,7 +136,7 @@ POSITIVES: list[tuple[str, str]] = [
         def main():
             dist.init_process_group(backend="nccl", timeout=datetime.timedelta(minutes=5))  # <-
             local_rank = int(os.environ["LOCAL_RANK"])
-            dist.barrier()
+            dist.broadcast_object_list([config])  # its buffer goes to the current GPU: GPU 0 on every rank
             torch.cuda.set_device(local_rank)
     """,
     ),
@@ -259,10 +263,10 @@ POSITIVES: list[tuple[str, str]] = [
         "DDP007",
         """
         def save_checkpoint(state, path):
-            torch.save(state, path)  # <-
+            torch.save(state, path)
         def main():
             for epoch in range(3):
-                save_checkpoint({"epoch": epoch}, "ckpt.pt")
+                save_checkpoint({"epoch": epoch}, "ckpt.pt")  # <- reported where the helper runs unguarded
         if __name__ == "__main__":
             main()
     """,
@@ -361,6 +365,8 @@ POSITIVES: list[tuple[str, str]] = [
         import argparse
         parser = argparse.ArgumentParser()
         parser.add_argument("--local_rank", type=int, default=-1)  # <-
+        args = parser.parse_args()
+        model = torch.compile(model)  # PyTorch >= 2.0, whose torch.distributed.launch passes --local-rank
     """,
     ),
     # DDP014 collective on a tensor only some ranks create
@@ -1051,6 +1057,7 @@ POSITIVES += [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         def run(rank):
             model = nn.Linear(2, 2).to(rank)  # <-
         def main():
