@@ -291,3 +291,84 @@ def test_world_size_from_slurm_tasks_reported_at_the_init() -> None:
     assert [line for line, _ in hits] == [15] and "(line 9)" in hits[0][1]
     # Twin: the count multiplied by the processes each task starts is right.
     assert not found(SLURM_WORLD.format(times=" * torch.cuda.device_count()"), "DDP024")
+
+
+# --- DDP035: the same environment seed on every rank -------------------------------------------------
+
+# Lightning-AI/pytorch-lightning examples/fabric/reinforcement_learning/train_torch.py @
+# 7f0c3436cd3f6ad3753125672024fc415cbcb414: per-rank seeds for make_env, then `envs.reset(seed=args.seed)`
+# on every rank (a reviewer's bug), and a rank-0 test episode reset with the same seed (fine).
+RL = """
+import os
+import gymnasium as gym
+import torch.distributed as dist
+
+def test_episode(env, args):
+    return env.reset(seed=args.seed)
+
+def main(args):
+    global_rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(args.num_envs)])
+    {seed_line}
+    obs, _ = envs.reset(seed=seed)
+    if global_rank == 0:
+        test_episode(gym.make("CartPole-v1"), args)
+
+if __name__ == "__main__":
+    main(None)
+"""
+
+
+def test_same_env_seed_on_every_rank() -> None:
+    hits = found(RL.format(seed_line="seed = args.seed"), "DDP035")
+    assert [line for line, _ in hits] == [14] and "`seed`, the same on every rank" in hits[0][1]
+    # Twin: a seed built from the rank differs per rank.
+    assert not found(RL.format(seed_line="seed = args.seed + global_rank * args.num_envs"), "DDP035")
+
+
+def test_env_seed_in_a_single_process_example_beside_distributed_ones(tmp_path) -> None:
+    # pytorch/examples reinforcement_learning/reinforce.py: `env.reset(seed=args.seed)` in a one-process
+    # script, in a tree whose distributed/ examples call init_process_group.
+    from ddpdoctor.lint import lint_paths
+
+    (tmp_path / "reinforce.py").write_text(
+        "import gymnasium as gym\n\n\ndef main(args):\n    env = gym.make('CartPole-v1')\n"
+        "    state, _ = env.reset(seed=args.seed)\n\n\nif __name__ == '__main__':\n    main(None)\n"
+    )
+    (tmp_path / "ddp_example.py").write_text(
+        "import torch.distributed as dist\n\n\ndef main():\n    dist.init_process_group('gloo')\n"
+    )
+    report = lint_paths([tmp_path], default_rules())
+    assert not [d for d in report.diagnostics if d.code == "DDP035"]
+    # Twin: the same reset in the distributed script is reported.
+    (tmp_path / "ddp_example.py").write_text(
+        "import gymnasium as gym\nimport torch.distributed as dist\n\n\ndef main(args):\n"
+        "    dist.init_process_group('gloo')\n    env = gym.make('CartPole-v1')\n"
+        "    state, _ = env.reset(seed=args.seed)\n\n\nif __name__ == '__main__':\n    main(None)\n"
+    )
+    report = lint_paths([tmp_path], default_rules())
+    assert [(d.line, d.code) for d in report.diagnostics if d.code == "DDP035"] == [(8, "DDP035")]
+
+
+# --- DDP027: a CPU tensor built by rank in a conditional expression -----------------------------------
+
+# WongKinYiu/yolov7 train.py @ a207844b: `indices = (torch.tensor(dataset.indices) if rank == 0 else
+# torch.zeros(dataset.n)).int()` then `dist.broadcast(indices, 0)` on the NCCL group.
+BROADCAST = """
+import torch
+import torch.distributed as dist
+
+def update_indices(dataset, rank):
+    dist.init_process_group(backend="nccl", init_method="env://")
+    indices = (torch.tensor(dataset.indices) if rank == 0 else torch.zeros(dataset.n{device})).int()
+    dist.broadcast(indices, 0)
+    return indices
+"""
+
+
+def test_cpu_tensor_from_a_rank_conditional_expression() -> None:
+    hits = found(BROADCAST.format(device=""), "DDP027")
+    assert [line for line, _ in hits] == [8] and "created on the CPU (line 7)" in hits[0][1]
+    # Twin: one branch on the GPU: the expression is no CPU factory (the rule stays silent).
+    assert not found(BROADCAST.format(device=', device="cuda"'), "DDP027")

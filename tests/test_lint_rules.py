@@ -1624,6 +1624,47 @@ NEAR_MISSES += [
     """,
     ),
 ]
+POSITIVES += [
+    (
+        "DDP035",
+        """
+        import gymnasium as gym
+        def main(args):
+            dist.init_process_group("gloo")
+            envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+            obs, _ = envs.reset(seed=args.seed)  # <-
+        if __name__ == "__main__":
+            main(None)
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP035",
+        """
+        import gymnasium as gym
+        def main(args):
+            dist.init_process_group("gloo")
+            rank = dist.get_rank()
+            envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+            obs, _ = envs.reset(seed=args.seed + rank * 4)
+        if __name__ == "__main__":
+            main(None)
+    """,
+    ),
+    (
+        "DDP035",
+        """
+        import gymnasium as gym
+        def main(args):
+            dist.init_process_group("gloo")
+            if dist.get_rank() == 0:
+                obs, _ = gym.make("CartPole-v1").reset(seed=args.seed)
+        if __name__ == "__main__":
+            main(None)
+    """,
+    ),
+]
 
 
 def _case_id(case: tuple[str, str]) -> str:
@@ -1665,7 +1706,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 35)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 36)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -365,11 +365,19 @@ def _nccl_program(f: ModuleFacts) -> bool:
 
 
 def _cpu_factory(node: Optional[ast.AST]) -> bool:
-    """torch.tensor([...]) / torch.zeros(n) with no device= (and not moved by .cuda() / .to(...))."""
+    """torch.tensor([...]) / torch.zeros(n) with no device= (and not moved by .cuda() / .to(...)); both
+    branches of `(torch.tensor(data) if rank == 0 else torch.zeros(n))`, the usual way to broadcast from
+    rank 0 (WongKinYiu/yolov7 train.py's image-weight indices)."""
+    if isinstance(node, ast.IfExp):
+        return _cpu_factory(node.body) and _cpu_factory(node.orelse)
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in _KEEPS_DEVICE and isinstance(func.value, ast.Call):
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in _KEEPS_DEVICE
+        and isinstance(func.value, (ast.Call, ast.IfExp))
+    ):
         return _cpu_factory(func.value)  # torch.tensor([n]).long()
     q = dotted(node.func) or ""
     if not (q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES):
