@@ -372,3 +372,111 @@ def test_cpu_tensor_from_a_rank_conditional_expression() -> None:
     assert [line for line, _ in hits] == [8] and "created on the CPU (line 7)" in hits[0][1]
     # Twin: one branch on the GPU: the expression is no CPU factory (the rule stays silent).
     assert not found(BROADCAST.format(device=', device="cuda"'), "DDP027")
+
+
+# --- DDP012 is advice; DDP031 only in a file that is a rank ---------------------------------------------
+
+
+def test_distributed_launch_is_opinionated() -> None:
+    # pytorch/ignite tests/ignite/distributed/test_launcher.py: a test that starts a child job through
+    # `python -m torch.distributed.launch`; deprecated, and it still runs.
+    src = """
+    import subprocess
+    import sys
+
+    def run_child(nproc):
+        cmd = [sys.executable, "-m", "torch.distributed.launch", f"--nproc_per_node={nproc}", "check.py"]
+        subprocess.run(cmd, check=True, timeout=600)
+    """
+    assert "DDP012" not in default_codes(src) and not RULES["DDP012"].default
+    assert [line for line, _ in found(src, "DDP012")] == [6]
+
+
+def test_gpu_zero_only_in_a_file_that_is_a_rank(tmp_path) -> None:
+    # NVIDIA/apex examples/dcgan/main_amp.py: `device = torch.device("cuda:0")` in a one-process example,
+    # in a tree whose other examples call init_process_group.
+    from ddpdoctor.lint import lint_paths
+
+    (tmp_path / "dcgan.py").write_text("import torch\n\ndevice = torch.device('cuda:0')\nnet = torch.nn.Linear(2, 2).to(device)\n")
+    (tmp_path / "ddp_main.py").write_text("import torch.distributed as dist\n\ndist.init_process_group('nccl')\n")
+    assert not [d for d in lint_paths([tmp_path], default_rules()).diagnostics if d.code == "DDP031"]
+    # Twin: the same line in the rank's own file.
+    (tmp_path / "ddp_main.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\ndist.init_process_group('nccl')\n"
+        "device = torch.device('cuda:0')\n"
+    )
+    hits = [(d.path, d.line) for d in lint_paths([tmp_path], default_rules()).diagnostics if d.code == "DDP031"]
+    assert [line for _, line in hits] == [5] and hits[0][0].endswith("ddp_main.py")
+
+
+# --- DDP017: a helper's own rank protocol, left at "no process group" by its rank-0 caller --------------
+
+# ultralytics/yolov5 train.py and utils/dataloaders.py: `if RANK in {-1, 0}: val_loader =
+# create_dataloader(val_path, ...)` with `def create_dataloader(..., rank=-1, ...)`, which enters
+# `torch_distributed_zero_first(rank)`: its barriers run only for `local_rank not in [-1, 0]` and
+# `local_rank == 0`, so with the default -1 no rank reaches them.
+ZERO_FIRST = """
+import contextlib
+import os
+import torch.distributed as dist
+
+RANK = int(os.getenv("RANK", -1))
+LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))
+
+@contextlib.contextmanager
+def zero_first(local_rank):
+    if local_rank not in [-1, 0]:
+        dist.barrier(device_ids=[local_rank])
+    yield
+    if local_rank == 0:
+        dist.barrier(device_ids=[0])
+
+def create_dataloader(path, batch_size, rank=-1):
+    with zero_first(rank):
+        return [path] * batch_size
+
+def train():
+    dist.init_process_group("nccl")
+    if RANK in {{-1, 0}}:
+        val_loader = create_dataloader("val", 8{rank})
+"""
+
+
+def test_rank_zero_call_leaving_the_helpers_rank_at_minus_one() -> None:
+    assert not found(ZERO_FIRST.format(rank=""), "DDP017")
+    assert not found(ZERO_FIRST.format(rank=", rank=-1"), "DDP017")
+    # Twin: the caller passes its real local rank: rank 0 enters the helper's `local_rank == 0` barrier
+    # alone (huggingface/transformers#1081's evaluation on rank 0): the hang.
+    hits = found(ZERO_FIRST.format(rank=", rank=LOCAL_RANK"), "DDP017")
+    assert [line for line, _ in hits] == [24] and "barrier() (line 15)" in hits[0][1]
+
+
+# --- DDP008 and DDP030: a unit-test module is no rank of a training run --------------------------------
+
+
+def test_checkpoint_load_and_download_in_a_unit_test_module() -> None:
+    # mosaicml/composer tests/test_state.py and pytorch/ignite tests/ignite/handlers/test_lr_finder.py: a
+    # test that inits a group, downloads MNIST and reloads a state dict without map_location.
+    src = """
+    import torch
+    import torch.distributed as dist
+    from torchvision.datasets import MNIST
+
+    def check_roundtrip(tmp_path):
+        dist.init_process_group("gloo")
+        MNIST(str(tmp_path), download=True)
+        state = torch.load(str(tmp_path / "state.pt"))
+        model = torch.nn.Linear(2, 2)
+        model.load_state_dict(state["model"])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer.load_state_dict(state["optimizer"])
+
+    if __name__ == "__main__":
+        check_roundtrip(None)
+    """
+    rules = default_rules()
+    in_test = {d.code for d in lint_source(textwrap.dedent(src), "tests/test_state.py", rules)}
+    assert not in_test & {"DDP008", "DDP030"}
+    # Twin: the same code in a training script.
+    in_script = {d.code for d in lint_source(textwrap.dedent(src), "train.py", rules)}
+    assert {"DDP008", "DDP030"} <= in_script

@@ -20,6 +20,7 @@ from ddpdoctor.lint.helpers import (
     _init_calls,
     _is_collective_call,
     _is_set_device,
+    is_test_file,
     multi_node,
     uses_cuda,
 )
@@ -305,12 +306,6 @@ _RANK_SOURCE_RE = re.compile(
 
 def _cuda_prefix(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuda:")
-
-
-def is_test_file(path: str) -> bool:
-    """A unit-test module by its name: test_x.py or x_test.py (pytest's and unittest's conventions)."""
-    name = re.split(r"[\\/]", path)[-1]
-    return name.startswith("test_") or name.endswith("_test.py")
 
 
 _LOCAL_ADDRS = frozenset({"localhost", "127.0.0.1", "::1"})

@@ -9,7 +9,7 @@ import ast
 import re
 from typing import Iterator
 
-from ddpdoctor.lint.device_rules import is_test_file, visible_devices_per_rank
+from ddpdoctor.lint.device_rules import visible_devices_per_rank
 from ddpdoctor.lint.facts import (
     NONZERO,
     CallSite,
@@ -20,7 +20,7 @@ from ddpdoctor.lint.facts import (
     mentions_rank,
 )
 from ddpdoctor.lint.flow import callers_of, rank_zero_only
-from ddpdoctor.lint.helpers import uses_distributed
+from ddpdoctor.lint.helpers import is_test_file, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program
 
@@ -84,8 +84,8 @@ def _goes_first(f: ModuleFacts, scope: Scope, line: int, depth: int = 0) -> bool
 def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
     if b"download" not in f.source and b"load_dataset" not in f.source:
         return
-    if not distributed_program(f):
-        return
+    if not distributed_program(f) or is_test_file(f.path):
+        return  # (a unit test's fixtures are no rank of a training run)
     for cs in f.calls:
         what = _download(cs)
         if not what:
@@ -154,6 +154,8 @@ def _spawns_ranks(f: ModuleFacts) -> bool:
 def check_gpu_zero_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
     if b"0" not in f.source or is_test_file(f.path) or not _spawns_ranks(f):
         return
+    if not distributed_program(f):
+        return  # a one-process script beside distributed ones (apex's examples/dcgan, a compare script)
     if visible_devices_per_rank(f) is not None:
         return  # one GPU visible per process: its cuda:0 is its own
     spans: dict[int, list[tuple[int, int]]] = {}

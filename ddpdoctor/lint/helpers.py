@@ -208,3 +208,9 @@ def multi_node(f: ModuleFacts, local_apart: bool = False) -> bool:
     return any(
         _MULTI_NODE_RE.search(g.source) or local_apart and _LOCAL_APART_RE.search(g.source) for g in files
     )
+
+
+def is_test_file(path: str) -> bool:
+    """A unit-test module by its name: test_x.py or x_test.py (pytest's and unittest's conventions)."""
+    name = re.split(r"[\\/]", path)[-1]
+    return name.startswith("test_") or name.endswith("_test.py")
