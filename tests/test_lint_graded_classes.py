@@ -480,3 +480,24 @@ def test_checkpoint_load_and_download_in_a_unit_test_module() -> None:
     # Twin: the same code in a training script.
     in_script = {d.code for d in lint_source(textwrap.dedent(src), "train.py", rules)}
     assert {"DDP008", "DDP030"} <= in_script
+
+
+def test_multi_node_evidence_comes_from_the_program_not_the_tree(tmp_path) -> None:
+    # NVIDIA/apex contrib/examples/nccl_allocator/toy_ddp.py: `device_ids=[rank]` in a single-node toy
+    # example, in a tree whose Slurm helpers (another file, never called from it) read SLURM_PROCID.
+    from ddpdoctor.lint import lint_paths
+
+    toy = (
+        "import os\nimport torch\nimport torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "rank = int(os.getenv('RANK'))\nlocal_rank = int(os.getenv('LOCAL_RANK'))\n"
+        "torch.cuda.set_device(local_rank)\ndist.init_process_group(backend='nccl')\n"
+        "model = DDP(torch.nn.Linear(2, 2).cuda(local_rank), device_ids=[rank])\n"
+    )
+    (tmp_path / "toy_ddp.py").write_text(toy)
+    (tmp_path / "slurm_utils.py").write_text("import os\n\n\ndef proc_id():\n    return int(os.environ['SLURM_PROCID'])\n")
+    assert not [d for d in lint_paths([tmp_path], default_rules()).diagnostics if d.code == "DDP002"]
+    # Twin: the example uses that helper, so the Slurm task variable is its program's.
+    (tmp_path / "toy_ddp.py").write_text("import slurm_utils\n" + toy + "print(slurm_utils.proc_id())\n")
+    hits = [d.line for d in lint_paths([tmp_path], default_rules()).diagnostics if d.code == "DDP002"]
+    assert hits == [11]

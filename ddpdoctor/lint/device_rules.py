@@ -346,7 +346,7 @@ def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
         return  # unit tests of distributed code run on one node, where the global rank is the local one
     if single_node_spawn(f):
         return  # mp.spawn with MASTER_ADDR=localhost: one node, where the global rank is the GPU index
-    if not multi_node(f, local_apart=True):
+    if not multi_node(f, local_apart=True, linked_only=True):
         # Nothing says the program runs on several nodes (a node count or rank, Slurm's task variables, a
         # local rank read apart from the global one): on one node the global rank is the GPU index.
         return

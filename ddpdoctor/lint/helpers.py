@@ -201,10 +201,17 @@ _LOCAL_APART_RE = re.compile(
 )
 
 
-def multi_node(f: ModuleFacts, local_apart: bool = False) -> bool:
-    """Some file of the program says it runs on several nodes; with `local_apart`, also a program that
-    reads the node-local rank or world size apart from the global ones."""
-    files = [g for _, g in f.project.files] if f.project is not None else [f]  # type: ignore[attr-defined]
+def multi_node(f: ModuleFacts, local_apart: bool = False, linked_only: bool = False) -> bool:
+    """Some file of the project says it runs on several nodes; with `local_apart`, also one that reads the
+    node-local rank or world size apart from the global ones. With `linked_only`, only this file and those
+    it calls into or is called from count: in a framework's tree a Slurm helper elsewhere says nothing
+    about a toy example (NVIDIA/apex contrib/examples)."""
+    if f.project is None:
+        files = [f]
+    elif linked_only:
+        files = [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+    else:
+        files = [g for _, g in f.project.files]  # type: ignore[attr-defined]
     return any(
         _MULTI_NODE_RE.search(g.source) or local_apart and _LOCAL_APART_RE.search(g.source) for g in files
     )

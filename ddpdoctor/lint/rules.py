@@ -818,7 +818,11 @@ def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
             works = "parse_known_args() ignores the launcher's --local-rank"
         elif _FLAGLESS_LAUNCH_RE.search(f.source):
             works = "the launch the script names (torchrun, --use_env) passes no flag"
-        elif not any(_TORCH2_RE.search(g.source) for g in program):
+        elif not any(
+            _TORCH2_RE.search(g.source)
+            # this file and those it calls into or is called from: not a torch.compile elsewhere in a tree
+            for g in ([f] if f.project is None else [f, *f.project.linked(f)])  # type: ignore[attr-defined]
+        ):
             # Only PyTorch >= 2.0's torch.distributed.launch passes --local-rank; the 1.x launchers these
             # scripts were written for pass --local_rank, which the parser accepts.
             works = "nothing in the program needs PyTorch >= 2.0, and the 1.x launcher passes --local_rank"
