@@ -501,3 +501,21 @@ def test_multi_node_evidence_comes_from_the_program_not_the_tree(tmp_path) -> No
     (tmp_path / "toy_ddp.py").write_text("import slurm_utils\n" + toy + "print(slurm_utils.proc_id())\n")
     hits = [d.line for d in lint_paths([tmp_path], default_rules()).diagnostics if d.code == "DDP002"]
     assert hits == [11]
+
+
+def test_cuda_tensor_type_constructor_is_no_cpu_tensor() -> None:
+    # NVIDIA/apex apex/contrib/groupbn/batch_norm.py: `my_offset = torch.cuda.IntTensor([...])` then
+    # `all_gather(offsets_l, my_offset)` on the NCCL group: a CUDA tensor.
+    src = """
+    import torch
+    import torch.distributed as dist
+
+    def exchange(offset, world_size):
+        dist.init_process_group("nccl")
+        my_offset = torch.{kind}([offset])
+        out = [torch.empty_like(my_offset) for _ in range(world_size)]
+        dist.all_gather(out, my_offset)
+    """
+    assert not found(src.format(kind="cuda.IntTensor"), "DDP027")
+    # Twin: the CPU type.
+    assert [line for line, _ in found(src.format(kind="IntTensor"), "DDP027")] == [9]

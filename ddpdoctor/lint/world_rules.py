@@ -382,6 +382,8 @@ def _cpu_factory(node: Optional[ast.AST]) -> bool:
     q = dotted(node.func) or ""
     if not (q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES):
         return False
+    if q.startswith("torch.cuda."):
+        return False  # torch.cuda.ByteTensor(...) is a CUDA tensor (NVIDIA/apex contrib/groupbn)
     return not any(kw.arg in ("device", None) for kw in node.keywords)
 
 
