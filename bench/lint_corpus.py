@@ -104,15 +104,23 @@ def lint_corpus(rules, which: str = "all") -> tuple[list, int, float]:
 
 
 # DDP021 is the opinion half of the old DDP003 (set_device right after init, nothing on the GPU in
-# between); the verdicts were written against DDP003 before the split.
-ALIASES = {"DDP021": "DDP003"}
+# between), DDP029 that of DDP013 (--local_rank where the documented launch works); the verdicts were
+# written against DDP003 and DDP013 before the splits.
+ALIASES = {"DDP021": "DDP003", "DDP029": "DDP013"}
 
 
 def score(
-    label: str, diags: list, expected: dict, want: set[str], codes: set[str], files: set[str]
+    label: str,
+    diags: list,
+    expected: dict,
+    want: set[str],
+    codes: set[str],
+    files: set[str],
+    split: frozenset[str] = frozenset(),
 ) -> tuple[int, int, int]:
     """`want`: the verdicts this tier should report; `codes`: the tier's rule ids (misses count only for
-    them)."""
+    them); `split`: ids shared with the other tier through ALIASES, whose `bug` verdicts are the default
+    half's to report (timm's --local_rank is DDP013, not the opinionated DDP029)."""
     tp: Counter = Counter()
     fp: Counter = Counter()
     fn: Counter = Counter()
@@ -126,6 +134,8 @@ def score(
             print(f"  FP  {p}:{line} {code} ({verdict}) {message}")
     for (p, line, code), verdict in sorted(expected.items()):
         if verdict in want and code in codes and p in files and (p, line, code) not in got:
+            if code in split and verdict == "bug":
+                continue
             fn[code] += 1
             print(f"  FN  {p}:{line} {code}")
     t, f_p, f_n = sum(tp.values()), sum(fp.values()), sum(fn.values())
@@ -180,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             {"bug", "style"},
             {ALIASES.get(r.id, r.id) for r in opinionated},
             files,
+            frozenset(ALIASES.values()),
         )
     best = min(lint_corpus(list(RULES.values()))[2] for _ in range(5))
     print(f"speed, all rules, project mode: {lines / best:,.0f} lines/s (CPU time, best of 5)")

@@ -263,11 +263,14 @@ def test_messages_say_what_is_known() -> None:
 
 
 def test_global_rank_device_in_unit_tests_is_not_reported(tmp_path: Path) -> None:
-    src = 'import torch\nimport torch.distributed as dist\nx = torch.zeros(2, device=f"cuda:{dist.get_rank()}")\n'
+    src = (
+        "# torchrun --nnodes=2 --nproc_per_node=8 train.py\n"
+        'import torch\nimport torch.distributed as dist\nx = torch.zeros(2, device=f"cuda:{dist.get_rank()}")\n'
+    )
     files = write(
         tmp_path, {"train.py": src, "tests/test_sharding.py": src, "gpu_tests/sharded_test.py": src}
     )
-    assert found(files, ["DDP002"]) == {("train.py", 3, "DDP002")}
+    assert found(files, ["DDP002"]) == {("train.py", 4, "DDP002")}
 
 
 _CORPUS_LINES = [
@@ -311,10 +314,10 @@ def test_wide_call_fan_out_is_walked_once(tmp_path: Path) -> None:
     lines = [
         "import torch",
         "import torch.distributed as dist",
-        "def save0():",
+        "def leaf0():",
         '    torch.save({}, "ckpt.pt")',
     ]
-    prev = ["save0"]
+    prev = ["leaf0"]
     for layer in range(1, 6):
         names = [f"f{layer}_{i}" for i in range(12)]
         for name in names:

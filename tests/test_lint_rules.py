@@ -79,6 +79,7 @@ POSITIVES: list[tuple[str, str]] = [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         rank = int(os.environ["RANK"])
         torch.cuda.set_device(rank)  # <-
     """,
@@ -86,6 +87,7 @@ POSITIVES: list[tuple[str, str]] = [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         def main():
             rank = dist.get_rank()
             model = nn.Linear(2, 2).to(rank)  # <-
@@ -95,6 +97,7 @@ POSITIVES: list[tuple[str, str]] = [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         def main():
             device = torch.device(f"cuda:{dist.get_rank()}")  # <-
     """,
@@ -111,6 +114,7 @@ POSITIVES: list[tuple[str, str]] = [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         class Trainer:
             def __init__(self, model):
                 self.global_rank = int(os.environ.get("RANK", "0"))
@@ -132,7 +136,7 @@ POSITIVES: list[tuple[str, str]] = [
         def main():
             dist.init_process_group(backend="nccl", timeout=datetime.timedelta(minutes=5))  # <-
             local_rank = int(os.environ["LOCAL_RANK"])
-            dist.barrier()
+            dist.broadcast_object_list([config])  # its buffer goes to the current GPU: GPU 0 on every rank
             torch.cuda.set_device(local_rank)
     """,
     ),
@@ -259,10 +263,10 @@ POSITIVES: list[tuple[str, str]] = [
         "DDP007",
         """
         def save_checkpoint(state, path):
-            torch.save(state, path)  # <-
+            torch.save(state, path)
         def main():
             for epoch in range(3):
-                save_checkpoint({"epoch": epoch}, "ckpt.pt")
+                save_checkpoint({"epoch": epoch}, "ckpt.pt")  # <- reported where the helper runs unguarded
         if __name__ == "__main__":
             main()
     """,
@@ -361,6 +365,8 @@ POSITIVES: list[tuple[str, str]] = [
         import argparse
         parser = argparse.ArgumentParser()
         parser.add_argument("--local_rank", type=int, default=-1)  # <-
+        args = parser.parse_args()
+        model = torch.compile(model)  # PyTorch >= 2.0, whose torch.distributed.launch passes --local-rank
     """,
     ),
     # DDP014 collective on a tensor only some ranks create
@@ -1051,6 +1057,7 @@ POSITIVES += [
     (
         "DDP002",
         """
+        # multi-node: torchrun --nnodes=2 --nproc_per_node=8 train.py
         def run(rank):
             model = nn.Linear(2, 2).to(rank)  # <-
         def main():
@@ -1617,6 +1624,47 @@ NEAR_MISSES += [
     """,
     ),
 ]
+POSITIVES += [
+    (
+        "DDP035",
+        """
+        import gymnasium as gym
+        def main(args):
+            dist.init_process_group("gloo")
+            envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+            obs, _ = envs.reset(seed=args.seed)  # <-
+        if __name__ == "__main__":
+            main(None)
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP035",
+        """
+        import gymnasium as gym
+        def main(args):
+            dist.init_process_group("gloo")
+            rank = dist.get_rank()
+            envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+            obs, _ = envs.reset(seed=args.seed + rank * 4)
+        if __name__ == "__main__":
+            main(None)
+    """,
+    ),
+    (
+        "DDP035",
+        """
+        import gymnasium as gym
+        def main(args):
+            dist.init_process_group("gloo")
+            if dist.get_rank() == 0:
+                obs, _ = gym.make("CartPole-v1").reset(seed=args.seed)
+        if __name__ == "__main__":
+            main(None)
+    """,
+    ),
+]
 
 
 def _case_id(case: tuple[str, str]) -> str:
@@ -1658,7 +1706,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 35)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 36)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -20,6 +20,8 @@ from ddpdoctor.lint.helpers import (
     _init_calls,
     _is_collective_call,
     _is_set_device,
+    is_test_file,
+    multi_node,
     uses_cuda,
 )
 from ddpdoctor.lint.registry import Hit, rule
@@ -128,7 +130,7 @@ class _GlobalRankTaint:
                 name = self.tainted(arg, env)
                 if name:
                     self.param_taint.setdefault((attr, index), name)
-        if callee.endswith("cuda.set_device") or callee == "torch.accelerator.set_device_index":
+        if _ACCEL_SET_DEVICE_RE.fullmatch(callee) or callee == "torch.accelerator.set_device_index":
             culprit = self.tainted(node.args[0] if node.args else None, env)
         elif attr in ("to", "cuda") and isinstance(node.func, ast.Attribute):
             culprit = self.tainted(node.args[0] if node.args else None, env)
@@ -283,6 +285,12 @@ class _GlobalRankTaint:
 _DEVICE_KWARGS = frozenset({"device_ids", "device", "output_device", "device_id", "map_location"})
 
 
+# set_device of CUDA and of the accelerators that mirror its API (Cambricon MLU, Ascend NPU, Moore Threads
+# MUSA, Intel XPU, Habana HPU): each indexes the devices of this node (mmcv's and mmengine's
+# `torch.mlu.set_device(rank)` / `torch.musa.set_device(rank)` with the global RANK).
+_ACCEL_SET_DEVICE_RE = re.compile(r"(?:torch\.)?(?:.*\.)?(?:cuda|mlu|npu|musa|xpu|hpu)\.set_device")
+
+
 def _maybe_device_sink(cs: CallSite) -> bool:
     if cs.attr in ("to", "cuda", "set_device", "set_device_index", "device"):
         return True
@@ -298,12 +306,6 @@ _RANK_SOURCE_RE = re.compile(
 
 def _cuda_prefix(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuda:")
-
-
-def is_test_file(path: str) -> bool:
-    """A unit-test module by its name: test_x.py or x_test.py (pytest's and unittest's conventions)."""
-    name = re.split(r"[\\/]", path)[-1]
-    return name.startswith("test_") or name.endswith("_test.py")
 
 
 _LOCAL_ADDRS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -344,6 +346,10 @@ def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
         return  # unit tests of distributed code run on one node, where the global rank is the local one
     if single_node_spawn(f):
         return  # mp.spawn with MASTER_ADDR=localhost: one node, where the global rank is the GPU index
+    if not multi_node(f, local_apart=True, linked_only=True):
+        # Nothing says the program runs on several nodes (a node count or rank, Slurm's task variables, a
+        # local rank read apart from the global one): on one node the global rank is the GPU index.
+        return
     seen: set[int] = set()
     for node, culprit in _GlobalRankTaint(f).run():
         if id(node) in seen:
@@ -428,6 +434,17 @@ def current_device_use(cs: CallSite) -> str:
     return ""
 
 
+# Uses that put a tensor, a model or an object collective's buffer on the current device: without
+# set_device every rank's lands on GPU 0 (a wrong GPU, then NCCL's "Duplicate GPU detected"). The others
+# (a barrier, whose GPU torch guesses from the rank; torch.cuda statistics and synchronize; pinned memory)
+# leave a stray context on GPU 0 at worst, and are the opinionated DDP021.
+_PLACING_USES = ("a bare .cuda()", '.to("cuda")', 'device="cuda"')
+
+
+def places_on_current_gpu(use: str) -> bool:
+    return use.startswith(_PLACING_USES) or "_object" in use
+
+
 def _gpu_work(cs: CallSite) -> bool:
     return bool(current_device_use(cs))
 
@@ -479,13 +496,29 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
             if _is_set_device(later) or find_call_in(f, later, _is_set_device) is not None:
                 set_at = later
                 break
-            if work_at is None:
-                use = _first_use(f, later)
-                if use:
-                    work_at = later
+            found_use = _first_use(f, later)
+            # The first use that puts something on GPU 0 decides; a barrier or a memory statistic before
+            # it does not (see places_on_current_gpu).
+            if found_use and (work_at is None or places_on_current_gpu(found_use) and not places_on_current_gpu(use)):
+                use, work_at = found_use, later
         after_return = None
         if set_at is None and work_at is None and not is_entry(f, cs.scope):
             after_return = _set_device_after_return(f, cs.scope)
+            if after_return is None:
+                # `setup(rank); x = torch.ones(1).cuda(); torch.cuda.set_device(rank)`: the caller goes on
+                # to place a tensor on the current GPU before any set_device.
+                placed = _placing_use_after_return(f, cs.scope)
+                if placed is not None and visible_devices_per_rank(f) is None:
+                    out.append(
+                        (
+                            cs,
+                            "bug",
+                            f"NCCL process group created in {cs.scope.name}() with no torch.cuda.set_device() "
+                            f"before it; after it returns, line {placed[0].node.lineno} places work on the "
+                            f"current GPU ({placed[1]}) before any set_device: GPU 0 on every rank",
+                        )
+                    )
+                    continue
         found: Optional[tuple[str, str]] = None
         if after_return is not None:
             found = (
@@ -501,6 +534,14 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
                 "nothing uses the current GPU in between, but this rank may start on GPU 0 if CUDA work "
                 "moves before set_device",
             )
+        elif set_at is not None and work_at is not None and not places_on_current_gpu(use):
+            found = (
+                "order",
+                f"NCCL process group created before torch.cuda.set_device() (line {set_at.node.lineno}); "
+                f"line {work_at.node.lineno} touches the current GPU first ({use}), which places no tensor "
+                "there: a barrier's GPU is guessed from the rank, a statistic or a pinned buffer only "
+                "opens a context on GPU 0",
+            )
         elif set_at is not None and work_at is not None:
             found = (
                 "bug",
@@ -513,11 +554,11 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
             # device anywhere: pinned memory, a barrier or a bare .cuda() then opens a context on GPU 0
             # in every rank (issue #24, class 8).
             found = (
-                "bug",
+                "bug" if places_on_current_gpu(touch) else "order",
                 "NCCL process group created and no torch.cuda.set_device() anywhere in this program: "
                 f"{touch} (line {touch_line(touch, f)}) uses the current GPU first, GPU 0 in every rank",
             )
-        elif work_at is not None or (before is False and not is_entry(f, cs.scope)):
+        elif work_at is not None and places_on_current_gpu(use):
             # (A process entry point that does nothing on the GPU after init has nothing to misplace.)
             where = (
                 f": line {work_at.node.lineno} uses the current GPU first ({use})"
@@ -528,6 +569,15 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
                 "bug",
                 "NCCL process group created and no torch.cuda.set_device() before or after it in this "
                 f"process{where}; ranks may all start on GPU 0",
+            )
+        elif work_at is not None or (before is False and not is_entry(f, cs.scope)):
+            # Nothing is placed on the current GPU: a barrier (its GPU is guessed from the rank), memory
+            # statistics or a pinned buffer (a stray context on GPU 0), or nothing at all in this process.
+            where = f": line {work_at.node.lineno} touches the current GPU ({use})" if work_at is not None else ""
+            found = (
+                "order",
+                "NCCL process group created and no torch.cuda.set_device() before or after it in this "
+                f"process{where}, but no tensor is placed on the current GPU",
             )
         if found is not None and found[0] == "bug":
             visible = visible_devices_per_rank(f)
@@ -591,6 +641,23 @@ def _gpu0_touch(f: ModuleFacts) -> str:
 def touch_line(touch: str, f: ModuleFacts) -> str:
     line = f.memo.get("gpu0_touch_line") or 0
     return str(line) if line else "in another file"
+
+
+def _placing_use_after_return(f: ModuleFacts, scope: Scope) -> Optional[tuple[CallSite, str]]:
+    """The first call, in this file, after a call into `scope` and before any set_device in the same
+    caller, that places something on the current GPU (see places_on_current_gpu)."""
+    for g, c in callers_of(f, scope):
+        if g is not f:
+            continue
+        for later in c.scope.calls:
+            if later.pos <= c.pos:
+                continue
+            if _is_set_device(later) or find_call_in(g, later, _is_set_device) is not None:
+                break
+            use = _first_use(g, later)
+            if use and places_on_current_gpu(use):
+                return later, use
+    return None
 
 
 def _set_device_after_return(f: ModuleFacts, scope: Scope) -> Optional[CallSite]:

@@ -9,10 +9,18 @@ import ast
 import re
 from typing import Iterator
 
-from ddpdoctor.lint.device_rules import is_test_file, visible_devices_per_rank
-from ddpdoctor.lint.facts import NONZERO, CallSite, ModuleFacts, Scope, dotted, final_identifier
+from ddpdoctor.lint.device_rules import visible_devices_per_rank
+from ddpdoctor.lint.facts import (
+    NONZERO,
+    CallSite,
+    ModuleFacts,
+    Scope,
+    dotted,
+    final_identifier,
+    mentions_rank,
+)
 from ddpdoctor.lint.flow import callers_of, rank_zero_only
-from ddpdoctor.lint.helpers import uses_distributed
+from ddpdoctor.lint.helpers import is_test_file, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program
 
@@ -76,8 +84,8 @@ def _goes_first(f: ModuleFacts, scope: Scope, line: int, depth: int = 0) -> bool
 def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
     if b"download" not in f.source and b"load_dataset" not in f.source:
         return
-    if not distributed_program(f):
-        return
+    if not distributed_program(f) or is_test_file(f.path):
+        return  # (a unit test's fixtures are no rank of a training run)
     for cs in f.calls:
         what = _download(cs)
         if not what:
@@ -146,6 +154,8 @@ def _spawns_ranks(f: ModuleFacts) -> bool:
 def check_gpu_zero_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
     if b"0" not in f.source or is_test_file(f.path) or not _spawns_ranks(f):
         return
+    if not distributed_program(f):
+        return  # a one-process script beside distributed ones (apex's examples/dcgan, a compare script)
     if visible_devices_per_rank(f) is not None:
         return  # one GPU visible per process: its cuda:0 is its own
     spans: dict[int, list[tuple[int, int]]] = {}
@@ -162,4 +172,58 @@ def check_gpu_zero_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
             cs.node,
             f"{what} on every rank: all ranks of a node use GPU 0 (out of memory there, NCCL "
             "'Duplicate GPU detected')",
+        )
+
+
+# --- DDP035: the same environment seed on every rank --------------------------------------------------
+
+_ENV_MODULES = ("gym", "gymnasium")
+
+
+def _per_rank(f: ModuleFacts, node: ast.AST, depth: int = 0) -> bool:
+    """The seed expression depends on the rank: it names one (`args.seed + rank`), or a variable assigned
+    from one (`seed = base + global_rank * n`)."""
+    if mentions_rank(node):
+        return True
+    if depth > 2:
+        return False
+    for n in ast.walk(node):
+        key = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+        if key and any(_per_rank(f, value, depth + 1) for value, _ in f.assigns.get(key, ())):
+            return True
+    return False
+
+
+@rule(
+    "DDP035",
+    "same-env-seed-every-rank",
+    "environment reset with the same seed on every rank: every rank collects the same rollouts",
+    "seed each rank's environments apart: env.reset(seed=args.seed + rank * num_envs) (and the policy's "
+    "RNG too if it samples actions)",
+    "In distributed RL each rank gathers its own experience; environments reset with one seed on every rank "
+    "replay the same episodes, so N ranks average N copies of one rank's data.",
+)
+def check_same_env_seed_every_rank(f: ModuleFacts) -> Iterator[Hit]:
+    if b"seed" not in f.source or not f.imports_prefix(*_ENV_MODULES):
+        return
+    # This file is a rank of the program (not a single-process example beside distributed ones).
+    if not distributed_program(f) or not _spawns_ranks(f):
+        return
+    for cs in f.calls:
+        if cs.attr != "reset":
+            continue
+        seed = cs.kwarg("seed")
+        if seed is None or isinstance(seed, ast.Constant) and seed.value is None:
+            continue
+        if cs.guarded or cs.rank_if is not None or rank_zero_only(f, cs.scope):
+            continue  # rank 0's evaluation episode
+        if _per_rank(f, seed):
+            continue
+        # A dotted name only: the output never carries other source text (a literal could be a token).
+        named = dotted(seed) if isinstance(seed, (ast.Name, ast.Attribute)) else None
+        what = f"`{named}`" if named else "a seed"
+        yield (
+            cs.node,
+            f"reset(seed=...) with {what}, the same on every rank: each rank's environments replay the same "
+            "episodes and the ranks train on copies of one rank's data",
         )

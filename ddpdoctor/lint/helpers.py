@@ -4,6 +4,7 @@ an init call, a spawn; env keys and constants."""
 from __future__ import annotations
 
 import ast
+import re
 from typing import Optional
 
 from ddpdoctor.lint.facts import (
@@ -186,3 +187,37 @@ COLLECTIVE_NAMES = frozenset(
         "all_to_all_single",
     }
 )
+
+
+# What says the code runs on several nodes: Slurm's per-task variables, a node count or a node rank.
+_MULTI_NODE_RE = re.compile(
+    rb"SLURM_(?:PROCID|NTASKS|NPROCS|NNODES|NODEID|JOB_NUM_NODES)|\bn_?nodes\b|num_nodes|node_rank|NODE_RANK"
+    rb"|GROUP_RANK|--nodes\b"
+)
+# A local rank or local world size read apart from the global one: the program is written for a launch
+# where the two differ, i.e. several nodes.
+_LOCAL_APART_RE = re.compile(
+    rb"LOCAL_WORLD_SIZE|local_world_size|SLURM_LOCALID|OMPI_COMM_WORLD_LOCAL_RANK|MPI_LOCALRANKID|global_rank"
+)
+
+
+def multi_node(f: ModuleFacts, local_apart: bool = False, linked_only: bool = False) -> bool:
+    """Some file of the project says it runs on several nodes; with `local_apart`, also one that reads the
+    node-local rank or world size apart from the global ones. With `linked_only`, only this file and those
+    it calls into or is called from count: in a framework's tree a Slurm helper elsewhere says nothing
+    about a toy example (NVIDIA/apex contrib/examples)."""
+    if f.project is None:
+        files = [f]
+    elif linked_only:
+        files = [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+    else:
+        files = [g for _, g in f.project.files]  # type: ignore[attr-defined]
+    return any(
+        _MULTI_NODE_RE.search(g.source) or local_apart and _LOCAL_APART_RE.search(g.source) for g in files
+    )
+
+
+def is_test_file(path: str) -> bool:
+    """A unit-test module by its name: test_x.py or x_test.py (pytest's and unittest's conventions)."""
+    name = re.split(r"[\\/]", path)[-1]
+    return name.startswith("test_") or name.endswith("_test.py")

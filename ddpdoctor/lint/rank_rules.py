@@ -23,10 +23,11 @@ from ddpdoctor.lint.facts import (
     classify_guard,
     dotted,
     ends_in_exit,
+    is_rank_identifier,
     mentions_rank,
 )
 from ddpdoctor.lint.flow import (
-    find_call_in,
+    callees_of,
     happens_before,
     in_memory,
     local_rank_guarded,
@@ -101,7 +102,63 @@ def _collective_in_callee(f: ModuleFacts, cs: CallSite, kind: Optional[str]) -> 
     """A collective that the function `cs` calls reaches on the ranks of `kind`: one outside any rank
     check, or inside a check that those ranks pass (transformers#1081: evaluation on rank 0 only, reaching
     the `if local_rank == 0: barrier()` of a data helper)."""
-    return find_call_in(f, cs, lambda c: _is_collective(c) and (c.rank_if is None or c.rank_if.kind == kind))
+    return _search_collective(f, cs, kind, 0, set(), _rank_left_at_minus_one(f, cs))
+
+
+def _search_collective(
+    f: ModuleFacts, cs: CallSite, kind: Optional[str], depth: int, seen: set, defaulted: bool
+) -> Optional[CallSite]:
+    """find_call_in for a collective, a few levels deep; once a call on the way leaves a rank parameter at
+    -1 (`defaulted`), the collectives under a rank check below it run on no rank and do not count."""
+    if depth > 3:
+        return None
+    for target, scope in callees_of(f, cs):
+        if id(scope) in seen:
+            continue
+        seen.add(id(scope))
+        for inner in scope.calls:
+            if _is_collective(inner) and (inner.rank_if is None or inner.rank_if.kind == kind):
+                if inner.rank_if is not None and defaulted:
+                    continue
+                return inner
+            found = _search_collective(
+                target, inner, kind, depth + 1, seen, defaulted or _rank_left_at_minus_one(target, inner)
+            )
+            if found is not None:
+                return found
+    return None
+
+
+def _rank_left_at_minus_one(f: ModuleFacts, cs: CallSite) -> bool:
+    """The function `cs` calls takes a rank parameter that defaults to -1 ("no process group", the yolov5
+    convention) and `cs` leaves it at that default or passes -1: the helper's own rank checks
+    (`torch_distributed_zero_first(rank)`'s barriers) then run on no rank. ultralytics/yolov5 train.py:
+    `if RANK in {-1, 0}: val_loader = create_dataloader(val_path, ...)` with `def create_dataloader(...,
+    rank=-1, ...)`."""
+    for _target, scope in callees_of(f, cs):
+        node = scope.node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        params = node.args.posonlyargs + node.args.args
+        defaults = dict(zip([p.arg for p in params[len(params) - len(node.args.defaults) :]], node.args.defaults))
+        defaults.update({p.arg: d for p, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None})
+        names = [p.arg for p in params]
+        offset = 1 if names and names[0] in ("self", "cls") and isinstance(cs.node.func, ast.Attribute) else 0
+        for name, default in defaults.items():
+            if not is_rank_identifier(name) or not _minus_one(default):
+                continue
+            passed = cs.kwarg(name)
+            if passed is None and name in names and names.index(name) - offset < len(cs.node.args):
+                passed = cs.node.args[names.index(name) - offset]
+            if passed is None and cs.has_star_kwargs():
+                continue
+            if passed is None or _minus_one(passed):
+                return True
+    return False
+
+
+def _minus_one(node: Optional[ast.AST]) -> bool:
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _is_const(node.operand, 1)
 
 
 @rule(

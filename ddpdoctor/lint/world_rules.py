@@ -20,6 +20,7 @@ from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
     _init_calls,
+    multi_node,
     uses_distributed,
 )
 from ddpdoctor.lint.registry import Hit, rule
@@ -72,10 +73,17 @@ def check_world_size_from_slurm(f: ModuleFacts) -> Iterator[Hit]:
             which = sorted(keys & _SLURM_TASKS)[0]
         else:
             continue
+        # Reported where the wrong count reaches init_process_group(world_size=...), the line that hangs
+        # or raises, when this file passes it there; else at the assignment.
+        used = [
+            ws
+            for init in _init_calls(f)
+            if (ws := init.kwarg("world_size")) is not None and dotted(ws) == key and ws.lineno > stmt.lineno
+        ]
         yield (
-            stmt,
-            f"`{key}` is Slurm's {which} alone, but each task starts a process per GPU: the world size "
-            "misses the GPUs per task and init_process_group waits for ranks that never come",
+            used[0] if used else stmt,
+            f"`{key}` is Slurm's {which} alone (line {stmt.lineno}), but each task starts a process per GPU: "
+            "the world size misses the GPUs per task and init_process_group waits for ranks that never come",
         )
 
 
@@ -357,15 +365,25 @@ def _nccl_program(f: ModuleFacts) -> bool:
 
 
 def _cpu_factory(node: Optional[ast.AST]) -> bool:
-    """torch.tensor([...]) / torch.zeros(n) with no device= (and not moved by .cuda() / .to(...))."""
+    """torch.tensor([...]) / torch.zeros(n) with no device= (and not moved by .cuda() / .to(...)); both
+    branches of `(torch.tensor(data) if rank == 0 else torch.zeros(n))`, the usual way to broadcast from
+    rank 0 (WongKinYiu/yolov7 train.py's image-weight indices)."""
+    if isinstance(node, ast.IfExp):
+        return _cpu_factory(node.body) and _cpu_factory(node.orelse)
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in _KEEPS_DEVICE and isinstance(func.value, ast.Call):
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in _KEEPS_DEVICE
+        and isinstance(func.value, (ast.Call, ast.IfExp))
+    ):
         return _cpu_factory(func.value)  # torch.tensor([n]).long()
     q = dotted(node.func) or ""
     if not (q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES):
         return False
+    if q.startswith("torch.cuda."):
+        return False  # torch.cuda.ByteTensor(...) is a CUDA tensor (NVIDIA/apex contrib/groupbn)
     return not any(kw.arg in ("device", None) for kw in node.keywords)
 
 
@@ -499,17 +517,8 @@ def check_sampler_seed_per_rank(f: ModuleFacts) -> Iterator[Hit]:
 
 # --- DDP032: MASTER_ADDR fixed to one host, or to each task's own ------------------------------------
 
-# What says the code runs on several nodes: Slurm's per-task variables, a node count or a node rank.
-_MULTI_NODE_RE = re.compile(
-    rb"SLURM_(?:PROCID|NTASKS|NPROCS|NNODES|NODEID|JOB_NUM_NODES)|\bn_?nodes\b|num_nodes|node_rank|--nodes\b"
-)
 _LOCAL_HOSTS = frozenset({"", "localhost", "127.0.0.1", "::1", "0.0.0.0"})
 _OWN_HOST_CALLS = frozenset({"gethostname", "getfqdn", "node", "uname"})
-
-
-def _multi_node(f: ModuleFacts) -> bool:
-    files = [facts for _, facts in f.project.files] if f.project is not None else [f]  # type: ignore[attr-defined]
-    return any(_MULTI_NODE_RE.search(facts.source) for facts in files)
 
 
 # Launchers that start every task themselves and set no MASTER_ADDR (mpirun, srun), and what says an MPI
@@ -541,7 +550,7 @@ def _own_host(f: ModuleFacts, value: ast.AST) -> bool:
     "each task's own hostname points every node at itself, so the ranks never meet and init hangs.",
 )
 def check_hard_coded_master_addr(f: ModuleFacts) -> Iterator[Hit]:
-    if b"MASTER_ADDR" not in f.source or not (_multi_node(f) or _MPI_LOCAL_SIZE_RE.search(f.source)):
+    if b"MASTER_ADDR" not in f.source or not (multi_node(f) or _MPI_LOCAL_SIZE_RE.search(f.source)):
         return
     self_launched = bool(_SELF_LAUNCHED_RE.search(f.source))
     for base, key, value, stmt in f.env_assigns:
