@@ -708,11 +708,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         'defaults for the rest), e.g. \'{"overlap_comm": true}\'',
     )  # fmt: skip
     ap.add_argument(
+        "--replay", default="",
+        help="with --zero: print the rows of a saved --zero --json run against the plan of this code (no run)",
+    )  # fmt: skip
+    ap.add_argument(
         "--detail", action="store_true",
         help="with --zero: print what was live at the measured peak (the op that made each storage, where)",
     )  # fmt: skip
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.replay:
+        return _replay(args.replay, args.seq, args.batch, args.detail)
     cases = [
         Case(m, dtype, att, rc)
         for m in args.models.split(",")
@@ -789,16 +795,35 @@ def _print_zero(r: dict[str, Any]) -> None:
     )
 
 
+MODEL_STATES = ("param16", "grad16", "master32", "grad32", "optim")
+
+
 def largest_states(row: dict[str, Any]) -> tuple[str, int]:
-    """(moment, bytes) the plan's model states are compared with: for stages 1/2 the largest of the moments
-    measured (every model-state tensor then, the reduce buckets left out); for stage 3 the optimizer's step,
-    the gathered parameters (4·L in the plan) being re-partitioned by then."""
+    """(moment, bytes) the plan's model states are compared with: the model-state tensors (16-bit parameters
+    and gradients, fp32 master and gradient, optimizer state; not the reduce buckets, nor what no DeepSpeed
+    attribute names) at the largest of the moments measured for stages 1/2, at the optimizer's step for
+    stage 3 (the gathered parameters, 4·L in the plan, are re-partitioned by then)."""
     m = row["measured"]
-    if row["case"]["zero"] == 3 or not m.get("parts"):
+    if not m.get("parts"):
         return "at_step", m["model_states"]
-    sums = {k: sum(v for part, v in d.items() if part != "bucket") for k, d in m["parts"].items()}
-    moment = max(sums, key=lambda k: sums[k])
+    sums = {k: sum(d[part] for part in MODEL_STATES) for k, d in m["parts"].items()}
+    moment = "at_step" if row["case"]["zero"] == 3 else max(sums, key=lambda k: sums[k])
     return moment, sums[moment]
+
+
+def _replay(path: str, seq: int, batch: int, detail: bool) -> int:
+    """The rows of a saved `--zero --json` run (DeepSpeed's log lines before the JSON skipped), measured as
+    saved, planned by this code for the same shape (seq and batch must be the run's)."""
+    text = open(path).read()
+    for row in json.loads(text[text.index("["):]):
+        c = row["case"]
+        if "measured" in row:
+            row["plan"] = planned_zero(c["zero"], c["model"], seq, batch, c["world"])
+        _print_zero(row)
+        if detail and "measured" in row:
+            _print_parts(row["measured"])
+            _print_detail(row["measured"]["at_peak"])
+    return 0
 
 
 def _print_parts(m: dict[str, Any]) -> None:

@@ -348,6 +348,11 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
     # ZeRO-1: max(4·P + 12·P/N, 2·P + 18·P/N); ZeRO-2 reduces bucket by bucket in backward: 2·P + 18·P/N.
     if s.kind == "zero1":
         grads = max(wb * p, _ceil((wb + fp32_grad) * p, n))
+        notes.append(
+            "zero1: gradients at the end of backward, 16-bit and whole (DeepSpeed's overlap_comm off, its default)"
+            if grads == wb * p
+            else "zero1: gradients in the step, the 16-bit partition and its fp32 copy (more than the whole 16-bit set here)"
+        )
         return wb * p, grads, _ceil(opt * p, n), _ceil(master * p, n), notes
     if s.kind == "zero2":
         return wb * p, _ceil((wb + fp32_grad) * p, n), _ceil(opt * p, n), _ceil(master * p, n), notes
