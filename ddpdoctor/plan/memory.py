@@ -349,9 +349,9 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
     if s.kind == "zero1":
         grads = max(wb * p, _ceil((wb + fp32_grad) * p, n))
         notes.append(
-            "zero1: gradients at the end of backward, 16-bit and whole (DeepSpeed's overlap_comm off, its default)"
+            "gradients at the end of backward, 16-bit and whole (DeepSpeed's overlap_comm off, its default)"
             if grads == wb * p
-            else "zero1: gradients in the step, the 16-bit partition and its fp32 copy (more than the whole 16-bit set here)"
+            else "gradients in the step, the 16-bit partition and its fp32 copy (more than the whole 16-bit set here)"
         )
         return wb * p, grads, _ceil(opt * p, n), _ceil(master * p, n), notes
     if s.kind == "zero2":
