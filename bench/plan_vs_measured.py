@@ -25,9 +25,17 @@ on CPU). Layouts:
 
 With --zero, --detail prints what was live at each measured peak: every storage allocated during the step
 (FSDP2's resize_ of its unsharded parameters included), summed by the op that made it and its phase; --json
-has each storage under measured.at_peak. ZeRO rows also report the model states at the step (what Python can
-reach when DeepSpeed first calls _optimizer_step, less its reduce buckets) and, for stage 3, its 16-bit gradient
-partition (grad_partitions_flat_buffer) at the step and after it.
+has each storage under measured.at_peak. ZeRO rows also record, at five moments of the step (end of backward,
+end of the reduction, step() entered, step()'s gradient conversion, the update), every tensor Python can reach
+by what DeepSpeed holds it as (measured.parts: 16-bit parameters and gradients, fp32 master and gradient,
+optimizer state, reduce buckets, the rest by dtype), the optimizer step's own peak, and for stage 3 its 16-bit
+gradient partition (grad_partitions_flat_buffer) at the step and after it; the row compares the plan's model
+states with the largest moment (stages 1/2) or the update (stage 3). --zero-settings merges DeepSpeed
+zero_optimization settings (default: DeepSpeed's own); --replay FILE prints a saved --zero --json run against
+the plan of the current code:
+
+    python bench/plan_vs_measured.py --zero --stages 1,2,3 --world 4 --models gpt2 --json > run.json
+    python bench/plan_vs_measured.py --zero --replay run.json --detail
 
 Needs `transformers` (bench only, not a requirement of the project or its tests). Each case has a
 wall-clock limit; a case that fails prints its error and the others go on.

@@ -157,3 +157,17 @@ def test_deepspeed_settings_move_the_gradients_and_the_buckets() -> None:
         assert r["measured"]["parts"]["after_backward"]["bucket"] == 2 * 1_000_000
     assert z1["measured"]["parts"]["after_backward"]["grad16"] == 2 * P
     assert z2["measured"]["parts"]["after_backward"]["grad16"] < 2 * P / 4 + 2 * 2 * L
+
+
+def test_bench_replays_a_stored_run_against_the_current_plan() -> None:
+    """`--replay` prints the stored rows with the plan of this code (the docs' ratio table is made so)."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "plan_vs_measured.py"), "--zero", "--replay", str(FIX / "zero-world4.json"), "--detail"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    rows = [line for line in out.stdout.splitlines() if line.startswith("gpt2")]
+    assert [line.split()[1:3] for line in rows] == [["zero1", "x4"], ["zero2", "x4"], ["zero3", "x4"]]
+    assert "states (after_backward) 36.51/36.51=1.000" in rows[0]
+    assert "    conversion     param16 10.43  grad16 3.91  master32 5.22  grad32 5.22  optim 10.43" in out.stdout
