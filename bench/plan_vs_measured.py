@@ -25,9 +25,17 @@ on CPU). Layouts:
 
 With --zero, --detail prints what was live at each measured peak: every storage allocated during the step
 (FSDP2's resize_ of its unsharded parameters included), summed by the op that made it and its phase; --json
-has each storage under measured.at_peak. ZeRO rows also report the model states at the step (what Python can
-reach when DeepSpeed first calls _optimizer_step, less its reduce buckets) and, for stage 3, its 16-bit gradient
-partition (grad_partitions_flat_buffer) at the step and after it.
+has each storage under measured.at_peak. ZeRO rows also record, at five moments of the step (end of backward,
+end of the reduction, step() entered, step()'s gradient conversion, the update), every tensor Python can reach
+by what DeepSpeed holds it as (measured.parts: 16-bit parameters and gradients, fp32 master and gradient,
+optimizer state, reduce buckets, the rest by dtype), the optimizer step's own peak, and for stage 3 its 16-bit
+gradient partition (grad_partitions_flat_buffer) at the step and after it; the row compares the plan's model
+states with the largest moment (stages 1/2) or the update (stage 3). --zero-settings merges DeepSpeed
+zero_optimization settings (default: DeepSpeed's own); --replay FILE prints a saved --zero --json run against
+the plan of the current code:
+
+    python bench/plan_vs_measured.py --zero --stages 1,2,3 --world 4 --models gpt2 --json > run.json
+    python bench/plan_vs_measured.py --zero --replay run.json --detail
 
 Needs `transformers` (bench only, not a requirement of the project or its tests). Each case has a
 wall-clock limit; a case that fails prints its error and the others go on.
@@ -278,7 +286,8 @@ def _live_storages(torch: Any) -> dict[int, int]:
 
 
 def _zero_rank(
-    rank: int, port: int, stage: int, model: str, seq: int, batch: int, queue: Any, world: int = ZERO_WORLD
+    rank: int, port: int, stage: int, model: str, seq: int, batch: int, queue: Any, world: int = ZERO_WORLD,
+    zero_settings: Optional[dict[str, Any]] = None,
 ) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
@@ -309,13 +318,15 @@ def _zero_rank(
                 fsdp_opt.zero_grad(set_to_none=True)
 
         at_step: dict[str, int] = {}
+        parts: dict[str, dict[str, int]] = {}
+        counter: dict[str, Any] = {}
         if stage:
             import deepspeed
 
             deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=120))
             cfg = {
                 "train_micro_batch_size_per_gpu": batch, "bf16": {"enabled": True},
-                "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
+                "zero_optimization": {"stage": stage, **(zero_settings or {})}, "zero_allow_untested_optimizer": True,
             }  # fmt: skip
             opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
             engine, _, _, _ = deepspeed.initialize(model=net, optimizer=opt, config=cfg)
@@ -326,7 +337,7 @@ def _zero_rank(
                 # The model states as the step sees them: called once the fp32 gradient partition is made
                 # and before AdamW's own temporaries, with every activation freed. Everything Python can
                 # reach then, less DeepSpeed's reduce bucket (a communication buffer, not a model state).
-                if not at_step:
+                if "model_states" not in at_step:
                     live = _live_storages(torch)
                     bucket = _zero_bucket_ptrs(zopt)
                     at_step["model_states"] = sum(b for ptr, b in live.items() if ptr not in bucket)
@@ -334,9 +345,41 @@ def _zero_rank(
                     flat = getattr(zopt, "grad_partitions_flat_buffer", None)
                     if flat is not None:  # stage 3's 16-bit gradient partition
                         at_step["grad_partition"] = flat.untyped_storage().nbytes()
+                    parts["at_step"] = _zero_parts(torch, engine, zopt, live)
                 return inner_step(group)
 
             zopt._optimizer_step = optimizer_step
+            # Two earlier moments of the same step: the end of backward, before the engine reduces (stage 1
+            # reduces every gradient here; stages 2 and 3 have reduced most of them in backward's hooks),
+            # and the entry of the optimizer's step, once every gradient is reduced into its partition.
+            _snapshot_on_entry(engine, "allreduce_gradients", lambda: _zero_parts(torch, engine, zopt), parts, "after_backward")
+            _snapshot_on_entry(zopt, "step", lambda: _zero_parts(torch, engine, zopt), parts, "before_step")
+            if stage < 3:
+                # Stages 1/2: the end of the reduction (the epilogue releases its buffers: stage 1 still holds
+                # the unowned 16-bit gradients whole), and the gradient conversion in step(), when the fp32
+                # copy of the 16-bit partition is made and the partition not yet freed (the second
+                # free_grad_in_param_list of a group: params_in_partition).
+                _snapshot_on_entry(zopt, "_release_ipg_buffers", lambda: _zero_parts(torch, engine, zopt), parts, "end_of_reduction")
+                fp32 = zopt.single_partition_of_fp32_groups
+                _snapshot_on_entry(
+                    zopt, "free_grad_in_param_list", lambda: _zero_parts(torch, engine, zopt), parts, "conversion",
+                    lambda: any(m.grad is not None for m in fp32),
+                )  # fmt: skip
+            zopt_step = zopt.step
+
+            def windowed_step(*args: Any, **kwargs: Any) -> Any:
+                # The optimizer's step on its own (gradient conversion, the update, the copy back), measured
+                # apart from backward's peak: where the model states are largest if no activation is left.
+                mode = counter.get("mode")
+                if mode is None:
+                    return zopt_step(*args, **kwargs)
+                mode.open_window()
+                try:
+                    return zopt_step(*args, **kwargs)
+                finally:
+                    counter["optimizer_step"] = mode.close_window()
+
+            zopt.step = windowed_step
 
             def step() -> None:
                 loss = engine(input_ids=ids, labels=ids).loss
@@ -348,17 +391,100 @@ def _zero_rank(
         base = _live_storages(torch)
         resident = sum(base.values())
         at_step.clear()
+        parts.clear()
         mode = _peak_counter(torch, base)
+        counter["mode"] = mode
         with mode, mode.tracker, _resize_seen_by(torch, mode):
             step()
         detail = mode.detail()
-        out = {"resident": resident, "peak": resident + mode.peak, "at_peak": detail, **at_step}
+        out = {"resident": resident, "peak": resident + mode.peak, "at_peak": detail, **at_step, "parts": dict(parts)}
+        if "optimizer_step" in counter:
+            out["optimizer_step_peak"] = counter["optimizer_step"]
+            out["optimizer_step_peak"]["peak"] += resident
         if stage == 3:  # still there after the step: the 16-bit gradient partition DeepSpeed allocated once
             flat = engine.optimizer.grad_partitions_flat_buffer
             out["grad_partition_after_step"] = flat.untyped_storage().nbytes() if _data_ptr(flat.untyped_storage()) in base else 0
         queue.put((rank, out))
     except Exception as exc:  # reported in the table, never a hang
         queue.put((rank, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+MOMENTS = ("after_backward", "end_of_reduction", "before_step", "conversion", "at_step")
+PARTS = ("param16", "grad16", "master32", "grad32", "optim", "bucket", "other16", "other32")
+
+
+def _snapshot_on_entry(
+    obj: Any, name: str, take: Any, into: dict[str, Any], key: str, when: Any = lambda: True
+) -> None:
+    """Wrap obj.name so that its first call of each step for which when() holds records take() under
+    into[key] before running."""
+    inner = getattr(obj, name, None)
+    if inner is None:  # not this stage's optimizer
+        return
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if key not in into and when():
+            into[key] = take()
+        return inner(*args, **kwargs)
+
+    setattr(obj, name, wrapped)
+
+
+def _zero_parts(torch: Any, engine: Any, zopt: Any, live: Optional[dict[int, int]] = None) -> dict[str, int]:
+    """What Python can reach now, by what DeepSpeed holds it as: the model's 16-bit parameters (stage 3: the
+    partitions, ds_tensor, and whatever is gathered), 16-bit gradients (param.grad, stage 1/2's
+    averaged_gradients and contiguous partition buffer, stage 3's grad_partitions_flat_buffer), the fp32
+    master partition and its gradient, the optimizer's state, the reduce buckets; the rest by dtype."""
+    live = _live_storages(torch) if live is None else live
+    owner: dict[int, str] = {}
+
+    def claim(t: Any, what: str) -> None:
+        if t is not None and hasattr(t, "untyped_storage"):
+            owner.setdefault(_data_ptr(t.untyped_storage()), what)
+
+    for ptr in _zero_bucket_ptrs(zopt):
+        owner[ptr] = "bucket"
+    masters = list(getattr(zopt, "single_partition_of_fp32_groups", None) or getattr(zopt, "fp32_partitioned_groups_flat", []))
+    for m in masters:
+        claim(m.grad, "grad32")
+        claim(m, "master32")
+    for state in zopt.optimizer.state.values():
+        for v in state.values():
+            if torch.is_tensor(v) and v.numel() > 1:
+                claim(v, "optim")
+    for p in engine.module.parameters():
+        claim(p.grad, "grad16")
+        claim(getattr(p, "ds_tensor", None), "param16")
+        claim(p, "param16")
+    for g in getattr(zopt, "bit16_groups_flat", []):
+        claim(g, "param16")
+    for g in getattr(zopt, "fp16_partitioned_groups_flat", []):
+        claim(g, "param16")
+    claim(getattr(zopt, "grad_partitions_flat_buffer", None), "grad16")
+    claim(getattr(zopt, "grads_in_partition", None), "grad16")
+    for grads in (getattr(zopt, "averaged_gradients", None) or {}).values():
+        for g in grads if isinstance(grads, (list, tuple)) else [grads]:
+            claim(g, "grad16")
+    out = dict.fromkeys(PARTS, 0)
+    dtypes = _storage_dtypes(torch)
+    for ptr, nbytes in live.items():
+        what = owner.get(ptr) or ("other16" if dtypes.get(ptr, 4) == 2 else "other32")
+        out[what] += nbytes
+    return out
+
+
+def _storage_dtypes(torch: Any) -> dict[int, int]:
+    """Element size of a tensor on each live storage (gc), to tell 16-bit leftovers from fp32 ones."""
+    import gc
+
+    out: dict[int, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if torch.is_tensor(obj) and obj.device.type == "cpu":
+                out.setdefault(_data_ptr(obj.untyped_storage()), obj.element_size())
+        except Exception:  # as in _live_storages
+            continue
+    return out
 
 
 def _zero_bucket_ptrs(zopt: Any) -> set[int]:
@@ -393,6 +519,10 @@ def _peak_counter(torch: Any, base: dict[int, int]) -> Any:
             self.peak_where = ""
             self.tracker = ModTracker()
             self._token = 0
+            # A second, inner peak over a window of the step (the optimizer's step): -1 while closed.
+            self.window_peak = -1
+            self.window_at: dict[int, tuple[int, str, int]] = {}
+            self.window_where = ""
 
         def where(self) -> str:
             node = torch._C._current_autograd_node()
@@ -414,6 +544,20 @@ def _peak_counter(torch: Any, base: dict[int, int]) -> Any:
                 self.peak = self.now
                 self.at_peak = dict(self.live)
                 self.peak_where = f"{what} @ {self.where()}"
+            if 0 <= self.window_peak < self.now:
+                self.window_peak = self.now
+                self.window_at = dict(self.live)
+                self.window_where = f"{what} @ {self.where()}"
+
+        def open_window(self) -> None:
+            self.window_peak, self.window_at, self.window_where = self.now, dict(self.live), "entry"
+
+        def close_window(self) -> dict[str, Any]:
+            """The window's peak (bytes on top of what was resident) and what was live then."""
+            items = sorted(((b, what) for b, what, _ in self.window_at.values()), reverse=True)
+            out = {"peak": self.window_peak, "where": self.window_where, "storages": [{"bytes": b, "made_by": w} for b, w in items]}
+            self.window_peak = -1
+            return out
 
         def free(self, ptr: int, token: int = 0) -> None:
             if ptr in self.live and (not token or self.live[ptr][2] == token):
@@ -469,14 +613,16 @@ def _resize_seen_by(torch: Any, mode: Any) -> Any:
         torch.UntypedStorage.resize_ = orig
 
 
-def measure_zero(stage: int, model: str, seq: int, batch: int, world: int = ZERO_WORLD) -> dict[str, Any]:
+def measure_zero(
+    stage: int, model: str, seq: int, batch: int, world: int = ZERO_WORLD, zero_settings: Optional[dict[str, Any]] = None
+) -> dict[str, Any]:
     import multiprocessing as mproc
 
     ctx = mproc.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_zero_rank, args=(r, port, stage, model, seq, batch, queue, world), daemon=True)
+        ctx.Process(target=_zero_rank, args=(r, port, stage, model, seq, batch, queue, world, zero_settings), daemon=True)
         for r in range(world)
     ]
     for p in procs:
@@ -515,6 +661,8 @@ def planned_zero(stage: int, model: str, seq: int, batch: int, world: int = ZERO
     resident = b.optimizer + b.master + (b.parameters if stage else 0)
     if stage == 3:
         resident += b.temporary + 2 * -(-shape.params // world)
+    # Stages 1/2: the plan's model states are the larger of its two moments (end of backward for ZeRO-1,
+    # the gradient conversion in step()), compared with the largest moment measured (largest_states).
     # At the optimizer's step stage 3 has re-partitioned every parameter (stage3.py step():
     # _partition_all_parameters()): the largest layer's gathered 16-bit parameter and gradient are gone.
     gathered = 2 * w.weight_bytes * shape.largest_layer if stage == 3 else 0
@@ -528,13 +676,16 @@ def planned_zero(stage: int, model: str, seq: int, batch: int, world: int = ZERO
 
 
 def zero_rows(
-    model: str, seq: int, batch: int, stages: tuple[int, ...] = STAGES, world: int = ZERO_WORLD
+    model: str, seq: int, batch: int, stages: tuple[int, ...] = STAGES, world: int = ZERO_WORLD,
+    zero_settings: Optional[dict[str, Any]] = None,
 ) -> list[dict[str, Any]]:
     rows = []
     for stage in stages:
         start = time.monotonic()
-        m = measure_zero(stage, model, seq, batch, world)
+        m = measure_zero(stage, model, seq, batch, world, zero_settings)
         row: dict[str, Any] = {"case": {"model": model, "zero": stage, "world": world}}
+        if zero_settings:
+            row["case"]["zero_optimization"] = zero_settings
         if "error" in m:
             row["error"] = m["error"]
         else:
@@ -560,11 +711,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     ap.add_argument("--world", type=int, default=ZERO_WORLD, help="with --zero: ranks (gloo, this machine)")
     ap.add_argument(
+        "--zero-settings", default="",
+        help='with --zero: JSON merged into DeepSpeed\'s zero_optimization (default: only the stage, DeepSpeed\'s '
+        'defaults for the rest), e.g. \'{"overlap_comm": true}\'',
+    )  # fmt: skip
+    ap.add_argument(
+        "--replay", default="",
+        help="with --zero: print the rows of a saved --zero --json run against the plan of this code (no run)",
+    )  # fmt: skip
+    ap.add_argument(
         "--detail", action="store_true",
         help="with --zero: print what was live at the measured peak (the op that made each storage, where)",
     )  # fmt: skip
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.replay:
+        return _replay(args.replay, args.seq, args.batch, args.detail)
     cases = [
         Case(m, dtype, att, rc)
         for m in args.models.split(",")
@@ -576,11 +738,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows = []
     if args.zero:
         for m in args.models.split(","):
-            for row in zero_rows(m, args.seq, args.batch, tuple(int(x) for x in args.stages.split(",")), args.world):
+            stages = tuple(int(x) for x in args.stages.split(","))
+            for row in zero_rows(m, args.seq, args.batch, stages, args.world, json.loads(args.zero_settings or "{}")):
                 rows.append(row)
                 if not args.json:
                     _print_zero(row)
                     if args.detail and "measured" in row:
+                        _print_parts(row["measured"])
                         _print_detail(row["measured"]["at_peak"])
         cases = []
     elif not args.json:
@@ -624,9 +788,10 @@ def _print_zero(r: dict[str, Any]) -> None:
     resident_plan = p["resident"]
     at_step = ""
     if "model_states" in m:
+        moment, states = largest_states(r)
         at_step = (
-            f"  states at step {m['model_states'] / 2**20:.2f}/{p['states_at_step'] / 2**20:.2f}="
-            f"{p['states_at_step'] / m['model_states']:.3f}"
+            f"  states ({moment}) {states / 2**20:.2f}/{p['states_at_step'] / 2**20:.2f}="
+            f"{p['states_at_step'] / states:.3f}"
         )
     if "grad_partition" in m:
         at_step += f" (16-bit grad partition {m['grad_partition'] / 2**20:.2f}, after step {m.get('grad_partition_after_step', 0) / 2**20:.2f})"
@@ -636,6 +801,48 @@ def _print_zero(r: dict[str, Any]) -> None:
         f"{p['peak'] / m['peak']:.3f}",
         flush=True,
     )
+
+
+MODEL_STATES = ("param16", "grad16", "master32", "grad32", "optim")
+
+
+def largest_states(row: dict[str, Any]) -> tuple[str, int]:
+    """(moment, bytes) the plan's model states are compared with: the model-state tensors (16-bit parameters
+    and gradients, fp32 master and gradient, optimizer state; not the reduce buckets, nor what no DeepSpeed
+    attribute names) at the largest of the moments measured for stages 1/2, at the optimizer's step for
+    stage 3 (the gathered parameters, 4·L in the plan, are re-partitioned by then)."""
+    m = row["measured"]
+    if not m.get("parts"):
+        return "at_step", m["model_states"]
+    sums = {k: sum(d[part] for part in MODEL_STATES) for k, d in m["parts"].items()}
+    moment = "at_step" if row["case"]["zero"] == 3 else max(sums, key=lambda k: sums[k])
+    return moment, sums[moment]
+
+
+def _replay(path: str, seq: int, batch: int, detail: bool) -> int:
+    """The rows of a saved `--zero --json` run (DeepSpeed's log lines before the JSON skipped), measured as
+    saved, planned by this code for the same shape (seq and batch must be the run's)."""
+    text = open(path).read()
+    for row in json.loads(text[text.index("["):]):
+        c = row["case"]
+        if "measured" in row:
+            row["plan"] = planned_zero(c["zero"], c["model"], seq, batch, c["world"])
+        _print_zero(row)
+        if detail and "measured" in row:
+            _print_parts(row["measured"])
+            _print_detail(row["measured"]["at_peak"])
+    return 0
+
+
+def _print_parts(m: dict[str, Any]) -> None:
+    """The model states at three moments of the step, by what holds them (MiB)."""
+    for moment in MOMENTS:
+        if moment in m.get("parts", {}):
+            cells = "  ".join(f"{k} {v / 2**20:.2f}" for k, v in m["parts"][moment].items() if v)
+            print(f"    {moment:<14} {cells}")
+    if "optimizer_step_peak" in m:
+        print(f"    optimizer step's own peak {m['optimizer_step_peak']['peak'] / 2**20:.2f} MiB (resident included):")
+        _print_detail(m["optimizer_step_peak"])
 
 
 def _print_detail(d: dict[str, Any]) -> None:

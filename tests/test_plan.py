@@ -117,11 +117,18 @@ def test_accelerate_training_is_four_times_the_weights() -> None:
     assert _states(p, Strategy("ddp"), 1, dtype="fp32") == 4 * (4 * p)
 
 
-def test_deepspeed_zero1_documented_example() -> None:
+def test_zero1_is_the_larger_of_its_two_moments_below_deepspeeds_documented_sum() -> None:
     """DeepSpeed docs (memory.rst, before 0.14.3 one formula for stages 1 and 2): 4P + 16P/N, 2851e6 on 8
-    GPUs -> 15.93GB ("GB" = 2**30). Stage 1 all-reduces the 16-bit gradients whole: the figure holds."""
-    got = _states(2_851_000_000, Strategy("zero1"), 8) / GIB
-    assert round(got, 2) == 15.93
+    GPUs -> 15.93GB ("GB" = 2**30). That sums the whole 16-bit gradients (held at the end of backward, when
+    overlap_comm is off) with the fp32 gradient partition (made in step(), after the 16-bit ones are
+    dropped), which never coexist (measured at 2, 3 and 4 ranks, tests/test_plan_zero_measured.py): the plan
+    is max(4P + 12P/N, 2P + 18P/N), 14.60 GiB there."""
+    p = 2_851_000_000
+    assert round((4 * p + 16 * p / 8) / GIB, 2) == 15.93  # the documented figure
+    got = _states(p, Strategy("zero1"), 8)
+    assert got == 4 * p + 12 * p // 8 and round(got / GIB, 2) == 14.60
+    # Two ranks: step()'s conversion (16-bit partition + its fp32 copy) is the larger moment, as ZeRO-2's.
+    assert _states(p, Strategy("zero1"), 2) == _states(p, Strategy("zero2"), 2) == 2 * p + 18 * p // 2
 
 
 def _ds_zero2(params: float, gpus: int) -> float:

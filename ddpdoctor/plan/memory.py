@@ -335,14 +335,26 @@ def model_states(w: Workload, s: Strategy, n_gpus: int) -> tuple[int, int, int, 
     if s.kind == "ddp":
         # Transformer Math 101: 2 (bf16 weights) + 2 (bf16 grads) + 4 (master) + 8 (AdamW) = 16 B/param.
         return wb * p, wb * p, int(opt * p), master * p, notes
+    # ZeRO-1/2 (DeepSpeed stage_1_and_2.py, its defaults): the 16-bit parameters stay whole, the fp32 master
+    # and optimizer state are partitioned. The gradients are held at the larger of two moments, which never
+    # coexist (measured at N = 2, 3, 4: bench/plan_vs_measured.py --zero --detail, docs/plan.md):
+    # - step()'s conversion: the 16-bit gradient partition (2·P/N, grads_in_partition) and its fp32 copy
+    #   (4·P/N, single_partition_of_fp32_groups[i].grad) until free_grad_in_param_list drops the former:
+    #   DeepSpeed's estimator's "18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states";
+    # - ZeRO-1 only, the end of backward: with overlap_comm off (the default below stage 3) the gradient
+    #   hooks reduce nothing (process_gradients: `if self.partition_gradients or self.overlap_comm`), so
+    #   autograd accumulates every 16-bit gradient whole (2·P) until reduce_gradients() reduces them and
+    #   the epilogue drops them (_clear_param_grad_only).
+    # ZeRO-1: max(4·P + 12·P/N, 2·P + 18·P/N); ZeRO-2 reduces bucket by bucket in backward: 2·P + 18·P/N.
     if s.kind == "zero1":
-        # ZeRO-1 shards the optimizer states (fp32 master, momentum, variance and the fp32 gradients the
-        # step reads); the 16-bit gradients are all-reduced whole: 4·P + 16·P/N.
-        return wb * p, wb * p + _ceil(fp32_grad * p, n), _ceil(opt * p, n), _ceil(master * p, n), notes
+        grads = max(wb * p, _ceil((wb + fp32_grad) * p, n))
+        notes.append(
+            "gradients at the end of backward, 16-bit and whole (DeepSpeed's overlap_comm off, its default)"
+            if grads == wb * p
+            else "gradients in the step, the 16-bit partition and its fp32 copy (more than the whole 16-bit set here)"
+        )
+        return wb * p, grads, _ceil(opt * p, n), _ceil(master * p, n), notes
     if s.kind == "zero2":
-        # DeepSpeed >= 0.14.3 estimate_zero2_model_states_mem_needs (offload none): 2·P + 18·P/N, "18 =
-        # 2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit": stage 2 reduces
-        # each bucket of 16-bit gradients into the owning rank's partition during backward.
         return wb * p, _ceil((wb + fp32_grad) * p, n), _ceil(opt * p, n), _ceil(master * p, n), notes
     if s.kind == "zero3":
         # DeepSpeed estimate_zero3_model_states_mem_needs (no offload): 4·largest_layer + 18·P/N, plus the
