@@ -487,9 +487,16 @@ def _choose_root(
 
 
 # A warning that is harmless on its own but explains a failure of one kind when that failure follows: the
-# warning's id -> the root-cause ids (or id prefixes ending in '.') it explains.
+# warning's id -> the root-cause ids (or id prefixes ending in '.') it explains. Only failures to reach a
+# peer: a timeout has many other causes, and on one host the loopback address works.
 _HAZARD_EXPLAINS: dict[str, tuple[str, ...]] = {
-    "gloo.loopback_fallback": ("gloo.", "catalogue.c10d.network", "catalogue.c10d.timeout"),
+    "gloo.loopback_fallback": (
+        "gloo.connect_refused",
+        "gloo.connection_closed",
+        "gloo.read_error",
+        "gloo.loopback_peer",
+        "catalogue.c10d.network",
+    ),
 }
 
 
