@@ -217,3 +217,22 @@ def test_out_of_memory_in_nccl_beats_the_closed_socket_printed_first() -> None:
     # the cause.
     root = explain_file(TUNING / "nccl-1235-oom-after-peer-closed.log")["root_cause"]
     assert root["data"]["what"] == "out of memory" and "NCCL_BUFFSIZE" in root["fix"]
+
+
+def _init_complete(ranks: list[int], nranks: int) -> str:
+    fmt = LINES["context.nccl_comm_init"][0]  # NCCL's init.cc format: rank 7 of nranks 10
+    return "".join(
+        fmt.replace("[7]", f"[{r}]").replace("rank 7 nranks 10", f"rank {r} nranks {nranks}") + "\n" for r in ranks
+    )
+
+
+def test_log_ending_at_nccl_init_is_a_hang_lead() -> None:
+    report = _report(_init_complete([0, 1], 2))
+    lead = report["lead"]
+    assert report["root_cause"] is None and lead["id"] == "nccl.init_hang"
+    assert lead["data"] == {"nranks": 2, "ranks_init_complete": [0, 1]}
+    assert "py-spy" in lead["fix"] and "NCCL_P2P_DISABLE=1" in lead["fix"] and report["exit_code"] == 0
+    # Fewer ranks than nranks completed init: said so.
+    assert "only 1 of 2 ranks" in _report(_init_complete([0], 2))["lead"]["reasoning"]
+    # Training output after init: an ordinary run.
+    assert _report(_init_complete([0, 1], 2) + "step 1 loss 2.3\n" * 6)["lead"] is None

@@ -341,9 +341,13 @@ paste lost its closing quote; torch elastic's `signal 9 (SIGKILL) received by PI
 gloo's `Using the loopback address as fallback` warning is a lead on its own (healthy single-host runs
 print it) and the root cause when a gloo failure follows it; Lightning's start line printed by every rank
 with nothing after ends in a lead "hang at the first collective" (what to collect; exit 0, since a cut log
-looks the same); torchrun's failure summary as the only sign leads to the earliest failing rank in time
+looks the same), and so does a log that ends within a few lines of NCCL's `Init COMPLETE` with no error
+(with or without Lightning; what to collect: py-spy of every rank, NCCL_DEBUG_SUBSYS=INIT,COLL, Flight
+Recorder, then one transport off at a time); torchrun's failure summary as the only sign leads to the earliest failing rank in time
 (several agents print several blocks), and mpirun's summary says which output to collect. Left: a log
-that is only mpirun's summary still names no lead; bench/explain-eval stays 29 of 33.
+that is only mpirun's summary still names no lead; bench/explain-eval stays 29 of 33; bench/bench_explain.py
+per CPU second unchanged (main and this branch interleaved, two rounds at 256 MB on a loaded 2-CPU
+machine: ordinary 22-23 MB/s both, realistic 61-64 vs 62-63, dense 60-64 vs 61-63).
 
 ## Held-out set 4 (2026-11-27)
 

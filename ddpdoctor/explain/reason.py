@@ -563,6 +563,8 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         lead = _p2p_suspect(kb, events, diags, scan.inputs) or lead
     if root is None and lead is None and launch is not None:
         lead = launch
+    if root is None and lead is None and not consequences:
+        lead = _nccl_init_hang(kb, events, scan.inputs)
     if root is None and lead is None:
         lead = _summary_lead(kb, scan.summary, scan.inputs)
     if lead is not None:
@@ -697,6 +699,36 @@ def _p2p_suspect(
         {"p2p_transports": kinds, "init_complete": init_complete, "timeouts": timed_out},
     )
     diag.ranks = sorted({e.rank for e in p2p if e.rank is not None})
+    return diag
+
+
+# Lines NCCL and the framework may print after 'Init COMPLETE' before the first collective (init timings,
+# launch mode, a framework's "initialized" line) that still leave the log ending at init.
+_INIT_TAIL_LINES = 5
+
+
+def _nccl_init_hang(kb: KnowledgeBase, events: list[Event], inputs: list[InputStats]) -> Diagnosis | None:
+    """NCCL printed 'Init COMPLETE' and the log ends within a few lines, with nothing failing: the job hung in
+    (or before) its first collective. Only the end of a log says so: init followed by training is a run."""
+    inits = sorted((e for e in events if e.sig == "context.nccl_comm_init"), key=_event_key)
+    if not inits:
+        return None
+    last = max(inits, key=lambda e: (e.file_index, e.line))
+    if last.file_index >= len(inputs) or inputs[last.file_index].lines - last.line > _INIT_TAIL_LINES:
+        return None
+    nranks = max(parse_int(e.fields.get("nranks"), 0) for e in inits)
+    done = sorted({parse_int(e.fields.get("comm_rank"), -1) for e in inits} - {-1})
+    missing = f"; only {len(done)} of {nranks} ranks printed it" if nranks and len(done) < nranks else ""
+    reasoning = (
+        f"NCCL printed 'Init COMPLETE' ({len(inits)} line(s), first at {inits[0].file}:{inits[0].line}) and the "
+        f"log ends {inputs[last.file_index].lines - last.line} line(s) later with no error{missing}: the job "
+        "stopped in or before its first collective."
+    )
+    diag = _cross_rank_diagnosis(
+        kb.diagnoses["nccl.init_hang"], "NCCL (cross-event)", inits[0], inits[:8], [], reasoning,
+        {"nranks": nranks, "ranks_init_complete": done},
+    )
+    diag.ranks = sorted({e.rank for e in inits if e.rank is not None})
     return diag
 
 
