@@ -8,7 +8,7 @@ memory-monitor kills; NCCL's nvls.cc `Cuda failure` pasted without its closing q
 `signal 9 (SIGKILL)` in lower case; gloo's loopback-fallback warning explaining a later gloo failure;
 Lightning's start lines for every rank ending the log (a hang at the first collective); torchrun's
 failure summary as the only failure sign (the earliest block names the first failing rank); mpirun's
-summary as the only failure sign."""
+summary as the only failure sign (a lead naming the rank orterun names, when it does)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ EXPECTED = {
     "dsexamples-894-pdsh-localhost-refused": ("launch.ssh_unreachable", None, 1),
     "easyr1-185-raylet-oom": ("ray.oom_kill", None, 1),
     "eva-3-deepspeed-ssh-no-route": ("launch.ssh_unreachable", None, 1),
-    "horovod-2656-mpirun-summary-only": (None, None, 1),
+    "horovod-2656-mpirun-summary-only": (None, "launch.mpirun_failure", 1),
     "horovod-3929-duplicate-gpu-tagged": ("nccl.duplicate_gpu", None, 1),
     "kubeflow-po-313-host-not-found-quoted": ("c10d.hostname_unresolved", None, 1),
     "kubeflow-po-333-host-not-found": ("c10d.hostname_unresolved", None, 1),
@@ -194,7 +194,17 @@ def test_mpirun_summary_only_says_which_output_to_collect() -> None:
     )
     report = _report(text)
     assert report["root_cause"] is None and report["exit_code"] == 1
+    assert report["lead"]["id"] == "launch.mpirun_failure" and report["lead"]["ranks"] == []
     assert "mpirun --tag-output" in report["no_cause_found"]["fetch_next"][0]
+    # orterun's block naming the first process: that rank is the lead's.
+    named = (
+        "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+        "the job to be terminated. The first process to do so was:\n\n"
+        + LINES["context.mpirun_process"][0].replace("],0]", "],3]")
+        + "\n  Exit code:    1\n"
+    )
+    lead = _report(named)["lead"]
+    assert lead["id"] == "launch.mpirun_failure" and lead["ranks"] == [3] and "rank 3" in lead["reasoning"]
 
 
 # ---------------------------------------------------------------- the tuning logs

@@ -326,7 +326,7 @@ accelerate, vLLM and Ray, Kubeflow, Horovod/mpirun, Megatron-LM, JAX on Kubernet
 none in the earlier sets), kept with their sources, causes, evidence quotes and grades in
 tests/fixtures/explain/tuning5/README.md. Graded by the developer who then tuned on them, so these are
 **tuning figures, not held-out ones**: **before 15 of 29 right (52%)**, 4 partial, 1 wrong, 9 none (at
-main 3d66b93); **after 26 of 29 right (90%)**, 2 partial, 0 wrong, 1 none. Fixed as classes from the
+main 3d66b93); **after 26 of 29 right (90%)**, 3 partial, 0 wrong, 0 none. Fixed as classes from the
 printing programs' formats, one test line per format in lines.json, the logs as a second check in
 tests/test_explain_tuning5.py: old c10d's `host not found: <getaddrinfo text>` (torch <= 1.9, shown as
 ValueError) is the unresolvable rendezvous host, not a generic exception; OpenSSH's `ssh: connect to
@@ -344,8 +344,10 @@ with nothing after ends in a lead "hang at the first collective" (what to collec
 looks the same), and so does a log that ends within a few lines of NCCL's `Init COMPLETE` with no error
 (with or without Lightning; what to collect: py-spy of every rank, NCCL_DEBUG_SUBSYS=INIT,COLL, Flight
 Recorder, then one transport off at a time); torchrun's failure summary as the only sign leads to the earliest failing rank in time
-(several agents print several blocks), and mpirun's summary says which output to collect. Left: a log
-that is only mpirun's summary still names no lead; bench/explain-eval stays 29 of 33; bench/bench_explain.py
+(several agents print several blocks), and mpirun's summary (`Primary job terminated normally`, `exited with non-zero status`) leads to the
+process orterun names (`Process name: [[job,1],R]`) and says which output to collect. Left: the three
+partial cases are logs without the causal line (two launcher summaries, a hang after init), where a lead
+is the most a log can give; bench/explain-eval stays 29 of 33; bench/bench_explain.py
 per CPU second unchanged (main and this branch interleaved, two rounds at 256 MB on a loaded 2-CPU
 machine: ordinary 22-23 MB/s both, realistic 61-64 vs 62-63, dense 60-64 vs 61-63).
 

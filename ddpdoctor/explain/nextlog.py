@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 _SIGNALS = {-6: "SIGABRT", -7: "SIGBUS", -9: "SIGKILL", -11: "SIGSEGV", -15: "SIGTERM"}
 # OpenMPI's orterun summary lines (help-orterun.txt), as failure.unrecognised records them: a process failed,
 # and its error went to its own output.
-_MPIRUN_SUMMARY = ("Primary job", "detected that one or more processes", "noticed that process rank")
+MPIRUN_SUMMARY = ("Primary job", "detected that one or more processes", "noticed that process rank")
 _NCCL_GENERIC = ("nccl.system_error", "nccl.internal_error", "nccl.remote_error", "nccl.unhandled_cuda")
 
 
@@ -56,7 +56,7 @@ def suggest_next_logs(seen: Iterable[Diagnosis], summary: Iterable[SummaryEntry]
             "every rank's log (only some ranks are here), or a rerun with TORCH_NCCL_DESYNC_DEBUG=1 / "
             "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 so PyTorch names the lagging rank"
         )
-    if any(str(d.data.get("what", "")).startswith(_MPIRUN_SUMMARY) for d in seen if d.id == "failure.unrecognised"):
+    if any(str(d.data.get("what", "")).startswith(MPIRUN_SUMMARY) for d in seen if d.id == "failure.unrecognised"):
         out.append(
             "the output of the process mpirun says exited first (its 'Process name: [[job,1],R]' is rank R): mpirun "
             "printed only its summary; keep every rank's output with `mpirun --tag-output` or "

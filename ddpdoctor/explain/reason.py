@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from ddpdoctor.core.model import ExitCode, Severity
 from ddpdoctor.explain.diagnosis import Diagnosis, Occurrence
 from ddpdoctor.explain.kb import DiagnosisSpec, KnowledgeBase
-from ddpdoctor.explain.nextlog import suggest_next_logs
+from ddpdoctor.explain.nextlog import MPIRUN_SUMMARY, suggest_next_logs
 from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
 from ddpdoctor.parsers.numbers import parse_int
@@ -567,6 +567,8 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         lead = _nccl_init_hang(kb, events, scan.inputs)
     if root is None and lead is None:
         lead = _summary_lead(kb, scan.summary, scan.inputs)
+    if root is None and lead is None:
+        lead = _mpirun_lead(kb, events, diags)
     if lead is not None:
         lead.reasoning = lead.reasoning or _lead_reasoning(lead, consequences)
         if lead.id in _TIMEOUT_LEADS and all(d.id in _TIMEOUT_LEADS for d in consequences):
@@ -762,6 +764,43 @@ def _summary_lead(kb: KnowledgeBase, summary: list[SummaryEntry], inputs: list[I
         cause=spec.cause, fix=spec.fix, references=list(spec.references), first=occ, evidence=[occ], count=blocks,
         ranks=[first.rank] if first.rank is not None else [], hosts=[first.host] if first.host else [],
         derived=True, reasoning=reasoning, data=data, sort_key=(1, 1, first.file_index, first.line),
+    )
+
+
+def _mpirun_lead(kb: KnowledgeBase, events: list[Event], diags: list[Diagnosis]) -> Diagnosis | None:
+    """mpirun's summary is all there is: a process failed and its error went to its own output. orterun's
+    'Process name: [[job,1],R]' names the rank when the log has it."""
+    summary = next(
+        (
+            d
+            for d in diags
+            if d.id == UNRECOGNISED and str(d.data.get("what", "")).startswith(MPIRUN_SUMMARY) and d.first
+        ),
+        None,
+    )
+    if summary is None or summary.first is None:
+        return None
+    named = sorted((e for e in events if e.sig == "context.mpirun_process"), key=_event_key)
+    rank = parse_int(named[0].fields.get("mpi_rank"), -1) if named else -1
+    who = f"rank {rank}" if rank >= 0 else "one process (the log does not name it)"
+    spec = kb.diagnoses["launch.mpirun_failure"]
+    return Diagnosis(
+        id=spec.id,
+        title=spec.title,
+        severity=spec.severity,
+        role="derived",
+        component="mpirun summary",
+        cause=spec.cause,
+        fix=spec.fix,
+        references=list(spec.references),
+        first=summary.first,
+        evidence=summary.evidence[:3],
+        count=summary.count,
+        ranks=[rank] if rank >= 0 else [],
+        derived=True,
+        reasoning=f"mpirun's summary says {who} exited non-zero first; its own error is not in these logs.",
+        data={"mpi_rank": rank if rank >= 0 else None},
+        sort_key=summary.sort_key,
     )
 
 
