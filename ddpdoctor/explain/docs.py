@@ -348,8 +348,9 @@ Recorder, then one transport off at a time); torchrun's failure summary as the o
 process orterun names (`Process name: [[job,1],R]`) and says which output to collect. Left: the three
 partial cases are logs without the causal line (two launcher summaries, a hang after init), where a lead
 is the most a log can give; bench/explain-eval stays 29 of 33; bench/bench_explain.py
-per CPU second unchanged (main and this branch interleaved, two rounds at 256 MB on a loaded 2-CPU
-machine: ordinary 22-23 MB/s both, realistic 61-64 vs 62-63, dense 60-64 vs 61-63).
+per CPU second (main 3d66b93 and this branch interleaved at 256 MB on a loaded 2-CPU machine): ordinary
+22-23 MB/s both, realistic 61-64 vs 62-63, oneline 337-340 vs 338-344, dense 60-64 vs 60-63 (about 3% slower
+in the last rounds: the new keywords such as `Connection refused` make more lines candidates).
 
 ## Held-out set 4 (2026-11-27)
 
