@@ -21,7 +21,7 @@ EXPECTED = {
     "h3-09-ofi-register-mr-efa-version": ("nccl.ofi_register_mr", None),
     "h3-10-ofi-plugin-libibverbs-conflict": ("nccl.net_plugin_load", None),
     "h3-11-gloo-numeric-hostname": ("gloo.address_not_local", None),
-    "h3-12-nccl-segfault-xorg-p2p": (None, None),
+    "h3-12-nccl-segfault-xorg-p2p": (None, "launch.mpirun_failure"),  # mpirun names rank 8: a lead since tuning set 5
     "h3-13-rdzv-wrong-master-addr": ("store.master_addr_invalid", None),
 }
 # Logs that show no failure, only a hazard that explains one when the run failed (the grader's cause).

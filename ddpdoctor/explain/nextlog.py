@@ -14,16 +14,20 @@ if TYPE_CHECKING:
     from ddpdoctor.explain.scan import SummaryEntry
 
 _SIGNALS = {-6: "SIGABRT", -7: "SIGBUS", -9: "SIGKILL", -11: "SIGSEGV", -15: "SIGTERM"}
+# OpenMPI's orterun summary lines (help-orterun.txt), as failure.unrecognised records them: a process failed,
+# and its error went to its own output.
+MPIRUN_SUMMARY = ("Primary job", "detected that one or more processes", "noticed that process rank")
 _NCCL_GENERIC = ("nccl.system_error", "nccl.internal_error", "nccl.remote_error", "nccl.unhandled_cuda")
 
 
 def suggest_next_logs(seen: Iterable[Diagnosis], summary: Iterable[SummaryEntry]) -> list[str]:
     """The logs (or reruns) most likely to hold the cause, most useful first."""
+    seen = list(seen)
     ids = {d.id for d in seen}
     out: list[str] = []
-    for entry in summary:
-        if not entry.root:
-            continue
+    # Several agents (nodes, restarts) each print a summary block: the first failure in time is the cause.
+    roots = [e for e in summary if e.root]
+    for entry in sorted(roots, key=lambda e: (e.ts is None, e.ts or 0.0))[:1]:
         who = f"rank {entry.rank}" if entry.rank is not None else f"pid {entry.pid}"
         host = f" on {entry.host}" if entry.host else ""
         if entry.exitcode == -15:
@@ -42,7 +46,6 @@ def suggest_next_logs(seen: Iterable[Diagnosis], summary: Iterable[SummaryEntry]
                 f"{who}'s own output{host}: torchrun printed only its summary (keep per-rank logs with "
                 "`torchrun --log-dir DIR --tee 3`, and decorate main with @record to get the traceback)"
             )
-        break
     if ids & set(_NCCL_GENERIC):
         out.append(
             "a rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV: the NCCL WARN line printed before "
@@ -52,6 +55,12 @@ def suggest_next_logs(seen: Iterable[Diagnosis], summary: Iterable[SummaryEntry]
         out.append(
             "every rank's log (only some ranks are here), or a rerun with TORCH_NCCL_DESYNC_DEBUG=1 / "
             "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 so PyTorch names the lagging rank"
+        )
+    if any(str(d.data.get("what", "")).startswith(MPIRUN_SUMMARY) for d in seen if d.id == "failure.unrecognised"):
+        out.append(
+            "the output of the process mpirun says exited first (its 'Process name: [[job,1],R]' is rank R): mpirun "
+            "printed only its summary; keep every rank's output with `mpirun --tag-output` or "
+            "`--output-filename DIR`"
         )
     if ids & {"launch.sigterm_siblings", "launch.child_failed", "launch.spawn_raised"} and not out:
         out.append("the log of the rank that failed first (torchrun's 'Root Cause' entry names it)")

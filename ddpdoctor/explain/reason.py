@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from ddpdoctor.core.model import ExitCode, Severity
 from ddpdoctor.explain.diagnosis import Diagnosis, Occurrence
 from ddpdoctor.explain.kb import DiagnosisSpec, KnowledgeBase
-from ddpdoctor.explain.nextlog import suggest_next_logs
+from ddpdoctor.explain.nextlog import MPIRUN_SUMMARY, suggest_next_logs
 from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
 from ddpdoctor.parsers.numbers import parse_int
@@ -486,6 +486,41 @@ def _choose_root(
     return None
 
 
+# A warning that is harmless on its own but explains a failure of one kind when that failure follows: the
+# warning's id -> the root-cause ids (or id prefixes ending in '.') it explains. Only failures to reach a
+# peer: a timeout has many other causes, and on one host the loopback address works.
+_HAZARD_EXPLAINS: dict[str, tuple[str, ...]] = {
+    "gloo.loopback_fallback": (
+        "gloo.connect_refused",
+        "gloo.connection_closed",
+        "gloo.read_error",
+        "gloo.loopback_peer",
+        "catalogue.c10d.network",
+    ),
+}
+
+
+def _hazard_root(root: Diagnosis | None, diags: list[Diagnosis]) -> Diagnosis | None:
+    """The warning printed before a failure it explains is the cause; the failure is what it leads to."""
+    if root is None:
+        return None
+    for hazard_id, explained in _HAZARD_EXPLAINS.items():
+        hazard = next((d for d in diags if d.id == hazard_id), None)
+        if hazard is None or root.id == hazard_id:
+            continue
+        if not any(root.id == e or (e.endswith(".") and root.id.startswith(e)) for e in explained):
+            continue
+        hazard.role = "root"
+        hazard.severity = Severity.FAIL
+        where = f" (first at {hazard.first.file}:{hazard.first.line})" if hazard.first else ""
+        hazard.reasoning = (
+            f"{hazard.title}{where}; the failure that followed ({root.id}: {root.title.lower()}) is what that "
+            "leads to, so it is reported as a consequence."
+        )
+        return hazard
+    return root
+
+
 def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
     """The root cause, its consequences and notes for one scan of one or more logs."""
     events = list(scan.events)
@@ -505,8 +540,8 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         (int(e.fields.get("nranks", 0)) for e in events if e.sig == "context.nccl_comm_init"), default=0
     )
     derived = _watchdog_diagnosis(kb, reportable, known_ranks, world or None)
-    launch = _lightning_ranks(kb, events)
-    root = _choose_root(diags, derived, launch)
+    launch = _lightning_ranks(kb, events, scan.inputs)
+    root = _hazard_root(_choose_root(diags, derived, launch), diags)
     _enrich_kill(root, diags, scan.summary, pids)
     _rank_from_summary(root, scan.summary)
     rest = [d for d in diags if d is not root]
@@ -528,6 +563,12 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         lead = _p2p_suspect(kb, events, diags, scan.inputs) or lead
     if root is None and lead is None and launch is not None:
         lead = launch
+    if root is None and lead is None and not consequences:
+        lead = _nccl_init_hang(kb, events, scan.inputs)
+    if root is None and lead is None:
+        lead = _summary_lead(kb, scan.summary, scan.inputs)
+    if root is None and lead is None:
+        lead = _mpirun_lead(kb, events, diags)
     if lead is not None:
         lead.reasoning = lead.reasoning or _lead_reasoning(lead, consequences)
         if lead.id in _TIMEOUT_LEADS and all(d.id in _TIMEOUT_LEADS for d in consequences):
@@ -568,22 +609,42 @@ def _only_a_timeout(lead: Diagnosis, next_logs: list[str]) -> None:
     )
 
 
-def _lightning_ranks(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | None:
+def _lightning_ranks(
+    kb: KnowledgeBase, events: list[Event], inputs: list[InputStats] | None = None
+) -> Diagnosis | None:
     """Lightning's 'Initializing distributed: GLOBAL_RANK: N, MEMBER: N+1/W' lines (one per process): the same
     rank twice while other ranks never appear -> the launcher started the wrong processes (root); some ranks
-    only, nothing after -> the others never started (a lead at most: their output may be in another log)."""
+    only, nothing after -> the others never started (a lead at most: their output may be in another log);
+    every rank, and the log ends on those lines -> the job hung in its first collective (a lead at most)."""
     starts = sorted((e for e in events if e.sig == "context.lightning_rank" and e.rank is not None), key=_event_key)
     if not starts:
         return None
     world = max(parse_int(e.fields.get("world"), 0) for e in starts)
     per_rank: Counter[int] = Counter(e.rank for e in starts if e.rank is not None)
     seen = sorted(per_rank)
-    if not world or len(seen) >= world:
-        return None  # every rank started (a repeated full set is a restart, not a misconfiguration)
-    dups = sorted(r for r, n in per_rank.items() if n > 1)
 
     def span(rs: list[int]) -> str:
         return f"{rs[0]}-{rs[-1]}" if len(rs) > 2 and rs[-1] - rs[0] == len(rs) - 1 else ", ".join(map(str, rs))
+
+    if world and len(seen) >= world:
+        # Every rank started (a repeated full set is a restart, not a misconfiguration). Only a log that ends
+        # on these lines is a hang sign: start lines followed by training output are an ordinary run.
+        last = max(starts, key=lambda e: (e.file_index, e.line))
+        if inputs is None or last.file_index >= len(inputs) or last.line < inputs[last.file_index].lines:
+            return None
+        reasoning = (
+            f"All {world} rank(s) ({span(seen)}) printed Lightning's start line and the log ends there, with no "
+            "error: the launcher and the world size agree, and the job then stopped in its first collective."
+        )
+        diag = _cross_rank_diagnosis(
+            kb.diagnoses["launch.init_hang"], "launcher / PyTorch Lightning (cross-rank)", starts[0], starts, [],
+            reasoning, {"ranks_seen": seen, "world_size": world},
+        )
+        diag.ranks = seen
+        return diag
+    if not world:
+        return None
+    dups = sorted(r for r, n in per_rank.items() if n > 1)
 
     if dups:
         spec = kb.diagnoses["launch.duplicate_rank"]
@@ -641,6 +702,106 @@ def _p2p_suspect(
     )
     diag.ranks = sorted({e.rank for e in p2p if e.rank is not None})
     return diag
+
+
+# Lines NCCL and the framework may print after 'Init COMPLETE' before the first collective (init timings,
+# launch mode, a framework's "initialized" line) that still leave the log ending at init.
+_INIT_TAIL_LINES = 5
+
+
+def _nccl_init_hang(kb: KnowledgeBase, events: list[Event], inputs: list[InputStats]) -> Diagnosis | None:
+    """NCCL printed 'Init COMPLETE' and the log ends within a few lines, with nothing failing: the job hung in
+    (or before) its first collective. Only the end of a log says so: init followed by training is a run."""
+    inits = sorted((e for e in events if e.sig == "context.nccl_comm_init"), key=_event_key)
+    if not inits:
+        return None
+    last = max(inits, key=lambda e: (e.file_index, e.line))
+    if last.file_index >= len(inputs) or inputs[last.file_index].lines - last.line > _INIT_TAIL_LINES:
+        return None
+    nranks = max(parse_int(e.fields.get("nranks"), 0) for e in inits)
+    done = sorted({parse_int(e.fields.get("comm_rank"), -1) for e in inits} - {-1})
+    missing = f"; only {len(done)} of {nranks} ranks printed it" if nranks and len(done) < nranks else ""
+    reasoning = (
+        f"NCCL printed 'Init COMPLETE' ({len(inits)} line(s), first at {inits[0].file}:{inits[0].line}) and the "
+        f"log ends {inputs[last.file_index].lines - last.line} line(s) later with no error{missing}: the job "
+        "stopped in or before its first collective."
+    )
+    diag = _cross_rank_diagnosis(
+        kb.diagnoses["nccl.init_hang"], "NCCL (cross-event)", inits[0], inits[:8], [], reasoning,
+        {"nranks": nranks, "ranks_init_complete": done},
+    )
+    diag.ranks = sorted({e.rank for e in inits if e.rank is not None})
+    return diag
+
+
+def _summary_lead(kb: KnowledgeBase, summary: list[SummaryEntry], inputs: list[InputStats]) -> Diagnosis | None:
+    """torchrun's failure summary is all there is: its earliest 'Root Cause (first observed failure)' entry
+    names the rank, host and exit code whose own output holds the cause. Several agents (nodes, restarts)
+    each print a block; the first in time, not the first in the log, failed first."""
+    roots = [e for e in summary if e.root and (e.rank is not None or e.pid is not None)]
+    if not roots:
+        return None
+    first = min(roots, key=lambda e: (e.ts is None, e.ts or 0.0))
+    who = f"rank {first.rank}" if first.rank is not None else f"pid {first.pid}"
+    if first.local_rank is not None:
+        who += f" (local rank {first.local_rank})"
+    where = f" on {first.host}" if first.host else ""
+    code = "" if first.exitcode is None else f" with exit code {first.exitcode}"
+    name = inputs[first.file_index].name if first.file_index < len(inputs) else "?"
+    text = f"Root Cause (first observed failure): {who}{where}{code}"
+    occ = Occurrence(name, first.line, text, first.rank, first.local_rank, first.host)
+    spec = kb.diagnoses["launch.first_failure"]
+    blocks = len(roots)
+    reasoning = (
+        f"torchrun's summary names {who}{where} as the first failure{code}"
+        + (f" (the earliest of {blocks} summary blocks)" if blocks > 1 else "")
+        + "; that rank's own error is not in these logs, so the cause is in its output."
+    )
+    data: dict[str, Any] = {"rank": first.rank, "local_rank": first.local_rank, "host": first.host,
+                            "exitcode": first.exitcode, "pid": first.pid}
+    return Diagnosis(
+        id=spec.id, title=spec.title, severity=spec.severity, role="derived", component="torchrun failure summary",
+        cause=spec.cause, fix=spec.fix, references=list(spec.references), first=occ, evidence=[occ], count=blocks,
+        ranks=[first.rank] if first.rank is not None else [], hosts=[first.host] if first.host else [],
+        derived=True, reasoning=reasoning, data=data, sort_key=(1, 1, first.file_index, first.line),
+    )
+
+
+def _mpirun_lead(kb: KnowledgeBase, events: list[Event], diags: list[Diagnosis]) -> Diagnosis | None:
+    """mpirun's summary is all there is: a process failed and its error went to its own output. orterun's
+    'Process name: [[job,1],R]' names the rank when the log has it."""
+    summary = next(
+        (
+            d
+            for d in diags
+            if d.id == UNRECOGNISED and str(d.data.get("what", "")).startswith(MPIRUN_SUMMARY) and d.first
+        ),
+        None,
+    )
+    if summary is None or summary.first is None:
+        return None
+    named = sorted((e for e in events if e.sig == "context.mpirun_process"), key=_event_key)
+    rank = parse_int(named[0].fields.get("mpi_rank"), -1) if named else -1
+    who = f"rank {rank}" if rank >= 0 else "one process (the log does not name it)"
+    spec = kb.diagnoses["launch.mpirun_failure"]
+    return Diagnosis(
+        id=spec.id,
+        title=spec.title,
+        severity=spec.severity,
+        role="derived",
+        component="mpirun summary",
+        cause=spec.cause,
+        fix=spec.fix,
+        references=list(spec.references),
+        first=summary.first,
+        evidence=summary.evidence[:3],
+        count=summary.count,
+        ranks=[rank] if rank >= 0 else [],
+        derived=True,
+        reasoning=f"mpirun's summary says {who} exited non-zero first; its own error is not in these logs.",
+        data={"mpi_rank": rank if rank >= 0 else None},
+        sort_key=summary.sort_key,
+    )
 
 
 def _lead_reasoning(lead: Diagnosis, consequences: list[Diagnosis]) -> str:
