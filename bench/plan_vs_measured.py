@@ -8,13 +8,14 @@ inside DDP over gloo (one rank, 127.0.0.1) and measures, per component:
 - activations: bytes of the storages autograd saves during forward (saved-tensor hooks, each storage
   once, parameters and autocast's weight casts excluded) plus the logits the model returns;
 - autocast's weight casts: saved 16-bit tensors shaped like an fp32 parameter;
-- peak: torch.distributed._tools.mem_tracker.MemTracker's peak over the second step (every tensor torch
-  allocates through the dispatcher, DDP's C++ buckets included only if the reducer allocates them there).
+- peak: over the third step (DDP rebuilds its buckets in the second), what is resident (every storage gc
+  reaches, plus DDP's buckets, read off the buckets its communication hook is handed) plus what the step
+  allocates on top through the dispatcher, at its largest; on CUDA, torch.cuda.max_memory_allocated.
 
 The plan for the same shape (`shape_from_config` of the same config, same dtype, batch, sequence, attention,
 recompute) gives the same components; the table prints measured, planned and planned/measured. The
-plan's peak is model states + activations + backward workspace + temporary + inputs (no CUDA overhead
-on CPU). Layouts:
+plan's peak is its total less the CUDA/NCCL overhead: the larger of backward's moment (model states +
+activations + backward workspace + temporary + inputs) and the optimizer step's. Layouts:
 
 - bf16: 16-bit weights and gradients, fp32 master weights and AdamW state (DeepSpeed/Megatron layout),
   written out: the optimizer steps fp32 masters and the result is copied into the model;
@@ -66,6 +67,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
         "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8000, "tie_word_embeddings": False,
     },
+    # --step-bound: a vocabulary small beside the blocks, as in real models (Llama-2-7B: 2% of the
+    # parameters), so that the embedding's gradient transients do not make backward's peak.
+    "llama_blocks": {
+        "model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 8,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 512, "tie_word_embeddings": False,
+    },
     "mixtral": {
         "model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
         "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 8000, "num_local_experts": 4,
@@ -81,12 +88,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+TABLE_MODELS = ("gpt2", "llama", "mixtral", "deepseek_v2")
+STEP_BOUND_MODELS = ("llama_blocks", "gpt2", "llama")
+
+
 @dataclass(frozen=True)
 class Case:
     model: str
     dtype: str  # bf16 (16-bit weights + fp32 master) or autocast
     attention: str  # eager or sdpa
     recompute: str  # none or full
+    # adamw: torch's default on CUDA, the foreach implementation (asked for explicitly: on CPU the default is
+    # the for-loop one); adamw-fused: AdamW(fused=True)
+    optimizer: str = "adamw"
 
 
 def _free_port() -> int:
@@ -121,7 +135,6 @@ def measure(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, 
     second step, less what was allocated before the model existed (cuBLAS's workspace, made first)."""
     import torch
     import torch.distributed as dist
-    from torch.distributed._tools.mem_tracker import MemTracker
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
@@ -143,8 +156,21 @@ def measure(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, 
         model.train()
         params = list(model.parameters())
         masters = [p.detach().float().clone().requires_grad_(True) for p in params] if case.dtype == "bf16" else []
-        opt = torch.optim.AdamW(masters or params, lr=1e-4)
+        impl = {"fused": True} if case.optimizer == "adamw-fused" else {"foreach": True}
+        opt = torch.optim.AdamW(masters or params, lr=1e-4, **impl)
         ddp = DDP(model)
+        # DDP's buckets live in its C++ reducer, out of gc's sight: their storages are read off the buckets
+        # its communication hook is handed (the hook does what the default one does: all-reduce, average).
+        buckets_seen: dict[int, int] = {}
+
+        def allreduce_hook(_, bucket):  # type: ignore[no-untyped-def]  # DDP refuses any annotation but GradBucket
+            buf = bucket.buffer()
+            buckets_seen[_data_ptr(buf.untyped_storage())] = buf.untyped_storage().nbytes()
+            fut = dist.all_reduce(buf, async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0].div_(dist.get_world_size()))
+
+        if not cuda:
+            ddp.register_comm_hook(None, allreduce_hook)
         ids = torch.randint(0, CONFIGS[case.model]["vocab_size"], (batch, seq), device=device)
         param_ptrs = {p.untyped_storage().data_ptr() for p in params}
         shapes32 = {tuple(p.shape) for p in params} if case.dtype == "autocast" else set()
@@ -191,6 +217,10 @@ def measure(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, 
             return grads
 
         step(False)  # the optimizer state exists from here on
+        # DDP rebuilds its buckets once, in the second iteration's forward (in the order gradients became
+        # ready): the step measured is the third, with the buckets that stay.
+        buckets_seen.clear()
+        step(False)
         sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))
         buckets = sum(int(x) for x in sizes.replace(" ", "").split(",") if x.isdigit())
         if cuda:
@@ -201,13 +231,17 @@ def measure(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, 
             # The caching allocator sees every allocation, DDP's buckets included: nothing to add.
             peak = torch.cuda.max_memory_allocated() - base
         else:
-            tracker = MemTracker()
-            tracker.track_external(ddp, opt, *masters)
-            with tracker:
+            # Resident (every storage gc reaches, and the buckets) plus what the step allocates on top, at its
+            # largest. MemTracker is not used here: it counts a storage that existed before it started when
+            # an op first writes it, so DDP's buckets entered its peak or not depending on whether the peak
+            # came before or after the reducer's first copy into them (earlier versions of this bench added
+            # the buckets to MemTracker's peak, counting them twice where it had seen them).
+            base = _live_storages(torch)
+            base.update(buckets_seen)
+            counter = _peak_counter(torch, base)
+            with counter:
                 grads = step(True)
-            # DDP's buckets are allocated by its C++ reducer at construction, before the tracker starts:
-            # their sizes come from DDP's own logging data and are resident for the whole step.
-            peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"] + buckets
+            peak = sum(base.values()) + counter.peak
         state = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
         return {
             "parameters": _bytes(params),
@@ -226,15 +260,16 @@ def measure(case: Case, seq: int, batch: int, device: str = "cpu") -> dict[str, 
 
 def planned(case: Case, seq: int, batch: int) -> dict[str, Any]:
     from ddpdoctor.plan import Strategy, Workload, shape_from_config
-    from ddpdoctor.plan.memory import autocast_cast_bytes, backward_workspace_bytes, breakdown, overhead_for
+    from ddpdoctor.plan.memory import autocast_cast_bytes, breakdown, moments, overhead_for
 
     shape = shape_from_config(CONFIGS[case.model])
     w = Workload(
         shape, dtype=case.dtype, micro_batch=batch, seq_len=seq, recompute=case.recompute,
-        attention="sdpa" if case.attention == "sdpa" else "eager",
+        attention="sdpa" if case.attention == "sdpa" else "eager", optimizer=case.optimizer,
     )  # fmt: skip
     s = Strategy("ddp")
     b, _ = breakdown(w, s, 1, overhead_for("unknown", None, 1, 0))
+    backward, _, _ = moments(w, s, 1, overhead_for("unknown", None, 1, 0))
     casts = autocast_cast_bytes(w, s)
     return {
         "parameters": b.parameters,
@@ -244,8 +279,10 @@ def planned(case: Case, seq: int, batch: int) -> dict[str, Any]:
         "model_states": b.model_states,
         "activations": b.activations,
         "casts": casts,
-        "peak": b.model_states + b.activations + backward_workspace_bytes(w, s) + b.inputs + b.temporary,
-        "buckets": b.temporary - casts,
+        # The plan's peak (the larger of backward's and the optimizer step's), less the CUDA/NCCL overhead.
+        "peak": b.total - b.overhead,
+        "buckets": backward.temporary - casts,
+        "optimizer_step": b.optimizer_step,
         "params_counted": shape.params,
     }
 
@@ -702,7 +739,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--models", default=",".join(CONFIGS))
+    ap.add_argument(
+        "--models", default="",
+        help=f"comma-separated, of {', '.join(CONFIGS)} (default: {', '.join(TABLE_MODELS)}; "
+        f"with --step-bound: {', '.join(STEP_BOUND_MODELS)})",
+    )  # fmt: skip
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: NCCL on GPU 0, max_memory_allocated")
     ap.add_argument("--stages", default="1,2,3,0", help="with --zero: ZeRO stages to run, 0 = FSDP2")
@@ -710,6 +751,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--zero", action="store_true", help="DeepSpeed ZeRO-1/2/3 (needs deepspeed) and torch FSDP2 on 2 ranks"
     )
     ap.add_argument("--world", type=int, default=ZERO_WORLD, help="with --zero: ranks (gloo, this machine)")
+    ap.add_argument(
+        "--step-bound", action="store_true",
+        help="cases whose peak is the optimizer step (tiny activations): foreach and fused AdamW, fp32 (autocast) "
+        "and bf16 + fp32 master, at --seq 16 --batch 1 unless given",
+    )  # fmt: skip
     ap.add_argument(
         "--zero-settings", default="",
         help='with --zero: JSON merged into DeepSpeed\'s zero_optimization (default: only the stage, DeepSpeed\'s '
@@ -724,6 +770,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         help="with --zero: print what was live at the measured peak (the op that made each storage, where)",
     )  # fmt: skip
     args = ap.parse_args(argv)
+    args.models = args.models or ",".join(STEP_BOUND_MODELS if args.step_bound else TABLE_MODELS)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.replay:
         return _replay(args.replay, args.seq, args.batch, args.detail)
@@ -735,6 +782,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             ("autocast", "sdpa", "none"),
         )
     ]  # fmt: skip
+    if args.step_bound:
+        cases = [
+            Case(m, dtype, "sdpa", "none", opt)
+            for m in args.models.split(",")
+            for dtype in ("autocast", "bf16")
+            for opt in ("adamw", "adamw-fused")
+        ]
     rows = []
     if args.zero:
         for m in args.models.split(","):

@@ -35,7 +35,7 @@ from ddpdoctor.plan import (
     shape_from_config,
 )
 from ddpdoctor.plan.judge import default_strategies, find_alternatives
-from ddpdoctor.plan.memory import activation_bytes, model_states, overhead_for, process_groups
+from ddpdoctor.plan.memory import activation_bytes, model_states, moments, overhead_for, process_groups
 from ddpdoctor.plan.units import GIB
 
 REPO = Path(__file__).resolve().parent.parent
@@ -270,11 +270,13 @@ def test_autocast_layout_is_its_own() -> None:
     weights + fp32 master."""
     shape = load_shape(LLAMA7)
     p = shape.params
-    auto, _ = breakdown(Workload(shape, dtype="autocast"), Strategy("ddp"), 8, overhead_for("hopper", None, 8, 1))
+    # Backward's moment, where the casts live (with small activations the optimizer step is the peak).
+    ovh = overhead_for("hopper", None, 8, 1)
+    auto = moments(Workload(shape, dtype="autocast"), Strategy("ddp"), 8, ovh)[0]
     assert (auto.parameters, auto.gradients, auto.optimizer, auto.master) == (4 * p, 4 * p, 8 * p, 0)
     embed = 32000 * 4096  # looked up, never cast
     assert auto.temporary == 4 * p + 2 * (p - embed)
-    bf16, _ = breakdown(Workload(shape), Strategy("ddp"), 8, overhead_for("hopper", None, 8, 1))
+    bf16 = moments(Workload(shape), Strategy("ddp"), 8, ovh)[0]
     assert auto.model_states + auto.temporary - (bf16.model_states + bf16.temporary) == 4 * p - 2 * embed
     # autocast computes in bf16 but the residual stream stays fp32: each RMSNorm keeps 8 B instead of
     # 6, and q/k/v and gate/up each save their own bf16 cast of their input (+4h and +2h per layer).
@@ -465,11 +467,18 @@ def test_advice_prefers_the_least_disruptive_change() -> None:
 def test_every_item_is_counted() -> None:
     """The checklist: weights, gradients, optimizer state, master, activations, inputs, buffers, overhead."""
     w = Workload(load_shape(CONFIGS / "llama-2-7b-hf.config.json"))
-    mem, _ = breakdown(w, Strategy("ddp"), 8, overhead_for("hopper", "NVIDIA H100 80GB HBM3", 8, 1))
-    d = mem.to_dict()
+    backward, at_step, _ = moments(w, Strategy("ddp"), 8, overhead_for("hopper", "NVIDIA H100 80GB HBM3", 8, 1))
+    d = backward.to_dict()
     for item in ("parameters", "gradients", "optimizer", "master", "activations", "inputs", "temporary", "overhead"):
         assert d[item] > 0, item
-    assert d["total"] == sum(d[k] for k in d if k not in ("total", "model_states"))
+    assert d["total"] == sum(d[k] for k in d if k not in ("total", "model_states", "host", "nvme"))
+    # At the optimizer step the activations are gone; foreach AdamW's copy of exp_avg_sq (4 B/param) and the
+    # fp32 copy of the bf16 gradients for the master (2 B/param more) are there.
+    assert at_step is not None
+    s = at_step.to_dict()
+    assert s["activations"] == s["workspace"] == 0
+    assert s["optimizer_step"] == d["optimizer"] // 2 + 2 * w.shape.params
+    assert s["total"] == sum(s[k] for k in s if k not in ("total", "model_states", "host", "nvme"))
 
 
 def test_cheapest_follows_cost_not_command_line_order() -> None:

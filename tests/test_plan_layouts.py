@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from ddpdoctor.cli import app
 from ddpdoctor.cli.plan import _split_strategies
 from ddpdoctor.plan import Hardware, Strategy, Workload, estimate_shape, load_shape, make_plan, parse_strategy
-from ddpdoctor.plan.memory import layer_activation_elems, model_states, process_groups
+from ddpdoctor.plan.memory import layer_activation_elems, model_states, moments, overhead_for, process_groups
 from ddpdoctor.plan.units import GIB
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,13 +56,15 @@ def test_fp8_weight_copies_are_one_byte_per_block_linear_parameter() -> None:
     w = Workload(shape, dtype="fp8")
     linears = _llama7_block_linears()
     assert linears == 6_476_005_376
-    plan = make_plan(w, Hardware(8, 1, 80 * GIB), [Strategy("ddp"), Strategy("zero3"), Strategy("tp", 8)])
-    ddp, z3, tp8 = (r.memory for r in plan.rows)
-    assert ddp and z3 and tp8
+    plan = make_plan(w, Hardware(8, 1, 80 * GIB), [Strategy("zero3"), Strategy("tp", 8)])
+    z3, tp8 = (r.memory for r in plan.rows)
+    # DDP's backward moment, where the copies live (its peak is the optimizer step, which has none).
+    ddp = moments(w, Strategy("ddp"), 8, overhead_for("unknown", None, 8, 1))[0]
+    assert z3 and tp8
     assert ddp.fp8_weights == z3.fp8_weights == linears
     assert tp8.fp8_weights == linears // 8
-    bf16 = make_plan(Workload(shape), Hardware(8, 1, 80 * GIB), [Strategy("ddp")]).rows[0].memory
-    assert bf16 and bf16.fp8_weights == 0
+    bf16 = moments(Workload(shape), Strategy("ddp"), 8, overhead_for("unknown", None, 8, 1))[0]
+    assert bf16.fp8_weights == 0
     # fp8 copies are GPU memory: in the total, not in the 16-bit parameters.
     assert ddp.parameters == bf16.parameters and ddp.total - ddp.fp8_weights - ddp.activations == (
         bf16.total - bf16.activations
@@ -82,7 +84,8 @@ def test_fp8_saves_linear_inputs_in_one_byte() -> None:
 
 
 def test_fp8_cli_json_and_refusals() -> None:
-    code, out = _run("--config", str(LLAMA7), "--dtype", "fp8", "--gpus", "8", "--gpu-mem", "80GiB", "--json")
+    code, out = _run("--config", str(LLAMA7), "--dtype", "fp8", "--optimizer", "adamw_torch_fused", "--gpus", "8",
+                     "--gpu-mem", "80GiB", "--json")  # fmt: skip
     data = json.loads(out)
     jsonschema.validate(data, SCHEMA)
     assert code == 0 and data["workload"]["dtype"] == "fp8"
@@ -187,12 +190,14 @@ def _llama7_root_and_block() -> tuple[int, int]:
 def test_fsdp_peak_is_the_start_of_backward_without_gradients() -> None:
     """Measured (docs/plan.md, bench/plan_vs_measured.py --zero --stages 0 --detail): the FSDP2 peak is the
     loss's backward, every activation saved and no gradient made yet (zero_grad(set_to_none=True)). The
-    activations and backward workspace are DDP's; the gradients, 0; parameters and optimizer as before."""
+    activations and backward workspace are DDP's backward moment's; the gradients, 0; parameters and
+    optimizer as before."""
     w = Workload(load_shape(str(LLAMA7)))
     hw = Hardware(8, 1, 80 * GIB)
+    ddp = moments(w, Strategy("ddp"), 8, overhead_for("unknown", None, 8, 1))[0]
     for label in ("fsdp", "hsdp", "fsdp-grad-op"):
-        ddp, fsdp = (r.memory for r in make_plan(w, hw, [Strategy("ddp"), parse_strategy(label)]).rows)
-        assert ddp and fsdp
+        fsdp = make_plan(w, hw, [parse_strategy(label)]).rows[0].memory
+        assert fsdp
         assert fsdp.gradients == 0
         assert (fsdp.activations, fsdp.workspace) == (ddp.activations, ddp.workspace)
         assert fsdp.master == -(-4 * w.shape.params // 8)
@@ -206,8 +211,13 @@ def test_fsdp_peak_moves_to_the_end_of_backward_when_activations_are_small() -> 
     w = Workload(load_shape(str(LLAMA7)), recompute="full")
     n = 64
     root, block = _llama7_root_and_block()
-    ddp, fsdp = (r.memory for r in make_plan(w, Hardware(8, 8, 80 * GIB), [Strategy("ddp"), Strategy("fsdp")]).rows)
-    assert ddp and fsdp
+    ddp = moments(w, Strategy("ddp"), n, overhead_for("unknown", None, n, 8))[0]
+    fsdp, at_step, _ = moments(w, Strategy("fsdp"), n, overhead_for("unknown", None, n, 8))
+    # ... and the optimizer step, with the gradient shard, foreach's copy of exp_avg_sq and no activation,
+    # is smaller still: the peak stays the end of backward.
+    assert at_step is not None and at_step.total < fsdp.total
+    row = make_plan(w, Hardware(8, 8, 80 * GIB), [Strategy("fsdp")]).rows[0].memory
+    assert row and row.activations == fsdp.activations and row.optimizer_step == 0
     assert fsdp.gradients == -(-4 * w.shape.params // n) + 2 * (root + block)
     per_token, _ = layer_activation_elems(w)
     assert fsdp.activations == int(per_token * 2048) < ddp.activations

@@ -265,7 +265,11 @@ def find_alternatives(
     )
     if lean != w:
         tries.append((lean_flags, lean, hw))
-    if w.optimizer == "adamw":
+    if w.optimizer in ("adamw", "adam"):
+        # Fused AdamW keeps the same state without foreach's step-time copy of it: it helps where the step
+        # is the peak, and changes nothing else.
+        tries.append(("--optimizer adamw_torch_fused", replace(w, optimizer="adamw-fused"), hw))
+    if w.optimizer in ("adamw", "adamw-fused"):
         tries.append(("--optimizer adamw8bit", replace(w, optimizer="adamw8bit"), hw))
     # More GPUs shrink sharded model states, never activations: try them as they are, then lean.
     for nodes in (2, 4, 8, 16, 32, 64, 128, 256):

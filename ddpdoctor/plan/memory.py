@@ -30,6 +30,7 @@ OPTIMIZER_BYTES = {
     # bitsandbytes 8-bit AdamW: two 1-byte states plus, per state, an fp32 absmax per block of 256 values
     # (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state: blocks = n // 256): 2 + 2·4/256.
     "adamw8bit": 2.0 + 2 * 4 / 256,
+    "adamw-fused": 8.0,  # torch.optim.AdamW(fused=True) / apex FusedAdam: the same state, no foreach transients
     "adam": 8.0,  # torch.optim.Adam: the same two fp32 moments
     "paged-adamw": 8.0,  # bitsandbytes PagedAdamW (32-bit): same bytes, in unified memory (see note)
     "paged-adamw8bit": 2.0 + 2 * 4 / 256,
@@ -42,7 +43,7 @@ OPTIMIZER_BYTES = {
 }
 # transformers' TrainingArguments(optim=...) names, so `--optimizer adamw_torch_fused` works as written.
 OPTIMIZER_ALIASES = {
-    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw_apex_fused": "adamw",
+    "adamw_torch": "adamw", "adamw_torch_fused": "adamw-fused", "adamw_hf": "adamw", "adamw_apex_fused": "adamw-fused",
     "adamw_bnb_8bit": "adamw8bit", "adamw_8bit": "adamw8bit", "paged_adamw_8bit": "paged-adamw8bit",
     "paged_adamw_32bit": "paged-adamw", "paged_adamw": "paged-adamw", "lion_32bit": "lion",
     "lion_8bit": "lion8bit", "paged_lion_8bit": "paged-lion8bit", "paged_lion_32bit": "lion",
@@ -210,6 +211,7 @@ class Breakdown:
     kv_cache: int = 0  # inference: keys and values of every layer for micro_batch x seq_len tokens
     fp8_weights: int = 0  # --dtype fp8: the fp8 copies of the block Linears' weights kept for backward
     nvme: int = 0  # NVMe bytes per node for states offloaded by ZeRO-Infinity (not GPU memory: not in total)
+    optimizer_step: int = 0  # the optimizer's transient tensors, when the peak is its step (optimizer_step_bytes)
 
     @property
     def model_states(self) -> int:
@@ -226,6 +228,7 @@ class Breakdown:
             + self.workspace
             + self.kv_cache
             + self.fp8_weights
+            + self.optimizer_step
         )
 
     def to_dict(self) -> dict[str, int]:
@@ -243,6 +246,7 @@ class Breakdown:
             "kv_cache": self.kv_cache,
             "fp8_weights": self.fp8_weights,
             "nvme": self.nvme,
+            "optimizer_step": self.optimizer_step,
             "model_states": self.model_states,
             "total": self.total,
         }
@@ -582,9 +586,23 @@ def breakdown(
     w: Workload, s: Strategy, n_gpus: int, overhead: Overhead, nodes: int = 1, accumulating: bool = False
 ) -> tuple[Breakdown, list[str]]:
     """Every item of GPU memory for one strategy at the step's peak; `n_gpus` is the data-parallel degree,
-    `accumulating`: gradients are accumulated over several micro-batches per optimizer step."""
+    `accumulating`: gradients are accumulated over several micro-batches per optimizer step. The peak is
+    the larger of two moments (see moments)."""
     if w.inference:
         return _inference(w, s, overhead)
+    backward, at_step, notes = moments(w, s, n_gpus, overhead, nodes, accumulating)
+    if at_step is not None and at_step.total > backward.total:
+        notes = [n for n in notes if not n.startswith("peak at ")]
+        return at_step, [*notes, STEP_PEAK_NOTE if at_step.optimizer_step else STEP_PEAK_NOTE_FUSED]
+    return backward, notes
+
+
+def moments(
+    w: Workload, s: Strategy, n_gpus: int, overhead: Overhead, nodes: int = 1, accumulating: bool = False
+) -> tuple[Breakdown, Optional[Breakdown], list[str]]:
+    """(backward, optimizer step, notes): the items at backward's peak, and at the optimizer step where
+    the optimizer is torch.optim's (None for DeepSpeed and Megatron, whose model states already are those
+    of their largest moment)."""
     params, grads, opt, master, notes = model_states(w, s, n_gpus)
     # LoRA and offload act on what the data-parallel ranks shard: under tp=T,zeroK the tensor-parallel shard.
     sw, ss = tp_shard_view(w, s) if s.kind == "tp" and s.dp else (w, s)
@@ -598,26 +616,81 @@ def breakdown(
         notes = [*notes, note]
     fp8 = fp8_weight_bytes(w, s)
     acts, workspace = activation_bytes(w, s), backward_workspace_bytes(w, s)
+    step_grads = grads  # every gradient (or FSDP's whole gradient shard) exists at the optimizer step
     if (s.kind in FSDP_KINDS or s.dp == "fsdp") and not w.lora_rank and not w.inference:
         grads, acts, workspace, note = _fsdp_peak(w, s, sw, n_gpus, accumulating)
         notes = [*notes, note]
-    return (
-        Breakdown(
-            parameters=params,
-            gradients=grads,
-            optimizer=opt,
-            master=master,
-            activations=acts,
-            inputs=input_bytes(w),
-            temporary=temporary_bytes(w, s, grads),
-            overhead=overhead.total,
-            workspace=workspace,
-            host=host,
-            fp8_weights=fp8,
-            nvme=nvme,
-        ),
-        notes,
+    backward = Breakdown(
+        parameters=params,
+        gradients=grads,
+        optimizer=opt,
+        master=master,
+        activations=acts,
+        inputs=input_bytes(w),
+        temporary=temporary_bytes(w, s, grads),
+        overhead=overhead.total,
+        workspace=workspace,
+        host=host,
+        fp8_weights=fp8,
+        nvme=nvme,
     )
+    if not _torch_optimizer(s):
+        return backward, None, notes
+    # The optimizer step is the other candidate for the peak: the activations, backward's transients and
+    # the weight copies autocast or fp8 kept for backward are gone; every gradient, the buckets and the
+    # optimizer's own transients are there. It wins when activations are small beside the optimizer state.
+    at_step = replace(
+        backward,
+        gradients=step_grads,
+        activations=0,
+        workspace=0,
+        fp8_weights=0,
+        temporary=backward.temporary - autocast_cast_bytes(w, s),  # the buckets stay
+        optimizer_step=optimizer_step_bytes(w, s, opt) + _fp32_grad_cast(w, s),
+    )
+    return backward, at_step, notes
+
+
+def _fp32_grad_cast(w: Workload, s: Strategy) -> int:
+    """DDP under mixed precision: the optimizer steps the fp32 master on an fp32 copy of the gradients; with
+    the 16-bit ones freed as each is cast (bench/plan_vs_measured.py's recipe, measured) that is 4 - 2 B
+    more per parameter at the step. FSDP's and autocast's gradients are fp32 already."""
+    if s.kind != "ddp" or not w.mixed or w.lora_rank:
+        return 0
+    return (4 - w.weight_bytes) * w.shape.params
+
+
+STEP_PEAK_NOTE = (
+    "peak at the optimizer step: the activations are freed by then, and torch's default (foreach) Adam/AdamW "
+    "holds sqrt(exp_avg_sq) for every parameter it steps at once (4 B per parameter; "
+    "--optimizer adamw_torch_fused holds none); under mixed precision the fp32 copy of the gradients the "
+    "master steps on is counted there too (JSON optimizer_step)"
+)
+STEP_PEAK_NOTE_FUSED = (
+    "peak at the optimizer step: the activations are freed by then, every gradient is there (under mixed "
+    "precision with its fp32 copy for the master, JSON optimizer_step)"
+)
+# Optimizers whose torch implementation makes a whole-state-sized temporary at the step.
+FOREACH_TRANSIENT = {"adamw": 0.5, "adam": 0.5}  # sqrt(exp_avg_sq): half of their 8 B of state
+# Strategies whose optimizer is torch.optim (DDP, FSDP): DeepSpeed (its config's Adam/AdamW is FusedAdam)
+# and Megatron (apex/TE FusedAdam) step with fused kernels that make no such temporary.
+TORCH_OPTIMIZER_KINDS = ("ddp", "fsdp", "hsdp", "fsdp-grad-op")
+
+
+def _torch_optimizer(s: Strategy) -> bool:
+    return s.kind in TORCH_OPTIMIZER_KINDS or (s.kind == "tp" and s.dp == "fsdp")
+
+
+def optimizer_step_bytes(w: Workload, s: Strategy, optimizer_bytes_per_gpu: int) -> int:
+    """The transient tensors of the optimizer step on one GPU. torch.optim's default implementation on CUDA
+    is foreach (torch/optim/optimizer.py _default_to_fused_or_foreach), and its Adam/AdamW takes
+    `exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)` for the whole parameter group at once
+    (torch/optim/adam.py _multi_tensor_adam): one more copy of the second moment. Measured on CPU with
+    foreach=True (bench/plan_vs_measured.py --optimizer-step): peak = parameters + gradients + state + 4 B per
+    parameter; fused=True: + 0; the for-loop path: + two temporaries of the largest tensor."""
+    if w.inference or not _torch_optimizer(s):
+        return 0
+    return int(FOREACH_TRANSIENT.get(w.optimizer, 0.0) * optimizer_bytes_per_gpu)
 
 
 FSDP_KINDS = ("fsdp", "hsdp", "fsdp-grad-op")

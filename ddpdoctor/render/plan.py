@@ -109,7 +109,7 @@ def render_plan(plan: Plan) -> None:
             d = row.memory.to_dict()
             # 80 columns hold no more: backward's transients print with the activations (JSON splits them).
             d["activations"] += d["workspace"] + d["kv_cache"]
-            d["temporary"] += d["fp8_weights"]
+            d["temporary"] += d["fp8_weights"] + d["optimizer_step"]
             cells += [_gib(d[name]) for name in _COLUMNS] + [_gib(row.memory.total)]
         if row.verdict in ("fits", "tight") and row.headroom is not None:
             verdict = f"{row.verdict} +{_gib(row.headroom)}"
@@ -123,7 +123,7 @@ def render_plan(plan: Plan) -> None:
     con.print(
         "param/grads/optim = parameters, gradients, optimizer states; mastr = fp32 copy of the weights "
         "(mixed precision); activ = activations + backward's transients at their largest (+ KV cache for --inference); "
-        "temp = communication buckets and autocast's (or fp8's) weight copies; ovhd = driver reserve + "
+        "temp = communication buckets, autocast's (or fp8's) weight copies and the optimizer step's transients; ovhd = driver reserve + "
         "CUDA context + NCCL buffers; verdict: fits +X = X GiB headroom, short Y = over by Y GiB; inputs "
         "(token ids, labels) and the overhead's items are in the JSON. See docs/plan.md.",
         style="dim",
