@@ -155,7 +155,10 @@ def test_quoted_source_line(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["text", "github", "json"])
 def test_lint_file_names(tmp_path, fmt):
+    # A multi-node program (Slurm's node id) choosing its GPU by the global rank: a default-tier finding that
+    # names the file.
     (tmp_path / "t\x1b]0;FNPWN\x07.py").write_text("import os, torch\nrank = int(os.environ['RANK'])\n"
+                                                   "node = int(os.environ['SLURM_NODEID'])\n"
                                                    "torch.cuda.set_device(rank)\n")  # fmt: skip
     (tmp_path / "u\u009b2J.py").write_text("import torch\n")
     proc = run_cli("lint", str(tmp_path), "--format", fmt, cwd=tmp_path)
