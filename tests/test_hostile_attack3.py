@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TRIGGER = 'import os, torch\nrank = int(os.environ["RANK"])\ntorch.cuda.set_device(rank)\n'
+# A default-tier finding (DDP002: GPU from the global rank in a multi-node program, Slurm's node id read).
+TRIGGER = 'import os, torch\nrank = int(os.environ["RANK"])\nnode = int(os.environ["SLURM_NODEID"])\ntorch.cuda.set_device(rank)\n'
 NCCL_LINE = "host:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1]\nhost:1:1 [0] misc NCCL WARN Net : Connection closed by remote peer\n"
 INJECTED = "\n::error file=INJECTED,line=1::INJECTED-BY-NAME\n"
 
