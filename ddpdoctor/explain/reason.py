@@ -815,7 +815,9 @@ def _nccl_init_hang(kb: KnowledgeBase, events: list[Event], inputs: list[InputSt
 
 def _nccl_tests_hang(kb: KnowledgeBase, events: list[Event], inputs: list[InputStats]) -> Diagnosis | None:
     """nccl-tests' results header is among the last lines of a log with no result row and no error after
-    it: the first collective never returned. A header followed by rows (or by more output) is a run."""
+    it: the first collective never returned. A header followed by rows (or by more output) is a run. Headers
+    are presence-only context: past a few identical ones the rest are counted, not recorded, so the last of
+    many runs in one log is not seen (no lead rather than a wrong one)."""
     heads = [e for e in events if e.sig == "context.nccl_tests_header"]
     spec = kb.diagnoses.get("nccl_tests.hang")
     if not heads or spec is None:
