@@ -156,3 +156,8 @@ def test_horovod_invalid_usage_is_a_lead_naming_both_mechanisms() -> None:
     lead = _report(LINES["nccl.init_invalid_usage"][0] + "\n")["lead"]
     assert lead["id"] == "nccl.init_invalid_usage"
     assert "built against another NCCL" in lead["cause"] and "two ranks share one GPU" in lead["cause"]
+
+
+def test_unique_id_timeout_is_attributed_to_the_waiting_rank() -> None:
+    lead = explain_file(SPENT / "hb5b-11-rank0-tokenising.log")["lead"]
+    assert lead["ranks"] == [7]

@@ -159,6 +159,9 @@ def _attribute(ev: Event, pids: dict[int, _PidInfo], file_ranks: dict[int, int |
         ev.host = ev.host or info.host
     if ev.sig == "oom.slurm" and ev.rank is None:
         ev.rank = parse_int(ev.fields.get("task"))
+    if ev.sig == "store.unique_id_timeout" and ev.rank is None:
+        # ProcessGroupNCCL names the rank that waited: "[7] is setting up NCCL communicator ...".
+        ev.rank = parse_int(ev.fields.get("waiting"))
     if ev.rank is None and ev.local_rank is None and ev.sig not in _OTHER_PROCESS_SIGS:
         ev.rank = file_ranks.get(ev.file_index)
 
