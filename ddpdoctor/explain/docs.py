@@ -128,6 +128,7 @@ docs/performance.md).
 | `precedence` | 0 kernel/hardware, 1 default, 2 generic (orders roots) |
 | `fallback` | recorded only when no other signature matched the same line |
 | `refines` | ids of broader signatures this one narrows: where both match one line only this one is recorded (`nccl.nvls_setup` refines `nccl.cuda_failure`: a `Cuda failure` printed from transport/nvls.cc) |
+| `presence_only` | a context signature whose repeats are counted, not matched again: reasoning reads only which processes print it and where first (`context.nccl_version`, `context.semlock`, `context.nccl_tests_header`); default false (context lines map pids to ranks, every one is matched) |
 | `context_lines` | lines after a match read as torchrun's failure summary |
 | `lead` | (hints) with no root cause, this hint is the lead: it names a misconfiguration that explains failures |
 | `keywords` | case-sensitive literals for the prefilter; a line is tested only if one occurs in it. A keyword may be any substring of the message, so each starts at a rare byte (upper case, `(`, `<`, or j/q/x/z: `zed arguments: --local` for `unrecognized arguments: --local-rank`): the regex engine skips ahead on the set of first bytes, so common ones would make it test most bytes of a log. `parse_knowledge_base` enforces it |
@@ -339,6 +340,48 @@ nccl-tests hang that only stops printing, DeepSpeed's launcher `exits with retur
 although stated: `died with <Signals.SIGKILL: 9>`, `return code = -9`, Horovod's `ncclCommInitRank failed:
 invalid usage`, a traceback ending in `_env_error("MASTER_ADDR")`. Below the 75% goal of issue #23; the set
 is now spent.
+
+## Tuned on held-out set 5 afterwards (explain6, 2026-11-27): a TUNING figure
+
+The 40 logs of held-out set 5 were read and tuned on after that grading, so every figure on them from here
+on is a **tuning figure, not a held-out one**. Re-graded by the developer who tuned (same rules as the
+grader: right = the mechanism named as root cause or printed lead with a fix that addresses it; generic
+NCCL leads and timeout leads listing several options are partial): **before 20 of 40 right** (at b2cb5f0:
+12 partial, 1 wrong, 7 none); **after 32 of 40 right as root cause and 35 of 40 as root cause or lead**,
+4 partial, 0 wrong, 1 none, no consequence named as root cause; the two leads that name two mechanisms or
+"the classic cause" (Horovod's invalid usage, the nccl-tests hang) counted partial instead give 33 of 40.
+Fixed as classes from the printing programs' own formats (one test line per format in lines.json with its
+source; the 20 logs that were not right kept in tests/fixtures/explain/spent-set5 with thread and cause,
+held by tests/test_explain_spent_set5.py): DeepSpeed's launcher `<cmd> exits with return code = -9` also
+when the command list wrapped, and CPython's `died with <Signals.SIGKILL: 9>` (accelerate launch, any
+subprocess wrapper) are the SIGKILL / host-RAM OOM kill; DeepSpeed's `Killing subprocess N` is a failure
+sign (exit 1); a traceback ending in `raise _env_error("MASTER_ADDR")` is the script started without a
+launcher; ProcessGroupNCCL's `Tensors must be CUDA and dense` is a CPU tensor given to NCCL; Horovod's stall
+warning (`different ranks are trying to submit different tensors`, `Stalled ops:`, `[ready ranks: N]`) is
+ranks issuing different collectives (a graph built differently per rank), exit 1; `ncclCommInitRank
+failed: invalid usage` (Horovod's own NCCL call) is a lead naming a Horovod/NCCL build mismatch or two
+ranks on one GPU, with what to collect; NCCL's `Cuda failure 'invalid resource handle'` is a missing
+set_device (PyTorch >= 2.3 with NCCL <= 2.12); ncclSocketInit's empty address `with family 0` is NCCL
+versions differing across nodes, and NCCL's own `NCCL version` INFO lines naming different releases from
+different processes are that mismatch (`nccl.version_mismatch`); topo.h's `Could not find NET with id` is
+an NCCL topology bug (upgrade NCCL); PyTorch's ncclUniqueId store timeout names the waiting rank and the
+late one (rank 0: rank-0-only work before the first collective); the vLLM/SGLang custom all-reduce
+`Cuda error ... custom_all_reduce.cuh ... 'peer access is not supported'` is that kernel needing P2P
+(--disable-custom-all-reduce); `OSError: [Errno 28] No space left on device` under a multiprocessing
+SemLock frame is /dev/shm full; a Caffe2 operator dump with inputs on two GPUs before an illegal memory
+access is missing peer access (the fault is its consequence); nccl-tests' results header with nothing
+after it is a hang lead naming PCIe ACS / P2P (exit 0, as for NCCL's Init COMPLETE followed by silence); a
+timeout lead where only ranks other than 0 report says rank 0 may be the one that lagged and to read its
+log; a teardown banner alone says to collect the lines above it and NCCL's NET/IB choice. Left: the
+generic `unhandled system error` / `internal error` logs with an empty `Last error:` (nccl-1000,
+metaseq-554, vLLM's NCCL_BUFFSIZE) and a timeout seen from one rank (accelerate evaluation on rank 0) do not
+contain their cause: the lead says what to collect; the nanoGPT teardown-only log has no cause line at
+all. bench/explain-eval stays 29 of 33, tuning set 5 26 of 29. bench/bench_explain.py --size 64, per CPU
+second, main 1620275 then this branch, interleaved twice on the loaded 2-CPU machine: ordinary 20 / 20,
+realistic 44 / 44, dense 39-40 / 39-40, oneline 87-89 / 81-82 (on the same oneline input, with this
+branch's lines.json for both: 84-87 / 82-85). Three new context signatures (`NCCL version`, the SemLock
+frame, the nccl-tests header) are `presence_only`: counted on repeats, not matched again (matched in full
+they cost dense 15%).
 
 ## Tuning set 5 (explain5, 2026-11-27): a TUNING figure
 

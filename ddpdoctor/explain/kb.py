@@ -49,14 +49,17 @@ class Signature:
     # Broader signatures this one refines: where both match one line, only this one is recorded (a
     # "Cuda failure" printed from transport/nvls.cc is an NVLS setup failure, not just a CUDA call failure).
     refines: tuple[str, ...] = ()
+    # A context line whose repeats need not be matched again: reasoning reads only which processes print it
+    # and where first (an 'NCCL version' line, a semaphore frame), not every occurrence.
+    presence_only: bool = False
 
     @property
     def cacheable(self) -> bool:
         """A repeat of a line this signature matched may be counted without matching it again; not a
-        context line (it maps pids to ranks, and every process's line is needed). The first few occurrences
+        context line (it maps pids to ranks, and every process's line is needed) unless only its presence matters. The first few occurrences
         of each shape (per rank) are always matched in full, so the first watchdog timeout of each rank is
         kept; a cached line that opens torchrun's summary still starts reading it."""
-        return self.role != "context"
+        return self.role != "context" or self.presence_only
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -268,6 +271,7 @@ def parse_knowledge_base(
                     references=tuple(raw.get("references", [])),
                     lead=bool(raw.get("lead", False)),
                     refines=tuple(raw.get("refines", [])),
+                    presence_only=bool(raw.get("presence_only", False)),
                 )
             )
         except (KeyError, TypeError, re.error) as exc:

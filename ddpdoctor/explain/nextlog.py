@@ -69,6 +69,14 @@ def suggest_next_logs(seen: Iterable[Diagnosis], summary: Iterable[SummaryEntry]
             "the lines just before the abort in that process's output: the watchdog timeout or the C++ "
             "exception ('terminate called after throwing ...', its what()) that made it abort"
         )
+    if "watchdog.teardown" in ids and not ids & {"watchdog.timeout", "watchdog.unconfirmed"}:
+        # The teardown banner without the error that triggered it: the log was cut just below the cause.
+        out.append(
+            "the lines above 'Some NCCL operations have failed or timed out' on every rank (the watchdog "
+            "timeout or NCCL error it follows), and a rerun with NCCL_DEBUG=INFO: on several nodes its "
+            "'NET/IB' or 'NET/Socket' lines say which transport crossed the nodes (try NCCL_IB_DISABLE=1 if "
+            "IB is chosen where no working IB path exists)"
+        )
     if "failure.unrecognised" in ids:
         out.append(
             "the full output around the first traceback or test failure listed (its message is not in the "

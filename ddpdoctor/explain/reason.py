@@ -159,6 +159,9 @@ def _attribute(ev: Event, pids: dict[int, _PidInfo], file_ranks: dict[int, int |
         ev.host = ev.host or info.host
     if ev.sig == "oom.slurm" and ev.rank is None:
         ev.rank = parse_int(ev.fields.get("task"))
+    if ev.sig == "store.unique_id_timeout" and ev.rank is None:
+        # ProcessGroupNCCL names the rank that waited: "[7] is setting up NCCL communicator ...".
+        ev.rank = parse_int(ev.fields.get("waiting"))
     if ev.rank is None and ev.local_rank is None and ev.sig not in _OTHER_PROCESS_SIGS:
         ev.rank = file_ranks.get(ev.file_index)
 
@@ -194,12 +197,12 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
             seen.add(who)
         out[sig_id] = Diagnosis(
             id=sig.id,
-            title=sig.title,
+            title=_fill(sig.title, first),
             severity=sig.severity,
             role=sig.role,
             component=sig.component,
-            cause=_cause(sig.cause, first),
-            fix=sig.fix,
+            cause=_cause(_fill(sig.cause, first), first),
+            fix=_fill(sig.fix, first),
             references=list(sig.references),
             first=_occurrence(first),
             evidence=[_occurrence(e) for e in per_rank + rest],
@@ -211,6 +214,67 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
             sort_key=(_ROLE_ORDER[sig.role], sig.precedence, *_event_key(first)),
         )
     return out
+
+
+def _fill(text: str, first: Event) -> str:
+    """A signature's text with `{field}` replaced by what its pattern captured on the first line (the rank that
+    waited, the rank it waited for); a field the line lacks stays as written."""
+    if "{" not in text:
+        return text
+    for key, value in first.fields.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def _version_mismatch(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | None:
+    """NCCL's own 'NCCL version' lines naming different releases from different processes: the nodes run
+    different NCCL builds. One process printing two versions (two runs in one file) is not counted."""
+    by_process: dict[tuple[Any, ...], tuple[str, Event]] = {}
+    for ev in sorted((e for e in events if e.sig == "context.nccl_version"), key=_event_key):
+        who = (ev.rank, ev.host, ev.pid, ev.file_index)
+        if (ev.rank, ev.host, ev.pid) == (None, None, None):
+            continue  # a line no process can be told from (a bare traceback): it may be another run's
+        by_process.setdefault(who, (ev.fields["nccl_version"], ev))
+    versions: dict[str, Event] = {}
+    for version, ev in by_process.values():
+        versions.setdefault(version, ev)
+    spec = kb.diagnoses.get("nccl.version_mismatch")
+    if len(versions) < 2 or spec is None:
+        return None
+    shown = list(versions.values())
+    desc = "; ".join(
+        f"{v} ({'rank ' + str(e.rank) if e.rank is not None else e.host or 'pid ' + str(e.pid)})"
+        for v, e in versions.items()
+    )
+    d = _cross_rank_diagnosis(
+        spec, "NCCL (versions across ranks)", shown[0], shown, sorted({e.rank for e in shown if e.rank is not None}),
+        f"The processes in these logs loaded different NCCL releases: {desc}.", {"nccl_versions": sorted(versions)},
+    )
+    d.role, d.derived, d.sort_key = "root", False, (0, 0, *_event_key(shown[0]))
+    return d
+
+
+def _semlock_no_space(kb: KnowledgeBase, events: list[Event], diags: list[Diagnosis]) -> list[Diagnosis]:
+    """'[Errno 28] No space left on device' from a traceback that was creating a multiprocessing semaphore
+    (the SemLock frame) is /dev/shm being full: the generic exception becomes that diagnosis."""
+    spec = kb.diagnoses.get("shm.semlock_no_space")
+    frames = [e for e in events if e.sig == "context.semlock"]
+    exc = next((d for d in diags if d.id == "python.exception"), None)
+    if spec is None or not frames or exc is None or exc.first is None:
+        return diags
+    if "No space left on device" not in exc.first.text and "Errno 28" not in exc.first.text:
+        return diags
+    shm = Diagnosis(
+        id=spec.id, title=spec.title, severity=spec.severity, role="root", component="Python multiprocessing / /dev/shm",
+        cause=spec.cause, fix=spec.fix, references=list(spec.references), first=exc.first,
+        evidence=[exc.first, _occurrence(frames[0])], count=exc.count, ranks=exc.ranks, hosts=exc.hosts,
+        reasoning=(
+            f"The exception at {exc.first.file}:{exc.first.line} ({exc.first.text.strip()[:80]}) was raised while "
+            f"creating a multiprocessing semaphore ({frames[0].file}:{frames[0].line}); semaphores live in /dev/shm."
+        ),
+        sort_key=exc.sort_key,
+    )
+    return [shm if d is exc else d for d in diags]
 
 
 def _cause(cause: str, first: Event) -> str:
@@ -497,6 +561,8 @@ _HAZARD_EXPLAINS: dict[str, tuple[str, ...]] = {
         "gloo.loopback_peer",
         "catalogue.c10d.network",
     ),
+    # A kernel reading another GPU's memory without peer access faults with an illegal address.
+    "caffe2.cross_gpu_op": ("catalogue.cuda.kernel_fault",),
 }
 
 
@@ -539,6 +605,10 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
     world = max(
         (int(e.fields.get("nranks", 0)) for e in events if e.sig == "context.nccl_comm_init"), default=0
     )
+    diags = _semlock_no_space(kb, events, diags)
+    mismatch = _version_mismatch(kb, events)
+    if mismatch is not None:
+        diags.append(mismatch)
     derived = _watchdog_diagnosis(kb, reportable, known_ranks, world or None)
     launch = _lightning_ranks(kb, events, scan.inputs)
     root = _hazard_root(_choose_root(diags, derived, launch), diags)
@@ -564,7 +634,7 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
     if root is None and lead is None and launch is not None:
         lead = launch
     if root is None and lead is None and not consequences:
-        lead = _nccl_init_hang(kb, events, scan.inputs)
+        lead = _nccl_tests_hang(kb, events, scan.inputs) or _nccl_init_hang(kb, events, scan.inputs)
     if root is None and lead is None:
         lead = _summary_lead(kb, scan.summary, scan.inputs)
     if root is None and lead is None:
@@ -600,12 +670,24 @@ def _is_kb_lead(kb: KnowledgeBase, d: Diagnosis) -> bool:
 def _only_a_timeout(lead: Diagnosis, next_logs: list[str]) -> None:
     """The only evidence is a timeout: a rank's report that it waited, never why. Say that first, and what
     to collect, so the timeout is not read as the cause."""
-    lead.title = f"Cause not in this log: only a timeout was seen ({lead.title[:1].lower()}{lead.title[1:]})"
+    # Keep an acronym's case ("NCCL watchdog"), lower an ordinary first word.
+    title = lead.title if lead.title[1:2].isupper() else f"{lead.title[:1].lower()}{lead.title[1:]}"
+    lead.title = f"Cause not in this log: only a timeout was seen ({title})"
     collect = "; ".join(next_logs) if next_logs else "every rank's log"
+    absent = ""
+    if lead.ranks and 0 not in lead.ranks:
+        # The rank that runs main-process-only work (evaluation, saving, tokenising) is rank 0; here only
+        # other ranks report waiting, so rank 0 is the first to look at, not a confirmed straggler.
+        absent = (
+            f" Only rank(s) {', '.join(map(str, lead.ranks))} report the timeout; rank 0 reports none here, so "
+            "it may be the rank that lagged (main-process-only work such as evaluation, saving or dataset "
+            "preprocessing running longer than the timeout while the others waited): read rank 0's log for "
+            "what it was doing at that time."
+        )
     lead.reasoning = (
         "Cause not in this log. The only failure here is a collective timeout, which a rank reports after "
         "something else went wrong (another rank failed, lagged or took another code path; a network, GPU "
-        f"or software hang). {lead.reasoning} Collect: {collect}."
+        f"or software hang). {lead.reasoning}{absent} Collect: {collect}."
     )
 
 
@@ -732,6 +814,30 @@ def _nccl_init_hang(kb: KnowledgeBase, events: list[Event], inputs: list[InputSt
     )
     diag.ranks = sorted({e.rank for e in inits if e.rank is not None})
     return diag
+
+
+def _nccl_tests_hang(kb: KnowledgeBase, events: list[Event], inputs: list[InputStats]) -> Diagnosis | None:
+    """nccl-tests' results header is among the last lines of a log with no result row and no error after
+    it: the first collective never returned. A header followed by rows (or by more output) is a run. Headers
+    are presence-only context: past a few identical ones the rest are counted, not recorded, so the last of
+    many runs in one log is not seen (no lead rather than a wrong one)."""
+    heads = [e for e in events if e.sig == "context.nccl_tests_header"]
+    spec = kb.diagnoses.get("nccl_tests.hang")
+    if not heads or spec is None:
+        return None
+    last = max(heads, key=lambda e: (e.file_index, e.line))
+    if last.file_index >= len(inputs) or inputs[last.file_index].lines - last.line > _HEADER_TAIL_LINES:
+        return None
+    reasoning = (
+        f"nccl-tests printed its results header at {last.file}:{last.line} and the log ends "
+        f"{inputs[last.file_index].lines - last.line} line(s) later with no result row and no error: the first "
+        "collective never completed."
+    )
+    return _cross_rank_diagnosis(spec, "nccl-tests (cross-event)", last, [last], [], reasoning, {})
+
+
+# The header and the separator/blank lines nccl-tests prints under it.
+_HEADER_TAIL_LINES = 3
 
 
 def _summary_lead(kb: KnowledgeBase, summary: list[SummaryEntry], inputs: list[InputStats]) -> Diagnosis | None:
