@@ -1666,6 +1666,51 @@ NEAR_MISSES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP036",
+        """
+        os.environ["MASTER_PORT"] = "80000"  # <-
+        dist.init_process_group("nccl", init_method="env://")
+    """,
+    ),
+    (
+        "DDP036",
+        """
+        store = dist.TCPStore("localhost", 99999, 2, True)  # <-
+    """,
+    ),
+    (
+        "DDP037",
+        """
+        def average_gradients(model):
+            for name, p in model.named_parameters():
+                if type(p) is torch.Tensor:  # <-
+                    dist.all_reduce(p.grad)
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP036",
+        """
+        os.environ["MASTER_PORT"] = "65535"
+        dist.init_process_group("nccl", init_method="tcp://10.0.0.1:29500")
+    """,
+    ),
+    (
+        "DDP037",
+        """
+        def average_gradients(model):
+            for p in model.parameters():
+                if type(p) is torch.Tensor:
+                    p.grad /= 2
+                if isinstance(p, torch.Tensor):
+                    dist.all_reduce(p.grad)
+    """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
@@ -1706,7 +1751,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 36)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 38)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 
