@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import textwrap
 
-from ddpdoctor.lint import default_rules, lint_source
+from ddpdoctor.lint import RULES, default_rules, lint_source
 
 
 def lines_of(src: str, code: str) -> list[int]:
     return [d.line for d in lint_source(textwrap.dedent(src), "train.py", default_rules()) if d.code == code]
+
+
+def opinionated(src: str, code: str) -> list[int]:
+    """The lines an opinionated rule reports (it is not in the default tier)."""
+    assert not RULES[code].default
+    return [d.line for d in lint_source(textwrap.dedent(src), "train.py", [RULES[code]])]
 
 
 # --- a rank kept under a string key is a rank check ---------------------------------------------------
@@ -270,3 +276,81 @@ if __name__ == "__main__":
 def test_gpu_zero_under_an_availability_test() -> None:
     assert lines_of(CUDA0.format(test="not torch.cuda.is_available()"), "DDP031") == [10]
     assert lines_of(CUDA0.format(test="args.distributed"), "DDP031") == []
+
+
+# --- DDP038 (opinionated): a loop left on a rank's own statistic around a collective -------------------------
+
+# vwxyzjn/cleanrl cleanrl/ppo_atari_multigpu.py @ fe8d8a03: `approx_kl` from each rank's minibatch (line 327),
+# `if args.target_kl is not None and approx_kl > args.target_kl: break` (line 379-380) around the gradient
+# all_reduce (line 367).
+PPO = """
+import torch.distributed as dist
+
+def update(agent, optimizer, batches, target_kl):
+    for epoch in range(4):
+        for mb in batches:
+            approx_kl = agent.kl(mb).mean()
+            agent.loss(mb).backward()
+            dist.all_reduce(agent.flat_grad())
+            optimizer.step()
+        {sync}
+        if target_kl is not None and approx_kl > target_kl:
+            break
+"""
+
+
+def test_early_stop_on_a_rank_local_value() -> None:
+    assert opinionated(PPO.format(sync="pass"), "DDP038") == [13]
+    # The twin: the statistic reduced across ranks first; every rank breaks at once.
+    assert opinionated(PPO.format(sync="dist.all_reduce(approx_kl)"), "DDP038") == []
+    assert lines_of(PPO.format(sync="pass"), "DDP038") == []  # not in the default tier
+
+
+# --- DDP039 (opinionated): a TensorBoard writer on every rank -------------------------------------------------
+
+# HRNet/HRNet-Semantic-Segmentation tools/train.py @ 0bbb2880: `'writer': SummaryWriter(tb_log_dir)` on every
+# rank (line 79); facebookresearch/moco-v3 main_moco.py opens it only `if args.rank == 0`.
+WRITER = """
+import torch.distributed as dist
+from tensorboardX import SummaryWriter
+
+def main(args):
+    dist.init_process_group("nccl")
+    writer_dict = {{"writer": {writer}}}
+
+if __name__ == "__main__":
+    main(None)
+"""
+
+
+def test_summary_writer_on_every_rank() -> None:
+    assert opinionated(WRITER.format(writer="SummaryWriter(args.tb_log_dir)"), "DDP039") == [7]
+    guarded = "SummaryWriter(args.tb_log_dir) if args.rank == 0 else None"
+    assert opinionated(WRITER.format(writer=guarded), "DDP039") == []
+
+
+# --- DDP002: one choice of GPU, reported where it is made ----------------------------------------------------
+
+# microsoft/LoRA examples/NLG/src/gpu.py @ c4593f06: `local_rank = torch.distributed.get_rank()`,
+# `torch.cuda.set_device(local_rank)` (line 61), `device = torch.device('cuda', local_rank)` (line 62);
+# the reviewer lists the pair once. Multi-node: the file also reads the node rank.
+LORA = """
+import os
+import torch
+import torch.distributed as dist
+
+NODE_RANK = int(os.environ.get("NODE_RANK", 0))
+
+def parse_gpu(args):
+    dist.init_process_group(backend="nccl")
+    local_rank = dist.get_rank()
+    {select}
+    device = torch.device("cuda", local_rank)
+    model.to(device)
+"""
+
+
+def test_global_rank_device_reported_once_where_chosen() -> None:
+    assert lines_of(LORA.format(select="torch.cuda.set_device(local_rank)"), "DDP002") == [11]
+    # The twin: no set_device; the torch.device is where the GPU is chosen.
+    assert lines_of(LORA.format(select="pass"), "DDP002") == [12]

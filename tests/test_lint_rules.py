@@ -1711,6 +1711,58 @@ NEAR_MISSES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP038",
+        """
+        def update(model, opt, batches):
+            for epoch in range(4):
+                for x in batches:
+                    kl = model(x).mean()
+                    dist.all_reduce(kl)
+                    loss = model(x).sum()
+                    if loss.item() < 0.1:
+                        break  # <-
+                stat = model(x).std()
+                if stat > 0.5:
+                    break  # <-
+    """,
+    ),
+    (
+        "DDP039",
+        """
+        from torch.utils.tensorboard import SummaryWriter
+        dist.init_process_group("nccl")
+        writer = SummaryWriter("runs/exp")  # <-
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP038",
+        """
+        def update(model, batches, max_steps):
+            step = 0
+            for x in batches:
+                loss = model(x).mean()
+                dist.all_reduce(loss)
+                step += 1
+                if loss < 0.1 or step >= max_steps:
+                    break
+    """,
+    ),
+    (
+        "DDP039",
+        """
+        from torch.utils.tensorboard import SummaryWriter
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        writer = SummaryWriter(f"runs/exp/rank{rank}")
+        board = SummaryWriter("runs/exp") if rank == 0 else None
+    """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
@@ -1751,7 +1803,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 38)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 40)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 
