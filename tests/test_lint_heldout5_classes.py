@@ -354,3 +354,38 @@ def test_global_rank_device_reported_once_where_chosen() -> None:
     assert lines_of(LORA.format(select="torch.cuda.set_device(local_rank)"), "DDP002") == [11]
     # The twin: no set_device; the torch.device is where the GPU is chosen.
     assert lines_of(LORA.format(select="pass"), "DDP002") == [12]
+
+
+# --- DDP026: an attribute set only on rank 0, read on every rank ---------------------------------------------
+
+# Megvii-BaseDetection/YOLOX yolox/core/trainer.py @ 6ddff482: before_train() sets `self.mlflow_logger` only
+# under `if self.rank == 0:` (line 191); evaluate_and_save_model() calls `self.mlflow_logger.save_checkpoints(...)`
+# under `if self.args.logger == "mlflow":` on every rank (line 396).
+YOLOX = """
+import torch.distributed as dist
+
+class Trainer:
+    {declared}
+
+    def __init__(self, args):
+        self.args = args
+        self.rank = dist.get_rank()
+
+    def before_train(self):
+        if self.rank == 0:
+            if self.args.logger == "mlflow":
+                self.mlflow_logger = MlflowLogger()
+            self.tblogger = SummaryWriter("runs")
+
+    def evaluate_and_save_model(self):
+        if self.rank == 0:
+            self.tblogger.add_scalar("ap", 0.5)
+        if self.args.logger == "mlflow":
+            self.mlflow_logger.save_checkpoints(self.args)
+"""
+
+
+def test_rank_zero_attribute_used_on_every_rank() -> None:
+    assert lines_of(YOLOX.format(declared="pass"), "DDP026") == [21]
+    # The twin: a class attribute gives every rank the name (None on the others).
+    assert lines_of(YOLOX.format(declared="mlflow_logger = None"), "DDP026") == []
