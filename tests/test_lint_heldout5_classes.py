@@ -389,3 +389,30 @@ def test_rank_zero_attribute_used_on_every_rank() -> None:
     assert lines_of(YOLOX.format(declared="pass"), "DDP026") == [21]
     # The twin: a class attribute gives every rank the name (None on the others).
     assert lines_of(YOLOX.format(declared="mlflow_logger = None"), "DDP026") == []
+
+
+# --- DDP040: a world size read under a name nothing binds ---------------------------------------------------
+
+# lesliejackson/PyTorch-Distributed-Training main.py @ 29c9fe53: `def reduce_loss(tensor, rank, world_size)`,
+# then at module level `reduce_loss(loss, global_rank, world_size)` (line 78) with no module-level world_size.
+UNBOUND = """
+import torch
+import torch.distributed as dist
+
+def reduce_loss(tensor, rank, world_size):
+    dist.all_reduce(tensor)
+    return tensor / world_size
+
+dist.init_process_group("nccl")
+global_rank = dist.get_rank()
+{bind}
+for step in range(10):
+    loss = torch.ones(1)
+    reduce_loss(loss, global_rank, world_size)
+"""
+
+
+def test_world_size_never_bound() -> None:
+    assert lines_of(UNBOUND.format(bind="pass"), "DDP040") == [14]
+    assert lines_of(UNBOUND.format(bind="world_size = dist.get_world_size()"), "DDP040") == []
+    assert lines_of(UNBOUND.format(bind="from config import world_size"), "DDP040") == []

@@ -1763,6 +1763,35 @@ NEAR_MISSES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP040",
+        """
+        def reduce_loss(t, rank, world_size):
+            dist.all_reduce(t)
+            return t / world_size
+        global_rank = dist.get_rank()
+        loss = reduce_loss(torch.ones(1), global_rank, world_size)  # <-
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP040",
+        """
+        def reduce_loss(t, rank, world_size):
+            dist.all_reduce(t)
+            return t / world_size
+        def setup():
+            global world_size
+            world_size = dist.get_world_size()
+        def run():
+            nodes = [local_rank for local_rank in range(4)]
+            return reduce_loss(torch.ones(1), dist.get_rank(), world_size)
+    """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
@@ -1803,7 +1832,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 40)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 41)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -1,18 +1,23 @@
 """Rules for code that cannot do what it says on any launch (classes the held-out corpus 5 found missed):
-DDP036 (a rendezvous port outside 1..65535) and DDP037 (a gradient-averaging loop whose test is never
-true, so the ranks never synchronise). Registered through ruleset.py.
+DDP036 (a rendezvous port outside 1..65535), DDP037 (a gradient-averaging loop whose test is never
+true, so the ranks never synchronise) and DDP040 (a rank or world size read under a name nothing binds).
+Registered through ruleset.py.
 
-Both read a literal fact of the code, not its context: the port is a number, the test compares the
-exact type of an `nn.Parameter`. So both belong to the default tier.
+Each reads a literal fact of the code, not its context: the port is a number, the test compares the
+exact type of an `nn.Parameter`, Python's own scoping says the name is unbound. So all belong to the
+default tier.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import re
+import symtable
 from typing import Iterator, Optional
 
-from ddpdoctor.lint.facts import ModuleFacts, dotted, final_identifier
-from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, _init_calls
+from ddpdoctor.lint.facts import ModuleFacts, dotted, final_identifier, is_rank_identifier
+from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, _init_calls, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import _literal_port, _url_port
 
@@ -159,3 +164,98 @@ def check_gradient_sync_never_runs(f: ModuleFacts) -> Iterator[Hit]:
                     f"{final_identifier(collective)}() on line {collective.lineno} never runs and the ranks "
                     "never synchronise",
                 )
+
+
+# --- DDP040: a rank or world size read but never bound -----------------------------------------------------
+
+_WORLD_NAME_RE = re.compile(r"world_?size|^world$|^nprocs$|^num_replicas$", re.IGNORECASE)
+_BUILTINS = frozenset(dir(builtins))
+_SCOPES = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+    ast.ClassDef,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+_DYNAMIC_NAMES_RE = re.compile(rb"import\s+\*|\bglobals\(\)|\bexec\(|\b__builtins__\b|\bbuiltins\.")
+
+
+def _distributed_name(name: str) -> bool:
+    return is_rank_identifier(name) or bool(_WORLD_NAME_RE.search(name))
+
+
+def _module_binds(top: symtable.SymbolTable, name: str, source: bytes) -> bool:
+    """The module binds `name`: assigned, imported, a def or class, or set through `global name`."""
+    if re.search(rb"\bglobal\b[^\n]*\b" + re.escape(name.encode()) + rb"\b", source):
+        return True
+    try:
+        sym = top.lookup(name)
+    except KeyError:
+        return False
+    return sym.is_assigned() or sym.is_imported() or sym.is_namespace()
+
+
+def _tables(table: symtable.SymbolTable) -> Iterator[symtable.SymbolTable]:
+    for child in table.get_children():
+        yield child
+        yield from _tables(child)
+
+
+@rule(
+    "DDP040",
+    "undefined-rank-name",
+    "a rank or world size read under a name nothing binds: NameError on every rank",
+    "bind it first: world_size = dist.get_world_size() (rank = dist.get_rank()), or pass it in",
+    "The name is neither assigned, imported, a parameter, nor a global set anywhere in its scope chain. "
+    "The first rank to reach the line raises NameError; the others then wait for it in their next "
+    "collective until the timeout. Often a leftover of a refactor that moved the value into a function.",
+)
+def check_undefined_rank_name(f: ModuleFacts) -> Iterator[Hit]:
+    if not uses_distributed(f) or _DYNAMIC_NAMES_RE.search(f.source):
+        return  # names could come from `import *`, globals() or exec: not decidable here
+    try:
+        top = symtable.symtable(f.source.decode("utf-8", "replace"), f.path, "exec")
+    except (SyntaxError, ValueError):
+        return
+    # (get_type() is a str in 3.11, a StrEnum from 3.13: equal to "function" in both)
+    functions = {(t.get_lineno(), t.get_name()): t for t in _tables(top) if t.get_type() == "function"}
+    parents = {id(c): p for p in ast.walk(f.tree) for c in ast.iter_child_nodes(p)}
+    reported: set[str] = set()
+    for node in ast.walk(f.tree):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        name = node.id
+        if name in reported or name in _BUILTINS or not _distributed_name(name):
+            continue
+        up = parents.get(id(node))
+        while up is not None and not isinstance(up, _SCOPES):
+            up = parents.get(id(up))
+        scope = up
+        if scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue  # a lambda, a class body or a comprehension: their scoping rules, left alone
+        if scope is None:
+            bound = _module_binds(top, name, f.source)
+        else:
+            lineno = scope.decorator_list[0].lineno if scope.decorator_list else scope.lineno  # type: ignore[attr-defined]
+            table = functions.get((lineno, scope.name)) or functions.get((scope.lineno, scope.name))  # type: ignore[attr-defined]
+            if table is None:
+                continue
+            try:
+                sym = table.lookup(name)
+            except KeyError:
+                continue
+            if (
+                sym.is_parameter()
+                or sym.is_local()
+                or sym.is_free()
+                or sym.is_imported()
+                or sym.is_assigned()
+            ):
+                continue
+            bound = _module_binds(top, name, f.source)
+        if not bound:
+            reported.add(name)
+            yield node, f"`{name}` is read here but nothing binds it: NameError on every rank that gets here"
