@@ -416,3 +416,26 @@ def test_world_size_never_bound() -> None:
     assert lines_of(UNBOUND.format(bind="pass"), "DDP040") == [14]
     assert lines_of(UNBOUND.format(bind="world_size = dist.get_world_size()"), "DDP040") == []
     assert lines_of(UNBOUND.format(bind="from config import world_size"), "DDP040") == []
+
+
+# The same in a script torchrun starts: a `__main__` guard and the init in the file are its entry.
+TORCHRUN_LOAD = """
+import torch
+import torch.distributed as dist
+
+def main():
+    dist.init_process_group("nccl")
+    {call}
+
+def load_for_export(model_file):
+    checkpoint = torch.load(model_file)
+    model.load_state_dict(checkpoint["state_dict"])
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_load_in_a_helper_off_a_torchrun_entry() -> None:
+    assert lines_of(TORCHRUN_LOAD.format(call="pass"), "DDP008") == []
+    assert lines_of(TORCHRUN_LOAD.format(call='load_for_export("ckpt.pth")'), "DDP008") == [10]

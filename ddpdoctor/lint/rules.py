@@ -578,11 +578,15 @@ def _seen_rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
 
 
 def _off_the_launch(f: ModuleFacts, scope: Scope) -> bool:
-    """The file starts the ranks itself (mp.spawn) and nothing on any path from its entry points (the
-    module, the spawn target) calls `scope`: a post-training helper such as RecBole's
+    """The file starts the ranks itself (mp.spawn), or is the script torchrun starts (a `__main__` guard and
+    the init in the file), and nothing on any path from its entry points (the module, the spawn target)
+    calls `scope`: a post-training helper such as RecBole's
     `load_data_and_model()` (held-out corpus 5), which one process calls after the run. In a file that
     launches nothing, a function nobody here calls may be the trainer's resume helper: judged as it reads."""
-    if not any(c.qual in _SPAWN_TARGETS for c in f.calls):
+    spawns = any(c.qual in _SPAWN_TARGETS for c in f.calls)
+    # A torchrun script is its own entry too: `if __name__ == "__main__": main()` and the init in the file.
+    script = any(c.main_guard for c in f.calls) and any(c.attr == "init_process_group" for c in f.calls)
+    if not (spawns or script):
         return False
     return not _reached(f, scope, 0)
 
@@ -593,7 +597,11 @@ _SPAWN_TARGETS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessin
 def _reached(f: ModuleFacts, scope: Scope, depth: int) -> bool:
     if is_entry(f, scope) or depth > 5:
         return True
-    return any(_reached(g, c.scope, depth + 1) for g, c in callers_of(f, scope))
+    callers = callers_of(f, scope)
+    if not callers:
+        # A method is reached through objects (`Trainer(...)` runs `__init__`): calls we cannot follow.
+        return scope.name in f.methods
+    return any(_reached(g, c.scope, depth + 1) for g, c in callers)
 
 
 # A checkpoint, by the names around a load: the variable it lands in, the path, or what it feeds.
