@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-import symtable
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import ModuleFacts, dotted, final_identifier, is_rank_identifier
@@ -137,7 +136,7 @@ def _parameter_loop_var(loop: ast.For) -> Optional[str]:
     "apart while each trains on its own shard.",
 )
 def check_gradient_sync_never_runs(f: ModuleFacts) -> Iterator[Hit]:
-    if b"type(" not in f.source:
+    if b"type(" not in f.source or b"parameters(" not in f.source:
         return
     for loop in ast.walk(f.tree):
         if not isinstance(loop, ast.For):
@@ -169,39 +168,52 @@ def check_gradient_sync_never_runs(f: ModuleFacts) -> Iterator[Hit]:
 # --- DDP040: a rank or world size read but never bound -----------------------------------------------------
 
 _WORLD_NAME_RE = re.compile(r"world_?size|^world$|^nprocs$|^num_replicas$", re.IGNORECASE)
-_BUILTINS = frozenset(dir(builtins))
-_SCOPES = (
-    ast.FunctionDef,
-    ast.AsyncFunctionDef,
-    ast.Lambda,
-    ast.ClassDef,
-    ast.ListComp,
-    ast.SetComp,
-    ast.DictComp,
-    ast.GeneratorExp,
+_DYNAMIC_NAMES_RE = re.compile(
+    rb"import\s+\*|\bglobals\(\)|\bexec\(|\b__builtins__\b|\bbuiltins\.|\blocals\(\)"
 )
-_DYNAMIC_NAMES_RE = re.compile(rb"import\s+\*|\bglobals\(\)|\bexec\(|\b__builtins__\b|\bbuiltins\.")
+_BUILTINS = frozenset(dir(builtins))
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# `case [x, *rest]` / `case {"k": v}` capture names (Python >= 3.10; the package supports 3.9).
+_MATCH_CAPTURES = tuple(getattr(ast, n) for n in ("MatchAs", "MatchStar", "MatchMapping") if hasattr(ast, n))
+# Scopes whose own rules (class bodies, lambdas, comprehensions) this rule does not model: left alone.
+_OTHER_SCOPES = (ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _distributed_name(name: str) -> bool:
     return is_rank_identifier(name) or bool(_WORLD_NAME_RE.search(name))
 
 
-def _module_binds(top: symtable.SymbolTable, name: str, source: bytes) -> bool:
-    """The module binds `name`: assigned, imported, a def or class, or set through `global name`."""
-    if re.search(rb"\bglobal\b[^\n]*\b" + re.escape(name.encode()) + rb"\b", source):
-        return True
-    try:
-        sym = top.lookup(name)
-    except KeyError:
-        return False
-    return sym.is_assigned() or sym.is_imported() or sym.is_namespace()
-
-
-def _tables(table: symtable.SymbolTable) -> Iterator[symtable.SymbolTable]:
-    for child in table.get_children():
-        yield child
-        yield from _tables(child)
+def _binds(scope: ast.AST) -> set[str]:
+    """The names a function (or the module) binds in its own scope, as Python's compiler decides: its
+    parameters, every name stored in its body (assignments, loop / with / except targets, `:=`, imports,
+    nested def and class names) and `global` / `nonlocal` declarations; nested function bodies excepted."""
+    out: set[str] = set()
+    if isinstance(scope, _FUNCTIONS):
+        a = scope.args
+        out.update(x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x)
+    stack: list[ast.AST] = list(getattr(scope, "body", []))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            out.add(node.id)
+        elif isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+            out.add(node.name)
+            stack.extend(node.decorator_list)
+            continue  # its body is its own scope
+        elif isinstance(node, ast.Lambda):
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((al.asname or al.name).split(".", 1)[0] for al in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            out.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+        elif isinstance(node, _MATCH_CAPTURES):
+            captured = getattr(node, "name", None) or getattr(node, "rest", None)
+            if captured:
+                out.add(captured)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
 
 
 @rule(
@@ -214,48 +226,41 @@ def _tables(table: symtable.SymbolTable) -> Iterator[symtable.SymbolTable]:
     "collective until the timeout. Often a leftover of a refactor that moved the value into a function.",
 )
 def check_undefined_rank_name(f: ModuleFacts) -> Iterator[Hit]:
-    if not uses_distributed(f) or _DYNAMIC_NAMES_RE.search(f.source):
-        return  # names could come from `import *`, globals() or exec: not decidable here
-    try:
-        top = symtable.symtable(f.source.decode("utf-8", "replace"), f.path, "exec")
-    except (SyntaxError, ValueError):
+    candidates = {n for n in f.names if n not in _BUILTINS and _distributed_name(n)}
+    if not candidates or not uses_distributed(f) or _DYNAMIC_NAMES_RE.search(f.source):
+        return  # (names could come from `import *`, globals() or exec: not decidable here)
+    # `global x` anywhere: some function binds x at module level.
+    declared: set[str] = set()
+    if re.search(rb"\bglobal\s", f.source):
+        declared = {n for node in ast.walk(f.tree) if isinstance(node, ast.Global) for n in node.names}
+    module = _binds(f.tree) | declared
+    if candidates <= module:
         return
-    # (get_type() is a str in 3.11, a StrEnum from 3.13: equal to "function" in both)
-    functions = {(t.get_lineno(), t.get_name()): t for t in _tables(top) if t.get_type() == "function"}
-    parents = {id(c): p for p in ast.walk(f.tree) for c in ast.iter_child_nodes(p)}
+    memo: dict[int, set[str]] = {}
     reported: set[str] = set()
-    for node in ast.walk(f.tree):
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
-            continue
-        name = node.id
-        if name in reported or name in _BUILTINS or not _distributed_name(name):
-            continue
-        up = parents.get(id(node))
-        while up is not None and not isinstance(up, _SCOPES):
-            up = parents.get(id(up))
-        scope = up
-        if scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue  # a lambda, a class body or a comprehension: their scoping rules, left alone
-        if scope is None:
-            bound = _module_binds(top, name, f.source)
-        else:
-            lineno = scope.decorator_list[0].lineno if scope.decorator_list else scope.lineno  # type: ignore[attr-defined]
-            table = functions.get((lineno, scope.name)) or functions.get((scope.lineno, scope.name))  # type: ignore[attr-defined]
-            if table is None:
+    stack: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(f.tree, ())]
+    hits: list[tuple[int, int, ast.Name]] = []
+    while stack:
+        node, chain = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, _FUNCTIONS):
+                # Decorators and defaults are evaluated where the def stands; the body is a new scope.
+                for part in (*child.decorator_list, *child.args.defaults, *child.args.kw_defaults):
+                    if part is not None:
+                        stack.append((part, chain))
+                stack.extend((st, chain + (child,)) for st in child.body)
+            elif isinstance(child, _OTHER_SCOPES):
                 continue
-            try:
-                sym = table.lookup(name)
-            except KeyError:
-                continue
-            if (
-                sym.is_parameter()
-                or sym.is_local()
-                or sym.is_free()
-                or sym.is_imported()
-                or sym.is_assigned()
-            ):
-                continue
-            bound = _module_binds(top, name, f.source)
-        if not bound:
-            reported.add(name)
-            yield node, f"`{name}` is read here but nothing binds it: NameError on every rank that gets here"
+            elif isinstance(child, ast.Name):
+                name = child.id
+                if type(child.ctx) is not ast.Load or name not in candidates or name in module:
+                    continue
+                if any(name in memo.setdefault(id(fn), _binds(fn)) for fn in chain):
+                    continue
+                hits.append((child.lineno, child.col_offset, child))
+            else:
+                stack.append((child, chain))
+    for _, _, n in sorted(hits, key=lambda h: (h[0], h[1])):
+        if n.id not in reported:
+            reported.add(n.id)
+            yield n, f"`{n.id}` is read here but nothing binds it: NameError on every rank that gets here"
