@@ -439,3 +439,32 @@ if __name__ == "__main__":
 def test_load_in_a_helper_off_a_torchrun_entry() -> None:
     assert lines_of(TORCHRUN_LOAD.format(call="pass"), "DDP008") == []
     assert lines_of(TORCHRUN_LOAD.format(call='load_for_export("ckpt.pth")'), "DDP008") == [10]
+
+
+def test_names_bound_in_nested_functions_and_closures() -> None:
+    # cszn/KAIR utils/utils_dist.py and mmcv's `master_only`: `rank, _ = get_dist_info()` inside the
+    # wrapper a decorator returns; a closure reading its enclosing function's parameter.
+    src = """
+import functools
+import torch.distributed as dist
+
+def master_only(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        rank, _ = get_dist_info()
+        if rank == 0:
+            return func(*args, **kwargs)
+    return wrapper
+
+def make_reducer(world_size):
+    def reduce(t):
+        dist.all_reduce(t)
+        return t / world_size
+    return reduce
+
+def broken(t):
+    def reduce():
+        return t / world_size
+    return reduce
+"""
+    assert lines_of(src, "DDP040") == [21]

@@ -238,28 +238,27 @@ def check_undefined_rank_name(f: ModuleFacts) -> Iterator[Hit]:
         return
     memo: dict[int, set[str]] = {}
     reported: set[str] = set()
-    stack: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(f.tree, ())]
+    stack: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(st, ()) for st in f.tree.body]
     hits: list[tuple[int, int, ast.Name]] = []
     while stack:
         node, chain = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, _FUNCTIONS):
-                # Decorators and defaults are evaluated where the def stands; the body is a new scope.
-                for part in (*child.decorator_list, *child.args.defaults, *child.args.kw_defaults):
-                    if part is not None:
-                        stack.append((part, chain))
-                stack.extend((st, chain + (child,)) for st in child.body)
-            elif isinstance(child, _OTHER_SCOPES):
+        if isinstance(node, _FUNCTIONS):
+            # Decorators and defaults are evaluated where the def stands; the body is a new scope.
+            for part in (*node.decorator_list, *node.args.defaults, *node.args.kw_defaults):
+                if part is not None:
+                    stack.append((part, chain))
+            stack.extend((st, chain + (node,)) for st in node.body)
+        elif isinstance(node, _OTHER_SCOPES):
+            continue
+        elif isinstance(node, ast.Name):
+            name = node.id
+            if type(node.ctx) is not ast.Load or name not in candidates or name in module:
                 continue
-            elif isinstance(child, ast.Name):
-                name = child.id
-                if type(child.ctx) is not ast.Load or name not in candidates or name in module:
-                    continue
-                if any(name in memo.setdefault(id(fn), _binds(fn)) for fn in chain):
-                    continue
-                hits.append((child.lineno, child.col_offset, child))
-            else:
-                stack.append((child, chain))
+            if any(name in memo.setdefault(id(fn), _binds(fn)) for fn in chain):
+                continue
+            hits.append((node.lineno, node.col_offset, node))
+        else:
+            stack.extend((child, chain) for child in ast.iter_child_nodes(node))
     for _, _, n in sorted(hits, key=lambda h: (h[0], h[1])):
         if n.id not in reported:
             reported.add(n.id)
