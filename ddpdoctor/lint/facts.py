@@ -77,6 +77,11 @@ def _identifiers(node: ast.AST) -> Iterator[str]:
             yield n.id  # type: ignore[attr-defined]
         elif t is ast.Attribute:
             yield n.attr  # type: ignore[attr-defined]
+        elif t is ast.Subscript:
+            # `self.config["rank"]`, `os.environ["LOCAL_RANK"]`: a rank kept under a string key.
+            key = n.slice  # type: ignore[attr-defined]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier():
+                yield key.value
 
 
 def mentions_rank(node: ast.AST) -> bool:

@@ -179,6 +179,12 @@ def per_rank_path(f: ModuleFacts, path: ast.AST, depth: int = 0) -> bool:
             value = value_before(f, dotted(n) or "", line)
             if value is not None and per_rank_path(f, value, depth + 1):
                 return True
+            if value is None and isinstance(n, ast.Name):
+                # A helper's parameter (`def save_to_json(output_filename, ...)`): per rank when every
+                # call here passes a per-rank path (llama-recipes' f"metrics_data_{local_rank}-....json").
+                passed = parameter_values(f, enclosing_scope(f, line), n.id)
+                if passed and all(per_rank_path(f, v, depth + 1) for v in passed):
+                    return True
     return False
 
 

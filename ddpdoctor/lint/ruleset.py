@@ -6,6 +6,7 @@ from __future__ import annotations
 from ddpdoctor.lint import (  # noqa: F401 - registers them
     device_rules,
     every_rank_rules,
+    fatal_rules,
     rank_rules,
     rules,
     world_rules,

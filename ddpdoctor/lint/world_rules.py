@@ -301,6 +301,101 @@ def check_rank_zero_object(f: ModuleFacts) -> Iterator[Hit]:
             )
             checker.scan(body, params)
     yield from checker.hits
+    if b"self." in f.source:
+        for cls in ast.walk(f.tree):
+            if isinstance(cls, ast.ClassDef):
+                yield from _rank_zero_attributes(f, cls)
+
+
+def _self_attr(node: ast.AST) -> str:
+    """"x" for `self.x`, else ""."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return ""
+
+
+def _branch_walk(f: ModuleFacts, body: list[ast.stmt], side: str, tests: tuple[ast.AST, ...]):
+    """(statement, which ranks run it: "all" / ZERO / NONZERO, the `if` tests around it) for a method body."""
+    for st in body:
+        yield st, side, tests
+        if isinstance(st, ast.If):
+            kind = classify_guard(st.test, f.main_vars)
+            inner = tests + (st.test,)
+            if kind is None:
+                yield from _branch_walk(f, st.body, side, inner)
+                yield from _branch_walk(f, st.orelse, side, inner)
+            else:
+                other = NONZERO if kind == ZERO else ZERO
+                yield from _branch_walk(f, st.body, kind if side == "all" else side, inner)
+                yield from _branch_walk(f, st.orelse, other if side == "all" else side, inner)
+        elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            yield from _branch_walk(f, st.body, side, tests)
+            yield from _branch_walk(f, getattr(st, "orelse", []), side, tests)
+        elif isinstance(st, ast.Try):
+            for part in (st.body, st.orelse, st.finalbody, *[h.body for h in st.handlers]):
+                yield from _branch_walk(f, part, side, tests)
+
+
+def _rank_zero_attributes(f: ModuleFacts, cls: ast.ClassDef) -> Iterator[Hit]:
+    """`self.x = ...` only inside rank-0 branches of the class's methods, then `self.x` read in a method
+    every rank runs, outside any rank check and any test of `x` itself: AttributeError on the other ranks
+    (held-out corpus 5: YOLOX's `self.mlflow_logger`, created under `if self.rank == 0:` in before_train(),
+    used under `if self.args.logger == "mlflow":` in evaluate_and_save_model())."""
+    methods = [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    declared = {
+        t.id
+        for st in cls.body
+        if isinstance(st, (ast.Assign, ast.AnnAssign))
+        for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
+        if isinstance(t, ast.Name)
+    }
+    zero: dict[str, int] = {}
+    # Class attributes and methods (a `@property` such as composer's `neptune_run`) exist on every rank.
+    everywhere: set[str] = declared | {m.name for m in methods}
+    for m in methods:
+        for st, side, _ in _branch_walk(f, m.body, "all", ()):
+            targets: list[ast.AST] = []
+            if isinstance(st, ast.Assign):
+                # `self.x = ...` and `self.x, self.y = ...`; not `self.x[k] = ...`, which reads self.x.
+                targets = [
+                    n for t in st.targets for n in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])
+                ]
+            elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
+                targets = [st.target]
+            for t in targets:
+                name = _self_attr(t)
+                if not name:
+                    continue
+                if side == ZERO:
+                    zero.setdefault(name, st.lineno)
+                else:
+                    everywhere.add(name)
+    # Attributes looked up by name (`getattr(self, "x", None)`, `hasattr`) or set by setattr: handled.
+    text = f.source
+    for name in list(zero):
+        if name in everywhere or f'"{name}"'.encode() in text or f"'{name}'".encode() in text:
+            zero.pop(name)
+    if not zero:
+        return
+    for m in methods:
+        callers = f.callers.get(m.name, ())
+        if callers and all(c.guarded or (c.rank_if is not None and c.rank_if.kind == ZERO) for c in callers):
+            continue  # a method only rank 0 calls
+        for st, side, tests in _branch_walk(f, m.body, "all", ()):
+            if side != "all" or isinstance(st, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
+                continue  # (compound statements: their own lines are walked as statements)
+            tested = {_self_attr(n) for t in tests for n in ast.walk(t)}
+            for n in ast.walk(st):
+                name = _self_attr(n)
+                if name in zero and isinstance(n.ctx, ast.Load) and name not in tested:  # type: ignore[attr-defined]
+                    yield (
+                        n,
+                        f"`self.{name}` is set only on rank 0 (line {zero[name]}) and used here on every "
+                        "rank: AttributeError on the others",
+                    )
+                    zero.pop(name)
+                    if not zero:
+                        return
 
 
 # --- DDP027: a CPU tensor handed to an NCCL collective -----------------------------------------------
