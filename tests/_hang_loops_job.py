@@ -7,6 +7,16 @@ imported). argv[1] is the scenario:
   rank 1 one; rank 0 blocks in DistributedDataParallel's forward of its extra batch (the bucket rebuild's
   broadcast), rank 1 has finished the epoch and waits in all_gather_object.
 
+- `eval_ddp`: rank 0 alone evaluates through the DDP wrapper (BatchNorm buffers, broadcast_buffers=True,
+  grad enabled) after each epoch: its forward blocks in DDP's buffer broadcast while rank 1 waits in the
+  next step's backward all-reduce (a forward/backward mismatch, no iteration count differs);
+- `except_barrier`: rank 1 raises on a bad batch and its exception handler calls barrier(); rank 0 waits
+  in the DDP backward all-reduce;
+- `rank_only`: a checkpoint function returns early on rank 1 and calls all_gather_object on rank 0 only,
+  rank 1 goes on to barrier();
+- `p2p_skip`: a 2-stage send/recv pipeline (branches of an if on the rank) where rank 1 `continue`s past
+  its send of one gradient: both ranks wait in recv.
+
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
 
@@ -66,13 +76,99 @@ def uneven_ddp(rank: int, world: int) -> None:
         dist.all_gather_object(stats, len(x))  # HANG-LINE gather
 
 
+def eval_ddp(rank: int) -> None:
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)))
+    for epoch in range(3):
+        for i in range(2):
+            if epoch == 0 and i == 1:
+                ready(rank)
+            model(torch.randn(8, 3)).sum().backward()  # HANG-LINE eval-backward
+        if rank == 0:
+            for _ in range(2):
+                model(torch.randn(8, 3))  # HANG-LINE eval-forward
+
+
+class BadBatch(Exception):
+    pass
+
+
+def step(model: nn.Module, x: torch.Tensor, rank: int, i: int) -> None:
+    if rank == 1 and i == 2:
+        raise BadBatch("label out of range")
+    model(x).sum().backward()  # HANG-LINE except-backward
+
+
+def except_barrier(rank: int) -> None:
+    model = DistributedDataParallel(nn.Linear(3, 1))
+    for i in range(100):
+        if i == 2:
+            ready(rank)
+        try:
+            step(model, torch.randn(4, 3), rank, i)
+        except BadBatch:
+            dist.barrier()  # HANG-LINE except-barrier
+            raise
+
+
+def gather_stats(rank: int, world: int) -> None:
+    if rank != 0:
+        return
+    stats = [None] * world
+    dist.all_gather_object(stats, rank)  # HANG-LINE rank-only
+
+
+def rank_only(rank: int, world: int) -> None:
+    grad = torch.ones(4)
+    for i in range(100):
+        dist.all_reduce(grad)
+        if i == 2:
+            ready(rank)
+            gather_stats(rank, world)
+            dist.barrier()  # HANG-LINE rank-only-barrier
+
+
+def stage0() -> None:
+    for mb in range(4):
+        dist.send(torch.ones(2), dst=1, tag=mb)
+        grad = torch.empty(2)
+        dist.recv(grad, src=1, tag=100 + mb)  # HANG-LINE p2p-grad
+
+
+def stage1(step: int) -> None:
+    for mb in range(4):
+        act = torch.empty(2)
+        dist.recv(act, src=0, tag=mb)  # HANG-LINE p2p-act
+        if step == 2 and mb == 1:
+            continue
+        dist.send(act, dst=0, tag=100 + mb)
+
+
+def p2p_skip(rank: int) -> None:
+    for i in range(100):
+        if i == 2:
+            ready(rank)
+        if rank == 0:
+            stage0()
+        else:
+            stage1(i)
+
+
 def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
-    if sys.argv[1] == "early_break":
+    scenario = sys.argv[1]
+    if scenario == "early_break":
         early_break(rank)
-    else:
+    elif scenario == "uneven_ddp":
         uneven_ddp(rank, world)
+    elif scenario == "eval_ddp":
+        eval_ddp(rank)
+    elif scenario == "except_barrier":
+        except_barrier(rank)
+    elif scenario == "rank_only":
+        rank_only(rank, world)
+    else:
+        p2p_skip(rank)
     dist.destroy_process_group()
 
 

@@ -24,10 +24,19 @@ EXPECTED = {
     "uneven_ddp": (0, "loop.uneven_iterations", "ddp-forward", [
         "rank 0 runs one more iteration than the others (uneven number of batches per rank)",
         "DistributedDataParallel forward", f"in all_gather at line {marker_line('gather', SCRIPT)}"]),
+    # The forward side is the odd one: it runs the wrapped model where the other does not; no iteration
+    # count differs, so nothing may claim one.
+    "eval_ddp": (0, "ddp.forward_backward_mismatch", "eval-forward", [
+        "forward/backward mismatch", f"backward's gradient all-reduce at line {marker_line('eval-backward', SCRIPT)}"]),
+    "except_barrier": (1, "mismatch.exception_handler", "except-barrier", [
+        "called from the exception handler `except BadBatch:`"]),
+    "rank_only": (0, "mismatch.rank_only_call", "rank-only", ["`if rank != 0:`", "waits in barrier"]),
 }
+# scenario -> the lines of both ranks: a mismatch the stacks cannot break, both sides named
+TIES = {"p2p_skip": ("sendrecv.both_receive", ["p2p-grad", "p2p-act"])}
 
 
-@pytest.fixture(scope="module", params=sorted(EXPECTED))
+@pytest.fixture(scope="module", params=sorted(EXPECTED) + sorted(TIES))
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)) as job:
         yield request.param, job
@@ -39,6 +48,13 @@ def test_the_rank_that_left_or_stayed(hung):
     if not all(s["frames"] for s in report["stacks"]):
         pytest.skip("py-spy cannot attach here")
     verdict = report["verdict"]
+    assert "one more iteration" not in verdict["summary"] or scenario == "uneven_ddp", verdict["summary"]
+    if scenario in TIES:
+        mechanism, tags = TIES[scenario]
+        assert report["exit_code"] == 1 and verdict["tie"] and verdict["culprit_ranks"] == [0, 1], verdict
+        assert verdict["mechanism"]["id"] == mechanism, verdict
+        assert sorted(c["line"] for c in verdict["culprits"]) == sorted(marker_line(t, SCRIPT) for t in tags)
+        return
     culprit, mechanism, tag, words = EXPECTED[scenario]
     assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [culprit] and not verdict["tie"], verdict
     assert verdict["culprits"][0]["line"] == marker_line(tag, SCRIPT), verdict["culprits"][0]

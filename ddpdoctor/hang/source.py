@@ -188,3 +188,80 @@ def left_loop(lines: Sequence[str], inside: int, after: int) -> Optional[LeftLoo
     if found is None or after <= found.end:
         return None
     return found
+
+
+def _function_start(lines: Sequence[str], line: int) -> int:
+    """1-based line of the `def` whose body holds `line` (1 when at module level)."""
+    depth = _indent(lines[line - 1])
+    for number in range(line - 1, max(0, line - _MAX_SCAN), -1):
+        text = lines[number - 1]
+        if _is_code(text) and _indent(text) < depth:
+            depth = _indent(text)
+            if text.lstrip().startswith(("def ", "async def ")):
+                return number
+    return 1
+
+
+def except_around(lines: Sequence[str], line: int) -> Optional[int]:
+    """1-based line of the `except ...:` whose handler body holds `line`, in its own function: a call there
+    runs only on a rank that raised."""
+    if not 0 < line <= len(lines) or not _is_code(lines[line - 1]):
+        return None
+    depth = _indent(lines[line - 1])
+    for number in range(line - 1, max(0, line - _MAX_SCAN), -1):
+        text = lines[number - 1]
+        if not _is_code(text) or _indent(text) >= depth:
+            continue
+        depth = _indent(text)
+        stripped = text.lstrip()
+        if stripped.startswith(("except", "finally")) and stripped.rstrip().endswith(":"):
+            return number if stripped.startswith("except") else None
+        if stripped.startswith(("def ", "async def ", "class ")):
+            return None
+    return None
+
+
+def rank_guard(lines: Sequence[str], line: int) -> Optional[int]:
+    """1-based line of a rank-dependent `if` that decides whether `line` runs, in its own function: an `if`
+    on the rank around it, or an earlier `if <rank test>: return` at the function's top level."""
+    if not 0 < line <= len(lines) or not _is_code(lines[line - 1]):
+        return None
+    probe: Optional[int] = line
+    while probe:
+        branch = enclosing_if(lines, probe)
+        if branch is None:
+            break
+        if branch.rank_dependent:
+            return branch.if_line
+        probe = branch.if_line
+    start = _function_start(lines, line)
+    if not lines[start - 1].lstrip().startswith(("def ", "async def ")):
+        return None  # module level: no function to return from
+    body = next((_indent(t) for t in lines[start:line] if _is_code(t)), -1)
+    for number in range(start + 1, line):
+        text = lines[number - 1]
+        # Only guards at the function's top level decide whether its later lines run at all.
+        if _indent(text) != body or not text.lstrip().startswith("if ") or not _RANKISH.search(text):
+            continue
+        inline = text.split(":", 1)[1].strip() if ":" in text else ""
+        after = next((t for t in lines[number:line - 1] if _is_code(t)), "")
+        if inline.startswith("return") or (
+            not inline and after.lstrip().startswith("return") and _indent(after) > _indent(text)
+        ):
+            return number
+    return None
+
+
+def function_mentions(lines: Sequence[str], line: int, word: str) -> Optional[int]:
+    """1-based line in the function holding `line` where `word` appears (in code), else None."""
+    if not 0 < line <= len(lines):
+        return None
+    start = _function_start(lines, line)
+    head = _indent(lines[start - 1]) if start > 1 else -1
+    for number in range(start, min(len(lines), start + _MAX_SCAN) + 1):
+        text = lines[number - 1]
+        if number > start and _is_code(text) and _indent(text) <= head:
+            break
+        if _is_code(text) and word in text.split("#", 1)[0]:
+            return number
+    return None

@@ -28,6 +28,8 @@ from ddpdoctor.hang.findings import (
     stacks_finding,
 )
 from ddpdoctor.hang.live import (
+    both_receive,
+    ddp_forward_backward,
     left_sequence,
     loop_split,
     loop_split_mechanism,
@@ -357,7 +359,8 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 "(or on data that differs between ranks) around those lines. `--fr` with Flight Recorder "
                 "dumps tells a collective only some ranks call from ranks taking different branches."
             )
-            split = loop_split(ctx, ctx.stack_by_rank[lead], main.example)
+            mechanism = ddp_forward_backward(ctx, ctx.stack_by_rank[lead], main.example, groups)
+            split = loop_split(ctx, ctx.stack_by_rank[lead], main.example) if mechanism is None else None
             if split is not None:
                 mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))
         elif main_wait and not odd_wait:
@@ -404,7 +407,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             for g in groups
         )
         ranks = sorted(r for g in groups for r in g.ranks)
-        return {
+        tie = {
             "kind": "stack_outlier",
             "summary": f"the ranks are in different collectives (out of step): {sides} -> the cause is "
             "rank-dependent control flow, not the network",
@@ -418,6 +421,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             "gives the sequence numbers.",
             "source": "stacks",
         }
+        return with_loop_mechanism(tie, both_receive(ctx, groups))
     if len(groups) == 1 and waiting:
         ranks = list(groups[0].ranks)
         world = ctx.facts.job.world_size if ctx.facts.job else None
