@@ -16,6 +16,8 @@ imported). argv[1] is the scenario:
   rank 1 goes on to barrier();
 - `p2p_skip`: a 2-stage send/recv pipeline (branches of an if on the rank) where rank 1 `continue`s past
   its send of one gradient: both ranks wait in recv.
+- `thread_collective`: rank 0 runs all_gather_object in a background checkpoint thread and joins it;
+  rank 1 goes on to barrier(): rank 0's collective is in a non-main thread.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
@@ -153,6 +155,23 @@ def p2p_skip(rank: int) -> None:
             stage1(i)
 
 
+def thread_collective(rank: int, world: int) -> None:
+    import threading
+
+    def gather() -> None:
+        dist.all_gather_object([None] * world, rank)  # HANG-LINE thread-gather
+
+    for i in range(100):
+        dist.all_reduce(torch.ones(2))
+        if i == 2:
+            ready(rank)
+            if rank == 0:
+                worker = threading.Thread(target=gather, name="ckpt")
+                worker.start()
+                worker.join()  # HANG-LINE thread-join
+            dist.barrier()
+
+
 def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -165,6 +184,8 @@ def main() -> None:
         eval_ddp(rank)
     elif scenario == "except_barrier":
         except_barrier(rank)
+    elif scenario == "thread_collective":
+        thread_collective(rank, world)
     elif scenario == "rank_only":
         rank_only(rank, world)
     else:

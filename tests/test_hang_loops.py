@@ -31,6 +31,9 @@ EXPECTED = {
     "except_barrier": (1, "mismatch.exception_handler", "except-barrier", [
         "called from the exception handler `except BadBatch:`"]),
     "rank_only": (0, "mismatch.rank_only_call", "rank-only", ["`if rank != 0:`", "waits in barrier"]),
+    # The rank's collective runs in a background thread: it counts, and names the thread's line.
+    "thread_collective": (0, "thread.collective_in_thread", "thread-join", [
+        "its thread `ckpt` waits in all_gather", f":{marker_line('thread-gather', SCRIPT)}"]),
 }
 # scenario -> the lines of both ranks: a mismatch the stacks cannot break, both sides named
 TIES = {"p2p_skip": ("sendrecv.both_receive", ["p2p-grad", "p2p-act"])}

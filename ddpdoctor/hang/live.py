@@ -18,7 +18,7 @@ from ddpdoctor.hang.source import (
     loop_around,
     rank_guard,
 )
-from ddpdoctor.hang.stacks import RankStack
+from ddpdoctor.hang.stacks import RankStack, collective_wrapper
 
 
 def empty_verdict(kind: str, summary: str, fix: str, source: Optional[str]) -> dict[str, Any]:
@@ -230,6 +230,20 @@ def verdict_no_job_at_pid(facts: HangFacts) -> Optional[dict[str, Any]]:
     )
 
 
+def _thread_in_collective(stack: RankStack) -> bool:
+    """Whether a thread other than the main one is blocked in a collective (hang.waits names it)."""
+    main = stack.main
+    for thread in stack.threads:
+        if main is not None and thread.thread_name == main.thread_name:
+            continue
+        for frame in thread.frames:
+            if frame.is_user:
+                break
+            if collective_wrapper(frame):
+                return True
+    return False
+
+
 def left_sequence(ctx: Any, who: str, culprits: list[int], lead: int, main: Any) -> tuple[str, str]:
     """(summary, fix) when every other rank waits in a collective and `culprits` are in none: they left
     the sequence of collectives (they idle, or left the loop the others are still in)."""
@@ -242,7 +256,9 @@ def left_sequence(ctx: Any, who: str, culprits: list[int], lead: int, main: Any)
         + ("left the loop of collectives the others are still in" if loop_note else
            "left the sequence of collectives (never reached the one the others wait in)")
         + f": {ranks_verb(list(main.ranks), 'waits', 'wait')} in {main.example.waiting_in()} at "
-        f"{ctx.where_line(main.example)}, while {'it is' if one else 'they are'} in no collective: "
+        f"{ctx.where_line(main.example)}, while {'it is' if one else 'they are'} in no collective"
+        + (" on the main thread" if lead_stack is not None and _thread_in_collective(lead_stack) else "")
+        + ": "
         f"{'its stack' if one else 'the stack of ' + ctx.who(lead)} is in {ctx.where_stack(lead)}"
         + loop_note
         + (f"; its last completed collective: {last}" if last else "")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from ddpdoctor.hang.fr import Frame
-from ddpdoctor.hang.stacks import RankStack, ThreadStack
+from ddpdoctor.hang.stacks import RankStack, ThreadStack, collective_wrapper
 
 # (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
 # `Class.method` on Python 3.11+ and `method` before; both are matched by the part after the last dot
@@ -272,6 +272,9 @@ def explain_wait(
             found = _lock_mechanism(stack, first, locks, sources)
             if found.id == "lock.order_deadlock":
                 return found
+    in_thread = _collective_in_thread(stack, mine, sources)
+    if in_thread is not None:
+        return in_thread
     if mine is None:
         return _poll_seen_before(stack, sources, history, woke)
     at = _at(mine.frame, sources)
@@ -544,4 +547,42 @@ def _poll_seen_before(
             found = _poll(slept, sources, [*history, stack], woke)
             if found is not None:
                 return found
+    return None
+
+
+def _collective_in_thread(
+    stack: RankStack, mine: Optional[Blocked], sources: Mapping[str, Sequence[str]]
+) -> Optional[Mechanism]:
+    """A thread other than the main one blocked in a collective: this rank is in a collective after all,
+    issued from a background thread (an async checkpoint, a metrics thread), which the other ranks, whose
+    main threads wait elsewhere, never pair with. The main thread usually waits for that thread."""
+    main = stack.main
+    for thread in stack.threads:
+        if main is not None and thread.thread_name == main.thread_name:
+            continue
+        wait = None
+        for frame in thread.frames:
+            if frame.is_user:
+                break
+            wait = collective_wrapper(frame)
+            if wait:
+                break
+        user = next((f for f in thread.frames if f.is_user), None)
+        if not wait or user is None:
+            continue
+        name = thread.thread_name
+        waits_for = f"; the main thread waits for it at {_at(mine.frame, sources)}" if mine is not None else ""
+        summary = (
+            f"its thread `{name}` waits in {wait} at {_at(user, sources)}: a collective issued from a background "
+            f"thread, which the other ranks never issue at this point (their main threads wait in other "
+            f"collectives){waits_for}"
+        )
+        fix = ("Issue collectives from the main thread, in the same order on every rank: gather what the background "
+               "job needs before starting it (or have every rank run the same thread), and keep only local work "
+               "(writing files) in the thread.")
+        threads: list[dict[str, object]] = [{"thread": name, "file": user.filename, "line": user.line,
+                                             "code": _code(sources, user), "role": "collective"}]
+        if mine is not None:
+            threads.append(_record(mine, sources, role="waits_for_thread"))
+        return Mechanism("thread.collective_in_thread", summary, fix, threads)
     return None
