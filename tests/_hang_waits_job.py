@@ -20,6 +20,7 @@ all_reduce for the last one:
 - `pipe_read`: the last rank reads from a pipe whose write end nobody writes to;
 - `fifo_open`: the last rank opens a FIFO for reading that no process opens for writing;
 - `store_get`: the last rank waits in the c10d store's get() for a key no rank sets;
+- `pool_lost`: a multiprocessing.Pool worker dies (os._exit) in the middle of a task; pool.map waits;
 - `sleep_ms`: the last rank's rate limiter passes a delay in milliseconds to time.sleep (seconds).
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
@@ -167,6 +168,18 @@ def rate_limit(rank: int, delay_ms: int) -> None:
     time.sleep(delay_ms)  # HANG-LINE sleep-ms
 
 
+def crash_on(n: int) -> int:
+    if n == 1:
+        os._exit(1)  # a worker dying mid-task, as a segfault in native code would
+    return n
+
+
+def pool_lost(rank: int) -> None:
+    pool = multiprocessing.get_context("fork").Pool(2)
+    ready(rank)
+    pool.map(crash_on, range(4))  # HANG-LINE pool-map
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
@@ -217,6 +230,8 @@ def main() -> None:
             fifo_open(rank)
         elif scenario == "store_get":
             store_get(rank)
+        elif scenario == "pool_lost":
+            pool_lost(rank)
         elif scenario == "sleep_ms":
             rate_limit(rank, 60 * 60 * 1000)
         elif scenario == "writer":

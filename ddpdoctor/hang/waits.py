@@ -351,6 +351,23 @@ def explain_wait(
             "(`join(timeout=...)`, `subprocess.run(..., timeout=...)`) and kill the child when it passes.",
             [_record(mine, sources)], [p for p, _, _ in wanted[:8]],
         )
+    if mine.kind in ("event", "condition") and main is not None and any(
+        f.filename.endswith("multiprocessing/pool.py") for f in main.frames
+    ):
+        # Pool results wait on an Event; the Pool replaces a worker that died mid-task but never fails its
+        # task (unlike ProcessPoolExecutor's BrokenProcessPool), so that result never comes.
+        kids = ", ".join(f"pid {p}" for p, _, _ in helpers[:4])
+        return Mechanism(
+            "pool.task_lost",
+            f"it waits in multiprocessing.Pool (map/apply/get) at {at} for a result that does not come: when a "
+            "pool worker dies while running a task (a crash in native code, os._exit, the OOM killer), the pool "
+            "starts a new worker but the task is lost, and the wait never returns"
+            + (f" (the pool's processes now: {kids}; idle workers mean the task is lost)" if kids else ""),
+            "Find why the worker died (its exit status, `dmesg` for a segfault or OOM kill) and fix that input; use "
+            "concurrent.futures.ProcessPoolExecutor (a dead worker raises BrokenProcessPool) or "
+            "`map_async(...).get(timeout=...)` so a lost task becomes an error.",
+            [_record(mine, sources)], [p for p, _, _ in helpers[:8]],
+        )
     if mine.kind == "event":
         live = _others_in_user_code(stack, mine, blocked, {"event"})
         return Mechanism(
