@@ -132,7 +132,7 @@ def poll(rank: int) -> None:
 
 
 def sleep_forever() -> None:
-    time.sleep(3600)
+    time.sleep(3600)  # HANG-LINE child-sleep
 
 
 def flock(rank: int) -> None:

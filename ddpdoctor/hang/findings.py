@@ -100,6 +100,9 @@ class HangFacts:
     rank_start: dict[int, float] = field(default_factory=dict)  # pid -> process start (epoch seconds)
     # pid of a rank waiting on its DataLoader -> its worker processes' stacks
     worker_stacks: dict[int, list[RankStack]] = field(default_factory=dict)
+    # pid of a rank whose main thread waits on its own child processes (Process.join, Popen.wait, a Pool)
+    # -> the Python children's stacks: the reason is where the child is
+    helper_stacks: dict[int, list[RankStack]] = field(default_factory=dict)
     # rank pid -> its live child processes (pid, kind, command line), read after the last snapshot: what
     # a rank in Process.join / Popen.wait waits for (a `sleep` child carries no readable RANK, so it is
     # no helper).

@@ -119,7 +119,7 @@ def wait_mechanism(ctx: Any, verdict: dict[str, Any]) -> Optional[Mechanism]:
         children = ctx.facts.children.get(stack.pid, [])
         found = explain_wait(stack, ctx.facts.sources, history, woke, children, ctx.facts.sleep_locals.get(stack.pid))
         if found is not None:
-            return found
+            return _with_children(ctx, stack, found)
     return None
 
 
@@ -209,3 +209,31 @@ def _lock_taken_twice(ctx: Any, key: int) -> Optional[str]:
             if text.lstrip().startswith(("def ", "async def ", "class ")):
                 break
     return None
+
+
+def _with_children(ctx: Any, stack: Any, found: Mechanism) -> Mechanism:
+    """A wait on child processes, completed by where each Python child stands (its own wait explained the
+    same way when it is one: a lock inherited locked across fork, a queue): the child's line is the cause."""
+    if found.id not in ("process.join_child", "subprocess.wait_child", "pool.task_lost"):
+        return found
+    notes = []
+    for child in ctx.facts.helper_stacks.get(stack.pid) or []:
+        frame = child.user_frame()
+        if frame is None:
+            continue
+        inner = explain_wait(child, ctx.facts.sources, (), None, ctx.facts.children.get(child.pid, []))
+        code = ctx.code(frame.filename, frame.line)
+        where = f"{frame.where()} in {frame.name}()" + (f" `{code}`" if code else "")
+        why = f" ({inner.summary})" if inner is not None else ""
+        if inner is not None and inner.id.startswith("lock.") and found.id != "subprocess.wait_child":
+            # fork copies a lock in the state another thread held it, but not that thread: nothing
+            # in the child will ever release it.
+            why += (" - a forked child inherits a lock in whatever state it had at fork(): if another thread "
+                    "of the parent held it then, it stays locked in the child forever; fork before starting "
+                    "threads, or use the 'spawn'/'forkserver' start method")
+        notes.append(f"child pid {child.pid} is at {where}{why}")
+        found.threads.append({"thread": f"child pid {child.pid}", "file": frame.filename, "line": frame.line,
+                              "code": code, "role": "child"})
+    if notes:
+        found.summary += "; " + "; ".join(notes[:3])
+    return found

@@ -484,6 +484,7 @@ def gather_facts(
             facts.earlier_dumps, facts.dumps, facts.dump_errors = facts.dumps, [], []
             read_fr_into(facts, fr_spec or "")
         facts.worker_stacks = _dataloader_workers(facts, pyspy, deadline, timeout_s, pool)
+        facts.helper_stacks = _waited_children(facts, pyspy, deadline, timeout_s, pool)
     facts.children = _rank_children(facts)
     read_sources_into(facts)
     facts.sleep_locals = _sleep_locals(facts, pyspy, min(timeout_s, 5.0))
@@ -667,6 +668,37 @@ def _dataloader_workers(
     return out
 
 
+_CHILD_WAITS = ("multiprocessing/process.py", "multiprocessing/popen_fork.py", "multiprocessing/pool.py",
+                "subprocess.py")
+
+
+def _waited_children(
+    facts: HangFacts, pyspy: Optional[str], deadline: float, timeout_s: float, pool: Any
+) -> dict[int, list[RankStack]]:
+    """The stacks of the child processes of each rank whose main thread waits on children (Process.join,
+    Popen.wait, a multiprocessing Pool): why the child does not finish is the reason the rank waits.
+    A child that is no Python process gives an empty stack."""
+    import psutil
+
+    out: dict[int, list[RankStack]] = {}
+    for stack in facts.stacks:
+        main = stack.main
+        if main is None or stack.waiting_in() or not any(
+            f.filename.endswith(_CHILD_WAITS) for f in main.frames
+        ):
+            continue
+        try:
+            children = [c.pid for c in psutil.Process(stack.pid).children()][:4]
+        except (psutil.Error, OSError):
+            continue
+        budget = deadline - time.monotonic()
+        if not children or budget <= 0.2:
+            continue
+        futures = [pool.submit(dump_stack, pid, stack.rank, pyspy, min(timeout_s, budget)) for pid in children]
+        out[stack.pid] = [f.result() for f in futures]
+    return out
+
+
 def read_fr_into(facts: HangFacts, spec: str) -> None:
     """Add the dumps `spec` names to facts (and why each unusable file was left out)."""
     before = (len(facts.dumps), len(facts.dump_errors))
@@ -703,6 +735,7 @@ def read_sources_into(facts: HangFacts) -> None:
     # DataLoader workers' (the line a stuck worker is on).
     every = [s for sample in facts.samples for s in sample.stacks] + list(facts.stacks)
     every += [w for workers in facts.worker_stacks.values() for w in workers]
+    every += [h for helpers in facts.helper_stacks.values() for h in helpers]
     for stack in every:
         frame = stack.user_frame()
         if frame is not None:
