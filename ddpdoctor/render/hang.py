@@ -44,7 +44,8 @@ def _verdict_detail_lines(report: Mapping[str, Any]) -> list[str]:
     out = []
     for record in (verdict.get("culprits") or [])[:4]:
         chain = record.get("chain") or []
-        if len(chain) > 1:
+        # A tie names both sides: show each chain, even one frame long, so both calls can be compared.
+        if len(chain) > 1 or (verdict.get("tie") and chain):
             who = f"rank {record['rank']}" if record.get("rank") is not None else f"pid {record.get('pid')}"
             out.append(f"call chain of {who} (outermost first):")
             out.extend(f"    {text}" for text in chain)
