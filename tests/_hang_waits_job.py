@@ -20,6 +20,7 @@ all_reduce for the last one:
 - `pipe_read`: the last rank reads from a pipe whose write end nobody writes to;
 - `fifo_open`: the last rank opens a FIFO for reading that no process opens for writing;
 - `store_get`: the last rank waits in the c10d store's get() for a key no rank sets;
+- `accept`: the last rank listens on a TCP port and waits in accept() for a client that never comes;
 - `pool_lost`: a multiprocessing.Pool worker dies (os._exit) in the middle of a task; pool.map waits;
 - `sleep_ms`: the last rank's rate limiter passes a delay in milliseconds to time.sleep (seconds).
 
@@ -174,6 +175,16 @@ def crash_on(n: int) -> int:
     return n
 
 
+def accept(rank: int) -> None:
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    ready(rank)
+    server.accept()  # HANG-LINE accept
+
+
 def pool_lost(rank: int) -> None:
     pool = multiprocessing.get_context("fork").Pool(2)
     ready(rank)
@@ -230,6 +241,8 @@ def main() -> None:
             fifo_open(rank)
         elif scenario == "store_get":
             store_get(rank)
+        elif scenario == "accept":
+            accept(rank)
         elif scenario == "pool_lost":
             pool_lost(rank)
         elif scenario == "sleep_ms":

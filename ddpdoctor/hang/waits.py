@@ -33,6 +33,7 @@ _LIBRARY_WAITS: tuple[tuple[str, str, str], ...] = (
     ("multiprocessing/queues.py", "SimpleQueue.get", "mp_queue_get"),
     ("multiprocessing/queues.py", "JoinableQueue.join", "queue_join"),
     ("multiprocessing/process.py", "BaseProcess.join", "process_join"),
+    ("socket.py", "socket.accept", "accept"),
     ("subprocess.py", "Popen.wait", "popen_wait"),
     ("subprocess.py", "Popen.communicate", "popen_wait"),
     ("subprocess.py", "run", "popen_wait"),
@@ -51,6 +52,7 @@ _STORE_GET = re.compile(r"([A-Za-z_][\w.]{0,200})\.(get|wait)\(\s*([^)]{0,120})\
 _FLOCK = re.compile(r"\b(?:flock|lockf)\(")
 _OS_READ = re.compile(r"\bos\.read\(|\.recv(?:_into)?\(|\bsys\.stdin\.read")
 _INPUT = re.compile(r"(?<![\w.])input\(")
+_ACCEPT = re.compile(r"\.accept\(\s*\)")
 _OPEN = re.compile(r"(?<![\w.])(?:io\.|os\.)?open\(")
 _LOOP = re.compile(r"^\s*(?:async\s+)?(?:while\b|for\b)")
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s")
@@ -124,7 +126,7 @@ def blocked_in(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Opt
         return Blocked(thread.thread_name, "store_get", user, store.group(3).strip())
     if _BARE_GET.search(code):
         return Blocked(thread.thread_name, "simple_queue_get", user)
-    for pattern, kind in ((_FLOCK, "flock"), (_OS_READ, "read"), (_INPUT, "input"), (_OPEN, "open")):
+    for pattern, kind in ((_FLOCK, "flock"), (_ACCEPT, "accept"), (_OS_READ, "read"), (_INPUT, "input"), (_OPEN, "open")):
         if pattern.search(code):
             return Blocked(thread.thread_name, kind, user)
     if _SLEEP.search(code):
@@ -422,6 +424,16 @@ def explain_wait(
             "open() of the same file in this very process: flock locks belong to the open file, not the process)",
             "Find the holder (`fuser -v FILE`, `lsof FILE`); take the lock once per process and keep that file "
             "open, or use LOCK_NB and retry with a deadline.",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "accept":
+        return Mechanism(
+            "io.accept_no_client",
+            f"it waits in accept() at {at} for a client that never connects: the peer that should connect uses "
+            "another host or port, gave up after its first tries were refused (before this socket listened), or "
+            "never started",
+            "Print the address both sides use and make them the same; let the client retry until a deadline "
+            "rather than give up, and accept with a timeout (`sock.settimeout(...)`) so a missing client is an error.",
             [_record(mine, sources)],
         )
     if mine.kind in ("read", "input", "open"):
