@@ -555,9 +555,9 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
             f"{who} {'waits' if len(culprits) == 1 else 'wait'} in backward's gradient all-reduce at "
             f"{_user_line(ctx, sync)}, in a function that accumulates gradients with `no_sync()` (line {line}): "
             f"a backward outside no_sync all-reduces, one inside does not, so {who} reached an accumulation "
-            f"boundary where {plural_ranks(_side(groups, other))} did not and went on to "
-            f"{other.waiting_in() or 'a collective'} at {_user_line(ctx, other)}: the accumulation length "
-            "differs between ranks"
+            f"boundary where {plural_ranks(_side(groups, other))} did not ({plural_ranks(_side(groups, other))} "
+            f"went on to {other.waiting_in() or 'a collective'} at {_user_line(ctx, other)}): the accumulation "
+            "length differs between ranks"
         )
         fix = ("Decide when to leave no_sync() from values equal on every rank (a constant number of micro-batches, "
                "or the minimum over ranks via all_reduce(MIN)), never from rank-local data such as the shard size.")
