@@ -534,7 +534,7 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
         else:
             summary = (
                 f"{who} {'waits' if len(culprits) == 1 else 'wait'} in {wait} at {_user_line(ctx, odd)}, a call "
-                f"only the ranks passing `{code}` (line {line} of {frame.name}()) make: the other side "
+                f"only the ranks that `{code}` (line {line} of {frame.name}()) lets through make: the other side "
                 f"({plural_ranks(others)}) skipped it and waits in {other_wait} at {_user_line(ctx, other)}"
             )
             fix = ("Call that function on every rank when it runs collectives (e.g. "
