@@ -390,6 +390,9 @@ def loop_tie_verdict(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
         mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))
     if mechanism is None:
         mechanism = tie_breaker(ctx, a, b, groups)
+    if mechanism is None:
+        found = both_receive(ctx, groups)
+        mechanism = found if found is not None and found["culprits"] else None
     if mechanism is not None:
         culprits = list(mechanism["culprits"])
         others = sorted(r for g in groups for r in g.ranks if r not in culprits)
@@ -571,6 +574,26 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
 _P2P_RECV = frozenset({"recv", "irecv"})
 
 
+def _skips_send(ctx: Any, stack: RankStack) -> Optional[int]:
+    """Line of a `continue`/`break` in the loop around the rank's recv, after that recv and before a send
+    of the same loop body: a path on which this rank receives and never answers."""
+    frame = stack.user_frame()
+    lines = ctx.facts.sources.get(frame.filename) if frame is not None else None
+    if frame is None or not lines:
+        return None
+    loop = loop_around(lines, frame.line)
+    if loop is None:
+        return None
+    skip = None
+    for number in range(frame.line + 1, loop.end + 1):
+        code = lines[number - 1].split("#", 1)[0].strip()
+        if skip is None and code in ("continue", "break"):
+            skip = number
+        elif skip is not None and ("send(" in code):
+            return skip
+    return None
+
+
 def both_receive(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
     """Every side waits in a point-to-point recv: each waits for a message from another, so none sends.
     The stacks cannot say whose send was skipped; the mechanism names the deadlock and both lines."""
@@ -578,6 +601,24 @@ def both_receive(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
     if len(stacks) < 2 or not all((s.waiting_in() or "") in _P2P_RECV for s in stacks):
         return None
     sides = "; ".join(f"{plural_ranks(g.ranks)} in recv at {_user_line(ctx, g.example)}" for g in groups)
+    skips = {i: _skips_send(ctx, g.example) for i, g in enumerate(groups)}
+    if sum(1 for v in skips.values() if v) == 1:
+        i, line = next((i, v) for i, v in skips.items() if v)
+        culprits = sorted(groups[i].ranks)
+        who = plural_ranks(culprits)
+        frame = groups[i].example.user_frame()
+        summary = (
+            f"every rank waits to receive ({sides}): each waits for a message another rank should send, so none "
+            f"sends. {who}'s loop can skip its send: `{ctx.code(frame.filename, line)}` at line {line} of "
+            f"{frame.name}() jumps past the send that follows its recv, so the peer waits for a message {who} never "
+            "sent while " + ("it" if len(culprits) == 1 else "they") + " went on to the next recv"
+        )
+        fix = ("Send on every path: when a micro-batch is skipped, still send (a zero gradient, or a flag the peer "
+               "checks) instead of `continue` past the send.")
+        threads = [{"thread": "MainThread", "file": frame.filename, "line": line,
+                    "code": ctx.code(frame.filename, line), "role": "skips_send"}]
+        return {"id": "sendrecv.skipped_send", "summary": summary, "threads": threads, "pids": [],
+                "culprits": culprits, "fix": fix}
     summary = (
         f"every rank waits to receive ({sides}): each waits for a message another rank should send, so none "
         "sends. A send one of them should have made was skipped (a `continue`, an early exit or an error path "
