@@ -231,6 +231,9 @@ def _with_children(ctx: Any, stack: Any, found: Mechanism) -> Mechanism:
             why += (" - a forked child inherits a lock in whatever state it had at fork(): if another thread "
                     "of the parent held it then, it stays locked in the child forever; fork before starting "
                     "threads, or use the 'spawn'/'forkserver' start method")
+            if not found.fix.startswith("Fork"):
+                found.fix = ("Fork before starting threads that take locks, or start the child with the 'spawn' or "
+                             "'forkserver' method (it inherits no lock state). " + found.fix)
         notes.append(f"child pid {child.pid} is at {where}{why}")
         found.threads.append({"thread": f"child pid {child.pid}", "file": frame.filename, "line": frame.line,
                               "code": code, "role": "child"})
