@@ -36,7 +36,7 @@ EXPECTED = {
     "fifo_open": ("io.open_blocked", "fifo-open", ["opening a FIFO blocks"]),
     "store_get": ("store.key_never_set", "store-get", ["c10d store's get()", "never-set"]),
     "accept": ("io.accept_no_client", "accept", ["accept()", "a client that never connects"]),
-    "pool_lost": ("pool.task_lost", "pool-map", ["multiprocessing.Pool", "the task is lost"]),
+    "pool_lost": ("pool.task_lost", "pool-map", ["multiprocessing.Pool", "the task is lost", "is an idle pool worker"]),
     "sleep_ms": ("sleep.milliseconds_as_seconds", "sleep-ms",
                  ["a value in milliseconds passed as seconds?", "rather than waits for a peer"]),
 }

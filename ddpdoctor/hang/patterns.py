@@ -221,6 +221,10 @@ def _with_children(ctx: Any, stack: Any, found: Mechanism) -> Mechanism:
         frame = child.user_frame()
         if frame is None:
             continue
+        main = child.main
+        if main is not None and _idle_pool_worker(main.frames):
+            notes.append(f"child pid {child.pid} is an idle pool worker (waiting for a task)")
+            continue
         inner = explain_wait(child, ctx.facts.sources, (), None, ctx.facts.children.get(child.pid, []))
         code = ctx.code(frame.filename, frame.line)
         where = f"{frame.where()} in {frame.name}()" + (f" `{code}`" if code else "")
@@ -240,3 +244,17 @@ def _with_children(ctx: Any, stack: Any, found: Mechanism) -> Mechanism:
     if notes:
         found.summary += "; " + "; ".join(notes[:3])
     return found
+
+
+def _idle_pool_worker(frames: Any) -> bool:
+    """A multiprocessing Pool worker between tasks: in pool.py's worker loop, blocked getting the next task
+    (no frame of a task function below it)."""
+    names = [f.name.rsplit(".", 1)[-1] for f in frames if f.filename.endswith("multiprocessing/pool.py")]
+    if "worker" not in names:
+        return False
+    for frame in frames:  # innermost first: anything before pool.py's worker runs the task
+        if frame.filename.endswith("multiprocessing/pool.py"):
+            return True
+        if frame.is_user:
+            return False
+    return False
