@@ -28,8 +28,6 @@ from ddpdoctor.hang.findings import (
     stacks_finding,
 )
 from ddpdoctor.hang.live import (
-    both_receive,
-    ddp_forward_backward,
     left_sequence,
     loop_split,
     loop_split_mechanism,
@@ -43,6 +41,7 @@ from ddpdoctor.hang.live import (
     verdict_spinning,
     with_loop_mechanism,
 )
+from ddpdoctor.hang.mismatch import both_receive, ddp_forward_backward
 from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus

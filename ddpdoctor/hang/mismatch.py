@@ -1,0 +1,214 @@
+"""Two sides in different collectives, no majority: which call is the odd one, read from the stacks and
+the source of both call chains (never run). A DDP forward broadcast against a backward all-reduce, a
+collective in an exception handler or behind an `if` on the rank, a `no_sync()` accumulation boundary, a
+recv/recv deadlock. Pure; `ctx` is verdict.py's context (who, where, code, facts.sources)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ddpdoctor.hang.findings import plural_ranks
+from ddpdoctor.hang.source import except_around, function_mentions, loop_around, rank_guard
+from ddpdoctor.hang.stacks import RankStack
+
+
+def _key(stack: RankStack) -> int:
+    return stack.rank if stack.rank is not None else -stack.pid
+
+
+_DDP_FORWARD_FRAMES = frozenset({
+    "_pre_forward", "_sync_buffers", "_sync_module_buffers", "_check_and_sync_module_buffers",
+    "_sync_module_states", "_distributed_broadcast_coalesced", "_rebuild_buckets",
+})
+
+
+def _in_ddp_forward(stack: RankStack) -> bool:
+    """Whether the main thread is blocked in the collective DDP's forward issues before the module runs
+    (the buffer broadcast with broadcast_buffers=True, the bucket rebuild's broadcast)."""
+    main = stack.main
+    if main is None or not (stack.waiting_in() or "").startswith("DistributedDataParallel"):
+        return False
+    for frame in main.frames:
+        if frame.is_user:
+            return False
+        if frame.filename.endswith("torch/nn/parallel/distributed.py") and \
+                frame.name.rsplit(".", 1)[-1] in _DDP_FORWARD_FRAMES:
+            return True
+    return False
+
+
+def _side(groups: list[Any], stack: RankStack) -> list[int]:
+    sig = stack.signature()
+    return sorted(r for g in groups if g.signature == sig for r in g.ranks) or [_key(stack)]
+
+
+def _user_line(ctx: Any, stack: RankStack) -> str:
+    frame = stack.user_frame()
+    return f"line {frame.line} of {frame.name}()" if frame is not None else "?"
+
+
+def ddp_forward_backward(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Optional[dict[str, Any]]:
+    """One side blocked in DDP's forward broadcast, the other in backward's gradient all-reduce: the two
+    collectives can never pair, so the forward side runs the DDP-wrapped model where the others do not
+    (a forward that only some ranks run, e.g. an evaluation through the wrapper on one rank)."""
+    fwd, bwd = (a, b) if _in_ddp_forward(a) else (b, a)
+    if not _in_ddp_forward(fwd) or not (bwd.waiting_in() or "").startswith("backward"):
+        return None
+    culprits, others = _side(groups, fwd), _side(groups, bwd)
+    who = plural_ranks(culprits)
+    summary = (
+        f"{who} {'runs' if len(culprits) == 1 else 'run'} a forward of the DDP-wrapped model at "
+        f"{_user_line(ctx, fwd)}, whose first act is a collective (DDP broadcasts the module's buffers, "
+        f"broadcast_buffers=True, or its rebuilt buckets, before every forward with grad enabled), while "
+        f"{plural_ranks(others)} {'waits' if len(others) == 1 else 'wait'} in backward's gradient all-reduce at "
+        f"{_user_line(ctx, bwd)}: a forward/backward mismatch, the broadcast and the all-reduce never pair. "
+        f"{who} ran the wrapped model on a path the others do not take (an evaluation or extra forward on "
+        "some ranks only)"
+    )
+    fix = (
+        "On a rank alone, run the unwrapped module (`model.module`) under `torch.no_grad()`, or run the "
+        "evaluation on every rank; DistributedDataParallel(broadcast_buffers=False) when buffers need no sync."
+    )
+    frame = fwd.user_frame()
+    threads = [] if frame is None else [{"thread": "MainThread", "file": frame.filename, "line": frame.line,
+                                          "code": ctx.code(frame.filename, frame.line), "role": "ddp_forward"}]
+    return {"id": "ddp.forward_backward_mismatch", "summary": summary, "threads": threads, "pids": [],
+            "culprits": culprits, "fix": fix}
+
+
+def _first_hit(ctx: Any, stack: RankStack, probe: Any) -> Optional[tuple[Any, int]]:
+    """(frame, line) of the innermost user frame of the main thread where probe(lines, frame.line) holds."""
+    if stack.main is None:
+        return None
+    for frame in stack.main.frames:
+        if not frame.is_user:
+            continue
+        lines = ctx.facts.sources.get(frame.filename)
+        found = probe(lines, frame.line) if lines else None
+        if found:
+            return frame, found
+    return None
+
+
+def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Optional[dict[str, Any]]:
+    """Two sides in different collectives, no majority: which call is the odd one, read from the source of
+    both call chains. A collective in an exception handler runs only on the rank that raised; one behind an
+    `if` on the rank runs on some ranks only; a backward all-reduce in a function that uses `no_sync()`
+    means this rank reached its accumulation boundary when the other did not. None when neither or both
+    sides show the same sign (then it is a mismatch between both)."""
+    probes = (
+        ("mismatch.exception_handler", except_around),
+        ("mismatch.rank_only_call", rank_guard),
+    )
+    for kind, probe in probes:
+        hits = {id(s): _first_hit(ctx, s, probe) for s in (a, b)}
+        if bool(hits[id(a)]) == bool(hits[id(b)]):
+            continue
+        odd, other = (a, b) if hits[id(a)] else (b, a)
+        frame, line = hits[id(odd)]  # type: ignore[misc]
+        culprits, others = _side(groups, odd), _side(groups, other)
+        who = plural_ranks(culprits)
+        code = ctx.code(frame.filename, line)
+        wait, other_wait = odd.waiting_in() or "a collective", other.waiting_in() or "a collective"
+        if kind == "mismatch.exception_handler":
+            summary = (
+                f"{who} {'waits' if len(culprits) == 1 else 'wait'} in {wait} called from the exception handler "
+                f"`{code}` at line {line} of {frame.name}(): {who} raised where the others did not, and the "
+                f"handler calls a collective the others never reach; they wait in {other_wait} at "
+                f"{_user_line(ctx, other)}"
+            )
+            fix = ("Call no collective on an error path only one rank takes: re-raise (the launcher tears the job "
+                   "down), or agree on errors first (all_reduce an error flag every step) so all ranks stop together.")
+        else:
+            summary = (
+                f"{who} {'waits' if len(culprits) == 1 else 'wait'} in {wait} at {_user_line(ctx, odd)}, a call "
+                f"only the ranks that `{code}` (line {line} of {frame.name}()) lets through make: the other side "
+                f"({plural_ranks(others)}) skipped it and waits in {other_wait} at {_user_line(ctx, other)}"
+            )
+            fix = ("Call that function on every rank when it runs collectives (e.g. "
+                   "ZeroRedundancyOptimizer.consolidate_state_dict must be called by all ranks); put only the "
+                   "rank-local work (saving a file) under the `if` on the rank.")
+        threads = [{"thread": "MainThread", "file": frame.filename, "line": line, "code": code, "role": kind}]
+        return {"id": kind, "summary": summary, "threads": threads, "pids": [], "culprits": culprits, "fix": fix}
+    for sync, other in ((a, b), (b, a)):
+        if not (sync.waiting_in() or "").startswith("backward") or (other.waiting_in() or "").startswith("backward"):
+            continue
+        hit = _first_hit(ctx, sync, lambda lines, n: function_mentions(lines, n, "no_sync("))
+        if hit is None:
+            continue
+        frame, line = hit
+        culprits = _side(groups, sync)
+        who = plural_ranks(culprits)
+        summary = (
+            f"{who} {'waits' if len(culprits) == 1 else 'wait'} in backward's gradient all-reduce at "
+            f"{_user_line(ctx, sync)}, in a function that accumulates gradients with `no_sync()` (line {line}): "
+            f"a backward outside no_sync all-reduces, one inside does not, so {who} reached an accumulation "
+            f"boundary where {plural_ranks(_side(groups, other))} did not ({plural_ranks(_side(groups, other))} "
+            f"went on to {other.waiting_in() or 'a collective'} at {_user_line(ctx, other)}): the accumulation "
+            "length differs between ranks"
+        )
+        fix = ("Decide when to leave no_sync() from values equal on every rank (a constant number of micro-batches, "
+               "or the minimum over ranks via all_reduce(MIN)), never from rank-local data such as the shard size.")
+        threads = [{"thread": "MainThread", "file": frame.filename, "line": line,
+                    "code": ctx.code(frame.filename, line), "role": "no_sync"}]
+        return {"id": "mismatch.accumulation_boundary", "summary": summary, "threads": threads, "pids": [],
+                "culprits": culprits, "fix": fix}
+    return None
+
+
+_P2P_RECV = frozenset({"recv", "irecv"})
+
+
+def _skips_send(ctx: Any, stack: RankStack) -> Optional[int]:
+    """Line of a `continue`/`break` in the loop around the rank's recv, after that recv and before a send
+    of the same loop body: a path on which this rank receives and never answers."""
+    frame = stack.user_frame()
+    lines = ctx.facts.sources.get(frame.filename) if frame is not None else None
+    if frame is None or not lines:
+        return None
+    loop = loop_around(lines, frame.line)
+    if loop is None:
+        return None
+    skip = None
+    for number in range(frame.line + 1, loop.end + 1):
+        code = lines[number - 1].split("#", 1)[0].strip()
+        if skip is None and code in ("continue", "break"):
+            skip = number
+        elif skip is not None and ("send(" in code):
+            return skip
+    return None
+
+
+def both_receive(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
+    """Every side waits in a point-to-point recv: each waits for a message from another, so none sends.
+    The stacks cannot say whose send was skipped; the mechanism names the deadlock and both lines."""
+    stacks = [g.example for g in groups]
+    if len(stacks) < 2 or not all((s.waiting_in() or "") in _P2P_RECV for s in stacks):
+        return None
+    sides = "; ".join(f"{plural_ranks(g.ranks)} in recv at {_user_line(ctx, g.example)}" for g in groups)
+    skips = {i: _skips_send(ctx, g.example) for i, g in enumerate(groups)}
+    if sum(1 for v in skips.values() if v) == 1:
+        i, line = next((i, v) for i, v in skips.items() if v)
+        culprits = sorted(groups[i].ranks)
+        who = plural_ranks(culprits)
+        frame = groups[i].example.user_frame()
+        summary = (
+            f"every rank waits to receive ({sides}): each waits for a message another rank should send, so none "
+            f"sends. {who}'s loop can skip its send: `{ctx.code(frame.filename, line)}` at line {line} of "
+            f"{frame.name}() jumps past the send that follows its recv, so the peer waits for a message {who} never "
+            "sent while " + ("it" if len(culprits) == 1 else "they") + " went on to the next recv"
+        )
+        fix = ("Send on every path: when a micro-batch is skipped, still send (a zero gradient, or a flag the peer "
+               "checks) instead of `continue` past the send.")
+        threads = [{"thread": "MainThread", "file": frame.filename, "line": line,
+                    "code": ctx.code(frame.filename, line), "role": "skips_send"}]
+        return {"id": "sendrecv.skipped_send", "summary": summary, "threads": threads, "pids": [],
+                "culprits": culprits, "fix": fix}
+    summary = (
+        f"every rank waits to receive ({sides}): each waits for a message another rank should send, so none "
+        "sends. A send one of them should have made was skipped (a `continue`, an early exit or an error path "
+        "between its recv and its send), or the tags or peers do not match: compare both call chains"
+    )
+    fix = ("Make every recv have a matching send on the peer on every path (skip work, not the send), or use "
+           "batch_isend_irecv with the same list on both sides.")
+    return {"id": "sendrecv.both_receive", "summary": summary, "threads": [], "pids": [], "culprits": [], "fix": fix}
