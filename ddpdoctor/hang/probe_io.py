@@ -650,14 +650,21 @@ def _dataloader_workers(
     facts: HangFacts, pyspy: Optional[str], deadline: float, timeout_s: float, pool: Any
 ) -> dict[int, list[RankStack]]:
     """The stacks of the DataLoader worker processes of each rank that waits on its DataLoader."""
+    waiting = [s for s in facts.stacks if s.data_wait()]
+    return _children_stacks(waiting, 8, pyspy, deadline, timeout_s, pool)
+
+
+def _children_stacks(
+    stacks: list[RankStack], limit: int, pyspy: Optional[str], deadline: float, timeout_s: float, pool: Any
+) -> dict[int, list[RankStack]]:
+    """py-spy stacks of the first `limit` child processes of each of these ranks, by the rank's pid, within
+    the deadline."""
     import psutil
 
     out: dict[int, list[RankStack]] = {}
-    for stack in facts.stacks:
-        if not stack.data_wait():
-            continue
+    for stack in stacks:
         try:
-            children = [c.pid for c in psutil.Process(stack.pid).children()][:8]
+            children = [c.pid for c in psutil.Process(stack.pid).children()][:limit]
         except (psutil.Error, OSError):
             continue
         budget = deadline - time.monotonic()
@@ -678,25 +685,14 @@ def _waited_children(
     """The stacks of the child processes of each rank whose main thread waits on children (Process.join,
     Popen.wait, a multiprocessing Pool): why the child does not finish is the reason the rank waits.
     A child that is no Python process gives an empty stack."""
-    import psutil
-
-    out: dict[int, list[RankStack]] = {}
-    for stack in facts.stacks:
-        main = stack.main
-        if main is None or stack.waiting_in() or not any(
-            f.filename.endswith(_CHILD_WAITS) for f in main.frames
-        ):
-            continue
-        try:
-            children = [c.pid for c in psutil.Process(stack.pid).children()][:4]
-        except (psutil.Error, OSError):
-            continue
-        budget = deadline - time.monotonic()
-        if not children or budget <= 0.2:
-            continue
-        futures = [pool.submit(dump_stack, pid, stack.rank, pyspy, min(timeout_s, budget)) for pid in children]
-        out[stack.pid] = [f.result() for f in futures]
-    return out
+    waiting = [
+        s
+        for s in facts.stacks
+        if s.main is not None
+        and not s.waiting_in()
+        and any(f.filename.endswith(_CHILD_WAITS) for f in s.main.frames)
+    ]
+    return _children_stacks(waiting, 4, pyspy, deadline, timeout_s, pool)
 
 
 def read_fr_into(facts: HangFacts, spec: str) -> None:
