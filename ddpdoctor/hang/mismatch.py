@@ -42,6 +42,15 @@ def _side(groups: list[Any], stack: RankStack) -> list[int]:
     return sorted(r for g in groups if g.signature == sig for r in g.ranks) or [_key(stack)]
 
 
+def _at(ctx: Any, filename: str, line: int, role: str) -> dict[str, Any]:
+    """The main thread's record of the line a mechanism points at."""
+    return {"thread": "MainThread", "file": filename, "line": line, "code": ctx.code(filename, line), "role": role}
+
+
+def _mechanism(kind: str, summary: str, fix: str, culprits: list[int], threads: list[Any]) -> dict[str, Any]:
+    return {"id": kind, "summary": summary, "threads": threads, "pids": [], "culprits": culprits, "fix": fix}
+
+
 def _user_line(ctx: Any, stack: RankStack) -> str:
     frame = stack.user_frame()
     return f"line {frame.line} of {frame.name}()" if frame is not None else "?"
@@ -70,10 +79,8 @@ def ddp_forward_backward(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]
         "evaluation on every rank; DistributedDataParallel(broadcast_buffers=False) when buffers need no sync."
     )
     frame = fwd.user_frame()
-    threads = [] if frame is None else [{"thread": "MainThread", "file": frame.filename, "line": frame.line,
-                                          "code": ctx.code(frame.filename, frame.line), "role": "ddp_forward"}]
-    return {"id": "ddp.forward_backward_mismatch", "summary": summary, "threads": threads, "pids": [],
-            "culprits": culprits, "fix": fix}
+    threads = [] if frame is None else [_at(ctx, frame.filename, frame.line, "ddp_forward")]
+    return _mechanism("ddp.forward_backward_mismatch", summary, fix, culprits, threads)
 
 
 def _first_hit(ctx: Any, stack: RankStack, probe: Any) -> Optional[tuple[Any, int]]:
@@ -128,8 +135,7 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
             fix = ("Call that function on every rank when it runs collectives (e.g. "
                    "ZeroRedundancyOptimizer.consolidate_state_dict must be called by all ranks); put only the "
                    "rank-local work (saving a file) under the `if` on the rank.")
-        threads = [{"thread": "MainThread", "file": frame.filename, "line": line, "code": code, "role": kind}]
-        return {"id": kind, "summary": summary, "threads": threads, "pids": [], "culprits": culprits, "fix": fix}
+        return _mechanism(kind, summary, fix, culprits, [_at(ctx, frame.filename, line, kind)])
     for sync, other in ((a, b), (b, a)):
         if not (sync.waiting_in() or "").startswith("backward") or (other.waiting_in() or "").startswith("backward"):
             continue
@@ -149,10 +155,8 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
         )
         fix = ("Decide when to leave no_sync() from values equal on every rank (a constant number of micro-batches, "
                "or the minimum over ranks via all_reduce(MIN)), never from rank-local data such as the shard size.")
-        threads = [{"thread": "MainThread", "file": frame.filename, "line": line,
-                    "code": ctx.code(frame.filename, line), "role": "no_sync"}]
-        return {"id": "mismatch.accumulation_boundary", "summary": summary, "threads": threads, "pids": [],
-                "culprits": culprits, "fix": fix}
+        return _mechanism("mismatch.accumulation_boundary", summary, fix, culprits,
+                          [_at(ctx, frame.filename, line, "no_sync")])
     return None
 
 
@@ -200,10 +204,7 @@ def both_receive(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
         )
         fix = ("Send on every path: when a micro-batch is skipped, still send (a zero gradient, or a flag the peer "
                "checks) instead of `continue` past the send.")
-        threads = [{"thread": "MainThread", "file": frame.filename, "line": line,
-                    "code": ctx.code(frame.filename, line), "role": "skips_send"}]
-        return {"id": "sendrecv.skipped_send", "summary": summary, "threads": threads, "pids": [],
-                "culprits": culprits, "fix": fix}
+        return _mechanism("sendrecv.skipped_send", summary, fix, culprits, [_at(ctx, frame.filename, line, "skips_send")])
     summary = (
         f"every rank waits to receive ({sides}): each waits for a message another rank should send, so none "
         "sends. A send one of them should have made was skipped (a `continue`, an early exit or an error path "
@@ -211,4 +212,4 @@ def both_receive(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
     )
     fix = ("Make every recv have a matching send on the peer on every path (skip work, not the send), or use "
            "batch_isend_irecv with the same list on both sides.")
-    return {"id": "sendrecv.both_receive", "summary": summary, "threads": [], "pids": [], "culprits": [], "fix": fix}
+    return _mechanism("sendrecv.both_receive", summary, fix, [], [])
