@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 _RANKISH = re.compile(r"\brank\b|\bget_rank\s*\(|\bRANK\b|\blocal_rank\b|is_main|is_master|main_process|\bmaster\b")
 _MAX_SCAN = 2000
@@ -32,6 +32,17 @@ def _indent(text: str) -> int:
 def _is_code(text: str) -> bool:
     stripped = text.strip()
     return bool(stripped) and not stripped.startswith("#")
+
+
+def _openers(lines: Sequence[str], line: int, stop: int = 0, scan: Optional[int] = _MAX_SCAN) -> Iterator[tuple[int, str]]:
+    """The lines above `line` that open a block holding it, innermost first, as (1-based number, text without
+    its indentation): the scan goes up past `stop` no further, and at most `scan` lines (None: no bound)."""
+    depth = _indent(lines[line - 1])
+    for number in range(line - 1, stop if scan is None else max(stop, line - scan), -1):
+        text = lines[number - 1]
+        if _is_code(text) and _indent(text) < depth:
+            depth = _indent(text)
+            yield number, text.lstrip()
 
 
 def enclosing_if(lines: Sequence[str], line: int) -> Optional[Branch]:
@@ -136,14 +147,8 @@ def loop_around(lines: Sequence[str], inside: int) -> Optional[LeftLoop]:
     `break`s that leave this very loop (not one nested in it) and every `return` in its body."""
     if not 0 < inside <= len(lines) or not _is_code(lines[inside - 1]):
         return None
-    depth = _indent(lines[inside - 1])
     header = None
-    for number in range(inside - 1, max(0, inside - _MAX_SCAN), -1):
-        text = lines[number - 1]
-        if not _is_code(text) or _indent(text) >= depth:
-            continue
-        depth = _indent(text)
-        stripped = text.lstrip()
+    for number, stripped in _openers(lines, inside):
         if stripped.startswith(("for ", "while ", "async for ")):
             header = number
             break
@@ -169,13 +174,9 @@ def loop_around(lines: Sequence[str], inside: int) -> Optional[LeftLoop]:
 
 def _loop_of_break(lines: Sequence[str], line: int, outer: int) -> int:
     """The header line of the innermost loop a `break` at `line` leaves (searching back to `outer`)."""
-    depth = _indent(lines[line - 1])
-    for number in range(line - 1, outer - 1, -1):
-        text = lines[number - 1]
-        if _is_code(text) and _indent(text) < depth:
-            depth = _indent(text)
-            if text.lstrip().startswith(("for ", "while ", "async for ")):
-                return number
+    for number, stripped in _openers(lines, line, stop=outer - 1, scan=None):
+        if stripped.startswith(("for ", "while ", "async for ")):
+            return number
     return outer
 
 
@@ -192,13 +193,9 @@ def left_loop(lines: Sequence[str], inside: int, after: int) -> Optional[LeftLoo
 
 def _function_start(lines: Sequence[str], line: int) -> int:
     """1-based line of the `def` whose body holds `line` (1 when at module level)."""
-    depth = _indent(lines[line - 1])
-    for number in range(line - 1, max(0, line - _MAX_SCAN), -1):
-        text = lines[number - 1]
-        if _is_code(text) and _indent(text) < depth:
-            depth = _indent(text)
-            if text.lstrip().startswith(("def ", "async def ")):
-                return number
+    for number, stripped in _openers(lines, line):
+        if stripped.startswith(("def ", "async def ")):
+            return number
     return 1
 
 
@@ -207,13 +204,7 @@ def except_around(lines: Sequence[str], line: int) -> Optional[int]:
     runs only on a rank that raised."""
     if not 0 < line <= len(lines) or not _is_code(lines[line - 1]):
         return None
-    depth = _indent(lines[line - 1])
-    for number in range(line - 1, max(0, line - _MAX_SCAN), -1):
-        text = lines[number - 1]
-        if not _is_code(text) or _indent(text) >= depth:
-            continue
-        depth = _indent(text)
-        stripped = text.lstrip()
+    for number, stripped in _openers(lines, line):
         if stripped.startswith(("except", "finally")) and stripped.rstrip().endswith(":"):
             return number if stripped.startswith("except") else None
         if stripped.startswith(("def ", "async def ", "class ")):
