@@ -16,9 +16,9 @@ import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import ModuleFacts, dotted, final_identifier, is_rank_identifier
-from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, _init_calls, uses_distributed
+from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
-from ddpdoctor.lint.rules import _literal_port, _url_port
+from ddpdoctor.lint.rules import _init_method_ports, _literal_port
 
 # --- DDP036: a port outside 1..65535 -----------------------------------------------------------------
 
@@ -66,21 +66,17 @@ def check_port_out_of_range(f: ModuleFacts) -> Iterator[Hit]:
         port = _literal_port(value)
         if _out_of_range(port):
             yield where, f"MASTER_PORT set to {port}, above 65535: the rendezvous store cannot listen on it"
-    for cs in _init_calls(f):
-        method = cs.arg(1, "init_method")
-        port = _url_port(method)
-        if _out_of_range(port):
-            yield cs.node, f"init_method uses port {port}, above 65535: the rendezvous cannot listen on it"
+    for where, port, key, init_line in _init_method_ports(f):
+        if not _out_of_range(port):
             continue
-        key = dotted(method) if method is not None else None
-        for value, stmt in f.assigns.get(key or "", ()):
-            port = _url_port(value)
-            if _out_of_range(port):
-                yield (
-                    stmt,
-                    f"`{key}` uses port {port}, above 65535, and is passed to init_method (line "
-                    f"{cs.node.lineno}): the rendezvous cannot listen on it",
-                )
+        if key is None:
+            yield where, f"init_method uses port {port}, above 65535: the rendezvous cannot listen on it"
+        else:
+            yield (
+                where,
+                f"`{key}` uses port {port}, above 65535, and is passed to init_method (line "
+                f"{init_line}): the rendezvous cannot listen on it",
+            )
     for cs in f.calls_named("TCPStore"):
         port = _literal_port(cs.arg(1, "port"))
         if _out_of_range(port):

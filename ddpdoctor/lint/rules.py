@@ -161,6 +161,21 @@ def _port_variable(f: ModuleFacts, value: ast.AST, line: int = 0) -> Optional[tu
     return None
 
 
+def _init_method_ports(f: ModuleFacts) -> Iterator[tuple[ast.AST, Optional[int], Optional[str], int]]:
+    """(where, port, variable, line of the init call) for each port an init_method URL names: the URL written
+    at the call (variable None), else each URL assigned to the variable passed as init_method. DDP004 and
+    DDP036 judge the same ports, in and out of range."""
+    for cs in _init_calls(f):
+        method = cs.arg(1, "init_method")
+        port = _url_port(method)
+        if port is not None:
+            yield cs.node, port, None, cs.node.lineno
+            continue
+        key = dotted(method) if method is not None else None
+        for value, stmt in f.assigns.get(key or "", ()):
+            yield stmt, _url_port(value), key, cs.node.lineno
+
+
 def _in_range(port: Optional[int]) -> bool:
     """A port two jobs could share; one above 65535 fails on its own (DDP036), not by a clash."""
     return port is not None and 0 < port <= 65535
@@ -208,21 +223,17 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
             port = _literal_port(v)
             if _in_range(port):
                 yield cs.node, f"MASTER_PORT hard-coded to {port}: two jobs on one node clash on it"
-    for cs in _init_calls(f):
-        method = cs.arg(1, "init_method")
-        port = _url_port(method)
-        if _in_range(port):
-            yield cs.node, f"init_method hard-codes port {port}: two jobs on one node clash on it"
+    for where, port, key, init_line in _init_method_ports(f):
+        if not _in_range(port):
             continue
-        key = dotted(method) if method is not None else None
-        for value, stmt in f.assigns.get(key or "", ()):
-            port = _url_port(value)
-            if _in_range(port):
-                yield (
-                    stmt,
-                    f"`{key}` hard-codes port {port} and is passed to init_method (line {cs.node.lineno}): "
-                    "two jobs on one node clash on it",
-                )
+        if key is None:
+            yield where, f"init_method hard-codes port {port}: two jobs on one node clash on it"
+        else:
+            yield (
+                where,
+                f"`{key}` hard-codes port {port} and is passed to init_method (line {init_line}): "
+                "two jobs on one node clash on it",
+            )
     for cs in f.calls_named("TCPStore"):
         port = _literal_port(cs.arg(1, "port"))
         if _in_range(port):
