@@ -1,7 +1,7 @@
 """Generate ddpdoctor/data/nccl_catalogue.json: every NCCL `WARN(...)` format string, from NCCL's sources.
 
 Reads a git mirror of github.com/NVIDIA/nccl (no work tree needed: blobs are read with `git cat-file`),
-takes the newest patch release of each minor 2.18 .. 2.28 that the mirror has, and for each `WARN(...)`
+takes the newest patch release of each minor 2.7 .. 2.28 that the mirror has, and for each `WARN(...)`
 call in src/ whose format is a string literal records
 
   format     the printf format (adjacent literals joined, `PRIu64`-style macros expanded, other macro
@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "ddpdoctor" / "data" / "nccl_catalogue.json"
 SCHEMA = "ddpdoctor.explain.nccl_catalogue/1"
-MINORS = range(18, 29)  # 2.18 .. 2.28
+MINORS = range(7, 29)  # 2.7 .. 2.28: public logs (and older torch wheels) still show 2.7 .. 2.17
 GIT_TIMEOUT_S = 120
 UNCLASSIFIED = "nccl.unclassified"
 
@@ -254,6 +254,8 @@ RULES: list[tuple[str, str, str, str, str]] = [
     # message names the mechanism, wherever it is printed
     ("msg.message_truncated", r"bootstrap|net_socket", r"", r"(?i)message truncated", "nccl.message_truncated"),
     ("msg.nvls", r"", r"", r"NVLS|NVLink SHARP|[Mm]ulticast|MNNVL|IMEX", "nccl.nvls"),
+    # NCCL <= 2.15 creates its segments in include/shm.h: "Error while creating shared memory segment ..."
+    ("msg.shm_segment", r"", r"", r"(?i)shared memory segment|munmap of shared memory", "nccl.shm"),
     ("msg.cuda", r"", r"", r"(?i)\bcuda failure|\bcuda (?:error|driver)|cuCtx|cuMem\w*\b.*fail|cudaGetLastError|"
      r"cuGetProcAddress|CUDA driver|cudaDriver|cuda.*symbol|libcuda|CUDA (?:context|device)|cudaArch|"
      r"\bCUDA \d+\.\d+|prior to CUDA", "nccl.cuda"),
@@ -307,7 +309,11 @@ RULES: list[tuple[str, str, str, str, str]] = [
     ("msg.alloc", r"", r"", r"(?i)\b(?:c|m|re)alloc\b|\bmalloc\(|\bmmap\b|posix_memalign|allocation failed|"
      r"out of memory|Failed to (?:CUDA )?(?:host )?(?:c|m)?alloc", "nccl.memory"),
     ("msg.selfsend", r"enqueue", r"", r"(?i)send to self|recv to self|without a matching", "nccl.usage"),
-    ("msg.graph_capture", r"", r"", r"(?i)captured|graph capture", "nccl.usage"),
+    ("msg.graph_capture", r"", r"", r"(?i)captured|graph capture|CUDA graph", "nccl.usage"),
+    # NCCL <= 2.12's enqueue.cc: more operations in one group than it can hold, or streams mixed in a group
+    ("msg.too_many_ops", r"enqueue", r"", r"(?i)mixing different streams|too many (?:async operations|"
+     r"aggregated operations|collectives|work elements)", "nccl.usage"),
+    ("func.comm_config", r"init\.cc", r"parseCommConfig", r"", "nccl.config"),
     ("msg.algo", r"enqueue|tuning", r"", r"(?i)no algorithm|algorithm/protocol|Unknown pattern", "nccl.internal"),
     ("msg.datatype", r"", r"", r"(?i)\bdata ?type\b|reduction op|FP8", "nccl.usage"),
     ("msg.collnet", r"", r"", r"CollNet|\bsharp\b", "nccl.collnet"),
@@ -475,7 +481,7 @@ def _git(mirror: Path, *args: str, data: bytes | None = None) -> bytes:
 
 
 def release_tags(mirror: Path) -> list[str]:
-    """The newest patch release tag of each minor 2.18 .. 2.28 in the mirror (vMAJ.MIN.PATCH-N)."""
+    """The newest patch release tag of each minor 2.7 .. 2.28 in the mirror (vMAJ.MIN.PATCH-N)."""
     best: dict[int, tuple[tuple[int, int], str]] = {}
     for tag in _git(mirror, "tag", "--list", "v2.*").decode().split():
         m = re.fullmatch(r"v2\.(\d+)\.(\d+)-(\d+)", tag)
@@ -517,7 +523,7 @@ def warn_formats(mirror: Path, tag: str) -> list[tuple[str, int, str, str]]:
 def build(mirror: Path) -> dict[str, Any]:
     tags = release_tags(mirror)
     if not tags:
-        raise SystemExit(f"no v2.18 .. v2.28 release tags in {mirror}")
+        raise SystemExit(f"no v2.7 .. v2.28 release tags in {mirror}")
     commits = {t: _git(mirror, "rev-parse", f"{t}^{{commit}}").decode().strip() for t in tags}
     entries: dict[str, dict[str, Any]] = {}
     for tag in tags:

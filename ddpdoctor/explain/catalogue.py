@@ -1,4 +1,4 @@
-"""The NCCL WARN catalogue: every WARN format string of NCCL 2.18 .. 2.28, with its mechanism class.
+"""The NCCL WARN catalogue: every WARN format string of NCCL 2.7 .. 2.28, with its mechanism class.
 
 ddpdoctor/data/nccl_catalogue.json is generated from NCCL's sources by bench/explain_catalogue.py (its header
 records the repository, the commit of each release and the date). An `NCCL WARN` line that no specific

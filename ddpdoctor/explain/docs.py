@@ -160,7 +160,7 @@ def render_catalogue(cat: dict[str, Any]) -> str:
         "An `NCCL WARN` line that no signature above claims is looked up in `ddpdoctor/data/nccl_catalogue.json`"
         " (schema `ddpdoctor.explain.nccl_catalogue/1`): every `WARN(...)` format string with a literal format in"
         f" NCCL's `src/` ({len(cat['entries'])} distinct formats), generated from {prov['repo']} at the newest"
-        f" patch release of each minor 2.18 .. 2.28: {releases}; generated {prov['generated']}. Each entry has the"
+        f" patch release of each minor 2.7 .. 2.28: {releases}; generated {prov['generated']}. Each entry has the"
         " printf format, a regex for the printed message (placeholders become bounded wildcards), the source path"
         " and line, the first and last release that prints it, and a mechanism class. The report names the class"
         " (`nccl.warn.<class>`: title, cause, fix) and quotes the line, where NCCL prints it and in which releases."
