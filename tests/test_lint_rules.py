@@ -1793,6 +1793,94 @@ NEAR_MISSES += [
 ]
 
 
+POSITIVES += [
+    (
+        "DDP041",
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def train(model, loader, opt):
+            model = DDP(model)
+            for i, (x, y) in enumerate(loader):
+                loss = model(x).sum()
+                if not torch.isfinite(loss):
+                    continue  # <-
+                loss.backward()
+                opt.step()
+    """,
+    ),
+    (
+        "DDP042",
+        """
+        def fit(model, opt, sched, loader, rank):
+            dist.init_process_group("nccl")
+            for epoch in range(3):
+                for x in loader:
+                    model(x).sum().backward()
+                    opt.step()
+                if rank == 0:
+                    sched.step()  # <-
+    """,
+    ),
+    (
+        "DDP043",
+        """
+        def mean_over(t, process_group=None):
+            dist.all_reduce(t)  # <-
+            return t / dist.get_world_size(process_group)
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP041",
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def train(model, loader, opt, accum):
+            model = DDP(model)
+            for i, (x, y) in enumerate(loader):
+                if i % accum == 0:
+                    continue
+                loss = model(x).sum()
+                skip = (~torch.isfinite(loss)).float()
+                dist.all_reduce(skip)
+                if skip.item():
+                    continue
+                loss.backward()
+                opt.step()
+            for x, y in loader:
+                if len(y) == 0:
+                    continue
+                print(x)
+    """,
+    ),
+    (
+        "DDP042",
+        """
+        def fit(model, opt, sched, loader, rank):
+            dist.init_process_group("nccl")
+            for epoch in range(3):
+                for x in loader:
+                    model(x).sum().backward()
+                    opt.step()
+                sched.step()
+                if rank == 0:
+                    print(sched.get_last_lr())
+                    env.step()
+    """,
+    ),
+    (
+        "DDP043",
+        """
+        def mean_over(t, process_group=None):
+            dist.all_reduce(t, group=process_group)
+            return t / dist.get_world_size(process_group)
+        def step_groups(param_group):
+            dist.all_reduce(param_group["lr"])
+    """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -1832,7 +1920,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 41)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 44)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

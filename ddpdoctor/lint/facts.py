@@ -38,7 +38,8 @@ _MAIN_FLAG_RE = re.compile(
 # Decorators that make a function run on rank 0 only (Lightning's rank_zero_only and look-alikes).
 _RANK_ZERO_DECORATOR_RE = re.compile(r"rank_?zero|rank_?0|main_process_only|master_only|on_main_process")
 _RANK_NAMES = frozenset(
-    {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "proc_id", "process_index", "local_process_index"}
+    {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "proc_id", "process_index", "local_process_index",
+     "nr"}  # `args.nr`: the node rank of the classic DDP tutorials (rank = nr * gpus + gpu)
 )
 
 ZERO = "zero"  # the branch runs on rank 0 only

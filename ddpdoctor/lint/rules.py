@@ -944,7 +944,7 @@ def check_local_rank_argument_unused(f: ModuleFacts) -> Iterator[Hit]:
             yield cs.node, f"--local_rank argparse option only: {works}; accept --local-rank too"
 
 
-def _uses_ddp_wrapper(f: ModuleFacts) -> bool:
+def uses_ddp_wrapper(f: ModuleFacts) -> bool:
     return (
         "DistributedDataParallel" in f.names
         or "DistributedDataParallel" in f.attrs
@@ -961,7 +961,7 @@ def _uses_ddp_wrapper(f: ModuleFacts) -> bool:
     "The reentrant variant re-runs forward inside backward, so DDP's gradient hooks fire twice.",
 )
 def check_reentrant_checkpoint(f: ModuleFacts) -> Iterator[Hit]:
-    ddp = _uses_ddp_wrapper(f)
+    ddp = uses_ddp_wrapper(f)
     if not (ddp or any(True for _ in f.calls_named("init_process_group"))):
         return
     if "_set_static_graph" in f.attrs:

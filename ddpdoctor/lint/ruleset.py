@@ -9,6 +9,7 @@ from ddpdoctor.lint import (  # noqa: F401 - registers them
     fatal_rules,
     rank_rules,
     rules,
+    step_rules,
     world_rules,
 )
 from ddpdoctor.lint.registry import RULES, Rule, all_rules, default_rules

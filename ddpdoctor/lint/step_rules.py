@@ -1,0 +1,339 @@
+"""Rules about the training step every rank must take together (classes the held-out corpus 6 found
+missed): DDP041 (a batch skipped on a rank's own data before the step's collectives), DDP042 (the
+optimizer or learning-rate scheduler stepped on some ranks only) and DDP043 (a collective that leaves out
+the process group its function was given). Registered through ruleset.py.
+
+Each reads a fact of the code that holds on every launch: a skip decided by one rank's batch, a step
+under a rank test, a group parameter the collective does not pass. So all belong to the default tier.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator, Optional
+
+from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, RankBranch, Scope, final_identifier
+from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, uses_distributed
+from ddpdoctor.lint.registry import Hit, rule
+from ddpdoctor.lint.rules import distributed_program, uses_ddp_wrapper
+
+# --- DDP041: a batch skipped on this rank's data, before the step's collectives ---------------------------
+
+
+def _uses_ddp(f: ModuleFacts) -> bool:
+    """This file or a file of its program wraps a model in DistributedDataParallel (backward all-reduces)."""
+    files = [f] if f.project is None else [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+    return any(b"DistributedDataParallel" in g.source and uses_ddp_wrapper(g) for g in files)
+
+
+def _loop_data_names(loop: ast.For) -> set[str]:
+    """The names a loop over batches binds to data: `for x, y in loader` -> {x, y};
+    `for i, (x, y) in enumerate(loader)` -> {x, y} (the counter is the same on every rank)."""
+    target = loop.target
+    it = loop.iter
+    kind = final_identifier(it) if isinstance(it, ast.Call) else ""
+    if kind not in _COUNTERS and not _batch_source(it):
+        return set()  # a loop over parameters, phases, files: the same on every rank
+    if kind in _COUNTERS:
+        # `for i in range(len(loader)): batch = next(it)`: the batch is what the loop draws with next().
+        return {
+            n.id
+            for st in ast.walk(loop)
+            if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) and final_identifier(st.value) == "next"
+            for t in st.targets
+            for n in ast.walk(t)
+            if isinstance(n, ast.Name)
+        }
+    if kind == "enumerate" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+        target = target.elts[1]
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+_COUNTERS = frozenset({"range", "count", "trange"})
+# What a loop over batches iterates: a DataLoader or an iterator over one (`train_loader`, `enumerate(dl)`,
+# `tqdm(data_iter)`, `self.batches`), by the names in the loop's iterable.
+_BATCH_SOURCE_RE = re.compile(r"loader|batch|\bdl\b|_dl\b|\bdl_|data|iterator|\biter\b|_iter\b|prefetch|feeder|stream")
+
+
+def _batch_source(it: ast.AST) -> bool:
+    names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(it) if isinstance(n, (ast.Name, ast.Attribute))]
+    return any(_BATCH_SOURCE_RE.search(name.lower()) for name in names)
+
+
+def _derived(f: ModuleFacts, loop: ast.For, data: set[str], before: int) -> set[str]:
+    """`data` and the names the loop assigns from them before line `before` (`loss = model(x).sum()`), less
+    those a collective has made the same on every rank by then (`dist.all_reduce(loss)`)."""
+    out = set(data)
+    for node in sorted((n for n in ast.walk(loop) if isinstance(n, ast.Assign) and n.lineno < before),
+                       key=lambda n: n.lineno):
+        if any(isinstance(n, ast.Name) and n.id in out for n in ast.walk(node.value)):
+            out.update(n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    for cs in f.calls:
+        if loop.lineno < cs.node.lineno < before and cs.attr in COLLECTIVE_NAMES and cs.node.args:
+            out.difference_update(n.id for n in ast.walk(cs.node.args[0]) if isinstance(n, ast.Name))
+    return out
+
+
+def _none_tested(test: ast.AST) -> set[str]:
+    """Names the test only checks for None or truth (`if result is None:`, `if not out:`): a helper's
+    "nothing this time" answer (gradient accumulation's micro-steps), not a property of the batch."""
+    bare: set[str] = set()
+    valued: set[str] = set()
+    for n in ast.walk(test):
+        if isinstance(n, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot)) for op in n.ops):
+            bare.update(x.id for x in (n.left, *n.comparators) if isinstance(x, ast.Name))
+        elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and isinstance(n.operand, ast.Name):
+            bare.add(n.operand.id)
+        elif isinstance(n, (ast.Call, ast.Attribute, ast.Subscript, ast.BinOp)) or (
+            isinstance(n, ast.Compare) and not all(isinstance(op, (ast.Is, ast.IsNot)) for op in n.ops)
+        ):
+            valued.update(x.id for x in ast.walk(n) if isinstance(x, ast.Name))
+    if isinstance(test, ast.Name):
+        bare.add(test.id)
+    return bare - valued
+
+
+def _skips(body: list[ast.stmt]) -> Iterator[tuple[ast.If, ast.stmt]]:
+    """(the `if`, its `continue`) directly in this loop's body (not in a nested loop or function)."""
+    for st in body:
+        if isinstance(st, ast.If):
+            for inner in st.body:
+                if isinstance(inner, ast.Continue):
+                    yield st, inner
+            yield from _skips(st.body)
+            yield from _skips(st.orelse)
+        elif isinstance(st, (ast.With, ast.AsyncWith, ast.Try)):
+            yield from _skips(st.body)
+
+
+def _step_sync(f: ModuleFacts, loop: ast.For, after: int, ddp: bool) -> Optional[str]:
+    """The first call after line `after` in the loop that every rank must make together: a
+    torch.distributed collective, or `backward()` when the model is DDP's (its gradient all-reduce)."""
+    best: Optional[tuple[int, str]] = None
+    end = loop.end_lineno or loop.lineno
+    for cs in f.calls:
+        line = cs.node.lineno
+        if not after < line <= end:
+            continue
+        if cs.qual.startswith("torch.distributed.") and cs.attr in COLLECTIVE_NAMES:
+            what = f"{cs.attr}() (line {line})"
+        elif ddp and cs.attr == "backward":
+            what = f"backward() (line {line}: DDP's gradient all-reduce)"
+        else:
+            continue
+        if best is None or line < best[0]:
+            best = (line, what)
+    return best[1] if best else None
+
+
+@rule(
+    "DDP041",
+    "batch-dependent-skip",
+    "a training step skipped on a test of this rank's own batch, before the step's collectives: the other "
+    "ranks wait in the all-reduce the skipping rank never joins",
+    "filter such samples in the dataset or collate_fn; or decide together: all_reduce a skip flag and skip "
+    "on every rank at once (or run the step with a zero loss)",
+    "Each rank draws its own batch, so a test of its contents (an empty target, a NaN loss) is true on some "
+    "ranks only. The rank that `continue`s skips the backward's gradient all-reduce (or the collective) the "
+    "others issue: they pair with its next step's collectives or hang until the timeout.",
+)
+def check_batch_dependent_skip(f: ModuleFacts) -> Iterator[Hit]:
+    if b"continue" not in f.source or not distributed_program(f):
+        return
+    ddp = _uses_ddp(f)
+    for loop in ast.walk(f.tree):
+        if not isinstance(loop, ast.For):
+            continue
+        data = _loop_data_names(loop)
+        if not data:
+            continue
+        for test_if, skip in _skips(loop.body):
+            derived = _derived(f, loop, data, test_if.lineno) - _none_tested(test_if.test)
+            read = sorted({n.id for n in ast.walk(test_if.test) if isinstance(n, ast.Name)} & (data | derived))
+            if not read:
+                continue
+            sync = _step_sync(f, loop, skip.lineno, ddp)
+            if sync is None:
+                continue
+            whose = "this rank's own batch" if read[0] in data else "computed from this rank's own batch"
+            yield (
+                skip,
+                f"`continue` on `{read[0]}`, {whose} (the test on line {test_if.lineno}), skips "
+                f"the {sync} the other ranks still run: the collectives fall out of step and the job hangs",
+            )
+
+
+# --- DDP042: the optimizer or the learning-rate scheduler stepped on some ranks only -----------------------
+
+def _names_stepper(name: str) -> bool:
+    """`scheduler`, `lr_scheduler`, `sched`, `optimizer`, `optim_g`, `opt`, `d_opt`: an optimizer or a
+    learning-rate scheduler by its name."""
+    low = name.lower()
+    if "sched" in low or "optim" in low:
+        return True
+    return any(tok in ("opt", "opts") for tok in low.split("_"))
+
+
+def _stepper(cs: CallSite) -> Optional[str]:
+    """`scheduler.step()`, `self.lr_scheduler.step()`, `optimizer.step()`: the receiver's name, if it names
+    an optimizer or a learning-rate scheduler."""
+    if cs.attr != "step" or cs.node.args or (cs.node.keywords and not _epoch_kwarg(cs)):
+        return None
+    func = cs.node.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    name = final_identifier(func.value)
+    return name if name and _names_stepper(name) else None
+
+
+def _epoch_kwarg(cs: CallSite) -> bool:
+    return all(kw.arg in ("epoch", "metrics") for kw in cs.node.keywords)
+
+
+def _other_side_steps(scope: Scope, cs: CallSite, branch: RankBranch, name: str) -> bool:
+    """The same object is stepped on the other side of the rank test (or outside every rank test)."""
+    for o in scope.calls:
+        if o is cs or _stepper(o) != name:
+            continue
+        b = o.rank_if
+        if b is None or (b.stmt is branch.stmt and b.body != branch.body):
+            return True
+    return False
+
+
+@rule(
+    "DDP042",
+    "rank-only-optimizer-step",
+    "optimizer or learning-rate scheduler stepped only under a rank check: the ranks' learning rates or "
+    "weights drift apart while DDP keeps averaging their gradients",
+    "step the scheduler (and the optimizer) on every rank; keep only logging and saving under the rank check",
+    "DDP averages gradients, not weights: every rank must apply the same update. A scheduler stepped on "
+    "rank 0 only leaves the others at the initial learning rate; an optimizer stepped on rank 0 only leaves "
+    "their weights untouched. No error is raised; the replicas silently diverge.",
+)
+def check_rank_only_optimizer_step(f: ModuleFacts) -> Iterator[Hit]:
+    if b".step(" not in f.source or not distributed_program(f):
+        return
+    for scope in f.scopes:
+        for cs in scope.calls:
+            branch = cs.rank_if
+            if branch is None or branch.kind not in (ZERO, NONZERO):
+                continue
+            name = _stepper(cs)
+            if name is None or _other_side_steps(scope, cs, branch, name):
+                continue
+            who = "rank 0" if branch.kind == ZERO else "ranks other than 0"
+            yield (
+                cs.node,
+                f"{name}.step() runs only on {who} (the check on line {branch.stmt.lineno}): the other ranks "
+                "keep their old learning rate or weights and the replicas drift apart",
+            )
+
+
+# --- DDP043: a collective that leaves out the group its function was given --------------------------------
+
+# torch.distributed functions and the position of their `group` argument.
+_GROUP_POS = {
+    "all_reduce": 2, "broadcast": 2, "all_gather": 2, "all_gather_object": 2, "all_gather_into_tensor": 2,
+    "broadcast_object_list": 2, "all_to_all": 2, "all_to_all_single": 4, "reduce": 3, "gather": 3,
+    "gather_object": 3, "scatter": 3, "scatter_object_list": 3, "reduce_scatter": 3,
+    "reduce_scatter_tensor": 3, "barrier": 0, "monitored_barrier": 0, "get_world_size": 0, "get_rank": 0,
+}  # fmt: skip
+_GROUP_PARAMS = frozenset({"group", "pg", "process_group", "dist_group", "comm_group"})
+# `<prefix>_group` names a process group only with a parallelism prefix: `param_group` is the optimizer's.
+_GROUP_PREFIXES = frozenset({
+    "dp", "tp", "pp", "mp", "ep", "cp", "sp", "fsdp", "ddp", "data_parallel", "tensor_parallel", "model_parallel",
+    "pipeline_parallel", "expert_parallel", "context_parallel", "world", "node", "local", "intra_node",
+    "inter_node", "replicate", "shard", "sharding", "replica", "reduce", "sync", "nccl", "gloo", "subgroup",
+})  # fmt: skip
+
+
+def _is_group_param(name: str) -> bool:
+    if name in _GROUP_PARAMS or name.endswith("_pg") or name.endswith("process_group"):
+        return True
+    return name.endswith("_group") and name[: -len("_group")] in _GROUP_PREFIXES
+
+
+def _group_params(scope: Scope) -> set[str]:
+    node = scope.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return set()
+    a = node.args
+    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if _is_group_param(p.arg)}
+
+
+def _none_side(test: ast.AST, params: set[str]) -> Optional[bool]:
+    """True when the `if` body runs with a group parameter None (`if pg is None:`, `if not pg:`), False when
+    its `else` does (`if pg is not None:`, `if pg:`), None when the test is about something else."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name):
+        right = test.comparators[0]
+        if test.left.id in params and isinstance(right, ast.Constant) and right.value is None:
+            if isinstance(test.ops[0], ast.Is):
+                return True
+            if isinstance(test.ops[0], ast.IsNot):
+                return False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name):
+        return True if test.operand.id in params else None
+    if isinstance(test, ast.Name) and test.id in params:
+        return False
+    return None
+
+
+def _lines_where_none(fn: ast.AST, params: set[str]) -> set[int]:
+    """Lines of `fn` that run only when its group parameter is None (ignite's `if group is not None:
+    dist.all_reduce(t, op, group=group) else: dist.all_reduce(t, op)`, kept for old PyTorch)."""
+    out: set[int] = set()
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.If):
+            continue
+        side = _none_side(n.test, params)
+        if side is None:
+            continue
+        for st in n.body if side else n.orelse:
+            out.update(range(st.lineno, (st.end_lineno or st.lineno) + 1))
+    return out
+
+
+def _passes_group(cs: CallSite, pos: int) -> bool:
+    if cs.has_star_kwargs() or any(isinstance(a, ast.Starred) for a in cs.node.args):
+        return True  # **kwargs may carry group=
+    return cs.arg(pos, "group") is not None
+
+
+@rule(
+    "DDP043",
+    "collective-ignores-group",
+    "a function given a process group calls a collective without it: the collective runs over every rank "
+    "of the job, not the group",
+    "pass the group through: dist.all_reduce(t, op=..., group=pg) (every collective and get_world_size/"
+    "get_rank the function calls)",
+    "Without group= a collective uses the default group (all ranks). Called with a subgroup, the function "
+    "then waits for ranks outside it (a hang) or reduces over the wrong ranks (a wrong result), while its "
+    "other calls do use the group.",
+)
+def check_collective_ignores_group(f: ModuleFacts) -> Iterator[Hit]:
+    if not uses_distributed(f):
+        return
+    for scope in f.scopes:
+        params = _group_params(scope)
+        if not params:
+            continue
+        none_lines = _lines_where_none(scope.node, params)
+        missing = []
+        for cs in scope.calls:
+            if not cs.qual.startswith("torch.distributed.") or cs.attr not in _GROUP_POS:
+                continue
+            if _passes_group(cs, _GROUP_POS[cs.attr]) or cs.node.lineno in none_lines:
+                continue
+            missing.append(cs)
+        missing = [cs for cs in missing if cs.attr not in ("get_world_size", "get_rank")]
+        if missing:
+            # One finding per function, at its first such call: one fix (pass the group through) covers all.
+            first, more = missing[0], len(missing) - 1
+            also = f" (and {more} more call{'s' if more > 1 else ''} in it)" if more else ""
+            yield (
+                first.node,
+                f"{first.attr}() without group= in {scope.name}(), which takes `{sorted(params)[0]}`{also}: it "
+                "runs over every rank of the job, not that group",
+            )
