@@ -1876,6 +1876,9 @@ NEAR_MISSES += [
             return t / dist.get_world_size(process_group)
         def step_groups(param_group):
             dist.all_reduce(param_group["lr"])
+        def _reduce(group):
+            grads = [named_grads[n] for n in group]
+            dist.all_reduce(grads[0])
     """,
     ),
 ]

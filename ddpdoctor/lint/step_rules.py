@@ -14,7 +14,7 @@ import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, RankBranch, Scope, final_identifier
-from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, uses_distributed
+from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program, uses_ddp_wrapper
 
@@ -256,11 +256,27 @@ def _is_group_param(name: str) -> bool:
 
 
 def _group_params(scope: Scope) -> set[str]:
+    """The function's parameters that hold a process group. A bare `group` must show it: annotated as a
+    ProcessGroup, or handed as the group to some torch.distributed call of the function (`group` is also
+    what optimizers call a parameter group: DeBERTa's `_reduce(group)` iterates parameter names)."""
     node = scope.node
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return set()
     a = node.args
-    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if _is_group_param(p.arg)}
+    out: set[str] = set()
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        if not _is_group_param(p.arg):
+            continue
+        if p.arg != "group" or "ProcessGroup" in ast.dump(p.annotation or ast.Constant(None)):
+            out.add(p.arg)
+            continue
+        for cs in scope.calls:
+            if cs.qual.startswith("torch.distributed.") and cs.attr in _GROUP_POS:
+                given = cs.arg(_GROUP_POS[cs.attr], "group")
+                if isinstance(given, ast.Name) and given.id == p.arg:
+                    out.add(p.arg)
+                    break
+    return out
 
 
 def _none_side(test: ast.AST, params: set[str]) -> Optional[bool]:
@@ -313,7 +329,7 @@ def _passes_group(cs: CallSite, pos: int) -> bool:
     "other calls do use the group.",
 )
 def check_collective_ignores_group(f: ModuleFacts) -> Iterator[Hit]:
-    if not uses_distributed(f):
+    if not uses_distributed(f) or is_test_file(f.path):
         return
     for scope in f.scopes:
         params = _group_params(scope)
