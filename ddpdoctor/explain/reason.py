@@ -407,11 +407,12 @@ def _watchdog_diagnosis(
     first_by_rank = groups[name]
     ranks = sorted(first_by_rank)
     seq = {r: parse_int(first_by_rank[r].fields["seq"], 0, signed=True) for r in ranks}
-    op = {r: first_by_rank[r].fields.get("optype", "?") for r in ranks}
+    # The newer watchdog line ("Timeout at NCCL work: N") names no OpType.
+    op = {r: first_by_rank[r].fields.get("optype", "") for r in ranks}
     numel = {r: first_by_rank[r].fields.get("numel_in") for r in ranks}
     data: dict[str, Any] = {
         "seq_by_rank": {str(r): seq[r] for r in ranks},
-        "optype_by_rank": {str(r): op[r] for r in ranks},
+        "optype_by_rank": {str(r): op[r] for r in ranks if op[r]},
         "numel_in_by_rank": {str(r): numel[r] for r in ranks if numel[r] is not None},
     }
 
@@ -431,12 +432,12 @@ def _watchdog_diagnosis(
     if len(set(seq.values())) > 1:
         spec = kb.diagnoses["watchdog.desync"]
         suspects = odd_ones(seq, lowest_wins=True)
-        parts = [f"rank {r}: SeqNum {seq[r]} {op[r]}" for r in ranks]
+        parts = [f"rank {r}: SeqNum {seq[r]}{' ' + op[r] if op[r] else ''}" for r in ranks]
         reasoning = (
             f"The watchdog timeouts are at different collectives ({'; '.join(parts)}): "
             f"rank(s) {fmt(suspects)} diverged from the others, so the ranks were not executing the same code path."
         )
-    elif len(set(op.values())) > 1 or len({v for v in numel.values() if v is not None}) > 1:
+    elif len({v for v in op.values() if v}) > 1 or len({v for v in numel.values() if v is not None}) > 1:
         spec = kb.diagnoses["watchdog.op_mismatch"]
         key = {r: (op[r], numel[r]) for r in ranks}
         suspects = odd_ones(key, lowest_wins=False)
@@ -452,7 +453,7 @@ def _watchdog_diagnosis(
         ev = busy[0]
         suspects = []
         reasoning = (
-            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]}) "
+            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}{', ' + op[ranks[0]] if op[ranks[0]] else ''}) "
             f"after {parse_int(ev.fields['timeout_ms'], 0) // 1000} s, but the timeout line of rank {ev.rank} shares its "
             f"text with a progress bar that had been running for {parse_int(ev.fields['busy_elapsed_s'], 0)} s "
             f"({ev.fields['busy_bar'].strip()}): the process printing it (usually rank 0) was still busy outside "
@@ -469,7 +470,7 @@ def _watchdog_diagnosis(
         absent = [r for r in expected if r not in seen] if len(expected) <= 1_000_000 else []
         unseen = bool(absent) or len(expected) > len(seen)
         same = (
-            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}, {op[ranks[0]]})"
+            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}{', ' + op[ranks[0]] if op[ranks[0]] else ''})"
         )
         if missing:
             spec = kb.diagnoses["watchdog.straggler"]
