@@ -320,6 +320,53 @@ EVAL_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "explain-eval" / 
 # The figure on a set nobody here tuned on (issue #23): kept apart from bench/explain-eval, which the
 # signatures were written against. A new figure needs a new set (the logs of this one stay aside).
 HELD_OUT_RESULTS = """
+## Held-out set 6 (2026-11-27, later the same day)
+
+43 new logs from public threads, collected by five reviewers who had not read the knowledge base or the
+catalogues (part A, 5: NVIDIA/nccl 3, torchtitan, pytorch; part B, 8: OpenNMT-py, lmdeploy, TecoGAN,
+MiniMax-01, vLLM production-stack, Vim, EasyR1; part D, 9: insightface, aws-do-eks, Grendel-GS, mmcv,
+mmdetection3d, JobSet, AADL, Diffusion-Planner; part E, 15: pytorch 7, NVIDIA/nccl 3, Megatron-LM, DeepSpeed,
+Horovod, metaseq, FAMBench; part F, 6: lit-llama, vLLM, sglang, Lightning 2, trl), keeping only threads that
+establish the cause, none in any earlier set, tuning set or test (manifest sha256 `346be99c…3008`,
+`781447a8…de31`, `65fbc92a…acb`, `ed25535d…11e2`, `a95b6501…b110`; the collectors say the public-thread
+search is close to exhausted for threads that show both the log and the resolution). Run once at main
+c0a4a80, each log under a neutral file name, graded by a separate grader: **16 of 43 right as root cause
+(37%), 18 of 43 as root cause or lead**, 13 partial, 2 wrong, 10 none, **1 consequence named as root cause**
+(a socket `Broken pipe` WARN printed after the real `ncclInvalidUsage`); strong+medium labels 14 of 37 (15
+with leads). The grader found three cases whose threads the knowledge base cites as references (they were
+read when writing signatures, and were not on the exclusion list): without them 14 of 40 (15 with leads).
+Misses: crashes inside NCCL 2.26-2.27's RAS thread (a signal line, a native backtrace through libnccl) not
+recognised; library assertions answered with the catch-all "exception on a rank" (FSDP's FlatParameter
+rule, FSDP2 with checkpointing, DeepSpeed's `no_sync` under ZeRO-3, Megatron's checkpoint layout check,
+DeepSpeed's expert-parallel divisibility); distributed errors that no signature knew and the catch-all
+excludes, so the run exited 0 (`ProcessGroupNCCL does not support gather`, `Gloo connectFullMesh failed
+...`, gloo's size-mismatch enforce, reducer.cpp's internal assert, Horovod's duplicate names); `use_libuv
+was requested but PyTorch was build without libuv` read as an unreachable store; PyTorch 2.6's `Timeout at
+NCCL work: N` line not read as a timeout. Far below the 75% goal of issue #23; the set is now spent.
+
+## Tuned on held-out set 6 afterwards (2026-11-27): a TUNING figure
+
+The 43 logs were read and tuned on after that grading (every figure on them from here on is a **tuning
+figure**), re-graded by the developer with the grader's rules: **before 16 of 43 right as root cause, 18 with
+leads; after 28 of 43 as root cause, 29 with leads** (13 fixed, each as a class with its source format in
+lines.json and the 27 logs that were not right kept in tests/fixtures/explain/spent-set6, held by
+tests/test_explain_spent_set6.py): a native backtrace frame in libnccl is a crash inside NCCL (upgrade,
+NCCL_RAS_ENABLE=0 for its RAS thread), OpenMPI's `*** Process received signal ***` a crash, UCX's `Caught
+signal 11` a segfault; `<ProcessGroup> does not support <op>`; `use_libuv was requested` (USE_LIBUV=0);
+reducer.cpp's `tensors.size() > 0` assert and `DistributedDataParallel is not needed` (DDP around a frozen
+module); gloo's `op.preamble.length <= op.nbytes` (per-rank sizes); Horovod's duplicate tensor names;
+`Input tensor data type is not supported for NCCL process group: BFloat16` (NCCL < 2.10.3);
+`AssertionError: N is not divisible by M` (DeepSpeed/Megatron parallel sizes); Megatron's
+`..._parallel_size value from checkpoint (A) is not equal to the input argument value (B)`; DeepSpeed
+0.16's `no_sync ... ZeRO stage 3`; FSDP's `FlatParameter requires uniform requires_grad`; PyTorch 1.x's
+`Default process group is not initialized` assert; `Timeout at NCCL work: N` is a timeout; the loopback
+warning is recognised when a paste wraps it. An exception that names NCCL, gloo, a ProcessGroup or c10d and
+that no signature knows is now a lead (`distributed.exception`, exit 1) instead of silence. Still missed:
+RAS memory corruption seen only as a lost store connection (exit 0: a warning), torchtitan's resharded
+dataloader state, the catch-all on FSDP2/metaseq/accelerate errors, f05 (a consequence still chosen), and
+the slow-node timeout (a lead that asks for every rank's log).
+Before and after on the other sets: explain-eval 29/33, tuning5 and spent sets 3-5 unchanged (their tests).
+
 ## Held-out set 5 (2026-11-27)
 
 40 new logs from public threads (part A, 20: NVIDIA/nccl 7, pytorch 3, torchtitan 2, Horovod 2, DeepSpeed,
