@@ -18,6 +18,12 @@ imported). argv[1] is the scenario:
   its send of one gradient: both ranks wait in recv.
 - `thread_collective`: rank 0 runs all_gather_object in a background checkpoint thread and joins it;
   rank 1 goes on to barrier(): rank 0's collective is in a non-main thread.
+- `root_mismatch`: each rank broadcasts from the rank it believes has the best score, computed from its
+  own score only: rank 0 broadcasts with src=0, rank 1 with src=1, both wait in the same broadcast.
+- `tag_mismatch`: a 2-stage send/recv pipeline where stage 1 reports its loss with the gradient tag while
+  stage 0 receives it with the loss tag: rank 0 waits in recv, rank 1 in send.
+- `mutual_send`: both ranks send 64 MB over a side TCP socket before reading the peer's (sendall on both
+  ends with full socket buffers): both block in sendall, outside any collective.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
@@ -172,6 +178,60 @@ def thread_collective(rank: int, world: int) -> None:
             dist.barrier()
 
 
+def best_replica(rank: int) -> int:
+    score = torch.tensor([float(rank)])  # each rank thinks it is the best: the choice is never shared
+    best = rank if score.item() >= 0 else 0
+    return best
+
+
+def root_mismatch(rank: int) -> None:
+    weights = torch.zeros(4)
+    for i in range(100):
+        dist.all_reduce(weights)
+        if i == 2:
+            ready(rank)
+            dist.broadcast(weights, src=best_replica(rank))  # HANG-LINE root-broadcast
+
+
+TAG_GRAD, TAG_LOSS = 1, 2
+
+
+def tag_mismatch(rank: int) -> None:
+    for i in range(100):
+        if rank == 0:
+            dist.send(torch.ones(2), dst=1, tag=TAG_GRAD)
+            if i == 2:
+                ready(rank)
+            loss = torch.empty(1)
+            dist.recv(loss, src=1, tag=TAG_LOSS)  # HANG-LINE tag-recv
+        else:
+            act = torch.empty(2)
+            dist.recv(act, src=0, tag=TAG_GRAD)
+            if i == 2:
+                ready(rank)
+            dist.send(act[:1], dst=0, tag=TAG_GRAD if i == 2 else TAG_LOSS)  # HANG-LINE tag-send
+
+
+def mutual_send(rank: int) -> None:
+    import socket
+
+    box = [None]
+    if rank == 0:
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        box = [server.getsockname()[1]]
+    dist.broadcast_object_list(box, src=0)
+    if rank == 0:
+        sock, _ = server.accept()
+    else:
+        sock = socket.create_connection(("127.0.0.1", box[0]))
+    payload = b"x" * (64 << 20)
+    ready(rank)
+    sock.sendall(payload)  # HANG-LINE mutual-send
+    sock.recv(len(payload))
+
+
 def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -188,6 +248,12 @@ def main() -> None:
         thread_collective(rank, world)
     elif scenario == "rank_only":
         rank_only(rank, world)
+    elif scenario == "root_mismatch":
+        root_mismatch(rank)
+    elif scenario == "tag_mismatch":
+        tag_mismatch(rank)
+    elif scenario == "mutual_send":
+        mutual_send(rank)
     else:
         p2p_skip(rank)
     dist.destroy_process_group()

@@ -23,6 +23,10 @@ all_reduce for the last one:
 - `accept`: the last rank listens on a TCP port and waits in accept() for a client that never comes;
 - `pool_lost`: a multiprocessing.Pool worker dies (os._exit) in the middle of a task; pool.map waits;
 - `sleep_ms`: the last rank's rate limiter passes a delay in milliseconds to time.sleep (seconds).
+- `regex_spin`: the last rank matches a regular expression with nested repetition against a near miss
+  (exponential backtracking): one call that never returns, on CPU;
+- `worker_stuck`: the last rank's DataLoader collate_fn loops forever on one batch (its trimming makes no
+  progress): the rank waits for the batch, one worker is in the collate_fn, the other idles.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
@@ -31,6 +35,7 @@ import fcntl
 import multiprocessing
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -191,6 +196,31 @@ def pool_lost(rank: int) -> None:
     pool.map(crash_on, range(4))  # HANG-LINE pool-map
 
 
+LONG_WORDS = re.compile(r"(\w+\s?)*$")  # nested repetition: exponential backtracking on a near miss
+
+
+def regex_spin(rank: int) -> None:
+    ready(rank)
+    LONG_WORDS.match("a" * 40 + "!")  # HANG-LINE regex
+
+
+def trim_to_budget(batch: list) -> list:
+    budget = 8
+    while sum(len(x) for x in batch) > budget:
+        batch[-1] = batch[-1][: max(len(batch[-1]), 1)]  # HANG-LINE collate-loop
+    return batch
+
+
+def worker_stuck(rank: int) -> None:
+    from torch.utils.data import DataLoader
+
+    samples = [[1] * 3, [1] * 3, [1] * 12, [1] * 3]
+    loader = DataLoader(samples, batch_size=2, num_workers=2, collate_fn=trim_to_budget)
+    ready(rank)
+    for _ in loader:  # HANG-LINE loader
+        pass
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
@@ -245,6 +275,10 @@ def main() -> None:
             accept(rank)
         elif scenario == "pool_lost":
             pool_lost(rank)
+        elif scenario == "regex_spin":
+            regex_spin(rank)
+        elif scenario == "worker_stuck":
+            worker_stuck(rank)
         elif scenario == "sleep_ms":
             rate_limit(rank, 60 * 60 * 1000)
         elif scenario == "writer":

@@ -59,3 +59,33 @@ def test_the_rank_that_left_or_stayed(hung):
     assert f"why it waits: {verdict['mechanism']['summary']}" in verdict["summary"]
     for word in words:
         assert word in verdict["mechanism"]["summary"], (word, verdict["mechanism"]["summary"])
+
+
+# Every rank in the same call, or each blocked outside torch.distributed: the call's arguments (py-spy --locals
+# of the torch.distributed frame) or the channel the ranks block in say why; no side is the odd one (a tie).
+SYMMETRIC = {
+    "root_mismatch": ("collective.root_mismatch", "root-broadcast", ["rank 0 with src=0; rank 1 with src=1"]),
+    "tag_mismatch": ("sendrecv.tag_mismatch", "tag-send", ["rank 1 sends to rank 0 with tag=1",
+                                                           "rank 0 receives from rank 1 with tag=2"]),
+    "mutual_send": ("socket.mutual_send", "mutual-send", ["send/send deadlock"]),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SYMMETRIC))
+def symmetric(request, tmp_path_factory):
+    with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)) as job:
+        yield request.param, job
+
+
+def test_symmetric_hangs_name_the_arguments_or_the_channel(symmetric):
+    scenario, job = symmetric
+    report = run_hang("--pid", str(job.proc.pid))
+    if not all(s["frames"] for s in report["stacks"]):
+        pytest.skip("py-spy cannot attach here")
+    verdict = report["verdict"]
+    mechanism, tag, words = SYMMETRIC[scenario]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [0, 1] and verdict["tie"], verdict
+    assert verdict["mechanism"]["id"] == mechanism, verdict
+    assert marker_line(tag, SCRIPT) in {c["line"] for c in verdict["culprits"]}, verdict["culprits"]
+    for word in words:
+        assert word in verdict["mechanism"]["summary"], (word, verdict["mechanism"]["summary"])

@@ -37,6 +37,11 @@ EXPECTED = {
     "store_get": ("store.key_never_set", "store-get", ["c10d store's get()", "never-set"]),
     "accept": ("io.accept_no_client", "accept", ["accept()", "a client that never connects"]),
     "pool_lost": ("pool.task_lost", "pool-map", ["multiprocessing.Pool", "the task is lost", "is an idle pool worker"]),
+    # One regex call that never returns (a spinning rank on one line in every snapshot).
+    "regex_spin": ("regex.backtracking", "regex", ["one regular-expression call", "backtracks exponentially"]),
+    # The rank waits for a batch; the worker in the user's collate_fn is the one that does not deliver (the
+    # idle worker waiting for its next index explains nothing).
+    "worker_stuck": ("dataloader.worker_stuck", "collate-loop", ["is in the dataset's own code", "trim_to_budget"]),
     "sleep_ms": ("sleep.milliseconds_as_seconds", "sleep-ms",
                  ["a value in milliseconds passed as seconds?", "rather than waits for a peer"]),
 }

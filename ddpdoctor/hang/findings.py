@@ -27,7 +27,8 @@ VERDICT = define(
     "never in a collective, while the others stand still), `exited` (a local rank's process is gone "
     "while the others wait in a collective: uneven data), `missing` (RAS: a "
     "rank is unresponsive), `all_waiting` (every local rank waits in the same collective: the cause is "
-    "on another node or in the network), `progressing` (something moved between the snapshots taken a "
+    "on another node or in the network), `all_blocked` (nothing moved and every rank blocks outside "
+    "torch.distributed, e.g. both in a socket send: all are named), `progressing` (something moved between the snapshots taken a "
     "second apart: not a hang; the slowest rank is named as a straggler, a warning), `not_distributed` "
     "(--pid names a process with no sign of torch.distributed) or `none` (no sign of a hang). When the "
     "culprit waits in no collective, `data.mechanism` says why, read from all its threads: a stable dotted "
@@ -109,6 +110,9 @@ class HangFacts:
     children: dict[int, list[tuple[int, str, str]]] = field(default_factory=dict)
     # pid -> name -> repr: the locals of a rank's innermost user frame when it sleeps there (py-spy --locals).
     sleep_locals: dict[int, dict[str, str]] = field(default_factory=dict)
+    # pid -> the arguments of the rooted collective or point-to-point call a rank waits in (broadcast's src,
+    # recv's src and tag; py-spy --locals of that torch.distributed frame), with "op" its name.
+    collective_args: dict[int, dict[str, str]] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
     job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr

@@ -4,6 +4,7 @@ distributed job at all. Pure; `ctx` is verdict.py's context (who, where, records
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -89,7 +90,41 @@ def verdict_spinning(ctx: Any, motion: Motion) -> dict[str, Any]:
         records[0].update(rank_where=records[0]["where"] or "", where=where, file=frame.filename, line=frame.line)
     verdict.update(culprit_ranks=[k for k in keys if k >= 0], other_ranks=[k for k in others if k >= 0],
                    culprits=records)
+    if busiest is not None and busiest[1] == busiest[2] and busiest[2] > 1:
+        regex = _regex_call(ctx.code(busiest[0].filename, busiest[0].line))
+        if regex:
+            # One line in every snapshot, and that line is one regex call: it never returns.
+            verdict["summary"] = verdict["summary"].replace(
+                "the cause is a loop on", "the cause is one regular-expression call on").replace(
+                " that does not end, not the network", f" (`{regex}`) that does not return, not the network")
+            return with_loop_mechanism(verdict, {
+                "id": "regex.backtracking",
+                "summary": f"the rank was on the same line in every snapshot, a `{regex}` call: a regular expression "
+                "with nested or overlapping repetition (`(a+)+`, `(\\w+\\s?)*$`) backtracks exponentially on some "
+                "inputs, so one call runs for hours on this rank's text while the others wait",
+                "threads": [], "pids": [],
+                "fix": "Rewrite the pattern without nested quantifiers (atomic groups or possessive quantifiers on "
+                "Python >= 3.11, or a simpler pattern), bound the input length, or use a linear-time engine "
+                "(re2).",
+            })
     return verdict
+
+
+_REGEX_CALL = re.compile(r"\b(re\.(?:match|fullmatch|search|findall|finditer|sub|subn|split)|[A-Za-z_]\w*\."
+                         r"(?:match|fullmatch|search|findall|finditer|sub|subn))\(")
+
+
+def _regex_call(code: str) -> str:
+    """`re.match` / `PATTERN.search` when the line calls a regular expression (a compiled one is named in
+    capitals or ends in `_re`/`_RE`/`pattern`, as most code names them), else ''."""
+    m = _REGEX_CALL.search(code)
+    if not m:
+        return ""
+    name = m.group(1)
+    receiver = name.split(".")[0]
+    if receiver == "re" or receiver.isupper() or receiver.lower().endswith(("_re", "regex", "pattern", "pat")):
+        return name
+    return ""
 
 
 def _is_loop_header(code: str) -> bool:
@@ -428,3 +463,47 @@ def with_loop_mechanism(verdict: dict[str, Any], mechanism: Optional[dict[str, A
     verdict["fix"] = f"{mechanism['fix']} {verdict['fix']}".strip()
     return verdict
 
+
+
+# A socket call in the user's line that blocks until the peer reads (send) or writes (recv).
+_SOCKET_SEND = (".sendall(", ".send(", ".sendto(")
+
+
+def all_blocked(ctx: Any, groups: list[Any]) -> dict[str, Any]:
+    """Nothing moved, and no rank waits in a collective: every rank is blocked outside torch.distributed,
+    each in its own wait (a socket, a file, a lock, a queue). They wait on each other through that channel,
+    or on something outside the job; every rank is named (a tie) with where it waits. When each blocks
+    sending on a socket, the sends deadlock: each peer sends before it reads, and the buffers are full."""
+    ranks = sorted(r for g in groups for r in g.ranks)
+    places = []
+    codes = []
+    for g in groups:
+        frame = g.example.user_frame()
+        code = ctx.code(frame.filename, frame.line) if frame is not None else ""
+        codes.append(code)
+        places.append(f"{plural_ranks(sorted(g.ranks))} {'is' if len(g.ranks) == 1 else 'are'} at "
+                      f"{ctx.where_stack(g.ranks[0])}")
+    summary = (
+        f"every rank is blocked outside torch.distributed and nothing moved between the snapshots: "
+        f"{'; '.join(places)} -> the ranks wait on each other (or on something outside the job) through that "
+        "channel, not in a collective"
+    )
+    verdict = empty_verdict(
+        "all_blocked", summary,
+        "Look at what each rank waits for at its line and who should provide it; give such waits a timeout.",
+        "stacks",
+    )
+    verdict.update(culprit_ranks=[r for r in ranks if r >= 0], culprits=ctx.records(ranks), tie=len(ranks) > 1)
+    if codes and all(any(s in c for s in _SOCKET_SEND) for c in codes):
+        mechanism = {
+            "id": "socket.mutual_send",
+            "summary": "every rank blocks sending on a socket: each sends to its peer before it reads what the peer "
+            "sends, and once a message is larger than the kernel's socket buffers a send waits for the peer to "
+            "read, which it never does while it is sending too (a send/send deadlock)",
+            "threads": [], "pids": [],
+            "fix": "Do not send before reading on both sides: let one side send first and the other receive first "
+            "(order by rank), send from a separate thread, or use non-blocking sockets (selectors) that read while "
+            "they write; bound the message size.",
+        }
+        verdict = with_loop_mechanism(verdict, mechanism)
+    return verdict

@@ -213,3 +213,71 @@ def both_receive(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
     fix = ("Make every recv have a matching send on the peer on every path (skip work, not the send), or use "
            "batch_isend_irecv with the same list on both sides.")
     return _mechanism("sendrecv.both_receive", summary, fix, [], [])
+
+
+# The arguments ranks must agree on, per torch.distributed call (distributed_c10d.py's parameter names):
+# the root of a rooted collective, the peer and tag of a point-to-point call.
+ROOTED_ARGS: dict[str, tuple[str, ...]] = {
+    "broadcast": ("src", "group_src"), "broadcast_object_list": ("src", "group_src"),
+    "reduce": ("dst", "group_dst"), "gather": ("dst", "group_dst"), "gather_object": ("dst", "group_dst"),
+    "scatter": ("src", "group_src"), "scatter_object_list": ("src", "group_src"),
+    "send": ("dst", "tag", "group_dst"), "recv": ("src", "tag", "group_src"),
+    "isend": ("dst", "tag", "group_dst"), "irecv": ("src", "tag", "group_src"),
+}
+_ROOT_ARG = {op: names[0] for op, names in ROOTED_ARGS.items()}
+
+
+def _as_int(text: Optional[str]) -> Optional[int]:
+    try:
+        return int(str(text).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def argument_mismatch(ctx: Any, args_by_key: dict[int, dict[str, str]]) -> Optional[dict[str, Any]]:
+    """Ranks in the same rooted collective with different roots (a broadcast whose `src` differs by rank),
+    or a send and a recv that name each other but not the same tag: every rank is in the call, none can
+    finish. `args_by_key`: rank key -> the call's arguments as py-spy's --locals printed them, "op" its name.
+    The culprits are the ranks outside the majority; with no majority, all of them (a tie)."""
+    ops = {a.get("op") for a in args_by_key.values()}
+    if len(args_by_key) < 2:
+        return None
+    if len(ops) == 1 and next(iter(ops)) in _ROOT_ARG and next(iter(ops)) not in ("send", "recv", "isend", "irecv"):
+        op = next(iter(ops))
+        name = _ROOT_ARG[op]
+        roots = {k: _as_int(a.get(name)) for k, a in args_by_key.items()}
+        if None in roots.values() or len(set(roots.values())) < 2:
+            return None
+        by_root: dict[int, list[int]] = {}
+        for k, v in roots.items():
+            by_root.setdefault(v, []).append(k)  # type: ignore[arg-type]
+        sizes = sorted(len(v) for v in by_root.values())
+        majority = max(by_root.values(), key=len) if sizes[-1] > sizes[-2] else None
+        culprits = sorted(k for v in by_root.values() if v is not majority for k in v)
+        sides = "; ".join(f"{plural_ranks(sorted(v))} with {name}={root}" for root, v in sorted(by_root.items()))
+        summary = (
+            f"every rank waits in {op}, but they disagree on its root ({sides}): each side waits for a "
+            f"different {name}, so the {op} never completes. The value is computed per rank (a best-rank "
+            "choice, a rank read from local state) without being shared"
+        )
+        fix = (f"Pass the same {name} on every rank: decide the root together (all_reduce/all_gather the "
+               f"candidate, or broadcast it from a fixed rank first) before the {op}.")
+        return _mechanism("collective.root_mismatch", summary, fix, culprits, [])
+    sends = {k: a for k, a in args_by_key.items() if a.get("op") in ("send", "isend")}
+    recvs = {k: a for k, a in args_by_key.items() if a.get("op") in ("recv", "irecv")}
+    for rk, r in recvs.items():
+        src = _as_int(r.get("src"))
+        for sk, s in sends.items():
+            if src != sk or _as_int(s.get("dst")) != rk:
+                continue
+            rtag, stag = _as_int(r.get("tag")), _as_int(s.get("tag"))
+            if rtag is None or stag is None or rtag == stag:
+                continue
+            summary = (
+                f"rank {sk} sends to rank {rk} with tag={stag} while rank {rk} receives from rank {sk} with "
+                f"tag={rtag}: the tags differ, so the message never matches the receive and both wait"
+            )
+            fix = ("Use the same tag on both sides of every send/recv pair (one constant per message kind), or "
+                   "leave tag at its default.")
+            return _mechanism("sendrecv.tag_mismatch", summary, fix, sorted({rk, sk}), [])
+    return None

@@ -105,14 +105,30 @@ def wait_mechanism(ctx: Any, verdict: dict[str, Any]) -> Optional[Mechanism]:
         if stack is None or stack.main is None:
             continue
         if stack.data_wait():
-            # The rank waits for its DataLoader: the reason is in the worker that does not deliver.
-            for worker in ctx.facts.worker_stacks.get(stack.pid) or []:
-                found = explain_wait(worker, ctx.facts.sources, (), None, ctx.facts.children.get(worker.pid, []))
-                if found is not None:
-                    found.summary = f"its DataLoader worker pid {worker.pid}: {found.summary}"
-                    found.pids = [worker.pid, *found.pids]
-                    return found
-            continue
+            # The rank waits for its DataLoader: the reason is in the worker that does not deliver, the one in
+            # the user's code. The others idle in torch's worker loop waiting for their next index (a
+            # multiprocessing queue get): that is normal and explains nothing.
+            stuck = stuck_worker(ctx.facts.worker_stacks.get(stack.pid) or [])
+            if stuck is None:
+                continue
+            found = explain_wait(stuck, ctx.facts.sources, (), None, ctx.facts.children.get(stuck.pid, []))
+            if found is not None:
+                found.summary = f"its DataLoader worker pid {stuck.pid}: {found.summary}"
+                found.pids = [stuck.pid, *found.pids]
+                return found
+            frame = stuck.user_frame()
+            code = _code_of(ctx, stuck)
+            return Mechanism(
+                "dataloader.worker_stuck",
+                f"its DataLoader worker pid {stuck.pid} is in the dataset's own code at {describe_stack(stuck)}{code} "
+                "and has not delivered the batch the rank waits for: a loop that does not end there (its exit "
+                "condition never becomes true for this sample), or a wait inside __getitem__ / collate_fn",
+                "Look at that line for this sample (`py-spy dump --pid WORKER`); DataLoader(timeout=...) turns a "
+                "stuck worker into an error, and a bounded loop (a maximum number of iterations) into a skip.",
+                [{"thread": "MainThread", "file": frame.filename, "line": frame.line, "code": code.strip(" `"),
+                  "role": "stuck_worker"}] if frame is not None else [],
+                [stuck.pid],
+            )
         history = [s for sample in ctx.facts.samples for s in sample.stacks if s.pid == stack.pid]
         readings = [a for sample in ctx.facts.samples if (a := sample.activity.get(stack.pid)) is not None]
         woke = max(0, readings[-1].switches - readings[0].switches) if len(readings) > 1 else None

@@ -488,8 +488,42 @@ def gather_facts(
     facts.children = _rank_children(facts)
     read_sources_into(facts)
     facts.sleep_locals = _sleep_locals(facts, pyspy, min(timeout_s, 5.0))
+    facts.collective_args = _collective_args(facts, pyspy, min(timeout_s, 5.0))
     facts.duration_s = time.monotonic() - start
     return facts
+
+
+def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:
+    """The arguments of the rooted collective or send/recv each rank waits in (broadcast's `src`, recv's `src`
+    and `tag`): ranks that disagree on them wait forever in the same call. Read only when every rank with a
+    stack waits in such a call (one py-spy --locals per rank). Equivalent: `py-spy dump --json --locals
+    --nonblocking --pid PID`."""
+    from ddpdoctor.edge.runner import run_argv
+    from ddpdoctor.hang.mismatch import ROOTED_ARGS
+    from ddpdoctor.hang.stacks import frame_locals
+
+    out: dict[int, dict[str, str]] = {}
+    if pyspy is None:
+        return out
+    calls = []
+    for stack in facts.stacks[:64]:
+        main = stack.main
+        if main is None:
+            continue
+        frame = next((f for f in main.frames if f.name in ROOTED_ARGS and f.filename.endswith("distributed_c10d.py")),
+                     None)
+        if frame is not None:
+            calls.append((stack, frame))
+    live = [s for s in facts.stacks if s.main is not None]
+    if len(calls) < 2 or len(calls) != len(live):
+        return out
+    for stack, frame in calls:
+        seen = run_argv([pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid", str(stack.pid)], timeout_s=timeout_s)
+        if seen.ok:
+            found = frame_locals(seen.stdout, frame.name, frame.line)
+            if found:
+                out[stack.pid] = {"op": frame.name, **{k: v for k, v in found.items() if k in ROOTED_ARGS[frame.name]}}
+    return out
 
 
 def _sleep_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:

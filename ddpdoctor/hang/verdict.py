@@ -28,6 +28,7 @@ from ddpdoctor.hang.findings import (
     stacks_finding,
 )
 from ddpdoctor.hang.live import (
+    all_blocked,
     left_sequence,
     loop_split,
     loop_split_mechanism,
@@ -41,7 +42,7 @@ from ddpdoctor.hang.live import (
     verdict_spinning,
     with_loop_mechanism,
 )
-from ddpdoctor.hang.mismatch import both_receive, ddp_forward_backward
+from ddpdoctor.hang.mismatch import argument_mismatch, both_receive, ddp_forward_backward
 from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
@@ -90,6 +91,10 @@ class _Context:
         self.stack_by_rank = {s.rank if s.rank is not None else -s.pid: s for s in facts.stacks}
         self.pid_by_rank = {w.rank: w.pid for w in (facts.job.workers if facts.job else []) if w.rank is not None}
         self.kept: list[Any] = []  # the dumps evidence.vet_dumps kept (of the live job)
+        self.still = False  # nothing moved between the snapshots (progress.judge_motion said "hung")
+        # rank key -> the arguments of the rooted collective / send / recv it waits in (py-spy --locals)
+        self.call_args = {key: facts.collective_args[s.pid] for key, s in self.stack_by_rank.items()
+                          if s.pid in facts.collective_args}
 
     def last_collective(self, rank: int, pg: Optional[str] = None) -> str:
         """`all_reduce #3 (16, Float) at file:line` of the last collective `rank` completed (or, when its
@@ -420,9 +425,25 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             "gives the sequence numbers.",
             "source": "stacks",
         }
-        return with_loop_mechanism(tie, both_receive(ctx, groups))
+        return with_loop_mechanism(tie, both_receive(ctx, groups) or argument_mismatch(ctx, ctx.call_args))
     if len(groups) == 1 and waiting:
         ranks = list(groups[0].ranks)
+        roots = argument_mismatch(ctx, {k: a for k, a in ctx.call_args.items() if k in ranks})
+        if roots is not None:
+            culprits = roots["culprits"] or ranks
+            return with_loop_mechanism({
+                "kind": "stack_outlier",
+                "summary": f"every rank waits in {groups[0].example.waiting_in()} at {ctx.where_line(groups[0].example)}, "
+                "with arguments that do not match across ranks -> the cause is the code that computes them, not "
+                "the network",
+                "culprit_ranks": [r for r in culprits if r >= 0],
+                "other_ranks": [r for r in ranks if r not in culprits and r >= 0],
+                "culprits": _culprit_records(ctx, culprits),
+                "collective": None,
+                "tie": not roots["culprits"] or len(culprits) == len(ranks),
+                "fix": "Compute the call's arguments the same way on every rank (or share them first).",
+                "source": "stacks",
+            }, roots)
         world = ctx.facts.job.world_size if ctx.facts.job else None
         elsewhere = world is not None and world > len(ranks)
         summary = (
@@ -447,6 +468,8 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             "`ddpdoctor check` and `ddpdoctor bench-nccl` on the nodes for a network fault.",
             "source": "stacks",
         }
+    if not waiting and ctx.still and len(stacks) > 1:
+        return all_blocked(ctx, groups)
     return None
 
 
@@ -513,6 +536,7 @@ def judge_hang(facts: HangFacts) -> HangReport:
     ctx.kept = list(kept)
     alignment: Optional[Alignment] = align_dumps(kept) if kept else None
     motion = judge_motion(facts.samples, facts.earlier_dumps, facts.dumps)
+    ctx.still = motion.state == "hung"
     findings.append(job_finding(facts))
     findings.append(stacks_finding(facts))
     findings.append(ras_finding(facts))
