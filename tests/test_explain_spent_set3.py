@@ -34,6 +34,14 @@ def explain_file(path: Path) -> dict:
         return explain(KB, scan_inputs(KB, [("input.log", stream)])).to_dict()
 
 
+def assert_explained(path: Path, root: str | None, lead: str | None, code: int) -> None:
+    """A spent log's root cause, lead and exit code are the ones its set's test expects (sets 5 and 6)."""
+    report = explain_file(path)
+    assert (report["root_cause"] or {}).get("id") == root
+    assert (report["lead"] or {}).get("id") == lead
+    assert report["exit_code"] == code
+
+
 def _explain(name: str) -> dict:
     return explain_file(SPENT / f"{name}.log")
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_explain_spent_set3 import explain_file
+from test_explain_spent_set3 import assert_explained, explain_file
 
 from ddpdoctor.explain import explain, load_knowledge_base, scan_inputs
 
@@ -63,11 +63,7 @@ def test_every_spent_log_has_an_expectation() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_spent_log_is_explained(name: str) -> None:
-    report = explain_file(SPENT / f"{name}.log")
-    root, lead, code = EXPECTED[name]
-    assert (report["root_cause"] or {}).get("id") == root
-    assert (report["lead"] or {}).get("id") == lead
-    assert report["exit_code"] == code
+    assert_explained(SPENT / f"{name}.log", *EXPECTED[name])
 
 
 def test_leads_without_the_causal_line_say_what_to_collect() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_explain_spent_set3 import explain_file
+from test_explain_spent_set3 import assert_explained, explain_file
 
 SPENT = Path(__file__).parent / "fixtures" / "explain" / "spent-set6"
 
@@ -49,11 +49,7 @@ def test_every_spent_log_has_an_expectation() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_spent_log_is_explained(name: str) -> None:
-    report = explain_file(SPENT / f"{name}.log")
-    root, lead, code = EXPECTED[name]
-    assert (report["root_cause"] or {}).get("id") == root
-    assert (report["lead"] or {}).get("id") == lead
-    assert report["exit_code"] == code
+    assert_explained(SPENT / f"{name}.log", *EXPECTED[name])
 
 
 def test_messages_that_name_the_parallel_layout_say_which_sizes() -> None:
