@@ -23,6 +23,10 @@ all_reduce for the last one:
 - `accept`: the last rank listens on a TCP port and waits in accept() for a client that never comes;
 - `pool_lost`: a multiprocessing.Pool worker dies (os._exit) in the middle of a task; pool.map waits;
 - `sleep_ms`: the last rank's rate limiter passes a delay in milliseconds to time.sleep (seconds).
+- `lost_wakeup`: the last rank's loader thread notifies a Condition before the main thread waits on it
+  (no predicate is re-checked): the notify is lost;
+- `pipe_held`: the last rank runs check_output of a shell that leaves `sleep` in the background holding its
+  output pipe: the shell exits, EOF never comes;
 - `regex_spin`: the last rank matches a regular expression with nested repetition against a near miss
   (exponential backtracking): one call that never returns, on CPU;
 - `worker_stuck`: the last rank's DataLoader collate_fn loops forever on one batch (its trimming makes no
@@ -221,6 +225,29 @@ def worker_stuck(rank: int) -> None:
         pass
 
 
+def lost_wakeup(rank: int) -> None:
+    cond = threading.Condition()
+    state = {}
+
+    def load() -> None:
+        with cond:
+            state["batch"] = 1
+            cond.notify()  # before anyone waits: lost
+
+    loader = threading.Thread(target=load, name="loader")
+    loader.start()
+    loader.join()
+    ready(rank)
+    with cond:
+        cond.wait()  # HANG-LINE lost-wakeup
+
+
+def pipe_held(rank: int) -> None:
+    ready(rank)
+    # The shell exits at once; the `sleep` it left in the background holds the output pipe.
+    subprocess.check_output(["/bin/sh", "-c", "sleep 3600 & echo started"])  # HANG-LINE pipe-held
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
@@ -275,6 +302,10 @@ def main() -> None:
             accept(rank)
         elif scenario == "pool_lost":
             pool_lost(rank)
+        elif scenario == "lost_wakeup":
+            lost_wakeup(rank)
+        elif scenario == "pipe_held":
+            pipe_held(rank)
         elif scenario == "regex_spin":
             regex_spin(rank)
         elif scenario == "worker_stuck":

@@ -37,6 +37,8 @@ EXPECTED = {
     "store_get": ("store.key_never_set", "store-get", ["c10d store's get()", "never-set"]),
     "accept": ("io.accept_no_client", "accept", ["accept()", "a client that never connects"]),
     "pool_lost": ("pool.task_lost", "pool-map", ["multiprocessing.Pool", "the task is lost", "is an idle pool worker"]),
+    "lost_wakeup": ("condition.lost_wakeup", "lost-wakeup", ["no loop that re-checks", "is lost"]),
+    "pipe_held": ("subprocess.pipe_held", "pipe-held", ["holds it open, so EOF never comes"]),
     # One regex call that never returns (a spinning rank on one line in every snapshot).
     "regex_spin": ("regex.backtracking", "regex", ["one regular-expression call", "backtracks exponentially"]),
     # The rank waits for a batch; the worker in the user's collate_fn is the one that does not deliver (the

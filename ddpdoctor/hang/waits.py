@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from ddpdoctor.hang.fr import Frame
+from ddpdoctor.hang.source import loop_around
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, collective_wrapper
 
 # (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
@@ -184,6 +185,29 @@ def _at(frame: Frame, sources: Mapping[str, Sequence[str]]) -> str:
     return f"{frame.where()} in {frame.name}()" + (f" `{code}`" if code else "")
 
 
+def _bare_condition_wait(sources: Mapping[str, Sequence[str]], frame: Frame) -> bool:
+    """`cond.wait()` at this line with no `while` around it in its function: nothing re-checks the state."""
+    lines = sources.get(frame.filename)
+    if not lines or not 0 < frame.line <= len(lines) or ".wait(" not in lines[frame.line - 1]:
+        return False
+    if "wait_for(" in lines[frame.line - 1]:
+        return False
+    loop = loop_around(lines, frame.line)
+    return loop is None or not lines[loop.header - 1].strip().startswith("while")
+
+
+def _reads_output(stack: RankStack, mine: Blocked) -> bool:
+    """The thread waits in Popen.communicate (check_output, run(capture_output=...)): it reads the child's
+    pipes until EOF, not only its exit."""
+    for thread in stack.threads:
+        if thread.thread_name == mine.thread:
+            # With pipes, communicate() reads them: through Popen._communicate, or (one pipe, no timeout) a
+            # plain read inside communicate() itself. Without pipes it only wait()s, and Popen.wait is below it.
+            names = {f.name.rsplit(".", 1)[-1] for f in thread.frames if f.filename.endswith("subprocess.py")}
+            return "_communicate" in names or ("communicate" in names and not names & {"wait", "_wait"})
+    return False
+
+
 def _record(blocked: Blocked, sources: Mapping[str, Sequence[str]], **extra: object) -> dict[str, object]:
     return {"thread": blocked.thread, "file": blocked.frame.filename, "line": blocked.frame.line,
             "code": _code(sources, blocked.frame), **extra}
@@ -341,6 +365,16 @@ def explain_wait(
             "Look at the child processes' stacks (`py-spy dump --pid PID`).",
             [_record(mine, sources)], [p for p, _, _ in children[:8]],
         )
+    if mine.kind == "popen_wait" and not helpers and _reads_output(stack, mine):
+        return Mechanism(
+            "subprocess.pipe_held",
+            f"it waits in subprocess at {at} for the end of its child's output, but the child has exited (it is not "
+            "among the rank's live children): a process the child left running in the background (a daemon "
+            "started with `&` or nohup) inherited the output pipe and holds it open, so EOF never comes",
+            "Redirect the background process's output (`cmd >/dev/null 2>&1 &`) or do not capture the output of a "
+            "command that starts one; give the call a timeout (`check_output(..., timeout=...)`).",
+            [_record(mine, sources)],
+        )
     if mine.kind in ("process_join", "popen_wait"):
         wanted = [h for h in helpers if ("multiprocessing" in h[1]) == (mine.kind == "process_join")] or list(helpers)
         call = "multiprocessing Process.join()" if mine.kind == "process_join" else "subprocess (Popen.wait/communicate)"
@@ -392,6 +426,16 @@ def explain_wait(
             [_record(b, sources) for b in waiting],
         )
     if mine.kind == "condition":
+        if _bare_condition_wait(sources, mine.frame):
+            return Mechanism(
+                "condition.lost_wakeup",
+                f"it waits in threading.Condition.wait() at {at} with no loop that re-checks what it waits for: "
+                "notify() wakes only threads already waiting, so a notify() sent before this wait began (the "
+                "producer was quicker) is lost, and nothing wakes it",
+                "Wait on the state, not the signal: `cond.wait_for(lambda: self.ready is not None, timeout=...)` "
+                "(or `while not ready: cond.wait(timeout)`), with the state set under the same lock before notify().",
+                [_record(mine, sources)],
+            )
         return Mechanism(
             "condition.never_notified",
             f"it waits in threading.Condition.wait() at {at} for a notify() that never comes",
