@@ -63,7 +63,10 @@ def test_why_the_rank_waits(hung):
     verdict = report["verdict"]
     mechanism, tag, words = EXPECTED[scenario]
     assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [CULPRIT], verdict
-    assert verdict["culprits"][0]["line"] == marker_line(tag, SCRIPT), verdict["culprits"][0]
+    line = marker_line(tag, SCRIPT)
+    # A worker looping on one line is caught on the loop's header or its body, whichever the one dump saw.
+    lines = (line - 1, line) if scenario == "worker_stuck" else (line,)
+    assert verdict["culprits"][0]["line"] in lines, verdict["culprits"][0]
     # rank 0's own writer thread is there by design: no "rank 1 has no `tb-writer` thread".
     assert "tb-writer" not in verdict["summary"], verdict["summary"]
     assert verdict["mechanism"]["id"] == mechanism, verdict
