@@ -303,6 +303,12 @@ def _merge_fields(evs: list[Event]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- watchdog analysis
+def _seq_op(seq: int, op: str, sep: str) -> str:
+    """'SeqNum 7<sep>ALLREDUCE', or 'SeqNum 7' when the line named no OpType (PyTorch >= 2.6's "Timeout at NCCL
+    work: N")."""
+    return f"SeqNum {seq}{sep}{op}" if op else f"SeqNum {seq}"
+
+
 def _rank_list(text: str) -> list[int]:
     return sorted({int(x) for x in text.replace(" ", "").split(",") if x.isdigit()})
 
@@ -432,7 +438,7 @@ def _watchdog_diagnosis(
     if len(set(seq.values())) > 1:
         spec = kb.diagnoses["watchdog.desync"]
         suspects = odd_ones(seq, lowest_wins=True)
-        parts = [f"rank {r}: SeqNum {seq[r]}{' ' + op[r] if op[r] else ''}" for r in ranks]
+        parts = [f"rank {r}: {_seq_op(seq[r], op[r], ' ')}" for r in ranks]
         reasoning = (
             f"The watchdog timeouts are at different collectives ({'; '.join(parts)}): "
             f"rank(s) {fmt(suspects)} diverged from the others, so the ranks were not executing the same code path."
@@ -453,7 +459,7 @@ def _watchdog_diagnosis(
         ev = busy[0]
         suspects = []
         reasoning = (
-            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}{', ' + op[ranks[0]] if op[ranks[0]] else ''}) "
+            f"Rank(s) {fmt(ranks)} timed out in the same collective ({_seq_op(seq[ranks[0]], op[ranks[0]], ', ')}) "
             f"after {parse_int(ev.fields['timeout_ms'], 0) // 1000} s, but the timeout line of rank {ev.rank} shares its "
             f"text with a progress bar that had been running for {parse_int(ev.fields['busy_elapsed_s'], 0)} s "
             f"({ev.fields['busy_bar'].strip()}): the process printing it (usually rank 0) was still busy outside "
@@ -470,7 +476,7 @@ def _watchdog_diagnosis(
         absent = [r for r in expected if r not in seen] if len(expected) <= 1_000_000 else []
         unseen = bool(absent) or len(expected) > len(seen)
         same = (
-            f"Rank(s) {fmt(ranks)} timed out in the same collective (SeqNum {seq[ranks[0]]}{', ' + op[ranks[0]] if op[ranks[0]] else ''})"
+            f"Rank(s) {fmt(ranks)} timed out in the same collective ({_seq_op(seq[ranks[0]], op[ranks[0]], ', ')})"
         )
         if missing:
             spec = kb.diagnoses["watchdog.straggler"]

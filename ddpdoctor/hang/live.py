@@ -17,7 +17,7 @@ from ddpdoctor.hang.source import (
     left_loop,
     loop_around,
 )
-from ddpdoctor.hang.stacks import RankStack, collective_wrapper
+from ddpdoctor.hang.stacks import RankStack, threads_in_collective
 
 
 def empty_verdict(kind: str, summary: str, fix: str, source: Optional[str]) -> dict[str, Any]:
@@ -265,16 +265,7 @@ def verdict_no_job_at_pid(facts: HangFacts) -> Optional[dict[str, Any]]:
 
 def _thread_in_collective(stack: RankStack) -> bool:
     """Whether a thread other than the main one is blocked in a collective (hang.waits names it)."""
-    main = stack.main
-    for thread in stack.threads:
-        if main is not None and thread.thread_name == main.thread_name:
-            continue
-        for frame in thread.frames:
-            if frame.is_user:
-                break
-            if collective_wrapper(frame):
-                return True
-    return False
+    return next(threads_in_collective(stack), None) is not None
 
 
 def left_sequence(ctx: Any, who: str, culprits: list[int], lead: int, main: Any) -> tuple[str, str]:
@@ -462,7 +453,6 @@ def with_loop_mechanism(verdict: dict[str, Any], mechanism: Optional[dict[str, A
     verdict["summary"] += f"; why it waits: {mechanism['summary']}"
     verdict["fix"] = f"{mechanism['fix']} {verdict['fix']}".strip()
     return verdict
-
 
 
 # A socket call in the user's line that blocks until the peer reads (send) or writes (recv).

@@ -224,7 +224,8 @@ ROOTED_ARGS: dict[str, tuple[str, ...]] = {
     "send": ("dst", "tag", "group_dst"), "recv": ("src", "tag", "group_src"),
     "isend": ("dst", "tag", "group_dst"), "irecv": ("src", "tag", "group_src"),
 }
-_ROOT_ARG = {op: names[0] for op, names in ROOTED_ARGS.items()}
+_P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})
+_ROOT_ARG = {op: names[0] for op, names in ROOTED_ARGS.items() if op not in _P2P_OPS}
 
 
 def _as_int(text: Optional[str]) -> Optional[int]:
@@ -239,11 +240,11 @@ def argument_mismatch(ctx: Any, args_by_key: dict[int, dict[str, str]]) -> Optio
     or a send and a recv that name each other but not the same tag: every rank is in the call, none can
     finish. `args_by_key`: rank key -> the call's arguments as py-spy's --locals printed them, "op" its name.
     The culprits are the ranks outside the majority; with no majority, all of them (a tie)."""
-    ops = {a.get("op") for a in args_by_key.values()}
     if len(args_by_key) < 2:
         return None
-    if len(ops) == 1 and next(iter(ops)) in _ROOT_ARG and next(iter(ops)) not in ("send", "recv", "isend", "irecv"):
-        op = next(iter(ops))
+    ops = {a.get("op") for a in args_by_key.values()}
+    op = ops.pop() if len(ops) == 1 else None
+    if op in _ROOT_ARG:
         name = _ROOT_ARG[op]
         roots = {k: _as_int(a.get(name)) for k, a in args_by_key.items()}
         if None in roots.values() or len(set(roots.values())) < 2:

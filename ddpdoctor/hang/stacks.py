@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ddpdoctor.edge.files import load_json_text
 from ddpdoctor.hang.fr import Frame
@@ -68,6 +68,22 @@ def collective_wrapper(frame: Frame) -> Optional[str]:
         # broadcast on the second iteration, the buffer broadcast): a rank blocked there waits for peers.
         return f"DistributedDataParallel forward ({name}: its bucket/buffer broadcast)"
     return None
+
+
+def threads_in_collective(stack: RankStack) -> Iterator[tuple[ThreadStack, str]]:
+    """(thread, what it waits in) for each thread other than the main one blocked in a collective (its
+    innermost library frames, before any user frame, are a collective or a wrapper of one)."""
+    main = stack.main
+    for thread in stack.threads:
+        if main is not None and thread.thread_name == main.thread_name:
+            continue
+        for frame in thread.frames:
+            if frame.is_user:
+                break
+            wait = collective_wrapper(frame)
+            if wait:
+                yield thread, wait
+                break
 
 
 def normal_thread_name(name: str) -> str:

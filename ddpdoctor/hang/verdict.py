@@ -440,7 +440,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 "other_ranks": [r for r in ranks if r not in culprits and r >= 0],
                 "culprits": _culprit_records(ctx, culprits),
                 "collective": None,
-                "tie": not roots["culprits"] or len(culprits) == len(ranks),
+                "tie": len(culprits) == len(ranks),
                 "fix": "Compute the call's arguments the same way on every rank (or share them first).",
                 "source": "stacks",
             }, roots)

@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence
 
 from ddpdoctor.hang.fr import Frame
 from ddpdoctor.hang.source import loop_around
-from ddpdoctor.hang.stacks import RankStack, ThreadStack, collective_wrapper
+from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
 
 # (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
 # `Class.method` on Python 3.11+ and `method` before; both are matched by the part after the last dot
@@ -629,19 +629,9 @@ def _collective_in_thread(
     """A thread other than the main one blocked in a collective: this rank is in a collective after all,
     issued from a background thread (an async checkpoint, a metrics thread), which the other ranks, whose
     main threads wait elsewhere, never pair with. The main thread usually waits for that thread."""
-    main = stack.main
-    for thread in stack.threads:
-        if main is not None and thread.thread_name == main.thread_name:
-            continue
-        wait = None
-        for frame in thread.frames:
-            if frame.is_user:
-                break
-            wait = collective_wrapper(frame)
-            if wait:
-                break
+    for thread, wait in threads_in_collective(stack):
         user = next((f for f in thread.frames if f.is_user), None)
-        if not wait or user is None:
+        if user is None:
             continue
         name = thread.thread_name
         waits_for = f"; the main thread waits for it at {_at(mine.frame, sources)}" if mine is not None else ""
