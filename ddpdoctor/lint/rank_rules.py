@@ -703,7 +703,7 @@ def _collective(f: ModuleFacts, node: ast.Call) -> Optional[tuple[str, list[ast.
 _DEFINED, _NONE, _PARTIAL = "defined", "none", "partial"
 
 
-def _none_checked(test: ast.AST, negated: bool = False) -> Optional[str]:
+def none_checked(test: ast.AST, negated: bool = False) -> Optional[str]:
     """`x is None` (or `x is not None` when negated) -> "x"."""
     op = ast.IsNot if negated else ast.Is
     if (
@@ -768,11 +768,11 @@ class _PartialTensor:
                 self.scan(stmt.value, state, in_rank)  # type: ignore[attr-defined]
                 self.assign(stmt.target, stmt.value, state)  # type: ignore[attr-defined]
             elif t is ast.Assert:
-                name = _none_checked(stmt.test, negated=True)  # type: ignore[attr-defined]
+                name = none_checked(stmt.test, negated=True)  # type: ignore[attr-defined]
                 if name:
                     state[name] = _DEFINED  # `assert x is not None`
-            elif t is ast.If and not stmt.orelse and ends_in_exit(stmt.body) and _none_checked(stmt.test):  # type: ignore[attr-defined]
-                state[_none_checked(stmt.test)] = _DEFINED  # type: ignore[attr-defined,index]  # `if x is None: raise`
+            elif t is ast.If and not stmt.orelse and ends_in_exit(stmt.body) and none_checked(stmt.test):  # type: ignore[attr-defined]
+                state[none_checked(stmt.test)] = _DEFINED  # type: ignore[attr-defined,index]  # `if x is None: raise`
             elif t is ast.If:
                 self.scan(stmt.test, state, in_rank)  # type: ignore[attr-defined]
                 rank_test = bool(classify_guard(stmt.test)) or mentions_rank(stmt.test)  # type: ignore[attr-defined]

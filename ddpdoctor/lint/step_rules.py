@@ -15,6 +15,7 @@ from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, RankBranch, Scope, final_identifier
 from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file, uses_distributed
+from ddpdoctor.lint.rank_rules import none_checked
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program, uses_ddp_wrapper
 
@@ -282,13 +283,10 @@ def _group_params(scope: Scope) -> set[str]:
 def _none_side(test: ast.AST, params: set[str]) -> Optional[bool]:
     """True when the `if` body runs with a group parameter None (`if pg is None:`, `if not pg:`), False when
     its `else` does (`if pg is not None:`, `if pg:`), None when the test is about something else."""
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name):
-        right = test.comparators[0]
-        if test.left.id in params and isinstance(right, ast.Constant) and right.value is None:
-            if isinstance(test.ops[0], ast.Is):
-                return True
-            if isinstance(test.ops[0], ast.IsNot):
-                return False
+    if none_checked(test) in params:
+        return True
+    if none_checked(test, negated=True) in params:
+        return False
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name):
         return True if test.operand.id in params else None
     if isinstance(test, ast.Name) and test.id in params:
