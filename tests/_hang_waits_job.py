@@ -31,6 +31,15 @@ all_reduce for the last one:
   (exponential backtracking): one call that never returns, on CPU;
 - `worker_stuck`: the last rank's DataLoader collate_fn loops forever on one batch (its trimming makes no
   progress): the rank waits for the batch, one worker is in the collate_fn, the other idles.
+- `pool_busy`: the last rank's one-worker ThreadPoolExecutor runs a heartbeat loop; the checkpoint task
+  submitted after it never starts, and the main thread waits in Future.result();
+- `future_blocked`: the last rank's pool runs its shard fetch, which waits on an Event nobody sets; the main
+  thread waits in Future.result();
+- `lock_file`: the last rank creates a lock file with O_EXCL, raises before removing it (the removal is not
+  in a `finally:`), and then polls to create it again: its own stale lock;
+- `float_loop`: the last rank spins in `while acc != target: acc += 0.1` (0.1 * 3 != 0.3 in floats);
+- `stuck_loop`: the last rank spins in a `while i < len(items)` whose `continue` skips the increment;
+- `circular`: the last rank polls for a file rank 0 writes only after the barrier rank 0 waits in.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
@@ -248,6 +257,86 @@ def pipe_held(rank: int) -> None:
     subprocess.check_output(["/bin/sh", "-c", "sleep 3600 & echo started"])  # HANG-LINE pipe-held
 
 
+def heartbeat() -> None:
+    while True:
+        time.sleep(0.1)
+
+
+def pool_busy(rank: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-io")
+    pool.submit(heartbeat)
+    saved = pool.submit(len, b"state")
+    ready(rank)
+    saved.result()  # HANG-LINE pool-busy
+
+
+def fetch_shard(arrived: threading.Event) -> bytes:
+    arrived.wait()  # HANG-LINE fetch-wait
+    return b""
+
+
+def future_blocked(rank: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fetch")
+    shard = pool.submit(fetch_shard, threading.Event())
+    ready(rank)
+    shard.result()  # HANG-LINE future-blocked
+
+
+def take_lock(path: str) -> None:
+    while True:  # HANG-LINE lock-loop
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return
+        except FileExistsError:
+            time.sleep(0.2)  # HANG-LINE lock-sleep
+
+
+def lock_file(rank: int) -> None:
+    path = os.path.join(os.environ["HANG_READY_DIR"], "cache.lock")
+    try:
+        take_lock(path)
+        raise OSError("cache refresh failed")
+        os.remove(path)  # the lock's removal, skipped by the exception
+    except OSError:
+        pass
+    ready(rank)
+    take_lock(path)
+
+
+def float_loop(rank: int) -> None:
+    acc, target = 0.0, 0.3
+    ready(rank)
+    while acc != target:  # HANG-LINE float-loop
+        acc += 0.1
+
+
+def stuck_loop(rank: int) -> None:
+    items = [1, None, 2]
+    i = 0
+    ready(rank)
+    while i < len(items):  # HANG-LINE stuck-loop
+        if items[i] is None:
+            continue
+        i += 1
+
+
+def circular(rank: int, culprit: bool) -> None:
+    part = os.path.join(os.environ["HANG_READY_DIR"], "part-0.pt")
+    if culprit:
+        ready(rank)
+        while not os.path.exists(part):  # HANG-LINE circular-poll
+            time.sleep(0.2)
+        dist.barrier()
+    else:
+        ready(rank)
+        dist.barrier()  # HANG-LINE circular-barrier
+        torch.save(torch.ones(2), part)
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
@@ -260,6 +349,9 @@ def main() -> None:
     for step in range(1000):
         dist.all_reduce(grad)
         if step < 2:
+            continue
+        if scenario == "circular":
+            circular(rank, culprit)
             continue
         if not culprit:
             ready(rank)
@@ -310,6 +402,16 @@ def main() -> None:
             regex_spin(rank)
         elif scenario == "worker_stuck":
             worker_stuck(rank)
+        elif scenario == "pool_busy":
+            pool_busy(rank)
+        elif scenario == "future_blocked":
+            future_blocked(rank)
+        elif scenario == "lock_file":
+            lock_file(rank)
+        elif scenario == "float_loop":
+            float_loop(rank)
+        elif scenario == "stuck_loop":
+            stuck_loop(rank)
         elif scenario == "sleep_ms":
             rate_limit(rank, 60 * 60 * 1000)
         elif scenario == "writer":

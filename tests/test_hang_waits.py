@@ -44,6 +44,22 @@ EXPECTED = {
     # The rank waits for a batch; the worker in the user's collate_fn is the one that does not deliver (the
     # idle worker waiting for its next index explains nothing).
     "worker_stuck": ("dataloader.worker_stuck", "collate-loop", ["is in the dataset's own code", "trim_to_budget"]),
+    # A one-worker pool busy with a heartbeat: the task waited for never starts.
+    "pool_busy": ("future.pool_busy", "pool-busy", ["Future.result()", "`ckpt-io_0` at", "in heartbeat()",
+                                                     "never starts"]),
+    # The task waited for runs, and waits on an Event: not a starved pool.
+    "future_blocked": ("future.task_blocked", "future-blocked", ["runs but does not finish", "`fetch_0` at",
+                                                                 "in fetch_shard()", "is blocked (event)"]),
+    # Its own O_EXCL lock file, left behind by an exception before the removal.
+    "lock_file": ("file.stale_lock", "lock-sleep", ["to create a lock file exclusively",
+                                                    "not in a `finally:`", "a stale lock"]),
+    # Spinning: py-spy --locals read twice says why the loop does not end.
+    "float_loop": ("loop.float_equality", "float-loop", ["equals `target` exactly", "floating-point numbers",
+                                                         "target = 0.3"]),
+    "stuck_loop": ("loop.no_progress", "stuck-loop", ["did not change between two reads", "i = 1",
+                                                      f"the `continue` at line {marker_line('stuck-loop', SCRIPT) + 2}"]),
+    # Rank 1 polls for the file rank 0 writes after the barrier it waits in.
+    "circular": ("wait.circular_file_collective", "circular-poll", ["a circular wait", "rank 0 writes files only after"]),
     "sleep_ms": ("sleep.milliseconds_as_seconds", "sleep-ms",
                  ["a value in milliseconds passed as seconds?", "rather than waits for a peer"]),
 }
@@ -65,7 +81,8 @@ def test_why_the_rank_waits(hung):
     assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [CULPRIT], verdict
     line = marker_line(tag, SCRIPT)
     # A worker looping on one line is caught on the loop's header or its body, whichever the one dump saw.
-    lines = (line - 1, line) if scenario == "worker_stuck" else (line,)
+    lines = (line - 1, line) if scenario == "worker_stuck" else (line, line + 1, line + 2) if scenario in (
+        "float_loop", "stuck_loop", "circular") else (line,)
     assert verdict["culprits"][0]["line"] in lines, verdict["culprits"][0]
     # rank 0's own writer thread is there by design: no "rank 1 has no `tb-writer` thread".
     assert "tb-writer" not in verdict["summary"], verdict["summary"]

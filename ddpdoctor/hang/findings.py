@@ -110,6 +110,10 @@ class HangFacts:
     children: dict[int, list[tuple[int, str, str]]] = field(default_factory=dict)
     # pid -> name -> repr: the locals of a rank's innermost user frame when it sleeps there (py-spy --locals).
     sleep_locals: dict[int, dict[str, str]] = field(default_factory=dict)
+    # pid -> two reads, `loop_gap_s` apart, of (line, name -> repr) of the innermost user frame of a rank or
+    # DataLoader worker that runs Python in a loop: what its exit condition reads, and whether it changed.
+    loop_locals: dict[int, list[tuple[int, dict[str, str]]]] = field(default_factory=dict)
+    loop_gap_s: float = 0.0
     # pid -> the arguments of the rooted collective or point-to-point call a rank waits in (broadcast's src,
     # recv's src and tag; py-spy --locals of that torch.distributed frame), with "op" its name.
     collective_args: dict[int, dict[str, str]] = field(default_factory=dict)

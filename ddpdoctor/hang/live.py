@@ -17,6 +17,7 @@ from ddpdoctor.hang.source import (
     left_loop,
     loop_around,
 )
+from ddpdoctor.hang.spin import loop_reason
 from ddpdoctor.hang.stacks import RankStack, threads_in_collective
 
 
@@ -107,6 +108,10 @@ def verdict_spinning(ctx: Any, motion: Motion) -> dict[str, Any]:
                 "Python >= 3.11, or a simpler pattern), bound the input length, or use a linear-time engine "
                 "(re2).",
             })
+    if busiest is not None:
+        found = loop_reason(ctx.facts, lead.pid, busiest[0])
+        if found is not None:
+            return with_loop_mechanism(verdict, found)
     return verdict
 
 

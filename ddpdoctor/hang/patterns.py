@@ -14,6 +14,8 @@ import re
 from typing import Any, Optional, Sequence
 
 from ddpdoctor.hang.findings import plural_ranks
+from ddpdoctor.hang.source import loop_around
+from ddpdoctor.hang.spin import loop_reason
 from ddpdoctor.hang.stacks import RankStack, describe_stack, normal_thread_name
 from ddpdoctor.hang.waits import Mechanism, explain_wait
 
@@ -118,12 +120,16 @@ def wait_mechanism(ctx: Any, verdict: dict[str, Any]) -> Optional[Mechanism]:
                 return found
             frame = stuck.user_frame()
             code = _code_of(ctx, stuck)
+            looping = loop_reason(ctx.facts, stuck.pid, frame) if frame is not None else None
             return Mechanism(
                 "dataloader.worker_stuck",
                 f"its DataLoader worker pid {stuck.pid} is in the dataset's own code at {describe_stack(stuck)}{code} "
-                "and has not delivered the batch the rank waits for: a loop that does not end there (its exit "
-                "condition never becomes true for this sample), or a wait inside __getitem__ / collate_fn",
-                "Look at that line for this sample (`py-spy dump --pid WORKER`); DataLoader(timeout=...) turns a "
+                "and has not delivered the batch the rank waits for: "
+                + (str(looping["summary"]) if looping is not None else
+                   "a loop that does not end there (its exit condition never becomes true for this sample), or a "
+                   "wait inside __getitem__ / collate_fn"),
+                (f"{looping['fix']} " if looping is not None else "")
+                + "Look at that line for this sample (`py-spy dump --pid WORKER`); DataLoader(timeout=...) turns a "
                 "stuck worker into an error, and a bounded loop (a maximum number of iterations) into a skip.",
                 [{"thread": "MainThread", "file": frame.filename, "line": frame.line, "code": code.strip(" `"),
                   "role": "stuck_worker"}] if frame is not None else [],
@@ -134,9 +140,50 @@ def wait_mechanism(ctx: Any, verdict: dict[str, Any]) -> Optional[Mechanism]:
         woke = max(0, readings[-1].switches - readings[0].switches) if len(readings) > 1 else None
         children = ctx.facts.children.get(stack.pid, [])
         found = explain_wait(stack, ctx.facts.sources, history, woke, children, ctx.facts.sleep_locals.get(stack.pid))
+        if found is not None and found.id == "loop.poll_retry":
+            found = _circular(ctx, key, found)
         if found is not None:
             return _with_children(ctx, stack, found)
     return None
+
+
+_CHECKS_FILE = re.compile(r"\b(?:exists|isfile|is_file|isdir|glob|listdir|iterdir|getsize|stat)\(")
+_WRITES_FILE = re.compile(r"\b(?:torch\.save|json\.dump|np\.save|pickle\.dump|shutil\.(?:copy\w*|move)|os\.(?:rename|replace)|"
+                          r"\w+\.(?:write_text|write_bytes|touch|save_pretrained|to_csv))\(|open\([^)]{0,200},\s*['\"][wax]")
+
+
+def _circular(ctx: Any, key: int, found: Mechanism) -> Mechanism:
+    """A rank polling for a file while the other ranks wait in a collective they reach before writing files:
+    each side waits for the other (the file comes only after the collective the poller never joins)."""
+    record = found.threads[0] if found.threads else {}
+    lines = ctx.facts.sources.get(str(record.get("file", "")))
+    loop_line = record.get("loop_line")
+    if not lines or not isinstance(loop_line, int):
+        return found
+    body = loop_around(lines, int(record.get("line", loop_line)))  # type: ignore[arg-type]
+    span = range(loop_line, (body.end if body is not None else loop_line) + 1)
+    if not any(_CHECKS_FILE.search(lines[n - 1]) for n in span if 0 < n <= len(lines)):
+        return found
+    for other, stack in ctx.stack_by_rank.items():
+        wait = stack.waiting_in() if other != key else None
+        frame = stack.user_frame() if wait else None
+        theirs = ctx.facts.sources.get(frame.filename) if frame is not None else None
+        if frame is None or not theirs:
+            continue
+        for number in range(frame.line + 1, min(len(theirs), frame.line + 80) + 1):
+            text = theirs[number - 1]
+            if text.strip() and (len(text) - len(text.lstrip()) == 0 or text.lstrip().startswith(("def ", "async def "))):
+                break  # left the function
+            if _WRITES_FILE.search(text):
+                found.id = "wait.circular_file_collective"
+                found.summary += (
+                    f"; a circular wait: what it polls for is a file, and {plural_ranks([other])} writes files only "
+                    f"after the {wait} it waits in at line {frame.line} (line {number} `{text.strip()[:100]}`), "
+                    "which this rank never joins while it polls: each waits for the other")
+                found.fix = ("Break the cycle: let the rank that writes the file do it before the collective, or make "
+                             "every rank join the collective before anyone waits for the file. " + found.fix)
+                return found
+    return found
 
 
 def stuck_worker(workers: Sequence[RankStack]) -> Optional[RankStack]:

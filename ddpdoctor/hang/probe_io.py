@@ -489,6 +489,8 @@ def gather_facts(
     read_sources_into(facts)
     facts.sleep_locals = _sleep_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.collective_args = _collective_args(facts, pyspy, min(timeout_s, 5.0))
+    facts.loop_locals = _loop_locals(facts, pyspy, min(timeout_s, 5.0))
+    facts.loop_gap_s = _LOOP_GAP_S if facts.loop_locals else 0.0
     facts.duration_s = time.monotonic() - start
     return facts
 
@@ -550,6 +552,41 @@ def _sleep_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> d
             if found:
                 out[stack.pid] = found
     return out
+
+
+_LOOP_GAP_S = 0.5
+
+
+def _loop_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, list[tuple[int, dict[str, str]]]]:
+    """Two reads, half a second apart, of the locals of each rank or DataLoader worker whose main thread runs
+    Python inside a loop of the user's code (not a sleep): whether what the loop's exit condition reads
+    moves. Equivalent: `py-spy dump --json --locals --nonblocking --pid PID`, twice."""
+    from ddpdoctor.edge.runner import run_argv
+    from ddpdoctor.hang.spin import the_loop
+    from ddpdoctor.hang.stacks import innermost_locals
+
+    if pyspy is None:
+        return {}
+    wanted: list[tuple[int, str]] = []
+    for stack in [*facts.stacks[:16], *(w for ws in facts.worker_stacks.values() for w in ws[:8])]:
+        main = stack.main
+        frame = main.frames[0] if main is not None and main.frames else None
+        lines = facts.sources.get(frame.filename) if frame is not None else None
+        if frame is None or not frame.is_user or not lines or not 0 < frame.line <= len(lines):
+            continue
+        if "sleep(" in lines[frame.line - 1] or the_loop(lines, frame.line) is None:
+            continue
+        wanted.append((stack.pid, frame.name))
+    out: dict[int, list[tuple[int, dict[str, str]]]] = {}
+    for index in range(2):
+        if index:
+            time.sleep(_LOOP_GAP_S)
+        for pid, name in wanted[:8]:
+            seen = run_argv([pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid", str(pid)], timeout_s=timeout_s)
+            found = innermost_locals(seen.stdout, name) if seen.ok else None
+            if found is not None:
+                out.setdefault(pid, []).append(found)
+    return {pid: reads for pid, reads in out.items() if reads}
 
 
 def spawn_ranks(workers: list[Worker], pyspy: Optional[str], timeout_s: float) -> list[Worker]:

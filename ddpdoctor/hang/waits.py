@@ -27,6 +27,9 @@ _LIBRARY_WAITS: tuple[tuple[str, str, str], ...] = (
     ("threading.py", "Semaphore.acquire", "lock"),
     ("threading.py", "Condition.wait", "condition"),
     ("threading.py", "Condition.wait_for", "condition"),
+    ("concurrent/futures/_base.py", "Future.result", "future"),
+    ("concurrent/futures/_base.py", "wait", "future"),
+    ("concurrent/futures/_base.py", "as_completed", "future"),
     ("queue.py", "Queue.join", "queue_join"),
     ("queue.py", "Queue.get", "queue_get"),
     ("queue.py", "Queue.put", "queue_put"),
@@ -265,6 +268,79 @@ def _lock_mechanism(
     )
 
 
+def _pool_worker(thread: ThreadStack) -> bool:
+    return any(f.filename.endswith("concurrent/futures/thread.py") and f.name.rsplit(".", 1)[-1] == "_worker"
+               for f in thread.frames)
+
+
+def _future_mechanism(
+    stack: RankStack, mine: Blocked, sources: Mapping[str, Sequence[str]], helpers: Sequence[tuple[int, str, str]]
+) -> Mechanism:
+    """A wait on a concurrent.futures Future: the executor's worker threads say why its task has not finished.
+    An idle worker sits in `_worker` itself (on its work queue); a busy one runs a task below it."""
+    at = _at(mine.frame, sources)
+    workers = [t for t in stack.threads if _pool_worker(t)]
+    busy = [t for t in workers if t.frames and not (
+        t.frames[0].filename.endswith("concurrent/futures/thread.py") and t.frames[0].name.rsplit(".", 1)[-1] == "_worker")]
+
+    def where(thread: ThreadStack) -> str:
+        frame = next((f for f in thread.frames if f.is_user), thread.frames[0])
+        return f"`{thread.thread_name}` at {_at(frame, sources)}"
+
+    records = [_record(mine, sources)] + [
+        {"thread": t.thread_name, "file": f.filename, "line": f.line, "code": _code(sources, f), "role": "pool_worker"}
+        for t in busy[:4] if (f := next((g for g in t.frames if g.is_user), None)) is not None]
+    def loops(thread: ThreadStack) -> bool:
+        frame = next((f for f in thread.frames if f.is_user), None)
+        lines = sources.get(frame.filename) if frame is not None else None
+        return bool(lines) and frame is not None and loop_around(lines, frame.line) is not None  # type: ignore[arg-type]
+
+    if workers and len(busy) == len(workers) and any(loops(t) for t in busy):
+        return Mechanism(
+            "future.pool_busy",
+            f"it waits in Future.result() at {at} for a task of a thread pool whose {len(workers)} worker thread(s) "
+            f"are all busy with other tasks ({'; '.join(where(t) for t in busy[:3])}): a ThreadPoolExecutor runs one "
+            "task per worker, so a task that never ends there (a loop, a heartbeat, a wait) holds the pool, and the "
+            "task this thread waits for never starts",
+            "Do not run a never-ending task (a heartbeat, a watcher, a consumer loop) on a pool that other tasks "
+            "need: give it its own threading.Thread, or raise max_workers; wait with `result(timeout=...)` so a "
+            "starved task is an error.",
+            records,
+        )
+    if busy:
+        waits = [w for t in busy[:3] if (w := blocked_in(t, sources)) is not None]
+        return Mechanism(
+            "future.task_blocked",
+            f"it waits in Future.result() at {at} for a task that runs but does not finish: the pool's busy "
+            f"worker(s) {'; '.join(where(t) for t in busy[:3])}"
+            + (f" {'are' if len(waits) > 1 else 'is'} blocked ({', '.join(w.kind.replace('_', ' ') for w in waits)})"
+               if waits else ""),
+            "Look at what that task waits for at its line (the same reasons as any wait: an event nobody sets, a "
+            "lock, a queue, I/O); `result(timeout=...)` turns it into an error.",
+            records,
+        )
+    kids = [h for h in helpers if "bookkeeping" not in h[1]]
+    if kids and not workers:
+        return Mechanism(
+            "future.process_pool",
+            f"it waits in Future.result() at {at} for a task run by child process(es) "
+            f"{', '.join(f'pid {p}' for p, _, _ in kids[:4])}: the task runs there (or its worker died and the "
+            "pool has not noticed)",
+            "Look at the child processes' stacks (`py-spy dump --pid PID`); `result(timeout=...)` bounds the wait.",
+            records, [p for p, _, _ in kids[:8]],
+        )
+    return Mechanism(
+        "future.never_completed",
+        f"it waits in Future.result() at {at} for a future no worker is running "
+        + ("(the pool's worker threads are idle)" if workers else "(no pool worker thread or process is left)")
+        + ": the task ended without completing it, it was never submitted to a running pool, or it is a bare "
+        "Future whose set_result() nobody calls",
+        "Make sure the code that should complete the future (submit, set_result) runs; `result(timeout=...)` turns a "
+        "lost future into an error.",
+        records,
+    )
+
+
 def _others_in_user_code(stack: RankStack, mine: Blocked, blocked: Sequence[Blocked], kinds: set[str]) -> list[str]:
     """Threads other than `mine` that run user code and are not themselves parked in one of `kinds`."""
     parked = {b.thread for b in blocked if b.kind in kinds}
@@ -346,6 +422,8 @@ def explain_wait(
             "Look at what the producer thread does instead of putting the next item.",
             [_record(mine, sources)],
         )
+    if mine.kind == "future":
+        return _future_mechanism(stack, mine, sources, helpers)
     if mine.kind == "mp_queue_get":
         # multiprocessing's own bookkeeping processes (resource tracker, forkserver) put nothing.
         children = [h for h in helpers if "bookkeeping" not in h[1]]
@@ -592,6 +670,9 @@ def _poll(
     if header is None or not (moved or (woke or 0) > 0 or woke is None):
         return None
     head = Frame(mine.frame.filename, header, mine.frame.name)
+    stale = _stale_lock_file(lines or [], header, mine)
+    if stale is not None:
+        return stale
     return Mechanism(
         "loop.poll_retry",
         f"it polls/retries in a loop at line {header} (`{_code(sources, head)}` in {mine.frame.filename}), "
@@ -601,6 +682,59 @@ def _poll(
         "Look at what the loop waits for (a file, a key, a flag another rank or thread should produce) and "
         "why it never comes; give the loop a deadline that raises, so a missing producer is an error.",
         [_record(mine, sources, loop_line=header)],
+    )
+
+
+_EXCL_CREATE = re.compile(r"O_EXCL|open\([^)]{0,200}['\"]x['\"]|FileExistsError|\.touch\([^)]{0,80}exist_ok\s*=\s*False")
+_REMOVE = re.compile(r"\b(?:os\.remove|os\.unlink|\w+\.unlink)\(")
+_FINALLY = re.compile(r"^\s*finally\s*:")
+
+
+def _in_finally(lines: Sequence[str], line: int) -> bool:
+    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
+    for number in range(line - 1, max(0, line - _MAX_SCAN), -1):
+        text = lines[number - 1]
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        depth = len(text) - len(text.lstrip())
+        if depth < indent:
+            if _FINALLY.match(text):
+                return True
+            if _DEF.match(text):
+                return False
+            indent = depth
+    return False
+
+
+def _stale_lock_file(lines: Sequence[str], header: int, mine: Blocked) -> Optional[Mechanism]:
+    """A poll loop that retries an exclusive create of a lock file (O_EXCL, open(..., 'x'), FileExistsError):
+    it waits for the file to go away. When the code that removes the lock file does so outside a `finally:`,
+    an exception between create and remove (or a process that died) left it behind: a stale lock."""
+    loop = loop_around(lines, mine.frame.line) if lines else None
+    end = loop.end if loop is not None and loop.header == header else min(len(lines), header + 30)
+    creates = [n for n in range(header, end + 1) if _EXCL_CREATE.search(lines[n - 1])]
+    if not creates:
+        return None
+    removes = [n for n, text in enumerate(lines, 1) if _REMOVE.search(text) and "lock" in text.lower()]
+    unprotected = [n for n in removes if not _in_finally(lines, n)]
+    if removes and not unprotected:
+        removal = (f"; it is removed only in a `finally:` (line {removes[0]}), so look for a process that died "
+                   "holding it (kill -9, OOM) or another job using the same path")
+    elif unprotected:
+        removal = (f"; the code removes it at line {unprotected[0]} (`{lines[unprotected[0] - 1].strip()[:100]}`), "
+                   "not in a `finally:`, so an exception between its creation and that line leaves the file behind "
+                   "— a stale lock, possibly this rank's own")
+    else:
+        removal = "; nothing in this file removes it"
+    return Mechanism(
+        "file.stale_lock",
+        f"it polls in a loop at line {header} to create a lock file exclusively (line {creates[0]} "
+        f"`{lines[creates[0] - 1].strip()[:100]}`), sleeping at line {mine.frame.line}: the file exists and "
+        f"nobody removes it{removal}",
+        "Remove the lock file in a `finally:` (or use fcntl.flock on an open file, which the kernel releases when "
+        "the process dies); write the owner's pid into it and break a lock whose owner is gone; give the wait a "
+        "deadline that raises.",
+        [_record(mine, sources={mine.frame.filename: lines}, loop_line=header)],
     )
 
 

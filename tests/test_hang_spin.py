@@ -1,0 +1,105 @@
+"""hang/spin.py: why a busy loop does not end, from its source and two reads of its locals (pure). The
+real-job versions (py-spy --locals on a spinning gloo rank) are in tests/test_hang_waits.py
+(float_loop, stuck_loop, worker_stuck)."""
+
+from __future__ import annotations
+
+from ddpdoctor.hang.spin import LocalsRead, spin_mechanism, the_loop
+
+FLOAT = """def build(w):
+    acc = 0.0
+    while acc != w:
+        acc += 0.1
+    return acc
+""".splitlines()
+
+SKIP = """def clean(items):
+    i = 0
+    while i < len(items):
+        if items[i] is None:
+            continue
+        i += 1
+""".splitlines()
+
+BISECT = """def cut(lo, hi, fits):
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+""".splitlines()
+
+STEP = """def align(n):
+    while n != 100:
+        n += 3
+""".splitlines()
+
+FOREVER = """def wait_for(flag):
+    while True:
+        if flag.ready:
+            break
+        spin = 1
+""".splitlines()
+
+
+def test_float_equality_from_the_locals_and_from_the_source_alone():
+    reads = [LocalsRead(4, {"acc": "0.30000000000000004", "w": "0.3"}), LocalsRead(4, {"acc": "9000.2", "w": "0.3"})]
+    found = spin_mechanism(FLOAT, 4, reads, 0.5)
+    assert found is not None and found["id"] == "loop.float_equality"
+    assert "(now acc = 9000.2, w = 0.3)" in str(found["summary"]) and "`while acc < w`" in str(found["fix"])
+    # Without locals (py-spy could not read them) the `+= 0.1` in the body says it.
+    bare = spin_mechanism(FLOAT, 3)
+    assert bare is not None and bare["id"] == "loop.float_equality" and "(now" not in str(bare["summary"])
+
+
+def test_no_progress_names_the_continue_that_skips_the_increment():
+    reads = [LocalsRead(4, {"i": "1", "items": "[1, None, 2]"}), LocalsRead(5, {"i": "1", "items": "[1, None, 2]"})]
+    found = spin_mechanism(SKIP, 4, reads, 0.5)
+    assert found is not None and found["id"] == "loop.no_progress"
+    summary = str(found["summary"])
+    assert "did not change between two reads 0.5 s apart (i = 1, items = [1, None, 2])" in summary
+    assert "the `continue` at line 5 goes back to the header before line 6 (`i += 1`) runs" in summary
+
+
+def test_no_progress_in_a_bisection_names_the_assignment():
+    reads = [LocalsRead(3, {"lo": "4", "hi": "5"}), LocalsRead(5, {"lo": "4", "hi": "5"})]
+    found = spin_mechanism(BISECT, 5, reads, 0.5)
+    assert found is not None and found["id"] == "loop.no_progress"
+    assert "line 5 (`lo = mid`)" in str(found["summary"]) and "lo = mid + 1" in str(found["fix"])
+
+
+def test_values_that_moved_are_no_lack_of_progress():
+    reads = [LocalsRead(4, {"lo": "4", "hi": "90"}), LocalsRead(4, {"lo": "40", "hi": "90"})]
+    assert spin_mechanism(BISECT, 4, reads, 0.5) is None
+
+
+def test_an_exact_exit_value_stepped_past():
+    reads = [LocalsRead(3, {"n": "1000"}), LocalsRead(3, {"n": "90001"})]
+    found = spin_mechanism(STEP, 3, reads, 0.5)
+    assert found is not None and found["id"] == "loop.stepped_past_exit"
+    assert "n: 1000 -> 90001" in str(found["summary"])
+    # Coming closer is not stepping past.
+    assert spin_mechanism(STEP, 3, [LocalsRead(3, {"n": "10"}), LocalsRead(3, {"n": "40"})], 0.5) is None
+
+
+def test_while_true_lists_its_exits():
+    found = spin_mechanism(FOREVER, 5, [LocalsRead(5, {"spin": "1"})])
+    assert found is not None and found["id"] == "loop.exit_never_taken"
+    assert "line 4 (`break` under `if flag.ready:`)" in str(found["summary"])
+
+
+def test_reads_from_outside_the_loop_and_lines_outside_any_loop():
+    # Reads whose line is outside the loop are not of this loop: no claim about progress.
+    outside = [LocalsRead(1, {"i": "1"}), LocalsRead(1, {"i": "1"})]
+    assert spin_mechanism(SKIP, 4, outside, 0.5) is None
+    assert spin_mechanism(SKIP, 2) is None  # `i = 0` is in no loop
+    assert spin_mechanism(SKIP, 99) is None
+    assert the_loop(SKIP, 3) is not None and the_loop(SKIP, 3).header == 3  # the header itself
+
+
+def test_garbage_headers_are_no_crash():
+    weird = ["def f():", "    while (a !=:", "        a += 0.5", "    while " + "(" * 500 + ":", "        pass"]
+    assert spin_mechanism(weird, 3) is None
+    assert spin_mechanism(weird, 5) is None
