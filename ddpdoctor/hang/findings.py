@@ -29,7 +29,9 @@ VERDICT = define(
     "rank is unresponsive), `all_waiting` (every local rank waits in the same collective: the cause is "
     "on another node or in the network), `all_blocked` (nothing moved and every rank blocks outside "
     "torch.distributed, e.g. both in a socket send: all are named), `progressing` (something moved between the snapshots taken a "
-    "second apart: not a hang; the slowest rank is named as a straggler, a warning), `not_distributed` "
+    "second apart: not a hang; the slowest rank is named as a straggler, a warning), `joining` (every rank "
+    "waits in init_process_group in every snapshot: the ranks that never joined, or that were given another "
+    "MASTER_PORT or WORLD_SIZE, are named), `not_distributed` "
     "(--pid names a process with no sign of torch.distributed) or `none` (no sign of a hang). When the "
     "culprit waits in no collective, `data.mechanism` says why, read from all its threads: a stable dotted "
     "id (`lock.order_deadlock`, `lock.self_deadlock`, `queue.join_without_task_done`, "
@@ -99,6 +101,12 @@ class HangFacts:
     dump_mtimes: dict[str, float] = field(default_factory=dict)  # dump source -> mtime (epoch seconds)
     dump_skipped: list[str] = field(default_factory=list)  # files left out unread (partial *.tmp dumps)
     rank_start: dict[int, float] = field(default_factory=dict)  # pid -> process start (epoch seconds)
+    # (rank, pid, MASTER_ADDR:MASTER_PORT, WORLD_SIZE) of ranks on this node outside the selected job that no
+    # launcher started (a rank given another port or world size groups apart).
+    strays: list[tuple[int, int, str, str]] = field(default_factory=list)
+    agent_stack: Optional[RankStack] = None  # the torchrun agent's stack, read when it has no worker
+    agent_start: Optional[float] = None  # and when it started (epoch seconds)
+    taken_at: float = 0.0  # when the last snapshot was taken (epoch seconds): how long the ranks have run
     # pid of a rank waiting on its DataLoader -> its worker processes' stacks
     worker_stacks: dict[int, list[RankStack]] = field(default_factory=dict)
     # pid of a rank whose main thread waits on its own child processes (Process.join, Popen.wait, a Pool)

@@ -427,9 +427,14 @@ def gather_facts(
         procs = list_processes()
         if pid is not None and not any(p.pid == pid for p in procs):
             facts.pid_error = f"no such process: {pid}" if not os.path.exists(f"/proc/{pid}") else ""
-        facts.job, facts.job_error = select_job(
-            find_jobs(procs, own_pid=os.getpid()), pid, procs, os.environ.get("SLURM_JOB_ID")
-        )
+        jobs = find_jobs(procs, own_pid=os.getpid())
+        facts.job, facts.job_error = select_job(jobs, pid, procs, os.environ.get("SLURM_JOB_ID"))
+        # Ranks of other launcher-less groups on this node: a rank started with another MASTER_PORT or
+        # WORLD_SIZE forms a "job" of its own, and is the one the selected job waits for.
+        facts.strays = [(w.rank, w.pid, f"{w.env.get('MASTER_ADDR', '?')}:{w.env.get('MASTER_PORT', '?')}",
+                         w.env.get("WORLD_SIZE", "?"))
+                        for j in jobs if j is not facts.job and j.agent_pid is None
+                        for w in j.workers[:64] if w.rank is not None][:256]
     addr = ras_addr or (facts.job.ras_addr() if facts.job else None) or os.environ.get("NCCL_RAS_ADDR") or RAS_DEFAULT_ADDR
     if not fr_spec and use_fr and facts.job is not None:
         # The job said where torch dumps on a watchdog timeout (TORCH_FR_DUMP_TEMP_FILE): read what is there.
@@ -447,6 +452,10 @@ def gather_facts(
     facts.pyspy_found = pyspy is not None
     workers = facts.job.workers if (facts.job and use_stacks) else []
     facts.rank_start = _start_times([w.pid for w in (facts.job.workers if facts.job else [])])
+    if facts.job is not None and facts.job.agent_pid and not facts.job.workers and use_stacks:
+        # No rank to read: the agent's own stack says where it waits (the elastic rendezvous).
+        facts.agent_stack = dump_stack(facts.job.agent_pid, None, pyspy, min(timeout_s, 5.0))
+        facts.agent_start = _start_times([facts.job.agent_pid]).get(facts.job.agent_pid)
     # Nothing to watch move (no rank's stack, no RAS): one snapshot, no interval to sleep through.
     count = max(1, samples) if (workers or use_ras) else 1
     fr_stats: dict[str, tuple[int, int]] = {}
@@ -479,6 +488,7 @@ def gather_facts(
             facts.samples.append(sample)
             index += 1
         facts.stacks = _final_stacks(facts, workers, pyspy, deadline, timeout_s, pool)
+        facts.taken_at = time.time()
         if fr_stats and _stat_all(facts.dumps) != fr_stats:
             # The job wrote its dumps again while we looked: keep both reads, the seqs tell progress.
             facts.earlier_dumps, facts.dumps, facts.dump_errors = facts.dumps, [], []

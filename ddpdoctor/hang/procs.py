@@ -348,6 +348,10 @@ def select_job(
         by_pid = {p.pid: p for p in procs or []}
         if procs is not None and pid not in by_pid:
             return None, f"no such process: {pid} (not running on this node, or not visible from here)"
+        if pid in by_pid and is_agent(by_pid[pid]):
+            # A torchrun agent that has started no worker: it waits in the rendezvous for other nodes (or
+            # between restarts). A job of its own, with no rank yet (rendezvous.verdict_agent_waiting).
+            return Job(pid, by_pid[pid].cmdline), ""
         if pid in by_pid:
             parent = by_pid[pid]
             # Only processes that look like ranks: RANK/LOCAL_RANK set, or children that mp.spawn started

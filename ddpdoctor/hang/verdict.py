@@ -47,6 +47,7 @@ from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.ras import to_dict as ras_to_dict
+from ddpdoctor.hang.rendezvous import verdict_agent_waiting, verdict_joining
 from ddpdoctor.hang.source import classify_split
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
 from ddpdoctor.hang.stacks import to_dict as stack_to_dict
@@ -548,6 +549,9 @@ def judge_hang(facts: HangFacts) -> HangReport:
         verdict = verdict_not_distributed(ctx)
     if verdict is None and facts.job is None and not facts.dumps:
         verdict = verdict_no_job_at_pid(facts)
+    if verdict is None:
+        # Before progress: the rank hosting the store wakes hundreds of times a second while it waits.
+        verdict = verdict_joining(ctx) or verdict_agent_waiting(facts)
     if verdict is None and motion.state == "progressing":
         verdict = verdict_progressing(ctx, motion)
     if verdict is None and motion.state == "spinning":

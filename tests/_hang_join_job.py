@@ -1,0 +1,13 @@
+"""A gloo rank started without a launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT from the test), run
+by tests/test_hang_joining.py (never imported): it touches $HANG_READY_DIR/ready_<rank> and joins the
+job; with a rank missing or given another MASTER_PORT, it waits in init_process_group."""
+
+import os
+from datetime import timedelta
+
+import torch.distributed as dist
+
+rank = int(os.environ["RANK"])
+open(os.path.join(os.environ["HANG_READY_DIR"], f"ready_{rank}"), "w").close()
+dist.init_process_group("gloo", timeout=timedelta(seconds=300))  # HANG-LINE init
+dist.barrier()

@@ -1,0 +1,109 @@
+"""`ddpdoctor hang` on real gloo ranks started without a launcher that never form a job: one rank of
+three was never started, or was given another MASTER_PORT (it groups apart on this node). The ranks
+that run wait in init_process_group, where the rank hosting the TCPStore wakes hundreds of times a
+second: that is no progress. The verdict (`joining`, exit 1) names the missing rank and, for the
+stray, the port it was given. Each rank runs in its own session and is SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _hang_harness import NO_PYSPY, marker_line
+from test_hang_evidence import run_hang
+
+SCRIPT = Path(__file__).with_name("_hang_join_job.py")
+pytestmark = pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(tmp: Path, ranks: dict[int, int], world: int) -> list[subprocess.Popen]:
+    procs = []
+    for rank, port in ranks.items():
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), HANG_READY_DIR=str(tmp), GLOO_SOCKET_IFNAME="lo")
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPT)], env=env, start_new_session=True,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + 120
+    while not all((tmp / f"ready_{r}").exists() for r in ranks):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "ranks did not start"
+        time.sleep(0.2)
+    time.sleep(2)  # from the ready file into init_process_group
+    return procs
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+
+def test_a_rank_never_started(tmp_path):
+    port = _free_port()
+    procs = _start(tmp_path, {0: port, 1: port}, world=3)
+    try:
+        report = run_hang("--pid", str(procs[0].pid))
+    finally:
+        _kill(procs)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["kind"] == "joining", verdict
+    assert verdict["culprit_ranks"] == [2] and verdict["other_ranks"] == [0, 1], verdict
+    assert f"_hang_join_job.py:{marker_line('init', SCRIPT)}" in verdict["summary"]
+    assert "rank 2 of the 3 is not running: never started or exited before joining" in verdict["summary"]
+    assert verdict["culprits"][0]["where"] == "not running on this node"
+
+
+def test_a_rank_given_another_port(tmp_path):
+    port, other = _free_port(), _free_port()
+    procs = _start(tmp_path, {0: port, 1: port, 2: other}, world=3)
+    try:
+        report = run_hang("--pid", str(procs[0].pid))
+        alone = run_hang("--pid", str(procs[2].pid))
+    finally:
+        _kill(procs)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["kind"] == "joining" and verdict["culprit_ranks"] == [2], verdict
+    assert (f"rank 2 runs on this node (pid {procs[2].pid}) but with MASTER_ADDR:MASTER_PORT 127.0.0.1:{other}"
+            in verdict["summary"])
+    assert f"while this job uses 127.0.0.1:{port}" in verdict["summary"]
+    # Seen from the stray: the two ranks it waits for run here with the other port.
+    assert alone["verdict"]["kind"] == "joining" and alone["verdict"]["culprit_ranks"] == [0, 1], alone["verdict"]
+    assert f"rank 0 runs on this node (pid {procs[0].pid})" in alone["verdict"]["summary"]
+
+
+def test_a_torchrun_agent_waiting_for_the_other_node(tmp_path):
+    """`torchrun --nnodes 2` started on one node only: the agent starts no rank and waits in the
+    rendezvous; --pid of the agent is that job (not "not a distributed job")."""
+    port = _free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
+         "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes", "--local-addr", "127.0.0.1",
+         str(SCRIPT)],
+        env=dict(os.environ, HANG_READY_DIR=str(tmp_path)), start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(6)  # past torch's import, into the rendezvous
+        report = run_hang("--pid", str(agent.pid))
+    finally:
+        _kill([agent])
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["kind"] == "joining", verdict
+    assert f"the torchrun agent pid {agent.pid} has started no rank" in verdict["summary"]
+    assert f"--nnodes 2, --rdzv-backend c10d, --rdzv-endpoint 127.0.0.1:{port}, --rdzv-id two-nodes" in verdict["summary"]
+    assert "its stack: " in verdict["summary"] and "rendezvous" in verdict["summary"]
+    assert not (tmp_path / "ready_0").exists()  # no rank was started
