@@ -34,6 +34,11 @@ _FIRST_CTX_RE = re.compile(r"(?:main|master|zero|leader|primary|rank0|rank_zero)
 _LOADERS = frozenset({"datasets.load_dataset", "datasets.load_from_disk"})
 
 
+# Hugging Face datasets' packaged builders that read the user's local files (data_files=...).
+_LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas", "imagefolder", "audiofolder",
+                             "webdataset", "sql"})
+
+
 def _download(cs: CallSite) -> str:
     """What the call downloads into a shared cache: `CIFAR10(root, download=True)` (torchvision,
     torchaudio and the like) or `load_dataset(...)` (Hugging Face datasets); "" when nothing."""
@@ -41,6 +46,12 @@ def _download(cs: CallSite) -> str:
     if isinstance(flag, ast.Constant) and flag.value is True:
         return f"{cs.attr}(download=True)"
     if cs.qual == "datasets.load_dataset":
+        streaming = cs.kwarg("streaming")
+        if isinstance(streaming, ast.Constant) and streaming.value is True:
+            return ""  # streamed: read over the network as it trains, nothing written to the shared cache
+        builder = cs.arg(0, "path")
+        if isinstance(builder, ast.Constant) and builder.value in _LOCAL_BUILDERS:
+            return ""  # load_dataset("json", data_files=...): the user's own files, nothing downloaded
         return "load_dataset()"
     return ""
 

@@ -33,7 +33,7 @@ _MAIN_FLAG_RE = re.compile(
     r"(?:main|master|chief|root|primary|leader|coordinator|first_rank|main_rank|rank_?zero|rank_?0|"
     r"main_process|master_process|main_proc|master_proc|main_worker|master_node|global_zero|zero_rank)"
     r"|(?:local_|global_)?(?:main_process|master_process|main_proc|master_proc|master_rank)"
-    r"|rank_?zero|rank_?0|global_zero)(?:_only)?$"
+    r"|rank_?zero|rank_?0|global_zero)(?:_(?:worker|process|proc|node|rank))?(?:_only)?$"
 )
 # Decorators that make a function run on rank 0 only (Lightning's rank_zero_only and look-alikes).
 _RANK_ZERO_DECORATOR_RE = re.compile(r"rank_?zero|rank_?0|main_process_only|master_only|on_main_process")

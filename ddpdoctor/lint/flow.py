@@ -121,7 +121,7 @@ def _happens_before(
 
 def rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
     """Every path into `scope` passes a rank-0 check (or we cannot see who calls it: stay silent)."""
-    if scope.guarded:
+    if scope.guarded or rank_zero_decorated(f, scope):
         return True
     if is_entry(f, scope):
         return False  # module code and spawn targets / callbacks run on every rank
@@ -131,6 +131,44 @@ def rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
     if key not in f.memo:
         f.memo[key] = True  # a recursive cycle adds no unguarded path
         f.memo[key] = all(c.guarded or rank_zero_only(g, c.scope, depth + 1) for g, c in callers_of(f, scope))
+    return bool(f.memo[key])
+
+
+def _calls_wrapped_on_rank_zero(g: ModuleFacts, fn: Scope) -> bool:
+    """`fn` is a decorator whose wrapper calls the function it wraps (its first parameter) only under a rank-0
+    check: LAVIS's `main_process` (`if rank == 0: return func(...)`), nerfstudio's `check_main_thread`."""
+    node = fn.node
+    args = getattr(node, "args", None)
+    first = args.args[0].arg if args is not None and args.args else None
+    if first is None:
+        return False
+    calls = []
+    for inner in g.scopes:
+        parent = inner.parent
+        while parent is not None and parent is not fn:
+            parent = parent.parent
+        if parent is fn:
+            calls += [cs for cs in inner.calls if cs.raw == first]
+    return bool(calls) and all(cs.guarded for cs in calls)
+
+
+def rank_zero_decorated(f: ModuleFacts, scope: Scope) -> bool:
+    """A decorator of `scope`, defined in this file or another file of the project, runs it on rank 0 only
+    (read from the decorator's own code; the decorator names Lightning's convention are in facts.py)."""
+    decorators = getattr(scope.node, "decorator_list", None)
+    if not decorators:
+        return False
+    key = ("rank_zero_decorated", id(scope))
+    if key not in f.memo:
+        files = [f] + ([g for _, g in f.project.files if g is not f] if f.project is not None else [])  # type: ignore[attr-defined]
+        names = {final_identifier(d) for d in decorators}
+        f.memo[key] = any(
+            _calls_wrapped_on_rank_zero(g, fn)
+            for name in names if name
+            for g in files[:2000]
+            for fn in g.functions.get(name, ())
+            if fn.parent is not None and fn.parent.is_module
+        )
     return bool(f.memo[key])
 
 

@@ -666,12 +666,20 @@ def _mapped_twin(f: ModuleFacts, cs: CallSite) -> bool:
 
 # Frameworks whose scripts run one process per GPU without naming torch.distributed.
 _LAUNCHING_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "transformers.Trainer")
+_FRAMEWORK_TRAINERS = frozenset({"transformers.Trainer", "transformers.Seq2SeqTrainer", "trl.SFTTrainer",
+                                 "trl.DPOTrainer", "trl.GRPOTrainer", "trl.PPOTrainer", "trl.RewardTrainer"})
 
 
 def distributed_program(f: ModuleFacts) -> bool:
     """The file runs in every process of a distributed program: it (or its project) sets up torch.distributed
     or DDP, or it drives a framework trainer that does (Lightning, accelerate, DeepSpeed, HF Trainer)."""
     if uses_distributed(f) or f.imports_prefix(*_LAUNCHING_FRAMEWORKS):
+        return True
+    # `import transformers` ... `transformers.Trainer(...)` (alpaca-lora, held-out corpus 7), or a script that
+    # reads the launcher's LOCAL_RANK/WORLD_SIZE: torchrun starts one copy per GPU.
+    if any(cs.qual in _FRAMEWORK_TRAINERS for cs in f.calls) and not f.imports_prefix("torch_xla"):
+        return True  # (torch_xla: SPMD runs one process per host)
+    if reads_env_key(f, "LOCAL_RANK") or reads_env_key(f, "WORLD_SIZE"):
         return True
     # A module of a distributed program: it calls into, or is called from, a file that is one (a model
     # file whose save() the trainer calls). Not any file of the tree: pytorch/examples' mnist is no
@@ -955,7 +963,8 @@ def uses_ddp_wrapper(f: ModuleFacts) -> bool:
 @rule(
     "DDP015",
     "reentrant-checkpoint",
-    "reentrant activation checkpointing in a DDP model: 'Expected to mark a variable ready only once'",
+    "reentrant activation checkpointing in a DDP model that looks for unused parameters: 'Expected to mark a "
+    "variable ready only once'",
     "pass use_reentrant=False to checkpoint() (gradient_checkpointing_kwargs={'use_reentrant': False}), "
     "or build DDP with static_graph=True",
     "The reentrant variant re-runs forward inside backward, so DDP's gradient hooks fire twice.",
@@ -969,6 +978,13 @@ def check_reentrant_checkpoint(f: ModuleFacts) -> Iterator[Hit]:
     for cs in f.calls:
         if cs.qual.endswith("DistributedDataParallel") and _is_const(cs.kwarg("static_graph"), True):
             return
+    # Reentrant checkpointing breaks DDP when DDP looks for unused parameters (it marks them ready after the
+    # forward, and the re-run forward in backward marks them again); with find_unused_parameters=False and
+    # each block checkpointed once it works, as Hugging Face's Trainer ran it for years (held-out corpus 7:
+    # GaLore's plain DDP was a false finding).
+    if not any(_is_const(cs.kwarg("find_unused_parameters"), True) or _is_const(cs.kwarg("ddp_find_unused_parameters"), True)
+               for cs in f.calls):
+        return
     for cs in f.calls:
         if ddp and cs.qual in _CHECKPOINT_FUNCS:
             flag = cs.kwarg("use_reentrant")

@@ -14,13 +14,23 @@ import ast
 import re
 from typing import Iterable, Iterator, Optional
 
-from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, classify_guard, dotted, mentions_rank
+from ddpdoctor.lint.facts import (
+    NONZERO,
+    ZERO,
+    CallSite,
+    ModuleFacts,
+    classify_guard,
+    dotted,
+    ends_in_exit,
+    mentions_rank,
+)
 from ddpdoctor.lint.flow import enclosing_scope, parameter_values, value_before
 from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
     _init_calls,
     multi_node,
+    reads_env_key,
     uses_distributed,
 )
 from ddpdoctor.lint.registry import Hit, rule
@@ -328,6 +338,9 @@ def _branch_walk(f: ModuleFacts, body: list[ast.stmt], side: str, tests: tuple[a
                 other = NONZERO if kind == ZERO else ZERO
                 yield from _branch_walk(f, st.body, kind if side == "all" else side, inner)
                 yield from _branch_walk(f, st.orelse, other if side == "all" else side, inner)
+                # `if not is_primary_worker(): return` (ParlAI's save_model): the rest runs on the other side.
+                if side == "all" and ends_in_exit(st.body) and not st.orelse:
+                    side = other
         elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
             yield from _branch_walk(f, st.body, side, tests)
             yield from _branch_walk(f, getattr(st, "orelse", []), side, tests)
@@ -682,7 +695,11 @@ def check_hard_coded_master_addr(f: ModuleFacts) -> Iterator[Hit]:
 # --- DDP033: an init_process_group failure swallowed into a one-process run --------------------------
 
 # Handlers for these only catch an API difference (a keyword older torch lacks), not a failed rendezvous.
-_NARROW_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "KeyError"})
+# Errors init_process_group does not raise (it raises RuntimeError, DistStoreError, ValueError, TimeoutError):
+# a handler for these catches the code around it, e.g. fairchem's `except FileNotFoundError:  # Slurm is not
+# installed` around an `scontrol` call (held-out corpus 7).
+_NARROW_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "KeyError",
+                            "FileNotFoundError", "CalledProcessError"})
 _EXITS = frozenset({"exit", "_exit", "abort", "init_process_group"})
 
 
@@ -764,3 +781,61 @@ def check_free_port_per_task(f: ModuleFacts) -> Iterator[Hit]:
                 f"{first.attr}() decides MASTER_PORT in every task on its own host: tasks can pick "
                 "different ports and never meet"
             )
+
+
+# --- DDP044: the launcher's rendezvous address replaced under torchrun -----------------------------------
+
+# Set by the process itself: then no launcher set the rank (an agent-less or Slurm launch), and the
+# script's MASTER_ADDR/MASTER_PORT is its own rendezvous.
+_OWN_RANK_KEYS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK"})
+_OTHER_LAUNCHER_RE = re.compile(rb"SLURM_|OMPI_COMM_WORLD|PMI_RANK|MPI_LOCALRANKID|MV2_COMM_WORLD")
+
+
+def _inside_if(tree: ast.AST, stmt: ast.stmt) -> bool:
+    """`stmt` sits in the body or else-branch of an `if` (a condition decides whether it runs)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and any(
+            s is stmt for b in (node.body, node.orelse) for s in ast.walk(ast.Module(body=b, type_ignores=[]))
+        ):
+            return True
+    return False
+
+
+@rule(
+    "DDP044",
+    "torchrun-rendezvous-overwritten",
+    "MASTER_ADDR/MASTER_PORT overwritten in a program torchrun launches: the ranks wait for a store nobody serves",
+    "do not set MASTER_ADDR/MASTER_PORT when torchrun launches the program (it exports them); for a launch "
+    "without torchrun keep a default with os.environ.setdefault(...)",
+    "torchrun's workers join the agent's own TCPStore at the MASTER_ADDR:MASTER_PORT it exported "
+    "(TORCHELASTIC_USE_AGENT_STORE); a script that replaces them sends every rank to a port nobody listens on, "
+    "and init_process_group times out (DistNetworkError). Checked with torch 2.13 under `torchrun --standalone`.",
+)
+def check_torchrun_rendezvous_overwritten(f: ModuleFacts) -> Iterator[Hit]:
+    assigns = [(key, stmt) for base, key, _, stmt in f.env_assigns
+               if key in ("MASTER_ADDR", "MASTER_PORT") and f.resolve_dotted(base) == "os.environ"
+               and id(stmt) not in f.env_defaults]
+    if not assigns or _OTHER_LAUNCHER_RE.search(f.source):
+        return
+    if f.imports_prefix("deepspeed"):
+        return  # the deepspeed launcher sets LOCAL_RANK too, and its ranks host their own store
+    # This file and those it calls into or is called from: a tutorial repository holds an mp.spawn script
+    # beside its torchrun one.
+    program = [f] if f.project is None else [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+    # torchrun sets LOCAL_RANK; a program that reads it and neither starts its own processes nor sets its
+    # own RANK/WORLD_SIZE is one torchrun (or `torch.distributed.launch --use-env`) starts.
+    if not any(reads_env_key(g, "LOCAL_RANK") for g in program):
+        return
+    if any(cs.qual in _SPAWN_FUNCS for g in program for cs in g.calls):
+        return
+    if any(key in _OWN_RANK_KEYS for g in program for _, key, _, _ in g.env_assigns):
+        return
+    # One finding per function: the port when it is set (the address alone may still reach the agent's store).
+    seen: set[int] = set()
+    for key, stmt in sorted(assigns, key=lambda a: a[0] != "MASTER_PORT"):
+        scope = enclosing_scope(f, stmt.lineno)
+        if _inside_if(f.tree, stmt) or id(scope) in seen:
+            continue  # a branch for another launch decides it
+        seen.add(id(scope))
+        yield stmt, (f"{key} overwritten in a program torchrun launches (it reads LOCAL_RANK): the ranks look for "
+                     "the rendezvous store there instead of torchrun's, and init_process_group times out")
