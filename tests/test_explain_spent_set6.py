@@ -16,7 +16,7 @@ SPENT = Path(__file__).parent / "fixtures" / "explain" / "spent-set6"
 # log -> (root cause id or None, lead id or None, exit code)
 EXPECTED = {
     "a01-nccl1669": ("crash.received_signal", None, 1),
-    "a02-nccl1762": (None, None, 0),
+    "a02-nccl1762": (None, None, 1),  # c10's "Exception raised from" is a failure (set 7 tuning): exit 1
     "a03-nccl1996": ("crash.in_nccl", None, 1),
     "a04-torchtitan811": (None, None, 1),
     "b05-minimax-vllm-unhandled-system-error": (None, "nccl.system_error", 1),

@@ -321,6 +321,50 @@ EVAL_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "explain-eval" / 
 # The figure on a set nobody here tuned on (issue #23): kept apart from bench/explain-eval, which the
 # signatures were written against. A new figure needs a new set (the logs of this one stay aside).
 HELD_OUT_RESULTS = """
+## Held-out set 7 (2026-11-27, a new session)
+
+42 new logs from public threads and pages, collected by five reviewers who had not read the knowledge base or
+the catalogues (part X, 11: tensorpipe 2, torchelastic 2, NVIDIA/nccl 2, gloo, TransformerEngine, pytorch,
+Horovod, apex; part Y, 14: training frameworks and applications (Lightning, accelerate, transformers, Ray,
+ColossalAI, fairseq, mmengine, LLaMA-Factory and others); part Z, 7: blogs and vendor documentation (no forum
+thread qualified); part W, 7: nccl, pytorch, DeepSpeed on Kubernetes, lm-evaluation-harness and research
+repositories; part V, 3: research repositories and Kubeflow), none in any earlier set, tuning set, test or
+thread the knowledge base cites (an exclusion list of 412 URLs; manifest sha256 `643d21f3…714f`,
+`beb085ea…8668`, `2b059334…05f7`, `39208816…cdbc`, `07f1e17e…a3d`). Run once at main 323a1ef, each log under
+its case name, graded by two separate graders with one rule set: **13 of 42 right as root cause (31%), 13 with
+leads**, 8 partial, 1 wrong, 20 none, **1 consequence named as root cause** (arguable: the headline was
+`Default process group is not initialized`, while the explanation named the script run without a launcher);
+excluding weak labels and the four cases the collectors flag as not solvable from the log, 12 of 33 (36%).
+Misses: failures shown only by a C++ exception (`terminate called ... what():`, c10's `Exception raised
+from`, a watchdog backtrace without its headline, `*** Received signal 6 ***`) exited 0 as "nothing
+recognised" (7 runs); TensorPipe transport errors (RPC); gloo's `Wait timeout for key(s)`; version mismatches
+seen as a TypeError in a library (`unexpected keyword argument 'device_ids'`, `No constructor defined`)
+answered with the catch-all; accelerate's port check and shape check, Lightning's unused-parameter message, a
+condensed `rank N and rank M both on CUDA device`, `failed to bind ... Permission denied` (a privileged
+port); `ibv_reg_mr` and a vanished /dev/shm segment answered with a menu of causes; a start-up store
+connection failure read as a dead agent. Far below the 75% goal of issue #23; the set is now spent.
+
+## Tuned on held-out set 7 afterwards (2026-11-27): a TUNING figure
+
+Re-graded by the developer with the graders' rules after tuning on the 42 logs: **before 13 of 42 right as
+root cause; after 27 of 42** (w03, whose cause is not in its log, counted partial although the answer now
+names host-name resolution). Each as a class from the printing program's own message (lines.json with
+source; a real capture here for the EACCES bind, both store back-ends; the 29 logs that were not right kept in
+tests/fixtures/explain/spent-set7, held by tests/test_explain_spent_set7.py): libstdc++'s `what():`, c10's
+`Exception raised from`, OpenMPI's and glog's signal banners and TransformerEngine's `Failed, NCCL error`
+are failures (exit 1, never "nothing recognised"), and two signatures (the watchdog's `checkTimeout` frame,
+the catch-all) may read C++ frame lines; `rpc.tensorpipe_transport`, `gloo.store_wait_timeout`,
+`accelerate.shape_mismatch`, `store.bind_permission_denied`, `python.api_mismatch` (a call the installed
+version does not accept: if it is in site-packages, the versions do not match), `rdzv.store_unreachable`
+(refined by the mid-run `rdzv.connection_lost`), a bare `Call to ibv_reg_mr failed` is the memlock limit (`nccl.memlock`),
+`nccl.shm_removed` (systemd-logind's RemoveIPC); accelerate's port check is a port in use, Lightning's
+message is unused parameters, and NCCL's duplicate-GPU tail without its head is that error (with
+CUDA_DEVICE_ORDER=PCI_BUS_ID for GPUs numbered differently). Still missed: an NCCL 2.18.1 bug seen as
+`Cuda failure 'invalid argument'`, a USB NIC breaking NCCL's topology, TransformerEngine's userbuffers
+group, logs that end before their error (y02, y04), hangs with no error line (v03, z05), straggler
+timeouts (a lead). explain-eval stays 29/33; spent sets 3-6 and tuning5 unchanged except set 6's a02, which
+now exits 1 (c10's `Exception raised from` is a failure).
+
 ## Held-out set 6 (2026-11-27, later the same day)
 
 43 new logs from public threads, collected by five reviewers who had not read the knowledge base or the

@@ -49,6 +49,9 @@ class Signature:
     # Broader signatures this one refines: where both match one line, only this one is recorded (a
     # "Cuda failure" printed from transport/nvls.cc is an NVLS setup failure, not just a CUDA call failure).
     refines: tuple[str, ...] = ()
+    # Also tried on C++ stack-frame lines (`frame #N:`, `Exception raised from`), which other signatures never
+    # see: a backtrace alone (the watchdog's checkTimeout frames) says which code raised, and that it failed.
+    frames: bool = False
     # A context line whose repeats need not be matched again: reasoning reads only which processes print it
     # and where first (an 'NCCL version' line, a semaphore frame), not every occurrence.
     presence_only: bool = False
@@ -271,6 +274,7 @@ def parse_knowledge_base(
                     references=tuple(raw.get("references", [])),
                     lead=bool(raw.get("lead", False)),
                     refines=tuple(raw.get("refines", [])),
+                    frames=bool(raw.get("frames", False)),
                     presence_only=bool(raw.get("presence_only", False)),
                 )
             )

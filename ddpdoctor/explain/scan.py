@@ -455,7 +455,10 @@ class StreamScanner:
         info = normalize_line(text, anchor)
         if context:
             self._summary_line(info, lineno)
-        if cands and not info.frame:
+        if cands and info.frame:
+            sigs = self.kb.signatures
+            cands = [i for i in cands if i < len(sigs) and sigs[i].frames]
+        if cands:
             self._match(cands, info, text, lineno)
 
     def _match(self, cands: Iterable[int], info: LineInfo, text: str, lineno: int) -> None:
