@@ -326,39 +326,37 @@ def spawn_rank(text: str) -> Optional[tuple[int, str]]:
     return None
 
 
-def innermost_locals(text: str, name: str) -> Optional[tuple[int, dict[str, str]]]:
-    """(line, name -> repr of the locals) of the main thread's innermost frame called `name`, from `py-spy dump
-    --json --locals`: a busy loop's frame, whose line moves between reads; None when no such frame."""
+def _main_thread_frames(text: str) -> Iterator[dict[str, Any]]:
+    """The frames (innermost first) of the main thread in `py-spy dump --json --locals` (the first thread when
+    none is called MainThread)."""
     try:
         raw = load_json_text(text)
     except ValueError:
-        return None
+        return
     if not isinstance(raw, list):
-        return None
+        return
     threads = [t for t in raw[:1000] if isinstance(t, dict)]
     for thread in [t for t in threads if t.get("thread_name") == "MainThread"] or threads[:1]:
         for frame in (thread.get("frames") or [])[:500]:
-            if isinstance(frame, dict) and frame.get("name") == name and isinstance(frame.get("line"), int):
-                return frame["line"], {str(v.get("name"))[:100]: str(v.get("repr"))[:200]
-                                       for v in (frame.get("locals") or [])[:200]
-                                       if isinstance(v, dict) and v.get("repr") is not None}
-    return None
+            if isinstance(frame, dict):
+                yield frame
+
+
+def _locals_of(frame: dict[str, Any]) -> dict[str, str]:
+    return {str(v.get("name"))[:100]: str(v.get("repr"))[:200]
+            for v in (frame.get("locals") or [])[:200] if isinstance(v, dict) and v.get("repr") is not None}
+
+
+def innermost_locals(text: str, name: str) -> Optional[tuple[int, dict[str, str]]]:
+    """(line, name -> repr of the locals) of the main thread's innermost frame called `name`: a busy loop's
+    frame, whose line moves between reads; None when no such frame."""
+    frame = next((f for f in _main_thread_frames(text) if f.get("name") == name and isinstance(f.get("line"), int)),
+                 None)
+    return (frame["line"], _locals_of(frame)) if frame is not None else None
 
 
 def frame_locals(text: str, name: str, line: int) -> dict[str, str]:
     """name -> repr of the locals (arguments included) of the main thread's frame `name` at `line`, from
     `py-spy dump --json --locals`; empty when that frame is not there."""
-    try:
-        raw = load_json_text(text)
-    except ValueError:
-        return {}
-    if not isinstance(raw, list):
-        return {}
-    threads = [t for t in raw[:1000] if isinstance(t, dict)]
-    main = [t for t in threads if t.get("thread_name") == "MainThread"] or threads[:1]
-    for thread in main:
-        for frame in (thread.get("frames") or [])[:500]:
-            if isinstance(frame, dict) and frame.get("name") == name and frame.get("line") == line:
-                return {str(v.get("name"))[:100]: str(v.get("repr"))[:200]
-                        for v in (frame.get("locals") or [])[:200] if isinstance(v, dict) and v.get("repr") is not None}
-    return {}
+    frame = next((f for f in _main_thread_frames(text) if f.get("name") == name and f.get("line") == line), None)
+    return _locals_of(frame) if frame is not None else {}

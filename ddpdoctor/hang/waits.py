@@ -163,8 +163,9 @@ def held_locks(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> dic
     return out
 
 
-def _enclosing_loop(lines: Sequence[str], line: int) -> Optional[int]:
-    """1-based line of the `while`/`for` whose body holds `line`, in the same function."""
+def _enclosing(lines: Sequence[str], line: int, opener: re.Pattern[str]) -> Optional[int]:
+    """1-based line of the nearest block holding `line` whose first line matches `opener` (a `while`/`for`, a
+    `finally:`), in the same function."""
     if not 0 < line <= len(lines):
         return None
     indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
@@ -175,12 +176,17 @@ def _enclosing_loop(lines: Sequence[str], line: int) -> Optional[int]:
         depth = len(text) - len(text.lstrip())
         if depth >= indent:
             continue
-        if _LOOP.match(text):
+        if opener.match(text):
             return number
         if _DEF.match(text):
             return None
         indent = depth
     return None
+
+
+def _enclosing_loop(lines: Sequence[str], line: int) -> Optional[int]:
+    """1-based line of the `while`/`for` whose body holds `line`, in the same function."""
+    return _enclosing(lines, line, _LOOP)
 
 
 def _at(frame: Frame, sources: Mapping[str, Sequence[str]]) -> str:
@@ -690,20 +696,7 @@ _REMOVE = re.compile(r"\b(?:os\.remove|os\.unlink|\w+\.unlink)\(")
 _FINALLY = re.compile(r"^\s*finally\s*:")
 
 
-def _in_finally(lines: Sequence[str], line: int) -> bool:
-    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
-    for number in range(line - 1, max(0, line - _MAX_SCAN), -1):
-        text = lines[number - 1]
-        if not text.strip() or text.lstrip().startswith("#"):
-            continue
-        depth = len(text) - len(text.lstrip())
-        if depth < indent:
-            if _FINALLY.match(text):
-                return True
-            if _DEF.match(text):
-                return False
-            indent = depth
-    return False
+
 
 
 def _stale_lock_file(lines: Sequence[str], header: int, mine: Blocked) -> Optional[Mechanism]:
@@ -716,7 +709,7 @@ def _stale_lock_file(lines: Sequence[str], header: int, mine: Blocked) -> Option
     if not creates:
         return None
     removes = [n for n, text in enumerate(lines, 1) if _REMOVE.search(text) and "lock" in text.lower()]
-    unprotected = [n for n in removes if not _in_finally(lines, n)]
+    unprotected = [n for n in removes if _enclosing(lines, n, _FINALLY) is None]
     if removes and not unprotected:
         removal = (f"; it is removed only in a `finally:` (line {removes[0]}), so look for a process that died "
                    "holding it (kill -9, OOM) or another job using the same path")
