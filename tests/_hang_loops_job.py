@@ -22,6 +22,11 @@ imported). argv[1] is the scenario:
   own score only: rank 0 broadcasts with src=0, rank 1 with src=1, both wait in the same broadcast.
 - `tag_mismatch`: a 2-stage send/recv pipeline where stage 1 reports its loss with the gradient tag while
   stage 0 receives it with the loss tag: rank 0 waits in recv, rank 1 in send.
+- `param_loop`: gradients averaged in `for p in model.parameters(): all_reduce`, then a validation exchange
+  where rank 0 expects one more batch than rank 1 sends: rank 1 goes on to the next epoch's averaging
+  while rank 0 waits in recv (no rank runs "one more iteration" of the parameter loop);
+- `ring_recv`: a ring exchange where every rank receives from its left neighbour before sending to its
+  right one (recv-then-send on every rank): nobody sends;
 - `mutual_send`: both ranks send 64 MB over a side TCP socket before reading the peer's (sendall on both
   ends with full socket buffers): both block in sendall, outside any collective.
 
@@ -212,6 +217,29 @@ def tag_mismatch(rank: int) -> None:
             dist.send(act[:1], dst=0, tag=TAG_GRAD if i == 2 else TAG_LOSS)  # HANG-LINE tag-send
 
 
+def param_loop(rank: int) -> None:
+    model = torch.nn.Linear(2, 2)
+    buf = torch.zeros(2)
+    for epoch in range(3):
+        for p in model.parameters():
+            dist.all_reduce(p.data)  # HANG-LINE param-reduce
+        batches = 3 if rank == 1 else 4
+        if epoch == 0:
+            ready(rank)
+        for _ in range(batches):
+            if rank == 1:
+                dist.send(torch.ones(2), dst=0)
+            else:
+                dist.recv(buf, src=1)  # HANG-LINE val-recv
+
+
+def ring_recv(rank: int, world: int) -> None:
+    box = torch.zeros(2)
+    ready(rank)
+    dist.recv(box, src=(rank - 1) % world)  # HANG-LINE ring-recv
+    dist.send(box, dst=(rank + 1) % world)
+
+
 def mutual_send(rank: int) -> None:
     import socket
 
@@ -254,6 +282,10 @@ def main() -> None:
         tag_mismatch(rank)
     elif scenario == "mutual_send":
         mutual_send(rank)
+    elif scenario == "param_loop":
+        param_loop(rank)
+    elif scenario == "ring_recv":
+        ring_recv(rank, world)
     else:
         p2p_skip(rank)
     dist.destroy_process_group()

@@ -39,6 +39,10 @@ all_reduce for the last one:
   in a `finally:`), and then polls to create it again: its own stale lock;
 - `float_loop`: the last rank spins in `while acc != target: acc += 0.1` (0.1 * 3 != 0.3 in floats);
 - `stuck_loop`: the last rank spins in a `while i < len(items)` whose `continue` skips the increment;
+- `popen_pipe_full`: the last rank wait()s on a child started with stdout=PIPE that writes 1 MB: the pipe
+  fills, the child blocks writing, the parent never reads;
+- `join_before_get`: the last rank joins a multiprocessing.Process that put 1 MB on a Queue before it
+  get()s it: the child cannot exit until the item is read;
 - `circular`: the last rank polls for a file rank 0 writes only after the barrier rank 0 waits in.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
@@ -286,6 +290,26 @@ def future_blocked(rank: int) -> None:
     shard.result()  # HANG-LINE future-blocked
 
 
+def popen_pipe_full(rank: int) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.write('x' * (1 << 20))"],
+                            stdout=subprocess.PIPE)
+    ready(rank)
+    proc.wait()  # HANG-LINE popen-pipe-full
+
+
+def put_big(items) -> None:
+    items.put(b"x" * (1 << 20))
+
+
+def join_before_get(rank: int) -> None:
+    items = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(target=put_big, args=(items,))
+    child.start()
+    ready(rank)
+    child.join()  # HANG-LINE join-before-get
+    items.get()
+
+
 def take_lock(path: str) -> None:
     while True:  # HANG-LINE lock-loop
         try:
@@ -404,6 +428,10 @@ def main() -> None:
             worker_stuck(rank)
         elif scenario == "pool_busy":
             pool_busy(rank)
+        elif scenario == "popen_pipe_full":
+            popen_pipe_full(rank)
+        elif scenario == "join_before_get":
+            join_before_get(rank)
         elif scenario == "future_blocked":
             future_blocked(rank)
         elif scenario == "lock_file":

@@ -62,6 +62,8 @@ def test_a_rank_never_started(tmp_path):
     verdict = report["verdict"]
     assert report["exit_code"] == 1 and verdict["kind"] == "joining", verdict
     assert verdict["culprit_ranks"] == [2] and verdict["other_ranks"] == [0, 1], verdict
+    # The store host's wake-ups are no progress: the JSON's progress agrees with the verdict.
+    assert report["progress"]["state"] == "hung", report["progress"]
     assert f"_hang_join_job.py:{marker_line('init', SCRIPT)}" in verdict["summary"]
     assert "rank 2 of the 3 is not running: never started or exited before joining" in verdict["summary"]
     assert verdict["culprits"][0]["where"] == "not running on this node"

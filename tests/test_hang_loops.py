@@ -68,6 +68,8 @@ SYMMETRIC = {
     "tag_mismatch": ("sendrecv.tag_mismatch", "tag-send", ["rank 1 sends to rank 0 with tag=1",
                                                            "rank 0 receives from rank 1 with tag=2"]),
     "mutual_send": ("socket.mutual_send", "mutual-send", ["send/send deadlock"]),
+    # Every rank in recv on the same line, all of the job here: a circular wait, not the network (exit 1).
+    "ring_recv": ("sendrecv.circular_recv", "ring-recv", ["each rank receives before it sends"]),
 }
 
 
@@ -89,3 +91,19 @@ def test_symmetric_hangs_name_the_arguments_or_the_channel(symmetric):
     assert marker_line(tag, SCRIPT) in {c["line"] for c in verdict["culprits"]}, verdict["culprits"]
     for word in words:
         assert word in verdict["mechanism"]["summary"], (word, verdict["mechanism"]["summary"])
+
+
+def test_a_loop_over_parameters_is_no_uneven_iteration(tmp_path):
+    """Held-out hang set 6 (j06): rank 1 averages gradients in `for p in model.parameters():` of the next epoch
+    while rank 0 waits in recv for one more validation batch. The parameter loop runs as often on every rank:
+    no rank "runs one more iteration" of it; rank 0 waits for a message rank 1 will not send."""
+    with started(HungJob("param_loop", tmp_path, nproc=2, script=SCRIPT)) as job:
+        report = run_hang("--pid", str(job.proc.pid))
+    if not all(s["frames"] for s in report["stacks"]):
+        pytest.skip("py-spy cannot attach here")
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [0], verdict
+    assert verdict["mechanism"]["id"] == "sendrecv.count_mismatch", verdict
+    assert "disagree on how many messages" in verdict["summary"]
+    assert "one more iteration" not in verdict["summary"]
+    assert marker_line("val-recv", SCRIPT) in {c["line"] for c in verdict["culprits"]}, verdict["culprits"]

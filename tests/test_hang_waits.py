@@ -24,7 +24,9 @@ EXPECTED = {
     "queue_join": ("queue.join_without_task_done", "queue-join", ["Queue.join()", "task_done()", "`consumer`"]),
     "queue_get": ("queue.get_no_producer", "queue-get", ["Queue.get()", "no live producer thread"]),
     "mp_queue_get": ("queue.get_no_producer", "mp-queue-get", ["multiprocessing.Queue.get()", "no live producer"]),
-    "poll": ("loop.poll_retry", "poll-sleep", ["polls/retries in a loop at line", "sleeping between tries"]),
+    # ... and what it polls for, with the value py-spy --locals read.
+    "poll": ("loop.poll_retry", "poll-sleep", ["polls/retries in a loop at line", "sleeping between tries",
+                                               "it loops while `not os.path.exists(flag)` (flag = "]),
     "event": ("event.never_set", "event", ["threading.Event.wait()"]),
     "barrier": ("barrier.parties_missing", "barrier", ["threading.Barrier.wait()"]),
     "proc_join": ("process.join_child", "proc-join", ["Process.join()", "for its child process pid",
@@ -47,6 +49,11 @@ EXPECTED = {
     # A one-worker pool busy with a heartbeat: the task waited for never starts.
     "pool_busy": ("future.pool_busy", "pool-busy", ["Future.result()", "`ckpt-io_0` at", "in heartbeat()",
                                                      "never starts"]),
+    # The child the rank waits for is blocked writing to a full pipe the rank reads only afterwards.
+    "popen_pipe_full": ("subprocess.pipe_full", "popen-pipe-full", ["is blocked writing to a pipe",
+                                                                "reads only after wait() returns"]),
+    "join_before_get": ("process.queue_not_drained", "join-before-get", ["is blocked writing to a pipe",
+                                                                         "joins it before it reads them"]),
     # The task waited for runs, and waits on an Event: not a starved pool.
     "future_blocked": ("future.task_blocked", "future-blocked", ["runs but does not finish", "`fetch_0` at",
                                                                  "in fetch_shard()", "is blocked (event)"]),

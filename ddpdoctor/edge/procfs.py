@@ -44,6 +44,25 @@ def read_process_state(pid: int, proc: str = "/proc") -> str:
     return fields[0] if fields else ""
 
 
+def read_task_wchans(pid: int, proc: str = "/proc", limit: int = 64) -> tuple[str, ...]:
+    """The kernel function each thread of the process sleeps in (/proc/PID/task/TID/wchan: `anon_pipe_write`,
+    `futex_wait_queue`, `do_epoll_wait`, ...; '0' when running), at most `limit` threads, () when unreadable.
+    Equivalent: cat /proc/PID/task/*/wchan"""
+    base = os.path.join(proc, str(pid), "task")
+    try:
+        tids = sorted(os.listdir(base), key=lambda t: (len(t), t))[:limit]
+    except OSError:
+        return ()
+    out = []
+    for tid in tids:
+        try:
+            with open(os.path.join(base, tid, "wchan"), "rb") as handle:
+                out.append(handle.read(128).decode("ascii", "replace").strip())
+        except OSError:
+            continue
+    return tuple(out)
+
+
 def read_main_thread_activity(pid: int, proc: str = "/proc") -> Optional[tuple[int, int]]:
     """(nanoseconds on CPU, voluntary context switches) of the process's main thread, None when
     unreadable. Only the main thread: a Python rank's progress happens there, while helper threads

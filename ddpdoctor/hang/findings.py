@@ -116,6 +116,9 @@ class HangFacts:
     # a rank in Process.join / Popen.wait waits for (a `sleep` child carries no readable RANK, so it is
     # no helper).
     children: dict[int, list[tuple[int, str, str]]] = field(default_factory=dict)
+    # child pid -> the kernel wait of each of its threads (/proc/PID/task/*/wchan): `anon_pipe_write` is a
+    # child blocked writing to a pipe nobody reads.
+    child_wchans: dict[int, tuple[str, ...]] = field(default_factory=dict)
     # pid -> name -> repr: the locals of a rank's innermost user frame when it sleeps there (py-spy --locals).
     sleep_locals: dict[int, dict[str, str]] = field(default_factory=dict)
     # pid -> two reads, `loop_gap_s` apart, of (line, name -> repr) of the innermost user frame of a rank or

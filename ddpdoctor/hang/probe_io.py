@@ -30,6 +30,7 @@ from ddpdoctor.edge.files import (
     user_path_mode,
 )
 from ddpdoctor.edge.procfs import read_process_state as process_state
+from ddpdoctor.edge.procfs import read_task_wchans
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import (
     MAX_BUILT_OBJECTS,
@@ -496,6 +497,7 @@ def gather_facts(
         facts.worker_stacks = _dataloader_workers(facts, pyspy, deadline, timeout_s, pool)
         facts.helper_stacks = _waited_children(facts, pyspy, deadline, timeout_s, pool)
     facts.children = _rank_children(facts)
+    facts.child_wchans = {pid: read_task_wchans(pid) for kids in facts.children.values() for pid, _, _ in kids[:16]}
     read_sources_into(facts)
     facts.sleep_locals = _sleep_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.collective_args = _collective_args(facts, pyspy, min(timeout_s, 5.0))
@@ -751,7 +753,9 @@ def _children_stacks(
         budget = deadline - time.monotonic()
         if not children or budget <= 0.2:
             continue
-        futures = [pool.submit(dump_stack, pid, stack.rank, pyspy, min(timeout_s, budget)) for pid in children]
+        # Non-blocking: attaching pauses the child, and a child blocked writing to a full pipe then gave up its
+        # write and exited (seen here: Popen.wait on a child with stdout=PIPE), dissolving the very hang.
+        futures = [pool.submit(dump_stack, pid, stack.rank, pyspy, min(timeout_s, budget), True) for pid in children]
         out[stack.pid] = [f.result() for f in futures]
     return out
 

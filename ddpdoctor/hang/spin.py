@@ -220,6 +220,23 @@ def spin_mechanism(
     return None
 
 
+def loop_exits(lines: Sequence[str], line: int, values: Mapping[str, str]) -> str:
+    """What a waiting loop around `line` waits for, read from its source and one read of its locals: its `while`
+    condition with the values it reads, or its break/return lines with the `if` above each, and the locals.
+    '' when no loop is there."""
+    loop = the_loop(lines, line)
+    if loop is None:
+        return ""
+    condition = _condition(lines[loop.header - 1])
+    if condition is not None and not _code(lines, loop.header).startswith(("while True", "while 1")):
+        shown = _shown(_read_names(condition), values)
+        return f"it loops while `{ast.unparse(condition)}`" + (f" ({shown})" if shown else "")
+    exits = ", ".join(f"line {n} (`{_code(lines, n)}` under `{_guard(lines, n)}`)" for n in loop.exits[:3])
+    shown = _shown([n for n in values if not n.startswith("__")][:6], values)
+    return ("its only ways out are " + (exits or "none (no break or return in its body)")
+            + (f"; its locals now: {shown}" if shown else ""))
+
+
 def _guard(lines: Sequence[str], line: int) -> str:
     """The `if` line right above an exit, or the exit itself when it is unguarded."""
     indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())

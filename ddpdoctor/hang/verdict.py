@@ -42,7 +42,7 @@ from ddpdoctor.hang.live import (
     verdict_spinning,
     with_loop_mechanism,
 )
-from ddpdoctor.hang.mismatch import argument_mismatch, both_receive, ddp_forward_backward
+from ddpdoctor.hang.mismatch import P2P_RECV, argument_mismatch, both_receive, ddp_forward_backward
 from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
@@ -447,6 +447,23 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             }, roots)
         world = ctx.facts.job.world_size if ctx.facts.job else None
         elsewhere = world is not None and world > len(ranks)
+        if not elsewhere and len(ranks) > 1 and (groups[0].example.waiting_in() or "") in P2P_RECV:
+            return with_loop_mechanism({
+                "kind": "stack_outlier",
+                "summary": f"every rank ({plural_ranks(ranks)}) waits to receive in {groups[0].example.waiting_in()} at "
+                f"{ctx.where_line(groups[0].example)} and all of the job's ranks are here -> none of them sends: a "
+                "circular wait in the code, not the network",
+                "culprit_ranks": [r for r in ranks if r >= 0], "other_ranks": [], "culprits": _culprit_records(ctx, ranks),
+                "collective": None, "tie": True,
+                "fix": "Break the cycle: let one side send first (order the exchange by rank: even ranks send then "
+                "receive, odd ranks receive then send), or post both at once with isend/irecv (batch_isend_irecv).",
+                "source": "stacks",
+            }, {"id": "sendrecv.circular_recv", "threads": [], "pids": [],
+                "summary": "each rank receives before it sends (a ring or an exchange written recv-then-send on every "
+                "rank): every rank waits for a message its peer will send only after its own receive completes, so "
+                "no message is ever sent",
+                "fix": "Order the exchange by rank (even ranks send first, odd ranks receive first) or use "
+                "isend/irecv / batch_isend_irecv so the sends are posted before the receives are waited on."})
         summary = (
             f"every local rank ({plural_ranks(ranks)}) waits in {describe_stack(groups[0].example)}: "
             + (
@@ -614,12 +631,22 @@ def judge_hang(facts: HangFacts) -> HangReport:
         ],
         "ras": ras_to_dict(facts.ras) if facts.ras is not None else None,
         "flight_recorder": alignment_dict(alignment, facts, vetting),
-        "progress": motion_dict(motion),
+        "progress": _joining_progress(motion_dict(motion)) if verdict["kind"] == "joining" else motion_dict(motion),
         "dataloader_workers": {
             str(pid): [stack_to_dict(w) for w in workers] for pid, workers in facts.worker_stacks.items()
         },
     }
     return HangReport(facts.host, verdict, findings, facts_out, facts.duration_s)
+
+
+def _joining_progress(progress: dict[str, Any]) -> dict[str, Any]:
+    """A job that never formed did not progress, whatever the wake-ups said: the rank hosting the TCPStore
+    polls for the others (held-out hang set 6: the JSON said "progressing" beside a joining verdict)."""
+    if progress.get("state") == "progressing":
+        progress = {**progress, "state": "hung",
+                    "evidence": ["wake-ups inside init_process_group are the store waiting for the other ranks, "
+                                 "not progress", *progress.get("evidence", [])]}
+    return progress
 
 
 def judge_flight_recorder(facts: HangFacts) -> tuple[dict[str, Any], list[Finding]]:

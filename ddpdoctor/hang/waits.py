@@ -15,6 +15,7 @@ from typing import Mapping, Optional, Sequence
 
 from ddpdoctor.hang.fr import Frame
 from ddpdoctor.hang.source import loop_around
+from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
 
 # (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
@@ -274,6 +275,30 @@ def _lock_mechanism(
     )
 
 
+def _pipe_full(mine: Blocked, at: str, pid: int, sources: Mapping[str, Sequence[str]]) -> Mechanism:
+    """The child this thread waits for is itself blocked writing to a pipe (its wchan `anon_pipe_write`): the
+    pipe is full and the reader is this very thread, which reads only after the child has exited."""
+    where = f"its child pid {pid}, which is blocked writing to a pipe (/proc/{pid}/task/*/wchan: pipe_write)"
+    if mine.kind == "process_join":
+        return Mechanism(
+            "process.queue_not_drained",
+            f"it waits in multiprocessing Process.join() at {at} for {where}: a process that put items on a "
+            "multiprocessing.Queue (or sent on a Pipe) cannot exit until they are read (its queue's feeder thread "
+            "is still flushing them into the full pipe), and this process joins it before it reads them",
+            "Get the results before join() (Python's multiprocessing docs, 'Joining processes that use queues'): "
+            "drain the queue, then join; or join(timeout=...) and check the queue.",
+            [_record(mine, sources)], [pid],
+        )
+    return Mechanism(
+        "subprocess.pipe_full",
+        f"it waits in subprocess (Popen.wait) at {at} for {where}: the child's stdout/stderr is a pipe this process "
+        "reads only after wait() returns; once the pipe's buffer (64 KiB) is full the child blocks and never exits",
+        "Read while waiting: proc.communicate() (or subprocess.run(..., capture_output=True)), or send the output "
+        "to a file or subprocess.DEVNULL; never wait() on a child with stdout=PIPE that writes more than a pipe holds.",
+        [_record(mine, sources)], [pid],
+    )
+
+
 def _pool_worker(thread: ThreadStack) -> bool:
     return any(f.filename.endswith("concurrent/futures/thread.py") and f.name.rsplit(".", 1)[-1] == "_worker"
                for f in thread.frames)
@@ -361,13 +386,15 @@ def explain_wait(
     woke: Optional[int] = None,
     helpers: Sequence[tuple[int, str, str]] = (),
     frame_locals: Optional[Mapping[str, str]] = None,
+    wchans: Optional[Mapping[int, Sequence[str]]] = None,
 ) -> Optional[Mechanism]:
     """Why this rank's main thread waits, when it waits in no collective: one Mechanism, or None.
 
     `history`: this rank's stacks in earlier snapshots (a poll loop moves between its lines); `woke`: its
     main thread's voluntary context switches over the look (a poll wakes, a plain sleep does not);
     `helpers`: (pid, kind, command line) of its child processes (procs.split_ranks); `frame_locals`: the
-    locals of its innermost user frame where it sleeps (probe_io reads them with py-spy --locals)."""
+    locals of its innermost user frame where it sleeps (probe_io reads them with py-spy --locals); `wchans`: the
+    kernel wait of each thread of each child process (/proc/PID/task/*/wchan)."""
     main = stack.main
     if main is None or stack.waiting_in() is not None or stack.data_wait():
         return None
@@ -461,6 +488,9 @@ def explain_wait(
         )
     if mine.kind in ("process_join", "popen_wait"):
         wanted = [h for h in helpers if ("multiprocessing" in h[1]) == (mine.kind == "process_join")] or list(helpers)
+        full = next((p for p, _, _ in wanted if any("pipe_write" in w for w in (wchans or {}).get(p, ()))), None)
+        if full is not None:
+            return _pipe_full(mine, at, full, sources)
         call = "multiprocessing Process.join()" if mine.kind == "process_join" else "subprocess (Popen.wait/communicate)"
         kids = ", ".join(f"pid {p}" + (f" `{c[:80]}`" if c else f" ({k})") for p, k, c in wanted[:4])
         return Mechanism(
@@ -584,7 +614,7 @@ def explain_wait(
         long = _long_sleep(mine, sources, frame_locals or {})
         if long is not None and long.id == "sleep.milliseconds_as_seconds":
             return long
-        return _poll(mine, sources, history, woke) or long
+        return _poll(mine, sources, history, woke, frame_locals or {}) or long
     return _poll_seen_before(stack, sources, history, woke)
 
 
@@ -666,7 +696,8 @@ def _long_sleep(mine: Blocked, sources: Mapping[str, Sequence[str]], frame_local
 
 
 def _poll(
-    mine: Blocked, sources: Mapping[str, Sequence[str]], history: Sequence[RankStack], woke: Optional[int]
+    mine: Blocked, sources: Mapping[str, Sequence[str]], history: Sequence[RankStack], woke: Optional[int],
+    values: Optional[Mapping[str, str]] = None,
 ) -> Optional[Mechanism]:
     """A sleep inside a `while`/`for` of its own function, in a thread that woke (or moved) during the
     look: a poll or retry loop. A sleep outside a loop, or one that never woke, is no retry."""
@@ -684,7 +715,8 @@ def _poll(
         f"it polls/retries in a loop at line {header} (`{_code(sources, head)}` in {mine.frame.filename}), "
         f"sleeping between tries at line {mine.frame.line}"
         + (f" (its main thread woke {woke} time(s) during the look)" if woke else "")
-        + ": what it waits for never comes",
+        + ": what it waits for never comes"
+        + (f"; {waits_for}" if (waits_for := loop_exits(lines or [], mine.frame.line, values or {})) else ""),
         "Look at what the loop waits for (a file, a key, a flag another rank or thread should produce) and "
         "why it never comes; give the loop a deadline that raises, so a missing producer is an error.",
         [_record(mine, sources, loop_line=header)],
