@@ -103,3 +103,27 @@ def test_garbage_headers_are_no_crash():
     weird = ["def f():", "    while (a !=:", "        a += 0.5", "    while " + "(" * 500 + ":", "        pass"]
     assert spin_mechanism(weird, 3) is None
     assert spin_mechanism(weird, 5) is None
+
+
+PACK = """def pack(pending, rows):
+    while pending:
+        doc = pending[0]
+        placed = False
+        for row in rows:
+            if len(row) + len(doc) <= 8:
+                row.extend(doc)
+                pending.pop(0)
+                placed = True
+                break
+        if not placed and any(rows):
+            break
+""".splitlines()
+
+
+def test_a_for_loop_inside_the_while_that_does_not_end():
+    # Held-out hang set 6 (j17): the busy line is in `for row in rows:`, which ends; `while pending:` does not.
+    reads = [LocalsRead(6, {"pending": "[[1, 2, 3]]", "rows": "[[]]"}), LocalsRead(7, {"pending": "[[1, 2, 3]]"})]
+    found = spin_mechanism(PACK, 6, reads, 0.5)
+    assert found is not None and found["id"] == "loop.no_progress"
+    assert "`while pending:` (line 2)" in str(found["summary"])
+    assert "changes it only at line 8 (`pending.pop(0)`)" in str(found["summary"])

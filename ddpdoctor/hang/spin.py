@@ -130,6 +130,17 @@ def _assignments(lines: Sequence[str], loop: LeftLoop, names: Sequence[str]) -> 
     return found
 
 
+def _mutations(lines: Sequence[str], loop: LeftLoop, names: Sequence[str]) -> list[int]:
+    """Lines in the loop's body that change one of `names` in place (`pending.pop(0)`, `queue.append(x)`)."""
+    found = []
+    for number in range(loop.header + 1, loop.end + 1):
+        text = lines[number - 1].strip()
+        if any(re.match(re.escape(n) + r"\.(?:pop|popleft|append|extend|remove|clear|insert|add|discard|update)\(", text)
+               for n in names):
+            found.append(number)
+    return found
+
+
 def _code(lines: Sequence[str], number: int) -> str:
     return lines[number - 1].strip()[:120] if 0 < number <= len(lines) else ""
 
@@ -141,6 +152,15 @@ def spin_mechanism(
     when no loop is there or nothing more can be said than that it loops. `reads`: the looping frame's
     locals, oldest first, `gap_s` apart."""
     loop = the_loop(lines, line)
+    # A `for` over a collection ends; the loop that does not is the `while` around it (held-out hang set 6, j17:
+    # first-fit packing spinning in `for row in rows:` inside `while pending:`).
+    for _ in range(3):
+        if loop is None or not lines[loop.header - 1].lstrip().startswith("for "):
+            break
+        outer = loop_around(lines, loop.header)
+        if outer is None:
+            break
+        loop = outer
     if loop is None:
         return None
     # A read taken while the frame was outside this loop (it returned and came back elsewhere) says nothing.
@@ -197,6 +217,9 @@ def spin_mechanism(
             elif assigned:
                 detail = (f": the body assigns it at line {assigned[0]} (`{_code(lines, assigned[0])}`), which "
                           "gives it the same value again on this input")
+            elif mutated := _mutations(lines, loop, names):
+                detail = (f": the body changes it only at line {mutated[0]} (`{_code(lines, mutated[0])}`), a line "
+                          "this input never reaches")
             elif names:
                 detail = ": nothing in the loop's body assigns what the condition reads"
             return {
