@@ -40,6 +40,14 @@ def run_hang(*args: str) -> dict:
     return report
 
 
+def hang_on(job, *args: str) -> dict:
+    """run_hang on a running job's pid; the test is skipped where py-spy cannot attach (a stack without frames)."""
+    report = run_hang("--pid", str(job.proc.pid), *args)
+    if not all(s["frames"] for s in report["stacks"]):
+        pytest.skip("py-spy cannot attach here")
+    return report
+
+
 def _copy_foreign(folder: Path, age_s: float = 0.0) -> Path:
     """The other script's dumps as fr_<rank>, aged by age_s seconds."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from _hang_harness import HungJob, marker_line, started
-from test_hang_evidence import run_hang
+from test_hang_evidence import hang_on
 
 SCRIPT = Path(__file__).with_name("_hang_loops_job.py")
 
@@ -47,9 +47,7 @@ def hung(request, tmp_path_factory):
 
 def test_the_rank_that_left_or_stayed(hung):
     scenario, job = hung
-    report = run_hang("--pid", str(job.proc.pid))
-    if not all(s["frames"] for s in report["stacks"]):
-        pytest.skip("py-spy cannot attach here")
+    report = hang_on(job)
     verdict = report["verdict"]
     assert "one more iteration" not in verdict["summary"] or scenario == "uneven_ddp", verdict["summary"]
     culprit, mechanism, tag, words = EXPECTED[scenario]
@@ -81,9 +79,7 @@ def symmetric(request, tmp_path_factory):
 
 def test_symmetric_hangs_name_the_arguments_or_the_channel(symmetric):
     scenario, job = symmetric
-    report = run_hang("--pid", str(job.proc.pid))
-    if not all(s["frames"] for s in report["stacks"]):
-        pytest.skip("py-spy cannot attach here")
+    report = hang_on(job)
     verdict = report["verdict"]
     mechanism, tag, words = SYMMETRIC[scenario]
     assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [0, 1] and verdict["tie"], verdict
@@ -98,9 +94,7 @@ def test_a_loop_over_parameters_is_no_uneven_iteration(tmp_path):
     while rank 0 waits in recv for one more validation batch. The parameter loop runs as often on every rank:
     no rank "runs one more iteration" of it; rank 0 waits for a message rank 1 will not send."""
     with started(HungJob("param_loop", tmp_path, nproc=2, script=SCRIPT)) as job:
-        report = run_hang("--pid", str(job.proc.pid))
-    if not all(s["frames"] for s in report["stacks"]):
-        pytest.skip("py-spy cannot attach here")
+        report = hang_on(job)
     verdict = report["verdict"]
     assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [0], verdict
     assert verdict["mechanism"]["id"] == "sendrecv.count_mismatch", verdict

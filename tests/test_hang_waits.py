@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from _hang_harness import HungJob, marker_line, started
-from test_hang_evidence import run_hang
+from test_hang_evidence import hang_on
 
 SCRIPT = Path(__file__).with_name("_hang_waits_job.py")
 CULPRIT = 1
@@ -80,9 +80,7 @@ def hung(request, tmp_path_factory):
 
 def test_why_the_rank_waits(hung):
     scenario, job = hung
-    report = run_hang("--pid", str(job.proc.pid))
-    if not all(s["frames"] for s in report["stacks"]):
-        pytest.skip("py-spy cannot attach here")
+    report = hang_on(job)
     verdict = report["verdict"]
     mechanism, tag, words = EXPECTED[scenario]
     assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [CULPRIT], verdict

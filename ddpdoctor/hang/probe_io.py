@@ -39,6 +39,7 @@ from ddpdoctor.hang.fr import (
     Budget,
     Dump,
     DumpError,
+    Frame,
     parse_dump,
     rank_from_name,
 )
@@ -512,7 +513,6 @@ def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -
     and `tag`): ranks that disagree on them wait forever in the same call. Read only when every rank with a
     stack waits in such a call (one py-spy --locals per rank). Equivalent: `py-spy dump --json --locals
     --nonblocking --pid PID`."""
-    from ddpdoctor.edge.runner import run_argv
     from ddpdoctor.hang.mismatch import ROOTED_ARGS
     from ddpdoctor.hang.stacks import frame_locals
 
@@ -532,37 +532,49 @@ def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -
     if len(calls) < 2 or len(calls) != len(live):
         return out
     for stack, frame in calls:
-        seen = run_argv([pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid", str(stack.pid)], timeout_s=timeout_s)
-        if seen.ok:
-            found = frame_locals(seen.stdout, frame.name, frame.line)
-            if found:
-                out[stack.pid] = {"op": frame.name, **{k: v for k, v in found.items() if k in ROOTED_ARGS[frame.name]}}
+        found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
+        if found:
+            out[stack.pid] = {"op": frame.name, **{k: v for k, v in found.items() if k in ROOTED_ARGS[frame.name]}}
     return out
+
+
+_LOCALS_ARGV = ("dump", "--json", "--locals", "--nonblocking", "--pid")
+
+
+def _dump_locals(pyspy: str, pid: int, timeout_s: float) -> str:
+    """`py-spy dump --json --locals --nonblocking --pid PID` (non-blocking: a pause would wake a sleep or a
+    blocked call): its JSON text, '' when it failed."""
+    from ddpdoctor.edge.runner import run_argv
+
+    seen = run_argv([pyspy, *_LOCALS_ARGV, str(pid)], timeout_s=timeout_s)
+    return seen.stdout if seen.ok else ""
+
+
+def _innermost_user_line(facts: HangFacts, stack: RankStack) -> Optional[tuple[Frame, str]]:
+    """(frame, source line) when the main thread's innermost frame is the user's own code, on a line read."""
+    main = stack.main
+    frame = main.frames[0] if main is not None and main.frames else None
+    lines = facts.sources.get(frame.filename) if frame is not None else None
+    if frame is None or not frame.is_user or not lines or not 0 < frame.line <= len(lines):
+        return None
+    return frame, lines[frame.line - 1]
 
 
 def _sleep_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:
     """The locals of each rank that sleeps on its innermost user line (`time.sleep(delay)`): what the
-    delay is worth. Equivalent: `py-spy dump --json --locals --nonblocking --pid PID` (non-blocking: a
-    pause would wake the sleep)."""
-    from ddpdoctor.edge.runner import run_argv
+    delay is worth. Equivalent: `py-spy dump --json --locals --nonblocking --pid PID` (_dump_locals)."""
     from ddpdoctor.hang.stacks import frame_locals
 
     out: dict[int, dict[str, str]] = {}
     if pyspy is None:
         return out
     for stack in facts.stacks[:16]:
-        main = stack.main
-        frame = main.frames[0] if main is not None and main.frames else None
-        lines = facts.sources.get(frame.filename) if frame is not None else None
-        if frame is None or not frame.is_user or not lines or not 0 < frame.line <= len(lines):
+        at = _innermost_user_line(facts, stack)
+        if at is None or "sleep(" not in at[1]:
             continue
-        if "sleep(" not in lines[frame.line - 1]:
-            continue
-        seen = run_argv([pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid", str(stack.pid)], timeout_s=timeout_s)
-        if seen.ok:
-            found = frame_locals(seen.stdout, frame.name, frame.line)
-            if found:
-                out[stack.pid] = found
+        found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), at[0].name, at[0].line)
+        if found:
+            out[stack.pid] = found
     return out
 
 
@@ -572,8 +584,7 @@ _LOOP_GAP_S = 0.5
 def _loop_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, list[tuple[int, dict[str, str]]]]:
     """Two reads, half a second apart, of the locals of each rank or DataLoader worker whose main thread runs
     Python inside a loop of the user's code (not a sleep): whether what the loop's exit condition reads
-    moves. Equivalent: `py-spy dump --json --locals --nonblocking --pid PID`, twice."""
-    from ddpdoctor.edge.runner import run_argv
+    moves. Equivalent: `py-spy dump --json --locals --nonblocking --pid PID` (_dump_locals), twice."""
     from ddpdoctor.hang.spin import the_loop
     from ddpdoctor.hang.stacks import innermost_locals
 
@@ -581,21 +592,16 @@ def _loop_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> di
         return {}
     wanted: list[tuple[int, str]] = []
     for stack in [*facts.stacks[:16], *(w for ws in facts.worker_stacks.values() for w in ws[:8])]:
-        main = stack.main
-        frame = main.frames[0] if main is not None and main.frames else None
-        lines = facts.sources.get(frame.filename) if frame is not None else None
-        if frame is None or not frame.is_user or not lines or not 0 < frame.line <= len(lines):
+        at = _innermost_user_line(facts, stack)
+        if at is None or "sleep(" in at[1] or the_loop(facts.sources[at[0].filename], at[0].line) is None:
             continue
-        if "sleep(" in lines[frame.line - 1] or the_loop(lines, frame.line) is None:
-            continue
-        wanted.append((stack.pid, frame.name))
+        wanted.append((stack.pid, at[0].name))
     out: dict[int, list[tuple[int, dict[str, str]]]] = {}
     for index in range(2):
         if index:
             time.sleep(_LOOP_GAP_S)
         for pid, name in wanted[:8]:
-            seen = run_argv([pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid", str(pid)], timeout_s=timeout_s)
-            found = innermost_locals(seen.stdout, name) if seen.ok else None
+            found = innermost_locals(_dump_locals(pyspy, pid, timeout_s), name)
             if found is not None:
                 out.setdefault(pid, []).append(found)
     return {pid: reads for pid, reads in out.items() if reads}
@@ -608,13 +614,10 @@ def spawn_ranks(workers: list[Worker], pyspy: Optional[str], timeout_s: float) -
     spawn_ranks_by_order). Workers that are no spawn children come back unchanged."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ddpdoctor.edge.runner import run_argv
-
     if pyspy is not None:
-        argv = [pyspy, "dump", "--json", "--locals", "--nonblocking", "--pid"]
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(workers)))) as pool:
-            results = list(pool.map(lambda w: run_argv([*argv, str(w.pid)], timeout_s=timeout_s), workers))
-        found = [spawn_rank(r.stdout) if r.ok else None for r in results]
+            texts = list(pool.map(lambda w: _dump_locals(pyspy, w.pid, timeout_s), workers))
+        found = [spawn_rank(text) if text else None for text in texts]
         ranks = [f[0] for f in found if f is not None]
         if found and all(f is not None for f in found) and len(set(ranks)) == len(ranks):
             out = [replace(w, rank=f[0], local_rank=w.local_rank if w.local_rank is not None else f[0], rank_from=f[1])

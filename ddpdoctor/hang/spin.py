@@ -118,27 +118,16 @@ def _shown(names: Sequence[str], read: Mapping[str, str]) -> str:
     return ", ".join(parts[:4])
 
 
-def _assignments(lines: Sequence[str], loop: LeftLoop, names: Sequence[str]) -> list[int]:
-    """Lines in the loop's body that assign one of `names` (`i += 1`, `lo = mid`, `self.i = ...`)."""
-    found = []
-    for number in range(loop.header + 1, loop.end + 1):
-        text = lines[number - 1].strip()
-        for name in names:
-            if re.match(re.escape(name) + r"\s*(?:[-+*/%|&^]|//|\*\*|<<|>>)?=(?!=)", text):
-                found.append(number)
-                break
-    return found
+# After a name the condition reads: an assignment to it (`i += 1`, `lo = mid`), or an in-place change of it
+# (`pending.pop(0)`, `queue.append(x)`).
+_ASSIGNS = r"\s*(?:[-+*/%|&^]|//|\*\*|<<|>>)?=(?!=)"
+_MUTATES = r"\.(?:pop|popleft|append|extend|remove|clear|insert|add|discard|update)\("
 
 
-def _mutations(lines: Sequence[str], loop: LeftLoop, names: Sequence[str]) -> list[int]:
-    """Lines in the loop's body that change one of `names` in place (`pending.pop(0)`, `queue.append(x)`)."""
-    found = []
-    for number in range(loop.header + 1, loop.end + 1):
-        text = lines[number - 1].strip()
-        if any(re.match(re.escape(n) + r"\.(?:pop|popleft|append|extend|remove|clear|insert|add|discard|update)\(", text)
-               for n in names):
-            found.append(number)
-    return found
+def _body_lines(lines: Sequence[str], loop: LeftLoop, names: Sequence[str], after_name: str) -> list[int]:
+    """Lines in the loop's body that start with one of `names` followed by `after_name` (_ASSIGNS, _MUTATES)."""
+    return [number for number in range(loop.header + 1, loop.end + 1)
+            if any(re.match(re.escape(name) + after_name, lines[number - 1].strip()) for name in names)]
 
 
 def _code(lines: Sequence[str], number: int) -> str:
@@ -207,7 +196,7 @@ def spin_mechanism(
         ) and reads[0].line and reads[-1].line:
             shown = _shown(names, last)
             detail = ""
-            assigned = _assignments(lines, loop, names)
+            assigned = _body_lines(lines, loop, names, _ASSIGNS)
             skips = [n for n in range(loop.header + 1, loop.end + 1) if _CONTINUE.match(lines[n - 1])]
             skipping = [(s, a) for s in skips for a in assigned if s < a]
             if skipping:
@@ -217,7 +206,7 @@ def spin_mechanism(
             elif assigned:
                 detail = (f": the body assigns it at line {assigned[0]} (`{_code(lines, assigned[0])}`), which "
                           "gives it the same value again on this input")
-            elif mutated := _mutations(lines, loop, names):
+            elif mutated := _body_lines(lines, loop, names, _MUTATES):
                 detail = (f": the body changes it only at line {mutated[0]} (`{_code(lines, mutated[0])}`), a line "
                           "this input never reaches")
             elif names:

@@ -194,6 +194,18 @@ def _culprit_records(ctx: _Context, ranks: Sequence[int]) -> list[dict[str, Any]
     return out
 
 
+def _stack_outlier(
+    ctx: _Context, summary: str, culprits: Sequence[int], others: Sequence[int], fix: str, tie: bool = False
+) -> dict[str, Any]:
+    """A verdict read from the live stacks alone (kind `stack_outlier`); a process whose rank is unknown is
+    keyed -pid and is named in the records only."""
+    return {
+        "kind": "stack_outlier", "summary": summary,
+        "culprit_ranks": [r for r in culprits if r >= 0], "other_ranks": [r for r in others if r >= 0],
+        "culprits": _culprit_records(ctx, culprits), "collective": None, "tie": tie, "fix": fix, "source": "stacks",
+    }
+
+
 def _refine_desync(ctx: _Context, div: Divergence) -> tuple[Divergence, str, str]:
     """(divergence, kind, note): read the source around both calls of a desync; a call inside a
     rank-dependent `if` with the other call after it is a collective only some ranks issue, and its
@@ -385,18 +397,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 + (", not the network" if main_wait else "")
             )
             fix = "Look at what the named rank does at that line instead of joining the collective."
-        verdict = {
-            "kind": "stack_outlier",
-            "summary": summary,
-            "culprit_ranks": [r for r in culprits if r >= 0],
-            "other_ranks": [r for r in main.ranks if r >= 0],
-            "culprits": _culprit_records(ctx, culprits),
-            "collective": None,
-            "tie": False,
-            "fix": fix,
-            "source": "stacks",
-        }
-        return with_loop_mechanism(verdict, mechanism)
+        return with_loop_mechanism(_stack_outlier(ctx, summary, culprits, main.ranks, fix), mechanism)
     if len(groups) == 2 and len(waiting) == 2:
         # Two sides in different collectives with no majority: the source of both call chains can still say
         # which side is wrong, when one is inside a loop the other has left.
@@ -412,53 +413,43 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             for g in groups
         )
         ranks = sorted(r for g in groups for r in g.ranks)
-        tie = {
-            "kind": "stack_outlier",
-            "summary": f"the ranks are in different collectives (out of step): {sides} -> the cause is "
-            "rank-dependent control flow, not the network",
-            "culprit_ranks": [r for r in ranks if r >= 0],
-            "other_ranks": [],
-            "culprits": _culprit_records(ctx, ranks),
-            "collective": None,
-            "tie": True,
-            "fix": "Make every rank issue the same collectives in the same order: look for an if on the rank "
-            "(or on data that differs between ranks) around those lines; `--fr` with Flight Recorder dumps "
-            "gives the sequence numbers.",
-            "source": "stacks",
-        }
+        tie = _stack_outlier(
+            ctx,
+            f"the ranks are in different collectives (out of step): {sides} -> the cause is rank-dependent control "
+            "flow, not the network",
+            ranks, [],
+            "Make every rank issue the same collectives in the same order: look for an if on the rank (or on data "
+            "that differs between ranks) around those lines; `--fr` with Flight Recorder dumps gives the sequence "
+            "numbers.",
+            tie=True,
+        )
         return with_loop_mechanism(tie, both_receive(ctx, groups) or argument_mismatch(ctx, ctx.call_args))
     if len(groups) == 1 and waiting:
         ranks = list(groups[0].ranks)
         roots = argument_mismatch(ctx, {k: a for k, a in ctx.call_args.items() if k in ranks})
         if roots is not None:
             culprits = roots["culprits"] or ranks
-            return with_loop_mechanism({
-                "kind": "stack_outlier",
-                "summary": f"every rank waits in {groups[0].example.waiting_in()} at {ctx.where_line(groups[0].example)}, "
-                "with arguments that do not match across ranks -> the cause is the code that computes them, not "
-                "the network",
-                "culprit_ranks": [r for r in culprits if r >= 0],
-                "other_ranks": [r for r in ranks if r not in culprits and r >= 0],
-                "culprits": _culprit_records(ctx, culprits),
-                "collective": None,
-                "tie": len(culprits) == len(ranks),
-                "fix": "Compute the call's arguments the same way on every rank (or share them first).",
-                "source": "stacks",
-            }, roots)
+            return with_loop_mechanism(_stack_outlier(
+                ctx,
+                f"every rank waits in {groups[0].example.waiting_in()} at {ctx.where_line(groups[0].example)}, with "
+                "arguments that do not match across ranks -> the cause is the code that computes them, not the network",
+                culprits, [r for r in ranks if r not in culprits],
+                "Compute the call's arguments the same way on every rank (or share them first).",
+                tie=len(culprits) == len(ranks),
+            ), roots)
         world = ctx.facts.job.world_size if ctx.facts.job else None
         elsewhere = world is not None and world > len(ranks)
         if not elsewhere and len(ranks) > 1 and (groups[0].example.waiting_in() or "") in P2P_RECV:
-            return with_loop_mechanism({
-                "kind": "stack_outlier",
-                "summary": f"every rank ({plural_ranks(ranks)}) waits to receive in {groups[0].example.waiting_in()} at "
+            return with_loop_mechanism(_stack_outlier(
+                ctx,
+                f"every rank ({plural_ranks(ranks)}) waits to receive in {groups[0].example.waiting_in()} at "
                 f"{ctx.where_line(groups[0].example)} and all of the job's ranks are here -> none of them sends: a "
                 "circular wait in the code, not the network",
-                "culprit_ranks": [r for r in ranks if r >= 0], "other_ranks": [], "culprits": _culprit_records(ctx, ranks),
-                "collective": None, "tie": True,
-                "fix": "Break the cycle: let one side send first (order the exchange by rank: even ranks send then "
-                "receive, odd ranks receive then send), or post both at once with isend/irecv (batch_isend_irecv).",
-                "source": "stacks",
-            }, {"id": "sendrecv.circular_recv", "threads": [], "pids": [],
+                ranks, [],
+                "Break the cycle: let one side send first (order the exchange by rank: even ranks send then receive, "
+                "odd ranks receive then send), or post both at once with isend/irecv (batch_isend_irecv).",
+                tie=True,
+            ), {"id": "sendrecv.circular_recv", "threads": [], "pids": [],
                 "summary": "each rank receives before it sends (a ring or an exchange written recv-then-send on every "
                 "rank): every rank waits for a message its peer will send only after its own receive completes, so "
                 "no message is ever sent",

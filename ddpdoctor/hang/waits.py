@@ -299,9 +299,9 @@ def _pipe_full(mine: Blocked, at: str, pid: int, sources: Mapping[str, Sequence[
     )
 
 
-def _pool_worker(thread: ThreadStack) -> bool:
-    return any(f.filename.endswith("concurrent/futures/thread.py") and f.name.rsplit(".", 1)[-1] == "_worker"
-               for f in thread.frames)
+def _in_worker_loop(frame: Frame) -> bool:
+    """A frame of concurrent.futures' thread-pool worker loop (`_worker`)."""
+    return frame.filename.endswith("concurrent/futures/thread.py") and frame.name.rsplit(".", 1)[-1] == "_worker"
 
 
 def _future_mechanism(
@@ -310,22 +310,22 @@ def _future_mechanism(
     """A wait on a concurrent.futures Future: the executor's worker threads say why its task has not finished.
     An idle worker sits in `_worker` itself (on its work queue); a busy one runs a task below it."""
     at = _at(mine.frame, sources)
-    workers = [t for t in stack.threads if _pool_worker(t)]
-    busy = [t for t in workers if t.frames and not (
-        t.frames[0].filename.endswith("concurrent/futures/thread.py") and t.frames[0].name.rsplit(".", 1)[-1] == "_worker")]
+    workers = [t for t in stack.threads if any(_in_worker_loop(f) for f in t.frames)]
+    busy = [t for t in workers if t.frames and not _in_worker_loop(t.frames[0])]
+    # Each busy worker's task, where it is in the user's code (None: in a library).
+    task = {id(t): next((f for f in t.frames if f.is_user), None) for t in busy}
 
     def where(thread: ThreadStack) -> str:
-        frame = next((f for f in thread.frames if f.is_user), thread.frames[0])
-        return f"`{thread.thread_name}` at {_at(frame, sources)}"
+        return f"`{thread.thread_name}` at {_at(task[id(thread)] or thread.frames[0], sources)}"
 
-    records = [_record(mine, sources)] + [
-        {"thread": t.thread_name, "file": f.filename, "line": f.line, "code": _code(sources, f), "role": "pool_worker"}
-        for t in busy[:4] if (f := next((g for g in t.frames if g.is_user), None)) is not None]
     def loops(thread: ThreadStack) -> bool:
-        frame = next((f for f in thread.frames if f.is_user), None)
+        frame = task[id(thread)]
         lines = sources.get(frame.filename) if frame is not None else None
         return bool(lines) and frame is not None and loop_around(lines, frame.line) is not None  # type: ignore[arg-type]
 
+    records = [_record(mine, sources)] + [
+        {"thread": t.thread_name, "file": f.filename, "line": f.line, "code": _code(sources, f), "role": "pool_worker"}
+        for t in busy[:4] if (f := task[id(t)]) is not None]
     if workers and len(busy) == len(workers) and any(loops(t) for t in busy):
         return Mechanism(
             "future.pool_busy",
