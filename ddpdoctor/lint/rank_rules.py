@@ -63,10 +63,51 @@ _MPI_COLLECTIVES = frozenset(
 )  # fmt: skip
 
 
-def _is_collective(cs: CallSite) -> bool:
+# Methods of framework objects that run a barrier or a collective inside, so every rank must call them, by
+# the call that makes the object. DeepSpeedEngine.save_checkpoint: "all processes must call this method and
+# not just the process with rank 0" (its docstring; ZeRO shards are gathered). Lightning's
+# Trainer.save_checkpoint ends in `strategy.barrier("Trainer.save_checkpoint")`. Accelerate's
+# wait_for_everyone is a barrier; gather/reduce/pad_across_processes are collectives.
+_FRAMEWORK_COLLECTIVES: dict[str, frozenset[str]] = {
+    "deepspeed.initialize": frozenset({"save_checkpoint"}),
+    "accelerate.Accelerator": frozenset(
+        {"wait_for_everyone", "gather", "gather_for_metrics", "reduce", "pad_across_processes"}
+    ),
+    "lightning.Trainer": frozenset({"save_checkpoint"}),
+    "lightning.pytorch.Trainer": frozenset({"save_checkpoint"}),
+    "pytorch_lightning.Trainer": frozenset({"save_checkpoint"}),
+}
+
+
+def _framework_objects(f: ModuleFacts) -> dict[str, frozenset[str]]:
+    """Names this file binds to a framework object (`engine, opt, _, _ = deepspeed.initialize(...)`,
+    `self.accelerator = Accelerator()`), with the methods of it that every rank must call."""
+    key = "framework_objects"
+    if key not in f.memo:
+        found: dict[str, frozenset[str]] = {}
+        makers = {id(cs.node): _FRAMEWORK_COLLECTIVES[cs.qual] for cs in f.calls if cs.qual in _FRAMEWORK_COLLECTIVES}
+        if makers:
+            for node in ast.walk(f.tree):
+                if not isinstance(node, ast.Assign) or id(node.value) not in makers:
+                    continue
+                for target in node.targets:
+                    # deepspeed.initialize returns (engine, optimizer, dataloader, scheduler): the engine first
+                    if isinstance(target, (ast.Tuple, ast.List)) and target.elts:
+                        target = target.elts[0]
+                    name = dotted(target)
+                    if name:
+                        found[name] = makers[id(node.value)]
+        f.memo[key] = found
+    return f.memo[key]  # type: ignore[return-value]
+
+
+def _is_collective(f: ModuleFacts, cs: CallSite) -> bool:
     if cs.qual.startswith("mpi4py."):
         return cs.attr in _MPI_COLLECTIVES
-    return cs.attr in COLLECTIVE_NAMES and cs.qual.startswith("torch.distributed.")
+    if cs.attr in COLLECTIVE_NAMES and cs.qual.startswith("torch.distributed."):
+        return True
+    receiver = (cs.raw or "").rpartition(".")[0]
+    return bool(receiver) and cs.attr in _framework_objects(f).get(receiver, ())
 
 
 def _branch_name(branch: RankBranch) -> str:
@@ -117,7 +158,7 @@ def _search_collective(
             continue
         seen.add(id(scope))
         for inner in scope.calls:
-            if _is_collective(inner) and (inner.rank_if is None or inner.rank_if.kind == kind):
+            if _is_collective(target, inner) and (inner.rank_if is None or inner.rank_if.kind == kind):
                 if inner.rank_if is not None and defaulted:
                     continue
                 return inner
@@ -179,7 +220,7 @@ def check_collective_in_rank_branch(f: ModuleFacts) -> Iterator[Hit]:
             branch = cs.rank_if
             if branch is None or branch.kind not in (ZERO, NONZERO):
                 continue
-            if _is_collective(cs):
+            if _is_collective(f, cs):
                 if _matched(cs, branch, calls, cs.attr):
                     continue
                 yield (
@@ -205,7 +246,7 @@ def check_collective_in_rank_branch(f: ModuleFacts) -> Iterator[Hit]:
         if scope.guarded and not scope.is_module:
             # @rank_zero_only def f(): dist.barrier()
             for cs in calls:
-                if _is_collective(cs) and cs.rank_if is None:  # (inside a rank check: reported above)
+                if _is_collective(f, cs) and cs.rank_if is None:  # (inside a rank check: reported above)
                     yield cs.node, f"{cs.attr}() in a function decorated to run on rank 0 only: a hang"
 
 
