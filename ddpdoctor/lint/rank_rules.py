@@ -38,6 +38,7 @@ from ddpdoctor.lint.flow import (
 )
 from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, _is_const, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
+from ddpdoctor.lint.rules import distributed_program
 
 # Collectives and the (position, keyword) of the tensors every rank must pass.
 _COLLECTIVES: dict[str, tuple[tuple[int, str], ...]] = {
@@ -553,12 +554,14 @@ def _seed_has_rank(node: ast.AST) -> bool:
     "seedless-split",
     "random_split() or a shuffle split by rank without a common seed: each rank draws a different split",
     "seed it alike on every rank: generator=torch.Generator().manual_seed(SEED) for random_split and randperm, "
-    "np.random.default_rng(SEED) or random.Random(SEED) for numpy and random (SEED + epoch, never + rank)",
+    "np.random.default_rng(SEED) or random.Random(SEED) for numpy and random, seed=SEED for a Hugging Face "
+    "Dataset.shuffle / train_test_split (SEED + epoch, never + rank)",
     "Every rank runs random_split, or shuffles the indices it then slices with its rank, itself; unseeded "
     "(or seeded with the rank), each rank draws a different permutation, so the ranks' shards overlap, "
     "some samples are never seen, and rank 0's validation samples are rank 1's training samples.",
 )
 def check_seedless_split(f: ModuleFacts) -> Iterator[Hit]:
+    yield from _check_dataset_shuffles(f)
     if not (uses_distributed(f) or f.project is not None):
         yield from _check_rank_shuffles(f)
         return
@@ -574,6 +577,62 @@ def check_seedless_split(f: ModuleFacts) -> Iterator[Hit]:
             continue
         yield cs.node
     yield from _check_rank_shuffles(f)
+
+
+# Methods of a Hugging Face `datasets.Dataset` that return another Dataset (what `.shuffle()` may sit on).
+_DATASET_METHODS = frozenset(
+    {"map", "filter", "select", "remove_columns", "rename_column", "rename_columns", "cast", "cast_column",
+     "flatten", "sort", "with_format", "select_columns", "add_column", "shuffle", "train_test_split"}
+)  # fmt: skip
+
+
+def _hf_dataset(f: ModuleFacts, node: ast.AST, depth: int = 0) -> bool:
+    """`node` is a map-style Hugging Face Dataset: made by `datasets.load_dataset` / `load_from_disk` /
+    `Dataset.from_*` (not `streaming=True`), a split of one (`raw["train"]`), or what its methods return."""
+    if depth > 8:
+        return False
+    if isinstance(node, ast.Subscript):
+        return _hf_dataset(f, node.value, depth + 1)
+    if isinstance(node, ast.Call):
+        maker = f.memo.setdefault("call_sites", {c.node: c for c in f.calls}).get(node)  # type: ignore[union-attr]
+        if maker is not None and maker.qual.startswith("datasets."):
+            streaming = maker.kwarg("streaming")
+            return not (isinstance(streaming, ast.Constant) and streaming.value is True)
+        func = node.func
+        return isinstance(func, ast.Attribute) and func.attr in _DATASET_METHODS and _hf_dataset(f, func.value, depth + 1)
+    name = dotted(node)
+    if not name:
+        return False
+    value = value_before(f, name, getattr(node, "lineno", 1) - 1)  # assigned above, not `x = x.shuffle()` itself
+    return value is not None and value is not node and _hf_dataset(f, value, depth + 1)
+
+
+def _check_dataset_shuffles(f: ModuleFacts) -> Iterator[Hit]:
+    """`dataset.shuffle()` / `.train_test_split()` of a Hugging Face Dataset without `seed=`, run by every
+    rank: with no seed, datasets draws one from NumPy's global RNG (`np.random.get_state()` in
+    arrow_dataset.py / fingerprint.py), so unless NumPy was seeded alike first, each rank orders (or splits)
+    the dataset differently, and the sampler's per-rank shards of those different orders overlap."""
+    if not f.imports_prefix("datasets") or not distributed_program(f):
+        return
+    for cs in f.calls_named("shuffle", "train_test_split"):
+        if cs.guarded or cs.rank_if is not None or cs.has_star_kwargs():
+            continue
+        if cs.kwarg("seed") is not None or (cs.attr == "shuffle" and cs.node.args):
+            continue
+        if cs.attr == "shuffle" and cs.kwarg("buffer_size") is not None:
+            continue  # an IterableDataset's streaming shuffle
+        func = cs.node.func
+        if not isinstance(func, ast.Attribute) or not _hf_dataset(f, func.value):
+            continue
+        why = _shuffle_verdict(f, cs, "numpy")
+        if why is None:
+            continue
+        what = "orders" if cs.attr == "shuffle" else "splits"
+        yield (
+            cs.node,
+            f"Dataset.{cs.attr}() {why} on every rank: each rank {what} the dataset differently before the "
+            "sampler shards it, so the ranks' shards overlap and some samples are never seen (pass seed=)",
+        )
 
 
 # Shuffles that draw from a global RNG, and which RNG: (qualified name) -> family.
