@@ -29,6 +29,9 @@ imported). argv[1] is the scenario:
   right one (recv-then-send on every rank): nobody sends;
 - `mutual_send`: both ranks send 64 MB over a side TCP socket before reading the peer's (sendall on both
   ends with full socket buffers): both block in sendall, outside any collective.
+- `shared_service`: rank 0 serves shard assignments from a single-threaded HTTPServer thread whose handler
+  fetches the manifest from that same server; every rank's main thread waits for its reply (held-out hang
+  set 6, j16's class, written again here).
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
@@ -260,6 +263,45 @@ def mutual_send(rank: int) -> None:
     sock.recv(len(payload))
 
 
+def fetch(port: int, path: str) -> dict:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}") as reply:  # HANG-LINE service-fetch
+        return json.loads(reply.read())
+
+
+def shared_service(rank: int, world: int) -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Assign(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/manifest":
+                body = {"shards": list(range(8))}
+            else:
+                manifest = fetch(self.server.server_address[1], "/manifest")  # HANG-LINE nested-fetch
+                body = {"shards": manifest["shards"][int(self.path.rsplit("/", 1)[1]) :: world]}
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    box = [None]
+    if rank == 0:
+        server = HTTPServer(("127.0.0.1", 0), Assign)
+        threading.Thread(target=server.serve_forever, name="assign-svc", daemon=True).start()
+        box = [server.server_address[1]]
+    dist.broadcast_object_list(box, src=0)
+    ready(rank)
+    fetch(box[0], f"/assign/{rank}")
+
+
 def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -282,6 +324,8 @@ def main() -> None:
         tag_mismatch(rank)
     elif scenario == "mutual_send":
         mutual_send(rank)
+    elif scenario == "shared_service":
+        shared_service(rank, world)
     elif scenario == "param_loop":
         param_loop(rank)
     elif scenario == "ring_recv":

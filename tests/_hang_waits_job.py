@@ -44,11 +44,14 @@ all_reduce for the last one:
 - `join_before_get`: the last rank joins a multiprocessing.Process that put 1 MB on a Queue before it
   get()s it: the child cannot exit until the item is read;
 - `circular`: the last rank polls for a file rank 0 writes only after the barrier rank 0 waits in.
+- `self_request`: the last rank serves its settings over HTTP from a single-threaded HTTPServer thread whose
+  handler fetches a part of them from the same server; the main thread's request never gets an answer.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
 
 import fcntl
+import json
 import multiprocessing
 import os
 import queue
@@ -57,7 +60,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import torch
 import torch.distributed as dist
@@ -361,6 +366,34 @@ def circular(rank: int, culprit: bool) -> None:
         torch.save(torch.ones(2), part)
 
 
+def fetch(port: int, path: str) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}") as reply:  # HANG-LINE self-request
+        return json.loads(reply.read())
+
+
+class Settings(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path == "/base":
+            body = {"lr": 0.1}
+        else:
+            body = {**fetch(self.server.server_address[1], "/base"), "step": 3}  # HANG-LINE handler
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def self_request(rank: int) -> None:
+    server = HTTPServer(("127.0.0.1", 0), Settings)
+    threading.Thread(target=server.serve_forever, name="settings-svc", daemon=True).start()
+    ready(rank)
+    fetch(server.server_address[1], "/run")
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
@@ -440,6 +473,8 @@ def main() -> None:
             float_loop(rank)
         elif scenario == "stuck_loop":
             stuck_loop(rank)
+        elif scenario == "self_request":
+            self_request(rank)
         elif scenario == "sleep_ms":
             rate_limit(rank, 60 * 60 * 1000)
         elif scenario == "writer":

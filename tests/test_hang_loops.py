@@ -17,6 +17,11 @@ SCRIPT = Path(__file__).with_name("_hang_loops_job.py")
 
 # scenario -> (culprit rank, mechanism id, the culprit's HANG-LINE marker, words the mechanism must hold)
 EXPECTED = {
+    # Every rank blocked in an HTTP request outside torch.distributed: the rank whose server thread waits on its
+    # own server inside the handler is the culprit (no tie).
+    "shared_service": (0, "server.handler_waits_on_itself", "service-fetch", [
+        "`assign-svc` serves requests on a single-threaded server", "do_GET()",
+        f"_hang_loops_job.py:{marker_line('nested-fetch', SCRIPT)} in "]),
     "early_break": (1, "loop.left_early", "barrier", [
         f"rank 1 left the loop at line {marker_line('break', SCRIPT)} (break) and waits in barrier at line "
         f"{marker_line('barrier', SCRIPT)}; the others (rank 0) wait in all_reduce at line "

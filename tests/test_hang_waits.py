@@ -67,6 +67,9 @@ EXPECTED = {
                                                       f"the `continue` at line {marker_line('stuck-loop', SCRIPT) + 2}"]),
     # Rank 1 polls for the file rank 0 writes after the barrier it waits in.
     "circular": ("wait.circular_file_collective", "circular-poll", ["a circular wait", "rank 0 writes files only after"]),
+    # Its HTTP server's one thread waits, inside the handler, for a reply from that same server.
+    "self_request": ("server.handler_waits_on_itself", "self-request", [
+        "`settings-svc` serves requests on a single-threaded server", "do_GET()", "is never answered"]),
     "sleep_ms": ("sleep.milliseconds_as_seconds", "sleep-ms",
                  ["a value in milliseconds passed as seconds?", "rather than waits for a peer"]),
 }

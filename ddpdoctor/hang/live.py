@@ -19,6 +19,7 @@ from ddpdoctor.hang.source import (
 )
 from ddpdoctor.hang.spin import loop_reason
 from ddpdoctor.hang.stacks import RankStack, threads_in_collective
+from ddpdoctor.hang.waits import server_waits_on_itself
 
 
 def empty_verdict(kind: str, summary: str, fix: str, source: Optional[str]) -> dict[str, Any]:
@@ -498,6 +499,20 @@ def all_blocked(ctx: Any, groups: list[Any]) -> dict[str, Any]:
         "stacks",
     )
     verdict.update(culprit_ranks=[r for r in ranks if r >= 0], culprits=ctx.records(ranks), tie=len(ranks) > 1)
+    for rank in ranks:
+        stack = ctx.stack_by_rank.get(rank)
+        serving = server_waits_on_itself(stack, ctx.facts.sources) if stack is not None else None
+        if serving is None:
+            continue
+        # The rank whose server waits on itself is the culprit; the others wait for that server.
+        others = [r for r in ranks if r != rank]
+        verdict.update(culprit_ranks=[rank] if rank >= 0 else [], culprits=ctx.records([rank]), tie=False,
+                       other_ranks=[r for r in others if r >= 0])
+        verdict["summary"] = (
+            f"{ctx.who(rank)} is the culprit: nothing moved and no rank waits in a collective; "
+            + "; ".join(places) + " -> the other ranks wait for its server"
+        )
+        return with_loop_mechanism(verdict, serving.to_dict() | {"fix": serving.fix})
     if codes and all(any(s in c for s in _SOCKET_SEND) for c in codes):
         mechanism = {
             "id": "socket.mutual_send",

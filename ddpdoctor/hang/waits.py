@@ -410,6 +410,9 @@ def explain_wait(
     in_thread = _collective_in_thread(stack, mine, sources)
     if in_thread is not None:
         return in_thread
+    serving = server_waits_on_itself(stack, sources)
+    if serving is not None:
+        return serving
     if mine is None:
         return _poll_seen_before(stack, sources, history, woke)
     at = _at(mine.frame, sources)
@@ -807,4 +810,52 @@ def _collective_in_thread(
         if mine is not None:
             threads.append(_record(mine, sources, role="waits_for_thread"))
         return Mechanism("thread.collective_in_thread", summary, fix, threads)
+    return None
+
+
+# A request handler of Python's servers (socketserver, http.server, xmlrpc), and the client libraries whose
+# frames mean "waiting for a reply": urllib's urlopen, http.client, requests/urllib3, xmlrpc's ServerProxy.
+_SERVER_FILES = ("socketserver.py", "http/server.py", "xmlrpc/server.py", "wsgiref/simple_server.py")
+_HANDLER_NAME = re.compile(r"(?:^|\.)(?:do_[A-Z]{2,10}|handle|handle_one_request|_dispatch|_marshaled_dispatch)$")
+_CLIENT_FILES = ("http/client.py", "urllib/request.py", "xmlrpc/client.py", "requests/sessions.py", "requests/api.py",
+                 "urllib3/connectionpool.py", "urllib3/response.py")
+
+
+def server_waits_on_itself(stack: RankStack, sources: Mapping[str, Sequence[str]]) -> Optional[Mechanism]:
+    """A thread of this process serves requests with a single-threaded server (socketserver, http.server),
+    and inside its handler it waits for the reply to a request of its own: when that request goes to the same
+    server, nothing answers it (the server's only thread is the one waiting), so the handler, its server
+    and every client of that server wait forever."""
+    for thread in stack.threads:
+        frames = thread.frames
+        client = next((i for i, f in enumerate(frames) if f.filename.endswith(_CLIENT_FILES)), None)
+        if client is None:
+            continue
+        outer = frames[client:]
+        if any(f.name.endswith("process_request_thread") for f in frames):
+            continue  # a threading server: another thread answers the nested request
+        handler = next((f for f in outer if f.is_user and _HANDLER_NAME.search(f.name)), None)
+        if handler is None and not any(f.filename.endswith(_SERVER_FILES) for f in outer):
+            continue
+        call = next((f for f in outer if f.is_user), None)
+        if call is None:
+            continue
+        handler = handler or call
+        summary = (
+            f"its thread `{thread.thread_name}` serves requests on a single-threaded server, and its request handler "
+            f"{handler.name.rsplit('.', 1)[-1]}() at {_at(handler, sources)} itself waits for the reply to a request "
+            f"it makes at {_at(call, sources)}: sent to the same server, that request is never answered (the "
+            "server's only thread is the one waiting), so the handler, the server and every client waiting on "
+            "it hang"
+        )
+        fix = ("Do not call a service from inside its own request handler: read the data directly, or serve with "
+               "a threading server (http.server.ThreadingHTTPServer, socketserver.ThreadingMixIn); give every "
+               "client request a timeout (`urlopen(url, timeout=...)`, `requests.get(..., timeout=...)`).")
+        threads: list[dict[str, object]] = [
+            {"thread": thread.thread_name, "file": handler.filename, "line": handler.line,
+             "code": _code(sources, handler), "role": "handler"},
+            {"thread": thread.thread_name, "file": call.filename, "line": call.line,
+             "code": _code(sources, call), "role": "request"},
+        ]
+        return Mechanism("server.handler_waits_on_itself", summary, fix, threads, [stack.pid])
     return None
