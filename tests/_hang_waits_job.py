@@ -44,12 +44,15 @@ all_reduce for the last one:
 - `join_before_get`: the last rank joins a multiprocessing.Process that put 1 MB on a Queue before it
   get()s it: the child cannot exit until the item is read;
 - `circular`: the last rank polls for a file rank 0 writes only after the barrier rank 0 waits in.
+- `asyncio_unsafe`: the last rank awaits a future that a reader thread completes with `loop.call_soon`
+  (not call_soon_threadsafe): the loop is never woken and sleeps in select();
 - `self_request`: the last rank serves its settings over HTTP from a single-threaded HTTPServer thread whose
   handler fetches a part of them from the same server; the main thread's request never gets an answer.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
 
+import asyncio
 import fcntl
 import json
 import multiprocessing
@@ -366,6 +369,18 @@ def circular(rank: int, culprit: bool) -> None:
         torch.save(torch.ones(2), part)
 
 
+async def read_settings() -> dict:
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def reader() -> None:
+        time.sleep(0.5)  # the read; by now the loop sleeps in select()
+        loop.call_soon(done.set_result, {"lr": 0.1})  # HANG-LINE call-soon
+
+    threading.Thread(target=reader, name="settings-reader", daemon=True).start()
+    return await done
+
+
 def fetch(port: int, path: str) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}") as reply:  # HANG-LINE self-request
         return json.loads(reply.read())
@@ -473,6 +488,9 @@ def main() -> None:
             float_loop(rank)
         elif scenario == "stuck_loop":
             stuck_loop(rank)
+        elif scenario == "asyncio_unsafe":
+            ready(rank)
+            asyncio.run(read_settings())  # HANG-LINE asyncio-run
         elif scenario == "self_request":
             self_request(rank)
         elif scenario == "sleep_ms":

@@ -67,6 +67,10 @@ EXPECTED = {
                                                       f"the `continue` at line {marker_line('stuck-loop', SCRIPT) + 2}"]),
     # Rank 1 polls for the file rank 0 writes after the barrier it waits in.
     "circular": ("wait.circular_file_collective", "circular-poll", ["a circular wait", "rank 0 writes files only after"]),
+    # The rank's asyncio loop sleeps in select(): a thread completed its future with call_soon, not threadsafe.
+    "asyncio_unsafe": ("asyncio.loop_never_woken", "asyncio-run", [
+        "is idle in select() with nothing ready", f"_hang_waits_job.py:{marker_line('call-soon', SCRIPT)} `loop.call_soon(",
+        "call_soon_threadsafe"]),
     # Its HTTP server's one thread waits, inside the handler, for a reply from that same server.
     "self_request": ("server.handler_waits_on_itself", "self-request", [
         "`settings-svc` serves requests on a single-threaded server", "do_GET()", "is never answered"]),

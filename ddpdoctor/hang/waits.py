@@ -45,6 +45,8 @@ _LIBRARY_WAITS: tuple[tuple[str, str, str], ...] = (
     ("subprocess.py", "call", "popen_wait"),
     ("subprocess.py", "check_call", "popen_wait"),
     ("subprocess.py", "check_output", "popen_wait"),
+    ("asyncio/base_events.py", "BaseEventLoop.run_until_complete", "asyncio_idle"),
+    ("asyncio/base_events.py", "BaseEventLoop.run_forever", "asyncio_idle"),
 )
 
 # A user line that blocks without a Python frame below it (C locks, C SimpleQueue, time.sleep).
@@ -460,6 +462,8 @@ def explain_wait(
         )
     if mine.kind == "future":
         return _future_mechanism(stack, mine, sources, helpers)
+    if mine.kind == "asyncio_idle" and main.frames and main.frames[0].filename.endswith("selectors.py"):
+        return _asyncio_idle(mine, at, sources)
     if mine.kind == "mp_queue_get":
         # multiprocessing's own bookkeeping processes (resource tracker, forkserver) put nothing.
         children = [h for h in helpers if "bookkeeping" not in h[1]]
@@ -859,3 +863,38 @@ def server_waits_on_itself(stack: RankStack, sources: Mapping[str, Sequence[str]
         ]
         return Mechanism("server.handler_waits_on_itself", summary, fix, threads, [stack.pid])
     return None
+
+
+# Calls that hand work to an asyncio loop without waking it: safe only from the loop's own thread.
+_LOOP_UNSAFE = re.compile(r"\.(?:call_soon|call_later|call_at|create_task|set_result|set_exception)\(")
+
+
+def _asyncio_idle(mine: Blocked, at: str, sources: Mapping[str, Sequence[str]]) -> Mechanism:
+    """The rank's asyncio loop sits in select() with nothing ready: what its coroutine awaits is never
+    completed. A thread that completes it with call_soon / set_result (not call_soon_threadsafe) puts the
+    callback on the loop's list without writing to its self-pipe, so select() never returns to run it."""
+    unsafe = [
+        (name, number, text.strip()[:120])
+        for name, lines in sources.items()
+        for number, text in enumerate(lines, 1)
+        if _LOOP_UNSAFE.search(text) and "threadsafe" not in text and "threading" in "".join(lines)
+    ]
+    summary = (
+        f"its asyncio event loop (started at {at}) is idle in select() with nothing ready: the coroutine it runs "
+        "awaits a future, event or queue that nothing completes"
+    )
+    if unsafe:
+        name, number, text = unsafe[0]
+        summary += (
+            f"; {name}:{number} `{text}` hands work to the loop without waking it: from another thread (this "
+            "file starts threads) asyncio objects are not thread-safe, and the loop sleeps on, never running it "
+            "(only loop.call_soon_threadsafe wakes it)"
+        )
+    fix = ("Complete asyncio objects from other threads with `loop.call_soon_threadsafe(...)` or "
+           "`asyncio.run_coroutine_threadsafe(...)` (or await `loop.run_in_executor(None, blocking_fn)` instead "
+           "of a hand-made thread); bound the await with `asyncio.wait_for(..., timeout)`.")
+    threads = [_record(mine, sources)]
+    if unsafe:
+        threads.append({"thread": "", "file": unsafe[0][0], "line": unsafe[0][1], "code": unsafe[0][2],
+                        "role": "loop_unsafe_call"})
+    return Mechanism("asyncio.loop_never_woken" if unsafe else "asyncio.await_never_completed", summary, fix, threads)
