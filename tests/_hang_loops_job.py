@@ -29,6 +29,9 @@ imported). argv[1] is the scenario:
   right one (recv-then-send on every rank): nobody sends;
 - `mutual_send`: both ranks send 64 MB over a side TCP socket before reading the peer's (sendall on both
   ends with full socket buffers): both block in sendall, outside any collective.
+- `subgroup_skip` (3 ranks): ranks 1-2 form an expert group (`new_group(experts)`); each all-reduces its
+  load on that group only when it got tokens, and rank 2 never does: rank 1 waits in the group's all_reduce,
+  ranks 0 and 2 in the global gradient all_reduce (held-out hang set 6, j04's class, written again here).
 - `shared_service`: rank 0 serves shard assignments from a single-threaded HTTPServer thread whose handler
   fetches the manifest from that same server; every rank's main thread waits for its reply (held-out hang
   set 6, j16's class, written again here).
@@ -263,6 +266,20 @@ def mutual_send(rank: int) -> None:
     sock.recv(len(payload))
 
 
+def subgroup_skip(rank: int, world: int) -> None:
+    experts = list(range(1, world))
+    expert_group = dist.new_group(experts)
+    grad = torch.ones(4)
+    for step in range(100):
+        tokens = 0 if rank == world - 1 else 5
+        if rank in experts and tokens > 0:
+            load = torch.tensor([float(tokens)])
+            ready(rank)
+            dist.all_reduce(load, group=expert_group)  # HANG-LINE group-reduce
+        ready(rank)
+        dist.all_reduce(grad)  # HANG-LINE global-reduce
+
+
 def fetch(port: int, path: str) -> dict:
     import json
     import urllib.request
@@ -324,6 +341,8 @@ def main() -> None:
         tag_mismatch(rank)
     elif scenario == "mutual_send":
         mutual_send(rank)
+    elif scenario == "subgroup_skip":
+        subgroup_skip(rank, world)
     elif scenario == "shared_service":
         shared_service(rank, world)
     elif scenario == "param_loop":

@@ -106,3 +106,18 @@ def test_a_loop_over_parameters_is_no_uneven_iteration(tmp_path):
     assert "disagree on how many messages" in verdict["summary"]
     assert "one more iteration" not in verdict["summary"]
     assert marker_line("val-recv", SCRIPT) in {c["line"] for c in verdict["culprits"]}, verdict["culprits"]
+
+
+def test_a_member_that_skipped_its_groups_collective_is_the_culprit(tmp_path):
+    """Held-out hang set 6 (j04's class): rank 2 belongs to the expert group (`new_group(experts)`, experts read
+    from the frame's locals) but skips the group's all_reduce (no tokens); rank 1 waits in it, ranks 0 and 2 in the
+    global all_reduce. Rank 2 is the culprit, not rank 1 (the minority) and not a tie."""
+    with started(HungJob("subgroup_skip", tmp_path, nproc=3, script=SCRIPT)) as job:
+        report = hang_on(job)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [2] and not verdict["tie"], verdict
+    assert verdict["mechanism"]["id"] == "mismatch.subgroup_skipped", verdict
+    summary = verdict["mechanism"]["summary"]
+    assert "on group `expert_group` (ranks 1, 2)" in summary, summary
+    assert "inside `if rank in experts and tokens > 0:`" in summary, summary
+    assert verdict["culprits"][0]["line"] == marker_line("global-reduce", SCRIPT), verdict["culprits"]

@@ -292,3 +292,22 @@ def test_snapshot_line_says_what_moved_not_a_verdict() -> None:
     assert lines == ["snapshots: 12 over 6.0s, nothing moved between them"]
     report["progress"]["state"] = "progressing"
     assert _verdict_detail_lines(report) == ["snapshots: 12 over 6.0s, the job moved between them"]
+
+
+def test_group_members_from_new_group_literal_range_or_locals():
+    from ddpdoctor.hang.mismatch import group_members
+
+    lines = [
+        "    expert_group = dist.new_group(expert_ranks)\n",
+        "    pg = dist.new_group(ranks=[0, 2], timeout=timeout)\n",
+        "    self.tp_group = torch.distributed.new_group(range(1, 4))  # tensor parallel\n",
+        "    dp = dist.new_group(list(range(0, world, 2)))\n",
+    ]
+    assert group_members(lines, "dist.all_reduce(x, group=expert_group)", {"expert_ranks": "[1, 2, 3]"}) == (
+        "expert_group", [1, 2, 3])
+    assert group_members(lines, "dist.all_reduce(x, group=pg)", {}) == ("pg", [0, 2])
+    assert group_members(lines, "dist.broadcast(x, 1, group=self.tp_group)", {}) == ("self.tp_group", [1, 2, 3])
+    # A name the locals do not hold, an expression, or no group= at all: unknown, not guessed.
+    assert group_members(lines, "dist.all_reduce(x, group=expert_group)", {}) is None
+    assert group_members(lines, "dist.all_reduce(x, group=dp)", {}) is None
+    assert group_members(lines, "dist.all_reduce(x)", {}) is None

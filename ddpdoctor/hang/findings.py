@@ -128,6 +128,9 @@ class HangFacts:
     # pid -> the arguments of the rooted collective or point-to-point call a rank waits in (broadcast's src,
     # recv's src and tag; py-spy --locals of that torch.distributed frame), with "op" its name.
     collective_args: dict[int, dict[str, str]] = field(default_factory=dict)
+    # pid -> name -> repr: the locals of the user frame that calls a collective on a named group
+    # (`group=expert_group`), one rank per call line: what `new_group(expert_ranks)` was given.
+    group_locals: dict[int, dict[str, str]] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
     job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr

@@ -5,10 +5,11 @@ recv/recv deadlock. Pure; `ctx` is verdict.py's context (who, where, code, facts
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from ddpdoctor.hang.findings import plural_ranks
-from ddpdoctor.hang.source import except_around, function_mentions, loop_around, rank_guard
+from ddpdoctor.hang.source import enclosing_if, except_around, function_mentions, loop_around, rank_guard
 from ddpdoctor.hang.stacks import RankStack
 
 
@@ -294,4 +295,105 @@ def argument_mismatch(ctx: Any, args_by_key: dict[int, dict[str, str]]) -> Optio
             fix = ("Use the same tag on both sides of every send/recv pair (one constant per message kind), or "
                    "leave tag at its default.")
             return _mechanism("sendrecv.tag_mismatch", summary, fix, sorted({rk, sk}), [])
+    return None
+
+
+# `group=expert_group` in the line that calls the collective; `expert_group = dist.new_group(expert_ranks)` (or
+# `ranks=[1, 2, 3]`, `range(1, 4)`) where the group is made; a repr of a list or range of ranks.
+_GROUP_KW = re.compile(r"\bgroup\s*=\s*([A-Za-z_][\w.]{0,100})")
+_NEW_GROUP = re.compile(r"^\s*([A-Za-z_][\w.]{0,100})\s*=\s*[\w.]{0,60}new_group\(\s*(?:ranks\s*=\s*)?(.{1,300})")
+_RANGE = re.compile(r"^range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)$")
+_INT_LIST = re.compile(r"^[\[(]\s*-?\d+(?:\s*,\s*-?\d+){0,4095}\s*,?\s*[\])]$")
+
+
+def _ranks_of(text: str) -> Optional[list[int]]:
+    """[1, 2, 3] / (1, 2) / range(1, 4) -> the ranks; None for anything else (a name, an expression)."""
+    text = text.strip()
+    if _INT_LIST.match(text):
+        return [int(n) for n in re.findall(r"-?\d+", text)]
+    found = _RANGE.match(text)
+    if found:
+        a, b, step = found.groups()
+        start, stop = (0, int(a)) if b is None else (int(a), int(b))
+        return list(range(start, stop, int(step) if step else 1))[:4096]
+    return None
+
+
+def _first_arg(text: str) -> str:
+    """The first argument of a call whose text (after the opening parenthesis) is `text`: up to the first comma or
+    closing parenthesis outside brackets."""
+    depth = 0
+    for index, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return text[:index].strip()
+            depth -= 1
+        elif char == "," and depth == 0:
+            return text[:index].strip()
+    return text.strip()
+
+
+def group_members(lines: list[str] | tuple[str, ...], code: str, frame_locals: dict[str, str]) -> Optional[tuple[str, list[int]]]:
+    """(group name, its ranks) of the collective on `code` (`dist.all_reduce(x, group=expert_group)`), from the
+    `new_group(...)` that made it in the same file and, when it was given a name (`new_group(expert_ranks)`), that
+    name's value in the calling frame's locals (py-spy --locals)."""
+    named = _GROUP_KW.search(code)
+    if named is None:
+        return None
+    name = named.group(1)
+    for text in lines:
+        made = _NEW_GROUP.match(text)
+        if made is None or made.group(1) != name:
+            continue
+        arg = _first_arg(made.group(2))
+        ranks = _ranks_of(arg) or (_ranks_of(frame_locals.get(arg, "")) if re.fullmatch(r"[A-Za-z_]\w*", arg) else None)
+        if ranks:
+            return name, ranks
+    return None
+
+
+def skipped_subgroup(ctx: Any, groups: list[Any]) -> Optional[tuple[list[int], dict[str, Any]]]:
+    """Ranks wait in a collective on a subgroup (`group=expert_group`) that a member of that group is not in:
+    that member waits in another collective, having skipped the group's one (a data-dependent `if` around it,
+    an expert that got no tokens). It is the culprit; the group's other members wait for it, and the ranks
+    outside the group wait in the collective it is in. Returns (culprits, mechanism)."""
+    for group in groups:
+        stack = group.example
+        frame = stack.user_frame()
+        if not stack.waiting_in() or frame is None:
+            continue
+        lines = ctx.facts.sources.get(frame.filename)
+        if not lines or not 0 < frame.line <= len(lines):
+            continue
+        found = group_members(lines, lines[frame.line - 1], ctx.facts.group_locals.get(stack.pid, {}))
+        if found is None:
+            continue
+        name, members = found
+        here = set(group.ranks)
+        missing = sorted(r for r in members if r not in here and r in ctx.stack_by_rank)
+        if not missing or not here <= set(members):
+            continue
+        elsewhere = ctx.stack_by_rank[missing[0]]
+        branch = enclosing_if(lines, frame.line)
+        cond = f", inside `{branch.condition.strip()}` (line {branch.if_line})" if branch is not None else ""
+        summary = (
+            f"{plural_ranks(sorted(here))} wait in {stack.waiting_in()} on group `{name}` (ranks "
+            f"{', '.join(map(str, members))}) at {frame.where()}{cond}, but {plural_ranks(missing)} of that group "
+            f"{'is' if len(missing) == 1 else 'are'} instead in {elsewhere.waiting_in() or 'other code'} at "
+            f"{ctx.where_line(elsewhere)}: {'it' if len(missing) == 1 else 'they'} skipped the group's collective"
+            + (" (its condition was false there)" if branch is not None else "")
+            + ", so the group waits for "
+            + ("it" if len(missing) == 1 else "them")
+            + " and the ranks outside the group wait with it in the other collective"
+        )
+        fix = (f"Call the collective on `{name}` on every member of the group, every time (move it out of the `if`, "
+               "and let a member with nothing to contribute pass zeros), or decide the condition the same way on all "
+               "of the group's ranks first (an all_reduce of the flag).")
+        threads = [_at(ctx, frame.filename, frame.line, "group_collective")]
+        theirs = elsewhere.user_frame()
+        if theirs is not None:
+            threads.append(_at(ctx, theirs.filename, theirs.line, "skipped_to"))
+        return missing, _mechanism("mismatch.subgroup_skipped", summary, fix, missing, threads)
     return None

@@ -502,6 +502,7 @@ def gather_facts(
     read_sources_into(facts)
     facts.sleep_locals = _sleep_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.collective_args = _collective_args(facts, pyspy, min(timeout_s, 5.0))
+    facts.group_locals = _group_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.loop_locals = _loop_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.loop_gap_s = _LOOP_GAP_S if facts.loop_locals else 0.0
     facts.duration_s = time.monotonic() - start
@@ -535,6 +536,33 @@ def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -
         found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
         if found:
             out[stack.pid] = {"op": frame.name, **{k: v for k, v in found.items() if k in ROOTED_ARGS[frame.name]}}
+    return out
+
+
+def _group_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:
+    """The locals of the user frame that calls a collective on a named group (`all_reduce(x, group=experts)`), one
+    rank per call line, when the ranks wait in more than one place: what the group was made of
+    (`new_group(expert_ranks)`, expert_ranks = [1, 2, 3]). Equivalent: `py-spy dump --json --locals --nonblocking
+    --pid PID`."""
+    from ddpdoctor.hang.stacks import frame_locals
+
+    out: dict[int, dict[str, str]] = {}
+    if pyspy is None or len({s.signature() for s in facts.stacks if s.main is not None}) < 2:
+        return out
+    seen: set[tuple[str, int]] = set()
+    for stack in facts.stacks[:64]:
+        frame = stack.user_frame() if stack.waiting_in() else None
+        lines = facts.sources.get(frame.filename) if frame is not None else None
+        if frame is None or not lines or not 0 < frame.line <= len(lines) or "group=" not in lines[frame.line - 1]:
+            continue
+        if (frame.filename, frame.line) in seen:
+            continue
+        seen.add((frame.filename, frame.line))
+        found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
+        if found:
+            out[stack.pid] = found
+        if len(seen) >= 4:
+            break
     return out
 
 

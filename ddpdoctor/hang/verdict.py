@@ -42,7 +42,13 @@ from ddpdoctor.hang.live import (
     verdict_spinning,
     with_loop_mechanism,
 )
-from ddpdoctor.hang.mismatch import P2P_RECV, argument_mismatch, both_receive, ddp_forward_backward
+from ddpdoctor.hang.mismatch import (
+    P2P_RECV,
+    argument_mismatch,
+    both_receive,
+    ddp_forward_backward,
+    skipped_subgroup,
+)
 from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
 from ddpdoctor.hang.ras import RasStatus
@@ -354,6 +360,19 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
     odd = odd_ones_out(groups)
     waiting = [g for g in groups if g.example.waiting_in()]
     mechanism: Optional[dict[str, Any]] = None
+    skipped = skipped_subgroup(ctx, groups) if len(groups) > 1 and len(waiting) == len(groups) else None
+    if skipped is not None:
+        culprits, mechanism = skipped
+        others = sorted(r for g in groups for r in g.ranks if r not in culprits)
+        return with_loop_mechanism(_stack_outlier(
+            ctx,
+            f"{ctx.who(culprits[0]) if len(culprits) == 1 else plural_ranks(culprits)} skipped a collective of a "
+            f"group {'it belongs' if len(culprits) == 1 else 'they belong'} to: the ranks are in different "
+            "collectives (out of step) -> the cause is the code path of "
+            f"{plural_ranks(culprits)}, not the network",
+            culprits, others,
+            "Make every member of a process group issue that group's collectives, in the same order.",
+        ), mechanism)
     if odd:
         culprits = sorted(r for g in odd for r in g.ranks)
         main = groups[0] if groups[0] not in odd else next(g for g in groups if g not in odd)
