@@ -44,6 +44,10 @@ all_reduce for the last one:
 - `join_before_get`: the last rank joins a multiprocessing.Process that put 1 MB on a Queue before it
   get()s it: the child cannot exit until the item is read;
 - `circular`: the last rank polls for a file rank 0 writes only after the barrier rank 0 waits in.
+- `queue_put`: the last rank's writer thread takes one item from a bounded Queue(maxsize=2) and dies; the
+  main thread's fourth put() waits for room forever;
+- `manager_lock`: the last rank takes a multiprocessing Manager's Lock and, through a helper, takes it again:
+  the proxy call waits in the manager process;
 - `asyncio_unsafe`: the last rank awaits a future that a reader thread completes with `loop.call_soon`
   (not call_soon_threadsafe): the loop is never woken and sleeps in select();
 - `self_request`: the last rank serves its settings over HTTP from a single-threaded HTTPServer thread whose
@@ -122,6 +126,28 @@ def queue_join(rank: int) -> None:
         items.put(i)
     ready(rank)
     items.join()  # HANG-LINE queue-join
+
+
+def write_one(items: queue.Queue) -> None:
+    items.get()
+    raise RuntimeError("writer failed")  # the consumer dies after one item
+
+
+def queue_put(rank: int) -> None:
+    items: queue.Queue = queue.Queue(maxsize=2)
+    threading.Thread(target=write_one, args=(items,), name="ckpt-writer", daemon=True).start()
+    time.sleep(0.5)
+    ready(rank)
+    for i in range(4):
+        items.put(i)  # HANG-LINE queue-put
+
+
+def manager_lock(rank: int) -> None:
+    manager = multiprocessing.Manager()
+    shared = manager.Lock()
+    shared.acquire()
+    ready(rank)
+    shared.acquire()  # HANG-LINE manager-lock
 
 
 def produce(items: queue.Queue) -> None:
@@ -488,6 +514,10 @@ def main() -> None:
             float_loop(rank)
         elif scenario == "stuck_loop":
             stuck_loop(rank)
+        elif scenario == "queue_put":
+            queue_put(rank)
+        elif scenario == "manager_lock":
+            manager_lock(rank)
         elif scenario == "asyncio_unsafe":
             ready(rank)
             asyncio.run(read_settings())  # HANG-LINE asyncio-run

@@ -67,6 +67,8 @@ EXPECTED = {
                                                       f"the `continue` at line {marker_line('stuck-loop', SCRIPT) + 2}"]),
     # Rank 1 polls for the file rank 0 writes after the barrier it waits in.
     "circular": ("wait.circular_file_collective", "circular-poll", ["a circular wait", "rank 0 writes files only after"]),
+    "queue_put": ("queue.put_full", "queue-put", ["Queue.put()", "the queue is full", "nothing takes items"]),
+    "manager_lock": ("manager.proxy_call_blocked", "manager-lock", ["multiprocessing Manager", "a call on a proxy"]),
     # The rank's asyncio loop sleeps in select(): a thread completed its future with call_soon, not threadsafe.
     "asyncio_unsafe": ("asyncio.loop_never_woken", "asyncio-run", [
         "is idle in select() with nothing ready", f"_hang_waits_job.py:{marker_line('call-soon', SCRIPT)} `loop.call_soon(",

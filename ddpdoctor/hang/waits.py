@@ -37,6 +37,8 @@ _LIBRARY_WAITS: tuple[tuple[str, str, str], ...] = (
     ("multiprocessing/queues.py", "Queue.get", "mp_queue_get"),
     ("multiprocessing/queues.py", "SimpleQueue.get", "mp_queue_get"),
     ("multiprocessing/queues.py", "JoinableQueue.join", "queue_join"),
+    ("multiprocessing/queues.py", "Queue.put", "mp_queue_put"),
+    ("multiprocessing/managers.py", "BaseProxy._callmethod", "manager_call"),
     ("multiprocessing/process.py", "BaseProcess.join", "process_join"),
     ("socket.py", "socket.accept", "accept"),
     ("subprocess.py", "Popen.wait", "popen_wait"),
@@ -462,6 +464,36 @@ def explain_wait(
         )
     if mine.kind == "future":
         return _future_mechanism(stack, mine, sources, helpers)
+    if mine.kind in ("queue_put", "mp_queue_put"):
+        takers = [b for b in blocked if b.kind in ("queue_get", "simple_queue_get") and b is not mine]
+        live = _others_in_user_code(stack, mine, blocked, {"queue_put"})
+        which = "Queue.put()" if mine.kind == "queue_put" else "multiprocessing.Queue.put()"
+        return Mechanism(
+            "queue.put_full",
+            f"it waits in {which} at {at}: the queue is full (it was made with a maxsize) and nothing takes items "
+            "from it"
+            + (f" — thread(s) {', '.join(live[:4])} run user code but do not get() from it" if live and not takers
+               else " (the consumer died, finished, or was never started)" if not takers else
+               f"; thread(s) {', '.join(f'`{t.thread}`' for t in takers)} wait in get() on another queue"),
+            "Make sure the consumer is alive and drains the queue until a sentinel; put(timeout=...) (or "
+            "put_nowait with a check of the consumer) turns a dead consumer into an error, not a hang.",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "manager_call":
+        managers = [h for h in helpers if "multiprocessing" in h[1] or "manager" in h[2].lower()]
+        return Mechanism(
+            "manager.proxy_call_blocked",
+            f"it waits at {at} for the answer of a multiprocessing Manager (a call on a proxy: a shared dict, list, "
+            "Lock or Queue): the manager process runs each call in a server thread, and this one does not return "
+            "(the proxied object blocks — a Lock another process holds, a Queue that is empty or full — or the "
+            "manager process is gone)"
+            + (f"; the rank's manager-like children: {', '.join(f'pid {p}' for p, _, _ in managers[:4])}"
+               if managers else ""),
+            "Look at what the proxied object waits for (`py-spy dump --pid MANAGER_PID`); use timeouts on proxied "
+            "waits (`lock.acquire(timeout=...)`, `queue.get(timeout=...)`) and keep the manager alive as long as "
+            "its proxies are used.",
+            [_record(mine, sources)], [p for p, _, _ in managers[:8]],
+        )
     if mine.kind == "asyncio_idle" and main.frames and main.frames[0].filename.endswith("selectors.py"):
         return _asyncio_idle(mine, at, sources)
     if mine.kind == "mp_queue_get":
