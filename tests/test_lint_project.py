@@ -326,3 +326,34 @@ def test_wide_call_fan_out_is_walked_once(tmp_path: Path) -> None:
     lines += ['if __name__ == "__main__":'] + [f"    {p}()" for p in prev]
     files = write(tmp_path, {"deep.py": "\n".join(lines) + "\n"})
     assert found(files, ["DDP007"]) == {("deep.py", 4, "DDP007")}
+
+
+_LOCAL_RANK_SCRIPT = """import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=0)
+args = parser.parse_args()
+torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", args.local_rank)))
+dist.init_process_group("nccl")
+"""
+
+
+def test_local_rank_flag_under_the_documented_old_launcher(tmp_path: Path) -> None:
+    """Held-out lint corpus 8 (poolformer, T2T-ViT, OpenPCDet, tiny_codes): a `--local_rank`-only parser and a
+    launch script beside it that runs `python -m torch.distributed.launch` (no --use_env). On PyTorch >= 2.0 that
+    launcher passes `--local-rank=N` and argparse exits, even though the script also reads LOCAL_RANK."""
+    (tmp_path / "train.py").write_text(_LOCAL_RANK_SCRIPT)
+    (tmp_path / "distributed_train.sh").write_text(
+        "#!/bin/bash\nNUM_PROC=$1\nshift\npython3 -m torch.distributed.launch --nproc_per_node=$NUM_PROC train.py \"$@\"\n"
+    )
+    assert found([tmp_path], ["DDP013"]) == {("train.py", 8, "DDP013")}
+    # The same launcher with --use_env passes no flag; a commented-out line of the script is no launch.
+    (tmp_path / "distributed_train.sh").write_text(
+        "#!/bin/bash\n# python -m torch.distributed.launch --nproc_per_node=8 train.py\n"
+        "python -m torch.distributed.launch --use_env --nproc_per_node=8 train.py\n"
+    )
+    assert found([tmp_path], ["DDP013"]) == set()

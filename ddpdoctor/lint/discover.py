@@ -297,7 +297,16 @@ def _holds_python(directory: Path) -> bool:
         return False
 
 
-def _walk(top: Path, excluded: Optional[list[tuple[Path, str]]] = None) -> Iterable[Path]:
+# Launch scripts beside the code: how the repository says its programs are started (DDP013 reads them). Bounded:
+# a few dozen small files, never a data file that happens to end in .sh.
+LAUNCH_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch")
+LAUNCH_MAX_FILES = 64
+LAUNCH_MAX_BYTES = 64 * 1024
+
+
+def _walk(
+    top: Path, excluded: Optional[list[tuple[Path, str]]] = None, launchers: Optional[list[Path]] = None
+) -> Iterable[Path]:
     # os.path.realpath, not Path.resolve(): it never raises on a link loop.
     absolute = Path(os.path.realpath(top))
     inherited = _ancestor_rules(absolute)
@@ -326,14 +335,20 @@ def _walk(top: Path, excluded: Optional[list[tuple[Path, str]]] = None) -> Itera
         for name in sorted(filenames):
             if name.endswith(".py") and not is_ignored(here / name, False, rules):
                 yield top / (here / name).relative_to(absolute)
+            elif (launchers is not None and name.endswith(LAUNCH_SUFFIXES) and len(launchers) < LAUNCH_MAX_FILES
+                  and not is_ignored(here / name, False, rules)):
+                launchers.append(top / (here / name).relative_to(absolute))
     while unreadable:
         yield top / Path(unreadable.pop()).relative_to(absolute)
 
 
-def discover_files(paths: Sequence[Path], excluded: Optional[list[tuple[Path, str]]] = None) -> list[Path]:
+def discover_files(
+    paths: Sequence[Path], excluded: Optional[list[tuple[Path, str]]] = None, launchers: Optional[list[Path]] = None
+) -> list[Path]:
     """Expand files and directories into the Python files to lint, in a stable order, without duplicates.
     `excluded`, when given, receives each directory left out and why (build output, a virtualenv,
-    .gitignore): never skipped silently.
+    .gitignore): never skipped silently. `launchers`, when given, receives the launch scripts (*.sh, *.slurm,
+    *.sbatch) found in the named directories (at most LAUNCH_MAX_FILES): read, never run.
 
     Raises FileNotFoundError for a path that does not exist (a path through a file included), and
     InputRefused for one that cannot be used (a name too long, a loop of links, a FIFO or device): usage
@@ -349,10 +364,23 @@ def discover_files(paths: Sequence[Path], excluded: Optional[list[tuple[Path, st
         is_dir = stat.S_ISDIR(mode)
         if not is_dir and not stat.S_ISREG(mode):
             raise InputRefused(errno.EINVAL, f"not a regular file ({describe_file_type(mode)})", p)
-        found: Iterable[Path] = _walk(p, excluded) if is_dir else [p]
+        found: Iterable[Path] = _walk(p, excluded, launchers) if is_dir else [p]
         for f in found:
             key = Path(os.path.realpath(f))
             if key not in seen:
                 seen.add(key)
                 out.append(f)
     return out
+
+
+def read_launch_scripts(scripts: Sequence[Path]) -> bytes:
+    """The text of the launch scripts, each cut at LAUNCH_MAX_BYTES; unreadable ones are left out (they are
+    evidence only, never linted)."""
+    out = []
+    for script in scripts[:LAUNCH_MAX_FILES]:
+        try:
+            with open(script, "rb") as fh:
+                out.append(fh.read(LAUNCH_MAX_BYTES))
+        except OSError:
+            continue
+    return b"\n".join(out)

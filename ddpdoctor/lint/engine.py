@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from ddpdoctor.lint.discover import discover_files, read_source
+from ddpdoctor.lint.discover import discover_files, read_launch_scripts, read_source
 from ddpdoctor.lint.facts import ModuleFacts
 from ddpdoctor.lint.project import Project
 from ddpdoctor.lint.ruleset import RULES, Rule
@@ -272,14 +272,16 @@ def _lint_project(
 ) -> LintReport:
     report = LintReport()
     excluded: list[tuple[Path, str]] = []
-    files = discover_files([Path(p) for p in paths], excluded)
+    launchers: list[Path] = []
+    files = discover_files([Path(p) for p in paths], excluded, launchers)
+    launch_text = read_launch_scripts(launchers)
     report.excluded = [(str(p), why) for p, why in excluded]
     named = [Path(p) for p in paths if not os.path.isdir(p)]
     sizes = [_size(f) for f in files]
     total = sum(sizes)
     on_progress(0, total, f"{len(files)} files")
     if not project or total <= PROJECT_BYTES_LIMIT:
-        _lint_part(files, rules, project, report, follow_from=named if project else [])
+        _lint_part(files, rules, project, report, follow_from=named if project else [], launch_text=launch_text)
         on_progress(total, total, "")
         return report
     parts: list[list[Path]] = [[]]
@@ -299,7 +301,7 @@ def _lint_project(
     )
     done = 0
     for part in parts:
-        _lint_part(part, rules, project, report, follow_from=[f for f in named if f in part])
+        _lint_part(part, rules, project, report, follow_from=[f for f in named if f in part], launch_text=launch_text)
         done += sum(_size(f) for f in part)
         on_progress(done, total, str(part[-1].parent) if part else "")
     return report
@@ -318,8 +320,10 @@ def _lint_part(
     project: bool,
     report: LintReport,
     follow_from: Sequence[Path] = (),
+    launch_text: bytes = b"",
 ) -> None:
-    """Parse, link and judge some files as one project, then free them."""
+    """Parse, link and judge some files as one project, then free them. `launch_text`: the launch scripts found
+    beside them (how the repository starts its programs)."""
     parsed: list[tuple[Path, ModuleFacts]] = []
     queue = list(files)
     known = {os.path.realpath(f) for f in queue}
@@ -337,6 +341,7 @@ def _lint_part(
         if isinstance(facts, Diagnostic):
             report.diagnostics.append(facts)
             continue
+        facts.launch_text = launch_text
         parsed.append((file, facts))
         if os.path.realpath(file) in following:
             # `ddpdoctor lint train.py`: the local modules it imports are part of the program.

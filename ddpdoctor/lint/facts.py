@@ -392,6 +392,7 @@ class ModuleFacts:
         self.env_defaults: set[int] = set()  # ids of statements under `if "KEY" not in os.environ:`
         self.path = "<string>"
         self.project: Optional[object] = None  # the Project this file was linted with (project.py)
+        self.launch_text = b""  # the launch scripts (*.sh, *.slurm) beside the linted files (engine.py)
         self.module_name = ""
         self._rank_if: Optional[RankBranch] = None
         self._absent: frozenset[str] = frozenset()

@@ -875,6 +875,25 @@ _TORCH2_RE = re.compile(
 )
 
 
+# `python -m torch.distributed.launch ...` (or `torch/distributed/launch.py`) on a line without --use_env: the
+# launcher passes the local rank as a flag, `--local-rank=N` since PyTorch 2.0.
+_OLD_LAUNCH_RE = re.compile(rb"^[^\n]*torch[./]distributed[./]launch\b[^\n]*$", re.MULTILINE)
+
+
+def documents_old_launch(f: ModuleFacts) -> bool:
+    """The repository says its programs start through torch.distributed.launch without --use_env: in a launch
+    script beside them (engine.py hands their text over as `launch_text`) or in this file (a usage line)."""
+    for text, skipped in ((f.launch_text, (b"#",)), (f.source, (b"import", b"from"))):
+        if not text or b"distributed" not in text:
+            continue
+        for line in _OLD_LAUNCH_RE.finditer(text):
+            said = line.group(0)
+            # a commented-out line of a shell script is not the launch; a usage comment in the .py is
+            if not re.search(rb"--use[_-]env\b", said) and not said.lstrip().startswith(skipped):
+                return True
+    return False
+
+
 def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
     """Each `add_argument("--local_rank")` without the `--local-rank` spelling, with "" when the launch
     the script is written for breaks on it (PyTorch >= 2.0's torch.distributed.launch passes
@@ -892,12 +911,14 @@ def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
     if hits and not f.imports_prefix("deepspeed"):
         works = ""
         program = [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
-        if any(reads_env_key(g, "LOCAL_RANK") for g in program):
-            works = "the program also reads LOCAL_RANK from the environment, so torchrun works"
-        elif any(cs.qual in _SPAWN_FUNCS for cs in f.calls):
+        if any(cs.qual in _SPAWN_FUNCS for cs in f.calls):
             works = "the script starts its own processes with mp.spawn, which passes no flag"
         elif f.calls_named("parse_known_args") and not f.calls_named("parse_args"):
             works = "parse_known_args() ignores the launcher's --local-rank"
+        elif documents_old_launch(f):
+            works = ""  # the launch the repository documents passes --local-rank=N on PyTorch >= 2.0: it exits
+        elif any(reads_env_key(g, "LOCAL_RANK") for g in program):
+            works = "the program also reads LOCAL_RANK from the environment, so torchrun works"
         elif _FLAGLESS_LAUNCH_RE.search(f.source):
             works = "the launch the script names (torchrun, --use_env) passes no flag"
         elif not any(
