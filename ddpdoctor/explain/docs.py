@@ -321,6 +321,42 @@ EVAL_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "explain-eval" / 
 # The figure on a set nobody here tuned on (issue #23): kept apart from bench/explain-eval, which the
 # signatures were written against. A new figure needs a new set (the logs of this one stay aside).
 HELD_OUT_RESULTS = """
+## Held-out set 8 (2026-11-27, session 10)
+
+44 new logs from public threads, collected by seven reviewers who had not read the knowledge base or the
+catalogues (part A, 3: NVIDIA/nccl; part B, 4: Megatron-LM, axolotl, Lightning, accelerate; part C, 9: cluster
+and vendor tooling — aws-ofi-nccl, SageMaker, awsome-distributed-ai, dstack, GCP cluster-toolkit, AzureML (no
+forum thread qualified); part D, 8 and part G, 5: model and application repositories; part E, 7: the runtime
+around training — CUDA, containers, TensorPipe; part F, 8: pytorch/pytorch), none in any earlier set, tuning
+set, test or thread the knowledge base cites (an exclusion list of 453 URLs; manifest sha256 `61568630…43b8`,
+`d5be1bac…a109`, `b17d5680…6d4d86`, `92108674…a95f`, `5ace8e14…35e1`, `515db449…01f4a`, `afb87b05…632b`). Run
+once at main 5ddf1db, graded by a separate grader who only ran the tool: **12 of 44 right as root cause (27%),
+12 with leads**, 9 partial, 1 wrong (a lead), 22 none, **0 consequences named as root cause**; excluding weak
+labels and the seven cases not solvable from the log, 11 of 33. Misses: messages that state their cause in
+PyTorch's, gloo's, NCCL's or DeepSpeed's own words and were not known — DDP's `Parameters which did not receive
+grad`, `DistributedDataParallel device_ids and output_device arguments only work with single-device ...`,
+FSDP's `_check_on_compute_device` (frames only), gloo's `connect: Network is unreachable`, NCCL's `Connect to
+127.0.0.1<port> failed`, `Failed to find reverse path`, torch 1.x's `NCCL Error 4: invalid argument`,
+DeepSpeed's `Detected CUDA_VISIBLE_DEVICES=... but ignoring it`, CUDA's `Error 802: system not yet initialized`
+in PyTorch's warning form — five of them exiting 0; a store timeout whose rank was still tokenizing (a progress
+bar glued in front of the timeout line); hangs with no error line; causes outside the log (an EFA security
+group, a Docker `--ipc`, a driver update). Far below the 75% goal of issue #23; the set is now spent.
+
+## Tuned on held-out set 8 afterwards (2026-11-27): a TUNING figure
+
+Developer-graded with the grader's rules after tuning on the 44 logs: **before 12 of 44 right as root cause;
+after 23 of 44**. Each class from the printing program's own source (lines.json with source; the 32 logs that
+were not right kept in tests/fixtures/explain/spent-set8, held by tests/test_explain_spent_set8.py): new
+`ddp.device_ids_module` (the module on the CPU, or over several GPUs), `fsdp.module_on_cpu`,
+`gloo.network_unreachable`, `nccl.loopback_peer`, `nccl.topology_reverse_path` (an NCCL older than the node),
+`nccl.invalid_argument` (the libnccl loaded is not torch's), `deepspeed.visible_devices_ignored`; DDP's
+`Parameters which did not receive grad for rank N` is unused parameters; PyTorch's `Error 802` warning is the
+fabric manager; c10d's `waitForInput ... timed out after Nms` is the store timeout; and a store or gloo timeout
+with an unfinished progress bar printed in front of it that ran at least half the timeout is
+`timeout.outlasted_by_local_work` ("Tokenizing Prompts was at 92% after 29:58 when the timeout of 1800 s
+fired"). Still missed: hangs with no error line (a01, a03, f04, f07), the EFA fork and security-group cases,
+the causes the threads found outside the log.
+
 ## Held-out set 7 (2026-11-27, a new session)
 
 42 new logs from public threads and pages, collected by five reviewers who had not read the knowledge base or

@@ -11,6 +11,7 @@ Order of preference for the root cause (docs/explain.md explains why):
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -252,6 +253,78 @@ def _version_mismatch(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | Non
     )
     d.role, d.derived, d.sort_key = "root", False, (0, 0, *_event_key(shown[0]))
     return d
+
+
+# Timeouts a rank reports when another rank does not come: the store wait and gloo's. (The watchdog's reports
+# with a progress bar glued on are _watchdog_diagnosis's busy straggler.)
+_WAIT_TIMEOUTS = frozenset({
+    "store.socket_timeout", "store.barrier_timeout", "store.unique_id_timeout", "store.workers_join_timeout",
+    "gloo.timeout", "gloo.store_wait_timeout",
+})
+_LONG_WORK_S = 300.0  # with the timeout unknown, a step this long beside a timeout is what it waited for
+
+
+def _seconds(clock: str) -> float:
+    """'29:58' / '1:02:03' -> seconds."""
+    total = 0.0
+    for part in clock.split(":"):
+        total = total * 60 + float(part)
+    return total
+
+
+def _timeout_text(ev: Event) -> tuple[str, float | None]:
+    """The timeout a timeout line states ('1800000ms', 'timeout=0:30:00', 'Timeout(ms)=600000'), as text and s."""
+    found = re.search(r"(?:after|Timeout\(ms\)=|timeout=)\s*(\d+)\s*ms\b", ev.text) or re.search(
+        r"\b(\d{4,})\s*(?:ms|milliseconds)\b", ev.text)
+    if found:
+        ms = int(found.group(1))
+        return f"{ms / 1000:.0f} s", ms / 1000.0
+    clock = re.search(r"timeout=(\d+:\d{2}:\d{2})", ev.text)
+    if clock:
+        return clock.group(1), _seconds(clock.group(1))
+    return "the collective timeout", None
+
+
+_BAR = re.compile(r"(?:(?P<desc>[A-Za-z][^|\r\n\]]{0,100}?):?\s{0,4})?(?P<pct>\d{1,3})%\|")
+
+
+def _outlasted_timeout(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | None:
+    """A store or gloo timeout line with an unfinished progress bar glued in front of it (same stream, no newline:
+    scan.py's busy_bar) that had run about as long as the timeout: a rank was busy with its own work (tokenizing
+    a dataset on the main process) while the others waited for it, and the timeout fired first. The timeout is
+    the consequence; that work is the cause. (The watchdog's form is _watchdog_diagnosis's busy straggler.)"""
+    spec = kb.diagnoses.get("timeout.outlasted_by_local_work")
+    timeouts = sorted((e for e in events if e.sig in _WAIT_TIMEOUTS), key=_event_key)
+    busy = [e for e in timeouts if e.fields.get("busy_bar")]
+    if spec is None or not busy:
+        return None
+    ev = busy[0]
+    bar = _BAR.search(ev.fields["busy_bar"])
+    if bar is None or int(bar.group("pct")) >= 100:
+        return None
+    elapsed = float(parse_int(ev.fields.get("busy_elapsed_s"), 0))
+    said, timeout_s = next(((t, v) for t, v in map(_timeout_text, [ev, *timeouts]) if v is not None),
+                           ("the collective timeout", None))
+    if elapsed < (0.5 * timeout_s if timeout_s else _LONG_WORK_S):
+        return None
+    minutes, seconds = divmod(int(elapsed), 60)
+    fields = {"desc": (bar.group("desc") or "a step with a progress bar").strip(), "pct": bar.group("pct"), "elapsed": f"{minutes}:{seconds:02d}",
+              "timeout": said}
+    cause = spec.cause
+    for key, value in fields.items():
+        cause = cause.replace("{" + key + "}", value)
+    return Diagnosis(
+        id=spec.id, title=spec.title, severity=spec.severity, role="root", component="the training script",
+        cause=cause, fix=spec.fix, references=list(spec.references), first=_occurrence(ev),
+        evidence=[_occurrence(e) for e in [ev, *[t for t in timeouts if t is not ev][:2]]], count=1,
+        ranks=[ev.rank] if ev.rank is not None else [],
+        reasoning=(
+            f"{fields['desc']} was at {fields['pct']}% after {fields['elapsed']} (the progress bar printed in front "
+            f"of {ev.file}:{ev.line}) when the timeout of {said} fired: the timeout is the consequence of that "
+            "step's length."
+        ),
+        data=fields, sort_key=(0, 0, *_event_key(ev)),
+    )
 
 
 def _semlock_no_space(kb: KnowledgeBase, events: list[Event], diags: list[Diagnosis]) -> list[Diagnosis]:
@@ -616,6 +689,9 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
     mismatch = _version_mismatch(kb, events)
     if mismatch is not None:
         diags.append(mismatch)
+    outlasted = _outlasted_timeout(kb, events)
+    if outlasted is not None:
+        diags.append(outlasted)
     derived = _watchdog_diagnosis(kb, reportable, known_ranks, world or None)
     launch = _lightning_ranks(kb, events, scan.inputs)
     root = _hazard_root(_choose_root(diags, derived, launch), diags)

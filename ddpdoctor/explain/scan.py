@@ -433,7 +433,10 @@ class StreamScanner:
             if bars:
                 last = bars[-1]
                 hours, minutes, seconds = (int(g or 0) for g in last.group(2, 3, 4))
-                bar = raw[last.start() : last.end() + 40].split(b"]")[0] + b"]"
+                # with the bar's description in front of it (`Tokenizing Prompts (num_proc=64):  92%|...`)
+                lead = raw[max(0, last.start() - 100) : last.start()]
+                lead = lead[max(lead.rfind(b"\r"), lead.rfind(b"]"), lead.rfind(b"\n")) + 1 :].lstrip()
+                bar = lead + raw[last.start() : last.end() + 40].split(b"]")[0] + b"]"
                 self._busy = (hours * 3600 + minutes * 60 + seconds, bar.decode("utf-8", "replace"))
         if b"\r" in raw:
             # Progress bars redraw with \r: keep the segment the match is in.
