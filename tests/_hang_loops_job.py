@@ -270,7 +270,7 @@ def subgroup_skip(rank: int, world: int) -> None:
     experts = list(range(1, world))
     expert_group = dist.new_group(experts)
     grad = torch.ones(4)
-    for step in range(100):
+    for _ in range(100):
         tokens = 0 if rank == world - 1 else 5
         if rank in experts and tokens > 0:
             load = torch.tensor([float(tokens)])

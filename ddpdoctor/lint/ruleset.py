@@ -11,6 +11,7 @@ from ddpdoctor.lint import (  # noqa: F401 - registers them
     rules,
     step_rules,
     world_rules,
+    wrapper_rules,
 )
 from ddpdoctor.lint.registry import RULES, Rule, all_rules, default_rules
 

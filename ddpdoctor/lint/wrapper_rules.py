@@ -1,0 +1,203 @@
+"""Rules about the DistributedDataParallel wrapper itself (classes the held-out corpus 8 found missed):
+DDP045 (a method of the user's model called on the wrapper, which does not forward it) and DDP046 (a model
+wrapped with device_ids while it is still on the CPU). Registered through ruleset.py.
+
+Both read what the wrapper is, from torch's own code: DistributedDataParallel defines no __getattr__ of its own
+(unlike FSDP, which forwards unknown attributes to the wrapped module), so `ddp_model.generate()` raises
+AttributeError; and its constructor checks that a module given device_ids sits on one GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator, Optional
+
+from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted
+from ddpdoctor.lint.registry import Hit, rule
+
+# The public attributes of torch.nn.parallel.DistributedDataParallel and torch.nn.Module (torch 2.13: dir() of
+# both classes) and the instance attributes DDP's __init__ sets: what a call on the wrapper can reach.
+_WRAPPER_ATTRS = frozenset(
+    {
+        "add_module", "apply", "bfloat16", "broadcast_buffers", "buffers", "call_super_init", "children",
+        "compile", "cpu", "cuda", "double", "dump_patches", "eval", "extra_repr", "float", "forward", "gather",
+        "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half", "ipu", "join", "join_device",
+        "join_hook", "join_process_group", "load_state_dict", "modules", "mtia", "named_buffers",
+        "named_children", "named_modules", "named_parameters", "no_sync", "parameters", "register_backward_hook",
+        "register_buffer", "register_comm_hook", "register_forward_hook", "register_forward_pre_hook",
+        "register_full_backward_hook", "register_full_backward_pre_hook", "register_load_state_dict_post_hook",
+        "register_load_state_dict_pre_hook", "register_module", "register_parameter",
+        "register_state_dict_post_hook", "register_state_dict_pre_hook", "requires_grad_", "scatter",
+        "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "to_kwargs", "train",
+        "type", "will_sync_module_buffers", "xpu", "zero_grad",
+        # instance attributes and the usual ways through the wrapper
+        "module", "training", "device_ids", "output_device", "process_group", "reducer", "logger",
+        "__call__", "_get_ddp_logging_data", "_set_static_graph", "_register_fused_optim",
+    }
+)  # fmt: skip
+
+
+def _is_ddp(cs: CallSite) -> bool:
+    """torch's own DistributedDataParallel (not a framework's subclass such as mmengine's
+    MMDistributedDataParallel, which adds train_step and friends)."""
+    return cs.qual.startswith("torch.") and cs.qual.rsplit(".", 1)[-1] == "DistributedDataParallel"
+
+
+def _bound_in_other_branch(f: ModuleFacts, name: str, wrap: CallSite) -> bool:
+    """`name` is also bound in another branch of an `if` around the wrapping (`if deepspeed: model, opt, _, _ =
+    deepspeed.initialize(...) else: model = DDP(model)`): which object a later call sees depends on that test."""
+    stmt_line = wrap.node.lineno
+    for node in ast.walk(wrap.scope.node):
+        if not isinstance(node, ast.If):
+            continue
+        sides = [node.body, node.orelse]
+        holds = [any(getattr(n, "lineno", -1) == stmt_line and n is wrap.node for st in side for n in ast.walk(st))
+                 for side in sides]
+        if not any(holds):
+            continue
+        other = sides[1] if holds[0] else sides[0]
+        for st in other:
+            for n in ast.walk(st):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
+                    n, (ast.AnnAssign, ast.AugAssign)) else []
+                for t in targets:
+                    names = t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]
+                    if any(dotted(x) == name for x in names):
+                        return True
+    return False
+
+
+def _wrapped(f: ModuleFacts) -> list[tuple[str, CallSite]]:
+    """(name, the DDP call) for each `name = DistributedDataParallel(...)` of this file."""
+    out = []
+    for cs in f.calls:
+        if not _is_ddp(cs):
+            continue
+        for name in f.call_targets.get(id(cs.node), ()):
+            out.append((name, cs))
+    return out
+
+
+def _assigned_between(f: ModuleFacts, name: str, start: int, end: int) -> bool:
+    """`name` is bound again between the two lines (`model = model.module`): the later call is not on the wrapper."""
+    return any(start < stmt.lineno < end for _, stmt in f.assigns.get(name, ()))
+
+
+def _same_body(f: ModuleFacts, wrap: CallSite, cs: CallSite) -> bool:
+    """The call runs where the wrapper is the value of its name: the same function after the wrapping, or, for an
+    attribute of `self`, another method of the same class."""
+    if cs.scope is wrap.scope:
+        return cs.pos > wrap.pos
+    return cs.raw is not None and cs.raw.startswith("self.") and _class_of(f, cs.scope) is not None and (
+        _class_of(f, cs.scope) is _class_of(f, wrap.scope))
+
+
+def _class_of(f: ModuleFacts, scope: Scope) -> Optional[ast.ClassDef]:
+    for node in ast.walk(f.tree):
+        if isinstance(node, ast.ClassDef) and any(item is scope.node for item in node.body):
+            return node
+    return None
+
+
+@rule(
+    "DDP045",
+    "wrapper-custom-method",
+    "a method of your model called on the DistributedDataParallel wrapper: DDP does not forward it "
+    "(AttributeError: 'DistributedDataParallel' object has no attribute ...)",
+    "call it on the wrapped model: ddp_model.module.method(...) (keep a reference: raw = model before wrapping)",
+    "DistributedDataParallel is an nn.Module around yours with no __getattr__ of its own: only nn.Module's and "
+    "DDP's attributes exist on it; your model's own methods and attributes are on ddp_model.module.",
+)
+def check_wrapper_custom_method(f: ModuleFacts) -> Iterator[Hit]:
+    if b"DistributedDataParallel" not in f.source and b"DDP" not in f.source:
+        return
+    wrapped = _wrapped(f)
+    if not wrapped:
+        return
+    for name, wrap in wrapped:
+        if _bound_in_other_branch(f, name, wrap):
+            continue
+        if name.startswith("self.") and any(
+            stmt.lineno != wrap.node.lineno for _, stmt in f.assigns.get(name, ())
+        ):
+            continue  # self.model is bound elsewhere too (unwrapped in one branch): which value a method sees is unknown
+        for cs in f.calls:
+            raw = cs.raw or ""
+            if not raw.startswith(name + ".") or raw.count(".") != name.count(".") + 1:
+                continue
+            method = cs.attr
+            # (a leading underscore: nn.Module's private methods, _register_state_dict_hook and the like)
+            if method in _WRAPPER_ATTRS or method.startswith("_") or not _same_body(f, wrap, cs):
+                continue
+            if cs.scope is wrap.scope and _assigned_between(f, name, wrap.node.lineno, cs.node.lineno):
+                continue
+            yield (
+                cs.node,
+                f"{raw}() is called on the DistributedDataParallel wrapper ({name} = DistributedDataParallel(...) "
+                f"at line {wrap.node.lineno}): DDP has no attribute {method!r}; call {name}.module.{method}()",
+            )
+
+
+def _moved(f: ModuleFacts, name: str, scope: Scope, before: tuple[int, int]) -> bool:
+    """Something before the wrapping may have put `name` on a device: `.to(...)`/`.cuda(...)` on it, or it was
+    handed to another call (a helper may move it), or built with a device."""
+    for cs in scope.calls:
+        if cs.pos >= before:
+            continue
+        raw = cs.raw or ""
+        if raw.startswith(name + ".") and cs.attr in ("to", "cuda", "to_empty", "xpu", "npu"):
+            return True
+        if any(dotted(a) == name for a in [*cs.node.args, *(k.value for k in cs.node.keywords)]):
+            return True
+    return False
+
+
+def _made_on_cpu(f: ModuleFacts, name: str, wrap: CallSite) -> Optional[int]:
+    """The line where `name` was built by a plain constructor call in the wrapping's own function (not moved
+    in the same expression: `Net().to(rank)`, and not given a device), else None."""
+    if b"set_default_device" in f.source or b"with torch.device(" in f.source:
+        return None  # built under a default device
+    mine = {id(n) for n in ast.walk(wrap.scope.node)}
+    above = [(stmt.lineno, value) for value, stmt in f.assigns.get(name, ())
+             if stmt.lineno < wrap.node.lineno and id(stmt) in mine]
+    if not above:
+        return None
+    line, value = max(above, key=lambda item: item[0])
+    if not isinstance(value, ast.Call) or any(k.arg in ("device", "device_map") for k in value.keywords):
+        return None
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+           and n.func.attr in ("to", "cuda", "to_empty", "from_pretrained", "xpu") for n in ast.walk(value)):
+        return None  # `Net().cuda()`, `torch.compile(Net().to(rank))`
+    return line
+
+
+@rule(
+    "DDP046",
+    "ddp-module-on-cpu",
+    "model wrapped in DistributedDataParallel with device_ids while still on the CPU: the constructor raises "
+    "(device_ids ... only work with single-device GPU modules)",
+    "move the model to its GPU before wrapping: model = model.to(local_rank); "
+    "DDP(model, device_ids=[local_rank])",
+    "DDP's constructor checks that a module given device_ids has all its parameters on that one GPU; a model "
+    "built on the CPU and never moved fails at start-up (or, with device_ids left out, trains on the CPU).",
+)
+def check_ddp_module_on_cpu(f: ModuleFacts) -> Iterator[Hit]:
+    if b"device_ids" not in f.source:
+        return
+    for cs in f.calls:
+        if not _is_ddp(cs) or not cs.node.args:
+            continue
+        ids = cs.kwarg("device_ids")
+        if ids is None or (isinstance(ids, ast.Constant) and ids.value is None):
+            continue
+        name = dotted(cs.node.args[0])
+        if not name or name.startswith("self."):
+            continue
+        made = _made_on_cpu(f, name, cs)
+        if made is None or _moved(f, name, cs.scope, cs.pos):
+            continue
+        yield (
+            cs.node,
+            f"{name} (built at line {made}) is wrapped with device_ids but was never moved to a GPU: call "
+            f"{name}.to(device) before DistributedDataParallel",
+        )
