@@ -2060,6 +2060,41 @@ NEAR_MISSES += [
         """,
     ),
     (
+        "DDP007",
+        """
+        # lifeiteng/vall-e (lhotse's debug dump): a uuid4 in the name, no two ranks share the path.
+        from lhotse.utils import uuid4
+        def display_and_save_batch(batch, params):
+            filename = f"{params.exp_dir}/batch-{uuid4()}.pt"
+            torch.save(batch, filename)
+        dist.init_process_group("nccl")
+        display_and_save_batch(batch, params)
+        """,
+    ),
+    (
+        "DDP017",
+        """
+        # tud-zih-ki/minimalDDP's MPI split: the branch creates the group, so every member takes it.
+        if sub_rank == 0:
+            dist.init_process_group(backend="nccl", world_size=distsize, rank=distrank)
+            dist.all_reduce(t)
+            dist.barrier()
+        """,
+    ),
+    (
+        "DDP017",
+        """
+        # CarperAI/trlx: self.tokenizer.save_pretrained is the tokenizer's, not the trainer's own method.
+        class Trainer:
+            def save_pretrained(self, directory):
+                self.accelerator.wait_for_everyone()
+                dist.barrier()
+            def save(self, directory):
+                if self.accelerator.is_main_process:
+                    self.tokenizer.save_pretrained(directory)
+        """,
+    ),
+    (
         "DDP046",
         """
         # Moved before wrapping: in the same expression, by a call, or by a helper it is handed to.

@@ -654,8 +654,11 @@ class ModuleFacts:
                     cs.qual = target + dot + rest
                 # `obj.run()` on an object (yolov5's `callbacks.run(...)`) is not the module's `def run`:
                 # a dotted call reaches a function of this file only as a method of one of its classes.
+                # `self.tokenizer.save_pretrained()` is the tokenizer's method, not this class's (held-out
+                # corpus 8: trlx's trainer defines its own save_pretrained).
                 if cs.attr in functions and (
-                    head in ("self", "cls") or target is None and (not dot or cs.attr in self.methods)
+                    head in ("self", "cls") and "." not in rest
+                    or target is None and (not dot or cs.attr in self.methods and head not in ("self", "cls"))
                 ):
                     cs.local = True
                     self.callers.setdefault(cs.attr, []).append(cs)

