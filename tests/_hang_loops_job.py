@@ -46,6 +46,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from _hang_http import reply_json
 from torch.nn.parallel import DistributedDataParallel
 
 
@@ -289,7 +290,6 @@ def fetch(port: int, path: str) -> dict:
 
 
 def shared_service(rank: int, world: int) -> None:
-    import json
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -300,11 +300,7 @@ def shared_service(rank: int, world: int) -> None:
             else:
                 manifest = fetch(self.server.server_address[1], "/manifest")  # HANG-LINE nested-fetch
                 body = {"shards": manifest["shards"][int(self.path.rsplit("/", 1)[1]) :: world]}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply_json(self, body)
 
         def log_message(self, *args) -> None:
             pass

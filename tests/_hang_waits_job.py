@@ -73,6 +73,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import torch
 import torch.distributed as dist
+from _hang_http import reply_json
 
 LOCK_A = threading.Lock()
 LOCK_B = threading.Lock()
@@ -418,11 +419,7 @@ class Settings(BaseHTTPRequestHandler):
             body = {"lr": 0.1}
         else:
             body = {**fetch(self.server.server_address[1], "/base"), "step": 3}  # HANG-LINE handler
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply_json(self, body)
 
     def log_message(self, *args) -> None:
         pass
