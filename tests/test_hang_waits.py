@@ -67,6 +67,14 @@ EXPECTED = {
                                                       f"the `continue` at line {marker_line('stuck-loop', SCRIPT) + 2}"]),
     # Rank 1 polls for the file rank 0 writes after the barrier it waits in.
     "circular": ("wait.circular_file_collective", "circular-poll", ["a circular wait", "rank 0 writes files only after"]),
+    # A coroutine on the loop waits synchronously on that loop (held-out hang set 7, j07's class).
+    "loop_self_wait": ("asyncio.loop_blocks_on_itself", "loop-flush", ["`metrics-loop` runs an asyncio event loop",
+                                                                     "waits synchronously in Future.result()"]),
+    # A delay of about the Unix time: time.time() mixed with time.monotonic() (held-out set 7, j10's class).
+    "clocks_mixed": ("sleep.clocks_mixed", "clocks-mixed", ["the size of a Unix timestamp", "time.monotonic()"]),
+    # Its main thread raised and ended; a non-daemon heartbeat thread keeps the process alive (held-out set 7, j06).
+    "kept_alive": ("thread.non_daemon_keeps_alive", "heartbeat", ["its main thread has ended", "threading._shutdown",
+                                                                   "`heartbeat`", "the launcher sees no failure"]),
     "queue_put": ("queue.put_full", "queue-put", ["Queue.put()", "the queue is full", "nothing takes items"]),
     "manager_lock": ("manager.proxy_call_blocked", "manager-lock", ["multiprocessing Manager", "a call on a proxy"]),
     # The rank's asyncio loop sleeps in select(): a thread completed its future with call_soon, not threadsafe.
@@ -116,3 +124,16 @@ def test_why_the_rank_waits(hung):
         # The pid named is the culprit's own child (the forked Process; the `sleep` it runs).
         children = [c.pid for c in psutil.Process(verdict["culprits"][0]["pid"]).children()]
         assert verdict["mechanism"]["pids"] and set(verdict["mechanism"]["pids"]) <= set(children), children
+
+
+def test_a_world_size_the_launch_did_not_start_is_named(tmp_path):
+    """Held-out hang set 7 (j14's class): every rank passes init_process_group a world size from its own settings,
+    one more than torchrun started. The joining verdict reads that argument from the init_process_group frame
+    (py-spy --locals) and names it, not the network."""
+    with started(HungJob("world_too_big", tmp_path, nproc=2, script=SCRIPT)) as job:
+        report = hang_on(job)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["kind"] == "joining" and verdict["culprit_ranks"] == [0, 1], verdict
+    assert "calls init_process_group with world_size=3" in verdict["summary"], verdict["summary"]
+    assert "the launch started 2 process(es)" in verdict["summary"] and "network" not in verdict["summary"]
+    assert verdict["culprits"][0]["line"] == marker_line("init-world", SCRIPT), verdict["culprits"]

@@ -131,6 +131,9 @@ class HangFacts:
     # pid -> name -> repr: the locals of the user frame that calls a collective on a named group
     # (`group=expert_group`), one rank per call line: what `new_group(expert_ranks)` was given.
     group_locals: dict[int, dict[str, str]] = field(default_factory=dict)
+    # name -> repr: the arguments of init_process_group as one waiting rank passed them (its world_size, rank),
+    # read when ranks wait inside it (py-spy --locals of torch's init_process_group frame).
+    init_locals: dict[str, str] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
     job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr

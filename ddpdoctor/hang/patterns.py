@@ -36,6 +36,11 @@ def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
         notes.append(f"why it waits: {mechanism.summary}")
         # The reason's own fix leads: the generic one ("look at that line") is what it makes specific.
         verdict["fix"] = " ".join([mechanism.fix, verdict["fix"]]).strip()
+        first = next((r for r in verdict["culprits"] if r.get("line") is None), None)
+        if first is not None and mechanism.threads and mechanism.threads[0].get("line"):
+            # No line of the user's on its main thread (it waits in the interpreter's shutdown): the line the
+            # mechanism points at is where to look (the thread that keeps the process alive).
+            first["file"], first["line"] = mechanism.threads[0].get("file"), mechanism.threads[0]["line"]
     culprit_keys = verdict["culprit_ranks"] or [
         r["rank"] if r["rank"] is not None else -r["pid"] for r in verdict["culprits"] if r.get("pid")]
     missing = _missing_threads(ctx.facts.stacks, culprit_keys)

@@ -503,6 +503,7 @@ def gather_facts(
     facts.sleep_locals = _sleep_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.collective_args = _collective_args(facts, pyspy, min(timeout_s, 5.0))
     facts.group_locals = _group_locals(facts, pyspy, min(timeout_s, 5.0))
+    facts.init_locals = _init_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.loop_locals = _loop_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.loop_gap_s = _LOOP_GAP_S if facts.loop_locals else 0.0
     facts.duration_s = time.monotonic() - start
@@ -537,6 +538,24 @@ def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -
         if found:
             out[stack.pid] = {"op": frame.name, **{k: v for k, v in found.items() if k in ROOTED_ARGS[frame.name]}}
     return out
+
+
+def _init_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[str, str]:
+    """The arguments one rank waiting inside torch's init_process_group gave it (world_size, rank, backend): what
+    the script asked for, beside what the launcher set. Equivalent: `py-spy dump --json --locals --nonblocking
+    --pid PID`."""
+    from ddpdoctor.hang.stacks import frame_locals
+
+    if pyspy is None:
+        return {}
+    for stack in facts.stacks[:8]:
+        main = stack.main
+        frame = next((f for f in main.frames if f.name.endswith("init_process_group")
+                      and f.filename.endswith("distributed_c10d.py")), None) if main is not None else None
+        if frame is not None:
+            found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
+            return {k: v for k, v in found.items() if k in ("world_size", "rank", "backend", "init_method")}
+    return {}
 
 
 def _group_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:

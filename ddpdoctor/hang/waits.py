@@ -303,6 +303,18 @@ def _pipe_full(mine: Blocked, at: str, pid: int, sources: Mapping[str, Sequence[
     )
 
 
+def _loop_waits_on_itself(stack: RankStack, sources: Mapping[str, Sequence[str]]) -> Optional[tuple[ThreadStack, Frame]]:
+    """A thread that runs an asyncio event loop (base_events frames below its user code) and is blocked in a
+    concurrent.futures wait: the loop is stuck in one of its own callbacks. (thread, its waiting user frame)."""
+    for thread in stack.threads:
+        if not any(f.filename.endswith("asyncio/base_events.py") for f in thread.frames):
+            continue
+        blocked = blocked_in(thread, sources)
+        if blocked is not None and blocked.kind == "future":
+            return thread, blocked.frame
+    return None
+
+
 def _in_worker_loop(frame: Frame) -> bool:
     """A frame of concurrent.futures' thread-pool worker loop (`_worker`)."""
     return frame.filename.endswith("concurrent/futures/thread.py") and frame.name.rsplit(".", 1)[-1] == "_worker"
@@ -314,6 +326,22 @@ def _future_mechanism(
     """A wait on a concurrent.futures Future: the executor's worker threads say why its task has not finished.
     An idle worker sits in `_worker` itself (on its work queue); a busy one runs a task below it."""
     at = _at(mine.frame, sources)
+    on_loop = _loop_waits_on_itself(stack, sources)
+    if on_loop is not None:
+        thread, frame = on_loop
+        others = "" if thread.thread_name == mine.thread else f"; this thread waits for the same loop at {at}"
+        return Mechanism(
+            "asyncio.loop_blocks_on_itself",
+            f"thread `{thread.thread_name}` runs an asyncio event loop, and a coroutine or callback on that loop waits "
+            f"synchronously in Future.result() at {_at(frame, sources)} for work scheduled on the same loop "
+            "(run_coroutine_threadsafe(..., loop).result(), a future the loop should complete): the loop runs "
+            f"nothing else while it waits, so that work never runs and the wait never ends{others}",
+            "Inside the loop, `await` the coroutine (or the asyncio future) instead of calling .result(); call "
+            "run_coroutine_threadsafe(...).result() only from threads that do not run that loop, and give it a "
+            "timeout.",
+            [_record(mine, sources), {"thread": thread.thread_name, "file": frame.filename, "line": frame.line,
+                                      "code": _code(sources, frame), "role": "loop_thread"}],
+        )
     workers = [t for t in stack.threads if any(_in_worker_loop(f) for f in t.frames)]
     busy = [t for t in workers if t.frames and not _in_worker_loop(t.frames[0])]
     # Each busy worker's task, where it is in the user's code (None: in a library).
@@ -402,6 +430,8 @@ def explain_wait(
     main = stack.main
     if main is None or stack.waiting_in() is not None or stack.data_wait():
         return None
+    if main.frames and main.frames[0].filename.endswith("threading.py") and main.frames[0].name.endswith("_shutdown"):
+        return _kept_alive(stack, sources)
     blocked = [b for t in stack.threads if (b := blocked_in(t, sources)) is not None]
     mine = next((b for b in blocked if b.thread == main.thread_name), None)
     locks = [b for b in blocked if b.kind == "lock"]
@@ -651,7 +681,7 @@ def explain_wait(
         )
     if mine.kind == "sleep":
         long = _long_sleep(mine, sources, frame_locals or {})
-        if long is not None and long.id == "sleep.milliseconds_as_seconds":
+        if long is not None and long.id in ("sleep.milliseconds_as_seconds", "sleep.clocks_mixed"):
             return long
         return _poll(mine, sources, history, woke, frame_locals or {}) or long
     return _poll_seen_before(stack, sources, history, woke)
@@ -663,6 +693,7 @@ _MS_NAME = re.compile(r"(?:^|_)(?:ms|msec|msecs|millis|milliseconds?)(?:$|_)|[a-
 _IDENT = re.compile(r"[A-Za-z_]\w{0,100}")
 # Longer than this, a sleep is no pause between steps: it holds the rank out of the job.
 _LONG_SLEEP_S = 600.0
+_EPOCH_LIKE = (1e9, 1e10)
 
 
 def _number(text: str) -> Optional[float]:
@@ -720,9 +751,23 @@ def _long_sleep(mine: Blocked, sources: Mapping[str, Sequence[str]], frame_local
     else:
         parts.append("it sleeps" + (f" ({how})" if how else ""))
     text = f"{parts[0]} at line {mine.frame.line} `{code}` in {mine.frame.name}()"
+    # 1e9..1e10 s is 32-317 years: the size of a Unix timestamp (1.7e9 in 2024), not of any delay.
+    clocks = value is not None and _EPOCH_LIKE[0] <= value <= _EPOCH_LIKE[1] and not ms_like
     if ms_like:
         text += " — a value in milliseconds passed as seconds? (time.sleep takes seconds)"
+    elif clocks:
+        text += (" — the size of a Unix timestamp: a wall-clock time (time.time()) mixed with a monotonic clock "
+                 "(time.monotonic()/perf_counter(), which count from boot) in the subtraction that made the delay, "
+                 "or a timestamp passed where a duration was meant")
     text += ": the rank sleeps rather than waits for a peer, and reaches the next collective only when it wakes"
+    if clocks:
+        return Mechanism(
+            "sleep.clocks_mixed", text,
+            "Compute deadlines and delays from one clock: `deadline = time.monotonic() + interval` and "
+            "`delay = deadline - time.monotonic()` (never time.time() against time.monotonic()); clamp the delay "
+            "to a maximum.",
+            [_record(mine, sources, seconds=value)],
+        )
     return Mechanism(
         "sleep.milliseconds_as_seconds" if ms_like else "sleep.long",
         text,
@@ -930,3 +975,27 @@ def _asyncio_idle(mine: Blocked, at: str, sources: Mapping[str, Sequence[str]]) 
         threads.append({"thread": "", "file": unsafe[0][0], "line": unsafe[0][1], "code": unsafe[0][2],
                         "role": "loop_unsafe_call"})
     return Mechanism("asyncio.loop_never_woken" if unsafe else "asyncio.await_never_completed", summary, fix, threads)
+
+
+def _kept_alive(stack: RankStack, sources: Mapping[str, Sequence[str]]) -> Mechanism:
+    """The main thread is in threading._shutdown: the script has ended — returned, or raised an exception whose
+    traceback went to the rank's stderr — and the interpreter waits for every non-daemon thread to end before the
+    process exits. One that never ends (a heartbeat, an uploader) keeps the dead rank alive: the launcher sees no
+    failure, and the other ranks wait for it in their next collective until the timeout."""
+    alive = [(t, next((f for f in t.frames if f.is_user), None)) for t in stack.threads if t is not stack.main]
+    alive = [(t, f) for t, f in alive if f is not None]
+    names = ", ".join(f"`{t.thread_name}` (at {_at(f, sources)})" for t, f in alive[:4])
+    summary = (
+        "its main thread has ended — the script returned, or raised an exception (its traceback is on this rank's "
+        "stderr) — and the interpreter waits in threading._shutdown for its non-daemon thread(s) to end"
+        + (f": {names}, which does not end" if alive else "")
+        + ", so the process stays alive: the launcher sees no failure and the other ranks wait for it"
+    )
+    fix = ("Read this rank's stderr for the exception that ended its main thread and fix that; make background "
+           "threads daemon threads (`Thread(..., daemon=True)`) or stop them in a `finally:` (an Event they check), "
+           "so a failed rank exits and torchrun tears the job down.")
+    threads: list[dict[str, object]] = [
+        {"thread": t.thread_name, "file": f.filename, "line": f.line, "code": _code(sources, f), "role": "keeps_alive"}
+        for t, f in alive[:4]
+    ]
+    return Mechanism("thread.non_daemon_keeps_alive", summary, fix, threads)
