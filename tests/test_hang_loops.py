@@ -92,7 +92,10 @@ def test_symmetric_hangs_name_the_arguments_or_the_channel(symmetric):
     mechanism, tag, words = SYMMETRIC[scenario]
     assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [0, 1] and verdict["tie"], verdict
     assert verdict["mechanism"]["id"] == mechanism, verdict
-    assert marker_line(tag, SCRIPT) in {c["line"] for c in verdict["culprits"]}, verdict["culprits"]
+    line = marker_line(tag, SCRIPT)
+    # A poll loop is caught at its sleep or, on a loaded machine, at its condition on the line above.
+    lines = {line, line - 1} if scenario == "store_poll" else {line}
+    assert lines & {c["line"] for c in verdict["culprits"]}, verdict["culprits"]
     for word in words:
         assert word in verdict["mechanism"]["summary"], (word, verdict["mechanism"]["summary"])
 

@@ -192,3 +192,32 @@ def test_left_loop_from_source_text():
     found = left_loop(lines, inside=5, after=6)
     assert found is not None and (found.header, found.end, found.exits) == (2, 5, (4,))
     assert left_loop(lines, inside=5, after=4) is None  # still inside the loop
+
+
+def _poll_stack(rank: int, line: int) -> RankStack:
+    from ddpdoctor.hang.fr import Frame
+    from ddpdoctor.hang.stacks import ThreadStack
+
+    frames = (Frame("/job/coord.py", line, "Coordinator.wait_all"), Frame("/job/job.py", 40, "main"),
+              Frame("/job/job.py", 60, "<module>"))
+    return RankStack(rank, 1000 + rank, [ThreadStack("MainThread", frames)])
+
+
+def test_ranks_polling_on_the_two_lines_of_one_loop_are_hung_after_the_long_look():
+    # Held-out hang set 7, j03's class: every rank polls a store counter (`while self.arrived(phase) !=
+    # self.world:` at :21, `time.sleep(0.05)` at :22); under load a snapshot catches the condition, the next the
+    # sleep. That is no move: weak over the short look, hung after the long look (6 s).
+    woke = [{1000 + r: (5_000_000 + i * 1000, 40 + 20 * i) for r in range(3)} for i in range(13)]
+    samples = [
+        Sample(t=0.5 * i, stacks=[_poll_stack(r, 21 if (i + r) % 3 == 0 else 22) for r in range(3)],
+               activity={pid: Activity(*reading) for pid, reading in woke[i].items()})
+        for i in range(13)
+    ]
+    short = judge_motion(samples[:3])
+    assert short.weak and short.state == "progressing", short
+    long = judge_motion(samples)
+    assert long.state == "hung" and long.evidence == [], long
+    # Lines further apart (a step of the training loop and the next) are a move: progress.
+    apart = [Sample(t=s.t, stacks=[_poll_stack(r, 21 if (i + r) % 2 else 35) for r in range(3)],
+                    activity=s.activity) for i, s in enumerate(samples)]
+    assert judge_motion(apart).state == "progressing"

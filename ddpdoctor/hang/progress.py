@@ -103,6 +103,28 @@ def _place(stack: RankStack) -> tuple[object, ...]:
     return (stack.waiting_in(), tuple(f"{f.name}@{f.where()}" for f in main.frames if f.is_user))
 
 
+# Lines of one poll loop: its header and its sleep, a line or two apart (`while not ready(): time.sleep(0.05)`).
+_TIGHT_LOOP_LINES = 3
+
+
+def _tight_loop(stacks: Sequence[RankStack]) -> bool:
+    """Every snapshot has the same call chain and the innermost user frame on one of at most two lines of one
+    function, at most _TIGHT_LOOP_LINES apart, outside any collective: a poll loop caught at its condition in one
+    snapshot and at its sleep in the next (the condition's store read took longer on a loaded machine), which is
+    no move."""
+    chains = set()
+    lines: set[tuple[str, int]] = set()
+    for stack in stacks:
+        main = stack.main
+        user = [f for f in main.frames if f.is_user] if main is not None else []
+        if not user or stack.waiting_in():
+            return False
+        chains.add((user[0].filename, user[0].name, tuple(f"{f.name}@{f.where()}" for f in user[1:])))
+        lines.add((user[0].filename, user[0].line))
+    numbers = sorted(n for _, n in lines)
+    return len(chains) == 1 and len(lines) <= 2 and numbers[-1] - numbers[0] <= _TIGHT_LOOP_LINES
+
+
 def _in_python(stack: RankStack) -> bool:
     main = stack.main
     if main is None or not main.frames:
@@ -121,7 +143,7 @@ def _rank_motion(pid: int, samples: Sequence[Sample]) -> RankMotion:
         cpu_share = max(0.0, (last.cpu_ns - first.cpu_ns) / 1e9 / (t1 - t0))
         woke = max(0, last.switches - first.switches)
     waiting = sum(1 for s in stacks if s.waiting_in())
-    place_changed = len({_place(s) for s in stacks}) > 1
+    place_changed = len({_place(s) for s in stacks}) > 1 and not _tight_loop(stacks)
     busy = cpu_share is not None and cpu_share >= BUSY_CPU_SHARE
     if not stacks and cpu_share is None:
         state = "unknown"
