@@ -806,7 +806,14 @@ def _children_stacks(
         # Non-blocking: attaching pauses the child, and a child blocked writing to a full pipe then gave up its
         # write and exited (seen here: Popen.wait on a child with stdout=PIPE), dissolving the very hang.
         futures = [pool.submit(dump_stack, pid, stack.rank, pyspy, min(timeout_s, budget), True) for pid in children]
-        out[stack.pid] = [f.result() for f in futures]
+        found = [f.result() for f in futures]
+        for index, child in enumerate(found):
+            # A non-blocking read of a process that runs (a worker spinning in a collate_fn) can catch its
+            # memory mid-change and fail on a loaded machine: one more read.
+            budget = deadline - time.monotonic()
+            if child.main is None and child.error_kind not in ("gone", "permission", "not_python") and budget > 0.5:
+                found[index] = dump_stack(child.pid, stack.rank, pyspy, min(timeout_s, budget), True)
+        out[stack.pid] = found
     return out
 
 
