@@ -88,15 +88,19 @@ def _same_body(f: ModuleFacts, wrap: CallSite, cs: CallSite) -> bool:
     attribute of `self`, another method of the same class."""
     if cs.scope is wrap.scope:
         return cs.pos > wrap.pos
-    return cs.raw is not None and cs.raw.startswith("self.") and _class_of(f, cs.scope) is not None and (
-        _class_of(f, cs.scope) is _class_of(f, wrap.scope))
+    if cs.raw is None or not cs.raw.startswith("self."):
+        return False
+    mine = _class_of(f, cs.scope)
+    return mine is not None and mine is _class_of(f, wrap.scope)
 
 
 def _class_of(f: ModuleFacts, scope: Scope) -> Optional[ast.ClassDef]:
-    for node in ast.walk(f.tree):
-        if isinstance(node, ast.ClassDef) and any(item is scope.node for item in node.body):
-            return node
-    return None
+    """The class whose body defines this function (methods only), from one walk of the file."""
+    if "method_classes" not in f.memo:
+        f.memo["method_classes"] = {
+            id(item): node for node in ast.walk(f.tree) if isinstance(node, ast.ClassDef) for item in node.body
+        }
+    return f.memo["method_classes"].get(id(scope.node))  # type: ignore[union-attr,no-any-return]
 
 
 @rule(
