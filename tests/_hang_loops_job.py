@@ -27,6 +27,8 @@ imported). argv[1] is the scenario:
   while rank 0 waits in recv (no rank runs "one more iteration" of the parameter loop);
 - `ring_recv`: a ring exchange where every rank receives from its left neighbour before sending to its
   right one (recv-then-send on every rank): nobody sends;
+- `halo_exchange`: a neighbour exchange written send-then-recv on every rank; with 2 ranks each one's
+  neighbour is the other, so both wait in send (a gloo send waits for the matching receive);
 - `mutual_send`: both ranks send 64 MB over a side TCP socket before reading the peer's (sendall on both
   ends with full socket buffers): both block in sendall, outside any collective.
 - `subgroup_skip` (3 ranks): ranks 1-2 form an expert group (`new_group(experts)`); each all-reduces its
@@ -250,6 +252,14 @@ def ring_recv(rank: int, world: int) -> None:
     dist.send(box, dst=(rank + 1) % world)
 
 
+def halo_exchange(rank: int, world: int) -> None:
+    edge = torch.ones(2)
+    right = (rank + 1) % world
+    ready(rank)
+    dist.send(edge, dst=right)  # HANG-LINE halo-send
+    dist.recv(edge, src=(rank - 1) % world)
+
+
 def mutual_send(rank: int) -> None:
     import socket
 
@@ -361,6 +371,8 @@ def main() -> None:
         param_loop(rank)
     elif scenario == "ring_recv":
         ring_recv(rank, world)
+    elif scenario == "halo_exchange":
+        halo_exchange(rank, world)
     else:
         p2p_skip(rank)
     dist.destroy_process_group()

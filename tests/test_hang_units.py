@@ -311,3 +311,32 @@ def test_group_members_from_new_group_literal_range_or_locals():
     assert group_members(lines, "dist.all_reduce(x, group=expert_group)", {}) is None
     assert group_members(lines, "dist.all_reduce(x, group=dp)", {}) is None
     assert group_members(lines, "dist.all_reduce(x)", {}) is None
+
+
+# The arguments py-spy --locals reads from each rank's torch.distributed frame (strings, as printed), "op" its
+# name: a 4-rank exchange with partner = rank + world/2 and "even ranks send first" (held-out hang set 7,
+# j08's class) puts both ends of each pair on the same side.
+@pytest.mark.parametrize(("args", "mechanism", "culprits", "words"), [
+    ({0: {"op": "send", "dst": "2"}, 2: {"op": "send", "dst": "0"},
+      1: {"op": "recv", "src": "3"}, 3: {"op": "recv", "src": "1"}},
+     "sendrecv.same_side", [0, 1, 2, 3],
+     ["ranks 0 and 2 send to each other and neither receives", "ranks 1 and 3 wait to receive from each other"]),
+    ({0: {"op": "send", "dst": "1", "tag": "0"}, 1: {"op": "recv", "src": "2", "tag": "0"}},
+     "sendrecv.peer_mismatch", [0, 1], ["rank 0 sends to rank 1, but rank 1 waits to receive from rank 2"]),
+    # every rank receiving is a circular wait, named by the verdict (sendrecv.circular_recv), not here
+    ({0: {"op": "recv", "src": "1"}, 1: {"op": "recv", "src": "0"}}, None, [], []),
+    # a send and the matching recv: nothing wrong with the peers (whatever else holds them)
+    ({0: {"op": "send", "dst": "1"}, 1: {"op": "recv", "src": "0"}}, None, [], []),
+    # recv from any source pairs with whoever sends
+    ({0: {"op": "send", "dst": "1"}, 1: {"op": "recv", "src": "None"}}, None, [], []),
+])
+def test_point_to_point_peers_that_do_not_pair_up(args, mechanism, culprits, words):
+    from ddpdoctor.hang.mismatch import argument_mismatch
+
+    found = argument_mismatch(None, args)
+    if mechanism is None:
+        assert found is None, found
+        return
+    assert found is not None and found["id"] == mechanism and found["culprits"] == culprits, found
+    for word in words:
+        assert word in found["summary"], (word, found["summary"])

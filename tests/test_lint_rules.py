@@ -1833,6 +1833,26 @@ POSITIVES += [
     """,
     ),
     (
+        # Held-out corpus 8 (hustvl/Vim engine.py): the skip sits under an option inside the test of the loss;
+        # the outer test is what differs between ranks.
+        "DDP041",
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def train(model, loader, opt, args):
+            model = DDP(model)
+            for x, y in loader:
+                loss_value = model(x).sum().item()
+                if not math.isfinite(loss_value):
+                    if args.if_continue_inf:
+                        opt.zero_grad()
+                        continue  # <-
+                    else:
+                        sys.exit(1)
+                model(x).sum().backward()
+                opt.step()
+    """,
+    ),
+    (
         "DDP042",
         """
         def fit(model, opt, sched, loader, rank):

@@ -33,6 +33,7 @@ _ROLE_ORDER = {"root": 0, "symptom": 3, "consequence": 4, "hint": 5, "context": 
 # Lines that only say something failed (a traceback, nccl-tests' 'Test failure'): kept so that a failed run
 # whose message the knowledge base does not know is never reported as "nothing found" (exit 0).
 UNRECOGNISED = "failure.unrecognised"
+TITLE_VALUE_CAP = 160  # characters of a captured message a headline quotes
 _WATCHDOG_SIGS = ("watchdog.timeout", "watchdog.blocking_wait")
 _OOM_SIGS = ("oom.kernel", "oom.slurm", "dataloader.worker_killed")
 # Lines printed by the launcher or the kernel about another process: the file they are in says nothing
@@ -198,7 +199,7 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
             seen.add(who)
         out[sig_id] = Diagnosis(
             id=sig.id,
-            title=_fill(sig.title, first),
+            title=_fill(sig.title, first, cap=TITLE_VALUE_CAP),
             severity=sig.severity,
             role=sig.role,
             component=sig.component,
@@ -217,12 +218,16 @@ def _diagnoses(kb: KnowledgeBase, events: list[Event], counts: dict[str, int]) -
     return out
 
 
-def _fill(text: str, first: Event) -> str:
+def _fill(text: str, first: Event, cap: int = 0) -> str:
     """A signature's text with `{field}` replaced by what its pattern captured on the first line (the rank that
-    waited, the rank it waited for); a field the line lacks stays as written."""
+    waited, the rank it waited for, the exception's own message); a field the line lacks stays as written.
+    `cap`: longest value put in (a headline quotes a message, it does not carry a 400-character one)."""
     if "{" not in text:
         return text
     for key, value in first.fields.items():
+        value = value.strip()
+        if cap and len(value) > cap:
+            value = value[: cap - 1].rstrip() + "…"
         text = text.replace("{" + key + "}", value)
     return text
 

@@ -295,6 +295,68 @@ def argument_mismatch(ctx: Any, args_by_key: dict[int, dict[str, str]]) -> Optio
             fix = ("Use the same tag on both sides of every send/recv pair (one constant per message kind), or "
                    "leave tag at its default.")
             return _mechanism("sendrecv.tag_mismatch", summary, fix, sorted({rk, sk}), [])
+    return peer_mismatch(args_by_key)
+
+
+def _pairs(pairs: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{a} and {b}" for a, b in pairs)
+
+
+def peer_mismatch(args_by_key: dict[int, dict[str, str]]) -> Optional[dict[str, Any]]:
+    """Point-to-point calls whose peers do not pair up: two ranks that send to each other (neither receives:
+    a gloo or NCCL send waits for the matching receive), two that each wait to receive from the other, or a
+    send to a rank that waits for a third one. `args_by_key` as argument_mismatch's."""
+    peer: dict[int, tuple[str, int]] = {}
+    for key, a in args_by_key.items():
+        op = a.get("op")
+        if op in ("send", "isend"):
+            other = _as_int(a.get("dst"))
+        elif op in ("recv", "irecv"):
+            other = _as_int(a.get("src"))  # None: any source, which pairs with whoever sends
+        else:
+            continue
+        if other is not None and other != key:
+            peer[key] = ("send" if op in ("send", "isend") else "recv", other)
+    same = {"send": [], "recv": []}  # type: dict[str, list[tuple[int, int]]]
+    for key, (side, other) in sorted(peer.items()):
+        if key < other and peer.get(other) == (side, key):
+            same[side].append((key, other))
+    every_recv = all(side == "recv" for side, _ in peer.values()) and len(peer) == len(args_by_key)
+    # Every rank receiving: a circular wait, which the verdict names as such (sendrecv.circular_recv / both_receive).
+    if same["send"] or (same["recv"] and not every_recv):
+        parts = []
+        if same["send"]:
+            parts.append(f"{'ranks' if len(same['send']) == 1 else 'pairs'} {_pairs(same['send'])} send to each other "
+                         "and neither receives")
+        if same["recv"]:
+            parts.append(f"{'ranks' if len(same['recv']) == 1 else 'pairs'} {_pairs(same['recv'])} wait to receive "
+                         "from each other and neither sends")
+        both = bool(same["send"]) and bool(same["recv"])
+        summary = (
+            "; ".join(parts) + ": both partners of "
+            + ("each pair" if len(same["send"]) + len(same["recv"]) > 1 else "the pair")
+            + " took the same side of the exchange (a send waits for the matching receive in gloo and NCCL), so "
+            "no message moves"
+            + ("; the partner and the side are computed by rules that disagree (e.g. partner = rank + world/2 with "
+               "'even ranks send first': partners 0 and 2 are both even)" if both else "")
+        )
+        fix = ("Make the two partners of every exchange take opposite sides (derive who sends first from the pair, "
+               "e.g. the lower rank sends first), or post both directions at once with isend/irecv "
+               "(batch_isend_irecv) and wait on both.")
+        culprits = sorted({r for pairs in same.values() for pair in pairs for r in pair})
+        return _mechanism("sendrecv.same_side", summary, fix, culprits, [])
+    for key, (side, other) in sorted(peer.items()):
+        if side != "send" or other not in peer:
+            continue
+        their_side, theirs = peer[other]
+        if their_side == "recv" and theirs != key:
+            summary = (
+                f"rank {key} sends to rank {other}, but rank {other} waits to receive from rank {theirs}: the peers "
+                "do not pair up, so both wait (the peer is computed differently on the two sides)"
+            )
+            fix = ("Compute each exchange's peer the same way on both sides (the receiver's src must be the "
+                   "sender's rank), or receive from any source with src=None and read the sender from the result.")
+            return _mechanism("sendrecv.peer_mismatch", summary, fix, sorted({key, other}), [])
     return None
 
 

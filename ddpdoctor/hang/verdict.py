@@ -448,10 +448,13 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
         roots = argument_mismatch(ctx, {k: a for k, a in ctx.call_args.items() if k in ranks})
         if roots is not None:
             culprits = roots["culprits"] or ranks
+            what = ("peers that do not pair up (" + roots["summary"].split(":")[0] + ")"
+                    if roots["id"] in ("sendrecv.same_side", "sendrecv.peer_mismatch")
+                    else "arguments that do not match across ranks")
             return with_loop_mechanism(_stack_outlier(
                 ctx,
                 f"every rank waits in {groups[0].example.waiting_in()} at {ctx.where_line(groups[0].example)}, with "
-                "arguments that do not match across ranks -> the cause is the code that computes them, not the network",
+                f"{what} -> the cause is the code that computes them, not the network",
                 culprits, [r for r in ranks if r not in culprits],
                 "Compute the call's arguments the same way on every rank (or share them first).",
                 tie=len(culprits) == len(ranks),

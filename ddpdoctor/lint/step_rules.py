@@ -95,17 +95,20 @@ def _none_tested(test: ast.AST) -> set[str]:
     return bare - valued
 
 
-def _skips(body: list[ast.stmt]) -> Iterator[tuple[ast.If, ast.stmt]]:
-    """(the `if`, its `continue`) directly in this loop's body (not in a nested loop or function)."""
+def _skips(body: list[ast.stmt], outer: tuple[ast.If, ...] = ()) -> Iterator[tuple[tuple[ast.If, ...], ast.stmt]]:
+    """(the `if`s around it, innermost last; a `continue`) directly in this loop's body (not in a nested loop
+    or function). The outer tests count too: `if not isfinite(loss): if args.skip_nan: continue` skips on
+    the loss, whatever the inner option says."""
     for st in body:
         if isinstance(st, ast.If):
+            chain = (*outer, st)
             for inner in st.body:
                 if isinstance(inner, ast.Continue):
-                    yield st, inner
-            yield from _skips(st.body)
-            yield from _skips(st.orelse)
+                    yield chain, inner
+            yield from _skips(st.body, chain)
+            yield from _skips(st.orelse, chain)
         elif isinstance(st, (ast.With, ast.AsyncWith, ast.Try)):
-            yield from _skips(st.body)
+            yield from _skips(st.body, outer)
 
 
 def _step_sync(f: ModuleFacts, loop: ast.For, after: int, ddp: bool) -> Optional[str]:
@@ -149,10 +152,13 @@ def check_batch_dependent_skip(f: ModuleFacts) -> Iterator[Hit]:
         data = _loop_data_names(loop)
         if not data:
             continue
-        for test_if, skip in _skips(loop.body):
-            derived = _derived(f, loop, data, test_if.lineno) - _none_tested(test_if.test)
-            read = sorted({n.id for n in ast.walk(test_if.test) if isinstance(n, ast.Name)} & (data | derived))
-            if not read:
+        for chain, skip in _skips(loop.body):
+            for test_if in reversed(chain):
+                derived = _derived(f, loop, data, test_if.lineno) - _none_tested(test_if.test)
+                read = sorted({n.id for n in ast.walk(test_if.test) if isinstance(n, ast.Name)} & (data | derived))
+                if read:
+                    break
+            else:
                 continue
             sync = _step_sync(f, loop, skip.lineno, ddp)
             if sync is None:
