@@ -6,6 +6,8 @@ all_reduce for the last one:
   LOCK_A (a lock-order deadlock between two threads of one rank);
 - `self_lock`: a Lock taken with acquire() on one path is never released; the next `with` waits on it
   (nothing else in the process holds or releases it);
+- `generator_lock`: a generator yields inside `with self._lock:`; suspended there, it keeps the lock, and the
+  next `with self._lock:` (a reset) waits for it;
 - `queue_join`: a `consumer` thread takes every item but never calls task_done(); Queue.join() waits;
 - `queue_get`: the `producer` thread died; the main thread waits in Queue.get();
 - `mp_queue_get`: a multiprocessing.Process producer put two items and exited; the main thread waits in
@@ -122,6 +124,33 @@ def self_lock(rank: int) -> None:
     ready(rank)
     with STATE_LOCK:  # HANG-LINE self-lock
         pass
+
+
+class ShardStream:
+    """Batches of the rank's shards, read under the stream's lock (a reset may come from another thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.shards = [[1, 2, 3], [4, 5]]
+        self.pos = 0
+
+    def batches(self):  # type: ignore[no-untyped-def]
+        for shard in self.shards:
+            with self._lock:
+                for batch in shard:
+                    yield batch  # suspended here, the with block (and the lock) stays open
+
+    def reset(self) -> None:
+        with self._lock:  # HANG-LINE generator-lock
+            self.pos = 0
+
+
+def generator_lock(rank: int) -> None:
+    stream = ShardStream()
+    batches = stream.batches()
+    next(batches)
+    ready(rank)
+    stream.reset()
 
 
 def consume(items: queue.Queue) -> None:
@@ -513,6 +542,8 @@ def main() -> None:
             lock_order(rank)
         elif scenario == "self_lock":
             self_lock(rank)
+        elif scenario == "generator_lock":
+            generator_lock(rank)
         elif scenario == "queue_join":
             queue_join(rank)
         elif scenario == "queue_get":

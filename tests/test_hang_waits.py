@@ -21,6 +21,9 @@ CULPRIT = 1
 EXPECTED = {
     "lock_order": ("lock.order_deadlock", "lock-order", ["lock-order deadlock between thread MainThread", "thread saver"]),
     "self_lock": ("lock.self_deadlock", "self-lock", ["waits on a lock nothing else in this process holds or releases"]),
+    # The lock is held by a suspended generator that yields inside its `with` (held-out hang set 7, j02's class).
+    "generator_lock": ("lock.held_by_generator", "generator-lock", ["the generator batches() yields inside `with`",
+                                                                    "stays held"]),
     "queue_join": ("queue.join_without_task_done", "queue-join", ["Queue.join()", "task_done()", "`consumer`"]),
     "queue_get": ("queue.get_no_producer", "queue-get", ["Queue.get()", "no live producer thread"]),
     "mp_queue_get": ("queue.get_no_producer", "mp-queue-get", ["multiprocessing.Queue.get()", "no live producer"]),

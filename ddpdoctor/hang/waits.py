@@ -231,6 +231,39 @@ def _runs_user_code(thread: ThreadStack) -> bool:
     return any(f.is_user for f in thread.frames)
 
 
+_YIELD = re.compile(r"^\s*(?:[\w.,\s\[\]]+=\s*)?(?:await\s+)?\(?yield\b")
+
+
+def _yield_inside_lock(
+    sources: Mapping[str, Sequence[str]], lock: str
+) -> Optional[tuple[str, int, int, str]]:
+    """A `yield` inside `with LOCK:` (any receiver: `self._lock` in the generator is the stream's `_lock` the
+    caller takes) in the files the stacks run: (file, with line, yield line, generator's name)."""
+    name = lock.rsplit(".", 1)[-1]
+    if not name or not name.isidentifier():
+        return None
+    opener = re.compile(r"^(\s*)(?:async\s+)?with\s+[^:#]*?\b" + re.escape(name) + r"\b[^:#]*:\s*(?:#.*)?$")
+    for file, lines in sources.items():
+        if not any(name in line and "with" in line for line in lines):
+            continue
+        for index, text in enumerate(lines):
+            found = opener.match(text)
+            if not found:
+                continue
+            depth = len(found.group(1))
+            for inner in range(index + 1, len(lines)):
+                body = lines[inner]
+                if not body.strip() or body.lstrip().startswith("#"):
+                    continue
+                if len(body) - len(body.lstrip()) <= depth:
+                    break
+                if _YIELD.match(body):
+                    func = next((m.group(1) for k in range(index, -1, -1)
+                                 if (m := re.match(r"^\s*(?:async\s+)?def\s+(\w+)", lines[k]))), "?")
+                    return file.rsplit("/", 1)[-1], index + 1, inner + 1, func
+    return None
+
+
 def _lock_mechanism(
     stack: RankStack, mine: Blocked, blocked: Sequence[Blocked], sources: Mapping[str, Sequence[str]]
 ) -> Mechanism:
@@ -266,6 +299,20 @@ def _lock_mechanism(
             [_record(mine, sources, waits_for=mine.lock)],
         )
     self_held = mine.lock in holds.get(mine.thread, {})
+    held_at_yield = None if self_held else _yield_inside_lock(sources, mine.lock)
+    if held_at_yield is not None:
+        file, with_line, yield_line, func = held_at_yield
+        return Mechanism(
+            "lock.held_by_generator",
+            f"thread {mine.thread} waits for `{mine.lock}` at {_at(mine.frame, sources)}, and no thread holds it: "
+            f"the generator {func}() yields inside `with` of that lock ({file}:{yield_line}, the `with` at line "
+            f"{with_line}); while the generator is suspended at that yield (between two items, or abandoned "
+            "without being closed) its `with` block stays open and the lock stays held, so this acquire waits "
+            "for a generator that only its own consumer can resume",
+            "Do not yield while holding a lock: take what the item needs under the lock, release it, then yield "
+            "(or close the generator, `gen.close()`, before taking the lock again).",
+            [_record(mine, sources, waits_for=mine.lock)],
+        )
     return Mechanism(
         "lock.self_deadlock",
         f"thread {mine.thread} waits on a lock nothing else in this process holds or releases: `{mine.lock or 'a lock'}` "
