@@ -1898,6 +1898,22 @@ NEAR_MISSES += [
     """,
     ),
     (
+        # k2-fsa/icefall train.py: a resume skip on the loop's counter inside a sanity test of the batch; the
+        # counter decides the skip (the same on every rank), not the batch.
+        "DDP041",
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def train(model, train_dl, opt, cur_batch_idx):
+            model = DDP(model)
+            for batch_idx, batch in enumerate(train_dl):
+                if batch["inputs"].shape[0] == len(batch["text"]):
+                    if batch_idx < cur_batch_idx:
+                        continue
+                    model(batch["inputs"]).sum().backward()
+                    opt.step()
+    """,
+    ),
+    (
         "DDP042",
         """
         def fit(model, opt, sched, loader, rank):

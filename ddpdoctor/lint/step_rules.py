@@ -152,13 +152,19 @@ def check_batch_dependent_skip(f: ModuleFacts) -> Iterator[Hit]:
         data = _loop_data_names(loop)
         if not data:
             continue
+        bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
         for chain, skip in _skips(loop.body):
             for test_if in reversed(chain):
+                names = {n.id for n in ast.walk(test_if.test) if isinstance(n, ast.Name)}
                 derived = _derived(f, loop, data, test_if.lineno) - _none_tested(test_if.test)
-                read = sorted({n.id for n in ast.walk(test_if.test) if isinstance(n, ast.Name)} & (data | derived))
-                if read:
+                read = sorted(names & (data | derived))
+                # An inner test of the loop's counter (`if batch_idx < start: continue`, a resume) decides the
+                # skip itself; only a test of no loop value (an option) leaves it to the test around it.
+                if read or names & bound:
                     break
             else:
+                continue
+            if not read:
                 continue
             sync = _step_sync(f, loop, skip.lineno, ddp)
             if sync is None:
