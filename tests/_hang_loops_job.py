@@ -27,6 +27,8 @@ imported). argv[1] is the scenario:
   while rank 0 waits in recv (no rank runs "one more iteration" of the parameter loop);
 - `ring_recv`: a ring exchange where every rank receives from its left neighbour before sending to its
   right one (recv-then-send on every rank): nobody sends;
+- `group_alone`: rank 0 creates its evaluation group lazily, on first use, inside `if rank == 0:`; rank 1
+  goes on to the next step's all_reduce (new_group is a collective over every process);
 - `halo_exchange`: a neighbour exchange written send-then-recv on every rank; with 2 ranks each one's
   neighbour is the other, so both wait in send (a gloo send waits for the matching receive);
 - `mutual_send`: both ranks send 64 MB over a side TCP socket before reading the peer's (sendall on both
@@ -252,6 +254,27 @@ def ring_recv(rank: int, world: int) -> None:
     dist.send(box, dst=(rank + 1) % world)
 
 
+class Evaluator:
+    def __init__(self) -> None:
+        self.group = None
+
+    def score(self, t: torch.Tensor) -> None:
+        if self.group is None:
+            self.group = dist.new_group([0, 1])  # HANG-LINE group-alone
+        dist.all_reduce(t, group=self.group)
+
+
+def group_alone(rank: int) -> None:
+    evaluator = Evaluator()
+    t = torch.ones(2)
+    for step in range(100):
+        dist.all_reduce(t)
+        if step == 2:
+            ready(rank)
+            if rank == 0:
+                evaluator.score(t)
+
+
 def halo_exchange(rank: int, world: int) -> None:
     edge = torch.ones(2)
     right = (rank + 1) % world
@@ -371,6 +394,8 @@ def main() -> None:
         param_loop(rank)
     elif scenario == "ring_recv":
         ring_recv(rank, world)
+    elif scenario == "group_alone":
+        group_alone(rank)
     elif scenario == "halo_exchange":
         halo_exchange(rank, world)
     else:

@@ -39,6 +39,9 @@ EXPECTED = {
     # The rank's collective runs in a background thread: it counts, and names the thread's line.
     "thread_collective": (0, "thread.collective_in_thread", "thread-join", [
         "its thread `ckpt` waits in all_gather", f":{marker_line('thread-gather', SCRIPT)}"]),
+    # Rank 0 creates a process group alone (lazily, under an if on the rank): new_group is a collective.
+    "group_alone": (0, "group.created_alone", "group-alone", ["inside torch.distributed's new_group()",
+                                                              "every process must call new_group()"]),
     # Both ranks wait in recv; rank 1's loop has a `continue` between its recv and its send.
     "p2p_skip": (1, "sendrecv.skipped_send", "p2p-act", ["`continue` at line", "never sent"]),
 }

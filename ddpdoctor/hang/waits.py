@@ -458,6 +458,36 @@ def _others_in_user_code(stack: RankStack, mine: Blocked, blocked: Sequence[Bloc
             if t.thread_name != mine.thread and t.thread_name not in parked and _runs_user_code(t)]
 
 
+# torch.distributed's functions that create a process group: each is a collective over the default group.
+_GROUP_MAKERS = frozenset({
+    "new_group", "new_subgroups", "new_subgroups_by_enumeration", "_new_group_with_tag", "_new_process_group_helper",
+    "split_group", "init_device_mesh",
+})
+
+
+def _creating_group(main: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Optional[Mechanism]:
+    """The main thread is inside dist.new_group() (or new_subgroups, split_group, init_device_mesh) while it
+    waits in no collective the verdict counts: the others did not make that call."""
+    # the outermost maker (frames are innermost first): new_group(), not the helper it calls
+    maker = next((f for f in reversed(main.frames) if not f.is_user and f.name.rsplit(".", 1)[-1] in _GROUP_MAKERS
+                  and "distributed" in f.filename), None)
+    user = next((f for f in main.frames if f.is_user), None)
+    if maker is None or user is None:
+        return None
+    return Mechanism(
+        "group.created_alone",
+        f"it is inside torch.distributed's {maker.name.rsplit('.', 1)[-1]}() at {_at(user, sources)}: creating a "
+        "process group is itself a collective over the whole default group — every process must call new_group(), "
+        "with the same ranks and in the same order, even the processes that will not be members — and the other "
+        "ranks are not in it, so it waits for them (a group created under an `if` on the rank, or lazily on first use "
+        "by some ranks only)",
+        "Create every process group on every rank, in the same order, right after init_process_group (outside any "
+        "`if rank ...`), and use it only on its members: `g = dist.new_group([0, 1])` on all ranks, then "
+        "`if rank in (0, 1): dist.all_reduce(t, group=g)`.",
+        [{"thread": main.thread_name, "file": user.filename, "line": user.line, "code": _code(sources, user)}],
+    )
+
+
 def explain_wait(
     stack: RankStack,
     sources: Mapping[str, Sequence[str]],
@@ -479,6 +509,9 @@ def explain_wait(
         return None
     if main.frames and main.frames[0].filename.endswith("threading.py") and main.frames[0].name.endswith("_shutdown"):
         return _kept_alive(stack, sources)
+    creating = _creating_group(main, sources)
+    if creating is not None:
+        return creating
     blocked = [b for t in stack.threads if (b := blocked_in(t, sources)) is not None]
     mine = next((b for b in blocked if b.thread == main.thread_name), None)
     locks = [b for b in blocked if b.kind == "lock"]
