@@ -10,6 +10,8 @@ all_reduce for the last one:
   next `with self._lock:` (a reset) waits for it;
 - `queue_join`: a `consumer` thread takes every item but never calls task_done(); Queue.join() waits;
 - `queue_get`: the `producer` thread died; the main thread waits in Queue.get();
+- `swapped_queue`: a reset re-creates the prefetch queue while the `prefetch` thread keeps filling the old
+  (full) one; the main thread waits in get() on the new, empty one;
 - `mp_queue_get`: a multiprocessing.Process producer put two items and exited; the main thread waits in
   multiprocessing.Queue.get();
 - `poll`: the main thread polls for a file nobody writes, sleeping 0.2 s between tries;
@@ -152,6 +154,36 @@ def generator_lock(rank: int) -> None:
     next(batches)
     ready(rank)
     stream.reset()
+
+
+def fill(items: queue.Queue) -> None:
+    n = 0
+    while True:
+        n += 1
+        items.put(torch.full((2,), float(n)))
+
+
+class Prefetcher:
+    """Batches loaded ahead by a `prefetch` thread into a bounded queue."""
+
+    def __init__(self) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=2)
+        threading.Thread(target=fill, args=(self.q,), name="prefetch", daemon=True).start()
+
+    def reset(self) -> None:
+        self.q = queue.Queue(maxsize=2)  # a fresh queue for the new epoch; the thread keeps the old one
+
+    def next(self) -> torch.Tensor:
+        return self.q.get()  # HANG-LINE swapped-get
+
+
+def swapped_queue(rank: int) -> None:
+    loader = Prefetcher()
+    loader.next()
+    loader.reset()
+    time.sleep(0.5)
+    ready(rank)
+    loader.next()
 
 
 def consume(items: queue.Queue) -> None:
@@ -545,6 +577,8 @@ def main() -> None:
             self_lock(rank)
         elif scenario == "generator_lock":
             generator_lock(rank)
+        elif scenario == "swapped_queue":
+            swapped_queue(rank)
         elif scenario == "queue_join":
             queue_join(rank)
         elif scenario == "queue_get":

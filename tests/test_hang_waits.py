@@ -26,6 +26,9 @@ EXPECTED = {
                                                                     "stays held"]),
     "queue_join": ("queue.join_without_task_done", "queue-join", ["Queue.join()", "task_done()", "`consumer`"]),
     "queue_get": ("queue.get_no_producer", "queue-get", ["Queue.get()", "no live producer thread"]),
+    # The consumer reads a re-created queue; the producer blocks on the old, full one (held-out set 7, j12's class).
+    "swapped_queue": ("queue.different_queues", "swapped-get", ["(its queue is empty)", "thread `prefetch` waits in "
+                                                                 "Queue.put()", "different queue objects"]),
     "mp_queue_get": ("queue.get_no_producer", "mp-queue-get", ["multiprocessing.Queue.get()", "no live producer"]),
     # ... and what it polls for, with the value py-spy --locals read.
     "poll": ("loop.poll_retry", "poll-sleep", ["polls/retries in a loop at line", "sleeping between tries",

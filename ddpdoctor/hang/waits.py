@@ -555,6 +555,19 @@ def explain_wait(
         )
     if mine.kind in ("queue_get", "simple_queue_get"):
         what = "Queue.get()" if mine.kind == "queue_get" else "a queue's get()"
+        putter = next((b for b in blocked if b.kind == "queue_put" and b is not mine), None)
+        if putter is not None:
+            # One queue cannot be empty (get waits) and full (put waits) at once: two queue objects.
+            return Mechanism(
+                "queue.different_queues",
+                f"it waits in {what} at {at} (its queue is empty) while thread `{putter.thread}` waits in Queue.put() "
+                f"at {_at(putter.frame, sources)} (its queue is full): one queue cannot be empty and full at once, so "
+                "the two threads use different queue objects — the consumer reads a queue the producer does not fill "
+                "(the queue was replaced, e.g. re-created by a reset, while the producer thread kept the old one)",
+                "Hand the producer the queue the consumer reads: create the queue once and never rebind it while a "
+                "thread uses it (drain it to reset), or stop the producer and start a new one with the new queue.",
+                [_record(mine, sources), _record(putter, sources)],
+            )
         live = _others_in_user_code(stack, mine, blocked, {"queue_get", "simple_queue_get"})
         if not live:
             return Mechanism(
