@@ -117,9 +117,10 @@ def test_local_rank_flag_with_env_read_is_opinionated() -> None:
     bare = src.replace('int(os.environ.get("LOCAL_RANK", args.local_rank))', "args.local_rank")
     bare = bare.rstrip(" ") + "    model = torch.compile(model)\n"
     assert "DDP013" in default_codes(bare) and not all_findings(bare, "DDP029")
-    # Without anything that needs 2.0, the 1.x launcher the script was written for passes --local_rank.
+    # Without anything that needs 2.0 it is still broken under today's launchers when the flag's value is used
+    # and nothing reads LOCAL_RANK: torchrun leaves it at its default (session 11, held-out corpora 8 and 9).
     old_torch = bare.replace("    model = torch.compile(model)\n", "")
-    assert "DDP013" not in default_codes(old_torch) and len(all_findings(old_torch, "DDP029")) == 1
+    assert "DDP013" in default_codes(old_torch) and not all_findings(old_torch, "DDP029")
 
 
 def test_local_rank_flag_with_torchrun_usage_is_opinionated() -> None:

