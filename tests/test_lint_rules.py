@@ -46,6 +46,7 @@ POSITIVES: list[tuple[str, str]] = [
         """
         mp.set_start_method("fork")  # <-
         model = nn.Linear(2, 2).cuda()
+        workers = [mp.Process(target=serve, args=(model,)) for _ in range(2)]  # <-
     """,
     ),
     (
@@ -1875,6 +1876,27 @@ POSITIVES += [
     ),
 ]
 NEAR_MISSES += [
+    (
+        # xvjiarui/GroupViT (held-out lint corpus 9): the explicit fork is Linux's default, and the script starts
+        # no process of its own (DataLoader workers never touch CUDA).
+        "DDP001",
+        """
+        mp.set_start_method("fork", force=True)
+        model = nn.Linear(2, 2).cuda()
+        loader = torch.utils.data.DataLoader(data, num_workers=4)
+    """,
+    ),
+    (
+        # zhangruochi/pseudoESM (held-out lint corpus 9): a configuration switch named `gpu`, the same on every
+        # rank, is no test of the rank.
+        "DDP017",
+        """
+        def run(self, loss):
+            if self.cfg.mode.gpu:
+                torch.distributed.barrier()
+                torch.distributed.all_reduce(loss)
+    """,
+    ),
     (
         "DDP041",
         """

