@@ -27,6 +27,7 @@ by hand; there is no catch-all rule. Coverage is stated per source: distinct mes
 
     python bench/explain_catalogue_torch.py --pytorch PYTORCH.git --torch-site .venv/lib/python3.X/site-packages \\
         --gloo GLOO.git --nccl NCCL.git --cudart /path/to/unpacked/nvidia/cuda_runtime [--unclassified]
+    python bench/explain_catalogue_torch.py --reclassify   # after a change of CLASSES or RULES only
 """
 
 from __future__ import annotations
@@ -244,6 +245,16 @@ CLASSES: dict[str, dict[str, str]] = {
         "its own GPU (torch.cuda.set_device(local_rank)), check `nvidia-smi -q | grep 'Compute Mode'` and "
         "that the container runs with the NVIDIA runtime.",
     },
+    "cuda.teardown": {
+        "role": "consequence",
+        "title": "CUDA runtime unloading (the process is exiting)",
+        "cause": "The CUDA runtime is being unloaded because the process is shutting down (cudaErrorCudartUnloading, "
+        "'driver shutting down'): a call made from a destructor or an exit handler — a process group, a "
+        "communicator or a caching allocator torn down after the interpreter began to exit. It follows whatever "
+        "made the process exit; it is never the cause.",
+        "fix": "Look above it for the error that made the process exit; call destroy_process_group() before the "
+        "program ends so nothing tears down CUDA objects during interpreter shutdown.",
+    },
     "cuda.driver": {
         "role": "root",
         "title": "CUDA driver and runtime do not fit",
@@ -309,7 +320,9 @@ CLASSES: dict[str, dict[str, str]] = {
 # (rule id, "source:path" regex, message regex, class); first match wins. There is deliberately no catch-all.
 _SRC = r"^(?:pytorch|gloo):"  # message-keyword rules: PyTorch's and gloo's own messages, not CUDA's or NCCL's
 RULES: list[tuple[str, str, str, str]] = [
-    # CUDA runtime: by error name (the text is beside it in the same entry set)
+    # CUDA runtime: by error name (the text is beside it in the same entry set). The runtime unloading at exit
+    # first: its text ('driver shutting down') would read as a driver problem.
+    ("cuda.teardown", r"^cuda:", r"CudartUnloading|driver shutting down", "cuda.teardown"),
     ("cuda.arch", r"^cuda:", r"NoKernelImageForDevice|SymbolNotFound|InvalidDeviceFunction|InvalidKernelImage|"
      r"UnsupportedPtxVersion|InvalidPtx|JitCompil|InvalidSource|UnsupportedExecAffinity|UnsupportedDevSideSync|"
      r"no kernel image|named symbol not found|invalid device function|device kernel image is invalid|"
@@ -944,17 +957,36 @@ def build(pytorch: Path, site: Path | None, gloo: Path, nccl: Path, cudart: Path
     }
 
 
+def reclassify(doc: dict[str, Any]) -> dict[str, Any]:
+    """The catalogue with the hand-written part (CLASSES, RULES) applied again to its entries, which keep what
+    was read from the sources: a change of a class or a rule needs no fetch of the sources."""
+    for e in doc["entries"]:
+        e["class"], e["rule"] = classify(e["source"], e["path"], e["format"] + " " + e.get("name", "") + " " +
+                                         e.get("text", ""))
+    doc["coverage"] = coverage(doc["entries"])
+    doc["rules"] = [{"id": rid, "path": p, "message": m, "class": c} for rid, p, m, c in RULES]
+    doc["classes"] = CLASSES
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pytorch", required=True, type=Path, help="git directory holding pytorch/pytorch's tree")
+    ap.add_argument("--pytorch", type=Path, help="git directory holding pytorch/pytorch's tree")
     ap.add_argument("--torch-site", type=Path, help="site-packages holding an installed torch wheel")
-    ap.add_argument("--gloo", required=True, type=Path, help="git directory of github.com/pytorch/gloo")
-    ap.add_argument("--nccl", required=True, type=Path, help="git directory of github.com/NVIDIA/nccl")
-    ap.add_argument("--cudart", required=True, type=Path, help="unpacked nvidia/cuda_runtime of the cu12 wheel")
+    ap.add_argument("--gloo", type=Path, help="git directory of github.com/pytorch/gloo")
+    ap.add_argument("--nccl", type=Path, help="git directory of github.com/NVIDIA/nccl")
+    ap.add_argument("--cudart", type=Path, help="unpacked nvidia/cuda_runtime of the cu12 wheel")
     ap.add_argument("--out", type=Path, default=OUT, help=f"output (default {OUT.relative_to(ROOT)})")
     ap.add_argument("--unclassified", action="store_true", help="list matchable messages left unclassified")
+    ap.add_argument("--reclassify", action="store_true",
+                    help="apply CLASSES and RULES again to the entries of --out (no sources needed)")
     args = ap.parse_args(argv)
-    doc = build(args.pytorch, args.torch_site, args.gloo, args.nccl, args.cudart)
+    if args.reclassify:
+        doc = reclassify(json.loads(args.out.read_text(encoding="utf-8")))
+    elif None in (args.pytorch, args.gloo, args.nccl, args.cudart):
+        ap.error("--pytorch, --gloo, --nccl and --cudart are required (or --reclassify)")
+    else:
+        doc = build(args.pytorch, args.torch_site, args.gloo, args.nccl, args.cudart)
     args.out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for source, c in doc["coverage"].items():
         if isinstance(c, dict):

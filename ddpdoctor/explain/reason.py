@@ -458,11 +458,13 @@ def _cross_rank_diagnosis(
 
 
 def _busy_reports(first_by_rank: dict[int, Event]) -> list[Event]:
-    """Timeout reports glued to a progress bar whose elapsed time is at least 90% of the timeout."""
+    """Timeout reports glued to (or printed right after) a progress bar whose elapsed time is at least half
+    the timeout: the last bar a process printed before the timeout can be one update (tens of seconds to
+    minutes) short of it, and a bar that had run for half the timeout is no side show."""
     out = []
     for ev in first_by_rank.values():
         busy, timeout_ms = ev.fields.get("busy_elapsed_s"), ev.fields.get("timeout_ms")
-        if busy and timeout_ms and int(busy) * 1000 >= 0.9 * int(timeout_ms):
+        if busy and timeout_ms and int(busy) * 1000 >= 0.5 * int(timeout_ms):
             out.append(ev)
     return sorted(out, key=_event_key)
 
@@ -539,7 +541,7 @@ def _watchdog_diagnosis(
         reasoning = (
             f"Rank(s) {fmt(ranks)} timed out in the same collective ({_seq_op(seq[ranks[0]], op[ranks[0]], ', ')}) "
             f"after {parse_int(ev.fields['timeout_ms'], 0) // 1000} s, but the timeout line of rank {ev.rank} shares its "
-            f"text with a progress bar that had been running for {parse_int(ev.fields['busy_elapsed_s'], 0)} s "
+            f"text with (or follows) a progress bar that had been running for {parse_int(ev.fields['busy_elapsed_s'], 0)} s "
             f"({ev.fields['busy_bar'].strip()}): the process printing it (usually rank 0) was still busy outside "
             "the collective (data preparation, tokenisation) while the others waited. Not a network hang: do "
             "that work before init_process_group, or raise the timeout."

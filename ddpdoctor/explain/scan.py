@@ -93,6 +93,27 @@ _SUMMARY_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
 _SUMMARY_EXIT = re.compile(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
 
 
+BAR_LINES_BEFORE = 3  # lines before a hit line in which a progress bar still counts as "just before" it
+BAR_LOOKBACK = 1024  # bytes looked at before a hit line for those lines
+
+
+def _lines_before(buf: bytes, ls: int) -> bytes:
+    """The last BAR_LINES_BEFORE lines before the line starting at `ls` (within BAR_LOOKBACK bytes of the
+    same buffer), or b"" when none holds a progress bar's `%|`: a bar redrawn on its own lines (tqdm to a
+    file) right before a timeout says what the process was busy with."""
+    start = max(0, ls - BAR_LOOKBACK)
+    if ls <= 0 or buf.find(b"%|", start, ls) < 0:
+        return b""
+    cut = ls - 1
+    for _ in range(BAR_LINES_BEFORE):
+        prev = buf.rfind(b"\n", start, cut)
+        if prev < 0:
+            cut = start
+            break
+        cut = prev
+    return buf[cut:ls]
+
+
 def _continues(raw: bytes) -> bool:
     """Does this line visibly go on on the next one?"""
     tail = raw.rstrip()
@@ -391,7 +412,7 @@ class StreamScanner:
             raw = buf[ls:le]
             if not context and _continues(raw):
                 raw = self._joined(buf, raw, le)
-            self._window(raw, hit - ls, lineno, head, context)
+            self._window(raw, hit - ls, lineno, head, context, before=_lines_before(buf, ls))
 
     def _count_window(self) -> bool:
         """One more window of the current over-long line; False once the line has had its share."""
@@ -425,19 +446,26 @@ class StreamScanner:
             pos = nl + 1
         return raw
 
-    def _window(self, raw: bytes, hit: int, lineno: int, head: bytes | None, context: bool = False) -> None:
+    def _window(
+        self, raw: bytes, hit: int, lineno: int, head: bytes | None, context: bool = False, before: bytes = b""
+    ) -> None:
         raw = raw.rstrip(b"\r")
         self._busy = None
-        if hit > 0 and b"%|" in raw[:hit]:
-            bars = list(_PROGRESS.finditer(raw, 0, hit))
+        # A progress bar glued in front of the hit (same stream, no newline) or on the lines just before it.
+        for text, end in ((raw, hit), (before, len(before))):
+            if end <= 0 or b"%|" not in text[:end]:
+                continue
+            bars = list(_PROGRESS.finditer(text, 0, end))
             if bars:
+                raw_bar = text
                 last = bars[-1]
                 hours, minutes, seconds = (int(g or 0) for g in last.group(2, 3, 4))
                 # with the bar's description in front of it (`Tokenizing Prompts (num_proc=64):  92%|...`)
-                lead = raw[max(0, last.start() - 100) : last.start()]
+                lead = raw_bar[max(0, last.start() - 100) : last.start()]
                 lead = lead[max(lead.rfind(b"\r"), lead.rfind(b"]"), lead.rfind(b"\n")) + 1 :].lstrip()
-                bar = lead + raw[last.start() : last.end() + 40].split(b"]")[0] + b"]"
+                bar = lead + raw_bar[last.start() : last.end() + 40].split(b"]")[0] + b"]"
                 self._busy = (hours * 3600 + minutes * 60 + seconds, bar.decode("utf-8", "replace"))
+                break
         if b"\r" in raw:
             # Progress bars redraw with \r: keep the segment the match is in.
             start = raw.rfind(b"\r", 0, max(hit, 0)) + 1
