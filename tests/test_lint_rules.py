@@ -1875,6 +1875,69 @@ POSITIVES += [
     """,
     ),
 ]
+POSITIVES += [
+    (
+        # Held-out lint corpus 9 (LTH14/rcg, facebookresearch/FiD, DingXiaoH/RepLKNet, LLaMA2-Accessory): the
+        # DeiT/MAE-lineage checkpoint holds the argparse Namespace; the resume loads it with the default
+        # weights_only, which PyTorch >= 2.6 makes True.
+        "DDP047",
+        """
+        import argparse
+        def save_model(args, epoch, model, optimizer):
+            to_save = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
+                       "args": args}
+            save_on_master(to_save, "checkpoint.pth")
+        def load_model(args, model, optimizer):
+            dist.init_process_group("nccl")
+            checkpoint = torch.load(args.resume, map_location="cpu")  # <-
+            model.load_state_dict(checkpoint["model"])
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            args.start_epoch = checkpoint["epoch"] + 1
+        args = argparse.ArgumentParser().parse_args()
+    """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        # ContextualAI/HALOs (held-out lint corpus 9): the scheduler's state file holds numbers, nothing on a
+        # GPU; and a model given the device in its constructor places itself (yangxy/GPEN's IDLoss).
+        "DDP008",
+        """
+        def resume(args, scheduler):
+            dist.init_process_group("nccl")
+            scheduler.load_state_dict(torch.load(os.path.join(args.ckpt, "scheduler.pt")))
+    """,
+    ),
+    (
+        "DDP046",
+        """
+        def main(args, device, local_rank):
+            dist.init_process_group("nccl")
+            id_loss = IDLoss(args.base_dir, device)
+            id_loss = DDP(id_loss, device_ids=[local_rank])
+    """,
+    ),
+    (
+        # The same resume with weights_only=False (the program's own checkpoint), a checkpoint of plain values
+        # (vars(args)), nanoGPT's `config` dict, and a pretrained file loaded for its "model" alone.
+        "DDP047",
+        """
+        import argparse
+        def save_model(args, epoch, model):
+            config = {k: v for k, v in vars(args).items()}
+            torch.save({"model": model.state_dict(), "epoch": epoch, "config": config, "cli": vars(args)}, "a.pth")
+            torch.save({"model": model.state_dict(), "epoch": epoch, "args": args}, "b.pth")
+        def load_model(args, model):
+            dist.init_process_group("nccl")
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
+            model.load_state_dict(checkpoint["model"])
+            start = checkpoint["epoch"]
+            pretrained = torch.load(args.finetune, map_location="cpu")
+            model.load_state_dict(pretrained["model"])
+        args = argparse.ArgumentParser().parse_args()
+    """,
+    ),
+]
 NEAR_MISSES += [
     (
         # xvjiarui/GroupViT (held-out lint corpus 9): the explicit fork is Linux's default, and the script starts
@@ -2211,7 +2274,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 47)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 48)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -575,9 +575,16 @@ def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
         path = cs.arg(0, "f")
         if path is not None and per_rank_path(f, path):
             continue  # each rank reads the file it saved from its own GPU
+        if path is not None and _STATE_WITHOUT_TENSORS.search(ast.unparse(path).lower()):
+            continue  # a learning-rate scheduler's state: numbers and lists, nothing on a GPU (corpus 9, HALOs)
         if not _loads_state(f, cs):
             continue  # features or tensors dumped from the CPU: nothing to say they sit on a GPU
         yield cs.node
+
+
+# A path that names a learning-rate scheduler's state file (`scheduler.pt`, `lr_scheduler.bin`): it holds Python
+# numbers and lists, so map_location changes nothing.
+_STATE_WITHOUT_TENSORS = re.compile(r"sched")
 
 
 def _seen_rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:

@@ -4,6 +4,7 @@ the CLI read RULES from here so that no rule is missed whichever module was impo
 from __future__ import annotations
 
 from ddpdoctor.lint import (  # noqa: F401 - registers them
+    checkpoint_rules,
     device_rules,
     every_rank_rules,
     fatal_rules,

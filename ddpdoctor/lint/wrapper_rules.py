@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator, Optional
 
-from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted
+from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier
 from ddpdoctor.lint.registry import Hit, rule
 
 # The public attributes of torch.nn.parallel.DistributedDataParallel and torch.nn.Module (torch 2.13: dir() of
@@ -168,6 +168,9 @@ def _made_on_cpu(f: ModuleFacts, name: str, wrap: CallSite) -> Optional[int]:
         return None
     line, value = max(above, key=lambda item: item[0])
     if not isinstance(value, ast.Call) or any(k.arg in ("device", "device_map") for k in value.keywords):
+        return None
+    if any("device" in final_identifier(a).lower() or "gpu" in final_identifier(a).lower() for a in value.args):
+        # `IDLoss(base_dir, device)`: a constructor handed the device places itself (yangxy/GPEN, corpus 9)
         return None
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
            and n.func.attr in ("to", "cuda", "to_empty", "from_pretrained", "xpu") for n in ast.walk(value)):
