@@ -1,6 +1,6 @@
 """A gloo rank started without a launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT from the test), run
 by tests/test_hang_joining.py (never imported): it touches $HANG_READY_DIR/ready_<rank> and joins the
-job; with a rank missing or given another MASTER_PORT, it waits in init_process_group."""
+job; with a rank missing or given another MASTER_PORT (or another INIT_FILE), it waits in init_process_group."""
 
 import os
 from datetime import timedelta
@@ -9,5 +9,8 @@ import torch.distributed as dist
 
 rank = int(os.environ["RANK"])
 open(os.path.join(os.environ["HANG_READY_DIR"], f"ready_{rank}"), "w").close()
-dist.init_process_group("gloo", timeout=timedelta(seconds=300))  # HANG-LINE init
+# INIT_FILE: rendezvous through a file store (file://) instead of MASTER_ADDR/MASTER_PORT
+init = {"init_method": f"file://{os.environ['INIT_FILE']}", "rank": rank,
+        "world_size": int(os.environ["WORLD_SIZE"])} if os.environ.get("INIT_FILE") else {}
+dist.init_process_group("gloo", timeout=timedelta(seconds=300), **init)  # HANG-LINE init
 dist.barrier()

