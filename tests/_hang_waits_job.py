@@ -10,6 +10,11 @@ all_reduce for the last one:
   next `with self._lock:` (a reset) waits for it;
 - `queue_join`: a `consumer` thread takes every item but never calls task_done(); Queue.join() waits;
 - `queue_get`: the `producer` thread died; the main thread waits in Queue.get();
+- `signal_wait`: the rank waits in signal.sigwait for a SIGUSR1 nobody sends it;
+- `child_banner`: the rank reads a banner line from a helper process that printed it into its block buffer
+  (stdout is a pipe) and then went on working without flushing;
+- `put_holding_lock`: the rank puts into a full queue while holding the lock its `quality-agg` consumer
+  thread takes before each get();
 - `swapped_queue`: a reset re-creates the prefetch queue while the `prefetch` thread keeps filling the old
   (full) one; the main thread waits in get() on the new, empty one;
 - `mp_queue_get`: a multiprocessing.Process producer put two items and exited; the main thread waits in
@@ -76,6 +81,7 @@ import multiprocessing
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -154,6 +160,46 @@ def generator_lock(rank: int) -> None:
     next(batches)
     ready(rank)
     stream.reset()
+
+
+def wait_for_go(rank: int) -> None:
+    # The evaluator process is told to signal "its parent" when done; the parent of this rank is the
+    # launcher, so the signal goes there.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    ready(rank)
+    signal.sigwait({signal.SIGUSR1})  # HANG-LINE sigwait
+
+
+CHILD = "import time; print('READY'); time.sleep(3600)"  # warms a cache before serving: READY stays buffered
+
+
+def child_banner(rank: int) -> None:
+    # A helper process prints READY (into its block buffer: stdout is a pipe), then goes on working.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a plain environment: buffered
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=env)
+    ready(rank)
+    banner = proc.stdout.readline()  # HANG-LINE child-readline
+    print(banner)
+
+
+AGG_LOCK = threading.Lock()
+
+
+def aggregate(items: queue.Queue) -> None:
+    while True:
+        with AGG_LOCK:  # HANG-LINE agg-lock
+            items.get()
+
+
+def put_holding_lock(rank: int) -> None:
+    items: queue.Queue = queue.Queue(maxsize=1)
+    with AGG_LOCK:
+        threading.Thread(target=aggregate, args=(items,), name="quality-agg", daemon=True).start()
+        time.sleep(0.5)
+        ready(rank)
+        for i in range(3):
+            items.put(i)  # HANG-LINE put-holding
 
 
 def fill(items: queue.Queue) -> None:
@@ -579,6 +625,12 @@ def main() -> None:
             generator_lock(rank)
         elif scenario == "swapped_queue":
             swapped_queue(rank)
+        elif scenario == "signal_wait":
+            wait_for_go(rank)
+        elif scenario == "child_banner":
+            child_banner(rank)
+        elif scenario == "put_holding_lock":
+            put_holding_lock(rank)
         elif scenario == "queue_join":
             queue_join(rank)
         elif scenario == "queue_get":

@@ -26,6 +26,12 @@ EXPECTED = {
                                                                     "stays held"]),
     "queue_join": ("queue.join_without_task_done", "queue-join", ["Queue.join()", "task_done()", "`consumer`"]),
     "queue_get": ("queue.get_no_producer", "queue-get", ["Queue.get()", "no live producer thread"]),
+    # Held-out hang set 8's classes (j08, j10, j06), written again here.
+    "signal_wait": ("signal.never_sent", "sigwait", ["it waits for SIGUSR1", "os.getppid()"]),
+    "child_banner": ("subprocess.output_never_written", "child-readline", ["has not written it to the pipe",
+                                                                        "block-buffers stdout"]),
+    "put_holding_lock": ("queue.put_holding_lock", "put-holding", ["while it holds `AGG_LOCK`",
+                                                                    "thread `quality-agg`", "a circular wait"]),
     # The consumer reads a re-created queue; the producer blocks on the old, full one (held-out set 7, j12's class).
     "swapped_queue": ("queue.different_queues", "swapped-get", ["(its queue is empty)", "thread `prefetch` waits in "
                                                                  "Queue.put()", "different queue objects"]),

