@@ -10,6 +10,8 @@ all_reduce for the last one:
   next `with self._lock:` (a reset) waits for it;
 - `queue_join`: a `consumer` thread takes every item but never calls task_done(); Queue.join() waits;
 - `queue_get`: the `producer` thread died; the main thread waits in Queue.get();
+- `exit_joins_child`: the rank raises; at exit, multiprocessing's exit handler joins its non-daemon log-sink
+  child, which waits for a sentinel that never comes;
 - `signal_wait`: the rank waits in signal.sigwait for a SIGUSR1 nobody sends it;
 - `child_banner`: the rank reads a banner line from a helper process that printed it into its block buffer
   (stdout is a pipe) and then went on working without flushing;
@@ -160,6 +162,20 @@ def generator_lock(rank: int) -> None:
     next(batches)
     ready(rank)
     stream.reset()
+
+
+def log_sink(records: multiprocessing.Queue) -> None:
+    while records.get() is not None:  # until the sentinel
+        pass
+
+
+def exit_joins_child(rank: int) -> None:
+    records: multiprocessing.Queue = multiprocessing.Queue()
+    sink = multiprocessing.Process(target=log_sink, args=(records,), name="log-sink")  # not a daemon
+    sink.start()
+    records.put({"step": 2})
+    ready(rank)
+    raise KeyError("label_smoothing")  # HANG-LINE raise; the sentinel is never sent
 
 
 def wait_for_go(rank: int) -> None:
@@ -625,6 +641,8 @@ def main() -> None:
             generator_lock(rank)
         elif scenario == "swapped_queue":
             swapped_queue(rank)
+        elif scenario == "exit_joins_child":
+            exit_joins_child(rank)
         elif scenario == "signal_wait":
             wait_for_go(rank)
         elif scenario == "child_banner":

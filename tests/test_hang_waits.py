@@ -149,3 +149,16 @@ def test_a_world_size_the_launch_did_not_start_is_named(tmp_path):
     assert "calls init_process_group with world_size=3" in verdict["summary"], verdict["summary"]
     assert "the launch started 2 process(es)" in verdict["summary"] and "network" not in verdict["summary"]
     assert verdict["culprits"][0]["line"] == marker_line("init-world", SCRIPT), verdict["culprits"]
+
+
+def test_a_rank_kept_alive_by_its_child_at_exit(tmp_path):
+    """Held-out hang set 8 (j02's class): the last rank raised; multiprocessing's exit handler joins its
+    non-daemon log-sink child, which waits for a sentinel. Its stack holds no line of the script (only
+    Popen.poll under _exit_function): the reason names the exit handler and the child's pid."""
+    with started(HungJob("exit_joins_child", tmp_path, nproc=2, script=SCRIPT)) as job:
+        report = hang_on(job)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [CULPRIT], verdict
+    mechanism = verdict["mechanism"]
+    assert mechanism["id"] == "process.exit_joins_child", verdict
+    assert "multiprocessing.util._exit_function" in mechanism["summary"] and mechanism["pids"], mechanism

@@ -525,6 +525,9 @@ def explain_wait(
         return None
     if main.frames and main.frames[0].filename.endswith("threading.py") and main.frames[0].name.endswith("_shutdown"):
         return _kept_alive(stack, sources)
+    if main.frames and main.frames[-1].name.endswith("_exit_function") and "multiprocessing" in main.frames[-1].filename:
+        # multiprocessing's own helpers (the resource tracker, a forkserver) are not what the handler joins
+        return _exit_joins_child([h for h in helpers if not re.search(r"resource_tracker|forkserver|semaphore_tracker", h[2])])
     creating = _creating_group(main, sources)
     if creating is not None:
         return creating
@@ -1129,6 +1132,25 @@ def _asyncio_idle(mine: Blocked, at: str, sources: Mapping[str, Sequence[str]]) 
         threads.append({"thread": "", "file": unsafe[0][0], "line": unsafe[0][1], "code": unsafe[0][2],
                         "role": "loop_unsafe_call"})
     return Mechanism("asyncio.loop_never_woken" if unsafe else "asyncio.await_never_completed", summary, fix, threads)
+
+
+def _exit_joins_child(helpers: Sequence[tuple[int, str, str]]) -> Mechanism:
+    """The main thread is in multiprocessing's exit handler (util._exit_function, run at interpreter exit), which
+    joins every non-daemon child process: the script has ended — returned, or raised — and a child that never
+    ends (a log sink waiting for a sentinel, a worker loop) keeps the dead rank alive (held-out hang set 8, j02)."""
+    kids = ", ".join(f"pid {p}" + (f" `{c[:80]}`" if c else f" ({k})") for p, k, c in helpers[:4])
+    summary = (
+        "its main thread has ended — the script returned, or raised an exception (its traceback is on this rank's "
+        "stderr) — and Python's exit handler (multiprocessing.util._exit_function) joins its non-daemon child "
+        "process" + (f"es {kids}" if len(helpers) > 1 else f" {kids}" if helpers else "(es)")
+        + (", which do not exit" if len(helpers) > 1 else ", which does not exit")
+        + " (it waits for a sentinel or a message the ended script never sends), so the process "
+        "stays alive: the launcher sees no failure and the other ranks wait for it"
+    )
+    fix = ("Read this rank's stderr for the exception that ended the script and fix that; start helper processes with "
+           "daemon=True, or stop them in a `finally:` (send their sentinel, then join(timeout) and terminate()), so a "
+           "failed rank exits and the launcher tears the job down.")
+    return Mechanism("process.exit_joins_child", summary, fix, [], [p for p, _, _ in helpers[:8]])
 
 
 def _kept_alive(stack: RankStack, sources: Mapping[str, Sequence[str]]) -> Mechanism:
