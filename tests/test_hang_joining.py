@@ -54,13 +54,18 @@ def _kill(procs: list[subprocess.Popen]) -> None:
         proc.wait(timeout=30)
 
 
+def _hang_on(procs: list[subprocess.Popen], *ranks: int) -> list[dict]:
+    """`hang --pid` on each of these ranks (by index) of the running job, then the job killed."""
+    try:
+        return [run_hang("--pid", str(procs[rank].pid)) for rank in ranks or (0,)]
+    finally:
+        _kill(procs)
+
+
 def test_a_rank_never_started(tmp_path):
     port = _free_port()
     procs = _start(tmp_path, {0: port, 1: port}, world=3)
-    try:
-        report = run_hang("--pid", str(procs[0].pid))
-    finally:
-        _kill(procs)
+    (report,) = _hang_on(procs)
     verdict = report["verdict"]
     assert report["exit_code"] == 1 and verdict["kind"] == "joining", verdict
     assert verdict["culprit_ranks"] == [2] and verdict["other_ranks"] == [0, 1], verdict
@@ -74,11 +79,7 @@ def test_a_rank_never_started(tmp_path):
 def test_a_rank_given_another_port(tmp_path):
     port, other = _free_port(), _free_port()
     procs = _start(tmp_path, {0: port, 1: port, 2: other}, world=3)
-    try:
-        report = run_hang("--pid", str(procs[0].pid))
-        alone = run_hang("--pid", str(procs[2].pid))
-    finally:
-        _kill(procs)
+    report, alone = _hang_on(procs, 0, 2)
     verdict = report["verdict"]
     assert report["exit_code"] == 1 and verdict["kind"] == "joining" and verdict["culprit_ranks"] == [2], verdict
     assert (f"rank 2 runs on this node (pid {procs[2].pid}) but with MASTER_ADDR:MASTER_PORT 127.0.0.1:{other}"
@@ -115,17 +116,14 @@ def test_a_torchrun_agent_waiting_for_the_other_node(tmp_path):
 
 def test_ranks_in_different_file_stores_are_joining_not_a_group_created_alone(tmp_path):
     """Held-out hang set 8 (j03's class): rank 2 rendezvouses through another file store (a relative file://
-    path after a chdir). Both ranks wait inside init_process_group, which builds the default group through
+    path after a chdir). The ranks wait inside init_process_group, which builds the default group through
     the same helper new_group uses: the verdict is `joining`, and no 'group created on some ranks' reason."""
     port = _free_port()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     shared, stray = tmp_path / "a" / "store", tmp_path / "b" / "store"
     procs = _start(tmp_path, {0: port, 1: port, 2: port}, 3, files={0: shared, 1: shared, 2: stray})
-    try:
-        report = run_hang("--pid", str(procs[0].pid))
-    finally:
-        _kill(procs)
+    (report,) = _hang_on(procs)
     verdict = report["verdict"]
     assert report["exit_code"] == 1 and verdict["kind"] == "joining", verdict
     assert (verdict.get("mechanism") or {}).get("id") != "group.created_alone", verdict

@@ -457,13 +457,12 @@ class StreamScanner:
                 continue
             bars = list(_PROGRESS.finditer(text, 0, end))
             if bars:
-                raw_bar = text
                 last = bars[-1]
                 hours, minutes, seconds = (int(g or 0) for g in last.group(2, 3, 4))
                 # with the bar's description in front of it (`Tokenizing Prompts (num_proc=64):  92%|...`)
-                lead = raw_bar[max(0, last.start() - 100) : last.start()]
+                lead = text[max(0, last.start() - 100) : last.start()]
                 lead = lead[max(lead.rfind(b"\r"), lead.rfind(b"]"), lead.rfind(b"\n")) + 1 :].lstrip()
-                bar = lead + raw_bar[last.start() : last.end() + 40].split(b"]")[0] + b"]"
+                bar = lead + text[last.start() : last.end() + 40].split(b"]")[0] + b"]"
                 self._busy = (hours * 3600 + minutes * 60 + seconds, bar.decode("utf-8", "replace"))
                 break
         if b"\r" in raw:

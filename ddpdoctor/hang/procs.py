@@ -100,9 +100,13 @@ def is_agent(proc: ProcInfo) -> bool:
 _HELPER_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "semaphore_tracker")
 
 
+def is_bookkeeping(command_line: str) -> bool:
+    """A command line of multiprocessing's own bookkeeping process (resource tracker, forkserver)."""
+    return any(marker in command_line for marker in _HELPER_MARKERS)
+
+
 def _is_helper(proc: ProcInfo) -> bool:
-    joined = " ".join(proc.cmdline[:6])
-    return any(marker in joined for marker in _HELPER_MARKERS)
+    return is_bookkeeping(" ".join(proc.cmdline[:6]))
 
 
 def _worker(proc: ProcInfo) -> Worker:

@@ -191,6 +191,20 @@ def left_loop(lines: Sequence[str], inside: int, after: int) -> Optional[LeftLoo
     return found
 
 
+def block_body(lines: Sequence[str], header: int) -> range:
+    """1-based numbers of the lines inside the block headed at line `header` (as far as the other scans look)."""
+    index = header - 1
+    return range(header + 1, _block_end(lines, index, _indent(lines[index])) + 2)
+
+
+def enclosing_function(lines: Sequence[str], line: int) -> Optional[str]:
+    """The name of the function whose body holds `line`, or None at module level."""
+    for _, stripped in _openers(lines, line):
+        if stripped.startswith(("def ", "async def ")):
+            return stripped.split("def ", 1)[1].split("(", 1)[0].strip()
+    return None
+
+
 def _function_start(lines: Sequence[str], line: int) -> int:
     """1-based line of the `def` whose body holds `line` (1 when at module level)."""
     for number, stripped in _openers(lines, line):

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from ddpdoctor.hang.fr import Frame
-from ddpdoctor.hang.source import loop_around
+from ddpdoctor.hang.procs import is_bookkeeping
+from ddpdoctor.hang.source import block_body, enclosing_function, loop_around
 from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
 
@@ -251,7 +252,7 @@ def _yield_inside_lock(
     name = lock.rsplit(".", 1)[-1]
     if not name or not name.isidentifier():
         return None
-    opener = re.compile(r"^(\s*)(?:async\s+)?with\s+[^:#]*?\b" + re.escape(name) + r"\b[^:#]*:\s*(?:#.*)?$")
+    opener = re.compile(r"^\s*(?:async\s+)?with\s+[^:#]*?\b" + re.escape(name) + r"\b[^:#]*:\s*(?:#.*)?$")
     for file, lines in sources.items():
         if not any(name in line and "with" in line for line in lines):
             continue
@@ -259,17 +260,10 @@ def _yield_inside_lock(
             found = opener.match(text)
             if not found:
                 continue
-            depth = len(found.group(1))
-            for inner in range(index + 1, len(lines)):
-                body = lines[inner]
-                if not body.strip() or body.lstrip().startswith("#"):
-                    continue
-                if len(body) - len(body.lstrip()) <= depth:
-                    break
-                if _YIELD.match(body):
-                    func = next((m.group(1) for k in range(index, -1, -1)
-                                 if (m := re.match(r"^\s*(?:async\s+)?def\s+(\w+)", lines[k]))), "?")
-                    return file.rsplit("/", 1)[-1], index + 1, inner + 1, func
+            for number in block_body(lines, index + 1):
+                if _YIELD.match(lines[number - 1]):
+                    func = enclosing_function(lines, index + 1) or "?"
+                    return file.rsplit("/", 1)[-1], index + 1, number, func
     return None
 
 
@@ -527,7 +521,7 @@ def explain_wait(
         return _kept_alive(stack, sources)
     if main.frames and main.frames[-1].name.endswith("_exit_function") and "multiprocessing" in main.frames[-1].filename:
         # multiprocessing's own helpers (the resource tracker, a forkserver) are not what the handler joins
-        return _exit_joins_child([h for h in helpers if not re.search(r"resource_tracker|forkserver|semaphore_tracker", h[2])])
+        return _exit_joins_child([h for h in helpers if not is_bookkeeping(h[2])])
     creating = _creating_group(main, sources)
     if creating is not None:
         return creating

@@ -109,6 +109,22 @@ def _loaded_keys(f: ModuleFacts, cs: CallSite) -> set[str]:
     return keys
 
 
+# What a file's text says about the program, looked up once per file (every file with a bare load asks every
+# file of the project).
+_MENTIONS: dict[str, tuple[bytes, ...]] = {
+    "allows_classes": (b"add_safe_globals", b"safe_globals("),
+    "argparse": (b"parse_args(", b"parse_known_args("),
+    "config_class": _CONFIG_LIBS,
+}
+
+
+def _mentions(g: ModuleFacts, what: str) -> bool:
+    key = ("checkpoint_mentions", what)
+    if key not in g.memo:
+        g.memo[key] = any(word in g.source for word in _MENTIONS[what])
+    return bool(g.memo[key])
+
+
 @rule(
     "DDP047",
     "weights-only-load-of-objects",
@@ -120,24 +136,25 @@ def _loaded_keys(f: ModuleFacts, cs: CallSite) -> set[str]:
     "and containers of them: a checkpoint holding an argparse Namespace or a numpy value fails to load.",
 )
 def check_weights_only_load(f: ModuleFacts) -> Iterator[Hit]:
-    if b"torch.load" not in f.source and b"load(" not in f.source:
+    if b"load(" not in f.source:
         return
-    if not distributed_program(f) or is_test_file(f.path):
+    loads = [cs for cs in f.calls
+             if cs.qual == "torch.load" and cs.kwarg("weights_only") is None and not cs.has_star_kwargs()]
+    # The file's own facts first: the scans of the whole program below run only for a file that has such a load.
+    if not loads or not distributed_program(f) or is_test_file(f.path):
         return
     whole = [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
-    if any(b"add_safe_globals" in g.source or b"safe_globals(" in g.source for g in whole):
+    if any(_mentions(g, "allows_classes") for g in whole):
         return  # the program allows its own classes
     # The checkpoint a load reads is saved by this file or one it calls into or is called from: not by
     # another program of the same repository (a tree of example scripts).
     near = [f] if f.project is None else [f, *f.project.linked(f)]  # type: ignore[attr-defined]
-    argparse_used = any(b"parse_args(" in g.source or b"parse_known_args(" in g.source for g in whole)
-    config_class = any(lib in g.source for g in whole for lib in _CONFIG_LIBS)
+    argparse_used = any(_mentions(g, "argparse") for g in whole)
+    config_class = any(_mentions(g, "config_class") for g in whole)
     saved = [(g, *s) for g in near if b"save" in g.source for s in _saved_objects(g, argparse_used, config_class)]
     if not saved:
         return
-    for cs in f.calls:
-        if cs.qual != "torch.load" or cs.kwarg("weights_only") is not None or cs.has_star_kwargs():
-            continue
+    for cs in loads:
         keys = _loaded_keys(f, cs)
         for g, saved_keys, key, line, why in saved:
             if key in keys or len(keys & saved_keys) >= 3:
