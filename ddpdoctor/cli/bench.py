@@ -95,9 +95,22 @@ def _check_outputs(json_file: Optional[str], csv_file: Optional[str], force: boo
             continue
         if not value:
             raise _usage(f"{flag} needs a FILE name (or '-' for stdout)")
-        problem = output_target_problem(value, force=force)
+        # Under a launcher only rank 0 writes the file: another rank that finds it there was merely slower than
+        # rank 0 (a refusal rank 0 already wrote), so "exists" is rank 0's question alone.
+        problem = output_target_problem(value, force=force or not _writes_outputs())
         if problem is not None:
             raise _usage(f"cannot write {flag} {shown_path(value)}: {problem}; nothing was run")
+
+
+def _writes_outputs() -> bool:
+    """This process writes --json/--csv: no launcher, or rank 0 of one (a malformed launch counts as a writer)."""
+    from ddpdoctor.cluster.launch import LaunchError, detect_launch
+
+    try:
+        launch = detect_launch(os.environ)
+    except LaunchError:
+        return True
+    return launch is None or launch.rank == 0
 
 
 @app.command(
