@@ -30,7 +30,7 @@ EXPECTED = {
     "e07": ("python.exception", None, 1),
     "e08": ("fsdp.flat_param_requires_grad", None, 1),
     "e09": ("nccl.dtype_unsupported", None, 1),
-    "e10": ("python.exception", None, 1),
+    "e10": ("python.library_exception", None, 1),
     "e11": ("horovod.duplicate_name", None, 1),
     "e12": ("parallel.size_not_divisible", None, 1),
     "e13": ("deepspeed.no_sync_zero", None, 1),

@@ -355,6 +355,66 @@ def _semlock_no_space(kb: KnowledgeBase, events: list[Event], diags: list[Diagno
     return [shm if d is exc else d for d in diags]
 
 
+# An installed package's file: `.../site-packages/fairscale/optim/oss.py`, an egg
+# (`.../site-packages/fairscale-0.4.0-py3.8.egg/fairscale/...`) or a Debian `dist-packages` tree.
+_INSTALLED = re.compile(
+    r"[/\\](?:site|dist)-packages[/\\](?:(?P<egg>[A-Za-z0-9_.]+?)-(?P<version>\d[\w.+]*?)-py[\d.]+\.egg[/\\])?"
+    r"(?P<package>[A-Za-z_][\w]*)(?:[/\\]|\.py$)"
+)
+# The standard library (`/usr/lib/python3.10/multiprocessing/queues.py`, `...\Lib\socket.py`), not a package in it.
+_STDLIB = re.compile(r"[/\\](?:lib[/\\]python\d(?:\.\d+)?|Lib)[/\\](?!(?:site|dist)-packages)(?P<module>[A-Za-z_]\w*)")
+
+
+def raising_package(path: str) -> tuple[str, str] | None:
+    """(package, version or "") when a traceback frame's file is an installed package's, ("python", "") for
+    the standard library, None for anything else (the user's own code, a source checkout)."""
+    m = _INSTALLED.search(path)
+    if m:
+        return m.group("package"), m.group("version") or ""
+    if _STDLIB.search(path):
+        return "python", ""
+    return None
+
+
+def _raised_in_library(kb: KnowledgeBase, diags: list[Diagnosis]) -> list[Diagnosis]:
+    """The generic exception, raised inside an installed package (the traceback's last frame is in
+    site-packages): not 'a bug in your training code' but what that package refused, or a bug of its release."""
+    spec = kb.diagnoses.get("python.library_exception")
+    exc = next((d for d in diags if d.id == "python.exception"), None)
+    if spec is None or exc is None or "frame_file" not in exc.data:
+        return diags
+    found = raising_package(exc.data["frame_file"])
+    if found is None or found[0] == "python":
+        exc.reasoning = exc.reasoning or (
+            f"{exc.title}, raised at {exc.data['frame_file']}:{exc.data.get('frame_line', '?')}, in "
+            f"{exc.data.get('frame_func', '?')} (the traceback's last frame)."
+        )
+        return diags
+    package, version = found
+    message = exc.data.get("message", "").strip()
+    if len(message) > TITLE_VALUE_CAP:
+        message = message[: TITLE_VALUE_CAP - 1].rstrip() + "…"
+    values = {
+        **exc.data, "message": message, "package": package, "version": f" {version}" if version else "",
+        "frame": f"{exc.data['frame_file']}:{exc.data.get('frame_line', '?')}, in {exc.data.get('frame_func', '?')}",
+    }
+    def fill(text: str) -> str:
+        for key, value in values.items():
+            text = text.replace("{" + key + "}", value)
+        return text
+    lib = Diagnosis(
+        id=spec.id, title=fill(spec.title), severity=exc.severity, role="root",
+        component=package, cause=fill(spec.cause), fix=fill(spec.fix), references=list(spec.references),
+        first=exc.first, evidence=exc.evidence, count=exc.count, ranks=exc.ranks, local_ranks=exc.local_ranks,
+        hosts=exc.hosts, data=values, sort_key=exc.sort_key,
+        reasoning=(
+            f"The exception's last traceback frame is {values['frame']}, a file of the installed package "
+            f"{package}{values['version']}, not of the training script."
+        ),
+    )
+    return [lib if d is exc else d for d in diags]
+
+
 def _cause(cause: str, first: Event) -> str:
     """The signature's cause, with where NCCL prints the quoted WARN (from the catalogue), or where PyTorch, gloo,
     NCCL or CUDA prints the quoted message (from the source catalogue), when known."""
@@ -693,6 +753,7 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         (int(e.fields.get("nranks", 0)) for e in events if e.sig == "context.nccl_comm_init"), default=0
     )
     diags = _semlock_no_space(kb, events, diags)
+    diags = _raised_in_library(kb, diags)
     mismatch = _version_mismatch(kb, events)
     if mismatch is not None:
         diags.append(mismatch)

@@ -97,6 +97,30 @@ BAR_LINES_BEFORE = 3  # lines before a hit line in which a progress bar still co
 BAR_LOOKBACK = 1024  # bytes looked at before a hit line for those lines
 
 
+# A Python traceback's frame line (`  File "/x/y.py", line 12, in step`), possibly behind a rank prefix.
+_PY_FRAME = re.compile(rb'File "([^"\n]{1,400})", line (\d{1,7}), in ([^\s]{1,120})')
+FRAME_LINES_BEFORE = 8  # lines before an exception line searched for its innermost frame (code, ^^^ markers)
+FRAME_LOOKBACK = 4096
+
+
+def _raising_frame(buf: bytes, ls: int) -> tuple[str, str, str] | None:
+    """The innermost traceback frame (file, line, function) printed in the few lines before the line starting
+    at `ls`, or None: an exception line's last `File "..."` frame says where it was raised."""
+    start = max(0, ls - FRAME_LOOKBACK)
+    if ls <= 0 or buf.find(b'File "', start, ls) < 0:
+        return None
+    cut = ls - 1
+    for _ in range(FRAME_LINES_BEFORE):
+        prev = buf.rfind(b"\n", start, cut)
+        m = _PY_FRAME.search(buf, prev + 1 if prev >= 0 else start, cut)
+        if m:
+            return tuple(g.decode("utf-8", "replace") for g in m.groups())  # type: ignore[return-value]
+        if prev < 0:
+            return None
+        cut = prev
+    return None
+
+
 def _lines_before(buf: bytes, ls: int) -> bytes:
     """The last BAR_LINES_BEFORE lines before the line starting at `ls` (within BAR_LOOKBACK bytes of the
     same buffer), or b"" when none holds a progress bar's `%|`: a bar redrawn on its own lines (tqdm to a
@@ -223,6 +247,7 @@ class StreamScanner:
         self._shapes: dict[bytes, list[Any]] = {}
         self._recorded: list[str] | None = None  # signature ids recorded by the current full match
         self._busy: tuple[int, str] | None = None  # progress bar glued before the current line's match
+        self._here: tuple[bytes, int, int] | None = None  # (buffer, start, line number) of an ordinary line
         self._end = 0  # end of the complete lines of the buffer being scanned (continuations stop there)
 
     # ------------------------------------------------------------------ input
@@ -397,6 +422,7 @@ class StreamScanner:
 
     def _line(self, buf: bytes, ls: int, le: int, hit: int, head: bytes | None, context: bool) -> None:
         lineno = self._newlines + 1
+        self._here = (buf, ls, lineno) if le - ls <= MAX_LINE else None
         if le - ls > MAX_LINE:
             if head is None:
                 head = buf[ls : ls + HEAD]
@@ -617,6 +643,11 @@ class StreamScanner:
             # The line shares its text with a progress bar printed just before it (same stream, no newline).
             fields["busy_elapsed_s"] = str(self._busy[0])
             fields["busy_bar"] = self._busy[1][:MAX_TEXT]
+        if "exception" in fields and self._here is not None and self._here[2] == lineno:
+            # Where the exception was raised (the traceback's last frame): in a library or in the user's code.
+            frame = _raising_frame(*self._here[:2])
+            if frame is not None:
+                fields["frame_file"], fields["frame_line"], fields["frame_func"] = frame
         if "global_rank" in fields and rank is None:
             # Lightning's start line names its process's rank: kept per rank, so a rank printed twice shows.
             rank = parse_int(fields["global_rank"])
