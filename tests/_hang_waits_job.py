@@ -303,7 +303,7 @@ def beat() -> None:
 def kept_alive(rank: int) -> None:
     threading.Thread(target=beat, name="heartbeat").start()  # not a daemon
     ready(rank)
-    raise KeyError("missing shard")
+    raise KeyError("missing shard")  # HANG-LINE kept-raise
 
 
 def write_one(items: queue.Queue) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.explain import explain, load_knowledge_base, open_log, scan_inputs
-from ddpdoctor.explain.reason import raising_package
+from ddpdoctor.parsers.pytraceback import raising_package
 
 KB = load_knowledge_base()
 
@@ -70,6 +70,7 @@ def test_no_traceback_no_frame(tmp_path: Path) -> None:
         (r"C:\Python311\Lib\site-packages\torch\distributed\distributed_c10d.py", ("torch", "")),
         ("/usr/lib/python3.10/multiprocessing/queues.py", ("python", "")),
         ("/home/me/project/train.py", None),
+        ("<frozen runpy>", ("python", "")),
         ("/home/me/pytorch/torch/distributed/fsdp/api.py", None),  # a source checkout: cannot tell
     ],
 )

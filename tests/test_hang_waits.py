@@ -85,8 +85,10 @@ EXPECTED = {
     # A delay of about the Unix time: time.time() mixed with time.monotonic() (held-out set 7, j10's class).
     "clocks_mixed": ("sleep.clocks_mixed", "clocks-mixed", ["the size of a Unix timestamp", "time.monotonic()"]),
     # Its main thread raised and ended; a non-daemon heartbeat thread keeps the process alive (held-out set 7, j06).
-    "kept_alive": ("thread.non_daemon_keeps_alive", "heartbeat", ["its main thread has ended", "threading._shutdown",
-                                                                   "`heartbeat`", "the launcher sees no failure"]),
+    # The culprit line is the raise that ended the script (the job's log is the rank's stderr), not the heartbeat.
+    "kept_alive": ("thread.non_daemon_keeps_alive", "kept-raise", [
+        "its main thread has ended", "the script raised `KeyError: 'missing shard'` at ", "threading._shutdown",
+        "`heartbeat`", "the launcher sees no failure"]),
     "queue_put": ("queue.put_full", "queue-put", ["Queue.put()", "the queue is full", "nothing takes items"]),
     "manager_lock": ("manager.proxy_call_blocked", "manager-lock", ["multiprocessing Manager", "a call on a proxy"]),
     # The rank's asyncio loop sleeps in select(): a thread completed its future with call_soon, not threadsafe.
@@ -162,3 +164,10 @@ def test_a_rank_kept_alive_by_its_child_at_exit(tmp_path):
     mechanism = verdict["mechanism"]
     assert mechanism["id"] == "process.exit_joins_child", verdict
     assert "multiprocessing.util._exit_function" in mechanism["summary"] and mechanism["pids"], mechanism
+    # The rank's stderr is the job's log file: its last traceback says what ended the script, and where.
+    assert "the script raised `KeyError: 'label_smoothing'` at " in mechanism["summary"], mechanism["summary"]
+    assert str(tmp_path / "job.log") in mechanism["summary"]
+    raised = mechanism["threads"][0]
+    assert raised["role"] == "raised" and raised["line"] == marker_line("raise", SCRIPT), mechanism
+    assert verdict["culprits"][0]["line"] == marker_line("raise", SCRIPT), verdict["culprits"]
+    assert verdict["fix"].startswith("Fix the `KeyError` at "), verdict["fix"]

@@ -2235,6 +2235,27 @@ NEAR_MISSES += [
 ]
 
 
+NEAR_MISSES += [
+    (
+        "DDP007",
+        """
+        # A stub whose first statement raises: nothing after it runs (relora, held-out lint corpus 10).
+        def save_model_fsdp(model, path):
+            \"\"\"Save an FSDP model.\"\"\"
+            raise NotImplementedError("FSDP saving is not supported yet")
+            torch.save(model.state_dict(), path)
+        def main():
+            dist.init_process_group("nccl")
+            model = DDP(nn.Linear(2, 2))
+            for epoch in range(3):
+                save_model_fsdp(model, "ckpt.pt")
+        if __name__ == "__main__":
+            main()
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -2349,4 +2370,3 @@ def test_recombined_training_code_never_raises(lines: list[str]) -> None:
     text = "\n".join(line.strip() for line in lines) + "\n"
     for d in lint_source(text, "mix.py"):
         assert d.code in RULES or d.code == "DDP000"
-

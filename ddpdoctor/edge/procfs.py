@@ -8,6 +8,7 @@ state letter of a rank: stopped, zombie).
 from __future__ import annotations
 
 import os
+import stat
 from typing import Optional
 
 # /proc/PID/stat is one line of ~52 fields; the command name is at most 64 bytes (TASK_COMM_LEN 16 today).
@@ -61,6 +62,31 @@ def read_task_wchans(pid: int, proc: str = "/proc", limit: int = 64) -> tuple[st
         except OSError:
             continue
     return tuple(out)
+
+
+STDERR_TAIL_BYTES = 65536  # of a rank's stderr file: the traceback that ended its script is at the end
+
+
+def read_stderr_tail(pid: int, proc: str = "/proc", limit: int = STDERR_TAIL_BYTES) -> tuple[str, str] | None:
+    """(path, last `limit` bytes as text) of the process's stderr when it is a regular file owned by the
+    process's own user (a launcher's `> rank1.log 2>&1`, torchrun --redirects), None otherwise: a terminal, a
+    pipe, a socket or someone else's file is never read. Equivalent: tail -c 65536 /proc/PID/fd/2"""
+    fd = os.path.join(proc, str(pid), "fd", "2")
+    try:
+        owner = os.stat(os.path.join(proc, str(pid))).st_uid
+        # stat before open: opening a pipe's or a terminal's end would block or take the rank's output
+        if not stat.S_ISREG(os.stat(fd).st_mode):
+            return None
+        with open(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != owner:
+                return None
+            handle.seek(max(0, info.st_size - limit))
+            data = handle.read(limit)
+        path = os.readlink(fd)
+    except OSError:
+        return None
+    return path, data.decode("utf-8", "replace")
 
 
 def read_main_thread_activity(pid: int, proc: str = "/proc") -> Optional[tuple[int, int]]:

@@ -23,6 +23,7 @@ from ddpdoctor.explain.nextlog import MPIRUN_SUMMARY, suggest_next_logs
 from ddpdoctor.explain.normalize import rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
 from ddpdoctor.parsers.numbers import parse_int
+from ddpdoctor.parsers.pytraceback import raising_package
 
 EXPLAIN_SCHEMA = "ddpdoctor.explain/1"
 LEAD_NOTE = (
@@ -353,27 +354,6 @@ def _semlock_no_space(kb: KnowledgeBase, events: list[Event], diags: list[Diagno
         sort_key=exc.sort_key,
     )
     return [shm if d is exc else d for d in diags]
-
-
-# An installed package's file: `.../site-packages/fairscale/optim/oss.py`, an egg
-# (`.../site-packages/fairscale-0.4.0-py3.8.egg/fairscale/...`) or a Debian `dist-packages` tree.
-_INSTALLED = re.compile(
-    r"[/\\](?:site|dist)-packages[/\\](?:(?P<egg>[A-Za-z0-9_.]+?)-(?P<version>\d[\w.+]*?)-py[\d.]+\.egg[/\\])?"
-    r"(?P<package>[A-Za-z_][\w]*)(?:[/\\]|\.py$)"
-)
-# The standard library (`/usr/lib/python3.10/multiprocessing/queues.py`, `...\Lib\socket.py`), not a package in it.
-_STDLIB = re.compile(r"[/\\](?:lib[/\\]python\d(?:\.\d+)?|Lib)[/\\](?!(?:site|dist)-packages)(?P<module>[A-Za-z_]\w*)")
-
-
-def raising_package(path: str) -> tuple[str, str] | None:
-    """(package, version or "") when a traceback frame's file is an installed package's, ("python", "") for
-    the standard library, None for anything else (the user's own code, a source checkout)."""
-    m = _INSTALLED.search(path)
-    if m:
-        return m.group("package"), m.group("version") or ""
-    if _STDLIB.search(path):
-        return "python", ""
-    return None
 
 
 def _raised_in_library(kb: KnowledgeBase, diags: list[Diagnosis]) -> list[Diagnosis]:

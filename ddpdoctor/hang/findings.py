@@ -13,6 +13,7 @@ from ddpdoctor.hang.procs import HELPER_KINDS, Job
 from ddpdoctor.hang.progress import Sample
 from ddpdoctor.hang.ras import RasStatus
 from ddpdoctor.hang.stacks import RankStack, describe_stack, group_stacks, odd_ones_out
+from ddpdoctor.parsers.pytraceback import PyTraceback
 
 VERDICT = define(
     "hang.verdict",
@@ -119,6 +120,9 @@ class HangFacts:
     # child pid -> the kernel wait of each of its threads (/proc/PID/task/*/wchan): `anon_pipe_write` is a
     # child blocked writing to a pipe nobody reads.
     child_wchans: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    # pid of a rank whose script has ended (its main thread is in the interpreter's exit: multiprocessing's exit
+    # handler, threading._shutdown) -> (its stderr file, the last traceback in that file's tail): what ended it.
+    exit_tracebacks: dict[int, tuple[str, PyTraceback]] = field(default_factory=dict)
     # pid -> name -> repr: the locals of a rank's innermost user frame when it sleeps there (py-spy --locals).
     sleep_locals: dict[int, dict[str, str]] = field(default_factory=dict)
     # pid -> two reads, `loop_gap_s` apart, of (line, name -> repr) of the innermost user frame of a rank or

