@@ -2256,6 +2256,114 @@ NEAR_MISSES += [
 ]
 
 
+POSITIVES += [
+    (
+        "DDP048",
+        """
+        # s3prl/s3prl (held-out lint corpus 10): the bar the loop stops on advances on rank 0 only.
+        def train(model, loader, total):
+            dist.init_process_group("nccl")
+            pbar = tqdm(total=total)
+            while pbar.n < pbar.total:
+                for batch in loader:
+                    model(batch).sum().backward()
+                    if not is_main_process():
+                        continue  # <-
+                    pbar.update(1)
+        """,
+    ),
+    (
+        "DDP048",
+        """
+        def train(self, model, loader):
+            dist.init_process_group("nccl")
+            for batch in loader:
+                model(batch).sum().backward()
+                if dist.get_rank() == 0:
+                    log(batch)
+                else:
+                    continue  # <-
+                self.global_step += 1
+                if self.global_step >= self.max_steps:
+                    break
+        """,
+    ),
+    (
+        "DDP041",
+        """
+        # facebookresearch/co-tracker (held-out lint corpus 10): a LightningLite's barrier and backward.
+        class Lite(LightningLite):
+            def run(self, model, loader):
+                dist.init_process_group("nccl")
+                for batch in loader:
+                    batch, gotit = batch
+                    if not all(gotit):
+                        continue  # <-
+                    self.backward(model(batch).mean())
+        """,
+    ),
+    (
+        "DDP041",
+        """
+        def train(model, loader):
+            accelerator = Accelerator()
+            dist.init_process_group("nccl")
+            for x, y in loader:
+                if y.sum() == 0:
+                    continue  # <-
+                accelerator.backward(model(x).mean())
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP048",
+        """
+        # Every rank advances the counter before the rank test.
+        def train(model, loader, max_steps):
+            dist.init_process_group("nccl")
+            step = 0
+            for batch in loader:
+                step += 1
+                model(batch).sum().backward()
+                if not is_main_process():
+                    continue
+                log(step)
+                if step >= max_steps:
+                    break
+        """,
+    ),
+    (
+        "DDP048",
+        """
+        # The counter skipped is no stop condition: only rank 0's log count.
+        def train(model, loader):
+            dist.init_process_group("nccl")
+            logged = 0
+            for batch in loader:
+                model(batch).sum().backward()
+                if not is_main_process():
+                    continue
+                logged += 1
+        """,
+    ),
+    (
+        "DDP041",
+        """
+        # An Accelerator made elsewhere is not this file's: a plain single-process loop.
+        def train(model, loader, helper):
+            dist.init_process_group("gloo")
+            for x, y in loader:
+                if y.sum() == 0:
+                    continue
+                helper.backward(model(x).mean())
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -2295,7 +2403,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 48)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 49)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -13,7 +13,17 @@ import ast
 import re
 from typing import Iterator, Optional
 
-from ddpdoctor.lint.facts import NONZERO, ZERO, CallSite, ModuleFacts, RankBranch, Scope, final_identifier
+from ddpdoctor.lint.facts import (
+    NONZERO,
+    ZERO,
+    CallSite,
+    ModuleFacts,
+    RankBranch,
+    Scope,
+    classify_guard,
+    dotted,
+    final_identifier,
+)
 from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file, uses_distributed
 from ddpdoctor.lint.rank_rules import none_checked
 from ddpdoctor.lint.registry import Hit, rule
@@ -111,17 +121,46 @@ def _skips(body: list[ast.stmt], outer: tuple[ast.If, ...] = ()) -> Iterator[tup
             yield from _skips(st.body, outer)
 
 
+# Objects whose backward() all-reduces gradients and whose barrier() / wait_for_everyone() is a barrier when
+# the run is distributed: Accelerate's Accelerator, Lightning's Fabric and its predecessor LightningLite.
+_STEP_WRAPPERS = frozenset({"Accelerator", "Fabric", "LightningLite"})
+_WRAPPER_SYNCS = {"backward": "its gradient all-reduce", "barrier": "a barrier", "wait_for_everyone": "a barrier"}
+
+
+def _wrapper_receivers(f: ModuleFacts) -> set[str]:
+    """Names this file binds to such an object (`accelerator = Accelerator()`, `self.fabric = Fabric(...)`), and
+    `self` inside a class deriving from one (`class Lite(LightningLite)`: facebookresearch/co-tracker)."""
+    key = "step_wrapper_receivers"
+    if key not in f.memo:
+        found: set[str] = set()
+        if any(word.encode() in f.source for word in _STEP_WRAPPERS):
+            makers = {id(cs.node) for cs in f.calls if cs.attr in _STEP_WRAPPERS}
+            for node in ast.walk(f.tree):
+                if isinstance(node, ast.Assign) and id(node.value) in makers:
+                    found.update(name for t in node.targets if (name := dotted(t)))
+                elif isinstance(node, ast.ClassDef) and any(final_identifier(b) in _STEP_WRAPPERS for b in node.bases):
+                    found.add("self")
+        f.memo[key] = found
+    return f.memo[key]  # type: ignore[no-any-return]
+
+
 def _step_sync(f: ModuleFacts, loop: ast.For, after: int, ddp: bool) -> Optional[str]:
     """The first call after line `after` in the loop that every rank must make together: a
-    torch.distributed collective, or `backward()` when the model is DDP's (its gradient all-reduce)."""
+    torch.distributed collective, `backward()` when the model is DDP's (its gradient all-reduce), or the
+    backward / barrier of an Accelerator, Fabric or LightningLite."""
     best: Optional[tuple[int, str]] = None
     end = loop.end_lineno or loop.lineno
+    wrappers = _wrapper_receivers(f)
     for cs in f.calls:
         line = cs.node.lineno
         if not after < line <= end:
             continue
+        func = cs.node.func if isinstance(cs.node, ast.Call) else None
+        receiver = dotted(func.value) if isinstance(func, ast.Attribute) else None
         if cs.qual.startswith("torch.distributed.") and cs.attr in COLLECTIVE_NAMES:
             what = f"{cs.attr}() (line {line})"
+        elif wrappers and receiver in wrappers and cs.attr in _WRAPPER_SYNCS:
+            what = f"{receiver}.{cs.attr}() (line {line}: {_WRAPPER_SYNCS[cs.attr]})"
         elif ddp and cs.attr == "backward":
             what = f"backward() (line {line}: DDP's gradient all-reduce)"
         else:
@@ -363,3 +402,108 @@ def check_collective_ignores_group(f: ModuleFacts) -> Iterator[Hit]:
                 f"{first.attr}() without group= in {scope.name}(), which takes `{sorted(params)[0]}`{also}: it "
                 "runs over every rank of the job, not that group",
             )
+
+
+# --- DDP048: the ranks other than 0 skip the counter the loop stops on --------------------------------------
+
+
+def _counter_names(node: ast.AST) -> Iterator[tuple[str, int]]:
+    """(the base name, line) of what a statement advances: `step += 1`, `self.step = self.step + 1`,
+    `pbar.update(1)` (tqdm's counter pbar.n)."""
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+        name = dotted(node.target)
+        if name:
+            yield name.split(".")[-1] if name.startswith("self.") else name.split(".")[0], node.lineno
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.BinOp):
+        name = dotted(node.targets[0])
+        if name and isinstance(node.value.op, ast.Add) and dotted(node.value.left) == name:
+            yield name.split(".")[-1] if name.startswith("self.") else name.split(".")[0], node.lineno
+    elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+          and node.value.func.attr == "update" and isinstance(node.value.func.value, ast.Name)):
+        yield node.value.func.value.id, node.lineno
+
+
+def _stop_names(test: ast.AST) -> set[str]:
+    """Base names a loop's stop test reads (`pbar.n < pbar.total` -> pbar; `self.step >= max_steps` -> step,
+    max_steps)."""
+    out: set[str] = set()
+    for n in ast.walk(test):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            out.add(n.attr if n.value.id == "self" else n.value.id)
+        elif isinstance(n, ast.Name) and n.id != "self":
+            out.add(n.id)
+    return out
+
+
+def _rank_skips(loop: ast.AST, main_vars: frozenset[str]) -> Iterator[tuple[ast.If, ast.Continue]]:
+    """(the rank test, its `continue`) taken on the ranks other than 0: `if not is_main(): continue`, or the
+    `else: continue` of `if rank == 0:`, directly in this loop (not a nested one)."""
+
+    def visit(body: list[ast.stmt]) -> Iterator[tuple[ast.If, ast.Continue]]:
+        for st in body:
+            if isinstance(st, ast.If):
+                kind = classify_guard(st.test, main_vars)
+                side = st.body if kind == NONZERO else st.orelse if kind == ZERO else []
+                yield from ((st, c) for c in side if isinstance(c, ast.Continue))
+                if kind is None:
+                    yield from visit(st.body)
+                    yield from visit(st.orelse)
+            elif isinstance(st, (ast.With, ast.AsyncWith, ast.Try)):
+                yield from visit(st.body)
+
+    yield from visit(getattr(loop, "body", []))
+
+
+@rule(
+    "DDP048",
+    "rank-skips-step-counter",
+    "the ranks other than 0 `continue` before the loop's step counter is advanced, and the loop stops on that "
+    "counter: they never stop when rank 0 does, and wait in the next step's collectives forever",
+    "advance the counter before the rank test (or put only the logging/saving under `if rank == 0:`), so every "
+    "rank counts the same steps",
+    "A rank-0-only block written as `if not is_main: continue` also skips the counter update after it "
+    "(`pbar.update(1)`, `step += 1`). When the loop ends on that counter (`while pbar.n < total`, `if step >= "
+    "max_steps: break`), rank 0 stops after N steps and the others go on training: their next backward or "
+    "collective has no partner and the job hangs (or, with no collective, the ranks train different numbers of "
+    "steps).",
+)
+def check_rank_skips_step_counter(f: ModuleFacts) -> Iterator[Hit]:
+    if b"continue" not in f.source or not distributed_program(f) or is_test_file(f.path):
+        return
+    loops = [n for n in ast.walk(f.tree) if isinstance(n, (ast.For, ast.While))]
+    for loop in loops:
+        # What stops this loop or one around it: while tests and the tests of `if ...: break` in them.
+        around = [o for o in loops if o.lineno <= loop.lineno and (o.end_lineno or o.lineno) >= (loop.end_lineno or 0)]
+        stops: set[str] = set()
+        for o in around:
+            if isinstance(o, ast.While):
+                stops |= _stop_names(o.test)
+            for node in ast.walk(o):
+                if isinstance(node, ast.If) and any(isinstance(s, ast.Break) for s in node.body):
+                    stops |= _stop_names(node.test)
+        if not stops:
+            continue
+        for test_if, skip in _rank_skips(loop, f.main_vars):
+            later = [
+                (name, line)
+                for st in getattr(loop, "body", [])
+                if st.lineno > skip.lineno
+                for node in ast.walk(st)
+                for name, line in _counter_names(node)
+                if name in stops
+            ]
+            earlier = {
+                name
+                for st in getattr(loop, "body", [])
+                if st.lineno < test_if.lineno
+                for node in ast.walk(st)
+                for name, _ in _counter_names(node)
+            }
+            later = [(name, line) for name, line in later if name not in earlier]
+            if later:
+                name, line = later[0]
+                yield (
+                    skip,
+                    f"`continue` on the ranks other than 0 (the test on line {test_if.lineno}) skips `{name}`'s "
+                    f"update (line {line}), which the loop stops on: those ranks never stop when rank 0 does",
+                )
