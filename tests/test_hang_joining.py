@@ -18,6 +18,8 @@ import pytest
 from _hang_harness import NO_PYSPY, marker_line
 from test_hang_evidence import run_hang
 
+from ddpdoctor.hang.rendezvous import file_store_split  # noqa: E402
+
 SCRIPT = Path(__file__).with_name("_hang_join_job.py")
 pytestmark = pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY)
 
@@ -127,3 +129,31 @@ def test_ranks_in_different_file_stores_are_joining_not_a_group_created_alone(tm
     verdict = report["verdict"]
     assert report["exit_code"] == 1 and verdict["kind"] == "joining", verdict
     assert (verdict.get("mechanism") or {}).get("id") != "group.created_alone", verdict
+    # Each rank's init_method (py-spy --locals of its init_process_group frame) names its file: rank 2's differs.
+    assert verdict["culprit_ranks"] == [2], verdict
+    assert f"ranks 0-1 use {shared}; rank 2 uses {stray}" in verdict["summary"], verdict["summary"]
+    assert verdict["fix"].startswith("Give every rank the same absolute path in init_method"), verdict["fix"]
+
+
+@pytest.mark.parametrize(
+    ("stores", "expected"),
+    [
+        # absolute paths, rank 2's elsewhere (the real job above)
+        ({1: ("file:///x/a/store", "/w"), 2: ("file:///x/a/store", "/w"), 3: ("file:///x/b/store", "/w")},
+         ("ranks 0-1 use /x/a/store; rank 2 uses /x/b/store", [2])),
+        # one relative path, two working directories
+        ({1: ("file:store?rank=0&world_size=3", "/x/a"), 2: ("file:store", "/x/a"), 3: ("file:store", "/x/b")},
+         ("ranks 0-1 use /x/a/store; rank 2 uses /x/b/store — a relative path", [2])),
+        # two files, one rank each: no majority, both named
+        ({1: ("file:///x/a", ""), 2: ("file:///x/b", "")}, ("rank 0 uses /x/a; rank 1 uses /x/b", [0, 1])),
+    ],
+)
+def test_file_store_split(stores, expected):
+    problem, culprits = file_store_split(stores, {1: 0, 2: 1, 3: 2})
+    assert expected[0] in problem and culprits == expected[1], problem
+
+
+def test_one_file_store_is_no_split():
+    same = {1: ("file:///x/a/store", "/w"), 2: ("file:../a/store", "/x/w")}
+    assert file_store_split(same, {1: 0, 2: 1}) is None
+

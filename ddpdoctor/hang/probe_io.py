@@ -550,14 +550,28 @@ def _init_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> di
 
     if pyspy is None:
         return {}
+    first: dict[str, str] = {}
     for stack in facts.stacks[:8]:
         main = stack.main
         frame = next((f for f in main.frames if f.name.endswith("init_process_group")
                       and f.filename.endswith("distributed_c10d.py")), None) if main is not None else None
-        if frame is not None:
-            found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
-            return {k: v for k, v in found.items() if k in ("world_size", "rank", "backend", "init_method")}
-    return {}
+        if frame is None:
+            continue
+        found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
+        method = found.get("init_method", "").strip("'\"")
+        if method.startswith("file:"):
+            # A file store: where each rank's file is (its cwd resolves a relative path) decides who meets whom,
+            # so every rank's init_method is read, not only the first one's.
+            try:
+                cwd = os.readlink(f"/proc/{stack.pid}/cwd")
+            except OSError:
+                cwd = ""
+            facts.file_stores[stack.pid] = (method[:400], cwd)
+        if not first:
+            first = {k: v for k, v in found.items() if k in ("world_size", "rank", "backend", "init_method")}
+        if not facts.file_stores:
+            break
+    return first
 
 
 def _group_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:

@@ -9,8 +9,10 @@ it waits for the others) reads as progress, and a job stuck at start-up is calle
 
 from __future__ import annotations
 
+import posixpath
 from collections import Counter
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
+from urllib.parse import urlparse
 
 from ddpdoctor.hang.findings import HangFacts, format_ranks, plural_ranks
 from ddpdoctor.hang.stacks import RankStack
@@ -41,6 +43,38 @@ def _int(value: Optional[str]) -> Optional[int]:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def file_store_split(
+    stores: Mapping[int, tuple[str, str]], rank_of: Mapping[int, Optional[int]]
+) -> Optional[tuple[str, list[int]]]:
+    """(the problem, the culprit ranks) when ranks waiting in init_process_group with a file:// store resolve it
+    to different files — a relative path (`file:rdzv`) against different working directories, or a path built per
+    rank —, None when they share one file. torch's FileStore opens urlparse(url).path as given (relative to the
+    process's cwd), so each group of ranks waits in its own store for ranks that went to another one."""
+    files: dict[str, list[int]] = {}
+    relative = False
+    for pid, (method, cwd) in stores.items():
+        rank = rank_of.get(pid)
+        path = urlparse(method).path
+        if not path or rank is None:
+            continue
+        if not posixpath.isabs(path):
+            relative = True
+            path = posixpath.normpath(posixpath.join(cwd, path)) if cwd else path
+        files.setdefault(path, []).append(rank)
+    if len(files) < 2:
+        return None
+    ordered = sorted(files.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    problem = (
+        "the ranks rendezvous through different files (init_method file://): "
+        + "; ".join(f"{plural_ranks(sorted(rs))} {'uses' if len(rs) == 1 else 'use'} {path}" for path, rs in ordered[:6])
+        + (" — a relative path, resolved against each rank's working directory, which differs"
+           if relative else "")
+        + ": each group waits in its own FileStore for ranks that opened another file")
+    culprits = [r for _, rs in ordered[1:] for r in rs] if len(ordered[0][1]) > len(ordered[1][1]) else sorted(
+        r for _, rs in ordered for r in rs)
+    return problem, sorted(culprits)
 
 
 def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
@@ -94,6 +128,11 @@ def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
             for r, pid, ep, size in astray[:4]))
         culprits += [r for r, _, _, _ in astray]
         missing = [r for r in missing if r not in {a[0] for a in astray}]
+    split = file_store_split(facts.file_stores, {w.pid: w.rank for w in workers}) if not problems else None
+    if split is not None:
+        problems.append(split[0])
+        culprits += split[1]
+        missing = []
     asked = _int(facts.init_locals.get("world_size"))
     if asked is not None and world and asked != world and asked > 0 and not problems:
         # The script passes its own world size (a config default) while the launcher started another number of
@@ -136,7 +175,10 @@ def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
         f"{'waits' if len(live) == 1 else 'wait'} in init_process_group ({joining(live[0])}) at {where}{waited} -> "
         + "; ".join(problems)
     )
-    fix = (
+    fix = ((
+        "Give every rank the same absolute path in init_method (`file:///shared/dir/rdzv`, on a file system every "
+        "node sees), and delete the file before a new run; or use env:// with MASTER_ADDR/MASTER_PORT. "
+    ) if split is not None else "") + (
         "Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE and a distinct RANK from 0 to "
         "WORLD_SIZE-1 (torchrun and srun set them for you); make sure each node can reach MASTER_ADDR:MASTER_PORT "
         "(`nc -zv ADDR PORT`); pass `timeout=` to init_process_group so a rank that never joins is an error."
