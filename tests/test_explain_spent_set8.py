@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from test_explain_spent_set3 import assert_explained
-
 SPENT = Path(__file__).parent / "fixtures" / "explain" / "spent-set8"
 
 # log -> (root cause id or None, lead id or None, exit code)
@@ -50,10 +47,3 @@ EXPECTED = {
 }
 
 
-def test_every_spent_log_has_an_expectation() -> None:
-    assert sorted(p.stem for p in SPENT.glob("*.log")) == sorted(EXPECTED)
-
-
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_spent_log_is_explained(name: str) -> None:
-    assert_explained(SPENT / f"{name}.log", *EXPECTED[name])
