@@ -362,6 +362,22 @@ def shared_service(rank: int, world: int) -> None:
     fetch(box[0], f"/assign/{rank}")
 
 
+def stage_local_dst(rank: int) -> None:
+    # 4 ranks: 0 and 1 train data-parallel; 2 and 3 are a two-stage pipeline (group [2, 3]). Stage 1 (rank 3)
+    # sends its loss back to stage 0 by the stage's index in the pipeline group (0), which torch reads as the
+    # global rank 0; stage 0 (rank 2) waits for it from rank 3.
+    pipe = dist.new_group([2, 3])
+    ready(rank)
+    if rank in (0, 1):
+        dist.all_reduce(torch.ones(4))  # HANG-LINE dp-reduce
+    elif rank == 2:
+        loss = torch.zeros(1)
+        dist.recv(loss, src=3, group=pipe)  # HANG-LINE stage-recv
+    else:
+        first_stage = 0  # the stage's index within the pipeline group
+        dist.send(torch.ones(1), dst=first_stage)  # HANG-LINE stage-send
+
+
 def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -398,6 +414,8 @@ def main() -> None:
         group_alone(rank)
     elif scenario == "halo_exchange":
         halo_exchange(rank, world)
+    elif scenario == "stage_local_dst":
+        stage_local_dst(rank)
     else:
         p2p_skip(rank)
     dist.destroy_process_group()

@@ -133,3 +133,21 @@ def test_a_member_that_skipped_its_groups_collective_is_the_culprit(tmp_path):
     assert "on group `expert_group` (ranks 1, 2)" in summary, summary
     assert "inside `if rank in experts and tokens > 0:`" in summary, summary
     assert verdict["culprits"][0]["line"] == marker_line("global-reduce", SCRIPT), verdict["culprits"]
+
+
+def test_a_send_to_a_rank_numbered_within_its_group(tmp_path):
+    """Held-out hang set 8 (j01's class): rank 3 sends to `dst=0`, the first pipeline stage's index in its group,
+    which torch reads as global rank 0 — in the data-parallel all_reduce — while rank 2 waits for the message.
+    The call's arguments (py-spy --locals of the send frame) name rank 3 and the numbering slip."""
+    with started(HungJob("stage_local_dst", tmp_path, nproc=4, script=SCRIPT)) as job:
+        report = hang_on(job)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [2, 3], verdict
+    sender = next(c for c in verdict["culprits"] if c["rank"] == 3)
+    assert sender["line"] == marker_line("stage-send", SCRIPT), sender
+    mechanism = verdict["mechanism"]
+    assert mechanism["id"] == "sendrecv.wrong_peer", verdict
+    for word in ("rank 3 sends to rank 0, but rank 0 waits in all_reduce, not in a recv",
+                 "while rank 2 waits to receive from rank 3", "send/recv's dst/src are global ranks"):
+        assert word in mechanism["summary"], (word, mechanism["summary"])
+

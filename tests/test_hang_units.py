@@ -340,3 +340,29 @@ def test_point_to_point_peers_that_do_not_pair_up(args, mechanism, culprits, wor
     assert found is not None and found["id"] == mechanism and found["culprits"] == culprits, found
     for word in words:
         assert word in found["summary"], (word, found["summary"])
+
+
+@pytest.mark.parametrize(("args", "waits", "expected"), [
+    # rank 3 sends to rank 0, which is in all_reduce; rank 2 waits for rank 3: the numbering slip
+    ({3: {"op": "send", "dst": "0"}, 2: {"op": "recv", "src": "3"}}, {0: "all_reduce", 2: "recv", 3: "send"},
+     ["rank 3 sends to rank 0, but rank 0 waits in all_reduce, not in a recv", "while rank 2 waits to receive from rank 3",
+      "global ranks"]),
+    # a recv from a rank that is in a barrier, nobody sending to it: only the wrong peer
+    ({1: {"op": "recv", "src": "0"}}, {0: "barrier", 1: "recv"},
+     ["rank 1 waits to receive from rank 0, but rank 0 waits in barrier, not in a send"]),
+    # the peer is itself in a send/recv: peer_mismatch's business, not this
+    ({0: {"op": "send", "dst": "1"}, 1: {"op": "recv", "src": "2"}}, {0: "send", 1: "recv", 2: "send"}, None),
+    # the peer's wait is unknown (another node): nothing said
+    ({1: {"op": "send", "dst": "5"}}, {1: "send"}, None),
+])
+def test_a_point_to_point_peer_that_is_in_a_collective(args, waits, expected):
+    from ddpdoctor.hang.mismatch import wrong_peer
+
+    found = wrong_peer(args, waits)
+    if expected is None:
+        assert found is None, found
+        return
+    assert found is not None and found["id"] == "sendrecv.wrong_peer", found
+    for word in expected:
+        assert word in found["summary"], (word, found["summary"])
+

@@ -80,7 +80,7 @@ def test_stderr_tail_reads_a_rank_log_file_never_a_pipe(tmp_path: Path) -> None:
                 break
             subprocess.run(["sleep", "0.1"], check=True, timeout=5)
         found = read_stderr_tail(to_file.pid)
-        assert found is not None and found[0] == str(log)
+        assert found is not None and found[0] == str(log) and found[2] == log.stat().st_mtime
         assert found[1].endswith("END\n") and len(found[1]) == 65536
         assert read_stderr_tail(to_pipe.pid) is None
         assert to_pipe.stderr is not None and to_pipe.stderr.read(3) == b"xxx"  # nothing was taken from it

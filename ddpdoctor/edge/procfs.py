@@ -67,8 +67,8 @@ def read_task_wchans(pid: int, proc: str = "/proc", limit: int = 64) -> tuple[st
 STDERR_TAIL_BYTES = 65536  # of a rank's stderr file: the traceback that ended its script is at the end
 
 
-def read_stderr_tail(pid: int, proc: str = "/proc", limit: int = STDERR_TAIL_BYTES) -> tuple[str, str] | None:
-    """(path, last `limit` bytes as text) of the process's stderr when it is a regular file owned by the
+def read_stderr_tail(pid: int, proc: str = "/proc", limit: int = STDERR_TAIL_BYTES) -> tuple[str, str, float] | None:
+    """(path, last `limit` bytes as text, its mtime) of the process's stderr when it is a regular file owned by the
     process's own user (a launcher's `> rank1.log 2>&1`, torchrun --redirects), None otherwise: a terminal, a
     pipe, a socket or someone else's file is never read. Equivalent: tail -c 65536 /proc/PID/fd/2"""
     fd = os.path.join(proc, str(pid), "fd", "2")
@@ -86,7 +86,7 @@ def read_stderr_tail(pid: int, proc: str = "/proc", limit: int = STDERR_TAIL_BYT
         path = os.readlink(fd)
     except OSError:
         return None
-    return path, data.decode("utf-8", "replace")
+    return path, data.decode("utf-8", "replace"), info.st_mtime
 
 
 def read_main_thread_activity(pid: int, proc: str = "/proc") -> Optional[tuple[int, int]]:

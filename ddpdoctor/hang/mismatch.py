@@ -175,6 +175,7 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
 
 
 P2P_RECV = frozenset({"recv", "irecv"})
+P2P_OPS = frozenset({"send", "isend", "recv", "irecv"})
 
 
 def _skips_send(ctx: Any, stack: RankStack) -> Optional[int]:
@@ -424,8 +425,8 @@ def skipped_subgroup(ctx: Any, groups: list[Any]) -> Optional[tuple[list[int], d
     for group in groups:
         stack = group.example
         frame = stack.user_frame()
-        if not stack.waiting_in() or frame is None:
-            continue
+        if not stack.waiting_in() or frame is None or stack.waiting_in() in P2P_OPS:
+            continue  # a send/recv on a group involves two ranks, not every member
         lines = ctx.facts.sources.get(frame.filename)
         if not lines or not 0 < frame.line <= len(lines):
             continue
@@ -459,3 +460,37 @@ def skipped_subgroup(ctx: Any, groups: list[Any]) -> Optional[tuple[list[int], d
             threads.append(_at(ctx, theirs.filename, theirs.line, "skipped_to"))
         return missing, _mechanism("mismatch.subgroup_skipped", summary, fix, missing, threads)
     return None
+
+
+
+def wrong_peer(args_by_key: dict[int, dict[str, str]], waits: dict[int, Optional[str]]) -> Optional[dict[str, Any]]:
+    """A rank in a point-to-point call whose peer is in a collective, not in the matching send/recv: the peer is
+    the wrong rank. With a rank that waits for a message from it as well, the likely slip is the numbering: a rank
+    of a sub-group or pipeline stage passed as `dst`/`src`, which torch reads as a global rank (held-out hang set 8,
+    j01). `args_by_key` as argument_mismatch's; `waits`: rank key -> the collective its stack waits in."""
+    for key, a in sorted(args_by_key.items()):
+        op = a.get("op")
+        if op not in P2P_OPS:
+            continue
+        sends = op in ("send", "isend")
+        other = _as_int(a.get("dst" if sends else "src"))
+        theirs = waits.get(other) if other is not None else None
+        if other is None or other == key or not theirs or theirs in P2P_OPS:
+            continue
+        mirror = ("recv", "irecv") if sends else ("send", "isend")
+        partners = sorted(k for k, b in args_by_key.items() if k != key and b.get("op") in mirror
+                          and _as_int(b.get("src" if sends else "dst")) == key)
+        summary = (
+            f"rank {key} {'sends to' if sends else 'waits to receive from'} rank {other}, but rank {other} waits in "
+            f"{theirs}, not in a {'recv' if sends else 'send'}"
+            + (f", while {plural_ranks(partners)} {'waits' if len(partners) == 1 else 'wait'} to "
+               f"{'receive from' if sends else 'send to'} rank {key}" if partners else "")
+            + ": the peer is the wrong rank"
+            + (" — likely a rank of a sub-group or pipeline stage used where torch expects the global rank "
+               "(send/recv's dst/src are global ranks even with group=)" if partners else "")
+        )
+        fix = ("Pass the peer's global rank (dist.get_global_rank(group, peer), or group_dst=/group_src= on "
+               "PyTorch >= 2.6) and compute it the same way on both sides of the exchange.")
+        return _mechanism("sendrecv.wrong_peer", summary, fix, [key], [])
+    return None
+

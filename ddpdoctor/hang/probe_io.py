@@ -514,8 +514,9 @@ def gather_facts(
 
 def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:
     """The arguments of the rooted collective or send/recv each rank waits in (broadcast's `src`, recv's `src`
-    and `tag`): ranks that disagree on them wait forever in the same call. Read only when every rank with a
-    stack waits in such a call (one py-spy --locals per rank). Equivalent: `py-spy dump --json --locals
+    and `tag`): ranks that disagree on them wait forever in the same call. Read when every rank with a stack
+    waits in such a call (one py-spy --locals per rank), or for the (at most 8) ranks in a send/recv when the
+    others are elsewhere. Equivalent: `py-spy dump --json --locals
     --nonblocking --pid PID`."""
     from ddpdoctor.hang.mismatch import ROOTED_ARGS
     from ddpdoctor.hang.stacks import frame_locals
@@ -534,7 +535,11 @@ def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -
             calls.append((stack, frame))
     live = [s for s in facts.stacks if s.main is not None]
     if len(calls) < 2 or len(calls) != len(live):
-        return out
+        # Some ranks in a send/recv while the others are elsewhere: the peer each names says whether it is the
+        # rank that waits for it (a few ranks only, so it stays cheap).
+        calls = [(s, f) for s, f in calls if f.name in ("send", "recv", "isend", "irecv")][:8]
+        if not calls:
+            return out
     for stack, frame in calls:
         found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
         if found:
@@ -878,8 +883,9 @@ def _exit_tracebacks(facts: HangFacts) -> dict[int, tuple[str, PyTraceback]]:
         if not stack.script_ended():
             continue
         tail = read_stderr_tail(stack.pid)
-        if tail is None:
-            continue
+        started = facts.rank_start.get(stack.pid)
+        if tail is None or (started is not None and tail[2] < started):
+            continue  # nothing written since this process started: the file's tracebacks are an earlier run's
         traceback = last_traceback(tail[1])
         if traceback is not None:
             found[stack.pid] = (tail[0], traceback)

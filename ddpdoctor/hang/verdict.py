@@ -48,6 +48,7 @@ from ddpdoctor.hang.mismatch import (
     both_receive,
     ddp_forward_backward,
     skipped_subgroup,
+    wrong_peer,
 )
 from ddpdoctor.hang.patterns import add_pattern_notes
 from ddpdoctor.hang.progress import judge_motion, motion_dict
@@ -399,6 +400,9 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             split = loop_split(ctx, ctx.stack_by_rank[lead], main.example) if mechanism is None else None
             if split is not None:
                 mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))
+            if mechanism is None:
+                waits = {key: stack.waiting_in() for key, stack in ctx.stack_by_rank.items()}
+                mechanism = wrong_peer({k: a for k, a in ctx.call_args.items() if k in culprits}, waits)  # the sender
         elif main_wait and not odd_wait:
             # Every other rank waits in a collective; this one is in none: it left the sequence of
             # collectives (it idles, or it left the loop the others are still in).

@@ -18,7 +18,7 @@ from ddpdoctor.hang.procs import is_bookkeeping
 from ddpdoctor.hang.source import block_body, enclosing_function, loop_around
 from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
-from ddpdoctor.parsers.pytraceback import PyTraceback
+from ddpdoctor.parsers.pytraceback import PyTraceback, TracebackFrame
 
 # (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
 # `Class.method` on Python 3.11+ and `method` before; both are matched by the part after the last dot
@@ -521,10 +521,10 @@ def explain_wait(
     if main is None or stack.waiting_in() is not None or stack.data_wait():
         return None
     if main.frames and main.frames[0].filename.endswith("threading.py") and main.frames[0].name.endswith("_shutdown"):
-        return _ended_by(_kept_alive(stack, sources), ended, sources)
+        return _kept_alive(stack, sources, ended)
     if main.frames and main.frames[-1].name.endswith("_exit_function") and "multiprocessing" in main.frames[-1].filename:
         # multiprocessing's own helpers (the resource tracker, a forkserver) are not what the handler joins
-        return _ended_by(_exit_joins_child([h for h in helpers if not is_bookkeeping(h[2])]), ended, sources)
+        return _exit_joins_child([h for h in helpers if not is_bookkeeping(h[2])], ended, sources)
     creating = _creating_group(main, sources)
     if creating is not None:
         return creating
@@ -1131,58 +1131,58 @@ def _asyncio_idle(mine: Blocked, at: str, sources: Mapping[str, Sequence[str]]) 
     return Mechanism("asyncio.loop_never_woken" if unsafe else "asyncio.await_never_completed", summary, fix, threads)
 
 
-def _exit_joins_child(helpers: Sequence[tuple[int, str, str]]) -> Mechanism:
+def _exit_joins_child(
+    helpers: Sequence[tuple[int, str, str]], ended: Optional[tuple[str, PyTraceback]] = None,
+    sources: Optional[Mapping[str, Sequence[str]]] = None,
+) -> Mechanism:
     """The main thread is in multiprocessing's exit handler (util._exit_function, run at interpreter exit), which
     joins every non-daemon child process: the script has ended — returned, or raised — and a child that never
     ends (a log sink waiting for a sentinel, a worker loop) keeps the dead rank alive (held-out hang set 8, j02)."""
     kids = ", ".join(f"pid {p}" + (f" `{c[:80]}`" if c else f" ({k})") for p, k, c in helpers[:4])
+    how, first_fix, own = _ending(ended)
     summary = (
-        "its main thread has ended — the script returned, or raised an exception (its traceback is on this rank's "
-        "stderr) — and Python's exit handler (multiprocessing.util._exit_function) joins its non-daemon child "
-        "process" + (f"es {kids}" if len(helpers) > 1 else f" {kids}" if helpers else "(es)")
+        f"its main thread has ended — {how} — and Python's exit handler (multiprocessing.util._exit_function) "
+        "joins its non-daemon child process" + (f"es {kids}" if len(helpers) > 1 else f" {kids}" if helpers else "(es)")
         + (", which do not exit" if len(helpers) > 1 else ", which does not exit")
         + " (it waits for a sentinel or a message the ended script never sends), so the process "
         "stays alive: the launcher sees no failure and the other ranks wait for it"
     )
-    fix = ("Read this rank's stderr for the exception that ended the script and fix that; start helper processes with "
-           "daemon=True, or stop them in a `finally:` (send their sentinel, then join(timeout) and terminate()), so a "
-           "failed rank exits and the launcher tears the job down.")
-    return Mechanism("process.exit_joins_child", summary, fix, [], [p for p, _, _ in helpers[:8]])
+    fix = (f"{first_fix}; start helper processes with daemon=True, or stop them in a `finally:` (send their sentinel, "
+           "then join(timeout) and terminate()), so a failed rank exits and the launcher tears the job down.")
+    found = Mechanism("process.exit_joins_child", summary, fix, [], [p for p, _, _ in helpers[:8]])
+    return _raised_first(found, ended, own, sources or {})
 
 
-def _ended_by(
-    found: Mechanism, ended: Optional[tuple[str, PyTraceback]], sources: Mapping[str, Sequence[str]]
-) -> Mechanism:
-    """A rank kept alive after its script ended, with the exception that ended it when its stderr file's last
-    traceback says: the line that raised (in the program's own code) is the one to fix."""
+_ENDED = "the script returned, or raised an exception (its traceback is on this rank's stderr)"
+_READ_STDERR = "Read this rank's stderr for the exception that ended the script and fix that"
+
+
+def _ending(ended: Optional[tuple[str, PyTraceback]]) -> tuple[str, str, Optional[TracebackFrame]]:
+    """(how the script ended, the fix's first clause, the line that raised) — from the last traceback of the rank's
+    stderr file when probe_io read one, else the general words."""
     if ended is None:
-        return found
+        return _ENDED, _READ_STDERR, None
     path, traceback = ended
     own = traceback.own_frame()
     where = f" at {own.file}:{own.line} in {own.func}" if own is not None else ""
-    found.summary = found.summary.replace(
-        "the script returned, or raised an exception (its traceback is on this rank's stderr)",
-        f"the script raised `{traceback.exception[:160]}`{where} (the last traceback in its stderr, {path})",
-        1,
-    )
-    found.fix = found.fix.replace(
-        "Read this rank's stderr for the exception that ended the script and fix that",
-        f"Fix the `{traceback.type_name}`{where}",
-        1,
-    ).replace(
-        "Read this rank's stderr for the exception that ended its main thread and fix that",
-        f"Fix the `{traceback.type_name}`{where}",
-        1,
-    )
-    if own is not None:
-        line = sources.get(own.file)
-        code = line[own.line - 1].strip()[:160] if line and 0 < own.line <= len(line) else ""
+    return (f"the script raised `{traceback.exception[:160]}`{where} (the last traceback in its stderr, {path})",
+            f"Fix the `{traceback.type_name}`{where}", own)
+
+
+def _raised_first(found: Mechanism, ended: Optional[tuple[str, PyTraceback]], own: Optional[TracebackFrame],
+                  sources: Mapping[str, Sequence[str]]) -> Mechanism:
+    """The line that raised, first among the mechanism's threads (role `raised`): the culprit line to change."""
+    if ended is not None and own is not None:
+        lines = sources.get(own.file)
+        code = lines[own.line - 1].strip()[:160] if lines and 0 < own.line <= len(lines) else ""
         found.threads.insert(0, {"thread": "MainThread", "file": own.file, "line": own.line, "code": code,
-                                 "role": "raised", "exception": traceback.exception[:300], "stderr": path})
+                                 "role": "raised", "exception": ended[1].exception[:300], "stderr": ended[0]})
     return found
 
 
-def _kept_alive(stack: RankStack, sources: Mapping[str, Sequence[str]]) -> Mechanism:
+def _kept_alive(
+    stack: RankStack, sources: Mapping[str, Sequence[str]], ended: Optional[tuple[str, PyTraceback]] = None
+) -> Mechanism:
     """The main thread is in threading._shutdown: the script has ended — returned, or raised an exception whose
     traceback went to the rank's stderr — and the interpreter waits for every non-daemon thread to end before the
     process exits. One that never ends (a heartbeat, an uploader) keeps the dead rank alive: the launcher sees no
@@ -1190,17 +1190,17 @@ def _kept_alive(stack: RankStack, sources: Mapping[str, Sequence[str]]) -> Mecha
     alive = [(t, next((f for f in t.frames if f.is_user), None)) for t in stack.threads if t is not stack.main]
     alive = [(t, f) for t, f in alive if f is not None]
     names = ", ".join(f"`{t.thread_name}` (at {_at(f, sources)})" for t, f in alive[:4])
+    how, first_fix, own = _ending(ended)
     summary = (
-        "its main thread has ended — the script returned, or raised an exception (its traceback is on this rank's "
-        "stderr) — and the interpreter waits in threading._shutdown for its non-daemon thread(s) to end"
+        f"its main thread has ended — {how} — and the interpreter waits in threading._shutdown for its non-daemon "
+        "thread(s) to end"
         + (f": {names}, which does not end" if alive else "")
         + ", so the process stays alive: the launcher sees no failure and the other ranks wait for it"
     )
-    fix = ("Read this rank's stderr for the exception that ended its main thread and fix that; make background "
-           "threads daemon threads (`Thread(..., daemon=True)`) or stop them in a `finally:` (an Event they check), "
-           "so a failed rank exits and torchrun tears the job down.")
+    fix = (f"{first_fix}; make background threads daemon threads (`Thread(..., daemon=True)`) or stop them in a "
+           "`finally:` (an Event they check), so a failed rank exits and torchrun tears the job down.")
     threads: list[dict[str, object]] = [
         {"thread": t.thread_name, "file": f.filename, "line": f.line, "code": _code(sources, f), "role": "keeps_alive"}
         for t, f in alive[:4]
     ]
-    return Mechanism("thread.non_daemon_keeps_alive", summary, fix, threads)
+    return _raised_first(Mechanism("thread.non_daemon_keeps_alive", summary, fix, threads), ended, own, sources)
