@@ -15,6 +15,8 @@ all_reduce for the last one:
 - `signal_wait`: the rank waits in signal.sigwait for a SIGUSR1 nobody sends it;
 - `child_banner`: the rank reads a banner line from a helper process that printed it into its block buffer
   (stdout is a pipe) and then went on working without flushing;
+- `child_stderr_full`: the rank reads its child's stdout to the end while the child is blocked writing
+  its stderr, a second pipe nobody reads (full at 64 KiB);
 - `put_holding_lock`: the rank puts into a full queue while holding the lock its `quality-agg` consumer
   thread takes before each get();
 - `swapped_queue`: a reset re-creates the prefetch queue while the `prefetch` thread keeps filling the old
@@ -197,6 +199,18 @@ def child_banner(rank: int) -> None:
     ready(rank)
     banner = proc.stdout.readline()  # HANG-LINE child-readline
     print(banner)
+
+
+# A validator that reports its warnings on stderr (far more than a pipe holds) and its summary on stdout.
+VALIDATOR = "import sys; sys.stderr.write('warning: short row\\n' * 20000); print('rows ok')"
+
+
+def child_stderr_full(rank: int) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", VALIDATOR], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    ready(rank)
+    summary = proc.stdout.read()  # HANG-LINE child-stdout
+    print(summary, proc.stderr.read())
 
 
 AGG_LOCK = threading.Lock()
@@ -647,6 +661,8 @@ def main() -> None:
             wait_for_go(rank)
         elif scenario == "child_banner":
             child_banner(rank)
+        elif scenario == "child_stderr_full":
+            child_stderr_full(rank)
         elif scenario == "put_holding_lock":
             put_holding_lock(rank)
         elif scenario == "queue_join":

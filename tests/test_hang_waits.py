@@ -30,6 +30,10 @@ EXPECTED = {
     "signal_wait": ("signal.never_sent", "sigwait", ["it waits for SIGUSR1", "os.getppid()"]),
     "child_banner": ("subprocess.output_never_written", "child-readline", ["has not written it to the pipe",
                                                                         "block-buffers stdout"]),
+    # The child blocks writing its stderr (a full pipe) while the rank reads its stdout to the end (held-out hang
+    # set 9, j12's class): the child's wchan says pipe_write.
+    "child_stderr_full": ("subprocess.pipe_full", "child-stdout", ["while the child is blocked writing to a pipe",
+                                                                   "its other output pipe"]),
     "put_holding_lock": ("queue.put_holding_lock", "put-holding", ["while it holds `AGG_LOCK`",
                                                                     "thread `quality-agg`", "a circular wait"]),
     # The consumer reads a re-created queue; the producer blocks on the old, full one (held-out set 7, j12's class).

@@ -683,6 +683,19 @@ def explain_wait(
     if mine.kind == "child_read" and helpers:
         child = helpers[0]
         states = (wchans or {}).get(child[0], ())
+        if any("pipe_write" in w for w in states):
+            # The child writes, but to its other pipe: the one this process does not read while it reads this one.
+            return Mechanism(
+                "subprocess.pipe_full",
+                f"it reads its child process pid {child[0]}"
+                + (f" `{child[2][:80]}`" if child[2] else "")
+                + f"'s output at {at}, while the child is blocked writing to a pipe (/proc/{child[0]}/task/*/wchan: "
+                "pipe_write): its other output pipe (stderr when this reads stdout), which this process reads only "
+                "after this one ends; once that pipe's 64 KiB buffer is full the child blocks and never finishes",
+                "Read both pipes at once: proc.communicate() (or subprocess.run(..., capture_output=True)); or send "
+                "the other stream to stderr=subprocess.STDOUT, a file or subprocess.DEVNULL.",
+                [_record(mine, sources)], [child[0]],
+            )
         reading = any("pipe_read" in w or "wait_woken" in w or "n_tty_read" in w for w in states)
         return Mechanism(
             "subprocess.output_never_written",
