@@ -192,3 +192,20 @@ def test_helper_kinds_match_the_schema():
     schema = json.loads((Path(__file__).parent.parent / "docs" / "schemas" / "hang.schema.json").read_text())
     kinds = schema["properties"]["job"]["properties"]["helpers"]["items"]["properties"]["kind"]["enum"]
     assert sorted(kinds) == sorted(HELPER_KINDS)
+
+
+def test_forked_orphans_only_where_the_ranks_lead_their_own_group():
+    from ddpdoctor.hang.procs import Worker, forked_orphans
+
+    def worker(pid: int, rank: int) -> Worker:
+        return Worker(pid, rank, rank, ("python", "train.py"), {"RANK": str(rank)})
+
+    ranks = [worker(100, 0), worker(200, 1), worker(350, 2)]
+    # pid 350 carries RANK=2, but its group and session are pid 300's, which is gone: rank 2 forked it and died.
+    leaders = {100: (100, 100), 200: (200, 200), 350: (300, 300)}
+    assert [(w.pid, leader) for w, leader in forked_orphans(ranks, leaders, {300})] == [(350, 300)]
+    # the leader alive: a process started in another rank's group, not an orphan
+    assert forked_orphans(ranks, leaders, set()) == []
+    # nobody leads a group (a plain `&` in a script whose shell has exited): nothing can be told
+    shared = {100: (50, 50), 200: (50, 50), 350: (50, 50)}
+    assert forked_orphans(ranks, shared, {50}) == []

@@ -39,6 +39,15 @@ def read_parent_pid(pid: int, proc: str = "/proc") -> Optional[int]:
     return int(fields[1])
 
 
+def read_group_and_session(pid: int, proc: str = "/proc") -> Optional[tuple[int, int]]:
+    """(process group, session) of the process from /proc/PID/stat, None when unreadable.
+    Equivalent: ps -o pgid=,sid= -p PID"""
+    fields = read_stat_fields(pid, proc)
+    if not fields or len(fields) < 4 or not fields[2].isdigit() or not fields[3].isdigit():
+        return None
+    return int(fields[2]), int(fields[3])
+
+
 def read_process_state(pid: int, proc: str = "/proc") -> str:
     """The state letter of /proc/PID/stat (R, S, D, T, t, Z, ...), '' when unreadable."""
     fields = read_stat_fields(pid, proc)

@@ -123,6 +123,11 @@ class HangFacts:
     # pid of a rank whose script has ended (its main thread is in the interpreter's exit: multiprocessing's exit
     # handler, threading._shutdown) -> (its stderr file, the last traceback in that file's tail): what ended it.
     exit_tracebacks: dict[int, tuple[str, PyTraceback]] = field(default_factory=dict)
+    # (pid, rank, the gone leader) of processes that carry a rank's RANK but are a child it forked and outlived
+    # (procs.forked_orphans): no rank, the sign that the rank itself exited; with the last traceback of the
+    # stderr file they inherited from it, when there is one.
+    orphans: list[tuple[int, Optional[int], int]] = field(default_factory=list)
+    orphan_tracebacks: dict[int, tuple[str, PyTraceback]] = field(default_factory=dict)
     # pid -> name -> repr: the locals of a rank's innermost user frame when it sleeps there (py-spy --locals).
     sleep_locals: dict[int, dict[str, str]] = field(default_factory=dict)
     # pid -> two reads, `loop_gap_s` apart, of (line, name -> repr) of the innermost user frame of a rank or

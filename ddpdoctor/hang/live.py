@@ -203,12 +203,15 @@ def exited_ranks(facts: HangFacts) -> list[tuple[int, Optional[int]]]:
     job = facts.job
     if job is None or not job.workers:
         return []
+    # A rank whose forked child outlived it (procs.forked_orphans) is gone, whatever the launch variables say.
+    orphaned = [(r, r) for _, r, _ in facts.orphans if r is not None and all(w.rank != r for w in job.workers)]
     size = next((v for w in job.workers if (v := _int_env(w.env, "LOCAL_WORLD_SIZE")) is not None), None)
     present = {w.local_rank for w in job.workers if w.local_rank is not None}
     if size is None or size > 1024 or len(present) != len(job.workers):
-        return []
+        return sorted(set(orphaned))
     base = next((w.rank - w.local_rank for w in job.workers if w.rank is not None and w.local_rank is not None), None)
-    return [(lr, base + lr if base is not None else None) for lr in range(size) if lr not in present]
+    gone = [(lr, base + lr if base is not None else None) for lr in range(size) if lr not in present]
+    return gone + [o for o in sorted(set(orphaned)) if all(g != o[1] for _, g in gone)]
 
 
 def verdict_exited(ctx: Any) -> Optional[dict[str, Any]]:
@@ -236,7 +239,41 @@ def verdict_exited(ctx: Any) -> Optional[dict[str, Any]]:
     verdict.update(culprit_ranks=[k for k in keys if k >= 0], other_ranks=[r for r in others if r >= 0],
                    culprits=[{"rank": g, "pid": None, "host": ctx.facts.host, "where": "exited", "file": None,
                               "line": None, "chain": []} for _, g in gone])
+    orphans = [o for o in ctx.facts.orphans if o[1] in keys]
+    if orphans:
+        _crashed_with_child(ctx, verdict, orphans, waiting)
     return verdict
+
+
+def _crashed_with_child(ctx: Any, verdict: dict[str, Any], orphans: list[tuple[int, Optional[int], int]],
+                        waiting: RankStack) -> None:
+    """The gone rank left a process it forked (procs.forked_orphans): the rank died (its last traceback, read
+    from the stderr file the child inherited, says how), and the child still holds the sockets it inherited, so
+    the other ranks' connections to the dead rank never close and their collective waits instead of failing."""
+    pid, rank, leader = orphans[0]
+    found = ctx.facts.orphan_tracebacks.get(pid)
+    own = found[1].own_frame() if found is not None else None
+    how = (f" with `{found[1].exception[:160]}`" + (f" at {own.file}:{own.line} in {own.func}" if own else "")
+           + f" (the last traceback in the stderr it shared with its child, {found[0]})") if found else ""
+    verdict["summary"] = (
+        f"rank {rank} has exited{how}; pid {pid}, a process it forked (it carries rank {rank}'s RANK, and pid "
+        f"{leader}, which led its process group or session, is gone), is still running and holds the sockets it "
+        f"inherited, so the other ranks never see rank {rank}'s connections close: "
+        f"{ranks_verb(verdict['other_ranks'], 'waits', 'wait')} in {waiting.waiting_in()} at "
+        f"{ctx.where_line(waiting)} instead of failing -> the cause is rank {rank}'s crash, kept silent by its child"
+    )
+    verdict["fix"] = (
+        (f"Fix the `{found[1].type_name}`" + (f" at {own.file}:{own.line}" if own else "") + "; " if found else
+         f"Read rank {rank}'s log for why it exited; ")
+        + "start helper processes before init_process_group, or with the spawn start method (they then hold no "
+        "copy of the process group's sockets), or make them exit with their parent (a pipe they watch, "
+        "prctl PR_SET_PDEATHSIG), so a dead rank's connections close and the job fails instead of hanging."
+    )
+    for record in verdict["culprits"]:
+        if record["rank"] == rank:
+            record["where"] = f"exited; its forked child pid {pid} lives on"
+            if own is not None:
+                record["file"], record["line"] = own.file, own.line
 
 
 def left_loop_note(ctx: Any, culprit: RankStack, waiter: RankStack) -> str:

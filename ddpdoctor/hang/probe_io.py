@@ -29,8 +29,8 @@ from ddpdoctor.edge.files import (
     source_roots,
     user_path_mode,
 )
+from ddpdoctor.edge.procfs import read_group_and_session, read_stderr_tail, read_task_wchans
 from ddpdoctor.edge.procfs import read_process_state as process_state
-from ddpdoctor.edge.procfs import read_stderr_tail, read_task_wchans
 from ddpdoctor.hang.findings import HangFacts
 from ddpdoctor.hang.fr import (
     MAX_BUILT_OBJECTS,
@@ -449,6 +449,8 @@ def gather_facts(
     pyspy = find_pyspy()
     if facts.job is not None and facts.job.workers and all(w.rank is None for w in facts.job.workers):
         facts.job.workers = spawn_ranks(facts.job.workers, pyspy, min(3.0, timeout_s / 3))
+    if facts.job is not None and len(facts.job.workers) > 1:
+        _drop_forked_orphans(facts)
     facts.pyspy_missing = use_stacks and facts.job is not None and pyspy is None
     facts.ptrace_scope = ptrace_scope()
     facts.cap_sys_ptrace = has_cap_sys_ptrace()
@@ -872,6 +874,31 @@ def read_fr_into(facts: HangFacts, spec: str) -> None:
             facts.dump_errors.append(read.error)
     if (len(facts.dumps), len(facts.dump_errors)) == before:
         facts.dump_errors.append(f"{spec}: no Flight Recorder dump there (a file, a directory or a prefix)")
+
+
+def _drop_forked_orphans(facts: HangFacts) -> None:
+    """Take out of the job the processes that are a dead rank's forked children (procs.forked_orphans), and keep
+    the last traceback of the stderr file they inherited from it (what ended the rank), when written since the
+    child started. Equivalent: ps -o pid,pgid,sid; ls /proc/LEADER."""
+    from ddpdoctor.hang.procs import forked_orphans
+
+    assert facts.job is not None
+    leaders = {w.pid: found for w in facts.job.workers[:256] if (found := read_group_and_session(w.pid)) is not None}
+    dead = {x for pair in leaders.values() for x in pair if x > 1 and not os.path.exists(f"/proc/{x}")}
+    orphans = forked_orphans(facts.job.workers, leaders, dead) if dead else []
+    if not orphans:
+        return
+    gone = {w.pid for w, _ in orphans}
+    facts.job.workers = [w for w in facts.job.workers if w.pid not in gone]
+    facts.orphans = [(w.pid, w.rank, leader) for w, leader in orphans]
+    started = _start_times(sorted(gone))
+    for w, _ in orphans:
+        tail = read_stderr_tail(w.pid)
+        if tail is None or (w.pid in started and tail[2] < started[w.pid]):
+            continue
+        traceback = last_traceback(tail[1])
+        if traceback is not None:
+            facts.orphan_tracebacks[w.pid] = (tail[0], traceback)
 
 
 def _exit_tracebacks(facts: HangFacts) -> dict[int, tuple[str, PyTraceback]]:

@@ -414,3 +414,24 @@ def merge_runs(jobs: list[Job]) -> list[Job]:
     for job in out:
         job.workers.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.pid))
     return out
+
+
+def forked_orphans(
+    workers: list[Worker], leaders: Mapping[int, tuple[int, int]], dead: set[int]
+) -> list[tuple[Worker, int]]:
+    """(worker, its gone leader) for the rank-looking processes that are children a rank forked (os.fork, a fork
+    Process) and outlived it. Pure. `leaders`: pid -> (process group, session) from /proc/PID/stat; `dead`: the
+    leader pids no longer alive. A process whose group or session leader is a dead process, in a job whose other
+    ranks each lead their own group or session (setsid, start_new_session: srun, most launch scripts), was not
+    started by the launcher: a rank forked it (it carries that rank's RANK) and then exited."""
+    orphans: list[tuple[Worker, int]] = []
+    for index in (0, 1):  # process group, then session
+        leading = [w for w in workers if leaders.get(w.pid, (0, 0))[index] == w.pid]
+        if not leading:
+            continue
+        for w in workers:
+            leader = leaders.get(w.pid, (0, 0))[index]
+            if leader and leader != w.pid and leader in dead and all(o is not w for o, _ in orphans):
+                orphans.append((w, leader))
+    return orphans
+
