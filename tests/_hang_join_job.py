@@ -12,5 +12,9 @@ open(os.path.join(os.environ["HANG_READY_DIR"], f"ready_{rank}"), "w").close()
 # INIT_FILE: rendezvous through a file store (file://) instead of MASTER_ADDR/MASTER_PORT
 init = {"init_method": f"file://{os.environ['INIT_FILE']}", "rank": rank,
         "world_size": int(os.environ["WORLD_SIZE"])} if os.environ.get("INIT_FILE") else {}
+# INIT_PORT_OFFSET: a tcp:// init_method whose port this rank computes with an offset of its own
+if os.environ.get("INIT_PORT_OFFSET"):
+    port = int(os.environ["MASTER_PORT"]) + int(os.environ["INIT_PORT_OFFSET"])
+    init = {"init_method": f"tcp://127.0.0.1:{port}", "rank": rank, "world_size": int(os.environ["WORLD_SIZE"])}
 dist.init_process_group("gloo", timeout=timedelta(seconds=300), **init)  # HANG-LINE init
 dist.barrier()

@@ -18,7 +18,7 @@ import pytest
 from _hang_harness import NO_PYSPY, marker_line
 from test_hang_evidence import run_hang
 
-from ddpdoctor.hang.rendezvous import file_store_split  # noqa: E402
+from ddpdoctor.hang.rendezvous import store_split  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("_hang_join_job.py")
 pytestmark = pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY)
@@ -30,13 +30,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(tmp: Path, ranks: dict[int, int], world: int, files: dict[int, Path] | None = None) -> list[subprocess.Popen]:
+def _start(tmp: Path, ranks: dict[int, int], world: int, files: dict[int, Path] | None = None,
+           offsets: dict[int, int] | None = None) -> list[subprocess.Popen]:
     procs = []
     for rank, port in ranks.items():
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), HANG_READY_DIR=str(tmp), GLOO_SOCKET_IFNAME="lo")
         if files:
             env["INIT_FILE"] = str(files[rank])
+        if offsets:
+            env["INIT_PORT_OFFSET"] = str(offsets[rank])
         procs.append(subprocess.Popen([sys.executable, str(SCRIPT)], env=env, start_new_session=True,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     deadline = time.monotonic() + 120
@@ -132,7 +135,20 @@ def test_ranks_in_different_file_stores_are_joining_not_a_group_created_alone(tm
     # Each rank's init_method (py-spy --locals of its init_process_group frame) names its file: rank 2's differs.
     assert verdict["culprit_ranks"] == [2], verdict
     assert f"ranks 0-1 use {shared}; rank 2 uses {stray}" in verdict["summary"], verdict["summary"]
-    assert verdict["fix"].startswith("Give every rank the same absolute path in init_method"), verdict["fix"]
+    assert verdict["fix"].startswith("Give every rank the same init_method"), verdict["fix"]
+
+
+def test_a_rank_computing_its_own_store_port(tmp_path):
+    """Held-out hang set 9 (j05's class): the init_method's port is MASTER_PORT plus an offset each rank computes
+    itself (a stale restart counter on rank 1): rank 0 hosts the store at MASTER_PORT, rank 1 looks for one 100
+    ports up. Every rank's init_method is read from its init_process_group frame: rank 1 is named, not a tie."""
+    port = _free_port()
+    procs = _start(tmp_path, {0: port, 1: port}, 2, offsets={0: 0, 1: 100})
+    (report,) = _hang_on(procs)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["kind"] == "joining" and verdict["culprit_ranks"] == [1], verdict
+    assert (f"rank 0 uses tcp://127.0.0.1:{port}; rank 1 uses tcp://127.0.0.1:{port + 100}"
+            in verdict["summary"]), verdict["summary"]
 
 
 @pytest.mark.parametrize(
@@ -146,14 +162,18 @@ def test_ranks_in_different_file_stores_are_joining_not_a_group_created_alone(tm
          ("ranks 0-1 use /x/a/store; rank 2 uses /x/b/store — a relative path", [2])),
         # two files, one rank each: no majority, both named
         ({1: ("file:///x/a", ""), 2: ("file:///x/b", "")}, ("rank 0 uses /x/a; rank 1 uses /x/b", [0, 1])),
+        # a port computed per rank (a stale restart counter): the rank away from MASTER_ADDR:MASTER_PORT
+        ({1: ("tcp://127.0.0.1:29500", "/w"), 2: ("tcp://127.0.0.1:29600?rank=1&world_size=2", "/w")},
+         ("the ranks rendezvous at different addresses (init_method): rank 0 uses tcp://127.0.0.1:29500; rank 1 "
+          "uses tcp://127.0.0.1:29600", [1])),
     ],
 )
-def test_file_store_split(stores, expected):
-    problem, culprits = file_store_split(stores, {1: 0, 2: 1, 3: 2})
+def test_store_split(stores, expected):
+    problem, culprits = store_split(stores, {1: 0, 2: 1, 3: 2}, "127.0.0.1:29500")
     assert expected[0] in problem and culprits == expected[1], problem
 
 
 def test_one_file_store_is_no_split():
     same = {1: ("file:///x/a/store", "/w"), 2: ("file:../a/store", "/x/w")}
-    assert file_store_split(same, {1: 0, 2: 1}) is None
+    assert store_split(same, {1: 0, 2: 1}) is None
 

@@ -143,9 +143,9 @@ class HangFacts:
     # name -> repr: the arguments of init_process_group as one waiting rank passed them (its world_size, rank),
     # read when ranks wait inside it (py-spy --locals of torch's init_process_group frame).
     init_locals: dict[str, str] = field(default_factory=dict)
-    # pid -> (init_method, cwd) of each rank waiting in init_process_group with a file:// store: a relative path
-    # or a per-rank path puts the ranks in different files.
-    file_stores: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # pid -> (init_method, cwd) of each rank waiting in init_process_group with a file:// or tcp:// init_method: a
+    # relative path, a per-rank path or a per-rank port puts the ranks in different stores.
+    init_methods: dict[int, tuple[str, str]] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
     job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr

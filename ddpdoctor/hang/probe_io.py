@@ -566,17 +566,17 @@ def _init_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> di
             continue
         found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
         method = found.get("init_method", "").strip("'\"")
-        if method.startswith("file:"):
-            # A file store: where each rank's file is (its cwd resolves a relative path) decides who meets whom,
-            # so every rank's init_method is read, not only the first one's.
+        if method.startswith(("file:", "tcp:")):
+            # The store each rank's init_method names (a file, its cwd resolving a relative path; a tcp address)
+            # decides who meets whom, so every rank's is read, not only the first one's.
             try:
                 cwd = os.readlink(f"/proc/{stack.pid}/cwd")
             except OSError:
                 cwd = ""
-            facts.file_stores[stack.pid] = (method[:400], cwd)
+            facts.init_methods[stack.pid] = (method[:400], cwd)
         if not first:
             first = {k: v for k, v in found.items() if k in ("world_size", "rank", "backend", "init_method")}
-        if not facts.file_stores:
+        if not facts.init_methods:
             break
     return first
 

@@ -45,35 +45,50 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def file_store_split(
-    stores: Mapping[int, tuple[str, str]], rank_of: Mapping[int, Optional[int]]
+def store_split(
+    methods: Mapping[int, tuple[str, str]], rank_of: Mapping[int, Optional[int]], endpoint: str = ""
 ) -> Optional[tuple[str, list[int]]]:
-    """(the problem, the culprit ranks) when ranks waiting in init_process_group with a file:// store resolve it
-    to different files — a relative path (`file:rdzv`) against different working directories, or a path built per
-    rank —, None when they share one file. torch's FileStore opens urlparse(url).path as given (relative to the
-    process's cwd), so each group of ranks waits in its own store for ranks that went to another one."""
-    files: dict[str, list[int]] = {}
+    """(the problem, the culprit ranks) when the ranks waiting in init_process_group name different stores in
+    their init_method — file:// paths that resolve to different files (a relative path against different working
+    directories, a path built per rank) or tcp:// addresses that differ (a port computed per rank) —, None when
+    they share one. Each group waits in its own store for ranks that went to another one. The culprits are the
+    ranks outside the biggest group; with no biggest group, those not at `endpoint` (MASTER_ADDR:MASTER_PORT),
+    else all of them."""
+    stores: dict[str, list[int]] = {}
     relative = False
-    for pid, (method, cwd) in stores.items():
+    for pid, (method, cwd) in methods.items():
         rank = rank_of.get(pid)
-        path = urlparse(method).path
-        if not path or rank is None:
+        url = urlparse(method)
+        if rank is None:
             continue
-        if not posixpath.isabs(path):
-            relative = True
-            path = posixpath.normpath(posixpath.join(cwd, path)) if cwd else path
-        files.setdefault(path, []).append(rank)
-    if len(files) < 2:
+        if url.scheme == "tcp":
+            where = f"tcp://{url.netloc}"
+        else:
+            path = url.path
+            if not path:
+                continue
+            if not posixpath.isabs(path):
+                relative = True
+                path = posixpath.normpath(posixpath.join(cwd, path)) if cwd else path
+            where = path
+        stores.setdefault(where, []).append(rank)
+    if len(stores) < 2:
         return None
-    ordered = sorted(files.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    ordered = sorted(stores.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    tcp = all(k.startswith("tcp://") for k in stores)
     problem = (
-        "the ranks rendezvous through different files (init_method file://): "
-        + "; ".join(f"{plural_ranks(sorted(rs))} {'uses' if len(rs) == 1 else 'use'} {path}" for path, rs in ordered[:6])
-        + (" — a relative path, resolved against each rank's working directory, which differs"
-           if relative else "")
-        + ": each group waits in its own FileStore for ranks that opened another file")
-    culprits = [r for _, rs in ordered[1:] for r in rs] if len(ordered[0][1]) > len(ordered[1][1]) else sorted(
-        r for _, rs in ordered for r in rs)
+        f"the ranks rendezvous {'at different addresses' if tcp else 'through different files'} (init_method): "
+        + "; ".join(f"{plural_ranks(sorted(rs))} {'uses' if len(rs) == 1 else 'use'} {where}"
+                    for where, rs in ordered[:6])
+        + (" — a relative path, resolved against each rank's working directory, which differs" if relative else "")
+        + (": each group waits in its own store for ranks that went to another one" if tcp else
+           ": each group waits in its own FileStore for ranks that opened another file"))
+    if len(ordered[0][1]) > len(ordered[1][1]):
+        culprits = [r for _, rs in ordered[1:] for r in rs]
+    elif endpoint and f"tcp://{endpoint}" in stores:
+        culprits = [r for where, rs in ordered if where != f"tcp://{endpoint}" for r in rs]
+    else:
+        culprits = [r for _, rs in ordered for r in rs]
     return problem, sorted(culprits)
 
 
@@ -128,7 +143,7 @@ def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
             for r, pid, ep, size in astray[:4]))
         culprits += [r for r, _, _, _ in astray]
         missing = [r for r in missing if r not in {a[0] for a in astray}]
-    split = file_store_split(facts.file_stores, {w.pid: w.rank for w in workers}) if not problems else None
+    split = store_split(facts.init_methods, {w.pid: w.rank for w in workers}, endpoint) if not problems else None
     if split is not None:
         problems.append(split[0])
         culprits += split[1]
@@ -176,8 +191,9 @@ def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
         + "; ".join(problems)
     )
     fix = ((
-        "Give every rank the same absolute path in init_method (`file:///shared/dir/rdzv`, on a file system every "
-        "node sees), and delete the file before a new run; or use env:// with MASTER_ADDR/MASTER_PORT. "
+        "Give every rank the same init_method, computed from nothing a rank holds alone (a per-rank port, cwd or "
+        "restart counter): one absolute path for file:// (`file:///shared/dir/rdzv`, on a file system every node "
+        "sees, deleted before a new run), one address for tcp://; or use env:// with MASTER_ADDR/MASTER_PORT. "
     ) if split is not None else "") + (
         "Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE and a distinct RANK from 0 to "
         "WORLD_SIZE-1 (torchrun and srun set them for you); make sure each node can reach MASTER_ADDR:MASTER_PORT "
