@@ -362,6 +362,18 @@ def shared_service(rank: int, world: int) -> None:
     fetch(box[0], f"/assign/{rank}")
 
 
+def fence_before_send(rank: int) -> None:
+    # A stats report: rank 0 receives rank 1's numbers, then both fence with a barrier; rank 1 fences first.
+    ready(rank)
+    stats = torch.zeros(3)
+    if rank == 0:
+        dist.recv(stats, src=1)  # HANG-LINE fence-recv
+        dist.barrier()
+    else:
+        dist.barrier()  # HANG-LINE fence-barrier
+        dist.send(torch.ones(3), dst=0)
+
+
 def stage_local_dst(rank: int) -> None:
     # 4 ranks: 0 and 1 train data-parallel; 2 and 3 are a two-stage pipeline (group [2, 3]). Stage 1 (rank 3)
     # sends its loss back to stage 0 by the stage's index in the pipeline group (0), which torch reads as the
@@ -416,6 +428,8 @@ def main() -> None:
         halo_exchange(rank, world)
     elif scenario == "stage_local_dst":
         stage_local_dst(rank)
+    elif scenario == "fence_before_send":
+        fence_before_send(rank)
     else:
         p2p_skip(rank)
     dist.destroy_process_group()

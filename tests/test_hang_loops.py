@@ -151,3 +151,17 @@ def test_a_send_to_a_rank_numbered_within_its_group(tmp_path):
                  "while rank 2 waits to receive from rank 3", "send/recv's dst/src are global ranks"):
         assert word in mechanism["summary"], (word, mechanism["summary"])
 
+
+def test_a_recv_whose_sender_is_in_a_barrier_first(tmp_path):
+    """Held-out hang set 9 (j06's class): rank 0 receives from rank 1 and then fences; rank 1 fences first and sends
+    after. Neither side is the odd one (a tie), but the recv's src (py-spy --locals) names a rank that is in a
+    barrier: an ordering deadlock."""
+    with started(HungJob("fence_before_send", tmp_path, nproc=2, script=SCRIPT)) as job:
+        report = hang_on(job)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [0, 1] and verdict["tie"], verdict
+    mechanism = verdict["mechanism"]
+    assert mechanism["id"] == "sendrecv.wrong_peer", verdict
+    assert ("rank 0 waits to receive from rank 1, but rank 1 waits in barrier, not in a send: rank 1 reaches its "
+            "send only after that barrier (if ever), which rank 0 joins only after this recv") in mechanism["summary"]
+

@@ -349,7 +349,8 @@ def test_point_to_point_peers_that_do_not_pair_up(args, mechanism, culprits, wor
       "global ranks"]),
     # a recv from a rank that is in a barrier, nobody sending to it: only the wrong peer
     ({1: {"op": "recv", "src": "0"}}, {0: "barrier", 1: "recv"},
-     ["rank 1 waits to receive from rank 0, but rank 0 waits in barrier, not in a send"]),
+     ["rank 1 waits to receive from rank 0, but rank 0 waits in barrier, not in a send",
+      "rank 0 reaches its send only after that barrier (if ever), which rank 1 joins only after this recv"]),
     # the peer is itself in a send/recv: peer_mismatch's business, not this
     ({0: {"op": "send", "dst": "1"}, 1: {"op": "recv", "src": "2"}}, {0: "send", 1: "recv", 2: "send"}, None),
     # the peer's wait is unknown (another node): nothing said

@@ -485,12 +485,16 @@ def wrong_peer(args_by_key: dict[int, dict[str, str]], waits: dict[int, Optional
             f"{theirs}, not in a {'recv' if sends else 'send'}"
             + (f", while {plural_ranks(partners)} {'waits' if len(partners) == 1 else 'wait'} to "
                f"{'receive from' if sends else 'send to'} rank {key}" if partners else "")
-            + ": the peer is the wrong rank"
-            + (" — likely a rank of a sub-group or pipeline stage used where torch expects the global rank "
-               "(send/recv's dst/src are global ranks even with group=)" if partners else "")
+            + (": the peer is the wrong rank — likely a rank of a sub-group or pipeline stage used where torch "
+               "expects the global rank (send/recv's dst/src are global ranks even with group=)" if partners else
+               f": rank {other} reaches its {'recv' if sends else 'send'} only after that {theirs} (if ever), which "
+               f"rank {key} joins only after this {'send' if sends else 'recv'} — an ordering deadlock — or the "
+               "peer is the wrong rank")
         )
         fix = ("Pass the peer's global rank (dist.get_global_rank(group, peer), or group_dst=/group_src= on "
-               "PyTorch >= 2.6) and compute it the same way on both sides of the exchange.")
+               "PyTorch >= 2.6) and compute it the same way on both sides of the exchange." if partners else
+               "Put the send/recv and the collective in the same order on both ranks (or post the exchange with "
+               "isend/irecv before the collective and wait after it), and check that the peer is the rank meant.")
         return _mechanism("sendrecv.wrong_peer", summary, fix, [key], [])
     return None
 

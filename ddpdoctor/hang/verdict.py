@@ -446,7 +446,9 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             "numbers.",
             tie=True,
         )
-        return with_loop_mechanism(tie, both_receive(ctx, groups) or argument_mismatch(ctx, ctx.call_args))
+        waits = {key: stack.waiting_in() for key, stack in ctx.stack_by_rank.items()}
+        return with_loop_mechanism(tie, both_receive(ctx, groups) or argument_mismatch(ctx, ctx.call_args)
+                                   or wrong_peer(ctx.call_args, waits))
     if len(groups) == 1 and waiting:
         ranks = list(groups[0].ranks)
         roots = argument_mismatch(ctx, {k: a for k, a in ctx.call_args.items() if k in ranks})
