@@ -17,6 +17,7 @@ all_reduce for the last one:
   (stdout is a pipe) and then went on working without flushing;
 - `child_stderr_full`: the rank reads its child's stdout to the end while the child is blocked writing
   its stderr, a second pipe nobody reads (full at 64 KiB);
+- `alarm_zero`: the rank paces itself with signal.alarm(int(0.5)) == alarm(0) and waits in signal.pause();
 - `put_holding_lock`: the rank puts into a full queue while holding the lock its `quality-agg` consumer
   thread takes before each get();
 - `swapped_queue`: a reset re-creates the prefetch queue while the `prefetch` thread keeps filling the old
@@ -199,6 +200,29 @@ def child_banner(rank: int) -> None:
     ready(rank)
     banner = proc.stdout.readline()  # HANG-LINE child-readline
     print(banner)
+
+
+class Pacer:
+    """Paces requests with SIGALRM; after warm-up the interval halves to 0.5 s."""
+
+    def __init__(self) -> None:
+        self.slots = 0
+        self.interval = 1.0
+        signal.signal(signal.SIGALRM, self.on_alarm)
+
+    def on_alarm(self, signum, frame) -> None:
+        self.slots += 1
+
+    def wait_slot(self) -> None:
+        signal.alarm(int(self.interval))
+        signal.pause()  # HANG-LINE alarm-pause
+
+
+def alarm_zero(rank: int) -> None:
+    pacer = Pacer()
+    pacer.interval /= 2
+    ready(rank)
+    pacer.wait_slot()
 
 
 # A validator that reports its warnings on stderr (far more than a pipe holds) and its summary on stdout.
@@ -663,6 +687,8 @@ def main() -> None:
             child_banner(rank)
         elif scenario == "child_stderr_full":
             child_stderr_full(rank)
+        elif scenario == "alarm_zero":
+            alarm_zero(rank)
         elif scenario == "put_holding_lock":
             put_holding_lock(rank)
         elif scenario == "queue_join":

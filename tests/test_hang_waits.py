@@ -32,6 +32,9 @@ EXPECTED = {
                                                                         "block-buffers stdout"]),
     # The child blocks writing its stderr (a full pipe) while the rank reads its stdout to the end (held-out hang
     # set 9, j12's class): the child's wchan says pipe_write.
+    # alarm(int(0.5)) is alarm(0): no SIGALRM comes (held-out hang set 9, j14's class).
+    "alarm_zero": ("signal.alarm_zero", "alarm-pause", ["`signal.alarm(int(self.interval))`",
+                                                        "signal.alarm() takes whole seconds"]),
     "child_stderr_full": ("subprocess.pipe_full", "child-stdout", ["while the child is blocked writing to a pipe",
                                                                    "its other output pipe"]),
     "put_holding_lock": ("queue.put_holding_lock", "put-holding", ["while it holds `AGG_LOCK`",

@@ -330,6 +330,25 @@ def _lock_mechanism(
     )
 
 
+# `signal.alarm(int(interval))`, `alarm(round(x))`: whole seconds from a value that may be below one.
+_ALARM_TRUNCATED = re.compile(r"\balarm\(\s*(?:int|round|math\.floor)\(")
+
+
+def _zero_alarm(mine: Blocked, sources: Mapping[str, Sequence[str]]) -> Optional[tuple[int, str]]:
+    """(line, code) of a `signal.alarm(int(...))` just before the signal.pause() this thread waits in (the same
+    function, up to 8 lines above): an alarm of less than a second rounds to alarm(0), which sets none."""
+    lines = sources.get(mine.frame.filename)
+    if not lines or "pause" not in _code(sources, mine.frame):
+        return None
+    for number in range(mine.frame.line - 1, max(0, mine.frame.line - 9), -1):
+        text = lines[number - 1]
+        if _ALARM_TRUNCATED.search(text):
+            return number, text.strip()[:120]
+        if text.lstrip().startswith("def "):
+            break
+    return None
+
+
 def _pipe_full(mine: Blocked, at: str, pid: int, sources: Mapping[str, Sequence[str]]) -> Mechanism:
     """The child this thread waits for is itself blocked writing to a pipe (its wchan `anon_pipe_write`): the
     pipe is full and the reader is this very thread, which reads only after the child has exited."""
@@ -668,6 +687,17 @@ def explain_wait(
             [_record(mine, sources)], [p for p, _, _ in children[:8]],
         )
     if mine.kind == "signal":
+        alarm = _zero_alarm(mine, sources)
+        if alarm is not None:
+            return Mechanism(
+                "signal.alarm_zero",
+                f"it waits in signal.pause() at {at} for the SIGALRM that `{alarm[1]}` (line {alarm[0]}) was meant to "
+                "schedule, but signal.alarm() takes whole seconds: an interval below 1 s truncated by int() is "
+                "alarm(0), which cancels any pending alarm instead of setting one, so no signal ever comes",
+                "Schedule sub-second alarms with signal.setitimer(signal.ITIMER_REAL, seconds) (a float), or do not "
+                "pace with signals at all: time.sleep(seconds) or a threading.Event().wait(seconds).",
+                [_record(mine, sources)],
+            )
         names = sorted(set(_SIGNAL_NAMES.findall(_code(sources, mine.frame)))) or ["the signal it names"]
         return Mechanism(
             "signal.never_sent",
