@@ -18,6 +18,7 @@ all_reduce for the last one:
 - `child_stderr_full`: the rank reads its child's stdout to the end while the child is blocked writing
   its stderr, a second pipe nobody reads (full at 64 KiB);
 - `alarm_zero`: the rank paces itself with signal.alarm(int(0.5)) == alarm(0) and waits in signal.pause();
+- `join_before_set`: leaving a ThreadPoolExecutor's `with` joins a worker that waits for an Event set after it;
 - `put_holding_lock`: the rank puts into a full queue while holding the lock its `quality-agg` consumer
   thread takes before each get();
 - `swapped_queue`: a reset re-creates the prefetch queue while the `prefetch` thread keeps filling the old
@@ -80,6 +81,7 @@ Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it ha
 """
 
 import asyncio
+import concurrent.futures
 import fcntl
 import json
 import multiprocessing
@@ -200,6 +202,18 @@ def child_banner(rank: int) -> None:
     ready(rank)
     banner = proc.stdout.readline()  # HANG-LINE child-readline
     print(banner)
+
+
+def export_shards(rank: int) -> None:
+    sealed = threading.Event()  # set once the manifest is written
+
+    def upload() -> None:
+        sealed.wait()  # HANG-LINE sealed-wait
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:  # HANG-LINE pool-exit
+        pool.submit(upload)
+        ready(rank)
+    sealed.set()
 
 
 class Pacer:
@@ -689,6 +703,8 @@ def main() -> None:
             child_stderr_full(rank)
         elif scenario == "alarm_zero":
             alarm_zero(rank)
+        elif scenario == "join_before_set":
+            export_shards(rank)
         elif scenario == "put_holding_lock":
             put_holding_lock(rank)
         elif scenario == "queue_join":

@@ -32,6 +32,10 @@ EXPECTED = {
                                                                         "block-buffers stdout"]),
     # The child blocks writing its stderr (a full pipe) while the rank reads its stdout to the end (held-out hang
     # set 9, j12's class): the child's wchan says pipe_write.
+    # The executor's `with` exit joins a worker that waits for an Event set after the block (held-out hang set 9,
+    # j09's class).
+    "join_before_set": ("thread.join_before_set", "pool-exit", ["waits in Event.wait() for `sealed`",
+                                                               "after the join: each waits for the other"]),
     # alarm(int(0.5)) is alarm(0): no SIGALRM comes (held-out hang set 9, j14's class).
     "alarm_zero": ("signal.alarm_zero", "alarm-pause", ["`signal.alarm(int(self.interval))`",
                                                         "signal.alarm() takes whole seconds"]),

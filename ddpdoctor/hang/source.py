@@ -213,6 +213,22 @@ def _function_start(lines: Sequence[str], line: int) -> int:
     return 1
 
 
+def function_rest(lines: Sequence[str], line: int, limit: int = 200) -> list[tuple[int, str]]:
+    """(1-based number, text) of the lines of the function holding `line` that come after it (at most `limit`),
+    up to the first code line indented no deeper than its `def`: what the function does after that line."""
+    start = _function_start(lines, line)
+    if start == 1 and not lines[0].lstrip().startswith(("def ", "async def ")):
+        return []
+    indent = len(lines[start - 1]) - len(lines[start - 1].lstrip())
+    out: list[tuple[int, str]] = []
+    for number in range(line + 1, min(len(lines), line + limit) + 1):
+        text = lines[number - 1]
+        if _is_code(text) and len(text) - len(text.lstrip()) <= indent:
+            break
+        out.append((number, text))
+    return out
+
+
 def except_around(lines: Sequence[str], line: int) -> Optional[int]:
     """1-based line of the `except ...:` whose handler body holds `line`, in its own function: a call there
     runs only on a rank that raised."""

@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence
 
 from ddpdoctor.hang.fr import Frame
 from ddpdoctor.hang.procs import is_bookkeeping
-from ddpdoctor.hang.source import block_body, enclosing_function, loop_around
+from ddpdoctor.hang.source import block_body, enclosing_function, function_rest, loop_around
 from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
 from ddpdoctor.parsers.pytraceback import PyTraceback, TracebackFrame
@@ -236,6 +236,28 @@ def _reads_output(stack: RankStack, mine: Blocked) -> bool:
 def _record(blocked: Blocked, sources: Mapping[str, Sequence[str]], **extra: object) -> dict[str, object]:
     return {"thread": blocked.thread, "file": blocked.frame.filename, "line": blocked.frame.line,
             "code": _code(sources, blocked.frame), **extra}
+
+
+def _set_after_join(
+    mine: Blocked, blocked: Sequence[Blocked], sources: Mapping[str, Sequence[str]]
+) -> Optional[tuple[Blocked, str, int]]:
+    """(the thread waiting on an Event, the event's name, the line that sets it) when a thread the main thread
+    joins waits in `X.wait()` and the joining function calls `X.set()` only after the join line."""
+    lines = sources.get(mine.frame.filename)
+    if not lines:
+        return None
+    rest = function_rest(lines, mine.frame.line)
+    for waiter in blocked:
+        if waiter is mine or waiter.kind != "event":
+            continue
+        found = re.search(r"([A-Za-z_][\w.]*)\.wait\(", _code(sources, waiter.frame))
+        if found is None:
+            continue
+        name = found.group(1).rsplit(".", 1)[-1]  # `self.sealed` there, `sealed` or `self.sealed` here
+        for number, text in rest:
+            if re.search(rf"(?:^|[\s.(]){re.escape(name)}\.set\(\)", text):
+                return waiter, found.group(1), number
+    return None
 
 
 def _runs_user_code(thread: ThreadStack) -> bool:
@@ -823,6 +845,18 @@ def explain_wait(
         )
     if mine.kind == "thread_join":
         live = [t.thread_name for t in stack.threads if t.thread_name != mine.thread and _runs_user_code(t)]
+        later = _set_after_join(mine, blocked, sources)
+        if later is not None:
+            waiter, name, line = later
+            return Mechanism(
+                "thread.join_before_set",
+                f"it waits in Thread.join() at {at} (a `with` block of an executor joins its threads on exit) for "
+                f"thread `{waiter.thread}`, which waits in Event.wait() for `{name}` at {_at(waiter.frame, sources)}; "
+                f"this function sets `{name}` only at line {line}, after the join: each waits for the other",
+                f"Set `{name}` before joining the thread (before leaving the `with` block), or give the wait a "
+                "timeout; a thread that needs a signal from its joiner must get it before the join.",
+                [_record(mine, sources), _record(waiter, sources)],
+            )
         return Mechanism(
             "thread.join",
             f"it waits in Thread.join() at {at}" + (f" for thread(s) {', '.join(live[:4])}, still running" if live else ""),
