@@ -70,3 +70,4 @@ def test_a_crashed_rank_whose_forked_child_lives_on(tmp_path):
     assert "a process it forked" in summary and "holds the sockets it inherited" in summary, summary
     assert verdict["culprits"][0]["line"] == marker_line("raise", SCRIPT), verdict["culprits"]
     assert verdict["fix"].startswith("Fix the `IndexError` at "), verdict["fix"]
+    assert "find_unused_parameters" not in verdict["fix"], verdict["fix"]

@@ -93,6 +93,8 @@ def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
     # uneven-data advice says nothing about it (held-out hang set 8: it trailed every such fix).
     outside = mechanism is not None or (bool(culprits) and all(
         s is not None and not s.waiting_in() for s in culprits))
+    # A rank that crashed while its forked child lives on: the exception, not the data, is the cause.
+    outside = outside or any(r in verdict["culprit_ranks"] for _, r, _ in ctx.facts.orphans)
     if any(w.startswith("backward") for w in waits) and not outside:
         fixes.append(
             "A rank in loss.backward() waits in the DDP/FSDP gradient all-reduce. If some parameters get no "
