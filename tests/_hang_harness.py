@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -145,3 +146,11 @@ def started(job: HungJob) -> Iterator[HungJob]:
     finally:
         job.kill()
         assert job.alive() == [], "processes of the job survived"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for a job's MASTER_PORT)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from _hang_harness import NO_PYSPY, marker_line
+from _hang_harness import NO_PYSPY, free_port, marker_line
 from test_hang_evidence import run_hang
 
 from ddpdoctor.hang.rendezvous import store_split  # noqa: E402
@@ -23,11 +22,6 @@ from ddpdoctor.hang.rendezvous import store_split  # noqa: E402
 SCRIPT = Path(__file__).with_name("_hang_join_job.py")
 pytestmark = pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY)
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start(tmp: Path, ranks: dict[int, int], world: int, files: dict[int, Path] | None = None,
@@ -68,7 +62,7 @@ def _hang_on(procs: list[subprocess.Popen], *ranks: int) -> list[dict]:
 
 
 def test_a_rank_never_started(tmp_path):
-    port = _free_port()
+    port = free_port()
     procs = _start(tmp_path, {0: port, 1: port}, world=3)
     (report,) = _hang_on(procs)
     verdict = report["verdict"]
@@ -82,7 +76,7 @@ def test_a_rank_never_started(tmp_path):
 
 
 def test_a_rank_given_another_port(tmp_path):
-    port, other = _free_port(), _free_port()
+    port, other = free_port(), free_port()
     procs = _start(tmp_path, {0: port, 1: port, 2: other}, world=3)
     report, alone = _hang_on(procs, 0, 2)
     verdict = report["verdict"]
@@ -98,7 +92,7 @@ def test_a_rank_given_another_port(tmp_path):
 def test_a_torchrun_agent_waiting_for_the_other_node(tmp_path):
     """`torchrun --nnodes 2` started on one node only: the agent starts no rank and waits in the
     rendezvous; --pid of the agent is that job (not "not a distributed job")."""
-    port = _free_port()
+    port = free_port()
     agent = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
          "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes", "--local-addr", "127.0.0.1",
@@ -123,7 +117,7 @@ def test_ranks_in_different_file_stores_are_joining_not_a_group_created_alone(tm
     """Held-out hang set 8 (j03's class): rank 2 rendezvouses through another file store (a relative file://
     path after a chdir). The ranks wait inside init_process_group, which builds the default group through
     the same helper new_group uses: the verdict is `joining`, and no 'group created on some ranks' reason."""
-    port = _free_port()
+    port = free_port()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     shared, stray = tmp_path / "a" / "store", tmp_path / "b" / "store"
@@ -142,7 +136,7 @@ def test_a_rank_computing_its_own_store_port(tmp_path):
     """Held-out hang set 9 (j05's class): the init_method's port is MASTER_PORT plus an offset each rank computes
     itself (a stale restart counter on rank 1): rank 0 hosts the store at MASTER_PORT, rank 1 looks for one 100
     ports up. Every rank's init_method is read from its init_process_group frame: rank 1 is named, not a tie."""
-    port = _free_port()
+    port = free_port()
     procs = _start(tmp_path, {0: port, 1: port}, 2, offsets={0: 0, 1: 100})
     (report,) = _hang_on(procs)
     verdict = report["verdict"]

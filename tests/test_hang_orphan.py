@@ -8,24 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from _hang_harness import NO_PYSPY, marker_line
+from _hang_harness import NO_PYSPY, free_port, marker_line
 from test_hang_evidence import run_hang
 
 SCRIPT = Path(__file__).with_name("_hang_orphan_job.py")
 pytestmark = pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY)
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _children_of(pids: list[int]) -> list[int]:
@@ -34,7 +28,7 @@ def _children_of(pids: list[int]) -> list[int]:
 
 
 def test_a_crashed_rank_whose_forked_child_lives_on(tmp_path):
-    port, world = _free_port(), 3
+    port, world = free_port(), 3
     procs, logs = [], []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
