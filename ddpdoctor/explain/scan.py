@@ -19,6 +19,7 @@ from ddpdoctor.explain.kb import KnowledgeBase, Signature
 from ddpdoctor.explain.normalize import LineInfo, normalize_line, parse_timestamp
 from ddpdoctor.explain.sources import SIGNATURE_PREFIX, WARNING_SUFFIX, signature_id
 from ddpdoctor.parsers.numbers import parse_int
+from ddpdoctor.parsers.pytraceback import FRAME_PATTERN
 
 STATED_CAUSE = "message.stated_cause"
 # Generic signatures a source-catalogue class replaces on the same line: it says more than they do (failure.unrecognised
@@ -98,7 +99,7 @@ BAR_LOOKBACK = 1024  # bytes looked at before a hit line for those lines
 
 
 # A Python traceback's frame line (`  File "/x/y.py", line 12, in step`), possibly behind a rank prefix.
-_PY_FRAME = re.compile(rb'File "([^"\n]{1,400})", line (\d{1,7}), in ([^\s]{1,120})')
+_PY_FRAME = re.compile(FRAME_PATTERN.encode())
 FRAME_LINES_BEFORE = 8  # lines before an exception line searched for its innermost frame (code, ^^^ markers)
 FRAME_LOOKBACK = 4096
 

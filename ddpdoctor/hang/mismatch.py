@@ -303,21 +303,22 @@ def _pairs(pairs: list[tuple[int, int]]) -> str:
     return ", ".join(f"{a} and {b}" for a, b in pairs)
 
 
+def _p2p_peer(key: int, args: dict[str, str]) -> Optional[tuple[str, int]]:
+    """("send" or "recv", the peer rank) of a rank waiting in send/isend (its dst) or recv/irecv (its src); None
+    for another call, a recv from any source (src=None pairs with whoever sends) or a peer that is itself."""
+    op = args.get("op")
+    if op not in P2P_OPS:
+        return None
+    side = "send" if op in ("send", "isend") else "recv"
+    other = _as_int(args.get("dst" if side == "send" else "src"))
+    return (side, other) if other is not None and other != key else None
+
+
 def peer_mismatch(args_by_key: dict[int, dict[str, str]]) -> Optional[dict[str, Any]]:
     """Point-to-point calls whose peers do not pair up: two ranks that send to each other (neither receives:
     a gloo or NCCL send waits for the matching receive), two that each wait to receive from the other, or a
     send to a rank that waits for a third one. `args_by_key` as argument_mismatch's."""
-    peer: dict[int, tuple[str, int]] = {}
-    for key, a in args_by_key.items():
-        op = a.get("op")
-        if op in ("send", "isend"):
-            other = _as_int(a.get("dst"))
-        elif op in ("recv", "irecv"):
-            other = _as_int(a.get("src"))  # None: any source, which pairs with whoever sends
-        else:
-            continue
-        if other is not None and other != key:
-            peer[key] = ("send" if op in ("send", "isend") else "recv", other)
+    peer = {key: found for key, a in args_by_key.items() if (found := _p2p_peer(key, a)) is not None}
     same = {"send": [], "recv": []}  # type: dict[str, list[tuple[int, int]]]
     for key, (side, other) in sorted(peer.items()):
         if key < other and peer.get(other) == (side, key):
@@ -462,24 +463,18 @@ def skipped_subgroup(ctx: Any, groups: list[Any]) -> Optional[tuple[list[int], d
     return None
 
 
-
 def wrong_peer(args_by_key: dict[int, dict[str, str]], waits: dict[int, Optional[str]]) -> Optional[dict[str, Any]]:
     """A rank in a point-to-point call whose peer is in a collective, not in the matching send/recv: the peer is
     the wrong rank. With a rank that waits for a message from it as well, the likely slip is the numbering: a rank
     of a sub-group or pipeline stage passed as `dst`/`src`, which torch reads as a global rank (held-out hang set 8,
     j01). `args_by_key` as argument_mismatch's; `waits`: rank key -> the collective its stack waits in."""
-    for key, a in sorted(args_by_key.items()):
-        op = a.get("op")
-        if op not in P2P_OPS:
+    peers = {key: found for key, a in args_by_key.items() if (found := _p2p_peer(key, a)) is not None}
+    for key, (side, other) in sorted(peers.items()):
+        sends = side == "send"
+        theirs = waits.get(other)
+        if not theirs or theirs in P2P_OPS:
             continue
-        sends = op in ("send", "isend")
-        other = _as_int(a.get("dst" if sends else "src"))
-        theirs = waits.get(other) if other is not None else None
-        if other is None or other == key or not theirs or theirs in P2P_OPS:
-            continue
-        mirror = ("recv", "irecv") if sends else ("send", "isend")
-        partners = sorted(k for k, b in args_by_key.items() if k != key and b.get("op") in mirror
-                          and _as_int(b.get("src" if sends else "dst")) == key)
+        partners = sorted(k for k, (s, o) in peers.items() if k != key and s != side and o == key)
         summary = (
             f"rank {key} {'sends to' if sends else 'waits to receive from'} rank {other}, but rank {other} waits in "
             f"{theirs}, not in a {'recv' if sends else 'send'}"
@@ -497,4 +492,3 @@ def wrong_peer(args_by_key: dict[int, dict[str, str]], waits: dict[int, Optional
                "isend/irecv before the collective and wait after it), and check that the peer is the rank meant.")
         return _mechanism("sendrecv.wrong_peer", summary, fix, [key], [])
     return None
-

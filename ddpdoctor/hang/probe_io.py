@@ -520,7 +520,7 @@ def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -
     waits in such a call (one py-spy --locals per rank), or for the (at most 8) ranks in a send/recv when the
     others are elsewhere. Equivalent: `py-spy dump --json --locals
     --nonblocking --pid PID`."""
-    from ddpdoctor.hang.mismatch import ROOTED_ARGS
+    from ddpdoctor.hang.mismatch import P2P_OPS, ROOTED_ARGS
     from ddpdoctor.hang.stacks import frame_locals
 
     out: dict[int, dict[str, str]] = {}
@@ -539,7 +539,7 @@ def _collective_args(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -
     if len(calls) < 2 or len(calls) != len(live):
         # Some ranks in a send/recv while the others are elsewhere: the peer each names says whether it is the
         # rank that waits for it (a few ranks only, so it stays cheap).
-        calls = [(s, f) for s, f in calls if f.name in ("send", "recv", "isend", "irecv")][:8]
+        calls = [(s, f) for s, f in calls if f.name in P2P_OPS][:8]
         if not calls:
             return out
     for stack, frame in calls:
@@ -893,30 +893,28 @@ def _drop_forked_orphans(facts: HangFacts) -> None:
     facts.orphans = [(w.pid, w.rank, leader) for w, leader in orphans]
     started = _start_times(sorted(gone))
     for w, _ in orphans:
-        tail = read_stderr_tail(w.pid)
-        if tail is None or (w.pid in started and tail[2] < started[w.pid]):
-            continue
-        traceback = last_traceback(tail[1])
-        if traceback is not None:
-            facts.orphan_tracebacks[w.pid] = (tail[0], traceback)
+        found = _stderr_traceback(w.pid, started.get(w.pid))
+        if found is not None:
+            facts.orphan_tracebacks[w.pid] = found
+
+
+def _stderr_traceback(pid: int, started: Optional[float]) -> Optional[tuple[str, PyTraceback]]:
+    """(the file, its last traceback) of the process's stderr when it is a regular file of its own user
+    (procfs.read_stderr_tail, its last 64 KiB) written since `started` (the process's start, epoch seconds):
+    a file untouched since then holds an earlier run's tracebacks."""
+    tail = read_stderr_tail(pid)
+    if tail is None or (started is not None and tail[2] < started):
+        return None
+    traceback = last_traceback(tail[1])
+    return (tail[0], traceback) if traceback is not None else None
 
 
 def _exit_tracebacks(facts: HangFacts) -> dict[int, tuple[str, PyTraceback]]:
     """The last traceback on the stderr file of each rank whose script has ended but whose process lives on (its
     exit joins a thread or a child that never ends): the exception that ended the script. Only a regular file
     of the rank's own user is read (procfs.read_stderr_tail), only its last 64 KiB."""
-    found: dict[int, tuple[str, PyTraceback]] = {}
-    for stack in facts.stacks:
-        if not stack.script_ended():
-            continue
-        tail = read_stderr_tail(stack.pid)
-        started = facts.rank_start.get(stack.pid)
-        if tail is None or (started is not None and tail[2] < started):
-            continue  # nothing written since this process started: the file's tracebacks are an earlier run's
-        traceback = last_traceback(tail[1])
-        if traceback is not None:
-            found[stack.pid] = (tail[0], traceback)
-    return found
+    return {stack.pid: found for stack in facts.stacks
+            if stack.script_ended() and (found := _stderr_traceback(stack.pid, facts.rank_start.get(stack.pid)))}
 
 
 def read_sources_into(facts: HangFacts) -> None:

@@ -103,6 +103,8 @@ class _Context:
         # rank key -> the arguments of the rooted collective / send / recv it waits in (py-spy --locals)
         self.call_args = {key: facts.collective_args[s.pid] for key, s in self.stack_by_rank.items()
                           if s.pid in facts.collective_args}
+        # rank key -> the collective (or send/recv) its main thread waits in, None outside any
+        self.waits = {key: s.waiting_in() for key, s in self.stack_by_rank.items()}
 
     def last_collective(self, rank: int, pg: Optional[str] = None) -> str:
         """`all_reduce #3 (16, Float) at file:line` of the last collective `rank` completed (or, when its
@@ -401,8 +403,7 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             if split is not None:
                 mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))
             if mechanism is None:
-                waits = {key: stack.waiting_in() for key, stack in ctx.stack_by_rank.items()}
-                mechanism = wrong_peer({k: a for k, a in ctx.call_args.items() if k in culprits}, waits)  # the sender
+                mechanism = wrong_peer({k: a for k, a in ctx.call_args.items() if k in culprits}, ctx.waits)
         elif main_wait and not odd_wait:
             # Every other rank waits in a collective; this one is in none: it left the sequence of
             # collectives (it idles, or it left the loop the others are still in).
@@ -446,9 +447,8 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
             "numbers.",
             tie=True,
         )
-        waits = {key: stack.waiting_in() for key, stack in ctx.stack_by_rank.items()}
         return with_loop_mechanism(tie, both_receive(ctx, groups) or argument_mismatch(ctx, ctx.call_args)
-                                   or wrong_peer(ctx.call_args, waits))
+                                   or wrong_peer(ctx.call_args, ctx.waits))
     if len(groups) == 1 and waiting:
         ranks = list(groups[0].ranks)
         roots = argument_mismatch(ctx, {k: a for k, a in ctx.call_args.items() if k in ranks})

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 _PREFIX = re.compile(r"^(?:\[(?:rank|default) ?\d+\]: ?|\d{1,5}: )")
 _HEADER = "Traceback (most recent call last):"
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]{1,400})", line (?P<line>\d{1,7}), in (?P<func>\S{1,120})')
+# A frame line's text (also searched for in bytes by explain's scanner, behind any rank prefix).
+FRAME_PATTERN = r'File "(?P<file>[^"\n]{1,400})", line (?P<line>\d{1,7}), in (?P<func>\S{1,120})'
+_FRAME = re.compile(r"^\s*" + FRAME_PATTERN)
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]{0,120}?)(?::\s?(?P<message>.*))?$")
 
 
