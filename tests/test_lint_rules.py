@@ -2364,6 +2364,137 @@ NEAR_MISSES += [
 ]
 
 
+POSITIVES += [
+    (
+        "DDP049",
+        """
+        # The shape of the four validation metrics held-out lint corpus 10's reviewers marked: a sharded
+        # evaluation set, counts added up per rank, the accuracy computed and returned as the set's.
+        def main(args):
+            dist.init_process_group("nccl")
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+            val_loader = DataLoader(val_set, sampler=val_sampler)
+            best = max(best, validate(model, val_loader))
+
+        def validate(model, loader):
+            correct, total = 0, 0
+            for images, target in loader:
+                pred = model(images).argmax(1)
+                correct += (pred == target).sum().item()
+                total += target.size(0)
+            acc = 100.0 * correct / total  # <-
+            return acc
+        """,
+    ),
+    (
+        "DDP049",
+        """
+        # An AverageMeter updated per batch; its average returned (ImageNet-example style).
+        def evaluate(model, data_loader, criterion):
+            losses = AverageMeter()
+            for batch in tqdm(data_loader):
+                loss = criterion(model(batch[0]), batch[1])
+                losses.update(loss.item(), batch[0].size(0))
+            return losses.avg  # <-
+
+        def main():
+            dist.init_process_group("nccl")
+            test_loader = DataLoader(test_ds, sampler=DistributedSampler(test_ds))
+            print(evaluate(model, test_loader, criterion))
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP049",
+        """
+        # The sums are all-reduced before the division.
+        def main(args):
+            dist.init_process_group("nccl")
+            val_loader = DataLoader(val_set, sampler=DistributedSampler(val_set, shuffle=False))
+            validate(model, val_loader)
+
+        def validate(model, loader):
+            correct, total = 0, 0
+            for images, target in loader:
+                correct += (model(images).argmax(1) == target).sum().item()
+                total += target.size(0)
+            t = torch.tensor([correct, total], device="cuda")
+            dist.all_reduce(t)
+            return t[0] / t[1]
+        """,
+    ),
+    (
+        "DDP049",
+        """
+        # Only the training set is sharded: rank 0 evaluates the whole validation set.
+        def main(args):
+            dist.init_process_group("nccl")
+            train_loader = DataLoader(train_set, sampler=DistributedSampler(train_set))
+            if dist.get_rank() == 0:
+                validate(model, DataLoader(val_set))
+
+        def validate(model, loader):
+            correct = 0
+            for images, target in loader:
+                correct += (model(images).argmax(1) == target).sum().item()
+            return correct / len(loader.dataset)
+        """,
+    ),
+    (
+        "DDP049",
+        """
+        # The caller reduces what the evaluation returns.
+        def main(args):
+            dist.init_process_group("nccl")
+            val_loader = DataLoader(val_set, sampler=DistributedSampler(val_set))
+            acc = reduce_tensor(validate(model, val_loader))
+
+        def validate(model, loader):
+            correct = torch.zeros(1)
+            for images, target in loader:
+                correct += (model(images).argmax(1) == target).sum()
+            return correct / len(loader)
+        """,
+    ),
+    (
+        "DDP049",
+        """
+        # A torchmetrics metric: compute() syncs across the process group.
+        def main(args):
+            dist.init_process_group("nccl")
+            val_loader = DataLoader(val_set, sampler=DistributedSampler(val_set))
+            evaluate(model, val_loader)
+
+        def evaluate(model, loader):
+            metric = torchmetrics.Accuracy(task="multiclass", num_classes=10)
+            for x, y in loader:
+                metric.update(model(x), y)
+            return metric.compute()
+        """,
+    ),
+    (
+        "DDP049",
+        """
+        # torchvision's reference MetricLogger: the meters are synchronised before their averages are read.
+        def main(args):
+            dist.init_process_group("nccl")
+            data_loader_test = DataLoader(dataset_test, sampler=DistributedSampler(dataset_test, shuffle=False))
+            evaluate(model, data_loader_test)
+
+        def evaluate(model, data_loader):
+            metric_logger = MetricLogger()
+            for image, target in data_loader:
+                metric_logger.meters["acc1"].update(accuracy(model(image), target))
+            metric_logger.synchronize_between_processes()
+            return metric_logger.acc1.global_avg
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -2403,7 +2534,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 49)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 50)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -253,7 +253,7 @@ def check_hard_coded_port(f: ModuleFacts) -> Iterator[Hit]:
 )
 def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
     samplers = [
-        cs for cs in f.calls_named("DistributedSampler") if _may_shuffle(f, cs) and not _evaluation_sampler(f, cs)
+        cs for cs in f.calls_named("DistributedSampler") if _may_shuffle(f, cs) and not evaluation_sampler(f, cs)
     ]
     if not samplers:
         return
@@ -295,18 +295,19 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
 # Names of evaluation data: their loaders are read once per evaluation, and the metric is summed or
 # gathered over the whole shard, so a fixed order changes nothing (held-out review of 2026-11-27:
 # tacotron2's `val_sampler = DistributedSampler(valset)` inside `validate()`).
-_EVAL_RE = re.compile(r"(?:^|_)(?:val|valid|validation|validate|eval|evaluate|evaluation|test|testing|dev)(?:_|$|set)")
+EVAL_RE = re.compile(r"(?:^|_)(?:val|valid|validation|validate|eval|evaluate|evaluation|test|testing|dev)(?:_|$|set)")
 
 
-def _evaluation_sampler(f: ModuleFacts, cs: CallSite) -> bool:
-    """The sampler, its dataset, its loader or the function that builds it is named for evaluation."""
+def evaluation_sampler(f: ModuleFacts, cs: CallSite, by_function: bool = True) -> bool:
+    """The sampler, its dataset, its loader or (with `by_function`) the function that builds it is named for
+    evaluation. A function name alone is weak evidence: DINO's `eval_linear()` builds its training sampler."""
     names = sorted(_loader_names(f, cs))
     dataset = cs.arg(0, "dataset")
     if dataset is not None:
         names.append(final_identifier(dataset) or "")
-    if not cs.scope.is_module:
+    if by_function and not cs.scope.is_module:
         names.append(cs.scope.name)
-    return any(_EVAL_RE.search(n.rsplit(".", 1)[-1].lower()) for n in names if n)
+    return any(EVAL_RE.search(n.rsplit(".", 1)[-1].lower()) for n in names if n)
 
 
 def _loader_names(f: ModuleFacts, cs: CallSite) -> set[str]:

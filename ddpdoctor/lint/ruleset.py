@@ -8,6 +8,7 @@ from ddpdoctor.lint import (  # noqa: F401 - registers them
     device_rules,
     every_rank_rules,
     fatal_rules,
+    metric_rules,
     rank_rules,
     rules,
     step_rules,

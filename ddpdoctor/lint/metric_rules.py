@@ -1,0 +1,221 @@
+"""Rules about what the ranks report together (a class every held-out corpus had reviewers mark and no rule
+found: four evaluation metrics of corpus 10): DDP049 (an evaluation metric summed over one rank's shard of
+the data and used as the whole set's). Registered through ruleset.py.
+
+The fact read holds on every launch with more than one rank: the evaluation data is split by a
+DistributedSampler (or accelerate's prepare), the evaluation loop adds up counts or losses, and nothing
+between the loop and their use (in the function, a helper it calls, or its caller) reduces them across
+ranks. So it belongs to the default tier.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator, Optional
+
+from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier
+from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file
+from ddpdoctor.lint.registry import Hit, rule
+from ddpdoctor.lint.rules import EVAL_RE, distributed_program, evaluation_sampler
+
+# Calls that combine the ranks' values (torch.distributed, accelerate, torchvision's MetricLogger, hand-made
+# `reduce_tensor`/`gather_results`/`collect_results` helpers) or that torchmetrics syncs in (`compute()`).
+_REDUCING = re.compile(r"reduce|gather|all_|sync_|_sync|between_processes|collect_|_collect|merge_|compute$|world_size|concat_all")
+# The loop of an evaluation reads a loader (or an iterator or batches of one).
+_LOADER = re.compile(r"loader|(?:^|_)dl(?:$|_)|data|batch|iter")
+# Frameworks that reduce logged metrics themselves (`self.log(..., sync_dist=True)`, Keras-style fit loops).
+_SELF_REDUCING = ("pytorch_lightning", "lightning", "keras", "ignite", "composer", "transformers")
+
+
+def _reduces(scope_node: ast.AST) -> bool:
+    for node in ast.walk(scope_node):
+        if _reducing_call(node):
+            return True
+        elif isinstance(node, ast.Name) and "world_size" in node.id.lower():
+            return True
+        elif isinstance(node, ast.Attribute) and "world_size" in node.attr.lower():
+            return True
+    return False
+
+
+def _sharded_evaluation(f: ModuleFacts) -> Optional[int]:
+    """Line of what splits the evaluation data across ranks, in this file or one linked with it: a
+    DistributedSampler named for evaluation, or accelerate's prepare() of an evaluation loader."""
+    files = [f]
+    project = f.project
+    if project is not None:
+        files += [g for g in project.linked(f) if g is not f]  # type: ignore[attr-defined]
+    for g in files:
+        for cs in g.calls_named("DistributedSampler"):
+            if evaluation_sampler(g, cs, by_function=False):
+                return cs.node.lineno if g is f else 0
+        for cs in g.calls_named("prepare"):
+            for a in cs.node.args:
+                name = (final_identifier(a) or "").lower()
+                if EVAL_RE.search(name) and _LOADER.search(name):
+                    return cs.node.lineno if g is f else 0
+    return None
+
+
+def _base(node: ast.AST) -> Optional[str]:
+    """The name an accumulator is known by: `correct`, `self.total` -> total, `stats["n"]` -> stats."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _accumulators(loop: ast.For) -> set[str]:
+    """What the loop adds up: `x += ...`, `x = x + ...`, `meter.update(...)`, `preds.append(...)`."""
+    out: set[str] = set()
+    for node in ast.walk(loop):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+            name = _base(node.target)
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.BinOp)
+              and isinstance(node.value.op, ast.Add) and dotted(node.targets[0]) is not None
+              and dotted(node.targets[0]) == dotted(node.value.left)):
+            name = _base(node.targets[0])
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("update", "append", "extend")):
+            name = _base(node.func.value)
+        else:
+            continue
+        if name and name != "self":
+            out.add(name)
+    return out
+
+
+def _reads(stmt: ast.stmt, names: set[str]) -> Optional[str]:
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names:
+            return node.id
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in names:
+            return node.attr
+    return None
+
+
+def _after(fn: ast.AST, loop: ast.For) -> Iterator[ast.stmt]:
+    """The simple statements after the loop, in source order (inside later if/with blocks too)."""
+    end = loop.end_lineno or loop.lineno
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)) and node.lineno > end:
+            yield node
+
+
+def _helpers_reduce(f: ModuleFacts, scope: Scope, depth: int = 2) -> bool:
+    """A function of this file that `scope` calls combines the ranks (`reduce_tensor(acc)` defined above)."""
+    if depth == 0:
+        return False
+    for cs in scope.calls:
+        for target in f.functions.get(cs.attr, ()):
+            if target is not scope and (_reduces(target.node) or _helpers_reduce(f, target, depth - 1)):
+                return True
+    return False
+
+
+def _reducing_call(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    attr = (final_identifier(node.func) or "").lower()
+    return attr in COLLECTIVE_NAMES or bool(_REDUCING.search(attr))
+
+
+def _result_reduced(facts: ModuleFacts, cs: CallSite) -> bool:
+    """The caller combines what this call returns: `reduce_tensor(validate(...))`, or `acc = validate(...)`
+    then `dist.all_reduce(acc)` / `acc = gather(acc)` in the same function."""
+    targets = {t.rsplit(".", 1)[-1] for t in facts.call_targets.get(id(cs.node), ())}
+    for node in ast.walk(cs.scope.node):
+        if not _reducing_call(node) or node is cs.node:
+            continue
+        for arg in ast.walk(node):
+            if arg is cs.node or (isinstance(arg, (ast.Name, ast.Attribute)) and final_identifier(arg) in targets):
+                return True
+    return False
+
+
+def _callers_reduce(f: ModuleFacts, scope: Scope) -> bool:
+    """Whoever calls the evaluation reduces what it returns (`acc = validate(...); dist.all_reduce(acc)`)."""
+    callers = [(f, cs) for cs in f.callers.get(scope.name, ())]
+    project = f.project
+    if project is not None:
+        callers += project.callers(f, scope)  # type: ignore[attr-defined]
+    return any(_result_reduced(g, cs) for g, cs in callers if not cs.scope.is_module)
+
+
+def _meters_reduce(f: ModuleFacts) -> bool:
+    """A meter class of the project combines the ranks itself (an `update` or `avg` that all-reduces)."""
+    files = [f]
+    project = f.project
+    if project is not None:
+        files += [g for g in project.linked(f) if g is not f]  # type: ignore[attr-defined]
+    for g in files:
+        for node in ast.walk(g.tree):
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(m, ast.FunctionDef) and _reduces(m) for m in node.body
+            ):
+                return True
+    return False
+
+
+@rule(
+    "DDP049",
+    "unreduced-eval-metric",
+    "an evaluation metric is summed over this rank's shard of the evaluation data (a DistributedSampler splits "
+    "it) and used without being combined across ranks: each rank reports, and rank 0 saves or stops on, a "
+    "metric of 1/world_size of the set",
+    "all_reduce the sums (correct, total, loss sum) across ranks before dividing (`t = torch.tensor([correct, "
+    "total], device=device); dist.all_reduce(t)`), or gather the predictions (`accelerator.gather_for_metrics`, "
+    "`dist.all_gather_object`); or evaluate the whole set on rank 0 without a DistributedSampler",
+    "With a DistributedSampler on the evaluation set, each rank's loop sees only its own shard (and the "
+    "sampler pads the last shard with repeated samples). Counts and losses added up in that loop are that "
+    "shard's: the accuracy rank 0 prints, compares with the best so far and saves a checkpoint on is not the "
+    "set's, and differs from rank to rank, so ranks may disagree about early stopping.",
+)
+def check_unreduced_eval_metric(f: ModuleFacts) -> Iterator[Hit]:
+    if (b"for " not in f.source or is_test_file(f.path) or f.imports_prefix(*_SELF_REDUCING)
+            or not distributed_program(f)):
+        return
+    evaluations = [
+        s for s in f.scopes
+        if not s.is_module and EVAL_RE.search(s.name.lower()) and isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    if not evaluations:
+        return
+    sharded = _sharded_evaluation(f)
+    if sharded is None or _meters_reduce(f):
+        return
+    where = f" (DistributedSampler on line {sharded})" if sharded else ""
+    for scope in evaluations:
+        fn = scope.node
+        if _reduces(fn) or _helpers_reduce(f, scope) or _callers_reduce(f, scope):
+            continue
+        for loop in (n for n in ast.walk(fn) if isinstance(n, ast.For)):
+            names = {n for n in _iter_names(loop.iter)}
+            if not any(_LOADER.search(n.lower()) for n in names):
+                continue
+            acc = _accumulators(loop)
+            if not acc:
+                continue
+            use = next(((st, name) for st in sorted(_after(fn, loop), key=lambda s: s.lineno)
+                        if (name := _reads(st, acc))), None)
+            if use is None:
+                continue
+            st, name = use
+            yield (
+                st,
+                f"`{name}` is added up over this rank's shard of the evaluation data{where} in {scope.name}() and "
+                "used here without an all_reduce: the metric is one rank's, not the evaluation set's",
+            )
+            break
+
+
+def _iter_names(node: ast.AST) -> Iterator[str]:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
