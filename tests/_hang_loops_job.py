@@ -43,11 +43,17 @@ imported). argv[1] is the scenario:
   fetches the manifest from that same server; every rank's main thread waits for its reply (held-out hang
   set 6, j16's class, written again here).
 
+- `wall_deadline`: a time-boxed loop (`while time.monotonic() < deadline:`) whose deadline each rank computes
+  from its own start; rank 1 finished loading 1.5 s later, so rank 0 leaves first and waits in the
+  checkpoint's barrier while rank 1 waits in the next all_reduce (held-out hang set 9, j04's class, written
+  again here).
+
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
 
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -79,6 +85,21 @@ def train(rank: int) -> None:
         local_loss = 0.0 if rank == 1 and step >= 2 else 1.0
         if local_loss < 0.5:
             break  # HANG-LINE break
+
+
+def wall_deadline(rank: int) -> None:
+    time.sleep(1.5 * rank)  # loading the shard takes longer on rank 1
+    start = time.monotonic()
+    deadline = start + 3.0
+    grad = torch.ones(4)
+    step = 0
+    while time.monotonic() < deadline:
+        step += 1
+        if rank == 1 and time.monotonic() - start > 1.2:
+            ready(rank)  # rank 0 leaves at about 1.5 s of rank 1's clock: this is rank 1's last lap
+        dist.all_reduce(grad)  # HANG-LINE deadline-reduce
+        time.sleep(0.05)
+    save_checkpoint(rank)
 
 
 def early_break(rank: int) -> None:
@@ -396,6 +417,8 @@ def main() -> None:
     scenario = sys.argv[1]
     if scenario == "early_break":
         early_break(rank)
+    elif scenario == "wall_deadline":
+        wall_deadline(rank)
     elif scenario == "uneven_ddp":
         uneven_ddp(rank, world)
     elif scenario == "eval_ddp":

@@ -26,6 +26,11 @@ EXPECTED = {
         f"rank 1 left the loop at line {marker_line('break', SCRIPT)} (break) and waits in barrier at line "
         f"{marker_line('barrier', SCRIPT)}; the others (rank 0) wait in all_reduce at line "
         f"{marker_line('all-reduce', SCRIPT)}"]),
+    # A time-boxed `while` whose deadline each rank reads from its own clock: the rank that left first is the
+    # culprit, not the one still inside (held-out hang set 9, j04's class).
+    "wall_deadline": (0, "loop.local_deadline", "barrier", [
+        "rank 0 left the loop `while time.monotonic() < deadline:`", "when its own clock passed the loop's deadline",
+        "(`while time.monotonic() < deadline:` at line"]),
     "uneven_ddp": (0, "loop.uneven_iterations", "ddp-forward", [
         "rank 0 runs one more iteration than the others (uneven number of batches per rank)",
         "DistributedDataParallel forward", f"in all_gather at line {marker_line('gather', SCRIPT)}"]),

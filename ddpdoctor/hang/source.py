@@ -286,3 +286,36 @@ def function_mentions(lines: Sequence[str], line: int, word: str) -> Optional[in
         if _is_code(text) and word in text.split("#", 1)[0]:
             return number
     return None
+
+
+# A read of the wall clock or a monotonic clock: each rank reads its own, at its own moment.
+_CLOCK = re.compile(
+    r"\b(?:time\.)?(?:time|monotonic|perf_counter)(?:_ns)?\(\)|\bdatetime\.(?:datetime\.)?(?:now|utcnow)\("
+)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_ASSIGN = re.compile(r"\s*([A-Za-z_][\w.]*)\s*(?::[^=]+)?=(?!=)\s*(.+)")
+
+
+def clock_condition(lines: Sequence[str], header: int) -> Optional[int]:
+    """1-based line where the condition of the `while` at `header` reads a clock: the header itself
+    (`while time.time() < deadline:`), or the assignment of a name it tests, followed back through the
+    function and then the module's top level (`deadline = start + budget`, `start = time.monotonic()`).
+    None for a loop whose end no clock decides."""
+    if not 0 < header <= len(lines) or not lines[header - 1].lstrip().startswith("while "):
+        return None
+    text = lines[header - 1]
+    if _CLOCK.search(text):
+        return header
+    names = set(_NAME.findall(text.split("while", 1)[1]))
+    start = _function_start(lines, header)
+    candidates = list(range(header - 1, start - 1, -1)) + [
+        n for n in range(len(lines), 0, -1) if not (start <= n <= header) and _indent(lines[n - 1]) == 0
+    ]
+    for number in candidates:
+        found = _ASSIGN.match(lines[number - 1])
+        if not found or found.group(1).rsplit(".", 1)[-1] not in names:
+            continue
+        if _CLOCK.search(found.group(2)):
+            return number
+        names |= set(_NAME.findall(found.group(2)))
+    return None
