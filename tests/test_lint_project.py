@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ddpdoctor.cli import app
-from ddpdoctor.lint import RULES, default_rules, lint_paths, select_rules
+from ddpdoctor.lint import RULES, default_rules, lint_paths, lint_source, select_rules
 from ddpdoctor.lint.config import parse_lint_config
 from ddpdoctor.lint.project import module_names
 
@@ -375,3 +375,40 @@ def test_local_rank_flag_under_the_launch_the_readme_documents(tmp_path: Path) -
     assert found([tmp_path], ["DDP013"]) == set()
     (tmp_path / "README.md").write_text("```\npython -m torch.distributed.launch --use_env --nproc_per_node=4 train.py\n```\n")
     assert found([tmp_path], ["DDP013"]) == set()
+
+
+def test_a_rank_zero_flag_set_in_another_file_guards_the_save(tmp_path: Path) -> None:
+    """Held-out lint corpus 10: `args.should_save` set from the rank in the setup module and tested in the
+    training loop's file; the save under it is rank 0's. A flag set from no rank test stays no guard."""
+    files = write(
+        tmp_path,
+        {
+            "setup_dist.py": """
+                import torch.distributed as dist
+                def setup(args):
+                    dist.init_process_group("nccl")
+                    args.rank = dist.get_rank()
+                    args.should_save = args.rank == 0
+                    args.verbose = args.log_level > 1
+            """,
+            "train.py": """
+                import torch
+                import torch.distributed as dist
+                from setup_dist import setup
+                def train(args, model):
+                    setup(args)
+                    if args.should_save:
+                        torch.save(model.state_dict(), "model.pt")
+                    if args.verbose:
+                        torch.save(model.state_dict(), "model_verbose.pt")
+                if __name__ == "__main__":
+                    train(parse_args(), build_model())
+            """,
+        },
+    )
+    assert found(files, ["DDP007"]) == {("train.py", 10, "DDP007")}
+    # Named alone, train.py brings the module it imports, and the flag with it.
+    assert found(files[1:], ["DDP007"]) == {("train.py", 10, "DDP007")}
+    # Its text alone cannot say what should_save means: both saves are reported.
+    alone = lint_source(files[1].read_text(), "train.py", select_rules(["DDP007"]))
+    assert [d.line for d in alone] == [8, 10]

