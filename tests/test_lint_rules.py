@@ -2495,6 +2495,136 @@ NEAR_MISSES += [
 ]
 
 
+NEAR_MISSES += [
+    (
+        "DDP016",
+        """
+        # harvardnlp/annotated-transformer (held-out lint corpora 10 and 11): the main guard behind a helper.
+        def is_interactive_notebook():
+            return __name__ == "__main__"
+
+        def train_worker(gpu, world):
+            dist.init_process_group("nccl", rank=gpu, world_size=world)
+
+        if is_interactive_notebook():
+            mp.spawn(train_worker, nprocs=2, args=(2,))
+        """,
+    ),
+    (
+        "DDP007",
+        """
+        # The launching process of an mp.spawn script caches the vocabulary through a helper it hands the
+        # function to; the ranks (train_worker) never run it.
+        def show_example(fn, args=()):
+            return fn(*args)
+
+        def load_vocab(path):
+            vocab = build()
+            torch.save(vocab, path)
+            return vocab
+
+        def train_worker(gpu, world):
+            dist.init_process_group("nccl", rank=gpu, world_size=world)
+
+        if __name__ == "__main__":
+            vocab = show_example(load_vocab, args=["vocab.pt"])
+            mp.spawn(train_worker, nprocs=2, args=(2,))
+        """,
+    ),
+    (
+        "DDP008",
+        """
+        # The final model is loaded in the launching process after the ranks are done.
+        def train_worker(gpu, world):
+            dist.init_process_group("nccl", rank=gpu, world_size=world)
+
+        def load_trained_model():
+            mp.spawn(train_worker, nprocs=2, args=(2,))
+            model = nn.Linear(2, 2)
+            model.load_state_dict(torch.load("final.pt"))
+            return model
+
+        if __name__ == "__main__":
+            load_trained_model()
+        """,
+    ),
+]
+
+
+POSITIVES += [
+    (
+        "DDP007",
+        """
+        # The same helper called from the spawn target runs on every rank.
+        def load_vocab(path):
+            vocab = build()
+            torch.save(vocab, path)  # <-
+            return vocab
+
+        def train_worker(gpu, world):
+            dist.init_process_group("nccl", rank=gpu, world_size=world)
+            load_vocab("vocab.pt")
+
+        if __name__ == "__main__":
+            mp.spawn(train_worker, nprocs=2, args=(2,))
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP007",
+        """
+        # AIZOOTech/pytorch_mnist_ddp (held-out lint corpus 11): the single-process side of the switch.
+        def main(args, model):
+            if args.distributed:
+                dist.init_process_group("nccl")
+            train(model)
+            if args.distributed:
+                if dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "mnist_cnn.pt")
+            else:
+                torch.save(model.state_dict(), "mnist_cnn.pt")
+
+        if __name__ == "__main__":
+            main(parse(), Net())
+        """,
+    ),
+    (
+        "DDP007",
+        """
+        def main(model, world_size):
+            dist.init_process_group("nccl")
+            if world_size == 1:
+                torch.save(model.state_dict(), "single.pt")
+
+        if __name__ == "__main__":
+            main(Net(), int(os.environ["WORLD_SIZE"]))
+        """,
+    ),
+]
+
+
+POSITIVES += [
+    (
+        "DDP007",
+        """
+        # The distributed side of the switch saves on every rank.
+        def main(args, model):
+            if args.distributed:
+                dist.init_process_group("nccl")
+                torch.save(model.state_dict(), "mnist_cnn.pt")  # <-
+            else:
+                torch.save(model.state_dict(), "mnist_cnn.pt")
+
+        if __name__ == "__main__":
+            main(parse(), Net())
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 

@@ -197,8 +197,24 @@ def _subset_kind(test: ast.AST, main_vars: frozenset[str]) -> Optional[str]:
     return None
 
 
-def is_main_guard(test: ast.AST) -> bool:
-    """`if __name__ == "__main__":` (either operand order)."""
+def main_guard_functions(tree: ast.Module) -> frozenset[str]:
+    """Module-level functions that only answer whether the file runs as the main script (`def
+    is_interactive_notebook(): return __name__ == "__main__"`, the Annotated Transformer's notebook helper,
+    held-out lint corpora 10 and 11): `if is_interactive_notebook():` is a main guard."""
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.args.args:
+            body = [st for st in node.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+            if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None \
+                    and is_main_guard(body[0].value):
+                out.add(node.name)
+    return frozenset(out)
+
+
+def is_main_guard(test: ast.AST, functions: frozenset[str] = frozenset()) -> bool:
+    """`if __name__ == "__main__":` (either operand order), or a call of one of `functions` (above)."""
+    if functions and isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in functions:
+        return True
     if not isinstance(test, ast.Compare) or len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
         return False
     a, b = test.left, test.comparators[0]
@@ -417,6 +433,7 @@ class ModuleFacts:
         self.module_name = ""
         self._rank_if: Optional[RankBranch] = None
         self._absent: frozenset[str] = frozenset()
+        self.main_guard_functions = main_guard_functions(tree)
         self._walk_block(tree.body, self.module, False, False, 0)
         self._resolve()
 
@@ -427,7 +444,7 @@ class ModuleFacts:
             t = type(stmt)
             if t is ast.If:
                 self._walk_expr(stmt.test, scope, guarded, main, loop)  # type: ignore[attr-defined]
-                if is_main_guard(stmt.test):  # type: ignore[attr-defined]
+                if is_main_guard(stmt.test, self.main_guard_functions):  # type: ignore[attr-defined]
                     self._walk_block(stmt.body, scope, guarded, True, loop)  # type: ignore[attr-defined]
                     self._walk_block(stmt.orelse, scope, guarded, main, loop)  # type: ignore[attr-defined]
                     continue

