@@ -2703,6 +2703,88 @@ POSITIVES += [
 ]
 
 
+POSITIVES += [
+    (
+        "DDP050",
+        """
+        # facebookresearch/mae engine_pretrain.py (held-out lint corpus 11): a rank-local NaN check.
+        def train_one_epoch(model, loader, optimizer, loss_scaler):
+            for samples, _ in loader:
+                loss = model(samples)
+                loss_value = loss.item()
+                if not math.isfinite(loss_value):
+                    print("Loss is {}, stopping training".format(loss_value))
+                    sys.exit(1)  # <-
+                loss_scaler(loss, optimizer, parameters=model.parameters())
+                loss_value_reduce = all_reduce_mean(loss_value)
+
+        def main():
+            dist.init_process_group("nccl")
+        """,
+    ),
+    (
+        "DDP050",
+        """
+        def train(model, loader, opt):
+            dist.init_process_group("nccl")
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x), y)
+                if torch.isnan(loss):
+                    raise SystemExit("diverged")  # <-
+                loss.backward()
+                opt.step()
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP050",
+        """
+        # The check is all-reduced first: every rank sees the same flag and exits together.
+        def train(model, loader, opt):
+            dist.init_process_group("nccl")
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x), y)
+                bad = torch.tensor(float(torch.isnan(loss)))
+                dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+                if bad:
+                    sys.exit(1)
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    (
+        "DDP050",
+        """
+        # A step budget, the same on every rank: no rank-local value decides.
+        def train(model, loader, opt, max_steps):
+            dist.init_process_group("nccl")
+            step = 0
+            for x, y in loader:
+                step += 1
+                if step > max_steps:
+                    sys.exit(0)
+                model(x).sum().backward()
+                opt.step()
+        """,
+    ),
+    (
+        "DDP050",
+        """
+        # No step synchronises the ranks in this loop (an evaluation that only reads).
+        def evaluate(model, loader):
+            dist.init_process_group("nccl")
+            for x, y in loader:
+                out = model(x)
+                if out is None:
+                    sys.exit(1)
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -2742,7 +2824,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 50)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 51)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -378,6 +378,77 @@ _SYNC_NAMES = frozenset(
 )
 
 
+# --- DDP050: a process exits on a value only it computed, inside a loop the ranks run together ---------------
+
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+# What makes the ranks wait for each other in a training loop: backward's all-reduce under DDP, a collective,
+# a hand-made `all_reduce_mean` / `reduce_loss` helper.
+_STEP_SYNC_RE = re.compile(r"backward|reduce|gather|broadcast|barrier|scaler")
+
+
+def _exit_stmt(st: ast.stmt) -> bool:
+    if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+        return (dotted(st.value.func) or "") in _EXITS
+    if isinstance(st, ast.Raise) and st.exc is not None:
+        exc = st.exc.func if isinstance(st.exc, ast.Call) else st.exc
+        return final_identifier(exc) == "SystemExit"
+    return False
+
+
+def _exits_of(loop: ast.AST) -> Iterator[tuple[ast.If, ast.stmt]]:
+    """(the `if`, the exit in its body) anywhere in `loop`'s own body: `if not math.isfinite(loss_value):
+    print(...); sys.exit(1)`."""
+    for node in _own_statements(loop):
+        if isinstance(node, ast.If):
+            for st in node.body:
+                if _exit_stmt(st):
+                    yield node, st
+
+
+@rule(
+    "DDP050",
+    "rank-local-exit",
+    "a process exits (sys.exit) inside the training loop on a value it computed from its own batch: the other "
+    "ranks go on to the next step's all-reduce and wait for it",
+    "decide together: all_reduce the check first (`bad = torch.tensor(float(not math.isfinite(loss_value)), "
+    "device=device); dist.all_reduce(bad, op=dist.ReduceOp.MAX)`) and stop every rank on it",
+    "Each rank's loss comes from its own batch: a NaN on one rank (a bad sample, an fp16 overflow in its "
+    "shard) makes that rank exit while the others reach backward's all-reduce and wait for a peer that is "
+    "gone. Without a launcher that tears the job down (srun, mpirun, a Kubernetes pod per rank) that is a "
+    "hang until the NCCL timeout, after which a job restarted from the same checkpoint hits it again.",
+)
+def check_rank_local_exit(f: ModuleFacts) -> Iterator[Hit]:
+    if (b"exit" not in f.source and b"SystemExit" not in f.source) or is_test_file(f.path):
+        return
+    if not distributed_program(f):
+        return
+    seen: set[int] = set()
+    for loop in ast.walk(f.tree):
+        if not isinstance(loop, (ast.For, ast.While)):
+            continue
+        syncs = [n for n in _own_statements(loop) if isinstance(n, ast.Call)
+                 and _STEP_SYNC_RE.search(final_identifier(n.func).lower() or "")]
+        if not syncs:
+            continue
+        computed = _computed_in(loop)
+        for test_if, exit_st in _exits_of(loop):
+            if id(exit_st) in seen:
+                continue
+            seen.add(id(exit_st))
+            # A value handed to a collective before the test is the same on every rank there.
+            reduced = {n.id for c in syncs if c.lineno < test_if.lineno
+                       for a in c.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+            local = sorted(n.id for n in ast.walk(test_if.test)
+                           if isinstance(n, ast.Name) and n.id in computed and n.id not in reduced)
+            if not local or classify_guard(test_if.test, f.main_vars) is not None:
+                continue  # (a rank test: a rank-0-only exit is another rule's)
+            yield (
+                exit_st,
+                f"exits when `{local[0]}` (computed by this rank from its own batch, line {computed[local[0]]}) "
+                "fails the test: only this rank leaves, the others wait for it in the next step's all-reduce",
+            )
+
+
 # --- DDP039: a TensorBoard writer opened by every rank in one directory ---------------------------------
 
 _WRITERS = ("SummaryWriter",)
