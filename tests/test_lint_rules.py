@@ -2785,6 +2785,35 @@ NEAR_MISSES += [
 ]
 
 
+NEAR_MISSES += [
+    (
+        "DDP034",
+        """
+        # FAIR-Chem/fairchem (held-out lint corpus 11): a free port only for a world of one.
+        def setup(config):
+            rank = int(os.environ["SLURM_PROCID"])
+            port = find_free_port() if config["world_size"] == 1 else 13356
+            os.environ["MASTER_PORT"] = str(port)
+            dist.init_process_group("nccl", rank=rank, world_size=config["world_size"])
+        """,
+    ),
+    (
+        "DDP025",
+        """
+        # dmlc/dgl's multi-GPU example (held-out lint corpus 11): a loopback rendezvous joins one node's
+        # processes only, whatever `num_nodes` (a graph's) says.
+        def train(rank, world_size, g):
+            print(g.num_nodes())
+            dist.init_process_group("nccl", "tcp://127.0.0.1:12347", world_size=world_size, rank=rank)
+
+        if __name__ == "__main__":
+            world_size = torch.cuda.device_count()
+            mp.spawn(train, args=(world_size, None), nprocs=world_size)
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 

