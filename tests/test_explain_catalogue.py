@@ -46,19 +46,6 @@ WARN_LINES = [
         "nccl.warn.proxy",
         "NVIDIA/nccl-tests#166",
     ),
-    (
-        "[2026-03-13 22:26:02] host-01.example.com:XXXXXX [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp "
-        "failed with 110 Connection timed out, on dev mlx_x:1, curr state INIT, next state RTR, local GID index 3, "
-        "local GID ::ffff:xxx.xx.xx.xx, remote GID ::ffff:xxx.xx.xxx.xx",
-        "nccl.warn.ib",
-        "NVIDIA/nccl#2013",
-    ),
-    (
-        "dgxh100-3:2152176:2152299 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error "
-        "Network is unreachable",
-        "nccl.warn.ib",
-        "NVIDIA/nccl-tests#185 (title line, with the host prefix of the log in the same thread)",
-    ),
 ]
 
 
@@ -216,6 +203,31 @@ def test_specific_signature_keeps_precedence_over_the_catalogue() -> None:
     # the kernel lookup in enqueue.cc), not the catalogue's nccl.cuda.
     ex = run("c76d92cccb6e:72:456 [0] enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'\n")
     assert ex.root is not None and ex.root.id == "nccl.arch_missing"
+    assert not any(d.id.startswith("nccl.warn") for d in ex.consequences)
+
+
+# A failed ibv_modify_qp names what the QP could not reach: a specific signature (nccl.ib_modify_qp, session 13,
+# after spent held-out set 11's NVIDIA/nccl#769) claims it ahead of the catalogue's nccl.warn.ib.
+MODIFY_QP = [
+    (
+        "[2026-03-13 22:26:02] host-01.example.com:XXXXXX [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp "
+        "failed with 110 Connection timed out, on dev mlx_x:1, curr state INIT, next state RTR, local GID index 3, "
+        "local GID ::ffff:xxx.xx.xx.xx, remote GID ::ffff:xxx.xx.xxx.xx",
+        "Connection timed out",  # NVIDIA/nccl#2013
+    ),
+    (
+        "dgxh100-3:2152176:2152299 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error "
+        "Network is unreachable",
+        "Network is unreachable",  # NVIDIA/nccl-tests#185 (title line, with the host prefix of the same thread)
+    ),
+]
+
+
+@pytest.mark.parametrize("line,err", MODIFY_QP)
+def test_modify_qp_failure_is_claimed_by_its_signature(line: str, err: str) -> None:
+    ex = run(line + "\n")
+    assert ex.root is not None and ex.root.id == "nccl.ib_modify_qp"
+    assert f"failed with '{err}'" in ex.root.cause
     assert not any(d.id.startswith("nccl.warn") for d in ex.consequences)
 
 
