@@ -321,6 +321,38 @@ EVAL_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "explain-eval" / 
 # The figure on a set nobody here tuned on (issue #23): kept apart from bench/explain-eval, which the
 # signatures were written against. A new figure needs a new set (the logs of this one stay aside).
 HELD_OUT_RESULTS = """
+## Held-out set 11 (2026-11-27, session 13)
+
+46 new logs from 46 public threads, collected by five reviewers who had not read the knowledge base or the
+catalogues (part A, 11: NVIDIA/nccl, nccl-tests and the network around them; part B, 11: pytorch/pytorch and
+PyTorch's own trackers (elastic, torchx, torchtune); part C, 7: training frameworks; part D, 9: model
+repositories, cluster tooling and forums; part E, 8: LLM toolkits and inference engines on NCCL), none in an
+exclusion list of 2,257 URLs (every URL the repository and the shared fixtures cite, which holds every earlier
+set's threads the product was tuned on — the machine holding the older 693-URL list was not kept, so the
+threads earlier sets got right were not on it) nor claimed twice (a shared claim file);
+manifest sha256 `6cbb9b6c…ad88`, `ae8b1f5d…a67`, `b89fdff4…c38c`, `4432468c…5255`, `aded4e2c…c911`; the
+collectors' final messages named no case; they saw threads only as search excerpts, so several logs are one or
+two lines. Run once at main 1f81701, graded by a separate grader who only ran the tool: **22 of 46 right as
+root cause (48%)**, 12 partial, 0 wrong, 12 nothing; **2 consequences named as root cause** (NCCL's flushed
+work completions after a queue-pair error event; a CUDA `unspecified launch failure` behind memory pressure); 6
+failed runs exited 0; 11 of 22 right on strong labels, 11 of 24 on medium. No crash, timeout or stderr in 92
+runs. Misses: NCCL's per-device `Got async event` form and `ibv_modify_qp ... Connection timed out` (a RoCE GID
+index), libfabric EFA's `(-12) Cannot allocate memory` (the memlock limit), PyTorch 1.0's `_queue_reduction`
+TypeError (unused parameters), DeepSpeed's batch assertion with world size 1, a `SignalException` pasted as `got
+sigval:1`, and causes the log does not hold (a firewall, Docker's network isolation, a hostname truncation, a
+stale JIT build, a rank-dependent loss, silent hangs). Below the 75% goal of issue #23; the set is now spent.
+
+## Tuned on held-out set 11 afterwards (2026-11-27, session 13): a TUNING figure
+
+Developer-graded with the grader's rules after tuning: **before 22 of 46 right as root cause; after 28 of 46**,
+0 consequences as root (a03's flushed completions now follow the queue-pair event). New, each from the
+printing program's own source or format (lines.json; the 24 logs that were not right kept in
+tests/fixtures/explain/spent-set11, held by tests/test_explain_spent_set11.py): `nccl.ib_qp_error` (NCCL's
+`NET/IB : <dev>:<port> Got async event : ... work queue ...`; port events keep `nccl.ib_port_error`, now also in
+that per-device form), `nccl.ib_modify_qp` (ahead of the catalogue's generic IB class: set 9's h05 gets it too),
+`deepspeed.world_size_one` and `deepspeed.batch_size_mismatch` (DeepSpeed's `_batch_assertion`), libfabric EFA's
+ENOMEM as `nccl.memlock`, PyTorch 1.0's `_queue_reduction` TypeError as `ddp.unused_parameters`, `got sigval`
+for `launch.agent_signal`. Still missed: the causes no line of the log holds.
 ## Held-out set 10 (2026-11-27, session 12)
 
 34 new logs from public threads (short of the 40 aimed at: the collectors could see most threads only as
