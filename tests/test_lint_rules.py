@@ -2814,6 +2814,61 @@ NEAR_MISSES += [
 ]
 
 
+POSITIVES += [
+    (
+        "DDP051",
+        """
+        # rasbt/LLMs-from-scratch (held-out lint corpus 11): LOCAL_RANK preferred over RANK for the rank.
+        def ddp_setup(rank, world_size):
+            dist.init_process_group(backend="nccl", rank=rank, world_size=world_size)
+            torch.cuda.set_device(rank)
+
+        if __name__ == "__main__":
+            world_size = int(os.environ["WORLD_SIZE"])
+            if "LOCAL_RANK" in os.environ:
+                rank = int(os.environ["LOCAL_RANK"])  # <-
+            elif "RANK" in os.environ:
+                rank = int(os.environ["RANK"])
+            else:
+                rank = 0
+            ddp_setup(rank, world_size)
+        """,
+    ),
+    (
+        "DDP051",
+        """
+        def setup(args):
+            dist.init_process_group("nccl", init_method="env://", world_size=args.world_size,
+                                    rank=args.local_rank)  # <-
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP051",
+        """
+        # The local rank picks the GPU; the global rank joins the group.
+        def setup():
+            local_rank = int(os.environ["LOCAL_RANK"])
+            rank = int(os.environ["RANK"])
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group("nccl", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+        """,
+    ),
+    (
+        "DDP051",
+        """
+        # A global rank computed from the node rank and the local one.
+        def worker(local_rank, args):
+            rank = args.node_rank * args.gpus + local_rank
+            dist.init_process_group("nccl", rank=rank, world_size=args.world_size)
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -2853,7 +2908,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 51)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 52)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

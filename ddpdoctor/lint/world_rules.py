@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from ddpdoctor.lint.facts import (
     NONZERO,
@@ -22,6 +22,7 @@ from ddpdoctor.lint.facts import (
     classify_guard,
     dotted,
     ends_in_exit,
+    final_identifier,
     mentions_rank,
 )
 from ddpdoctor.lint.flow import enclosing_scope, parameter_values, single_process_branch, value_before
@@ -857,3 +858,78 @@ def check_torchrun_rendezvous_overwritten(f: ModuleFacts) -> Iterator[Hit]:
         seen.add(id(scope))
         yield stmt, (f"{key} overwritten in a program torchrun launches (it reads LOCAL_RANK): the ranks look for "
                      "the rendezvous store there instead of torchrun's, and init_process_group times out")
+
+
+# --- DDP051: the local rank handed to init_process_group as the global rank -----------------------------------
+
+
+def _env_key(node: ast.AST) -> Optional[str]:
+    """`os.environ["KEY"]`, `os.environ.get("KEY")`, `os.getenv("KEY")` -> "KEY"."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value if (dotted(node.value) or "").endswith("environ") else None
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        name = dotted(node.func) or ""
+        if name.endswith("environ.get") or name.split(".")[-1] == "getenv":
+            return node.args[0].value if isinstance(node.args[0].value, str) else None
+    return None
+
+
+def _is_local_rank(value: ast.AST) -> bool:
+    """The value is the local rank itself (not a global rank computed from it): `int(os.environ["LOCAL_RANK"])`,
+    `args.local_rank`."""
+    while isinstance(value, ast.Call) and final_identifier(value.func) == "int" and value.args:
+        value = value.args[0]
+    if _env_key(value) in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
+        return True
+    return isinstance(value, (ast.Name, ast.Attribute)) and final_identifier(value).lower() in ("local_rank",)
+
+
+def _local_rank_origin(f: ModuleFacts, expr: ast.AST, scope: Any, depth: int = 0) -> Optional[ast.AST]:
+    """Where the rank handed to init_process_group is the local rank: the expression, or the assignment of the
+    name it is (followed through this file's assignments and the arguments callers pass for a parameter)."""
+    if depth > 3 or expr is None:
+        return None
+    if _is_local_rank(expr):
+        return expr
+    if not isinstance(expr, (ast.Name, ast.Attribute)):
+        return None
+    key = dotted(expr)
+    for value, stmt in f.assigns.get(key or "", ()):
+        if _is_local_rank(value):
+            return stmt
+    if isinstance(expr, ast.Name) and scope is not None and not scope.is_module:
+        for value in parameter_values(f, scope, expr.id) or ():
+            found = _local_rank_origin(f, value, f.module, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+@rule(
+    "DDP051",
+    "local-rank-as-global-rank",
+    "the local rank (LOCAL_RANK, this node's process index) is passed to init_process_group as the global "
+    "rank: on more than one node several processes claim the same rank",
+    "pass the global rank: rank = int(os.environ[\"RANK\"]) (torchrun sets both; use LOCAL_RANK only to pick "
+    "the GPU), or let init_process_group read RANK from the environment",
+    "LOCAL_RANK counts the processes of one node (0..nproc_per_node-1); RANK counts the whole job. On one "
+    "node they are equal, so the script works; on two nodes both nodes' first processes register as rank 0 "
+    "and the rendezvous fails (`rank 0 already registered`) or hangs, or ranks pair up wrongly.",
+)
+def check_local_rank_as_global_rank(f: ModuleFacts) -> Iterator[Hit]:
+    if b"init_process_group" not in f.source or not (b"LOCAL_RANK" in f.source or b"local_rank" in f.source):
+        return
+    seen: set[int] = set()
+    for cs in _init_calls(f):
+        rank = cs.arg(4, "rank")
+        if rank is None:
+            continue
+        origin = _local_rank_origin(f, rank, cs.scope)
+        if origin is None or id(origin) in seen:
+            continue  # (one finding for the gloo and nccl branches of one setup)
+        seen.add(id(origin))
+        yield (
+            origin,
+            f"`{ast.unparse(rank)}` handed to init_process_group(rank=...) on line {cs.node.lineno} is the local "
+            "rank: on several nodes every node's first process claims rank 0",
+        )
