@@ -412,3 +412,46 @@ def test_a_rank_zero_flag_set_in_another_file_guards_the_save(tmp_path: Path) ->
     # Its text alone cannot say what should_save means: both saves are reported.
     alone = lint_source(files[1].read_text(), "train.py", select_rules(["DDP007"]))
     assert [d.line for d in alone] == [8, 10]
+
+
+def test_a_download_helper_in_another_file_is_reported_where_every_rank_calls_it(tmp_path: Path) -> None:
+    """karpathy/build-nanogpt (held-out lint corpus 11): the training loop of every rank iterates an evaluation
+    set whose helper module downloads the file when missing (requests.get in download_file); rank 0 first,
+    behind a barrier, is quiet."""
+    helper = """
+        import os
+        import requests
+        def download_file(url, fname):
+            resp = requests.get(url, stream=True)
+            with open(fname, "wb") as fh:
+                fh.write(resp.content)
+        def download(split):
+            if not os.path.exists(f"hs_{split}.jsonl"):
+                download_file(f"https://example.org/{split}", f"hs_{split}.jsonl")
+        def iterate_examples(split):
+            download(split)
+            with open(f"hs_{split}.jsonl") as fh:
+                yield from fh
+    """
+    every_rank = """
+        import torch.distributed as dist
+        from hellaswag import iterate_examples
+        dist.init_process_group("nccl")
+        for example in iterate_examples("val"):
+            print(example)
+    """
+    rank0_first = """
+        import torch.distributed as dist
+        from hellaswag import iterate_examples
+        dist.init_process_group("nccl")
+        if dist.get_rank() != 0:
+            dist.barrier()
+        for example in iterate_examples("val"):
+            print(example)
+        if dist.get_rank() == 0:
+            dist.barrier()
+    """
+    files = write(tmp_path / "a", {"hellaswag.py": helper, "train.py": every_rank})
+    assert found(files, ["DDP030"]) == {("train.py", 5, "DDP030")}
+    files = write(tmp_path / "b", {"hellaswag.py": helper, "train.py": rank0_first})
+    assert found(files, ["DDP030"]) == set()

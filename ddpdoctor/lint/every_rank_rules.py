@@ -20,7 +20,7 @@ from ddpdoctor.lint.facts import (
     final_identifier,
     mentions_rank,
 )
-from ddpdoctor.lint.flow import callers_of, per_rank_path, rank_zero_only
+from ddpdoctor.lint.flow import callees_of, callers_of, per_rank_path, rank_zero_only
 from ddpdoctor.lint.helpers import is_test_file, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program
@@ -40,6 +40,47 @@ def _download(cs: CallSite) -> str:
     if isinstance(flag, ast.Constant) and flag.value is True:
         return f"{cs.attr}(download=True)"
     return ""
+
+
+# A download helper's fetch: urllib, requests, torchvision's and huggingface_hub's download functions.
+_FETCHES = frozenset({"urlretrieve", "urlopen", "download_url", "download_and_extract_archive", "hf_hub_download",
+                      "snapshot_download"})
+
+
+def _fetches(c: CallSite) -> bool:
+    """A call that fetches a URL, made by a function named for downloading (`download_file` -> requests.get)."""
+    return "download" in c.scope.name.lower() and (c.attr in _FETCHES or c.qual == "requests.get")
+
+
+def _scope_downloads(g: ModuleFacts, scope: Scope, depth: int = 0) -> Optional[CallSite]:
+    """The fetch `scope` makes, itself or through the functions it calls (memoised per function)."""
+    key = ("downloads", id(scope))
+    if key in g.memo:
+        return g.memo[key]  # type: ignore[return-value]
+    g.memo[key] = None  # a recursive cycle adds nothing
+    found = next((c for c in scope.calls if _fetches(c)), None)
+    if found is None and depth < 3:
+        for c in scope.calls:
+            for target, inner in callees_of(g, c):
+                found = _scope_downloads(target, inner, depth + 1)
+                if found is not None:
+                    break
+            if found is not None:
+                break
+    g.memo[key] = found
+    return found
+
+
+def _reaches_download(f: ModuleFacts, cs: CallSite) -> Optional[CallSite]:
+    """The fetch a call reaches through the project's functions (build-nanogpt's `iterate_examples("val")` ->
+    `download()` -> `download_file()` -> requests.get), a few levels deep."""
+    if cs.attr in _FETCHES or cs.kwarg("download") is not None:
+        return None
+    for target, scope in callees_of(f, cs):
+        found = _scope_downloads(target, scope)
+        if found is not None:
+            return found
+    return None
 
 
 def _first_blocks(scope: Scope) -> list[tuple[int, int]]:
@@ -80,7 +121,7 @@ def _goes_first(f: ModuleFacts, scope: Scope, line: int, depth: int = 0) -> bool
     "'File is not a zip file' / checksum errors, or a rank reading a half-written file.",
 )
 def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
-    if b"download" not in f.source:
+    if b"download" not in f.source and f.project is None:
         return
     if not distributed_program(f) or is_test_file(f.path):
         return  # (a unit test's fixtures are no rank of a training run)
@@ -88,7 +129,11 @@ def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
     for cs in f.calls:
         what = _download(cs)
         if not what:
-            continue
+            # Through the project's helpers: reported where a file that is itself a rank calls them.
+            fetch = _reaches_download(f, cs) if uses_distributed(f) else None
+            if fetch is None:
+                continue
+            what = f"{cs.attr}() (it downloads through {fetch.scope.name}(), line {fetch.node.lineno} of its file)"
         if cs.guarded or (cs.rank_if is not None) or rank_zero_only(f, cs.scope):
             continue  # rank 0 (or one process per node) downloads; any rank branch: its own protocol
         if _goes_first(f, cs.scope, cs.node.lineno):
