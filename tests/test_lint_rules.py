@@ -2917,6 +2917,63 @@ NEAR_MISSES += [
 ]
 
 
+POSITIVES += [
+    (
+        "DDP052",
+        """
+        # facebookresearch/moco main_moco.py (held-out lint corpus 11): the branch for one process per node.
+        def main_worker(gpu, args):
+            dist.init_process_group("nccl", init_method=args.dist_url, world_size=args.world_size, rank=args.rank)
+            model = nn.Linear(2, 2)
+            if args.gpu is not None:
+                torch.cuda.set_device(args.gpu)
+                model.cuda(args.gpu)
+                model = DDP(model, device_ids=[args.gpu])
+            else:
+                model.cuda()
+                model = torch.nn.parallel.DistributedDataParallel(model)  # <-
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP052",
+        """
+        # Both branches pick the process's GPU.
+        def main_worker(gpu, args):
+            dist.init_process_group("nccl")
+            model = nn.Linear(2, 2)
+            if args.gpu is not None:
+                torch.cuda.set_device(args.gpu)
+                model = DDP(model.cuda(args.gpu), device_ids=[args.gpu])
+            else:
+                local_rank = int(os.environ["LOCAL_RANK"])
+                torch.cuda.set_device(local_rank)
+                model.cuda()
+                model = torch.nn.parallel.DistributedDataParallel(model)
+        """,
+    ),
+    (
+        "DDP052",
+        """
+        # No branch sets the device: the device was set before (another rule's business), no branch is odd.
+        def main_worker(args):
+            dist.init_process_group("nccl")
+            model = nn.Linear(2, 2)
+            if args.sync_bn:
+                model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+                model.cuda()
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            else:
+                model.cuda()
+                model = torch.nn.parallel.DistributedDataParallel(model)
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -2956,7 +3013,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 52)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 53)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

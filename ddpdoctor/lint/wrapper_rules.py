@@ -208,3 +208,62 @@ def check_ddp_module_on_cpu(f: ModuleFacts) -> Iterator[Hit]:
             f"{name} (built at line {made}) is wrapped with device_ids but was never moved to a GPU: call "
             f"{name}.to(device) before DistributedDataParallel",
         )
+
+
+# --- DDP052: DDP without device_ids on the branch that never sets the device ------------------------------
+
+
+def _sets_device(body: list[ast.stmt]) -> bool:
+    """The statements pick this process's GPU: torch.cuda.set_device(...), or DDP(..., device_ids=[...])."""
+    for node in (n for st in body for n in ast.walk(st)):
+        if isinstance(node, ast.Call):
+            name = final_identifier(node.func)
+            if name == "set_device" or (name == "DistributedDataParallel"
+                                        and any(k.arg == "device_ids" for k in node.keywords)):
+                return True
+    return False
+
+
+def _bare_cuda_before(body: list[ast.stmt], line: int) -> bool:
+    """A `.cuda()` with no device (the current device, GPU 0 unless someone set it) earlier in the branch."""
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cuda"
+        and not n.args and not n.keywords and n.lineno < line
+        for st in body for n in ast.walk(st)
+    )
+
+
+@rule(
+    "DDP052",
+    "ddp-default-device",
+    "the model is wrapped in DistributedDataParallel without device_ids after a bare .cuda() on the branch that "
+    "never sets the device (its other branch does): every process of the node that takes it uses GPU 0",
+    "set the device on this branch too (`torch.cuda.set_device(local_rank)`; `model.cuda(local_rank)`; "
+    "`DistributedDataParallel(model, device_ids=[local_rank])`), or refuse the branch when several processes "
+    "share a node",
+    "The ImageNet example's lineage keeps a branch for one process per node that drives every GPU (DDP's "
+    "single-process multi-device mode, removed from PyTorch since): launched one process per GPU (torchrun, "
+    "srun) without the flag that selects the other branch, every process lands there, calls model.cuda() on "
+    "the current device, GPU 0, and wraps it without device_ids: all ranks of the node train on GPU 0 (out of "
+    "memory, NCCL's 'Duplicate GPU detected'), the other GPUs idle.",
+)
+def check_ddp_default_device(f: ModuleFacts) -> Iterator[Hit]:
+    if b"DistributedDataParallel" not in f.source or b".cuda()" not in f.source:
+        return
+    for node in ast.walk(f.tree):
+        if not isinstance(node, ast.If) or not node.orelse:
+            continue
+        for side, other in ((node.body, node.orelse), (node.orelse, node.body)):
+            if _sets_device(side) or not _sets_device(other):
+                continue
+            for st in side:
+                for call in (n for n in ast.walk(st) if isinstance(n, ast.Call)):
+                    if (final_identifier(call.func) == "DistributedDataParallel" and len(call.args) < 2
+                            and not any(k.arg in ("device_ids", None) for k in call.keywords)
+                            and _bare_cuda_before(side, call.lineno)):
+                        yield (
+                            call,
+                            f"DistributedDataParallel without device_ids after a bare .cuda() on this branch of "
+                            f"the `if` on line {node.lineno}, whose other branch sets the device: the processes "
+                            "that take it all use GPU 0",
+                        )
