@@ -27,6 +27,8 @@ all_reduce for the last one:
   multiprocessing.Queue.get();
 - `poll`: the main thread polls for a file nobody writes, sleeping 0.2 s between tries;
 - `event`: the main thread waits on a threading.Event nothing sets;
+- `target_called`: `threading.Thread(target=heartbeat_loop(stop, path))` runs the heartbeat loop in the main
+  thread itself (held-out hang set 10, j06's class, written again here);
 - `barrier`: the main thread waits on a threading.Barrier(2) no other thread reaches;
 - `proc_join`: the main thread joins a multiprocessing.Process child that sleeps;
 - `popen_wait`: the main thread waits in subprocess.run(["sleep", "3600"]);
@@ -661,6 +663,20 @@ def self_request(rank: int) -> None:
     fetch(server.server_address[1], "/run")
 
 
+def heartbeat_loop(stop: threading.Event, path: str) -> None:
+    while not stop.wait(0.2):
+        with open(path, "w") as fh:
+            fh.write("alive")
+
+
+def target_called(rank: int) -> None:
+    stop = threading.Event()
+    ready(rank)
+    path = os.path.join(os.environ["HANG_READY_DIR"], "heartbeat")
+    beat = threading.Thread(target=heartbeat_loop(stop, path), daemon=True)  # HANG-LINE target-called
+    beat.start()
+
+
 def main() -> None:
     scenario = sys.argv[1]
     if scenario == "world_too_big":
@@ -687,6 +703,8 @@ def main() -> None:
             continue
         if scenario == "lock_order":
             lock_order(rank)
+        elif scenario == "target_called":
+            target_called(rank)
         elif scenario == "self_lock":
             self_lock(rank)
         elif scenario == "generator_lock":

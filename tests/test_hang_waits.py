@@ -20,6 +20,10 @@ CULPRIT = 1
 # scenario -> (mechanism id, the culprit's HANG-LINE marker, words the summary must hold)
 EXPECTED = {
     "lock_order": ("lock.order_deadlock", "lock-order", ["lock-order deadlock between thread MainThread", "thread saver"]),
+    # A call meant for a thread runs in the main thread: the line that hands it is the one to fix (held-out
+    # hang set 10, j06's class).
+    "target_called": ("thread.target_called", "target-called", [
+        "calls heartbeat_loop() right there, in the main thread", "hands its return value to the thread"]),
     "self_lock": ("lock.self_deadlock", "self-lock", ["waits on a lock nothing else in this process holds or releases"]),
     # The lock is held by a suspended generator that yields inside its `with` (held-out hang set 7, j02's class).
     "generator_lock": ("lock.held_by_generator", "generator-lock", ["the generator batches() yields inside `with`",

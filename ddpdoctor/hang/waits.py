@@ -540,6 +540,37 @@ def _creating_group(main: ThreadStack, sources: Mapping[str, Sequence[str]]) -> 
     )
 
 
+# `Thread(target=f(...))`, `Process(target=f(...))`, `Timer(5, f(...))`, `pool.submit(f(...))`,
+# `pool.apply_async(f(...))`: the call runs here, in the calling thread, and its return value is handed on.
+_HANDS_CALL = r"(?:\b(?:Thread|Process|Timer)\s*\((?:[^()]*,)?\s*(?:target|function)?\s*=?\s*|\.(?:submit|apply_async|" \
+    r"run_in_executor|start_new_thread)\s*\((?:[^(),]*,\s*)?){name}\s*\("
+
+
+def _target_called(main: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Optional[Mechanism]:
+    """The main thread runs, itself, the function a line meant to hand to a thread or a pool: the caller's
+    line is `threading.Thread(target=heartbeat_loop(stop, path), ...)` and the next frame in is heartbeat_loop()
+    (held-out hang set 10, j06: a heartbeat loop run in rank 0's main thread, which never reaches DDP)."""
+    frames = [f for f in main.frames if f.is_user]  # innermost first
+    for inner, outer in zip(frames, frames[1:]):
+        name = inner.name.rsplit(".", 1)[-1]
+        code = _code(sources, outer)
+        if not code or not re.search(_HANDS_CALL.format(name=re.escape(name)), code):
+            continue
+        return Mechanism(
+            "thread.target_called",
+            f"`{code}` at {_at(outer, sources)} calls {name}() right there, in the main thread, and hands "
+            f"its return value to the thread: {name}() runs in the main thread (now at {_at(inner, sources)}) and "
+            "the line never completes, so this rank never gets past it",
+            f"Pass the function and its arguments apart: `threading.Thread(target={name}, args=(...), daemon=True)` "
+            f"(likewise `pool.submit({name}, ...)`).",
+            [{"thread": main.thread_name, "file": outer.filename, "line": outer.line, "code": code,
+              "role": "hands a call"},
+             {"thread": main.thread_name, "file": inner.filename, "line": inner.line, "code": _code(sources, inner),
+              "role": "runs in the main thread"}],
+        )
+    return None
+
+
 def explain_wait(
     stack: RankStack,
     sources: Mapping[str, Sequence[str]],
@@ -569,6 +600,9 @@ def explain_wait(
     creating = _creating_group(main, sources)
     if creating is not None:
         return creating
+    called = _target_called(main, sources)
+    if called is not None:
+        return called
     blocked = [b for t in stack.threads if (b := blocked_in(t, sources)) is not None]
     mine = next((b for b in blocked if b.thread == main.thread_name), None)
     locks = [b for b in blocked if b.kind == "lock"]
