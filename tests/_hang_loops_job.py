@@ -43,6 +43,9 @@ imported). argv[1] is the scenario:
   fetches the manifest from that same server; every rank's main thread waits for its reply (held-out hang
   set 6, j16's class, written again here).
 
+- `label_keys`: per-class statistics keyed by the labels each rank saw in its own shard; rank 1 saw one more
+  label, so it all-reduces one more key while rank 0 has gone on to the barrier (held-out hang set 10, j03's
+  class, written again here).
 - `wall_deadline`: a time-boxed loop (`while time.monotonic() < deadline:`) whose deadline each rank computes
   from its own start; rank 1 finished loading 1.5 s later, so rank 0 leaves first and waits in the
   checkpoint's barrier while rank 1 waits in the next all_reduce (held-out hang set 9, j04's class, written
@@ -85,6 +88,18 @@ def train(rank: int) -> None:
         local_loss = 0.0 if rank == 1 and step >= 2 else 1.0
         if local_loss < 0.5:
             break  # HANG-LINE break
+
+
+def label_keys(rank: int) -> None:
+    labels = [0, 1, 2] if rank == 0 else [0, 1, 2, 8]  # what each rank's shard happened to hold
+    stats = {}
+    for label in labels:
+        s = stats.setdefault(label, torch.zeros(2))
+        s[1] += 1
+    ready(rank)
+    for label in sorted(stats):
+        dist.all_reduce(stats[label])  # HANG-LINE label-reduce
+    save_checkpoint(rank)
 
 
 def wall_deadline(rank: int) -> None:
@@ -419,6 +434,8 @@ def main() -> None:
         early_break(rank)
     elif scenario == "wall_deadline":
         wall_deadline(rank)
+    elif scenario == "label_keys":
+        label_keys(rank)
     elif scenario == "uneven_ddp":
         uneven_ddp(rank, world)
     elif scenario == "eval_ddp":

