@@ -30,6 +30,8 @@ all_reduce for the last one:
 - `select_buffered`: a helper service writes its banner and its ready line at once; the rank reads the banner
   with readline() (which buffers both) and then waits in select() on the pipe for the ready line (held-out hang
   set 10, j10's class, written again here);
+- `import_join`: the rank imports _hang_import_kit, whose top-level code joins a thread that imports
+  _hang_import_kit (held-out hang set 10, j07's class);
 - `target_called`: `threading.Thread(target=heartbeat_loop(stop, path))` runs the heartbeat loop in the main
   thread itself (held-out hang set 10, j06's class, written again here);
 - `barrier`: the main thread waits on a threading.Barrier(2) no other thread reaches;
@@ -729,6 +731,9 @@ def main() -> None:
             lock_order(rank)
         elif scenario == "target_called":
             target_called(rank)
+        elif scenario == "import_join":
+            ready(rank)
+            import _hang_import_kit  # noqa: F401
         elif scenario == "select_buffered":
             select_buffered(rank)
         elif scenario == "self_lock":

