@@ -32,6 +32,8 @@ all_reduce for the last one:
   set 10, j10's class, written again here);
 - `import_join`: the rank imports _hang_import_kit, whose top-level code joins a thread that imports
   _hang_import_kit (held-out hang set 10, j07's class);
+- `side_store`: the rank serves a side TCPStore for the whole world with wait_for_workers, behind a test that
+  lets only it open the store (held-out hang set 10, j01's class);
 - `target_called`: `threading.Thread(target=heartbeat_loop(stop, path))` runs the heartbeat loop in the main
   thread itself (held-out hang set 10, j06's class, written again here);
 - `barrier`: the main thread waits on a threading.Barrier(2) no other thread reaches;
@@ -97,6 +99,7 @@ import queue
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -689,6 +692,18 @@ def self_request(rank: int) -> None:
     fetch(server.server_address[1], "/run")
 
 
+def open_side_store(rank: int, world: int):
+    if rank != world - 1:  # the telemetry owner alone opens it
+        return None
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    ready(rank)
+    return dist.TCPStore("127.0.0.1", port, world,  # HANG-LINE side-store
+                         is_master=True, wait_for_workers=True, timeout=timedelta(hours=1))
+
+
 def heartbeat_loop(stop: threading.Event, path: str) -> None:
     while not stop.wait(0.2):
         with open(path, "w") as fh:
@@ -731,6 +746,8 @@ def main() -> None:
             lock_order(rank)
         elif scenario == "target_called":
             target_called(rank)
+        elif scenario == "side_store":
+            open_side_store(rank, world)
         elif scenario == "import_join":
             ready(rank)
             import _hang_import_kit  # noqa: F401

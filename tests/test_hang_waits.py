@@ -28,6 +28,10 @@ EXPECTED = {
     "select_buffered": ("io.select_after_buffered_read", "select-buffered", [
         "on `self.proc.stdout`, which this code also reads through Python's buffered file object",
         "self.banner = self.proc.stdout.readline()"]),
+    # A side store served for the whole world, opened by one process (held-out hang set 10, j01's class).
+    "side_store": ("store.waits_for_workers", "side-store", [
+        "inside the c10d TCPStore constructor", "serving the store (is_master) for `world` processes",
+        "this function lets only some processes reach it (`if rank != world - 1:"]),
     "self_lock": ("lock.self_deadlock", "self-lock", ["waits on a lock nothing else in this process holds or releases"]),
     # The lock is held by a suspended generator that yields inside its `with` (held-out hang set 7, j02's class).
     "generator_lock": ("lock.held_by_generator", "generator-lock", ["the generator batches() yields inside `with`",

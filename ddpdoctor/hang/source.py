@@ -264,7 +264,7 @@ def rank_guard(lines: Sequence[str], line: int) -> Optional[int]:
         # Only guards at the function's top level decide whether its later lines run at all.
         if _indent(text) != body or not text.lstrip().startswith("if ") or not _RANKISH.search(text):
             continue
-        inline = text.split(":", 1)[1].strip() if ":" in text else ""
+        inline = text.split(":", 1)[1].split("#", 1)[0].strip() if ":" in text else ""  # (a trailing comment)
         after = next((t for t in lines[number:line - 1] if _is_code(t)), "")
         if inline.startswith("return") or (
             not inline and after.lstrip().startswith("return") and _indent(after) > _indent(text)

@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence
 
 from ddpdoctor.hang.fr import Frame
 from ddpdoctor.hang.procs import is_bookkeeping
-from ddpdoctor.hang.source import block_body, enclosing_function, function_rest, loop_around
+from ddpdoctor.hang.source import block_body, enclosing_function, function_rest, loop_around, rank_guard
 from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
 from ddpdoctor.parsers.pytraceback import PyTraceback, TracebackFrame
@@ -611,6 +611,50 @@ def _select_after_buffered_read(main: ThreadStack, sources: Mapping[str, Sequenc
     return None
 
 
+def _call_text(lines: Sequence[str], line: int, limit: int = 8) -> str:
+    """The statement that starts at `line`, joined over its continuation lines until its brackets close."""
+    out, depth = [], 0
+    for number in range(line, min(len(lines), line + limit) + 1):
+        text = lines[number - 1].split("#", 1)[0]
+        out.append(text.strip())
+        depth += text.count("(") + text.count("[") - text.count(")") - text.count("]")
+        if depth <= 0:
+            break
+    return " ".join(out)
+
+
+def _store_server_waits(main: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Optional[Mechanism]:
+    """The main thread is inside a TCPStore constructor that serves the store (is_master) and waits for its
+    workers (wait_for_workers, the default): it returns only when world_size processes have connected (held-out
+    hang set 10, j01: a telemetry store for WORLD_SIZE processes that only local rank 0 of each node opens)."""
+    user = next((f for f in main.frames if f.is_user), None)
+    lines = sources.get(user.filename) if user is not None else None
+    if user is None or not lines or not 0 < user.line <= len(lines):
+        return None
+    call = _call_text(lines, user.line)
+    found = re.search(r"\bTCPStore\s*\((?P<args>.*)\)", call)
+    if found is None or "is_master" not in call or re.search(r"wait_for_workers\s*=\s*False", call):
+        return None
+    args = [a.strip() for a in re.split(r",(?![^()]*\))", found.group("args"))]
+    positional = [a for a in args if "=" not in a.split("(", 1)[0]]
+    size = next((a.split("=", 1)[1].strip() for a in args if a.replace(" ", "").startswith("world_size=")),
+                positional[2] if len(positional) > 2 else "world_size")
+    guard = rank_guard(lines, user.line)
+    gate = (f"; this function lets only some processes reach it (`{lines[guard - 1].strip()}` at line {guard}), so "
+            "fewer than that ever connect") if guard else ""
+    return Mechanism(
+        "store.waits_for_workers",
+        f"it is inside the c10d TCPStore constructor at {_at(user, sources)}, serving the store (is_master) for "
+        f"`{size}` processes with wait_for_workers on: the constructor returns only when that many processes have "
+        f"connected to it{gate}",
+        "Make the world size of a side store the number of processes that really open it (or pass "
+        "wait_for_workers=False and let clients connect when they come), and open it on exactly those processes; "
+        "a timeout= on the store turns the wait into an error.",
+        [{"thread": main.thread_name, "file": user.filename, "line": user.line, "code": _code(sources, user),
+          **({"guard": guard} if guard else {})}],
+    )
+
+
 _IMPORT_LOCK_WAITS = frozenset({"acquire", "_lock_unlock_module", "_get_module_lock", "__enter__"})
 
 
@@ -701,7 +745,8 @@ def explain_wait(
     if serving is not None:
         return serving
     if mine is None:
-        return _select_after_buffered_read(main, sources) or _poll_seen_before(stack, sources, history, woke)
+        return (_store_server_waits(main, sources) or _select_after_buffered_read(main, sources)
+                or _poll_seen_before(stack, sources, history, woke))
     at = _at(mine.frame, sources)
     if mine.kind == "lock":
         return _lock_mechanism(stack, mine, blocked, sources)
