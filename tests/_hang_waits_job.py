@@ -34,6 +34,8 @@ all_reduce for the last one:
   _hang_import_kit (held-out hang set 10, j07's class);
 - `side_store`: the rank serves a side TCPStore for the whole world with wait_for_workers, behind a test that
   lets only it open the store (held-out hang set 10, j01's class);
+- `mp_lock_killed`: a builder process is killed over its time budget while it holds a multiprocessing Lock; the
+  rank then waits to take that lock (held-out hang set 10, j09's class);
 - `target_called`: `threading.Thread(target=heartbeat_loop(stop, path))` runs the heartbeat loop in the main
   thread itself (held-out hang set 10, j06's class, written again here);
 - `barrier`: the main thread waits on a threading.Barrier(2) no other thread reaches;
@@ -704,6 +706,26 @@ def open_side_store(rank: int, world: int):
                          is_master=True, wait_for_workers=True, timeout=timedelta(hours=1))
 
 
+FORK = multiprocessing.get_context("fork")
+CACHE_LOCK = FORK.Lock()
+
+
+def build_cache() -> None:
+    with CACHE_LOCK:
+        time.sleep(600)  # a slow shard
+
+
+def mp_lock_killed(rank: int) -> None:
+    builder = FORK.Process(target=build_cache, daemon=True)
+    builder.start()
+    time.sleep(1.0)
+    builder.kill()  # over budget
+    builder.join()
+    ready(rank)
+    with CACHE_LOCK:  # HANG-LINE mp-lock
+        pass
+
+
 def heartbeat_loop(stop: threading.Event, path: str) -> None:
     while not stop.wait(0.2):
         with open(path, "w") as fh:
@@ -746,6 +768,8 @@ def main() -> None:
             lock_order(rank)
         elif scenario == "target_called":
             target_called(rank)
+        elif scenario == "mp_lock_killed":
+            mp_lock_killed(rank)
         elif scenario == "side_store":
             open_side_store(rank, world)
         elif scenario == "import_join":

