@@ -15,6 +15,7 @@ import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier
+from ddpdoctor.lint.flow import names_in
 from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import EVAL_RE, distributed_program, evaluation_sampler
@@ -64,11 +65,7 @@ def _base(node: ast.AST) -> Optional[str]:
     """The name an accumulator is known by: `correct`, `self.total` -> total, `stats["n"]` -> stats."""
     while isinstance(node, ast.Subscript):
         node = node.value
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return None
+    return final_identifier(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
 
 
 def _accumulators(loop: ast.For) -> set[str]:
@@ -210,7 +207,7 @@ def check_unreduced_eval_metric(f: ModuleFacts) -> Iterator[Hit]:
         if _reduces(fn) or _helpers_reduce(f, scope) or _callers_reduce(f, scope):
             continue
         for loop in (n for n in ast.walk(fn) if isinstance(n, ast.For)):
-            names = {n for n in _iter_names(loop.iter)}
+            names = {n for n in names_in(loop.iter)}
             if not any(_LOADER.search(n.lower()) for n in names):
                 continue
             acc = _accumulators(loop)
@@ -228,10 +225,3 @@ def check_unreduced_eval_metric(f: ModuleFacts) -> Iterator[Hit]:
             )
             break
 
-
-def _iter_names(node: ast.AST) -> Iterator[str]:
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name):
-            yield n.id
-        elif isinstance(n, ast.Attribute):
-            yield n.attr
