@@ -30,11 +30,8 @@ from ddpdoctor.hang.findings import (
 from ddpdoctor.hang.live import (
     all_blocked,
     left_sequence,
-    loop_split,
-    loop_split_mechanism,
     loop_tie_verdict,
     not_distributed,
-    split_sides,
     verdict_exited,
     verdict_no_job_at_pid,
     verdict_not_distributed,
@@ -42,6 +39,7 @@ from ddpdoctor.hang.live import (
     verdict_spinning,
     with_loop_mechanism,
 )
+from ddpdoctor.hang.loop_split import loop_split, loop_split_mechanism, split_sides
 from ddpdoctor.hang.mismatch import (
     P2P_RECV,
     argument_mismatch,

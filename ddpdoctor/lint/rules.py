@@ -26,19 +26,15 @@ from ddpdoctor.lint.flow import (
     callees_of,
     callers_of,
     enclosing_scope,
-    gated_rank_zero_only,
     happens_before,
     in_memory,
     is_entry,
     local_rank_guarded,
     names_in,
     parameter_values,
-    parent_only,
     per_rank_path,
     rank_zero_only,
-    reaches,
     runs_at_import,
-    single_process_branch,
 )
 from ddpdoctor.lint.helpers import (
     _CHECKPOINT_FUNCS,
@@ -54,6 +50,7 @@ from ddpdoctor.lint.helpers import (
     uses_cuda,
     uses_distributed,
 )
+from ddpdoctor.lint.process_paths import gated_rank_zero_only, parent_only, reaches, single_process_branch
 from ddpdoctor.lint.registry import Hit, rule
 
 # --- rules ------------------------------------------------------------------------------------------

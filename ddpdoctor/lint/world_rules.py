@@ -25,7 +25,7 @@ from ddpdoctor.lint.facts import (
     final_identifier,
     mentions_rank,
 )
-from ddpdoctor.lint.flow import enclosing_scope, parameter_values, single_process_branch, value_before
+from ddpdoctor.lint.flow import enclosing_scope, parameter_values, value_before
 from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
@@ -34,6 +34,7 @@ from ddpdoctor.lint.helpers import (
     reads_env_key,
     uses_distributed,
 )
+from ddpdoctor.lint.process_paths import single_process_branch
 from ddpdoctor.lint.registry import Hit, rule
 
 # --- DDP024: the world size from Slurm's task or node count ------------------------------------------
