@@ -347,8 +347,8 @@ def loop_origin(lines: Sequence[str], header: int) -> Optional[tuple[str, str, i
         text = lines[number - 1]
         if not _is_code(text):
             continue
+        assigned = _ASSIGN.match(text)
         for name in names:
-            if re.match(rf"\s*{re.escape(name)}\s*(?::[^=]+)?=(?!=)", text) or re.search(
-                    rf"\b{re.escape(name)}\s*{_MUTATES}", text):
+            if (assigned and assigned.group(1) == name) or re.search(rf"\b{re.escape(name)}\s*{_MUTATES}", text):
                 return iterated, name, number
     return None

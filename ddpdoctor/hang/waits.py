@@ -9,6 +9,7 @@ tries again. Each mechanism has a stable dotted id (`lock.order_deadlock`, ...) 
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
@@ -685,9 +686,9 @@ def _mp_lock_wait(main: ThreadStack, sources: Mapping[str, Sequence[str]],
         "timeout (`lock.acquire(timeout=...)`) so a lost lock is an error, or use a lock the kernel drops when "
         "its holder exits (fcntl.flock on a file).",
         [{"thread": main.thread_name, "file": user.filename, "line": user.line, "code": _code(sources, user)},
-         *({"thread": main.thread_name, "file": user.filename, "line": kills[0],
-            "code": lines[kills[0] - 1].strip()[:160], "role": "kills a process"} for _ in kills[:1])],
-        [pid for pid in live],
+         *([{"thread": main.thread_name, "file": user.filename, "line": kills[0],
+             "code": lines[kills[0] - 1].strip()[:160], "role": "kills a process"}] if kills else [])],
+        live,
     )
 
 
@@ -707,11 +708,7 @@ def _import_lock_wait(main: ThreadStack, stack: RankStack, mine: Blocked,
     for thread in stack.threads:
         if thread.thread_name == mine.thread:
             continue
-        library = []
-        for f in thread.frames:
-            if f.is_user:
-                break
-            library.append(f)
+        library = itertools.takewhile(lambda f: not f.is_user, thread.frames)  # innermost, before any user frame
         if not any("importlib._bootstrap" in f.filename and f.name.rsplit(".", 1)[-1] in _IMPORT_LOCK_WAITS
                    for f in library):
             continue

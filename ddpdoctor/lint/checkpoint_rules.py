@@ -14,7 +14,7 @@ import os
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, final_identifier
-from ddpdoctor.lint.helpers import is_test_file
+from ddpdoctor.lint.helpers import is_test_file, near_files
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program
 
@@ -148,7 +148,7 @@ def check_weights_only_load(f: ModuleFacts) -> Iterator[Hit]:
         return  # the program allows its own classes
     # The checkpoint a load reads is saved by this file or one it calls into or is called from: not by
     # another program of the same repository (a tree of example scripts).
-    near = [f] if f.project is None else [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+    near = near_files(f)
     argparse_used = any(_mentions(g, "argparse") for g in whole)
     config_class = any(_mentions(g, "config_class") for g in whole)
     saved = [(g, *s) for g in near if b"save" in g.source for s in _saved_objects(g, argparse_used, config_class)]

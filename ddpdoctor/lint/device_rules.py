@@ -20,28 +20,12 @@ from ddpdoctor.lint.helpers import (
     _init_calls,
     _is_collective_call,
     _is_set_device,
+    env_key,
     is_test_file,
     multi_node,
     uses_cuda,
 )
 from ddpdoctor.lint.registry import Hit, rule
-
-
-def _env_key(f: ModuleFacts, node: ast.AST) -> Optional[str]:
-    """os.environ["RANK"], os.environ.get("RANK"), os.getenv("RANK") -> "RANK"."""
-    if isinstance(node, ast.Subscript):
-        if f.resolve(node.value) == "os.environ":
-            key = node.slice
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                return key.value
-        return None
-    if isinstance(node, ast.Call) and node.args:
-        callee = f.resolve(node.func)
-        if callee in ("os.environ.get", "os.getenv", "os.environ.__getitem__"):
-            key = node.args[0]
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                return key.value
-    return None
 
 
 def _is_composite_rank(value: ast.AST) -> bool:
@@ -83,7 +67,7 @@ class _GlobalRankTaint:
                 return self.tainted(node.args[0], env)  # type: ignore[attr-defined]
             if ident in ("get_rank", "get_global_rank"):
                 return f"{ident}()"
-            return "RANK" if _env_key(self.f, node) in _GLOBAL_RANK_ENV else None
+            return "RANK" if env_key(self.f, node) in _GLOBAL_RANK_ENV else None
         if t is ast.IfExp:
             return self.tainted(node.body, env) or self.tainted(node.orelse, env)  # type: ignore[attr-defined]
         if t is ast.BoolOp:

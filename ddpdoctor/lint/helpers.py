@@ -201,15 +201,36 @@ _LOCAL_APART_RE = re.compile(
 )
 
 
+def near_files(f: ModuleFacts) -> list[ModuleFacts]:
+    """This file and those it calls into or is called from (one step, Project.linked): its program, not every
+    script of the tree (a repository of examples holds an mp.spawn script beside a torchrun one)."""
+    return [f] if f.project is None else [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+
+
+def env_key(f: ModuleFacts, node: ast.AST) -> Optional[str]:
+    """os.environ["RANK"], os.environ.get("RANK"), os.getenv("RANK") -> "RANK"."""
+    if isinstance(node, ast.Subscript):
+        if f.resolve(node.value) == "os.environ":
+            key = node.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return key.value
+        return None
+    if isinstance(node, ast.Call) and node.args:
+        callee = f.resolve(node.func)
+        if callee in ("os.environ.get", "os.getenv", "os.environ.__getitem__"):
+            key = node.args[0]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return key.value
+    return None
+
+
 def multi_node(f: ModuleFacts, local_apart: bool = False, linked_only: bool = False) -> bool:
     """Some file of the project says it runs on several nodes; with `local_apart`, also one that reads the
     node-local rank or world size apart from the global ones. With `linked_only`, only this file and those
     it calls into or is called from count: in a framework's tree a Slurm helper elsewhere says nothing
     about a toy example (NVIDIA/apex contrib/examples)."""
-    if f.project is None:
-        files = [f]
-    elif linked_only:
-        files = [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+    if f.project is None or linked_only:
+        files = near_files(f)
     else:
         files = [g for _, g in f.project.files]  # type: ignore[attr-defined]
     return any(

@@ -16,7 +16,7 @@ from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier
 from ddpdoctor.lint.flow import names_in
-from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file
+from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file, near_files
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import EVAL_RE, distributed_program, evaluation_sampler
 
@@ -45,10 +45,7 @@ def _reduces(scope_node: ast.AST) -> bool:
 def _sharded_evaluation(f: ModuleFacts) -> Optional[int]:
     """Line of what splits the evaluation data across ranks, in this file or one linked with it: a
     DistributedSampler named for evaluation, or accelerate's prepare() of an evaluation loader."""
-    files = [f]
-    project = f.project
-    if project is not None:
-        files += [g for g in project.linked(f) if g is not f]  # type: ignore[attr-defined]
+    files = near_files(f)
     for g in files:
         for cs in g.calls_named("DistributedSampler"):
             if evaluation_sampler(g, cs, by_function=False):
@@ -161,10 +158,7 @@ _METER_CLASS = re.compile(r"meter|metric|average|avg|smooth|logger|tracker|count
 
 def _meters_reduce(f: ModuleFacts) -> bool:
     """A meter class of the project combines the ranks itself (an `update` or `avg` that all-reduces)."""
-    files = [f]
-    project = f.project
-    if project is not None:
-        files += [g for g in project.linked(f) if g is not f]  # type: ignore[attr-defined]
+    files = near_files(f)
     for g in files:
         for node in ast.walk(g.tree):
             if isinstance(node, ast.ClassDef) and _METER_CLASS.search(node.name) and any(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional
+from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, final_identifier
 from ddpdoctor.lint.flow import callers_of, rank_zero_only
@@ -89,10 +89,9 @@ def _distributed_test(test: ast.AST) -> Optional[bool]:
     return None
 
 
-def single_process_branch(f: ModuleFacts, cs: CallSite) -> Optional[int]:
-    """Line of the `if` whose single-process side holds `cs` (the `else:` of `if args.distributed:`, the
-    body of `if world_size == 1:`): there is only one process there, whatever the rank. Held-out lint
-    corpus 11: pytorch_mnist_ddp's `else: torch.save(...)` beside the rank-0 save of the distributed side."""
+def _ancestors(f: ModuleFacts, cs: CallSite) -> Iterator[tuple[ast.AST, ast.AST]]:
+    """(node, its parent) from the call up to its function's node: the blocks and expressions `cs` sits in,
+    innermost first (the parent map is built once per function)."""
     key = ("parents", id(cs.scope))
     if key not in f.memo:
         f.memo[key] = {id(child): parent for parent in ast.walk(cs.scope.node) for child in ast.iter_child_nodes(parent)}
@@ -100,6 +99,15 @@ def single_process_branch(f: ModuleFacts, cs: CallSite) -> Optional[int]:
     node: ast.AST = cs.node
     while id(node) in parents:
         parent = parents[id(node)]
+        yield node, parent
+        node = parent
+
+
+def single_process_branch(f: ModuleFacts, cs: CallSite) -> Optional[int]:
+    """Line of the `if` whose single-process side holds `cs` (the `else:` of `if args.distributed:`, the
+    body of `if world_size == 1:`): there is only one process there, whatever the rank. Held-out lint
+    corpus 11: pytorch_mnist_ddp's `else: torch.save(...)` beside the rank-0 save of the distributed side."""
+    for node, parent in _ancestors(f, cs):
         if isinstance(parent, ast.If):
             side = _distributed_test(parent.test)
             in_body = any(node is st for st in parent.body)
@@ -111,7 +119,6 @@ def single_process_branch(f: ModuleFacts, cs: CallSite) -> Optional[int]:
             side = _distributed_test(parent.test)
             if (side is True and node is parent.orelse) or (side is False and node is parent.body):
                 return parent.lineno
-        node = parent
     return None
 
 
@@ -130,14 +137,8 @@ def _gating_params(f: ModuleFacts, cs: CallSite) -> set[str]:
     optional = {name for name, d in defaults.items() if isinstance(d, ast.Constant) and d.value is None}
     if not optional:
         return set()
-    key = ("parents", id(cs.scope))
-    if key not in f.memo:
-        f.memo[key] = {id(child): parent for parent in ast.walk(fn) for child in ast.iter_child_nodes(parent)}
-    parents: dict[int, ast.AST] = f.memo[key]  # type: ignore[assignment]
     out: set[str] = set()
-    node: ast.AST = cs.node
-    while id(node) in parents:
-        parent = parents[id(node)]
+    for node, parent in _ancestors(f, cs):
         if isinstance(parent, ast.If) and any(node is st for st in parent.body):
             test = parent.test
             if isinstance(test, ast.Name) and test.id in optional:
@@ -146,7 +147,6 @@ def _gating_params(f: ModuleFacts, cs: CallSite) -> set[str]:
                   and isinstance(test.ops[0], ast.IsNot) and isinstance(test.comparators[0], ast.Constant)
                   and test.comparators[0].value is None):
                 out.add(test.left.id)
-        node = parent
     return out
 
 

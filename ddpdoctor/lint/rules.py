@@ -46,6 +46,7 @@ from ddpdoctor.lint.helpers import (
     const_value,
     is_cuda_touch,
     is_test_file,
+    near_files,
     reads_env_key,
     uses_cuda,
     uses_distributed,
@@ -954,7 +955,7 @@ def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
         elif not any(_reads_local_rank_attr(g) for g in program) and not any(
             _TORCH2_RE.search(g.source)
             # this file and those it calls into or is called from: not a torch.compile elsewhere in a tree
-            for g in ([f] if f.project is None else [f, *f.project.linked(f)])  # type: ignore[attr-defined]
+            for g in near_files(f)
         ):
             # The value is never used: torchrun (no flag) works, and the 1.x launchers pass --local_rank.
             # A flag whose value places the rank, with no LOCAL_RANK read anywhere, is broken under every

@@ -24,7 +24,7 @@ from ddpdoctor.lint.facts import (
     dotted,
     final_identifier,
 )
-from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file, uses_distributed
+from ddpdoctor.lint.helpers import COLLECTIVE_NAMES, is_test_file, near_files, uses_distributed
 from ddpdoctor.lint.rank_rules import none_checked
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program, uses_ddp_wrapper
@@ -34,7 +34,7 @@ from ddpdoctor.lint.rules import distributed_program, uses_ddp_wrapper
 
 def _uses_ddp(f: ModuleFacts) -> bool:
     """This file or a file of its program wraps a model in DistributedDataParallel (backward all-reduces)."""
-    files = [f] if f.project is None else [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+    files = near_files(f)
     return any(b"DistributedDataParallel" in g.source and uses_ddp_wrapper(g) for g in files)
 
 

@@ -30,7 +30,9 @@ from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
     _init_calls,
+    env_key,
     multi_node,
+    near_files,
     reads_env_key,
     uses_distributed,
 )
@@ -841,7 +843,7 @@ def check_torchrun_rendezvous_overwritten(f: ModuleFacts) -> Iterator[Hit]:
         return  # the deepspeed launcher sets LOCAL_RANK too, and its ranks host their own store
     # This file and those it calls into or is called from: a tutorial repository holds an mp.spawn script
     # beside its torchrun one.
-    program = [f] if f.project is None else [f, *f.project.linked(f)]  # type: ignore[attr-defined]
+    program = near_files(f)
     # torchrun sets LOCAL_RANK; a program that reads it and neither starts its own processes nor sets its
     # own RANK/WORLD_SIZE is one torchrun (or `torch.distributed.launch --use-env`) starts.
     if not any(reads_env_key(g, "LOCAL_RANK") for g in program):
@@ -864,23 +866,12 @@ def check_torchrun_rendezvous_overwritten(f: ModuleFacts) -> Iterator[Hit]:
 # --- DDP051: the local rank handed to init_process_group as the global rank -----------------------------------
 
 
-def _env_key(node: ast.AST) -> Optional[str]:
-    """`os.environ["KEY"]`, `os.environ.get("KEY")`, `os.getenv("KEY")` -> "KEY"."""
-    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-        return node.slice.value if (dotted(node.value) or "").endswith("environ") else None
-    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-        name = dotted(node.func) or ""
-        if name.endswith("environ.get") or name.split(".")[-1] == "getenv":
-            return node.args[0].value if isinstance(node.args[0].value, str) else None
-    return None
-
-
-def _is_local_rank(value: ast.AST) -> bool:
+def _is_local_rank(f: ModuleFacts, value: ast.AST) -> bool:
     """The value is the local rank itself (not a global rank computed from it): `int(os.environ["LOCAL_RANK"])`,
     `args.local_rank`."""
     while isinstance(value, ast.Call) and final_identifier(value.func) == "int" and value.args:
         value = value.args[0]
-    if _env_key(value) in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
+    if env_key(f, value) in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
         return True
     return isinstance(value, (ast.Name, ast.Attribute)) and final_identifier(value).lower() in ("local_rank",)
 
@@ -890,13 +881,13 @@ def _local_rank_origin(f: ModuleFacts, expr: ast.AST, scope: Any, depth: int = 0
     name it is (followed through this file's assignments and the arguments callers pass for a parameter)."""
     if depth > 3 or expr is None:
         return None
-    if _is_local_rank(expr):
+    if _is_local_rank(f, expr):
         return expr
     if not isinstance(expr, (ast.Name, ast.Attribute)):
         return None
     key = dotted(expr)
     for value, stmt in f.assigns.get(key or "", ()):
-        if _is_local_rank(value):
+        if _is_local_rank(f, value):
             return stmt
     if isinstance(expr, ast.Name) and scope is not None and not scope.is_module:
         for value in parameter_values(f, scope, expr.id) or ():
