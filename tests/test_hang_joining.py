@@ -17,7 +17,7 @@ import pytest
 from _hang_harness import NO_PYSPY, free_port, marker_line
 from test_hang_evidence import run_hang
 
-from ddpdoctor.hang.rendezvous import store_split  # noqa: E402
+from ddpdoctor.hang.rendezvous import shared_value_split, store_split  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("_hang_join_job.py")
 pytestmark = pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY)
@@ -25,11 +25,11 @@ pytestmark = pytest.mark.skipif(bool(NO_PYSPY), reason=NO_PYSPY)
 
 
 def _start(tmp: Path, ranks: dict[int, int], world: int, files: dict[int, Path] | None = None,
-           offsets: dict[int, int] | None = None) -> list[subprocess.Popen]:
+           offsets: dict[int, int] | None = None, **extra: str) -> list[subprocess.Popen]:
     procs = []
     for rank, port in ranks.items():
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), HANG_READY_DIR=str(tmp), GLOO_SOCKET_IFNAME="lo")
+                   MASTER_PORT=str(port), HANG_READY_DIR=str(tmp), GLOO_SOCKET_IFNAME="lo", **extra)
         if files:
             env["INIT_FILE"] = str(files[rank])
         if offsets:
@@ -130,6 +130,35 @@ def test_ranks_in_different_file_stores_are_joining_not_a_group_created_alone(tm
     assert verdict["culprit_ranks"] == [2], verdict
     assert f"ranks 0-1 use {shared}; rank 2 uses {stray}" in verdict["summary"], verdict["summary"]
     assert verdict["fix"].startswith("Give every rank the same init_method"), verdict["fix"]
+
+
+def test_ranks_naming_their_store_prefix_from_their_own_clock(tmp_path):
+    """Held-out hang set 10 (j05's class): every rank builds a PrefixStore named after `datetime.now()`, so each
+    waits under keys no other rank writes. The value is read from the frame calling init_process_group (py-spy
+    --locals), chased back from the call to the line that assigns it; both ranks are named (all differ)."""
+    port = free_port()
+    procs = _start(tmp_path, {0: port, 1: port}, 2, RUN_TAG_FROM_CLOCK="1")
+    (report,) = _hang_on(procs)
+    verdict = report["verdict"]
+    assert report["exit_code"] == 1 and verdict["kind"] == "joining", verdict
+    assert verdict["culprit_ranks"] == [0, 1] and not verdict["tie"], verdict
+    summary = verdict["summary"]
+    assert f"from `tag` ({SCRIPT}:{marker_line('tag', SCRIPT)} `tag = datetime.now()" in summary, summary
+    assert 'rank 0 has "' in summary and 'rank 1 has "' in summary, summary
+    assert "each waits under keys no other rank writes" in summary, summary
+    assert "never from each rank's clock" in verdict["fix"], verdict["fix"]
+
+
+def test_ranks_agreeing_on_their_store_prefix_are_no_prefix_split():
+    """The same chase finds nothing when the ranks' values agree, or differ only in per-rank names."""
+    lines = SCRIPT.read_text().splitlines()
+    at = marker_line("prefixed", SCRIPT)
+    same = {0: {"tag": "'a'", "rank": "0"}, 1: {"tag": "'a'", "rank": "1"}}
+    assert shared_value_split(lines, at, same) is None
+    objects = {0: {"base": "<TCPStore object at 0x1>"}, 1: {"base": "<TCPStore object at 0x2>"}}
+    assert shared_value_split(lines, at, objects) is None
+    assert shared_value_split(lines, at, {0: {"tag": "'a'"}, 1: {"tag": "'b'"}})[:2] == (
+        "tag", marker_line("tag", SCRIPT))
 
 
 def test_a_rank_computing_its_own_store_port(tmp_path):

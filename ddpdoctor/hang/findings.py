@@ -146,6 +146,9 @@ class HangFacts:
     # pid -> (init_method, cwd) of each rank waiting in init_process_group with a file:// or tcp:// init_method: a
     # relative path, a per-rank path or a per-rank port puts the ranks in different stores.
     init_methods: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # pid -> name -> repr: the locals of the user frame that calls init_process_group, every rank's (at most 8),
+    # read when every rank waits there: a store prefix or run id each rank computed for itself shows up here.
+    joining_locals: dict[int, dict[str, str]] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
     job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr

@@ -508,6 +508,7 @@ def gather_facts(
     facts.collective_args = _collective_args(facts, pyspy, min(timeout_s, 5.0))
     facts.group_locals = _group_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.init_locals = _init_locals(facts, pyspy, min(timeout_s, 5.0))
+    facts.joining_locals = _joining_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.loop_locals = _loop_locals(facts, pyspy, min(timeout_s, 5.0))
     facts.loop_gap_s = _LOOP_GAP_S if facts.loop_locals else 0.0
     facts.duration_s = time.monotonic() - start
@@ -579,6 +580,27 @@ def _init_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> di
         if not facts.init_methods:
             break
     return first
+
+
+def _joining_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:
+    """The locals of the user frame from which each rank (at most 8) calls init_process_group, read only when
+    every rank with a stack waits inside it: values the ranks should share (a store prefix, a run id, a file
+    name) but computed each for itself. Equivalent: `py-spy dump --json --locals --nonblocking --pid PID`."""
+    from ddpdoctor.hang.rendezvous import joining
+    from ddpdoctor.hang.stacks import frame_locals
+
+    live = [s for s in facts.stacks if s.main is not None]
+    if pyspy is None or len(live) < 2 or any(joining(s) is None for s in live):
+        return {}
+    out: dict[int, dict[str, str]] = {}
+    for stack in live[:8]:
+        frame = stack.user_frame()
+        if frame is None:
+            continue
+        found = frame_locals(_dump_locals(pyspy, stack.pid, timeout_s), frame.name, frame.line)
+        if found:
+            out[stack.pid] = found
+    return out
 
 
 def _group_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, dict[str, str]]:

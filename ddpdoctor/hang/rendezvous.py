@@ -10,11 +10,13 @@ it waits for the others) reads as progress, and a job stuck at start-up is calle
 from __future__ import annotations
 
 import posixpath
+import re
 from collections import Counter
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 from urllib.parse import urlparse
 
 from ddpdoctor.hang.findings import HangFacts, format_ranks, plural_ranks
+from ddpdoctor.hang.source import statement_inputs
 from ddpdoctor.hang.stacks import RankStack
 
 # torch.distributed functions a rank is in while it joins (py-spy names methods Class.method on 3.11+).
@@ -92,6 +94,33 @@ def store_split(
     return problem, sorted(culprits)
 
 
+_RANK_NAMES = re.compile(r"(?:^|_)(?:rank|ranks|gpu|gpus|device|device_id|local_rank|pid|node|host|hostname)(?:$|_)|^i$")
+
+
+def shared_value_split(
+    lines: Sequence[str], line: int, locals_by_rank: Mapping[int, Mapping[str, str]]
+) -> Optional[tuple[str, int, dict[int, str]]]:
+    """(name, the line that assigns it, rank -> its value) of a value the statement at `line` (the user's
+    init_process_group call) is built from that differs between the ranks waiting there — a store prefix, a run
+    id or a file name each rank computed for itself (its clock, its pid, a random number): each rank then waits
+    under keys no other rank writes (held-out hang set 10, j05: a PrefixStore tag from each rank's wall-clock
+    second). Values that are a rank's own number, object reprs and names of per-rank things (rank, device,
+    host) are not compared. None when the ranks agree or fewer than two were read."""
+    if len(locals_by_rank) < 2:
+        return None
+    chased = statement_inputs(lines, line)
+    for name, where in reversed(chased):
+        if _RANK_NAMES.search(name.lower()):
+            continue
+        values = {rank: found[name] for rank, found in locals_by_rank.items() if name in found}
+        if len(values) < 2 or len(set(values.values())) < 2:
+            continue
+        if any(" at 0x" in v or v.startswith("<") or v == str(rank) for rank, v in values.items()):
+            continue
+        return name, where, values
+    return None
+
+
 def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
     """Every rank on this node waits inside init_process_group in every snapshot: the job never formed.
     None when any rank is elsewhere (a rank still loading data before its init is start-up, and moves)."""
@@ -161,6 +190,29 @@ def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
             + "; the world size comes from the script's own setting, not from the launcher")
         missing = []
         culprits += sorted(ranks)
+    shared = None
+    frame = live[0].user_frame()
+    lines = ctx.facts.sources.get(frame.filename) if frame is not None else None
+    if lines and not problems and not missing:
+        rank_of = {w.pid: w.rank for w in workers if w.rank is not None}
+        shared = shared_value_split(lines, frame.line, {rank_of[pid]: found for pid, found in
+                                                        facts.joining_locals.items() if pid in rank_of})
+    if shared is not None:
+        name, assigned, values = shared
+        groups: dict[str, list[int]] = {}
+        for rank, value in sorted(values.items()):
+            groups.setdefault(value, []).append(rank)
+        ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+        origin = (f" ({frame.filename}:{assigned} `{lines[assigned - 1].strip()[:100]}`)" if assigned else "")
+        problems.append(
+            f"the ranks build what they rendezvous through from `{name}`{origin}, and it differs between them: "
+            + "; ".join(f"{plural_ranks(rs)} {'has' if len(rs) == 1 else 'have'} {value[:80]}" for value, rs in
+                        ordered[:4])
+            + " (py-spy --locals of the frame calling init_process_group): a value every rank must share (a store "
+              "prefix, a run id, a file name) is computed by each rank for itself, so each waits under keys no "
+              "other rank writes")
+        culprits += ([r for _, rs in ordered[1:] for r in rs] if len(ordered[0][1]) > len(ordered[1][1])
+                     else sorted(values))
     if missing and not problems:
         names = plural_ranks(missing[:64]) + (f" and {len(missing) - 64} more" if len(missing) > 64 else "")
         if local_only or (local_world is not None and world is not None and local_world >= world):
@@ -194,7 +246,11 @@ def verdict_joining(ctx: Any) -> Optional[dict[str, Any]]:
         "Give every rank the same init_method, computed from nothing a rank holds alone (a per-rank port, cwd or "
         "restart counter): one absolute path for file:// (`file:///shared/dir/rdzv`, on a file system every node "
         "sees, deleted before a new run), one address for tcp://; or use env:// with MASTER_ADDR/MASTER_PORT. "
-    ) if split is not None else "") + (
+    ) if split is not None else "") + ((
+        "Compute what names the rendezvous (a store prefix, a run id, a file name) once and give it to every "
+        "rank: from the launcher (`TORCHELASTIC_RUN_ID`, an argument or environment variable set before the "
+        "ranks start), never from each rank's clock, pid or random numbers. "
+    ) if shared is not None else "") + (
         "Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE and a distinct RANK from 0 to "
         "WORLD_SIZE-1 (torchrun and srun set them for you); make sure each node can reach MASTER_ADDR:MASTER_PORT "
         "(`nc -zv ADDR PORT`); pass `timeout=` to init_process_group so a rank that never joins is an error."

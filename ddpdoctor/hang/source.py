@@ -352,3 +352,57 @@ def loop_origin(lines: Sequence[str], header: int) -> Optional[tuple[str, str, i
             if (assigned and assigned.group(1) == name) or re.search(rf"\b{re.escape(name)}\s*{_MUTATES}", text):
                 return iterated, name, number
     return None
+
+
+def _statement(lines: Sequence[str], line: int, limit: int = 8) -> str:
+    """The text of the statement that starts at `line`, its continuation lines joined while a bracket is open."""
+    parts: list[str] = []
+    depth = 0
+    for number in range(line, min(len(lines), line + limit) + 1):
+        text = lines[number - 1].split("#", 1)[0]
+        parts.append(text)
+        depth += sum(text.count(c) for c in "([{") - sum(text.count(c) for c in ")]}")
+        if depth <= 0:
+            break
+    return " ".join(parts)
+
+
+def _code_names(text: str) -> str:
+    """`text` with what names no variable blanked: attributes, keyword argument names, string literals (an
+    f-string keeps what its braces hold)."""
+    text = re.sub(r"\b[fF](['\"])(.*?)\1", lambda m: " ".join(re.findall(r"\{([^{}]*)\}", m.group(2))), text)
+    text = re.sub(r"(['\"]).*?\1", " ", text)
+    return re.sub(r"\.\w+|\b\w+\s*=(?!=)", " ", text)
+
+
+def statement_inputs(lines: Sequence[str], line: int, depth: int = 4) -> list[tuple[str, int]]:
+    """(name, 1-based line that assigns it) of the names the statement at `line` reads, then of the names their
+    last assignment above in the same function reads, and so on (`depth` steps): where a call's arguments come
+    from (`init_process_group(store=store)` <- `store = PrefixStore(f"ae/{tag}", base)` <- `tag =
+    datetime.now()...`). A name with no assignment above (a parameter, a global) has line 0."""
+    if not 0 < line <= len(lines):
+        return []
+    start = _function_start(lines, line)
+    out: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    frontier = [(line, _statement(lines, line))]
+    for _ in range(depth):
+        following: list[tuple[int, str]] = []
+        for at, text in frontier:
+            for name in dict.fromkeys(_NAME.findall(_code_names(text))):
+                if name in seen or name in _BUILTINS or name.isupper() or name in ("True", "False", "None"):
+                    continue
+                seen.add(name)
+                where = 0
+                for number in range(at - 1, start, -1):
+                    assigned = _ASSIGN.match(lines[number - 1])
+                    if assigned and assigned.group(1) == name:
+                        where = number
+                        following.append((number, _statement(lines, number)[len(assigned.group(0)) -
+                                                                            len(assigned.group(2)):]))
+                        break
+                out.append((name, where))
+        frontier = following
+        if not frontier:
+            break
+    return out
