@@ -64,6 +64,7 @@ all_reduce for the last one:
 - `lock_file`: the last rank creates a lock file with O_EXCL, raises before removing it (the removal is not
   in a `finally:`), and then polls to create it again: its own stale lock;
 - `float_loop`: the last rank spins in `while acc != target: acc += 0.1` (0.1 * 3 != 0.3 in floats);
+- `doubling_overflow`: the last rank doubles an int16 bucket edge until it wraps to 0 (held-out hang set 10, j12);
 - `stuck_loop`: the last rank spins in a `while i < len(items)` whose `continue` skips the increment;
 - `popen_pipe_full`: the last rank wait()s on a child started with stdout=PIPE that writes 1 MB: the pipe
   fills, the child blocks writing, the parent never reads;
@@ -645,6 +646,17 @@ def stuck_loop(rank: int) -> None:
         i += 1
 
 
+def doubling_overflow(rank: int) -> None:
+    import numpy
+
+    lengths = numpy.array([100, 30000], dtype=numpy.int16)  # token counts stored as int16
+    top = lengths.max()
+    edge = numpy.maximum(lengths.min(), 64)
+    ready(rank)
+    while edge < top:  # HANG-LINE doubling
+        edge = edge * 2
+
+
 def circular(rank: int, culprit: bool) -> None:
     part = os.path.join(os.environ["HANG_READY_DIR"], "part-0.pt")
     if culprit:
@@ -853,6 +865,8 @@ def main() -> None:
             float_loop(rank)
         elif scenario == "stuck_loop":
             stuck_loop(rank)
+        elif scenario == "doubling_overflow":
+            doubling_overflow(rank)
         elif scenario == "loop_self_wait":
             loop_self_wait(rank)
         elif scenario == "clocks_mixed":

@@ -127,3 +127,25 @@ def test_a_for_loop_inside_the_while_that_does_not_end():
     assert found is not None and found["id"] == "loop.no_progress"
     assert "`while pending:` (line 2)" in str(found["summary"])
     assert "changes it only at line 8 (`pending.pop(0)`)" in str(found["summary"])
+
+
+DOUBLING = """def bucket_edges(lengths):
+    top = lengths.max()
+    edge = max(lengths.min(), 64)
+    while edge < top:
+        edge = edge * 2
+    return edge
+""".splitlines()
+
+
+def test_a_doubling_stuck_at_zero_is_an_overflow():
+    # Held-out hang set 10, j12: an int16 edge doubled past 16384 wrapped to -32768, then to 0.
+    reads = [LocalsRead(4, {"edge": "0", "top": "30000"}), LocalsRead(5, {"edge": "0", "top": "30000"})]
+    found = spin_mechanism(DOUBLING, 5, reads, 0.5)
+    assert found is not None and found["id"] == "loop.no_progress"
+    assert "a product that is now edge = 0" in str(found["summary"]) and "wraps round" in str(found["summary"])
+    # A doubling still at a positive value that did not move is no overflow: the plain reason stays.
+    still = [LocalsRead(4, {"edge": "64", "top": "30000"}), LocalsRead(5, {"edge": "64", "top": "30000"})]
+    plain = spin_mechanism(DOUBLING, 5, still, 0.5)
+    assert plain is not None and "wraps round" not in str(plain["summary"])
+    assert "which gives it the same value again" in str(plain["summary"])

@@ -104,6 +104,9 @@ EXPECTED = {
                                                          "target = 0.3"]),
     "stuck_loop": ("loop.no_progress", "stuck-loop", ["did not change between two reads", "i = 1",
                                                       f"the `continue` at line {marker_line('stuck-loop', SCRIPT) + 2}"]),
+    # An int16 doubled past its largest value wraps to 0, and 0 doubled stays 0 (held-out hang set 10, j12's class).
+    "doubling_overflow": ("loop.no_progress", "doubling", ["(edge = 0, top = 30000)", "a product that is now edge = 0",
+                                                           "wraps round to a negative number, then to 0"]),
     # Rank 1 polls for the file rank 0 writes after the barrier it waits in.
     "circular": ("wait.circular_file_collective", "circular-poll", ["a circular wait", "rank 0 writes files only after"]),
     # A coroutine on the loop waits synchronously on that loop (held-out hang set 7, j07's class).
@@ -145,7 +148,7 @@ def test_why_the_rank_waits(hung):
     line = marker_line(tag, SCRIPT)
     # A worker looping on one line is caught on the loop's header or its body, whichever the one dump saw.
     lines = (line - 1, line) if scenario == "worker_stuck" else (line, line + 1, line + 2) if scenario in (
-        "float_loop", "stuck_loop", "circular") else (line,)
+        "float_loop", "stuck_loop", "doubling_overflow", "circular") else (line,)
     assert verdict["culprits"][0]["line"] in lines, verdict["culprits"][0]
     # rank 0's own writer thread is there by design: no "rank 1 has no `tb-writer` thread".
     assert "tb-writer" not in verdict["summary"], verdict["summary"]

