@@ -64,6 +64,8 @@ all_reduce for the last one:
 - `lock_file`: the last rank creates a lock file with O_EXCL, raises before removing it (the removal is not
   in a `finally:`), and then polls to create it again: its own stale lock;
 - `float_loop`: the last rank spins in `while acc != target: acc += 0.1` (0.1 * 3 != 0.3 in floats);
+- `length_header`: the last rank sends a request to its scoring service with a big-endian length header the
+  service reads little-endian; both wait to read (held-out hang set 10, j11);
 - `doubling_overflow`: the last rank doubles an int16 bucket edge until it wraps to 0 (held-out hang set 10, j12);
 - `stuck_loop`: the last rank spins in a `while i < len(items)` whose `continue` skips the increment;
 - `popen_pipe_full`: the last rank wait()s on a child started with stdout=PIPE that writes 1 MB: the pipe
@@ -103,6 +105,7 @@ import re
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -646,6 +649,21 @@ def stuck_loop(rank: int) -> None:
         i += 1
 
 
+def length_header(rank: int) -> None:
+    server_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hang_frame_server.py")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    service = subprocess.Popen([sys.executable, server_script, str(port)], stdout=subprocess.PIPE)
+    service.stdout.readline()  # "ready"
+    conn = socket.create_connection(("127.0.0.1", port))
+    body = json.dumps({"texts": ["a b c", "d e"]}).encode()
+    conn.sendall(struct.pack("!I", len(body)) + body)
+    ready(rank)
+    head = conn.recv(4)  # HANG-LINE client-recv
+    conn.recv(struct.unpack("!I", head)[0])
+
+
 def doubling_overflow(rank: int) -> None:
     import numpy
 
@@ -865,6 +883,8 @@ def main() -> None:
             float_loop(rank)
         elif scenario == "stuck_loop":
             stuck_loop(rank)
+        elif scenario == "length_header":
+            length_header(rank)
         elif scenario == "doubling_overflow":
             doubling_overflow(rank)
         elif scenario == "loop_self_wait":

@@ -15,6 +15,7 @@ from _hang_harness import HungJob, marker_line, started
 from test_hang_evidence import hang_on
 
 SCRIPT = Path(__file__).with_name("_hang_waits_job.py")
+SERVER = Path(__file__).with_name("_hang_frame_server.py")
 CULPRIT = 1
 
 # scenario -> (mechanism id, the culprit's HANG-LINE marker, words the summary must hold)
@@ -104,6 +105,11 @@ EXPECTED = {
                                                          "target = 0.3"]),
     "stuck_loop": ("loop.no_progress", "stuck-loop", ["did not change between two reads", "i = 1",
                                                       f"the `continue` at line {marker_line('stuck-loop', SCRIPT) + 2}"]),
+    # Its service reads the length header in the other byte order: both ends of the socket wait to read (held-out
+    # hang set 10, j11's class); the service's stack and locals (py-spy --locals) say so.
+    "length_header": ("io.both_ends_read", "client-recv", [
+        "which waits to read too, at", f"_hang_frame_server.py:{marker_line('server-recv', SERVER)}",
+        "the other end expects n = ", "wrong byte order"]),
     # An int16 doubled past its largest value wraps to 0, and 0 doubled stays 0 (held-out hang set 10, j12's class).
     "doubling_overflow": ("loop.no_progress", "doubling", ["(edge = 0, top = 30000)", "a product that is now edge = 0",
                                                            "wraps round to a negative number, then to 0"]),

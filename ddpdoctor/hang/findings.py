@@ -76,6 +76,18 @@ JOB = define(
 )
 
 
+@dataclass(frozen=True)
+class IoPeer:
+    """A process at the other end of a rank's socket or pipe (edge.peers.other_ends) and what it does now: its
+    stacks and the locals of its main thread's innermost user frame (py-spy dump --locals)."""
+
+    pid: int
+    via: str
+    argv: tuple[str, ...]
+    stack: Optional[RankStack]
+    locals: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class HangFacts:
     host: str
@@ -149,6 +161,9 @@ class HangFacts:
     # pid -> name -> repr: the locals of the user frame that calls init_process_group, every rank's (at most 8),
     # read when every rank waits there: a store prefix or run id each rank computed for itself shows up here.
     joining_locals: dict[int, dict[str, str]] = field(default_factory=dict)
+    # rank pid -> the processes at the other end of its sockets and pipes (not the job's own), read for a rank
+    # outside every collective whose main thread blocks in code of its own (a read, a recv): who should answer.
+    io_peers: dict[int, list[IoPeer]] = field(default_factory=dict)
     pid_error: str = ""  # --pid names no process
     job_skipped: str = ""  # why this node's processes were not looked at (--ras-addr without --pid)
     fr_from_job: bool = False  # fr_spec is the job's TORCH_FR_DUMP_TEMP_FILE, not --fr

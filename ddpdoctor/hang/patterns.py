@@ -156,7 +156,8 @@ def wait_mechanism(ctx: Any, verdict: dict[str, Any]) -> Optional[Mechanism]:
         woke = max(0, readings[-1].switches - readings[0].switches) if len(readings) > 1 else None
         children = ctx.facts.children.get(stack.pid, [])
         found = explain_wait(stack, ctx.facts.sources, history, woke, children, ctx.facts.sleep_locals.get(stack.pid),
-                             ctx.facts.child_wchans, ctx.facts.exit_tracebacks.get(stack.pid))
+                             ctx.facts.child_wchans, ctx.facts.exit_tracebacks.get(stack.pid),
+                             ctx.facts.io_peers.get(stack.pid, ()))
         if found is not None and found.id == "loop.poll_retry":
             found = _circular(ctx, key, found)
         if found is not None:

@@ -31,7 +31,7 @@ from ddpdoctor.edge.files import (
 )
 from ddpdoctor.edge.procfs import read_group_and_session, read_stderr_tail, read_task_wchans
 from ddpdoctor.edge.procfs import read_process_state as process_state
-from ddpdoctor.hang.findings import HangFacts
+from ddpdoctor.hang.findings import HangFacts, IoPeer
 from ddpdoctor.hang.fr import (
     MAX_BUILT_OBJECTS,
     MAX_DUMP_BYTES,
@@ -500,6 +500,7 @@ def gather_facts(
             read_fr_into(facts, fr_spec or "")
         facts.worker_stacks = _dataloader_workers(facts, pyspy, deadline, timeout_s, pool)
         facts.helper_stacks = _waited_children(facts, pyspy, deadline, timeout_s, pool)
+        facts.io_peers = _io_peers(facts, pyspy, min(timeout_s, 5.0))
     facts.children = _rank_children(facts)
     facts.child_wchans = {pid: read_task_wchans(pid) for kids in facts.children.values() for pid, _, _ in kids[:16]}
     facts.exit_tracebacks = _exit_tracebacks(facts)
@@ -882,6 +883,40 @@ def _waited_children(
     return _children_stacks(waiting, 4, pyspy, deadline, timeout_s, pool)
 
 
+_READ_FRAMES = ("socket.py", "selectors.py", "ssl.py", "_pyio.py")
+
+
+def _io_peers(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, list[IoPeer]]:
+    """For (at most 4) ranks outside every collective whose main thread blocks in the user's own line or a
+    socket read: the processes of the same user at the other end of their sockets and pipes (edge.peers), the
+    job's own ranks and agent left out, each with its stacks and its innermost user frame's locals. Equivalent:
+    `ls -l /proc/PID/fd`, `cat /proc/PID/net/tcp`, then `py-spy dump --json --locals --nonblocking --pid PEER`."""
+    from ddpdoctor.edge.peers import other_ends
+    from ddpdoctor.hang.stacks import frame_locals
+
+    if facts.job is None:
+        return {}
+    skip = {w.pid for w in facts.job.workers} | ({facts.job.agent_pid} if facts.job.agent_pid else set())
+    out: dict[int, list[IoPeer]] = {}
+    for stack in facts.stacks[:64]:
+        main = stack.main
+        if main is None or not main.frames or stack.waiting_in() or len(out) >= 4:
+            continue
+        inner = main.frames[0]
+        if not (inner.is_user or inner.filename.endswith(_READ_FRAMES)):
+            continue
+        peers: list[IoPeer] = []
+        for peer in other_ends(stack.pid, skip, budget_s=1.0, limit=2):
+            text = _dump_locals(pyspy, peer.pid, timeout_s) if pyspy is not None else ""
+            seen = parse_pyspy_result(None, peer.pid, text, "", bool(text)) if text else None
+            frame = seen.user_frame() if seen is not None else None
+            values = frame_locals(text, frame.name, frame.line) if frame is not None else {}
+            peers.append(IoPeer(peer.pid, peer.via, peer.argv, seen, values))
+        if peers:
+            out[stack.pid] = peers
+    return out
+
+
 def read_fr_into(facts: HangFacts, spec: str) -> None:
     """Add the dumps `spec` names to facts (and why each unusable file was left out)."""
     before = (len(facts.dumps), len(facts.dump_errors))
@@ -960,6 +995,7 @@ def read_sources_into(facts: HangFacts) -> None:
     every = [s for sample in facts.samples for s in sample.stacks] + list(facts.stacks)
     every += [w for workers in facts.worker_stacks.values() for w in workers]
     every += [h for helpers in facts.helper_stacks.values() for h in helpers]
+    every += [p.stack for peers in facts.io_peers.values() for p in peers if p.stack is not None]
     for stack in every:
         frame = stack.user_frame()
         if frame is not None:

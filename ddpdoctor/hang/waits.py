@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from ddpdoctor.hang.findings import IoPeer
 from ddpdoctor.hang.fr import Frame
+from ddpdoctor.hang.io_peers import peer_reason
 from ddpdoctor.hang.procs import is_bookkeeping
 from ddpdoctor.hang.source import block_body, enclosing_function, function_rest, loop_around, rank_guard
 from ddpdoctor.hang.spin import loop_exits
@@ -44,6 +46,7 @@ _LIBRARY_WAITS: tuple[tuple[str, str, str], ...] = (
     ("multiprocessing/managers.py", "BaseProxy._callmethod", "manager_call"),
     ("multiprocessing/process.py", "BaseProcess.join", "process_join"),
     ("socket.py", "socket.accept", "accept"),
+    ("socket.py", "SocketIO.readinto", "read"),
     ("subprocess.py", "Popen.wait", "popen_wait"),
     ("subprocess.py", "Popen.communicate", "popen_wait"),
     ("subprocess.py", "run", "popen_wait"),
@@ -739,6 +742,7 @@ def explain_wait(
     frame_locals: Optional[Mapping[str, str]] = None,
     wchans: Optional[Mapping[int, Sequence[str]]] = None,
     ended: Optional[tuple[str, PyTraceback]] = None,
+    peers: Sequence[IoPeer] = (),
 ) -> Optional[Mechanism]:
     """Why this rank's main thread waits, when it waits in no collective: one Mechanism, or None.
 
@@ -747,7 +751,8 @@ def explain_wait(
     `helpers`: (pid, kind, command line) of its child processes (procs.split_ranks); `frame_locals`: the
     locals of its innermost user frame where it sleeps (probe_io reads them with py-spy --locals); `wchans`: the
     kernel wait of each thread of each child process (/proc/PID/task/*/wchan); `ended`: (stderr file, its last
-    traceback) of a rank whose script has ended (probe_io reads it)."""
+    traceback) of a rank whose script has ended (probe_io reads it); `peers`: the processes at the other end of
+    its sockets and pipes, with their stacks (hang.io_peers)."""
     main = stack.main
     if main is None or stack.waiting_in() is not None or stack.data_wait():
         return None
@@ -1091,6 +1096,8 @@ def explain_wait(
             "rather than give up, and accept with a timeout (`sock.settimeout(...)`) so a missing client is an error.",
             [_record(mine, sources)],
         )
+    if mine.kind == "read" and (other := peer_reason(at, peers, sources)) is not None:
+        return Mechanism(other[0], other[1], other[2], [_record(mine, sources), *other[3]], [p.pid for p in peers[:1]])
     if mine.kind in ("read", "input", "open"):
         said = {
             "read": ("io.read_no_writer", f"it waits in a blocking read at {at} for data nobody writes (a pipe, "
