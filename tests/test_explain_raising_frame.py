@@ -76,3 +76,44 @@ def test_no_traceback_no_frame(tmp_path: Path) -> None:
 )
 def test_raising_package(path: str, expected: tuple[str, str] | None) -> None:
     assert raising_package(path) == expected
+
+
+# Messages that state their own refusal, quoted from the spent held-out logs (provenance in their READMEs):
+# set 11 e07 (unslothai/unsloth), set 6 f01 (Lightning-AI/lit-llama#113), set 9 f03 (EleutherAI/gpt-neox#757).
+STATED_REFUSALS = [
+    "RuntimeError: Unsloth currently does not work on multi GPU setups - sadly we are a 2 brother team so enabling it "
+    "will require much more work, so we have to prioritize. Please understand!",
+    "NotImplementedError: offload_to_cpu=True and NO_SHARD is not supported yet",
+    "AssertionError: NeoXArgs.calculate_derived() (global_num_gpus / pp_size) / mp_size [(4 / 4) / 2] must be a whole "
+    "number",
+]
+
+
+@pytest.mark.parametrize("line", STATED_REFUSALS)
+def test_an_exception_that_states_its_refusal_is_that_cause(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text(f'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    main()\n{line}\n')
+    root = _root(log)
+    assert root is not None and root.id == "message.stated_cause", root
+    assert line[:60] in root.title and root.cause.startswith(f'The message states it: "{line[:40]}')
+
+
+def test_a_plain_exception_states_no_refusal(tmp_path: Path) -> None:
+    # Near miss: a message that says what went wrong but no refusal or instruction stays the generic exception.
+    log = tmp_path / "rank0.log"
+    log.write_text('Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    main()\n'
+                   "KeyError: 'labels'\n")
+    root = _root(log)
+    assert root is not None and root.id == "python.exception", root
+
+
+def test_a_refusal_raised_inside_a_package_keeps_the_package_and_quotes_the_refusal(tmp_path: Path) -> None:
+    # torch's DataLoader raises "batch_size should be a positive integer value" — no stated refusal — so a real
+    # refusal is written into a frame of torch's own file by the traceback of a real run: the last frame is torch's.
+    log = _traceback(tmp_path, LIBRARY_RAISE)
+    text = log.read_text().splitlines()
+    text[-1] = "ValueError: batch_size=-1 is not supported, batch_size must be a positive integer"
+    log.write_text("\n".join(text) + "\n")
+    root = _root(log)
+    assert root is not None and root.id == "python.library_exception", root
+    assert root.cause.startswith('The message states it: "ValueError: batch_size=-1 is not supported'), root.cause

@@ -36,7 +36,7 @@ EXPECTED = {
     "h02": ("nccl.cuda_failure", None, 1),
     "h03": (None, None, 0),  # wrong all_gather results: nothing in the log says so
     "i01": ("state_dict.size_mismatch", None, 1),
-    "i02": ("python.exception", None, 1),
+    "i02": ("message.stated_cause", None, 1),
 }
 
 

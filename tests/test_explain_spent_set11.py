@@ -23,7 +23,7 @@ EXPECTED = {
     "a11": (None, "nccl.unhandled_cuda", 1),
     "b01": ("ddp.unused_parameters", None, 1),
     "b02": (None, "nccl.socket_closed", 1),
-    "b03": ("python.exception", None, 1),  # an FSDP release bug behind FSDP's own device_id message
+    "b03": ("message.stated_cause", None, 1),  # an FSDP release bug behind FSDP's own device_id message
     "b04": (None, "nccl.system_error", 1),
     "b07": ("store.connect_refused", None, 1),
     "b09": (None, None, 1),
@@ -36,7 +36,7 @@ EXPECTED = {
     "d09": ("launch.agent_signal", None, 1),
     "e04": ("catalogue.cuda.kernel_fault", None, 1),
     "e06": (None, "nccl.init_hang", 0),
-    "e07": ("python.exception", None, 1),  # the message states its own cause; quoted as the exception
+    "e07": ("message.stated_cause", None, 1),  # the message states its own cause (Unsloth refuses several GPUs)
     "e08": (None, "watchdog.unconfirmed", 1),
 }
 

@@ -34,7 +34,7 @@ EXPECTED = {
     "e12": ("parallel.size_not_divisible", None, 1),
     "e13": ("deepspeed.no_sync_zero", None, 1),
     "e15": ("megatron.checkpoint_parallel_mismatch", None, 1),
-    "f01": ("python.exception", None, 1),
+    "f01": ("message.stated_cause", None, 1),
     "f02": (None, "nccl.invalid_usage", 1),
     "f03": (None, "watchdog.unconfirmed", 1),
     "f05": ("nccl.warn.socket", None, 1),

@@ -392,7 +392,16 @@ def _raised_in_library(kb: KnowledgeBase, diags: list[Diagnosis]) -> list[Diagno
             f"{package}{values['version']}, not of the training script."
         ),
     )
-    return [lib if d is exc else d for d in diags]
+    # The same line also states its own refusal ("X is not supported", "Either ... or ..."): the package that
+    # raised it is the better root (a release's bug or a setup it refuses), and the stated words go first.
+    stated = next((d for d in diags if d.id == "message.stated_cause" and d.first is not None
+                   and d.first.file == exc.first.file and d.first.line == exc.first.line), None) if exc.first else None
+    if stated is not None and stated.first is not None:
+        words = str(stated.data.get("stated", "")).strip()
+        if words:
+            lib.cause = f"The message states it: \"{words[:240]}\". {lib.cause}"
+        lib.sort_key = min(lib.sort_key, stated.sort_key)
+    return [lib if d is exc else d for d in diags if d is not stated]
 
 
 def _cause(cause: str, first: Event) -> str:
