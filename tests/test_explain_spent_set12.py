@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_explain_spent_set3 import assert_explained, explain_file
+from test_explain_spent_set3 import explain_file
 
 SPENT = Path(__file__).parent / "fixtures" / "explain" / "spent-set12"
 
