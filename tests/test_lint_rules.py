@@ -2974,6 +2974,118 @@ NEAR_MISSES += [
 ]
 
 
+# DDP053 (held-out lint corpus 12: torchdrug's engine, ULTRA's run and pretrain scripts, torchrec's bert4rec
+# loaders, five reviewer bugs): an evaluation split sharded by a padding DistributedSampler, results combined.
+POSITIVES += [
+    (
+        "DDP053",
+        """
+        def test(cfg, model, test_data, world_size, rank):
+            sampler = torch_data.DistributedSampler(test_data, world_size, rank)  # <-
+            loader = torch_data.DataLoader(test_data, cfg.batch_size, sampler=sampler)
+            rankings = []
+            for batch in loader:
+                rankings.append(model(batch))
+            ranking = torch.cat(rankings)
+            all_size = torch.zeros(world_size, dtype=torch.long)
+            dist.all_reduce(all_size)
+            return (1 / ranking.float()).mean()
+        """,
+    ),
+    (
+        "DDP053",
+        """
+        # torchrec bert4rec: the wrapped dataset names nothing, the unshuffled sampler's builder does.
+        class Loader:
+            def _get_val_loader(self, rank, world_size):
+                sampler = DistributedSampler(  # <-
+                    TrainDataset(self.val), num_replicas=world_size, rank=rank, shuffle=False, drop_last=False,
+                )
+                return DataLoader(EvalDataset(self.val), batch_size=64, sampler=sampler)
+
+        def evaluate(model, loader, world_size):
+            outputs = [None for _ in range(world_size)]
+            metrics = [model(b) for b in loader]
+            dist.all_gather_object(outputs, metrics)
+            return outputs
+        """,
+    ),
+]
+
+NEAR_MISSES += [
+    (
+        "DDP053",
+        """
+        # The training split: its padding only repeats a few samples in one epoch.
+        def train(model, train_set, world_size, rank):
+            sampler = DistributedSampler(train_set, world_size, rank)
+            loader = DataLoader(train_set, sampler=sampler)
+            for batch in loader:
+                loss = model(batch)
+                dist.all_reduce(loss)
+        """,
+    ),
+    (
+        "DDP053",
+        """
+        # The gathered predictions are cut back to the set's length: the padding is undone.
+        def evaluate(model, val_set, world_size):
+            sampler = DistributedSampler(val_set, shuffle=False)
+            loader = DataLoader(val_set, sampler=sampler)
+            preds = torch.cat([model(b) for b in loader])
+            gathered = [torch.zeros_like(preds) for _ in range(world_size)]
+            dist.all_gather(gathered, preds)
+            return torch.cat(gathered)[: len(val_set)]
+        """,
+    ),
+    (
+        "DDP053",
+        """
+        # Nothing combines the ranks' results (DDP049's case, not this one).
+        def evaluate(model, val_set):
+            sampler = DistributedSampler(val_set, shuffle=False)
+            loader = DataLoader(val_set, sampler=sampler)
+            return [model(b) for b in loader]
+        """,
+    ),
+    (
+        "DDP053",
+        """
+        # A sampler named `sampler` in the evaluation function does not make the training one's an evaluation.
+        def train(model, train_triplets, world_size, rank):
+            sampler = torch_data.DistributedSampler(train_triplets, world_size, rank)
+            train_loader = torch_data.DataLoader(train_triplets, 8, sampler=sampler)
+            for batch in train_loader:
+                dist.all_reduce(model(batch))
+
+        def test(model, test_triplets, world_size, rank):
+            sampler = torch_data.DistributedSampler(test_triplets, world_size, rank, drop_last=True)
+            test_loader = torch_data.DataLoader(test_triplets, 8, sampler=sampler)
+            return [model(b) for b in test_loader]
+        """,
+    ),
+]
+
+# DDP002 (held-out lint corpus 12: torchrec's bert4rec `torch.cuda.set_device(dist.get_rank())` while its main
+# reads LOCAL_RANK): a program that reads the launcher's local rank is launched where the two differ.
+POSITIVES += [
+    (
+        "DDP002",
+        """
+        def train_one_epoch(model, loader):
+            if torch.cuda.is_available():
+                torch.cuda.set_device(dist.get_rank())  # <-
+            for batch in loader:
+                model(batch)
+
+        def main():
+            rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 
@@ -3013,7 +3125,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 53)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 54)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

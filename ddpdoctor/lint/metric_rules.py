@@ -219,3 +219,73 @@ def check_unreduced_eval_metric(f: ModuleFacts) -> Iterator[Hit]:
             )
             break
 
+
+
+# The project already undoes the padding: predictions cut back to the set's length, duplicates dropped, or a
+# sampler/helper that does not pad (HF's SequentialDistributedSampler, `nested_truncate`, an unpadded split).
+_UNPADS = re.compile(
+    rb"\[\s*:\s*len\(|\[\s*:\s*(?:self\.)?(?:num_samples|dataset_size|n_samples|total_samples|num_examples)\b|"
+    rb"truncate|drop_duplicates|unique\(|SequentialDistributedSampler|gather_for_metrics|padding_size|pad=False|"
+    rb"even_divides|drop_last\s*=\s*True"
+)
+
+
+def _names_evaluation(f: ModuleFacts, cs: CallSite) -> bool:
+    """The sampler, its dataset, or a DataLoader built on it in the same function is named for evaluation
+    (`val_sampler`, `DistributedSampler(test_set)`, `test_loader = DataLoader(..., sampler=sampler)`); a name
+    reused in another function (`sampler` for the training split there) says nothing."""
+    own = {n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(cs.node), ())}
+    names = set(own)
+    dataset = cs.arg(0, "dataset")
+    if dataset is not None:
+        names.add(final_identifier(dataset) or "")
+        if isinstance(dataset, ast.Call):  # `DistributedSampler(TrainDataset(self.val))`: what it wraps
+            names.update(final_identifier(a) or "" for a in dataset.args[:2])
+    shuffle = cs.arg(3, "shuffle")
+    if isinstance(shuffle, ast.Constant) and shuffle.value is False and not cs.scope.is_module:
+        names.add(cs.scope.name)  # an unshuffled sampler built by `_get_val_loader()`
+    for dl in f.calls_named("DataLoader"):
+        sampler = dl.arg(3, "sampler")
+        if dl.scope is cs.scope and (sampler is cs.node or (sampler is not None and final_identifier(sampler) in own)):
+            names.update(n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(dl.node), ()))
+    return any(EVAL_RE.search(n.lower()) for n in names if n)
+
+
+@rule(
+    "DDP053",
+    "eval-sampler-pads",
+    "a DistributedSampler on evaluation data pads the last shards with repeated samples, and the ranks' results "
+    "are combined: the metric counts those samples twice",
+    "evaluate on shards that do not pad — `Subset(val_set, range(rank, len(val_set), world_size))`, or gather the "
+    "predictions with their dataset indices and keep each index once (`accelerator.gather_for_metrics` does it) — "
+    "and combine sums and counts, not per-rank averages",
+    "DistributedSampler makes every rank's shard the same length: when the set's size does not divide by the "
+    "world size, it repeats the first samples at the end (drop_last=False, the default). Training does not "
+    "mind; an evaluation that gathers or all-reduces the ranks' results counts up to world_size - 1 samples "
+    "twice, and the reported accuracy, MRR or loss is not the set's (and changes with the number of GPUs).",
+)
+def check_eval_sampler_pads(f: ModuleFacts) -> Iterator[Hit]:
+    if (b"DistributedSampler" not in f.source or is_test_file(f.path) or f.imports_prefix(*_SELF_REDUCING)
+            or not distributed_program(f)):
+        return
+    files = near_files(f)
+    if any(_UNPADS.search(g.source) for g in files):
+        return
+    combined = any(
+        _reducing_call(node)
+        for g in files for scope in g.scopes
+        if not scope.is_module and EVAL_RE.search(scope.name.lower()) for node in ast.walk(scope.node)
+    )
+    if not combined:
+        return  # no evaluation function combines the ranks' results: DDP049's case (or a training-only reduce)
+    for cs in f.calls_named("DistributedSampler"):
+        shuffle = cs.arg(3, "shuffle")
+        if isinstance(shuffle, ast.Constant) and shuffle.value is True:
+            continue
+        if not _names_evaluation(f, cs):
+            continue
+        yield (
+            cs.node,
+            "DistributedSampler on evaluation data pads the last shards with repeated samples (drop_last=False), "
+            "and the ranks' results are combined: the samples repeated to fill the shards are counted twice",
+        )
