@@ -3086,6 +3086,97 @@ POSITIVES += [
 ]
 
 
+# DDP050 widened (held-out lint corpus 12: sam2's `return` from its step and audiocraft's `raise RuntimeError` on a
+# non-finite loss, IDvs.MoRec's `if torch.isnan(loss.data): break`): under a NaN/inf test, a raise, a return
+# before the backward, or the loop's own break leave the job as sys.exit does.
+POSITIVES += [
+    (
+        "DDP050",
+        """
+        class Trainer:
+            def _run_step(self, batch, raise_on_error=True):
+                loss_key, loss = self.loss(self.model(batch)).popitem()
+                if not math.isfinite(loss.item()):
+                    if raise_on_error:
+                        raise FloatingPointError(f"Loss is {loss.item()}")  # <-
+                    else:
+                        return
+                self.scaler.scale(loss).backward()
+        """,
+    ),
+    (
+        "DDP050",
+        """
+        def run_step(self, batch):
+            loss = self.compute_loss(batch)
+            self.scaler.scale(loss).backward()
+            self.optimizer.step()
+            if not loss.isfinite().all():
+                raise RuntimeError("Model probably diverged.")  # <-
+        """,
+    ),
+    (
+        "DDP050",
+        """
+        def train(model, loader, optimizer):
+            dist.init_process_group("nccl")
+            for epoch in range(10):
+                loss = 0
+                for batch in loader:
+                    bz_loss = model(batch)
+                    loss += bz_loss.data.float()
+                    bz_loss.backward()
+                    optimizer.step()
+                    if torch.isnan(loss.data):
+                        break  # <-
+        """,
+    ),
+]
+
+NEAR_MISSES += [
+    (
+        "DDP050",
+        """
+        # The loss was all-reduced before the test: every rank sees the same NaN and raises together.
+        def train(model, loader, world_size):
+            dist.init_process_group("nccl")
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                reduced_loss = reduce_tensor(loss.data, world_size).item()
+                if np.isnan(reduced_loss):
+                    raise Exception("loss is NaN")
+        """,
+    ),
+    (
+        "DDP050",
+        """
+        # A step that returns on a NaN after its backward skips nothing the others wait for in it.
+        def step(self, batch):
+            loss = self.model(batch)
+            loss.backward()
+            if not math.isfinite(loss.item()):
+                return None
+            return loss.item()
+        """,
+    ),
+    (
+        "DDP050",
+        """
+        # A break on a counter, not a NaN: every rank counts the same steps (DDP038's opinionated business).
+        def train(model, loader, max_steps):
+            dist.init_process_group("nccl")
+            step = 0
+            for batch in loader:
+                model(batch).backward()
+                step += 1
+                if step >= max_steps:
+                    break
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 

@@ -353,6 +353,9 @@ def _computed_in(loop: ast.AST) -> dict[str, int]:
                 for n in ast.walk(target):
                     if isinstance(n, ast.Name):
                         out.setdefault(n.id, node.lineno)
+        elif (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name)
+              and any(isinstance(n, ast.Call) for n in ast.walk(node.value))):
+            out.setdefault(node.target.id, node.lineno)  # `loss += bz_loss.data.float()`: a running sum
     return out
 
 
@@ -440,13 +443,39 @@ def _exit_stmt(st: ast.stmt) -> bool:
     return False
 
 
-def _exits_of(loop: ast.AST) -> Iterator[tuple[ast.If, ast.stmt]]:
-    """(the `if`, the exit in its body) anywhere in `loop`'s own body: `if not math.isfinite(loss_value):
-    print(...); sys.exit(1)`."""
+# A test of a value's finiteness: a NaN or an overflow on one rank's batch is that rank's alone.
+_FINITE_RE = re.compile(r"isfinite|isnan|isinf|\bnan\b|\binf\b", re.IGNORECASE)
+
+
+_FINITE_SOURCE_RE = re.compile(rb"isfinite|isnan|isinf")
+_REDUCED_RE = re.compile(r"reduce|gather|broadcast")
+
+
+def _leaves(st: ast.stmt, finite_test: bool, in_loop: bool) -> bool:
+    """An exit, or — under a finiteness test — a raise, a `return`, or (in the loop itself) a `break`."""
+    if _exit_stmt(st):
+        return True
+    if not finite_test:
+        return False
+    return isinstance(st, (ast.Raise, ast.Return)) or (in_loop and isinstance(st, ast.Break))
+
+
+def _exits_of(loop: ast.AST, in_loop: bool = True) -> Iterator[tuple[ast.If, ast.stmt]]:
+    """(the `if`, the exit in its body) anywhere in `loop`'s (or a function's) own body: `if not
+    math.isfinite(loss_value): print(...); sys.exit(1)`; under a NaN/inf test also `raise`, `return` and the
+    loop's own `break` (held-out corpus 12: sam2's `return` from its step, audiocraft's `raise RuntimeError`,
+    IDvs.MoRec's `if torch.isnan(loss.data): break`)."""
     for node in _own_statements(loop):
         if isinstance(node, ast.If):
-            for st in node.body:
-                if _exit_stmt(st):
+            finite = bool(_FINITE_RE.search(ast.unparse(node.test)))
+            body = list(node.body)
+            for st in list(body) if finite else ():
+                if isinstance(st, ast.If):  # `if raise_on_error: raise ... else: return` under a NaN test
+                    body += [*st.body, *st.orelse]
+            for st in body:
+                if _leaves(st, finite, in_loop):
+                    if isinstance(st, ast.Break) and not any(b is st for _, b in _breaks_of(loop)):
+                        continue  # the break of a loop nested inside
                     yield node, st
 
 
@@ -463,33 +492,48 @@ def _exits_of(loop: ast.AST) -> Iterator[tuple[ast.If, ast.stmt]]:
     "hang until the NCCL timeout, after which a job restarted from the same checkpoint hits it again.",
 )
 def check_rank_local_exit(f: ModuleFacts) -> Iterator[Hit]:
-    if (b"exit" not in f.source and b"SystemExit" not in f.source) or is_test_file(f.path):
+    if (b"exit" not in f.source and b"SystemExit" not in f.source and not _FINITE_SOURCE_RE.search(f.source)) or (
+            is_test_file(f.path)):
         return
     if not distributed_program(f):
         return
     seen: set[int] = set()
     for loop in ast.walk(f.tree):
-        if not isinstance(loop, (ast.For, ast.While)):
+        is_loop = isinstance(loop, (ast.For, ast.While))
+        if not is_loop and not isinstance(loop, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         syncs = [n for n in _own_statements(loop) if isinstance(n, ast.Call)
                  and _STEP_SYNC_RE.search(final_identifier(n.func).lower() or "")]
         if not syncs:
             continue
         computed = _computed_in(loop)
-        for test_if, exit_st in _exits_of(loop):
-            if id(exit_st) in seen:
+        for test_if, exit_st in _exits_of(loop, in_loop=is_loop):
+            if not is_loop and (not _FINITE_RE.search(ast.unparse(test_if.test)) or (
+                    isinstance(exit_st, ast.Return) and not any(c.lineno > test_if.lineno for c in syncs))):
+                # A function (a training step) that raises on its own NaN, or returns before the backward or the
+                # all-reduce after the test; other exits from a function are its callers' business.
                 continue
-            seen.add(id(exit_st))
+            if id(exit_st) in seen or id(test_if) in seen:
+                continue  # one finding per test (sam2's `raise` under it and its `return` in the else)
+            seen.update((id(exit_st), id(test_if)))
             # A value handed to a collective before the test is the same on every rank there.
             reduced = {n.id for c in syncs if c.lineno < test_if.lineno
                        for a in c.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+            # ... and so is what a reduction returns (`reduced_loss = reduce_tensor(loss.data, n).item()`).
+            reduced |= {t.id for node in _own_statements(loop) if isinstance(node, ast.Assign)
+                        and node.lineno < test_if.lineno and any(
+                            isinstance(c, ast.Call) and _REDUCED_RE.search(final_identifier(c.func).lower() or "")
+                            for c in ast.walk(node.value))
+                        for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
             local = sorted(n.id for n in ast.walk(test_if.test)
                            if isinstance(n, ast.Name) and n.id in computed and n.id not in reduced)
             if not local or classify_guard(test_if.test, f.main_vars) is not None:
                 continue  # (a rank test: a rank-0-only exit is another rule's)
+            how = ("exits" if _exit_stmt(exit_st) else "raises" if isinstance(exit_st, ast.Raise)
+                   else "returns" if isinstance(exit_st, ast.Return) else "leaves the loop")
             yield (
                 exit_st,
-                f"exits when `{local[0]}` (computed by this rank from its own batch, line {computed[local[0]]}) "
+                f"{how} when `{local[0]}` (computed by this rank from its own batch, line {computed[local[0]]}) "
                 "fails the test: only this rank leaves, the others wait for it in the next step's all-reduce",
             )
 
