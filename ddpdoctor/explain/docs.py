@@ -329,7 +329,7 @@ forums; part C, 3: training frameworks; part D, 9: model repositories, cluster t
 E, 7: LLM toolkits and inference engines on NCCL; part F, 8: forums and trackers the others did not cover), none
 in an exclusion list of 2,296 URLs (session 13's list, set 11's threads and every URL the repository and the
 shared fixtures cite) nor claimed twice (a shared claim file); manifest sha256 `b7cb6060…520c5d`,
-`96596ad8…2c35b`, `8f5e1de5…d42778`, `6a27b1c0…58882b`, `f8aa9f96…e785b2`, `24d4234d…c35b477`; the collectors'
+`96596ad8…2c35b`, `8f5e1de5…d42778`, `6a27b1c0…58882b`, `f8aa9f96…e785b2`, `24d4234d…ec53477`; the collectors'
 final messages named no case; they saw threads only as search excerpts, so several logs are one or two lines
 or stop before the failure. Run once at main 3b0a36b, graded by a separate grader who only ran the tool: **23 of
 45 right as root cause (51%)**, 12 partial, 1 wrong, 9 nothing; **1 consequence named as root cause** (Horovod's
