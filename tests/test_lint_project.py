@@ -455,3 +455,60 @@ def test_a_download_helper_in_another_file_is_reported_where_every_rank_calls_it
     assert found(files, ["DDP030"]) == {("train.py", 5, "DDP030")}
     files = write(tmp_path / "b", {"hellaswag.py": helper, "train.py": rank0_first})
     assert found(files, ["DDP030"]) == set()
+
+
+def test_a_rank_zero_flag_set_below_the_function_that_tests_it(tmp_path: Path) -> None:
+    """Held-out lint corpus 12 (mlfoundations/open_lm main.py): save_checkpoint() saves under `if
+    args.save_logs:`, a flag main() sets further down the same file as `... and is_master(args)`."""
+    files = write(tmp_path, {
+        "main.py": """
+            import torch
+            import torch.distributed as dist
+
+            def is_master(args):
+                return args.rank == 0
+
+            def save_checkpoint(args, model, epoch):
+                if args.save_logs:
+                    torch.save(model.state_dict(), f"{args.checkpoint_path}/epoch_{epoch}.pt")
+
+            def main(args, model):
+                dist.init_process_group("nccl")
+                args.rank = dist.get_rank()
+                args.save_logs = args.logs and args.logs.lower() != "none" and is_master(args)
+                for epoch in range(3):
+                    save_checkpoint(args, model, epoch)
+
+            if __name__ == "__main__":
+                main(parse_args(), build_model())
+        """,
+    })
+    assert found(files, ["DDP007"]) == set()
+    # Twin: a flag that is no rank test leaves the save on every rank.
+    (tmp_path / "main.py").write_text((tmp_path / "main.py").read_text().replace(" and is_master(args)", ""))
+    assert found(files, ["DDP007"]) == {("main.py", 17, "DDP007")}  # at the unguarded call of the helper
+
+
+def test_a_models_own_train_method_is_not_the_trainers(tmp_path: Path) -> None:
+    """Held-out lint corpus 12 (OpenNMT-py onmt/trainer.py): validate(), run on rank 0, calls
+    `valid_model.train()` (nn.Module's), not this file's Trainer.train() with its all_gather."""
+    files = write(tmp_path, {
+        "trainer.py": """
+            import torch.distributed as dist
+
+            class Trainer:
+                def train(self, batches):
+                    for batch in batches:
+                        dist.all_gather(self.buffers, batch)
+                        if self.gpu_rank <= 0:
+                            self.validate(batch)
+
+                def validate(self, batch):
+                    valid_model = self.model
+                    valid_model.eval()
+                    stats = valid_model(batch)
+                    valid_model.train()
+                    return stats
+        """,
+    })
+    assert found(files, ["DDP017"]) == set()

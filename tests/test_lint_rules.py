@@ -3177,6 +3177,57 @@ NEAR_MISSES += [
 ]
 
 
+# DDP051 near misses (held-out lint corpus 12's two false findings).
+NEAR_MISSES += [
+    (
+        "DDP051",
+        """
+        # rentainhe/pytorch-distributed-training: the world is this node's GPUs, so the spawn index is the rank.
+        def main(args):
+            args.nprocs = torch.cuda.device_count()
+            mp.spawn(main_worker, nprocs=args.nprocs, args=(args.nprocs, args))
+
+        def main_worker(local_rank, nprocs, args):
+            args.local_rank = local_rank
+            dist.init_process_group(backend="nccl", init_method="tcp://" + args.ip + ":" + args.port,
+                                    world_size=args.nprocs, rank=local_rank)
+        """,
+    ),
+    (
+        "DDP051",
+        """
+        # massquantity/tdfo: main()'s `rank` is LOCAL_RANK for the device; run_local()'s `rank` is its own parameter.
+        def main():
+            rank = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(rank)
+            if not dist.is_initialized():
+                dist.init_process_group(backend="nccl")
+
+        def run_local(rank, world_size):
+            os.environ["MASTER_ADDR"] = "localhost"
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)
+            main()
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP020",
+        """
+        # NVIDIA/physicsnemo (held-out lint corpus 12): the bare torch.cuda.device() after set_device is a no-op.
+        def initialize(manager):
+            dist.init_process_group("nccl", rank=manager.rank, world_size=manager.world_size)
+            if torch.cuda.is_available():
+                torch.cuda.set_device(manager.device)
+                torch.cuda.device(manager.device)
+                torch.cuda.empty_cache()
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 

