@@ -451,6 +451,33 @@ _FINITE_SOURCE_RE = re.compile(rb"isfinite|isnan|isinf")
 _REDUCED_RE = re.compile(r"reduce|gather|broadcast")
 
 
+def _reduced_before(loop: ast.AST, line: int, passed: set[str]) -> set[str]:
+    """Names that hold the same value on every rank by `line`: what a reduction returns (`reduced_loss =
+    reduce_tensor(loss.data, n).item()`), the mapping whose values a loop all-reduced in place (`for v in
+    loss_dict.values(): all_reduce(v)`), and what is computed from those alone (DINOv2's `loss_dict_reduced =
+    {k: v.item() / world for k, v in loss_dict.items()}`, bench/lint-corpus)."""
+    out = set(passed)
+    earlier = [n for n in _own_statements(loop) if getattr(n, "lineno", line) < line]
+    for node in earlier:
+        if isinstance(node, ast.For) and {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)} & out:
+            out |= {n.id for n in ast.walk(node.iter) if isinstance(n, ast.Name)}
+    for _ in range(2):
+        for node in sorted((n for n in earlier if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+            calls = [c for c in ast.walk(node.value) if isinstance(c, ast.Call)]
+            read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            bound = {n.id for c in ast.walk(node.value) if isinstance(c, ast.comprehension)
+                     for n in ast.walk(c.target) if isinstance(n, ast.Name)}
+            if any(_REDUCED_RE.search(final_identifier(c.func).lower() or "") for c in calls) or (
+                    read - bound and (read - bound) & out and not (read - bound - out - _PLAIN_NAMES)):
+                out |= {t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+    return out
+
+
+# Names a computation from reduced values may also read: modules and builtins, the same on every rank.
+_PLAIN_NAMES = frozenset({"torch", "math", "np", "numpy", "sum", "len", "float", "int", "abs", "max", "min",
+                          "distributed", "dist", "world_size", "get_world_size", "args", "self"})
+
+
 def _leaves(st: ast.stmt, finite_test: bool, in_loop: bool) -> bool:
     """An exit, or — under a finiteness test — a raise, a `return`, or (in the loop itself) a `break`."""
     if _exit_stmt(st):
@@ -519,12 +546,7 @@ def check_rank_local_exit(f: ModuleFacts) -> Iterator[Hit]:
             # A value handed to a collective before the test is the same on every rank there.
             reduced = {n.id for c in syncs if c.lineno < test_if.lineno
                        for a in c.args for n in ast.walk(a) if isinstance(n, ast.Name)}
-            # ... and so is what a reduction returns (`reduced_loss = reduce_tensor(loss.data, n).item()`).
-            reduced |= {t.id for node in _own_statements(loop) if isinstance(node, ast.Assign)
-                        and node.lineno < test_if.lineno and any(
-                            isinstance(c, ast.Call) and _REDUCED_RE.search(final_identifier(c.func).lower() or "")
-                            for c in ast.walk(node.value))
-                        for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+            reduced |= _reduced_before(loop, test_if.lineno, reduced)
             local = sorted(n.id for n in ast.walk(test_if.test)
                            if isinstance(n, ast.Name) and n.id in computed and n.id not in reduced)
             if not local or classify_guard(test_if.test, f.main_vars) is not None:
