@@ -7,13 +7,17 @@ imported). argv[1] is the scenario:
   the all_reduce it never reaches;
 - `io`: every fourth step rank 0 spends about 2.5 s writing a checkpoint (torch.save, then short
   writes, fsync and sleeps) while the others wait in a barrier: healthy, though one second of it looks
-  hung.
+  hung;
+- `fetch`: every rank waits about 0.3 s per step in `future.result()` for its next batch from an asyncio
+  loop on a thread (held-out hang set 11, j15): the same line in every snapshot, and progress.
 
 Each rank touches $HANG_READY_DIR/ready_<rank> once it has done three steps.
 """
 
+import asyncio
 import os
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -38,6 +42,21 @@ def write_checkpoint(path: str, weights: torch.Tensor) -> None:
             time.sleep(0.1)
 
 
+class Fetcher:
+    """Batches from an asyncio loop on a thread, as a remote data service would give them."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="fetch-loop", daemon=True).start()
+
+    async def _one(self, step: int) -> torch.Tensor:
+        await asyncio.sleep(0.3)
+        return torch.full((64,), float(step))
+
+    def get(self, step: int) -> torch.Tensor:
+        return asyncio.run_coroutine_threadsafe(self._one(step), self.loop).result()  # HANG-LINE fetch
+
+
 def main() -> None:
     scenario = sys.argv[1]
     dist.init_process_group("gloo", timeout=timedelta(seconds=int(os.environ.get("HANG_PG_TIMEOUT", "300"))))
@@ -45,8 +64,11 @@ def main() -> None:
     weights = torch.randn(64, 64)
     grad = torch.ones(64)
     step = 0
+    fetcher = Fetcher() if scenario == "fetch" else None
     while True:
         step += 1
+        if fetcher is not None:
+            grad.add_(fetcher.get(step) * 0)
         for _ in range(20):
             weights = torch.tanh(weights @ weights.T / 64)  # a little compute per step
         if scenario == "slow" and rank == world - 1:

