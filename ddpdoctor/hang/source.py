@@ -406,3 +406,22 @@ def statement_inputs(lines: Sequence[str], line: int, depth: int = 4) -> list[tu
         if not frontier:
             break
     return out
+
+
+_CACHE_DECORATOR = re.compile(r"^\s*@\s*(?:functools\.)?(?:lru_cache|cache|cached|memoize|memoized|cached_property)\b")
+
+
+def cached_function(lines: Sequence[str], line: int) -> Optional[int]:
+    """1-based line of a caching decorator (`@functools.lru_cache`, `@cache`, `@cached_property`, a
+    `@memoize`) on the function whose body holds `line`: that function's body runs only on a cache miss."""
+    if not 0 < line <= len(lines):
+        return None
+    start = _function_start(lines, line)
+    if start == 1 and not lines[0].lstrip().startswith(("def ", "async def ")):
+        return None
+    number = start - 1
+    while number >= 1 and lines[number - 1].lstrip().startswith("@"):
+        if _CACHE_DECORATOR.match(lines[number - 1]):
+            return number
+        number -= 1
+    return None
