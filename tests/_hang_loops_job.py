@@ -50,7 +50,7 @@ imported). argv[1] is the scenario:
   from its own start; rank 1 finished loading 1.5 s later, so rank 0 leaves first and waits in the
   checkpoint's barrier while rank 1 waits in the next all_reduce (held-out hang set 9, j04's class, written
   again here).
-- `cached_collective`: an all_reduce inside an `@functools.lru_cache` function; rank 0's shard size repeats, so
+- `cached_collective`: an all_reduce inside an `@functools.cache` function; rank 0's shard size repeats, so
   its second call hits the cache and skips the all_reduce rank 1 waits in (held-out hang set 11, j02's class,
   written again here).
 
@@ -194,7 +194,7 @@ def rank_only(rank: int, world: int) -> None:
             dist.barrier()  # HANG-LINE rank-only-barrier
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def steps_for(n_local: int) -> int:
     t = torch.tensor([n_local // 8])
     dist.all_reduce(t, op=dist.ReduceOp.MIN)  # HANG-LINE cached-reduce

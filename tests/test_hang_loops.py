@@ -48,7 +48,7 @@ EXPECTED = {
     # A collective inside an lru_cache'd function: the rank whose arguments repeat skips it (held-out hang set 11,
     # j02's class); the rank that went on is the culprit, not a tie.
     "cached_collective": (0, "mismatch.cached_collective", "cached-bcast", [
-        "`@functools.lru_cache(maxsize=None)`", "so rank 0, whose call hit the cache, skipped it"]),
+        "`@functools.cache`", "so rank 0, whose call hit the cache, skipped it"]),
     # The rank's collective runs in a background thread: it counts, and names the thread's line.
     "thread_collective": (0, "thread.collective_in_thread", "thread-join", [
         "its thread `ckpt` waits in all_gather", f":{marker_line('thread-gather', SCRIPT)}"]),
