@@ -168,6 +168,12 @@ def _meters_reduce(f: ModuleFacts) -> bool:
     return False
 
 
+def _ranks_report_themselves(f: ModuleFacts) -> bool:
+    """A file these rules leave alone: a unit test, code on a framework that reduces what it logs, or no
+    distributed program."""
+    return is_test_file(f.path) or f.imports_prefix(*_SELF_REDUCING) or not distributed_program(f)
+
+
 @rule(
     "DDP049",
     "unreduced-eval-metric",
@@ -183,8 +189,7 @@ def _meters_reduce(f: ModuleFacts) -> bool:
     "set's, and differs from rank to rank, so ranks may disagree about early stopping.",
 )
 def check_unreduced_eval_metric(f: ModuleFacts) -> Iterator[Hit]:
-    if (b"for " not in f.source or is_test_file(f.path) or f.imports_prefix(*_SELF_REDUCING)
-            or not distributed_program(f)):
+    if b"for " not in f.source or _ranks_report_themselves(f):
         return
     evaluations = [
         s for s in f.scopes
@@ -265,8 +270,7 @@ def _names_evaluation(f: ModuleFacts, cs: CallSite) -> bool:
     "twice, and the reported accuracy, MRR or loss is not the set's (and changes with the number of GPUs).",
 )
 def check_eval_sampler_pads(f: ModuleFacts) -> Iterator[Hit]:
-    if (b"DistributedSampler" not in f.source or is_test_file(f.path) or f.imports_prefix(*_SELF_REDUCING)
-            or not distributed_program(f)):
+    if b"DistributedSampler" not in f.source or _ranks_report_themselves(f):
         return
     files = near_files(f)
     if any(_UNPADS.search(g.source) for g in files):
