@@ -664,15 +664,20 @@ def length_header(rank: int) -> None:
     conn.recv(struct.unpack("!I", head)[0])
 
 
-def doubling_overflow(rank: int) -> None:
-    import numpy
+def int16(value: int) -> int:
+    """The value as a 16-bit signed field of the shard index stores it (two's complement wrap-around). Plain
+    Python ints, not numpy scalars: py-spy reads numpy scalars' memory as garbage, so the test would not be
+    about the tool."""
+    return ((value + 32768) & 0xFFFF) - 32768
 
-    lengths = numpy.array([100, 30000], dtype=numpy.int16)  # token counts stored as int16
-    top = lengths.max()
-    edge = numpy.maximum(lengths.min(), 64)
+
+def doubling_overflow(rank: int) -> None:
+    lengths = [100, 30000]  # token counts, stored as int16 in the shard index
+    top = max(lengths)
+    edge = max(min(lengths), 64)
     ready(rank)
     while edge < top:  # HANG-LINE doubling
-        edge = edge * 2
+        edge = int16(edge * 2)
 
 
 def circular(rank: int, culprit: bool) -> None:
