@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,34 @@ def test_rendezvous_heartbeat_lost_is_the_root_not_the_sigterm() -> None:
     report = _report(text)
     assert report["root_cause"]["id"] == "rdzv.connection_lost"
     assert "launch.sigterm_siblings" in {c["id"] for c in report["consequences"]}
+
+
+def _many_p2p_lines(n: int) -> str:
+    """NCCL's P2P channel lines as a communicator of n channel/peer pairs prints them (digits varied), each a
+    real quoted line of lines.json with its channel and peer numbers changed."""
+    base = LINES["context.nccl_p2p"]
+    out = []
+    for i in range(n):
+        line = base[i % len(base)]
+        out.append(line.replace("Channel 00", f"Channel {i % 32:02d}").replace("Channel 01", f"Channel {i % 32:02d}"))
+    return "".join(line + "\n" for line in out)
+
+
+def test_p2p_lines_past_their_quota_still_tell_a_log_that_ends_on_them() -> None:
+    # context.nccl_p2p leaves the prefilter after 64 lines of an input (a line printed hundreds of times per
+    # communicator init cost a Python step each); the input's last two lines are still looked at.
+    report = _report(_many_p2p_lines(300))
+    assert report["lead"]["id"] == "nccl.p2p_suspect", report["lead"]
+    # The same lines followed by training output: an ordinary NCCL_DEBUG=INFO run, no lead.
+    report = _report(_many_p2p_lines(300) + "step 1 loss 2.3\n" * 6)
+    assert report["lead"] is None or report["lead"]["id"] != "nccl.p2p_suspect", report["lead"]
+
+
+def test_the_prefilter_skips_nccl_info_chatter_but_not_nccl_messages() -> None:
+    from ddpdoctor.explain.kb import PREFILTER_GUARDS, trie_regex
+
+    prefilter = re.compile(trie_regex([b"NCCL", b"NCCL WARN", b"Error"], PREFILTER_GUARDS))
+    assert prefilter.search(b"gpu-node-17:123:456 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC") is None
+    assert prefilter.search(b"node1:5:5 [0] NCCL WARN Call to connect returned").group() == b"NCCL WARN"
+    assert prefilter.search(b"[rank0]: NCCL communicator was aborted on rank 0").group() == b"NCCL"
+    assert prefilter.search(b"node1:5:5 [0] NCCL INFO Error: x").group() == b"Error"

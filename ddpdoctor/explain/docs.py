@@ -130,6 +130,7 @@ docs/performance.md).
 | `fallback` | recorded only when no other signature matched the same line |
 | `refines` | ids of broader signatures this one narrows: where both match one line only this one is recorded (`nccl.nvls_setup` refines `nccl.cuda_failure`: a `Cuda failure` printed from transport/nvls.cc) |
 | `presence_only` | a context signature whose repeats are counted, not matched again: reasoning reads only which processes print it and where first (`context.nccl_version`, `context.semlock`, `context.nccl_tests_header`); default false (context lines map pids to ranks, every one is matched) |
+| `quota` | a presence-only context signature whose own keywords leave the prefilter after this many lines of one input (`context.nccl_p2p`: 64, NCCL's channel lines repeat at every communicator init); the input's last two lines are still looked at for it; default 0 (never) |
 | `context_lines` | lines after a match read as torchrun's failure summary |
 | `lead` | (hints) with no root cause, this hint is the lead: it names a misconfiguration that explains failures |
 | `keywords` | case-sensitive literals for the prefilter; a line is tested only if one occurs in it. A keyword may be any substring of the message, so each starts at a rare byte (upper case, `(`, `<`, or j/q/x/z: `zed arguments: --local` for `unrecognized arguments: --local-rank`): the regex engine skips ahead on the set of first bytes, so common ones would make it test most bytes of a log. `parse_knowledge_base` enforces it |

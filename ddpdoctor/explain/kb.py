@@ -55,6 +55,11 @@ class Signature:
     # A context line whose repeats need not be matched again: reasoning reads only which processes print it
     # and where first (an 'NCCL version' line, a semaphore frame), not every occurrence.
     presence_only: bool = False
+    # Past this many lines in one input (0: never), the signature's own keywords leave the prefilter: a line
+    # printed many times per run (NCCL's `Channel ... via P2P/IPC`, once per channel and peer at every
+    # communicator init) would otherwise cost a Python step per line; at the input's end its last two lines are
+    # still looked at (where a log ends on it).
+    quota: int = 0
 
     @property
     def cacheable(self) -> bool:
@@ -89,6 +94,10 @@ class DiagnosisSpec:
     references: tuple[str, ...]
 
 
+# id(KnowledgeBase) -> (it, its prefilter without the quota keywords): compiled on first need only.
+_SPARSE: dict[int, tuple[Any, re.Pattern[bytes]]] = {}
+
+
 @dataclass(frozen=True)
 class KnowledgeBase:
     signatures: tuple[Signature, ...]
@@ -104,6 +113,18 @@ class KnowledgeBase:
     # The messages of c10d / gloo / elastic / NCCL result codes / CUDA errors by mechanism class; its class
     # signatures (catalogue.<class>) are in by_id only. Its prefilter keywords belong to SOURCES_PROBE.
     sources: SourceCatalogue | None = None
+    # Every prefilter literal, and those that belong only to signatures with a quota (Signature.quota).
+    literals: tuple[bytes, ...] = ()
+    quota_literals: frozenset[bytes] = frozenset()
+
+    def prefilter_without_quota(self) -> re.Pattern[bytes]:
+        """The prefilter without the quota signatures' own keywords (compiled once, when first needed)."""
+        cached = _SPARSE.get(id(self))
+        if cached is None or cached[0] is not self:
+            pattern = re.compile(trie_regex([lit for lit in self.literals if lit not in self.quota_literals],
+                                            PREFILTER_GUARDS))
+            _SPARSE[id(self)] = cached = (self, pattern)
+        return cached[1]
 
     @property
     def probe_index(self) -> int:
@@ -127,8 +148,10 @@ class KnowledgeBaseError(ValueError):
     """The signatures file is malformed (a packaging or editing bug, caught by the tests)."""
 
 
-def trie_regex(words: list[bytes]) -> bytes:
-    """One regex matching any of `words`, factored as a trie so each position is tested once per branch."""
+def trie_regex(words: list[bytes], guards: Mapping[bytes, bytes] | None = None) -> bytes:
+    """One regex matching any of `words`, factored as a trie so each position is tested once per branch.
+    `guards`: a word -> a lookahead that must hold where a match ends on that word (and no longer word
+    continues it): `NCCL` not followed by ` INFO`."""
     trie: dict[int, Any] = {}
     end = -1
     for w in words:
@@ -136,17 +159,25 @@ def trie_regex(words: list[bytes]) -> bytes:
         for byte in w:
             node = node.setdefault(byte, {})
         node[end] = {}
+    guards = guards or {}
 
-    def build(node: dict[int, Any]) -> bytes:
-        alts = [re.escape(bytes([b])) + build(sub) for b, sub in sorted(node.items()) if b != end]
+    def build(node: dict[int, Any], path: bytes) -> bytes:
+        alts = [re.escape(bytes([b])) + build(sub, path + bytes([b])) for b, sub in sorted(node.items()) if b != end]
+        guard = guards.get(path) if end in node else None
         if not alts:
-            return b""
+            return guard or b""
         if len(alts) == 1 and end not in node:
             return alts[0]
-        body = b"(?:" + b"|".join(alts) + b")"
-        return body + b"?" if end in node else body
+        body = b"(?:" + b"|".join(alts) + (b"|" + guard if guard else b"") + b")"
+        return body + b"?" if end in node and not guard else body
 
-    return build(trie)
+    return build(trie, b"")
+
+
+# Probe anchors too common to be worth a look on their own in some lines: NCCL's own INFO chatter (hundreds of
+# `NCCL INFO Channel ...` lines per communicator) holds no message of the source catalogue, and a bare
+# `NCCL` anchor made every such line a hit (bench/bench_explain.py's ordinary log at 10 MB/s).
+PREFILTER_GUARDS: Mapping[bytes, bytes] = {b"NCCL": rb"(?! INFO)"}
 
 
 # Catalogue classes that NCCL prints after another rank or the communicator failed: what a rank sees, not
@@ -276,6 +307,7 @@ def parse_knowledge_base(
                     refines=tuple(raw.get("refines", [])),
                     frames=bool(raw.get("frames", False)),
                     presence_only=bool(raw.get("presence_only", False)),
+                    quota=int(raw.get("quota", 0)),
                 )
             )
         except (KeyError, TypeError, re.error) as exc:
@@ -322,10 +354,15 @@ def parse_knowledge_base(
         for lit in literals:
             if any(lit[:n] in probe_kw for n in range(1, len(lit) + 1)):
                 keyword_sigs[lit] = (*keyword_sigs[lit], index)
+    others = {kw.encode() for s in sigs if not s.quota for kw in s.keywords}
+    quota_only = frozenset(kw.encode() for s in sigs if s.quota for kw in s.keywords) - others - (
+        {k.encode() for k in probe.keywords} if probe is not None else set())
     return KnowledgeBase(
+        literals=tuple(literals),
+        quota_literals=quota_only,
         signatures=tuple(sigs),
         diagnoses=diagnoses,
-        prefilter=re.compile(trie_regex(literals)),
+        prefilter=re.compile(trie_regex(literals, PREFILTER_GUARDS)),
         keyword_sigs=keyword_sigs,
         max_keyword_len=max(len(lit) for lit in literals),
         by_id={

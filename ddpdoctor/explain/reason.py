@@ -903,8 +903,11 @@ def _p2p_suspect(
     init_complete = any(e.sig == "context.nccl_comm_init" for e in events)
     last = max(p2p, key=lambda e: (e.file_index, e.line))
     # Without a timeout, only a log that ends on the P2P setup is a hang sign: P2P lines followed by
-    # training output are an ordinary NCCL_DEBUG=INFO run.
-    ends_there = last.file_index < len(inputs) and last.line >= inputs[last.file_index].lines - 1
+    # training output are an ordinary NCCL_DEBUG=INFO run. Repeats of a P2P line are counted, not matched
+    # (presence_only): the scan keeps the last line one was seen on.
+    last_line = max(last.line, inputs[last.file_index].last_lines.get("context.nccl_p2p", 0)) if (
+        last.file_index < len(inputs)) else last.line
+    ends_there = last.file_index < len(inputs) and last_line >= inputs[last.file_index].lines - 1
     if not timed_out and (init_complete or not ends_there):
         return None
     kinds = sorted({e.fields.get("p2p", "?") for e in p2p})

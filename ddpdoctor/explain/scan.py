@@ -46,6 +46,7 @@ MAX_SUMMARY = 512  # torchrun failure-summary entries kept (a log of many restar
 # the same result, further lines of that shape are only counted: dense logs repeat a few shapes millions of
 # times, and full matching costs ~40 us a line.
 WHO_BYTES = 12
+TAIL_BYTES = 4096  # of each input's end, kept for the quota signatures' last look (Signature.quota)
 SHAPE_FULL = EVENTS_PER_KEY + 1
 MAX_SHAPES = 4096  # per input; past this, new shapes are matched in full (memory stays bounded)
 MAX_SHAPE_LEN = 1024  # longer lines are never cached
@@ -177,6 +178,9 @@ class InputStats:
     long_lines: int = 0  # lines longer than MAX_LINE, scanned in windows
     windows_capped: int = 0  # over-long lines read only up to MAX_WINDOWS_PER_LINE windows
     error: str | None = None
+    # presence-only signature id -> the last line it was seen on, counted repeats included (where a log ends
+    # on NCCL's P2P setup is read from it: the repeats themselves are not matched again)
+    last_lines: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -250,6 +254,12 @@ class StreamScanner:
         self._busy: tuple[int, str] | None = None  # progress bar glued before the current line's match
         self._here: tuple[bytes, int, int] | None = None  # (buffer, start, line number) of an ordinary line
         self._end = 0  # end of the complete lines of the buffer being scanned (continuations stop there)
+        # The prefilter in use: the knowledge base's, until a quota signature (Signature.quota) has been seen
+        # its quota of times in this input; then the one without its keywords, and the input's last lines
+        # (`_tail`) are looked at for it at the end.
+        self._search = kb.prefilter.search
+        self._quota_seen: dict[str, int] = {}
+        self._tail = b""
 
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> None:
@@ -281,6 +291,8 @@ class StreamScanner:
         self._flush_shape_counts()
         self._end_summary()
         self.stats.lines = self._newlines
+        if self._quota_seen:
+            self._tail_quota_lines()
 
     # ------------------------------------------------------------------ scanning
     def _scan(self, buf: bytes, end: int) -> None:
@@ -289,7 +301,7 @@ class StreamScanner:
         Sparse stretches are skipped by the prefilter in C; a hit line is looked up by its shape (digits
         zeroed) and who printed it: a shape already matched SHAPE_FULL times with one stable result is only
         counted, so dense logs (every line a keyword) cost a dictionary lookup per line, not a match."""
-        search = self.kb.prefilter.search
+        search = self._search
         shapes = self._shapes
         self._end = end
         pos = 0
@@ -324,6 +336,10 @@ class StreamScanner:
                     shape = shapes.get(key)
                     if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
                         shape[3] += 1
+                        if shape[4]:
+                            self._newlines += buf.count(b"\n", cur, pos)
+                            cur = pos
+                            self._seen_last(shape[4])
                         if shape[2]:
                             self._replay_summary_start(shape[2], buf, pos, le)
                         pos = le + 1
@@ -346,6 +362,10 @@ class StreamScanner:
             shape = shapes.get(key)
             if shape is not None and shape[0] >= SHAPE_FULL and shape[1] is not None:
                 shape[3] += 1
+                if shape[4]:
+                    self._newlines += buf.count(b"\n", cur, ls)
+                    cur = ls
+                    self._seen_last(shape[4])
                 if shape[2]:
                     self._replay_summary_start(shape[2], buf, ls, le)
                 pos = le + 1
@@ -358,6 +378,7 @@ class StreamScanner:
             self._recorded = None
             pos = le + 1
         self._newlines += buf.count(b"\n", cur, end)
+        self._tail = buf[max(0, end - TAIL_BYTES) : end]
 
     def _note_shape(self, key: bytes, shape: list[Any] | None, recorded: list[str]) -> None:
         """Remember what a full match of this line shape found; only results that may be replayed by
@@ -373,13 +394,39 @@ class StreamScanner:
                 self._flush_shape_counts()
                 self._shapes.clear()
             # [full matches, signature ids (None once two full matches disagreed), summary context lines,
-            #  repeats counted but not yet added to the collector's counts]
-            self._shapes[key] = [1, result, context, 0]
+            #  repeats counted but not yet added to the collector's counts, presence-only ids whose last line
+            #  is kept]
+            tracked = tuple(sid for sid in recorded if by_id[sid].presence_only) if cacheable else ()
+            self._shapes[key] = [1, result, context, 0, tracked]
             return
         shape[0] += 1
         if shape[1] != result:
             self._flush_shape(shape)
             shape[1] = None
+
+    def _seen_last(self, ids: tuple[str, ...], lineno: int | None = None) -> None:
+        """A presence-only line on `lineno` (default self._newlines + 1, a counted repeat): the last line it
+        was seen on, and one more towards its signature's quota."""
+        for sid in ids:
+            self.stats.last_lines[sid] = lineno if lineno is not None else self._newlines + 1
+            quota = self.kb.by_id[sid].quota
+            if quota:
+                seen = self._quota_seen[sid] = self._quota_seen.get(sid, 0) + 1
+                if seen == quota:
+                    self._search = self.kb.prefilter_without_quota().search
+
+    def _tail_quota_lines(self) -> None:
+        """After a quota switched the prefilter: the input's last two lines, looked at for each quota
+        signature's keywords (a log that ends on NCCL's P2P setup)."""
+        lines = self._tail.split(b"\n")[:-1][-2:]
+        for sid, seen in self._quota_seen.items():
+            sig = self.kb.by_id[sid]
+            if seen < sig.quota:
+                continue
+            for back, text in enumerate(reversed(lines)):
+                if any(kw.encode() in text for kw in sig.keywords):
+                    self.stats.last_lines[sid] = max(self.stats.last_lines.get(sid, 0), self._newlines - back)
+                    break
 
     def _flush_shape(self, shape: list[Any]) -> None:
         if shape[3] and shape[1]:
@@ -413,7 +460,7 @@ class StreamScanner:
         (windows kept within buf[lo:hi]), while the line's window budget lasts. `head` (the line's first
         bytes, for its prefixes) goes before every window that does not start at `line_start` (None: the
         line started before `buf`)."""
-        search = self.kb.prefilter.search
+        search = self._search
         lineno = self._newlines + 1
         while (m := search(buf, pos, hi)) is not None and m.start() < stop and self._count_window():
             w0 = max(lo, m.start() - WINDOW // 2)
@@ -593,6 +640,8 @@ class StreamScanner:
             last_sigs = last_sigs | {sig.id}
             if self._recorded is not None:
                 self._recorded.append(sig.id)
+            if sig.presence_only:
+                self._seen_last((sig.id,), lineno)
             ev = self._event(sig, m, info, text, lineno)
             if extra and (sig.id.startswith("nccl.warn") or sig.id == STATED_CAUSE):
                 ev.fields.update(extra)
