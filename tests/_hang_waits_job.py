@@ -664,20 +664,16 @@ def length_header(rank: int) -> None:
     conn.recv(struct.unpack("!I", head)[0])
 
 
-def int16(value: int) -> int:
-    """The value as a 16-bit signed field of the shard index stores it (two's complement wrap-around). Plain
-    Python ints, not numpy scalars: py-spy reads numpy scalars' memory as garbage, so the test would not be
-    about the tool."""
-    return ((value + 32768) & 0xFFFF) - 32768
-
-
 def doubling_overflow(rank: int) -> None:
+    # Plain Python ints wrapped to 16 bits inline (two's complement, as the shard index stores them), not numpy
+    # scalars, whose memory py-spy's --locals reads as garbage; no helper function, whose frame the snapshots
+    # would catch instead of the loop's.
     lengths = [100, 30000]  # token counts, stored as int16 in the shard index
     top = max(lengths)
     edge = max(min(lengths), 64)
     ready(rank)
     while edge < top:  # HANG-LINE doubling
-        edge = int16(edge * 2)
+        edge = ((edge * 2 + 32768) & 0xFFFF) - 32768
 
 
 def circular(rank: int, culprit: bool) -> None:

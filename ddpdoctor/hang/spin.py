@@ -254,12 +254,12 @@ def loop_exits(lines: Sequence[str], line: int, values: Mapping[str, str]) -> st
             + (f"; its locals now: {shown}" if shown else ""))
 
 
-_PRODUCT = re.compile(r"(\w+)\s*(?:\*=|<<=)|(\w+)\s*=\s*(?:[\w.]+\(\s*)?\2\s*(?:\*|<<)")
+_PRODUCT = re.compile(r"(\w+)\s*(?:\*=|<<=)|(\w+)\s*=\s*(?:[\w.]*\(\s*){0,3}\2\s*(?:\*|<<)")
 
 
 def _wrapped_product(code: str, values: Mapping[str, str]) -> str:
     """'edge = 0' when `code` multiplies (or shifts) a variable by itself (`edge = edge * 2`, `n *= 2`, through a
-    cast `edge = np.int16(edge * 2)`) and the
+    cast `edge = np.int16(edge * 2)` or an inline wrap `edge = ((edge * 2 + 32768) & 0xFFFF) - 32768`) and the
     variable now holds 0 or a negative number: a doubling can only get there by overflowing (held-out hang set
     10, j12: an int16 bucket edge doubled past 16384). '' otherwise."""
     found = _PRODUCT.match(code)
