@@ -345,7 +345,7 @@ of issue #23; the set is now spent.
 ## Tuned on held-out set 12 afterwards (2026-11-28, session 14): a TUNING figure
 
 Developer-graded with the grader's rules after tuning: **before 23 of 45 right as root cause; after 29 of 45**,
-0 consequences as root, 6 failed runs exiting 0. New, each from the printing program's own source or format
+0 consequences as root, 5 failed runs exiting 0 (a traceback cut before its exception line now exits 1). New, each from the printing program's own source or format
 (lines.json; the 22 logs that were not right kept in tests/fixtures/explain/spent-set12, held by
 tests/test_explain_spent_set12.py): `nccl.max_shared_mem`, `shm.container_default`, `horovod.shut_down` (a
 fallback: any exception before it stays the root), `horovod.backward_twice`; torch's `Duplicated GPU device` in
