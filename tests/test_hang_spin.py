@@ -149,3 +149,36 @@ def test_a_doubling_stuck_at_zero_is_an_overflow():
     plain = spin_mechanism(DOUBLING, 5, still, 0.5)
     assert plain is not None and "wraps round" not in str(plain["summary"])
     assert "which gives it the same value again" in str(plain["summary"])
+
+
+HELPER = """def wrap16(value):
+    return ((value + 32768) & 0xFFFF) - 32768
+
+
+def bucket_edges(top):
+    edge = 64
+    while edge < top:
+        edge = wrap16(edge * 2)
+    return edge
+""".splitlines()
+
+
+def test_a_loop_caught_inside_the_helper_it_calls_is_read_at_the_caller():
+    # A spinning rank caught in wrap16() (no loop there) most of the time: the loop, its condition and its
+    # locals are bucket_edges()'s (seen in CI with an early version of the doubling job).
+    from ddpdoctor.hang.findings import HangFacts
+    from ddpdoctor.hang.fr import Frame
+    from ddpdoctor.hang.spin import loop_reason, looping_frame
+    from ddpdoctor.hang.stacks import RankStack, ThreadStack
+
+    helper, caller = Frame("/job/edges.py", 2, "wrap16"), Frame("/job/edges.py", 8, "bucket_edges")
+    chain = (helper, caller, Frame("/job/train.py", 30, "main"))
+    sources = {"/job/edges.py": HELPER, "/job/train.py": ["pass"] * 40}
+    assert looping_frame(chain, sources) == caller
+    assert looping_frame(chain[:1], sources) is None
+    facts = HangFacts(host="h", stacks=[RankStack(1, 42, [ThreadStack("MainThread", chain)])], sources=sources,
+                      loop_locals={42: [(8, {"edge": "0", "top": "30000"}), (7, {"edge": "0", "top": "30000"})]},
+                      loop_gap_s=0.5)
+    found = loop_reason(facts, 42, helper)
+    assert found is not None and found["id"] == "loop.no_progress", found
+    assert "`while edge < top:` (line 7)" in str(found["summary"]) and "edge = 0" in str(found["summary"])

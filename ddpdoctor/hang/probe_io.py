@@ -678,7 +678,7 @@ def _loop_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> di
     """Two reads, half a second apart, of the locals of each rank or DataLoader worker whose main thread runs
     Python inside a loop of the user's code (not a sleep): whether what the loop's exit condition reads
     moves. Equivalent: `py-spy dump --json --locals --nonblocking --pid PID` (_dump_locals), twice."""
-    from ddpdoctor.hang.spin import the_loop
+    from ddpdoctor.hang.spin import looping_frame
     from ddpdoctor.hang.stacks import innermost_locals
 
     if pyspy is None:
@@ -686,9 +686,12 @@ def _loop_locals(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> di
     wanted: list[tuple[int, str]] = []
     for stack in [*facts.stacks[:16], *(w for ws in facts.worker_stacks.values() for w in ws[:8])]:
         at = _innermost_user_line(facts, stack)
-        if at is None or "sleep(" in at[1] or the_loop(facts.sources[at[0].filename], at[0].line) is None:
+        if at is None or "sleep(" in at[1] or stack.main is None:
             continue
-        wanted.append((stack.pid, at[0].name))
+        # The loop around the innermost line, or around a caller's (a helper the loop calls, spin.looping_frame).
+        loop = looping_frame(stack.main.frames, facts.sources)
+        if loop is not None:
+            wanted.append((stack.pid, loop.name))
     out: dict[int, list[tuple[int, dict[str, str]]]] = {}
     for index in range(2):
         if index:

@@ -291,10 +291,29 @@ def _adds_float(lines: Sequence[str], loop: LeftLoop, sides: Sequence[str]) -> b
     return False
 
 
+def looping_frame(chain: Sequence[Frame], sources: Mapping[str, Sequence[str]], depth: int = 4) -> Optional[Frame]:
+    """The first of the user frames `chain` (innermost first) whose line is inside a loop, looking at most `depth`
+    user frames out: a spinning loop is often caught inside a helper it calls (`edge = wrap16(edge * 2)`), and
+    the loop, its condition and its locals are the caller's."""
+    for frame in [f for f in chain if f.is_user][:depth]:
+        lines = sources.get(frame.filename)
+        if lines and the_loop(lines, frame.line) is not None:
+            return frame
+    return None
+
+
 def loop_reason(facts: HangFacts, pid: int, frame: Frame) -> Optional[dict[str, Any]]:
     """Why the busy loop around `frame` of process `pid` does not end (spin.spin_mechanism), from its source
-    and the two reads of its locals taken after the last snapshot."""
+    and the two reads of its locals taken after the last snapshot. A frame in no loop (a helper the loop
+    calls) hands over to the first caller in the rank's stack whose line is in one."""
     lines = facts.sources.get(frame.filename)
+    if lines and the_loop(lines, frame.line) is None:
+        stack = next((s for s in facts.stacks if s.pid == pid and s.main is not None), None)
+        frames = list(stack.main.frames) if stack is not None and stack.main is not None else []
+        at = next((i for i, f in enumerate(frames) if f.filename == frame.filename and f.name == frame.name), None)
+        outer = looping_frame(frames[at:], facts.sources) if at is not None else None
+        if outer is not None:
+            frame, lines = outer, facts.sources.get(outer.filename)
     if not lines:
         return None
     reads = [LocalsRead(line, values) for line, values in facts.loop_locals.get(pid, [])]
