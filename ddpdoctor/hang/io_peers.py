@@ -17,7 +17,7 @@ from ddpdoctor.hang.findings import IoPeer
 
 _READS = re.compile(r"\.(?:recv|recv_into|recvfrom|read|readline|readlines|readinto|read_exactly|readexactly)\(|"
                     r"\bos\.read\(|\bselect\(|\.poll\(|\bin\s+[\w.]+\s*:")
-_READ_LIBRARY = ("socket.py", "selectors.py", "ssl.py", "_pyio.py", "asyncio/streams.py")
+READ_LIBRARY = ("socket.py", "selectors.py", "ssl.py", "_pyio.py", "asyncio/streams.py")
 # A length or count local whose value is this big was not meant: a header read in the wrong byte order or size.
 _SIZE_NAME = re.compile(r"^(?:n|size|length|len|count|nbytes|num_bytes|expected|remaining|want|need|total)$|"
                         r"(?:_|^)(?:size|len|length|bytes|count)(?:_|$)", re.IGNORECASE)
@@ -38,7 +38,7 @@ def _reading(peer: IoPeer, sources: Mapping[str, Sequence[str]]) -> bool:
     lines = sources.get(frame.filename) if frame is not None else None
     code = lines[frame.line - 1] if lines and frame is not None and 0 < frame.line <= len(lines) else ""
     library = [f for f in main.frames if not f.is_user]
-    return bool(_READS.search(code)) or any(f.filename.endswith(_READ_LIBRARY) for f in library[:6])
+    return bool(_READS.search(code)) or any(f.filename.endswith(READ_LIBRARY) for f in library[:6])
 
 
 def _huge_size(values: Mapping[str, str]) -> Optional[tuple[str, int]]:

@@ -886,15 +886,13 @@ def _waited_children(
     return _children_stacks(waiting, 4, pyspy, deadline, timeout_s, pool)
 
 
-_READ_FRAMES = ("socket.py", "selectors.py", "ssl.py", "_pyio.py")
-
-
 def _io_peers(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[int, list[IoPeer]]:
     """For (at most 4) ranks outside every collective whose main thread blocks in the user's own line or a
     socket read: the processes of the same user at the other end of their sockets and pipes (edge.peers), the
     job's own ranks and agent left out, each with its stacks and its innermost user frame's locals. Equivalent:
     `ls -l /proc/PID/fd`, `cat /proc/PID/net/tcp`, then `py-spy dump --json --locals --nonblocking --pid PEER`."""
     from ddpdoctor.edge.peers import other_ends
+    from ddpdoctor.hang.io_peers import READ_LIBRARY
     from ddpdoctor.hang.stacks import frame_locals
 
     if facts.job is None:
@@ -906,7 +904,7 @@ def _io_peers(facts: HangFacts, pyspy: Optional[str], timeout_s: float) -> dict[
         if main is None or not main.frames or stack.waiting_in() or len(out) >= 4:
             continue
         inner = main.frames[0]
-        if not (inner.is_user or inner.filename.endswith(_READ_FRAMES)):
+        if not (inner.is_user or inner.filename.endswith(READ_LIBRARY)):
             continue
         peers: list[IoPeer] = []
         for peer in other_ends(stack.pid, skip, budget_s=1.0, limit=2):
