@@ -2,7 +2,9 @@
 
 argv[1] is the scenario: `sleep` (the last rank sleeps before a collective), `mismatch` (rank 1 issues a
 broadcast where the others issue an all_reduce), `skip` (only rank 0 issues a collective), `idle` (every
-rank sleeps after its collectives). HANG_BACKEND=nccl runs on cuda:LOCAL_RANK (the GPU test). A thread dumps
+rank sleeps after its collectives), `late` (the last rank sleeps before its first collective: on NCCL, rank 0
+waits inside the communicator's creation, which NCCL does lazily at the first collective; the last rank never
+touches a GPU, so two ranks can run on one). HANG_BACKEND=nccl runs on cuda:LOCAL_RANK (the GPU test). A thread dumps
 this rank's Flight Recorder buffer to $HANG_FR_PREFIX<rank> (pickle) and .json $HANG_FR_AFTER seconds
 after the rank reached the point where it hangs (however slow the machine), the way
 TORCH_FR_DUMP_TEMP_FILE names them, so the test reads real dumps of a real hang.
@@ -38,14 +40,21 @@ def main() -> None:
     scenario = sys.argv[1]
     backend = os.environ.get("HANG_BACKEND", "gloo")
     device = "cpu"
-    if backend == "nccl":
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    late = scenario == "late" and local_rank == int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1
+    if backend == "nccl" and not late:
+        device = f"cuda:{0 if scenario == 'late' else local_rank}"
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=timedelta(seconds=int(os.environ.get("HANG_PG_TIMEOUT", "120"))))
     rank, world = dist.get_rank(), dist.get_world_size()
     if os.environ.get("HANG_FR_PREFIX"):
         threading.Thread(target=dump_later, args=(rank,), daemon=True).start()
     grad = torch.ones(16, device=device)
+    if scenario == "late":
+        HANGING.set()
+        if late:
+            time.sleep(3600)  # HANG-LINE late
+        dist.all_reduce(grad)
     for _ in range(3):
         dist.all_reduce(grad)
     if scenario == "sleep":

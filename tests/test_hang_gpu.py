@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _hang_harness import NO_PYSPY, HungJob
+from _hang_harness import NO_PYSPY, HungJob, marker_line
 
 torch = pytest.importorskip("torch")
 
@@ -22,14 +22,19 @@ pytestmark = [
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _keep_evidence(report: bytes, prefix: str) -> None:
+def _keep_evidence(report: bytes, prefix: str, name: str = "hang-real-nccl", text: bytes = b"") -> None:
     """On a GPU node, DDPDOCTOR_EVIDENCE_DIR keeps the real report and Flight Recorder dumps as fixtures."""
     where = os.environ.get("DDPDOCTOR_EVIDENCE_DIR")
     if not where:
         return
-    dest = Path(where)
+    dest = Path(where) / name
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "hang-real-nccl.json").write_bytes(report)
+    (dest / f"{name}.json").write_bytes(report)
+    if text:
+        (dest / f"{name}.txt").write_bytes(text)
+    job_log = Path(prefix).parent / "job.log"
+    if job_log.is_file():
+        (dest / "job.log").write_bytes(job_log.read_bytes())
     for dump in Path(prefix).parent.glob(Path(prefix).name + "*"):
         if dump.is_file():
             (dest / f"fr-{dump.name}").write_bytes(dump.read_bytes())
@@ -65,3 +70,33 @@ def test_hang_on_a_real_nccl_job(tmp_path):
         assert report["exit_code"] == 0
         assert report["stacks"][0]["frames"] or report["stacks"][0]["error_kind"] == "permission"
 
+
+
+def test_rank_late_for_the_first_nccl_collective(tmp_path):
+    """Two ranks on one GPU: the last never touches the GPU and sleeps before its first collective, so rank 0
+    waits inside NCCL's communicator creation (lazy, at the first collective) — the most common NCCL hang at
+    start-up: one rank still loading data or a checkpoint. The culprit is the sleeping rank, at its line."""
+    job = HungJob("late", tmp_path, nproc=2, HANG_BACKEND="nccl")
+    try:
+        job.wait_for_dumps()
+        out = subprocess.run(
+            [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(job.proc.pid), "--fr", job.prefix, "--json",
+             "--timeout", "15"],
+            capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
+        )
+        text = subprocess.run(
+            [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(job.proc.pid), "--fr", job.prefix,
+             "--timeout", "15"],
+            capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
+        )
+        _keep_evidence(out.stdout, job.prefix, "hang-late-peer-nccl", text.stdout + text.stderr)
+    finally:
+        job.kill()
+    assert job.alive() == []
+    report = json.loads(out.stdout)
+    verdict = report["verdict"]
+    if NO_PYSPY:
+        pytest.skip("py-spy is not installed: the late rank's line needs its stack")
+    assert verdict["culprit_ranks"] == [1], verdict
+    assert verdict["culprits"][0]["line"] == marker_line("late"), verdict
+    assert report["exit_code"] == 1

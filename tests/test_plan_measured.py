@@ -171,25 +171,36 @@ def test_measured_on_gpu_with_max_memory_allocated() -> None:
         pytest.skip("no CUDA")
     cfg = {**TINY, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4, "vocab_size": 32000,
            "num_attention_heads": 8, "num_key_value_heads": 8}  # fmt: skip
-    # cuBLAS/cuBLASLt allocate workspaces through the caching allocator on first use, per handle and
-    # thread (backward runs in autograd's device thread), and keep them: on the H100 node a 64x64 warm-up
-    # before the baseline left 56 MiB of them in `held` (2026-11-27). A whole first step of the same model,
-    # freed again, makes every one of them before the baseline.
+    # cuBLAS/cuBLASLt allocate workspaces through the caching allocator on first use (per handle, stream
+    # and thread) and keep them; torch's own clearing call (the one CUDA graphs use) frees them before each
+    # reading. On the H200 (2026-11-28) that took `memory_allocated` from 64 MiB to 0 after a freed step.
+    clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)
     _train_step(torch, _tiny_llama(torch, cfg), "adamw", "cuda")
     gc.collect()
     torch.cuda.synchronize()
+    clear_workspaces()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     model = _tiny_llama(torch, cfg)
     opt = _train_step(torch, model, "adamw", "cuda")  # kept: its state is part of what is held
     torch.cuda.synchronize()
-    shape = shape_from_config(cfg)
-    p, g, o, m, _ = model_states(Workload(shape, dtype="fp32"), Strategy("ddp"), 1)
+    clear_workspaces()
     held = torch.cuda.memory_allocated() - base
     peak = torch.cuda.max_memory_allocated() - base
-    # After the step torch holds the model states (plus step counters and allocator rounding to 512 B).
-    assert abs(held - (p + g + o + m)) / (p + g + o + m) < 0.02, (held, p, g, o, m)
-    assert peak >= p + g + o + m
+    shape = shape_from_config(cfg)
+    p, g, o, m, _ = model_states(Workload(shape, dtype="fp32"), Strategy("ddp"), 1)
+    tensors = [*model.parameters(), *(q.grad for q in model.parameters()),
+               *(t for st in opt.state.values() for t in st.values() if torch.is_tensor(t) and t.is_cuda)]
+    # The plan's model states are exactly the bytes of the tensors torch keeps on the GPU after the step.
+    assert _bytes(tensors) == p + g + o + m
+    # What the allocator holds for them is more: a block above 1 MiB comes from a segment rounded up to
+    # 2 MiB and is not split when 1 MiB or less would remain (on the H200, each 11 MiB MLP weight, its
+    # gradient and Adam moments sat in 12 MiB blocks: 47 MiB, 2.6% over the tensors). A fit within that
+    # rounding is what docs/plan.md's headroom is for.
+    large = sum(1 for t in tensors if t.numel() * t.element_size() > (1 << 20))
+    print(f"held {held} B, tensors {_bytes(tensors)} B, {large} tensor(s) above 1 MiB")
+    assert _bytes(tensors) <= held <= _bytes(tensors) + large * (2 << 20) + len(tensors) * 512, (held, large)
+    assert peak >= held
     assert opt.state  # the optimizer stepped
 
 
