@@ -23,8 +23,14 @@ HANGING = threading.Event()  # set just before the call this rank hangs in
 
 
 def dump_later(rank: int) -> None:
-    from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json
+    import torch._C._distributed_c10d as c10d
 
+    # An NCCL group records into a Flight Recorder of its own (CUDA events), dumped by _dump_nccl_trace;
+    # _dump_fr_trace dumps the other backends' one — on the GPU nodes of 2026-11-27/28 it gave NCCL jobs
+    # empty dumps (no entries, no pg_config) although their collectives had run.
+    nccl = os.environ.get("HANG_BACKEND") == "nccl" and hasattr(c10d, "_dump_nccl_trace")
+    _dump_fr_trace = c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace
+    _dump_fr_trace_json = c10d._dump_nccl_trace_json if nccl else c10d._dump_fr_trace_json
     HANGING.wait()
     time.sleep(float(os.environ.get("HANG_FR_AFTER", "1")))
     prefix = os.environ["HANG_FR_PREFIX"]

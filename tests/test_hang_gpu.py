@@ -59,6 +59,8 @@ def test_hang_on_a_real_nccl_job(tmp_path):
     assert report["ras"]["nccl_version"] and report["ras"]["communicators"] >= 1
     fr = report["flight_recorder"]
     assert fr["ranks"] == [0] and fr["errors"] == []
+    # The dump is NCCL's own recorder's (_dump_nccl_trace): the job's three all_reduces are in it.
+    assert any(seq >= 3 for per_rank in fr["last_enqueued"].values() for seq in per_rank.values()), fr
     assert report["verdict"]["kind"] == "none"
     if NO_PYSPY:
         # Seen on the H100 node (2026-11-27), whose image has no py-spy: RAS and the Flight Recorder agree,

@@ -376,7 +376,8 @@ def ras_finding(facts: HangFacts) -> Finding:
         if facts.ras_error_kind == "refused":
             return RAS.finding(
                 Severity.SKIP,
-                f"{facts.ras_error} (NCCL < 2.24, RAS disabled, or a job without NCCL communicators such as gloo)",
+                f"{facts.ras_error} (NCCL < 2.24, RAS disabled, no NCCL communicator created yet — NCCL starts RAS "
+                "with the first, which torch creates in the first collective — or a job without NCCL such as gloo)",
                 evidence=[Evidence(command, facts.ras_error)],
             )
         return RAS.finding(Severity.ERROR, facts.ras_error, evidence=[Evidence(command, facts.ras_error)])
@@ -396,6 +397,10 @@ def ras_finding(facts: HangFacts) -> Finding:
     if ras.timeouts:
         summary += f"; {ras.timeouts} RAS timeout(s) while gathering"
     return RAS.finding(Severity.INFO, summary, evidence=[Evidence(command, excerpt or "(no errors, no warnings)")])
+
+
+def _anything_recorded(dumps: list[Dump]) -> bool:
+    return any(dump.entries or dump.pg_status or dump.pg_names or dump.pg_ranks for dump in dumps)
 
 
 def fr_finding(facts: HangFacts, alignment: Optional[Alignment], vetting: Any = None) -> Finding:
@@ -425,6 +430,16 @@ def fr_finding(facts: HangFacts, alignment: Optional[Alignment], vetting: Any = 
     worst = alignment.worst()
     if worst is not None:
         summary += f"; first divergence: {worst.kind} at #{worst.seq} of {group_name(worst.pg, worst.pg_name)}"
+    elif not _anything_recorded(vetting.kept if vetting is not None else facts.dumps):
+        # An empty buffer agrees with everything: saying "all ranks agree" of it would be a verdict about
+        # nothing (seen on GPU nodes: dumps taken with the API of another backend's recorder).
+        summary += (
+            "; none records a collective or a process group, so they cannot show who is behind (recording was "
+            "off — TORCH_FR_BUFFER_SIZE unset or 0 when the job started — or the dump was taken before any "
+            "collective, or from another backend's recorder)"
+        )
+        if without:
+            summary += f" ({plural_ranks(without)}: no dump)"
     elif without:
         summary += f"; the dumped ranks agree on every recorded collective ({plural_ranks(without)}: no dump)"
     else:
