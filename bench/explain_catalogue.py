@@ -220,16 +220,21 @@ CLASSES: dict[str, dict[str, str]] = {
     },
     "nccl.message_truncated": {
         "title": "NCCL received a longer message than it expected (bootstrap or socket transport)",
-        "cause": "A peer sent more bytes than this rank expected at that point of the exchange: the two "
-        "sides disagree about which message comes next. In NCCL 2.19 and 2.20 this was a known NCCL bug: "
-        "bootstrap messages of ncclTransportP2pSetup could be reordered (NCCL 2.21.5 release notes: 'Fix "
-        "packet reordering issue causing bootstrap mismatch'; NVIDIA/nccl#1176 saw it intermittently at "
-        "init on 2.19.3/2.19.4 and not on 2.18.6). Otherwise ranks run different NCCL versions, or issue "
-        "different collectives, sizes or NCCL_PROTO/NCCL_ALGO settings.",
-        "fix": "If the log shows NCCL 2.19.x or 2.20.x, upgrade to NCCL 2.21.5 or later (a newer torch wheel or "
-        "nvidia-nccl-cu12), or go back to 2.18.6. On newer releases check that every rank loads the same "
-        "libnccl (NCCL_DEBUG=VERSION), runs the same collectives with the same sizes "
-        "(TORCH_DISTRIBUTED_DEBUG=DETAIL), and sets the same NCCL_* variables.",
+        "cause": "A peer sent more bytes than this rank expected at that point of the exchange: the two sides disagree "
+        "about what comes next. Printed by the socket transport during a collective (transport/net_socket.cc, "
+        "whose 2.27+ text says so itself), the two ranks of a send/recv pair or of a collective posted "
+        "operations of different sizes: tensors of another shape or dtype on each side (pipeline-parallel "
+        "send/recv of activations whose shape or dtype differs between stages, a collective on tensors that "
+        "differ by rank), or NCCL_PROTO/NCCL_ALGO set differently on some ranks. Printed during init "
+        "(bootstrap), in NCCL 2.19 and 2.20 it was a known NCCL bug: bootstrap messages of "
+        "ncclTransportP2pSetup could be reordered (NCCL 2.21.5 release notes: 'Fix packet reordering issue "
+        "causing bootstrap mismatch'; NVIDIA/nccl#1176 saw it intermittently at init on 2.19.3/2.19.4 and not "
+        "on 2.18.6); otherwise the ranks run different NCCL versions.",
+        "fix": "During training: make both sides of every send/recv and every rank of a collective use the same "
+        "shape and dtype (print them per rank; TORCH_DISTRIBUTED_DEBUG=DETAIL checks collectives' shapes) and "
+        "the same NCCL_* variables. At init on NCCL 2.19.x or 2.20.x: upgrade to NCCL 2.21.5 or later (a "
+        "newer torch wheel or nvidia-nccl-cu12), or go back to 2.18.6; on newer releases check that every "
+        "rank loads the same libnccl (NCCL_DEBUG=VERSION).",
     },
     "nccl.teardown": {
         "title": "NCCL communicator teardown error",

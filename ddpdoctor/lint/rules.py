@@ -617,12 +617,30 @@ def _off_the_launch(f: ModuleFacts, scope: Scope) -> bool:
     calls `scope`: a post-training helper such as RecBole's
     `load_data_and_model()` (held-out corpus 5), which one process calls after the run. In a file that
     launches nothing, a function nobody here calls may be the trainer's resume helper: judged as it reads."""
-    spawns = any(c.qual in _SPAWN_TARGETS for c in f.calls)
-    # A torchrun script is its own entry too: `if __name__ == "__main__": main()` and the init in the file.
-    script = any(c.main_guard for c in f.calls) and any(c.attr == "init_process_group" for c in f.calls)
-    if not (spawns or script):
-        return False
+    if not _launches(f):
+        return _uncalled_beside_a_launcher(f, scope)
     return not _reached(f, scope, 0)
+
+
+def _launches(f: ModuleFacts) -> bool:
+    """The file starts the ranks (mp.spawn) or is the script torchrun starts (a `__main__` guard and the init)."""
+    spawns = any(c.qual in _SPAWN_TARGETS for c in f.calls)
+    return spawns or (any(c.main_guard for c in f.calls) and any(c.attr == "init_process_group" for c in f.calls))
+
+
+def _uncalled_beside_a_launcher(f: ModuleFacts, scope: Scope) -> bool:
+    """A module-level function of a helper file that no call of the project names, in a project whose launch
+    script is among the files: a tool beside the trainer (so-vits-svc's `mix_model` in utils.py, held-out lint
+    corpus 13), not a step any rank runs. Any call by that name, resolved or not, keeps it judged as it reads."""
+    project = f.project
+    if project is None or scope.parent is None or not scope.parent.is_module or is_entry(f, scope):
+        return False
+    files = [g for _, g in project.files]  # type: ignore[attr-defined]
+    if any(scope.name in g.passed_refs for g in files):
+        return False  # handed over as a value (a callback, a spawn target): called where we cannot see
+    if not any(g is not f and _launches(g) for g in files):
+        return False
+    return not any(c.attr == scope.name or c.raw == scope.name for g in files for c in g.calls)
 
 
 _SPAWN_TARGETS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})

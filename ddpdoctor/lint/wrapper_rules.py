@@ -67,6 +67,19 @@ def _bound_in_other_branch(f: ModuleFacts, name: str, wrap: CallSite) -> bool:
     return False
 
 
+def _other_arm(wrap: CallSite, cs: CallSite) -> bool:
+    """The wrapping and the call sit in different arms of one `if` (`if mode == "train": model = DDP(model)
+    ... elif mode == "dev": model.dev(...)`, News-Recommendation, held-out lint corpus 13): the call never sees
+    the wrapper."""
+    for node in ast.walk(wrap.scope.node):
+        if not isinstance(node, ast.If):
+            continue
+        arms = [{id(n) for st in side for n in ast.walk(st)} for side in (node.body, node.orelse)]
+        if (id(wrap.node) in arms[0] and id(cs.node) in arms[1]) or (id(wrap.node) in arms[1] and id(cs.node) in arms[0]):
+            return True
+    return False
+
+
 def _wrapped(f: ModuleFacts) -> list[tuple[str, CallSite]]:
     """(name, the DDP call) for each `name = DistributedDataParallel(...)` of this file."""
     out = []
@@ -133,7 +146,8 @@ def check_wrapper_custom_method(f: ModuleFacts) -> Iterator[Hit]:
             # (a leading underscore: nn.Module's private methods, _register_state_dict_hook and the like)
             if method in _WRAPPER_ATTRS or method.startswith("_") or not _same_body(f, wrap, cs):
                 continue
-            if cs.scope is wrap.scope and _assigned_between(f, name, wrap.node.lineno, cs.node.lineno):
+            if cs.scope is wrap.scope and (_assigned_between(f, name, wrap.node.lineno, cs.node.lineno)
+                                           or _other_arm(wrap, cs)):
                 continue
             yield (
                 cs.node,
