@@ -3460,6 +3460,67 @@ NEAR_MISSES += [
 ]
 POSITIVES += [
     (
+        "DDP054",
+        """
+        # jeykigung/P5: the training step through .module, under fp16 and not.
+        class Trainer:
+            def train(self):
+                for batch in self.train_loader:
+                    if self.args.distributed:
+                        results = self.model.module.train_step(batch)  # <-
+                    else:
+                        results = self.model.train_step(batch)
+                    loss = results["loss"]
+                    self.scaler.scale(loss).backward()
+        """,
+    ),
+    (
+        "DDP054",
+        """
+        # The wrapped model called through .module directly.
+        def train(model, loader, optimizer, rank):
+            model = DDP(model.to(rank), device_ids=[rank])
+            for x, y in loader:
+                out = model.module(x)  # <-
+                loss = F.cross_entropy(out, y)
+                loss.backward()
+                optimizer.step()
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP054",
+        """
+        # Through .module for evaluation and sampling, and to save: no backward.
+        def train(model, loader, optimizer, rank):
+            model = DDP(model.to(rank), device_ids=[rank])
+            for x in loader:
+                loss = model(x)
+                loss.backward()
+                optimizer.step()
+            for x in loader:
+                with torch.no_grad():
+                    samples = model.module.sample(x)
+                    val = model.module.get_loss(x)
+            torch.save(model.module.state_dict(), "m.pt")
+        """,
+    ),
+    (
+        "DDP054",
+        """
+        # A trainer of one's own whose `module` is the model it trains (no DDP wrapper around it).
+        class Runner:
+            def fit(self, loader):
+                self.model = DDP(self.net)
+                for x in loader:
+                    loss = self.module(x)
+                    loss.backward()
+        """,
+    ),
+]
+POSITIVES += [
+    (
         "DDP050",
         """
         # The same, weighted by a value this rank computed from its own batch: no longer the same everywhere.
@@ -3520,7 +3581,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 54)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 55)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

@@ -1,6 +1,7 @@
 """Rules about the DistributedDataParallel wrapper itself (classes the held-out corpus 8 found missed):
-DDP045 (a method of the user's model called on the wrapper, which does not forward it) and DDP046 (a model
-wrapped with device_ids while it is still on the CPU). Registered through ruleset.py.
+DDP045 (a method of the user's model called on the wrapper, which does not forward it), DDP046 (a model
+wrapped with device_ids while it is still on the CPU) and DDP054 (the training forward run through `.module`,
+around the wrapper: held-out corpus 13). Registered through ruleset.py.
 
 Both read what the wrapper is, from torch's own code: DistributedDataParallel defines no __getattr__ of its own
 (unlike FSDP, which forwards unknown attributes to the wrapped module), so `ddp_model.generate()` raises
@@ -10,6 +11,7 @@ AttributeError; and its constructor checks that a module given device_ids sits o
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier
@@ -281,3 +283,79 @@ def check_ddp_default_device(f: ModuleFacts) -> Iterator[Hit]:
                             f"the `if` on line {node.lineno}, whose other branch sets the device: the processes "
                             "that take it all use GPU 0",
                         )
+
+
+# --- DDP054: the training forward through `.module`, around the wrapper ---------------------------------
+
+# Methods of the wrapped model that do not run a forward pass (saving, inspecting, moving, configuring).
+_NOT_FORWARD = _WRAPPER_ATTRS - {"__call__", "forward"} | {"generate", "sample", "encode_text"}
+
+
+def _reaches_backward(loop: ast.AST, names: set[str]) -> Optional[ast.Call]:
+    """The `.backward()` of the loop (or `scaler.scale(x).backward()`) whose loss is computed from `names`,
+    followed through the loop's assignments (`results = model.module.train_step(b); loss = results["loss"]`)."""
+    tracked = set(names)
+    body = sorted((n for n in ast.walk(loop) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
+    for _ in range(3):
+        for node in body:
+            if any(isinstance(n, ast.Name) and n.id in tracked for n in ast.walk(node.value)):
+                tracked |= {t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
+            if any(isinstance(n, ast.Name) and n.id in tracked for n in ast.walk(node.func.value)):
+                return node
+    return None
+
+
+_WRAPPER_NAME_RE = re.compile(r"model|ddp|net|engine", re.IGNORECASE)
+
+
+def _through_module(call: ast.Call) -> bool:
+    """`model.module(batch)` or `model.module.method(batch)` with a method that runs a forward pass, on a
+    receiver named like a (wrapped) model — not `self.module(x)` inside a module of one's own."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "module":
+        receiver, ok = func.value, True
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "module":
+        receiver, ok = func.value.value, func.attr not in _NOT_FORWARD and not func.attr.startswith("_")
+    else:
+        return False
+    return ok and bool(_WRAPPER_NAME_RE.search(final_identifier(receiver) or ""))
+
+
+@rule(
+    "DDP054",
+    "module-forward-bypasses-ddp",
+    "the training forward runs through `.module`, around the DistributedDataParallel wrapper: DDP never "
+    "prepares the backward, so the gradients are not all-reduced and every rank trains its own model",
+    "call the wrapper itself (`loss = ddp_model(batch)`), with the training step in the model's forward(); "
+    "for a method other than forward, route it through forward (`def forward(self, batch, mode='loss')`) — "
+    "use `.module` only to save, load or evaluate",
+    "DistributedDataParallel synchronises gradients from its own forward(): there it marks the parameters that "
+    "will receive gradients, and the autograd hooks then all-reduce them during backward. A loss computed by "
+    "`ddp_model.module.train_step(batch)` or `ddp_model.module(batch)` skips that forward; backward runs, each "
+    "rank steps with its own gradients, and the replicas drift apart without an error (with "
+    "find_unused_parameters=True the next forward through the wrapper may raise instead).",
+)
+def check_module_forward_bypasses_ddp(f: ModuleFacts) -> Iterator[Hit]:
+    if b".module" not in f.source or b"backward" not in f.source or (
+            b"DistributedDataParallel" not in f.source and b"DDP" not in f.source):
+        return
+    for loop in ast.walk(f.tree):
+        if not isinstance(loop, (ast.For, ast.While)):
+            continue
+        for node in ast.walk(loop):
+            if not isinstance(node, ast.Assign):
+                continue
+            call = next((c for c in ast.walk(node.value) if isinstance(c, ast.Call) and _through_module(c)), None)
+            if call is None:
+                continue
+            names = {t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+            backward = _reaches_backward(loop, names) if names else None
+            if backward is None:
+                continue
+            yield (
+                call,
+                f"`{ast.unparse(call.func)}(...)` computes the loss backpropagated on line {backward.lineno} "
+                "around the DistributedDataParallel wrapper: its gradients are never all-reduced",
+            )
