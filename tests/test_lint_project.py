@@ -548,3 +548,40 @@ def test_load_in_a_helper_nothing_calls_beside_the_launch_script(tmp_path: Path)
     })  # fmt: skip
     hits = found(paths, ["DDP008"])
     assert hits == {("utils.py", 6, "DDP008")}, hits
+
+
+def test_download_in_a_dataset_constructor_reached_from_the_ranks(tmp_path: Path) -> None:
+    """KimRass/DDPM (held-out lint corpus 13): the dataset class downloads CelebA in its __init__, built by a
+    data helper that every spawned rank calls; reported where the rank calls the helper. The same helper
+    behind a rank-0-first barrier stays quiet."""
+    files = {
+        "data.py": """
+            from torchvision.datasets import CelebA
+
+            class CelebADS:
+                def __init__(self, root, split):
+                    self.ds = CelebA(root=root, split=split, download=True)
+
+            def get_dls(root):
+                return CelebADS(root, "train"), CelebADS(root, "valid")
+        """,
+        "train.py": """
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+            from data import get_dls
+
+            def worker(rank, world_size):
+                dist.init_process_group("nccl", rank=rank, world_size=world_size)
+                train_ds, val_ds = get_dls("/data")
+
+            if __name__ == "__main__":
+                mp.spawn(worker, args=(2,), nprocs=2)
+        """,
+    }
+    assert found(write(tmp_path / "a", files), ["DDP030"]) == {("train.py", 8, "DDP030")}
+    files["train.py"] = files["train.py"].replace(
+        '        train_ds, val_ds = get_dls("/data")',
+        '        if rank != 0:\n                    dist.barrier()\n                train_ds, val_ds = get_dls("/data")\n'
+        '                if rank == 0:\n                    dist.barrier()',
+    )
+    assert found(write(tmp_path / "b", files), ["DDP030"]) == set()
