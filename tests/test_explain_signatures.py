@@ -219,3 +219,11 @@ def test_scanner_never_raises(lines: list[str], garbage: bytes) -> None:
     data = "\n".join(lines).encode("utf-8", "surrogatepass") + garbage
     result = scan_inputs(KB, [("x", io.BytesIO(data))])
     assert result.inputs[0].bytes == len(data)
+
+
+def test_every_packaged_pattern_compiles() -> None:
+    """The packaged knowledge base is loaded with its patterns compiled on first use (explain's start-up);
+    compiling them all here is the check that load would otherwise make."""
+    parse_knowledge_base(copy.deepcopy(DATA), compile_patterns=True)
+    for sig in KB.signatures:
+        assert all(p.pattern for p in sig.patterns), sig.id

@@ -40,15 +40,18 @@ def _keep_evidence(report: bytes, prefix: str, name: str = "hang-real-nccl", tex
             (dest / f"fr-{dump.name}").write_bytes(dump.read_bytes())
 
 
+def _hang(job: HungJob, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(job.proc.pid), "--fr", job.prefix, *args],
+        capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
+    )
+
+
 def test_hang_on_a_real_nccl_job(tmp_path):
     job = HungJob("idle", tmp_path, nproc=1, HANG_BACKEND="nccl")
     try:
         job.wait_for_dumps()
-        out = subprocess.run(
-            [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(job.proc.pid), "--fr", job.prefix, "--json",
-             "--timeout", "10"],
-            capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
-        )
+        out = _hang(job, "--json", "--timeout", "10")
         _keep_evidence(out.stdout, job.prefix)
     finally:
         job.kill()
@@ -81,16 +84,8 @@ def test_rank_late_for_the_first_nccl_collective(tmp_path):
     job = HungJob("late", tmp_path, nproc=2, HANG_BACKEND="nccl")
     try:
         job.wait_for_dumps()
-        out = subprocess.run(
-            [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(job.proc.pid), "--fr", job.prefix, "--json",
-             "--timeout", "15"],
-            capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
-        )
-        text = subprocess.run(
-            [sys.executable, "-m", "ddpdoctor", "hang", "--pid", str(job.proc.pid), "--fr", job.prefix,
-             "--timeout", "15"],
-            capture_output=True, timeout=120, cwd=REPO, env=dict(os.environ, COLUMNS="200"),
-        )
+        out = _hang(job, "--json", "--timeout", "15")
+        text = _hang(job, "--timeout", "15")
         _keep_evidence(out.stdout, job.prefix, "hang-late-peer-nccl", text.stdout + text.stderr)
     finally:
         job.kill()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Mapping
 
+from ddpdoctor.explain.sources import compiled
+
 CATALOGUE_SCHEMA = "ddpdoctor.explain.nccl_catalogue/1"
 UNCLASSIFIED = "nccl.unclassified"
 # Formats with fewer literal characters (`%s`, `%s: %s`) would claim any WARN line: never matched.
@@ -34,7 +36,7 @@ class CatalogueError(ValueError):
 @dataclass(frozen=True)
 class CatalogueEntry:
     format: str
-    regex: re.Pattern[str]
+    pattern: str  # compiled on first use: most of the catalogue's ~1,100 regexes never run in one log
     key: str
     literal: int
     cls: str
@@ -44,6 +46,10 @@ class CatalogueEntry:
     last: str
     needle: str  # the longest literal run of the format: tested with `in` before the regex runs
     rule: str = ""  # the generator's rule that classed it ('' when unclassified)
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return compiled(self.pattern)
 
     def fields(self) -> dict[str, str]:
         """What an event records about the entry (evidence: where NCCL prints it, which releases)."""
@@ -128,16 +134,14 @@ def parse_catalogue(doc: Mapping[str, Any]) -> Catalogue:
             raise CatalogueError(f"entry {raw['format']!r}: unknown class {raw['class']!r}")
         if (raw["class"] == UNCLASSIFIED) != (not raw["rule"]):
             raise CatalogueError(f"entry {raw['format']!r}: a class needs the rule that assigned it, and only one")
-        try:
-            regex = re.compile(raw["regex"])
-        except re.error as exc:
-            raise CatalogueError(f"entry {raw['format']!r}: {exc}") from exc
+        if not isinstance(raw["regex"], str) or not raw["regex"]:
+            raise CatalogueError(f"entry {raw['format']!r}: no regex")
         count += 1
         if int(raw["literal"]) < MIN_LITERAL:
             continue
         entry = CatalogueEntry(
             format=raw["format"],
-            regex=regex,
+            pattern=raw["regex"],
             key=raw["key"],
             literal=int(raw["literal"]),
             cls=raw["class"],

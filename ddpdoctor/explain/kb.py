@@ -28,6 +28,11 @@ ROLES = ("root", "symptom", "consequence", "hint", "context")
 _SLOW_FIRST_BYTES = frozenset(b"abcdefghiklmnoprstuvwy0123456789 \t-_:.,/")
 
 
+@functools.cache
+def _compiled_patterns(texts: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in texts)
+
+
 @dataclass(frozen=True)
 class Signature:
     id: str
@@ -39,7 +44,9 @@ class Signature:
     fallback: bool
     context_lines: int
     keywords: tuple[str, ...]
-    patterns: tuple[re.Pattern[str], ...]
+    # The patterns' text; `patterns` compiles them on first use (most signatures never reach a full match in
+    # one log, and compiling all of them cost a sixth of a second at every start).
+    pattern_texts: tuple[str, ...]
     cause: str
     fix: str
     references: tuple[str, ...]
@@ -80,6 +87,10 @@ class Signature:
             "fix": self.fix,
             "references": list(self.references),
         }
+
+    @property
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        return _compiled_patterns(self.pattern_texts)
 
 
 @dataclass(frozen=True)
@@ -199,7 +210,7 @@ def catalogue_signatures(catalogue: Catalogue) -> list[Signature]:
             fallback=True,
             context_lines=0,
             keywords=(),
-            patterns=(),
+            pattern_texts=(),
             cause=c.cause,
             fix=c.fix,
             references=(repo,),
@@ -230,7 +241,7 @@ def source_signatures(sources: SourceCatalogue) -> list[Signature]:
             fallback=True,
             context_lines=0,
             keywords=(),
-            patterns=(),
+            pattern_texts=(),
             cause=c.cause,
             fix=c.fix,
             references=_source_references(sources, c.id),
@@ -259,7 +270,7 @@ def _probe(sources: SourceCatalogue) -> Signature:
         fallback=True,
         context_lines=0,
         keywords=sources.keywords,
-        patterns=(),
+        pattern_texts=(),
         cause="The line holds a message PyTorch distributed, gloo, NCCL or CUDA prints; it is looked up in the "
         "source catalogue when no specific signature claims it.",
         fix="See the class the catalogue names.",
@@ -268,10 +279,12 @@ def _probe(sources: SourceCatalogue) -> Signature:
 
 
 def parse_knowledge_base(
-    doc: Mapping[str, Any], catalogue: Catalogue | None = None, sources: SourceCatalogue | None = None
+    doc: Mapping[str, Any], catalogue: Catalogue | None = None, sources: SourceCatalogue | None = None,
+    compile_patterns: bool = True,
 ) -> KnowledgeBase:
     """Validate and compile a signatures document (the parsed JSON), with the NCCL WARN catalogue and the
-    source catalogue."""
+    source catalogue. `compile_patterns=False` leaves the patterns to compile on first use: the packaged
+    knowledge base, whose every pattern the tests compile (test_explain_signatures)."""
     if doc.get("schema") != KB_SCHEMA:
         raise KnowledgeBaseError(f"unknown knowledge-base schema {doc.get('schema')!r}")
     sigs: list[Signature] = []
@@ -287,7 +300,9 @@ def parse_knowledge_base(
             for kw in keywords:
                 if kw.encode()[0] in _SLOW_FIRST_BYTES:
                     raise KnowledgeBaseError(f"{sid}: keyword {kw!r} starts with a slow first byte")
-            patterns = tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in raw["patterns"])
+            patterns = tuple(str(p) for p in raw["patterns"])
+            if compile_patterns:
+                _compiled_patterns(patterns)  # re.error is a KnowledgeBaseError below
             sigs.append(
                 Signature(
                     id=sid,
@@ -299,7 +314,7 @@ def parse_knowledge_base(
                     fallback=bool(raw.get("fallback", False)),
                     context_lines=int(raw.get("context_lines", 0)),
                     keywords=keywords,
-                    patterns=patterns,
+                    pattern_texts=patterns,
                     cause=raw["cause"],
                     fix=raw["fix"],
                     references=tuple(raw.get("references", [])),
@@ -332,9 +347,13 @@ def parse_knowledge_base(
     }
     probe = _probe(sources) if sources is not None and sources.keywords else None
     literals = sorted({kw.encode() for s in sigs for kw in s.keywords})
-    keyword_sigs: dict[bytes, tuple[int, ...]] = {}
-    for lit in literals:
-        keyword_sigs[lit] = tuple(i for i, s in enumerate(sigs) if any(k.encode() in lit for k in s.keywords))
+    by_keyword: dict[bytes, list[int]] = {}
+    for i, sig in enumerate(sigs):
+        for k in sig.keywords:
+            by_keyword.setdefault(k.encode(), []).append(i)
+    keyword_sigs: dict[bytes, tuple[int, ...]] = {
+        lit: tuple(sorted({i for k, ids in by_keyword.items() if k in lit for i in ids})) for lit in literals
+    }
     if probe is not None:
         # The probe's keywords are many: a keyword inside a longer one is found by the prefilter's restart one
         # byte later, except at the same start, so only prefixes need adding. The probe is candidate index
@@ -383,4 +402,4 @@ def parse_knowledge_base(
 def load_knowledge_base() -> KnowledgeBase:
     """The packaged knowledge base, parsed and compiled once per process."""
     text = resources.files("ddpdoctor").joinpath("data", "signatures.json").read_text(encoding="utf-8")
-    return parse_knowledge_base(json.loads(text), load_catalogue(), load_sources())
+    return parse_knowledge_base(json.loads(text), load_catalogue(), load_sources(), compile_patterns=False)

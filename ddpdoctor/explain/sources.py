@@ -44,7 +44,7 @@ _CLASS_FIELDS = ("role", "title", "cause", "fix")
 
 
 @functools.cache
-def _compiled(pattern: str) -> re.Pattern[str]:
+def compiled(pattern: str) -> re.Pattern[str]:
     # Bounded by the catalogue: one compiled matcher per entry ever tried.
     return re.compile(pattern)
 
@@ -75,7 +75,7 @@ class SourceEntry:
 
     @property
     def regex(self) -> re.Pattern[str]:
-        return _compiled(self.pattern)
+        return compiled(self.pattern)
 
     @property
     def signature(self) -> str:
