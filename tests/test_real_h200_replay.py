@@ -37,3 +37,20 @@ def test_empty_dumps_of_a_job_before_its_first_communicator_are_not_agreement(tm
     assert "none records a collective or a process group" in summary and "agree" not in summary, summary
     recorded = json.loads((FR / "late-peer" / "hang-report.json").read_text())
     assert recorded["verdict"]["culprit_ranks"] == [1] and recorded["exit_code"] == 1
+
+
+GPU = Path(__file__).parent / "fixtures" / "gpu" / "real-h200"
+
+
+def test_nvidia_smi_outputs_of_the_h200_parse() -> None:
+    from ddpdoctor.parsers.nvidia_smi import parse_nvidia_smi_q
+    from ddpdoctor.parsers.nvidia_smi_table import parse_nvidia_smi_table
+
+    q = parse_nvidia_smi_q((GPU / "nvidia-smi-q.txt").read_text())
+    assert q["driver_version"] == "580.159.04" and q["cuda_version"] == "13.0" and q["errors"] == []
+    gpu = q["gpus"][0]
+    assert (gpu["name"], gpu["architecture"], gpu["memory"]["total_mib"]) == ("NVIDIA H200", "Hopper", 143771)
+    assert gpu["ecc_mode"]["current"] is True and gpu["remapped_rows"]["failure"] is False
+    assert [p["pid"] for p in gpu["processes"]] == [1064, 1109]
+    table = parse_nvidia_smi_table((GPU / "nvidia-smi.txt").read_text())
+    assert table["gpus"][0]["memory_total_mib"] == 143771 and len(table["processes"]) == 2
