@@ -585,3 +585,43 @@ def test_download_in_a_dataset_constructor_reached_from_the_ranks(tmp_path: Path
         '                if rank == 0:\n                    dist.barrier()',
     )
     assert found(write(tmp_path / "b", files), ["DDP030"]) == set()
+
+
+def test_file_handler_every_rank_opens_but_only_rank_zero_logs(tmp_path: Path) -> None:
+    """KiddoZhu/NBFNet-PyG (held-out lint corpus 13): util.get_root_logger() adds a FileHandler on every rank,
+    but every logging call of the project runs under `if util.get_rank() == 0:`. With one unguarded call the
+    ranks' lines interleave in one file again."""
+    files = {
+        "util.py": """
+            import logging
+            import torch.distributed as dist
+
+            def get_rank():
+                return dist.get_rank() if dist.is_initialized() else 0
+
+            def get_root_logger():
+                logger = logging.getLogger("")
+                logger.addHandler(logging.FileHandler("log.txt"))
+                return logger
+        """,
+        "run.py": """
+            import torch.distributed as dist
+            import util
+
+            def main():
+                dist.init_process_group("nccl")
+                logger = util.get_root_logger()
+                for epoch in range(10):
+                    if util.get_rank() == 0:
+                        logger.warning("Epoch %d begin" % epoch)
+
+            if __name__ == "__main__":
+                main()
+        """,
+    }
+    assert found(write(tmp_path / "a", files), ["DDP018"]) == set()
+    files["run.py"] = files["run.py"].replace(
+        '                    if util.get_rank() == 0:\n                        logger.warning',
+        '                    logger.warning',
+    )
+    assert found(write(tmp_path / "b", files), ["DDP018"]) == {("util.py", 10, "DDP018")}
