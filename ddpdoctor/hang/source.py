@@ -9,6 +9,7 @@ call, and whether the other call lies in another branch of the same `if`, says w
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -211,6 +212,16 @@ def _function_start(lines: Sequence[str], line: int) -> int:
         if stripped.startswith(("def ", "async def ")):
             return number
     return 1
+
+
+def function_source(lines: Sequence[str], line: int) -> Optional[tuple[int, str]]:
+    """(1-based line of its `def`, its text dedented) of the function whose body holds `line`; None at module
+    level."""
+    start = _function_start(lines, line)
+    if not lines[start - 1].lstrip().startswith(("def ", "async def ")):
+        return None
+    body = block_body(lines, start)
+    return start, textwrap.dedent("\n".join(lines[start - 1 : body.stop - 1]))
 
 
 def function_rest(lines: Sequence[str], line: int, limit: int = 200) -> list[tuple[int, str]]:

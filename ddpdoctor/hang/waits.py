@@ -9,6 +9,7 @@ tries again. Each mechanism has a stable dotted id (`lock.order_deadlock`, ...) 
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,14 @@ from ddpdoctor.hang.findings import IoPeer
 from ddpdoctor.hang.fr import Frame
 from ddpdoctor.hang.io_peers import peer_reason
 from ddpdoctor.hang.procs import is_bookkeeping
-from ddpdoctor.hang.source import block_body, enclosing_function, function_rest, loop_around, rank_guard
+from ddpdoctor.hang.source import (
+    block_body,
+    enclosing_function,
+    function_rest,
+    function_source,
+    loop_around,
+    rank_guard,
+)
 from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
 from ddpdoctor.parsers.pytraceback import PyTraceback, TracebackFrame
@@ -223,6 +231,52 @@ def _bare_condition_wait(sources: Mapping[str, Sequence[str]], frame: Frame) -> 
         return False
     loop = loop_around(lines, frame.line)
     return loop is None or not lines[loop.header - 1].strip().startswith("while")
+
+
+def _frozen_predicate(
+    sources: Mapping[str, Sequence[str]], frame: Frame
+) -> Optional[tuple[str, list[str], str]]:
+    """`cond.wait_for(lambda: have >= self.warm)` where `have` is a local of the waiting function, bound to a
+    computed value (`have = len(self._buf)`, not an alias of a shared object) before the wait and compared as a
+    value: the predicate reads a copy no notify() can change (held-out hang set 12, j04). Returns the
+    predicate's text, those names and the function's name; None when the line is no such wait."""
+    lines = sources.get(frame.filename)
+    if not lines or not 0 < frame.line <= len(lines) or "wait_for(" not in lines[frame.line - 1]:
+        return None
+    text = lines[frame.line - 1].strip()
+    try:
+        call = next(n for n in ast.walk(ast.parse(text + (" pass" if text.endswith(":") else "")))
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "wait_for")
+    except (SyntaxError, StopIteration):
+        return None
+    if not call.args or not isinstance(call.args[0], ast.Lambda):
+        return None
+    lam = call.args[0]
+    params = {a.arg for a in lam.args.args}
+    operands = [o for node in ast.walk(lam.body) for o in (
+        [node.left, *node.comparators] if isinstance(node, ast.Compare)
+        else [node.left, node.right] if isinstance(node, ast.BinOp) else [])]
+    compared = {o.id for o in operands if isinstance(o, ast.Name) and o.id not in params}
+    found = function_source(lines, frame.line) if compared else None
+    if found is None:
+        return None
+    start, body = found
+    try:
+        func = ast.parse(body).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    shared = {n for node in ast.walk(func) if isinstance(node, (ast.Global, ast.Nonlocal)) for n in node.names}
+    fresh: dict[str, bool] = {}
+    for node in sorted((n for n in ast.walk(func) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        if node.lineno + start - 1 < frame.line:
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    # An alias of an object (`have = self._buf`) changes with it; a computed value does not.
+                    fresh[target.id] = not isinstance(node.value, (ast.Name, ast.Attribute, ast.Subscript))
+    names = sorted(n for n in compared if fresh.get(n) and n not in shared)
+    return (ast.unparse(lam), names, func.name) if names else None
 
 
 def _reads_output(stack: RankStack, mine: Blocked) -> bool:
@@ -1027,6 +1081,20 @@ def explain_wait(
             [_record(b, sources) for b in waiting],
         )
     if mine.kind == "condition":
+        frozen = _frozen_predicate(sources, mine.frame)
+        if frozen is not None:
+            predicate, names, func = frozen
+            said = ", ".join(f"`{n}`" for n in names)
+            return Mechanism(
+                "condition.predicate_frozen",
+                f"it waits in threading.Condition.wait_for() at {at}: every notify() re-runs the predicate "
+                f"`{predicate}`, but it compares {said}, {'a local variable' if len(names) == 1 else 'local variables'}"
+                f" of {func}() set before the wait, which no other thread can change while this one waits: the "
+                "predicate can never become true, however often it is notified",
+                "Read the shared state inside the predicate (`lambda: len(self._buf) >= self.warm`, the attribute or "
+                "container the notifying thread updates), not a copy taken before the wait; give wait_for a timeout.",
+                [_record(mine, sources)],
+            )
         if _bare_condition_wait(sources, mine.frame):
             return Mechanism(
                 "condition.lost_wakeup",
