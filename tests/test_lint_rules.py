@@ -3521,6 +3521,34 @@ NEAR_MISSES += [
 ]
 POSITIVES += [
     (
+        "DDP051",
+        """
+        # The local rank as the shard index of a sampler over the whole job.
+        def main(dataset):
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            sampler = DistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=local_rank)  # <-
+            return DataLoader(dataset, sampler=sampler)
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP051",
+        """
+        # The global rank, and a sampler split over this node's GPUs only.
+        def main(dataset, other):
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            sampler = DistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank())
+            node_sampler = DistributedSampler(other, num_replicas=torch.cuda.device_count(), rank=local_rank)
+            per_node = DistributedSampler(other, num_replicas=int(os.environ["LOCAL_WORLD_SIZE"]), rank=local_rank)
+            return DataLoader(dataset, sampler=sampler), DataLoader(other, sampler=node_sampler), per_node
+        """,
+    ),
+]
+POSITIVES += [
+    (
         "DDP050",
         """
         # The same, weighted by a value this rank computed from its own batch: no longer the same everywhere.

