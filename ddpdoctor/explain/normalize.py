@@ -20,13 +20,15 @@ _MSG_RANK = re.compile(r"\[(?:PG [^\]\[]*?)?Rank (\d+)\]")
 _NCCL_PREFIX = re.compile(
     r"(?<![\w.:\-])(?P<host>(?=[\w.\-]*[A-Za-z])[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
 )
+# Ray's prefix on a worker's output: `(RayTrainWorker pid=123, ip=10.0.0.1) `.
+RAY_WORKER_PREFIX = r"\((?:[\w.:-]{1,80} )?pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) "
 # Launcher / framework prefixes at the start of the message, stripped (a few times: they nest). Each is
 # anchored and bounded, so this costs a handful of character tests per hit line.
 _LEAD_PREFIX = re.compile(
     r"(?:\d{1,5}: "  # srun --label, pdsh: task or node number
     r"|\[\d{1,5},\d{1,5}\]<(?:stdout|stderr)>: ?"  # OpenMPI --tag-output
     r"|# "  # nccl-tests prints its header and results behind '# '
-    r"|\((?:[\w.:-]{1,80} )?pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) "  # Ray worker output
+    rf"|{RAY_WORKER_PREFIX}"  # Ray worker output
     r"|srun: error: "  # Slurm's own messages (the node and task follow)
     r"|\[\d{4}-\d\d-\d\d[ T][\d:.,]{5,15}\] ?\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ?"
     r"(?:\[[^\]\n]{1,120}\] ?)?"  # DeepSpeed's logger: [time] [LEVEL] [file:line:func]

@@ -20,7 +20,7 @@ from ddpdoctor.core.model import ExitCode, Severity
 from ddpdoctor.explain.diagnosis import Diagnosis, Occurrence
 from ddpdoctor.explain.kb import DiagnosisSpec, KnowledgeBase
 from ddpdoctor.explain.nextlog import MPIRUN_SUMMARY, suggest_next_logs
-from ddpdoctor.explain.normalize import rank_from_filename
+from ddpdoctor.explain.normalize import RAY_WORKER_PREFIX, rank_from_filename
 from ddpdoctor.explain.scan import Event, InputStats, ScanResult, SummaryEntry
 from ddpdoctor.parsers.numbers import parse_int
 from ddpdoctor.parsers.pytraceback import raising_package
@@ -357,20 +357,27 @@ def _semlock_no_space(kb: KnowledgeBase, events: list[Event], diags: list[Diagno
         return diags
     if "No space left on device" not in exc.first.text and "Errno 28" not in exc.first.text:
         return diags
-    shm = Diagnosis(
-        id=spec.id, title=spec.title, severity=spec.severity, role="root", component="Python multiprocessing / /dev/shm",
-        cause=spec.cause, fix=spec.fix, references=list(spec.references), first=exc.first,
-        evidence=[exc.first, _occurrence(frames[0])], count=exc.count, ranks=exc.ranks, hosts=exc.hosts,
-        reasoning=(
-            f"The exception at {exc.first.file}:{exc.first.line} ({exc.first.text.strip()[:80]}) was raised while "
-            f"creating a multiprocessing semaphore ({frames[0].file}:{frames[0].line}); semaphores live in /dev/shm."
-        ),
-        sort_key=exc.sort_key,
+    shm = _refined(
+        spec, exc, "Python multiprocessing / /dev/shm", [exc.first, _occurrence(frames[0])],
+        f"The exception at {exc.first.file}:{exc.first.line} ({exc.first.text.strip()[:80]}) was raised while "
+        f"creating a multiprocessing semaphore ({frames[0].file}:{frames[0].line}); semaphores live in /dev/shm.",
     )
     return [shm if d is exc else d for d in diags]
 
 
-_RAY_WORKER = re.compile(r"^\s*\((?:[\w.:-]{1,80} )?pid=\d{1,10}(?:, ip=[\w.:-]{1,64})?\) ")
+def _refined(spec: DiagnosisSpec, found: Diagnosis, component: str, evidence: list[Occurrence],
+             reasoning: str) -> Diagnosis:
+    """The derived diagnosis `spec` names, in place of the signature's `found`: its occurrences (first line,
+    count, ranks, hosts, order) kept, its text the spec's."""
+    return Diagnosis(
+        id=spec.id, title=spec.title, severity=spec.severity, role="root", component=component,
+        cause=spec.cause, fix=spec.fix, references=list(spec.references), first=found.first,
+        evidence=evidence, count=found.count, ranks=found.ranks, hosts=found.hosts, reasoning=reasoning,
+        sort_key=found.sort_key,
+    )
+
+
+_RAY_WORKER = re.compile(r"^\s*" + RAY_WORKER_PREFIX)
 
 
 def _ordinal_in_ray_worker(kb: KnowledgeBase, diags: list[Diagnosis]) -> list[Diagnosis]:
@@ -381,15 +388,10 @@ def _ordinal_in_ray_worker(kb: KnowledgeBase, diags: list[Diagnosis]) -> list[Di
     ordinal = next((d for d in diags if d.id == "device.invalid_ordinal"), None)
     if spec is None or ordinal is None or ordinal.first is None or not _RAY_WORKER.match(ordinal.first.text):
         return diags
-    renumbered = Diagnosis(
-        id=spec.id, title=spec.title, severity=spec.severity, role="root", component="CUDA / Ray worker",
-        cause=spec.cause, fix=spec.fix, references=list(spec.references), first=ordinal.first,
-        evidence=ordinal.evidence, count=ordinal.count, ranks=ordinal.ranks, hosts=ordinal.hosts,
-        reasoning=(
-            f"'invalid device ordinal' at {ordinal.first.file}:{ordinal.first.line} is printed by a Ray worker "
-            "(the line's `(Name pid=N)` prefix); Ray gives each worker its GPUs through CUDA_VISIBLE_DEVICES."
-        ),
-        sort_key=ordinal.sort_key,
+    renumbered = _refined(
+        spec, ordinal, "CUDA / Ray worker", ordinal.evidence,
+        f"'invalid device ordinal' at {ordinal.first.file}:{ordinal.first.line} is printed by a Ray worker (the "
+        "line's `(Name pid=N)` prefix); Ray gives each worker its GPUs through CUDA_VISIBLE_DEVICES.",
     )
     return [renumbered if d is ordinal else d for d in diags]
 

@@ -341,6 +341,9 @@ def check_module_forward_bypasses_ddp(f: ModuleFacts) -> Iterator[Hit]:
     if b".module" not in f.source or b"backward" not in f.source or (
             b"DistributedDataParallel" not in f.source and b"DDP" not in f.source):
         return
+    # A call in a nested loop is judged once, from the outermost loop around it: that loop's body holds every
+    # assignment and backward an inner loop's does.
+    judged: set[int] = set()
     for loop in ast.walk(f.tree):
         if not isinstance(loop, (ast.For, ast.While)):
             continue
@@ -348,8 +351,9 @@ def check_module_forward_bypasses_ddp(f: ModuleFacts) -> Iterator[Hit]:
             if not isinstance(node, ast.Assign):
                 continue
             call = next((c for c in ast.walk(node.value) if isinstance(c, ast.Call) and _through_module(c)), None)
-            if call is None:
+            if call is None or id(call) in judged:
                 continue
+            judged.add(id(call))
             names = {t.id for target in node.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
             backward = _reaches_backward(loop, names) if names else None
             if backward is None:
