@@ -3638,6 +3638,55 @@ POSITIVES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP007",
+        """
+        # Held-out lint corpus 13 (bubbliiiing/yolox-pytorch): a torchrun program that names no node; its
+        # checkpoints are saved under the local-rank check, once per node on a multi-node launch. One finding
+        # for the check, not one per file saved under it.
+        def fit_one_epoch(model, epoch, local_rank):
+            if local_rank == 0:
+                torch.save(model.state_dict(), "last_epoch_weights.pth")  # <-
+                torch.save(model.state_dict(), "best_epoch_weights.pth")
+
+        def main():
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            for epoch in range(10):
+                fit_one_epoch(model, epoch, local_rank)
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP007",
+        """
+        # The same check in a program that starts its own processes on this node (mp.spawn): one node only,
+        # where the local rank is the global one.
+        def worker(local_rank, world_size):
+            dist.init_process_group("nccl", rank=local_rank, world_size=world_size)
+            if local_rank == 0:
+                torch.save(model.state_dict(), "weights.pth")
+
+        if __name__ == "__main__":
+            mp.spawn(worker, args=(torch.cuda.device_count(),), nprocs=torch.cuda.device_count())
+        """,
+    ),
+    (
+        "DDP007",
+        """
+        # A torchrun program that sends every rank to localhost: one node by construction.
+        def main():
+            os.environ["MASTER_ADDR"] = "localhost"
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            if local_rank == 0:
+                torch.save(model.state_dict(), "weights.pth")
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]

@@ -516,8 +516,8 @@ def check_same_path_write(f: ModuleFacts) -> Iterator[Hit]:
         if per_rank and local is not None:
             yield (
                 cs.node,
-                f"{what} writes on one process per node (the local check on line {local}) in a "
-                "multi-node script: the first process of every node writes the same path",
+                f"{what} writes on one process per node (the local check on line {local}): on a "
+                "multi-node launch the first process of every node writes the same path",
             )
         elif per_rank and what.endswith(")"):
             yield (

@@ -562,6 +562,7 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
         framework_only = True
     else:
         framework_only = False
+    local_checks: set[int] = set()
     for cs in f.calls:
         saved = _saved_path(cs)
         if saved is None or (framework_only and saved[0] == "torch.save()"):
@@ -577,10 +578,13 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
             if sites:
                 yield from sites
                 continue
+            if local in local_checks:
+                continue  # one finding per check (yolox-pytorch saves three files under one)
+            local_checks.add(local)
             yield (
                 cs.node,
-                f"{what} runs on one process per node (the local check on line {local}) in a "
-                "multi-node script: the first process of every node writes the same file",
+                f"{what} runs on one process per node (the local check on line {local}): on a "
+                "multi-node launch the first process of every node writes the same file",
             )
             continue
         if (cs.guarded or rank_zero_only(f, cs.scope) or parent_only(f, cs) or single_process_branch(f, cs)
@@ -628,8 +632,8 @@ def _every_rank_call_sites(f: ModuleFacts, cs: CallSite, what: str) -> list[Hit]
             out.append(
                 (
                     c.guarded if isinstance(c.guarded, ast.AST) and c.guarded.lineno == local else c.node,
-                    f"{where} runs on one process per node (the local check on line {local}) in a multi-node "
-                    "script: the first process of every node writes the same file",
+                    f"{where} runs on one process per node (the local check on line {local}): on a multi-node "
+                    "launch the first process of every node writes the same file",
                 )
             )
         elif unguarded:
