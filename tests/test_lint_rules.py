@@ -3687,6 +3687,65 @@ NEAR_MISSES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP030",
+        """
+        # Held-out lint corpus 13 (KiddoZhu/NBFNet-PyG nbfnet/util.py): PyG datasets download and process into
+        # their root when constructed, and every torchrun rank builds one. One finding for the chain of names.
+        from torch_geometric.datasets import RelLinkPredDataset, WordNet18RR
+
+        def build_dataset(cfg):
+            if cfg.name == "FB15k-237":
+                dataset = RelLinkPredDataset(name=cfg.name, root=cfg.root)  # <-
+            elif cfg.name == "WN18RR":
+                dataset = WordNet18RR(root=cfg.root)
+            return dataset
+
+        def main():
+            dist.init_process_group("nccl")
+            dataset = build_dataset(cfg)
+
+        if __name__ == "__main__":
+            main()
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP030",
+        """
+        # DGL's multi-GPU example (held-out lint corpus 11): the launching process builds the OGB dataset
+        # before mp.spawn, so the ranks find it on disk.
+        from ogb.graphproppred import DglGraphPropPredDataset
+        from dgl.data import AsGraphPredDataset
+
+        def train(rank, world_size, name, root):
+            dist.init_process_group("nccl", "tcp://127.0.0.1:12347", world_size=world_size, rank=rank)
+            dataset = AsGraphPredDataset(DglGraphPropPredDataset(name, root))
+
+        if __name__ == "__main__":
+            DglGraphPropPredDataset("ogbg-molhiv", "./data/OGB")
+            mp.spawn(train, args=(2, "ogbg-molhiv", "./data/OGB"), nprocs=2)
+        """,
+    ),
+    (
+        "DDP030",
+        """
+        # Rank 0 builds it first, the others wait at a barrier only they enter.
+        from torch_geometric.datasets import Reddit
+
+        def main():
+            dist.init_process_group("nccl")
+            if dist.get_rank() != 0:
+                dist.barrier()
+            dataset = Reddit("data/Reddit")
+            if dist.get_rank() == 0:
+                dist.barrier()
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]

@@ -23,6 +23,7 @@ from ddpdoctor.lint.facts import (
 )
 from ddpdoctor.lint.flow import callees_of, callers_of, per_rank_path, rank_zero_only
 from ddpdoctor.lint.helpers import is_test_file, uses_distributed
+from ddpdoctor.lint.process_paths import parent_only
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program
 
@@ -40,7 +41,25 @@ def _download(cs: CallSite) -> str:
     flag = cs.kwarg("download")
     if isinstance(flag, ast.Constant) and flag.value is True:
         return f"{cs.attr}(download=True)"
+    if _GRAPH_DATASET_RE.match(cs.qual or ""):
+        # PyG's and OGB's datasets take no flag: the constructor downloads the raw files when they are
+        # missing and writes processed/*.pt, with no lock (held-out lint corpus 13: NBFNet-PyG's
+        # build_dataset() on every rank).
+        return f"{cs.attr}() (it downloads and processes into its root when constructed)"
     return ""
+
+
+# Graph-learning datasets that download on construction: torch_geometric.datasets.*, ogb's Pyg/Dgl*Dataset,
+# dgl.data.*Dataset.
+_GRAPH_DATASET_RE = re.compile(
+    r"^(?:torch_geometric\.datasets\.\w+|ogb\.\w+\.(?:Pyg|Dgl)\w*Dataset|dgl\.data\.\w+Dataset)$")
+
+
+def _built_by_the_parent(f: ModuleFacts, cs: CallSite) -> bool:
+    """The launching process builds a graph dataset before it spawns the ranks (PyG's distributed_batching
+    example constructs PygGraphPropPredDataset under the main guard first, DGL's multi-GPU graph prediction
+    DglGraphPropPredDataset, which the ranks then wrap): the ranks find it on disk."""
+    return any(_GRAPH_DATASET_RE.match(c.qual or "") and c is not cs and parent_only(f, c) for c in f.calls)
 
 
 # A download helper's fetch: urllib, requests, torchvision's and huggingface_hub's download functions.
@@ -155,13 +174,14 @@ def check_download_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
             what = f"{cs.attr}() (it downloads through {through}, line {fetch.node.lineno} of its file)"
         if cs.guarded or (cs.rank_if is not None) or rank_zero_only(f, cs.scope):
             continue  # rank 0 (or one process per node) downloads; any rank branch: its own protocol
-        if _goes_first(f, cs.scope, cs.node.lineno):
+        if _goes_first(f, cs.scope, cs.node.lineno) or parent_only(f, cs) or _built_by_the_parent(f, cs):
             continue
         # The training and the test split of one dataset into one root: the first call fetches the
         # archive (torchvision's MNIST downloads all four files), the second finds it there. One race,
         # reported once (held-out corpus 5: lesliejackson/PyTorch-Distributed-Training lines 38 and 43).
         root = cs.arg(0, "root")
-        key = (id(cs.scope), cs.attr, ast.dump(root) if root is not None else "")
+        family = "graph" if _GRAPH_DATASET_RE.match(cs.qual or "") else cs.attr  # one per `if` chain of names
+        key = (id(cs.scope), family, ast.dump(root) if root is not None and family != "graph" else "")
         if key in reported:
             continue
         reported.add(key)
