@@ -10,6 +10,8 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
   wait in step()'s parameter broadcast;
 - `lock`: the last rank takes a (non-reentrant) lock twice: log_metrics() under the lock calls flush(),
   which takes it again;
+- `object_vs_plain`: the last rank calls broadcast_object_list, the others a plain broadcast (held-out
+  hang set 12, j01): their broadcast pairs with the first of its two and they go on to an all_reduce;
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -124,6 +126,17 @@ def main() -> None:
                 ready(rank)
                 if culprit:
                     log_metrics()
+    elif scenario == "object_vs_plain":
+        # The last rank sends its resume state with broadcast_object_list (two broadcasts: sizes, bytes),
+        # the others receive it with one plain broadcast and go on to the training loop's all_reduce.
+        start = torch.zeros(1, dtype=torch.long)
+        ready(rank)
+        if culprit:
+            dist.broadcast_object_list([{"step": 7}], src=world - 1)  # HANG-LINE object
+        else:
+            dist.broadcast(start, src=world - 1)
+        for _step in range(1000):
+            dist.all_reduce(grad)  # HANG-LINE object-others
     elif scenario == "left_loop":
         for step in range(1000):
             if culprit and step == 3:

@@ -34,7 +34,8 @@ def run_hang(*args: str) -> tuple[dict, str]:
     return report, text
 
 
-@pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop"])
+@pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop",
+                                               "object_vs_plain"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -74,6 +75,13 @@ def test_pattern_named_with_its_fix(hung):
         assert "rank 2 has no `prefetch` thread (ranks 0-1 have one)" in verdict["summary"], verdict
         # Why it waits: its get() has no live producer thread left.
         assert verdict["mechanism"]["id"] == "queue.get_no_producer", verdict
+    elif scenario == "object_vs_plain":
+        # Held-out hang set 12 (j01): why the ranks are out of step, not only where.
+        assert culprit["line"] == marker_line("object", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "collective.object_vs_plain", verdict
+        assert "runs two broadcasts (the sizes of the pickled objects, then their bytes)" in verdict["summary"]
+        assert f"line {marker_line('object', SCRIPT) + 2} of the same function" in verdict["summary"]
+        assert verdict["fix"].startswith("Call the same function on every rank: broadcast_object_list()")
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]

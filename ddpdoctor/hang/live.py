@@ -9,7 +9,12 @@ from typing import Any, Optional
 
 from ddpdoctor.hang.findings import HangFacts, plural_ranks, ranks_verb
 from ddpdoctor.hang.loop_split import loop_split, loop_split_mechanism, split_sides
-from ddpdoctor.hang.mismatch import both_receive, ddp_forward_backward, tie_breaker
+from ddpdoctor.hang.mismatch import (
+    both_receive,
+    ddp_forward_backward,
+    object_collective_against_plain,
+    tie_breaker,
+)
 from ddpdoctor.hang.progress import Motion
 from ddpdoctor.hang.source import left_loop
 from ddpdoctor.hang.spin import loop_reason
@@ -338,7 +343,7 @@ def loop_tie_verdict(ctx: Any, groups: list[Any]) -> Optional[dict[str, Any]]:
     """Two stack groups in different collectives, no majority: a verdict that names one side when the
     source says one is inside a loop the other has left (loop_split), else None."""
     a, b = groups[0].example, groups[1].example
-    mechanism = ddp_forward_backward(ctx, a, b, groups)
+    mechanism = object_collective_against_plain(ctx, a, b, groups) or ddp_forward_backward(ctx, a, b, groups)
     split = loop_split(ctx, a, b) if mechanism is None else None
     if split is not None:
         mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))

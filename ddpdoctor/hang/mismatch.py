@@ -14,6 +14,7 @@ from ddpdoctor.hang.source import (
     enclosing_if,
     except_around,
     function_mentions,
+    function_source,
     loop_around,
     rank_guard,
 )
@@ -518,3 +519,68 @@ def wrong_peer(args_by_key: dict[int, dict[str, str]], waits: dict[int, Optional
                "isend/irecv before the collective and wait after it), and check that the peer is the rank meant.")
         return _mechanism("sendrecv.wrong_peer", summary, fix, [key], [])
     return None
+
+
+# torch.distributed's object collectives pickle the objects and run two collectives of the tensor API: the sizes,
+# then the bytes (torch/distributed/distributed_c10d.py: broadcast_object_list broadcasts object_sizes_tensor,
+# then object_tensor; all_gather_object and gather_object all_gather the sizes first; send_object_list sends the
+# sizes, then the bytes). A peer that calls the plain collective once pairs with the first of the two.
+_OBJECT_COLLECTIVES = {
+    "broadcast_object_list": ("broadcast", "two broadcasts (the sizes of the pickled objects, then their bytes)"),
+    "all_gather_object": ("all_gather", "two all_gathers (the sizes of the pickled objects, then their bytes)"),
+    "gather_object": ("gather", "an all_gather of the pickled sizes, then a gather of the bytes"),
+    "scatter_object_list": ("scatter", "two scatters (the pickled objects, then their sizes)"),
+    "send_object_list": ("send", "two sends (the sizes of the pickled objects, then their bytes)"),
+    "recv_object_list": ("recv", "two recvs (the sizes of the pickled objects, then their bytes)"),
+}
+_OBJECT_CALL = re.compile(r"\b(" + "|".join(_OBJECT_COLLECTIVES) + r")\s*\(")
+
+
+def _plain_call(op: str) -> re.Pattern[str]:
+    return re.compile(r"(?:^|[^\w])" + op + r"\s*\(")
+
+
+def object_collective_against_plain(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Optional[dict[str, Any]]:
+    """One side inside an object collective (`broadcast_object_list`), whose function calls the plain
+    collective of the same kind (`broadcast`) on another branch: the peers' one plain call paired with the
+    first of the object collective's two, they went on, and the second waits with no peer (held-out hang set
+    12, j01: rank 0 broadcast_object_list, the others `dist.broadcast(start)`)."""
+    for inside, other in ((a, b), (b, a)):
+        frame = inside.user_frame()
+        lines = ctx.facts.sources.get(frame.filename) if frame is not None else None
+        if frame is None or not lines or not 0 < frame.line <= len(lines):
+            continue
+        call = _OBJECT_CALL.search(lines[frame.line - 1].split("#", 1)[0])
+        if call is None:
+            continue
+        name = call.group(1)
+        op, steps = _OBJECT_COLLECTIVES[name]
+        plain = _plain_call(op)
+        found = next((number for number, text in _function_lines(lines, frame.line)
+                      if number != frame.line and plain.search(text.split("#", 1)[0])), None)
+        if found is None:
+            continue
+        culprits, others = _side(groups, inside), _side(groups, other)
+        one = len(others) == 1
+        summary = (
+            f"{plural_ranks(culprits)} {'calls' if len(culprits) == 1 else 'call'} {name}() at line {frame.line}, "
+            f"which runs {steps}, while line {found} of the same function, on the other ranks' path, calls a plain "
+            f"{op}() once: {plural_ranks(others)}'s {op} paired with the first of the two, "
+            f"{'it' if one else 'they'} went on, and the second has no peer"
+        )
+        fix = (
+            f"Call the same function on every rank: {name}() on the receiving ranks too (with a list of "
+            f"placeholders of the same length), or a plain {op}() of a tensor on every rank."
+        )
+        threads = [_at(ctx, frame.filename, frame.line, "object_collective"), _at(ctx, frame.filename, found, "plain_collective")]
+        return _mechanism("collective.object_vs_plain", summary, fix, culprits, threads)
+    return None
+
+
+def _function_lines(lines: list[str] | tuple[str, ...], line: int) -> list[tuple[int, str]]:
+    """(1-based number, text) of every line of the function that holds `line`."""
+    found = function_source(lines, line)
+    if found is None:
+        return []
+    start, text = found
+    return [(start + i, lines[start - 1 + i]) for i in range(len(text.splitlines()))]

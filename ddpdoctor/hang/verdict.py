@@ -45,6 +45,7 @@ from ddpdoctor.hang.mismatch import (
     argument_mismatch,
     both_receive,
     ddp_forward_backward,
+    object_collective_against_plain,
     skipped_subgroup,
     wrong_peer,
 )
@@ -396,7 +397,8 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 "(or on data that differs between ranks) around those lines. `--fr` with Flight Recorder "
                 "dumps tells a collective only some ranks call from ranks taking different branches."
             )
-            mechanism = ddp_forward_backward(ctx, ctx.stack_by_rank[lead], main.example, groups)
+            mechanism = object_collective_against_plain(ctx, ctx.stack_by_rank[lead], main.example, groups) or \
+                ddp_forward_backward(ctx, ctx.stack_by_rank[lead], main.example, groups)
             split = loop_split(ctx, ctx.stack_by_rank[lead], main.example) if mechanism is None else None
             if split is not None:
                 mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))
