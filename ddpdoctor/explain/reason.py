@@ -347,6 +347,19 @@ def _outlasted_timeout(kb: KnowledgeBase, events: list[Event]) -> Diagnosis | No
     )
 
 
+# NCCL's back-trace (`bootstrap.cc:NNN -> 2`) says where a failed call went; the WARN line printed before it says
+# why. The trail is read only when no NCCL line of the log says more (a log pasted from the trail on:
+# huggingface/accelerate#2107; with the WARN, a port scanner's connection to the bootstrap port,
+# NVIDIA/nccl#1612, is the WARN's symptom, not a network that cannot connect).
+_TRAIL = "nccl.bootstrap_error_trail"
+
+
+def _trail_without_warn(diags: list[Diagnosis]) -> list[Diagnosis]:
+    if any(d.id != _TRAIL and d.id.startswith(("nccl.", "catalogue.")) for d in diags):
+        return [d for d in diags if d.id != _TRAIL]
+    return diags
+
+
 def _semlock_no_space(kb: KnowledgeBase, events: list[Event], diags: list[Diagnosis]) -> list[Diagnosis]:
     """'[Errno 28] No space left on device' from a traceback that was creating a multiprocessing semaphore
     (the SemLock frame) is /dev/shm being full: the generic exception becomes that diagnosis."""
@@ -782,6 +795,7 @@ def explain(kb: KnowledgeBase, scan: ScanResult) -> Explanation:
     world = max(
         (int(e.fields.get("nranks", 0)) for e in events if e.sig == "context.nccl_comm_init"), default=0
     )
+    diags = _trail_without_warn(diags)
     diags = _semlock_no_space(kb, events, diags)
     diags = _ordinal_in_ray_worker(kb, diags)
     diags = _raised_in_library(kb, diags)
