@@ -177,6 +177,35 @@ def test_missing_set_epoch_is_reported_at_the_epoch_loop_of_the_file_that_trains
     assert found(files, ["DDP005"]) == set()
 
 
+def test_download_in_another_files_helper_is_reported_at_the_call_too(tmp_path: Path) -> None:
+    """Held-out lint corpus 14 (rasbt/pytorch-memory-optim): local_utilities.py's loader helper downloads CIFAR-10,
+    each training script calls it on every rank; the reviewer marked the call. The helper's own line stays (corpus
+    13's reviewer marked NBFNet-PyG's there); a same-file chain of calls above the call is not reported again."""
+    files = write(
+        tmp_path,
+        {
+            "local_utilities.py": """
+                from torchvision import datasets
+                def get_dataloaders_cifar10(batch_size):
+                    train = datasets.CIFAR10(root="data", train=True, download=True)
+                    return train
+            """,
+            "train.py": """
+                import torch.distributed as dist
+                from local_utilities import get_dataloaders_cifar10
+                def load():
+                    return get_dataloaders_cifar10(32)
+                def main():
+                    dist.init_process_group("nccl")
+                    data = load()
+                if __name__ == "__main__":
+                    main()
+            """,
+        },
+    )
+    assert found(files, ["DDP030"]) == {("local_utilities.py", 4, "DDP030"), ("train.py", 5, "DDP030")}
+
+
 def test_destroy_in_another_file_counts(tmp_path: Path) -> None:
     files = write(
         tmp_path,
