@@ -206,6 +206,75 @@ def test_download_in_another_files_helper_is_reported_at_the_call_too(tmp_path: 
     assert found(files, ["DDP030"]) == {("local_utilities.py", 4, "DDP030"), ("train.py", 5, "DDP030")}
 
 
+def test_sampler_returned_through_a_package_reexport_and_handed_to_a_train_function(tmp_path: Path) -> None:
+    """Held-out lint corpus 14 (rosinality/vq-vae-2-pytorch): `import distributed as dist` names the package
+    whose __init__ re-exports data_sampler() from distributed/distributed.py (the module of the same name); the
+    helper returns the DistributedSampler itself, shuffle=True passed by the caller; the epoch loop hands the
+    loader to train(). Reported at that loop."""
+    files = write(
+        tmp_path,
+        {
+            "distributed/__init__.py": "from .distributed import data_sampler, get_rank\n",
+            "distributed/distributed.py": """
+                from torch.utils import data
+                def get_rank():
+                    return 0
+                def data_sampler(dataset, shuffle, distributed):
+                    if distributed:
+                        return data.distributed.DistributedSampler(dataset, shuffle=shuffle)
+                    return data.RandomSampler(dataset)
+            """,
+            "train_vqvae.py": """
+                from torch.utils.data import DataLoader
+                import distributed as dist
+                def train(epoch, loader, model):
+                    for img, label in loader:
+                        model(img)
+                def main(args, dataset, model):
+                    sampler = dist.data_sampler(dataset, shuffle=True, distributed=True)
+                    loader = DataLoader(dataset, batch_size=16, sampler=sampler)
+                    for i in range(args.epoch):
+                        train(i, loader, model)
+            """,
+        },
+    )
+    assert found(files, ["DDP005"]) == {("train_vqvae.py", 10, "DDP005")}
+    write(tmp_path, {"train_vqvae.py": (tmp_path / "train_vqvae.py").read_text().replace(
+        "shuffle=True, distributed", "shuffle=False, distributed")})
+    assert found(files, ["DDP005"]) == set()
+
+
+def test_loader_factory_does_not_hide_the_missing_set_epoch(tmp_path: Path) -> None:
+    """Held-out lint corpus 14 (sovit-123/fasterrcnn): the sampler goes to `create_train_loader(...)` from a module
+    the corpus did not copy; a factory called once before the epochs cannot call set_epoch per epoch, and the
+    loader it returns is what the epoch loop hands to train_one_epoch() (in the project, no set_epoch)."""
+    files = write(
+        tmp_path,
+        {
+            "engine.py": """
+                def train_one_epoch(model, optimizer, data_loader, device, epoch):
+                    for images, targets in data_loader:
+                        model(images)
+            """,
+            "train.py": """
+                from torch.utils.data import distributed
+                from datasets import create_train_loader
+                from engine import train_one_epoch
+                def main(args, train_dataset, model, optimizer):
+                    train_sampler = distributed.DistributedSampler(train_dataset)
+                    train_loader = create_train_loader(train_dataset, 8, 4, batch_sampler=train_sampler)
+                    for epoch in range(args.epochs):
+                        train_one_epoch(model, optimizer, train_loader, "cuda", epoch)
+            """,
+        },
+    )
+    assert found(files, ["DDP005"]) == {("train.py", 8, "DDP005")}
+    # Handed to a trainer object this project does not hold: set_epoch may happen there.
+    write(tmp_path, {"train.py": (tmp_path / "train.py").read_text().replace(
+        "train_one_epoch(model, optimizer, train_loader", "trainer.fit(model, optimizer, train_loader")})
+    assert found(files, ["DDP005"]) == set()
+
+
 def test_destroy_in_another_file_counts(tmp_path: Path) -> None:
     files = write(
         tmp_path,

