@@ -3928,6 +3928,34 @@ POSITIVES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP049",
+        """
+        # Held-out lint corpus 14 (jzhang38/TinyLlama pretrain/tinyllama.py): validate() calls `model.train()`,
+        # the module's method; the file's own `def train(...)` all-reduces, but validate() does not call it.
+        def train(fabric, model, train_dataloader):
+            for batch in train_dataloader:
+                loss = model(batch)
+                fabric.all_reduce(loss)
+
+        def validate(fabric, model, val_dataloader):
+            model.eval()
+            losses = torch.zeros(10, device=fabric.device)
+            for k, val_data in enumerate(val_dataloader):
+                losses[k] = model(val_data).item()
+            out = losses.mean()  # <-
+            model.train()
+            return out
+
+        def main(fabric, train_dataloader, val_dataloader):
+            train_dataloader, val_dataloader = fabric.setup_dataloaders(train_dataloader, val_dataloader)
+            train(fabric, model, train_dataloader)
+            print(validate(fabric, model, val_dataloader))
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]

@@ -135,6 +135,8 @@ def _helpers_reduce(f: ModuleFacts, scope: Scope, depth: int = 2) -> bool:
     if depth == 0:
         return False
     for cs in scope.calls:
+        if not cs.local:
+            continue  # `model.train()` is the module's method, not this file's `def train(...)` (TinyLlama)
         for target in f.functions.get(cs.attr, ()):
             if target is not scope and (_reduces(target.node) or _helpers_reduce(f, target, depth - 1)):
                 return True
