@@ -3956,6 +3956,24 @@ POSITIVES += [
     ),
 ]
 
+NEAR_MISSES += [
+    (
+        "DDP008",
+        """
+        # Held-out lint corpus 14 (huggingface/naacl_transfer_learning_tutorial): the pretraining run's argparse
+        # Namespace, saved with torch.save, loaded back on every rank: no tensor to land on GPU 0.
+        def main(args):
+            dist.init_process_group("nccl")
+            pretraining_args = torch.load(os.path.join(args.model_checkpoint, CONFIG_NAME))
+            state_dict = torch.load(os.path.join(args.model_checkpoint, WEIGHTS_NAME), map_location="cpu")
+            model.load_state_dict(state_dict)
+
+        if __name__ == "__main__":
+            main(parse())
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]

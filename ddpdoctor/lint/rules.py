@@ -781,6 +781,8 @@ def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
             continue  # each rank reads the file it saved from its own GPU
         if path is not None and _STATE_WITHOUT_TENSORS.search(ast.unparse(path).lower()):
             continue  # a learning-rate scheduler's state: numbers and lists, nothing on a GPU (corpus 9, HALOs)
+        if any(_SETTINGS_NAME.search(t.rsplit(".", 1)[-1]) for t in f.call_targets.get(id(cs.node), ())):
+            continue  # `pretraining_args = torch.load(...)`: an argparse Namespace, no tensors (corpus 14, naacl)
         if not _loads_state(f, cs):
             continue  # features or tensors dumped from the CPU: nothing to say they sit on a GPU
         yield cs.node
@@ -789,6 +791,8 @@ def check_load_map_location(f: ModuleFacts) -> Iterator[Hit]:
 # A path that names a learning-rate scheduler's state file (`scheduler.pt`, `lr_scheduler.bin`): it holds Python
 # numbers and lists, so map_location changes nothing.
 _STATE_WITHOUT_TENSORS = re.compile(r"sched")
+# What a load is assigned to when it holds settings, not tensors: `args`, `train_config`, `hparams`.
+_SETTINGS_NAME = re.compile(r"(?:^|_)(?:args|config|cfg|hparams|hyperparams|opts|options|settings)$", re.IGNORECASE)
 
 
 def _seen_rank_zero_only(f: ModuleFacts, scope: Scope, depth: int = 0) -> bool:
