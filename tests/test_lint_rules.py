@@ -4006,11 +4006,11 @@ POSITIVES += [
         class Executor:
             def __init__(self):
                 self.rank = int(os.environ.get("RANK", 0))
-                self.device = torch.device("cuda:{}".format(self.rank))
+                self.device = torch.device("cuda:{}".format(self.rank))  # <-
 
             def train_one_epoch(self, model, loader):
                 for batch in loader:
-                    model(batch.to(self.device))  # <-
+                    model(batch.to(self.device))
 
         def main():
             node_rank = int(os.environ["NODE_RANK"])

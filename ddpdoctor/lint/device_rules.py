@@ -331,30 +331,21 @@ def single_node_spawn(f: ModuleFacts) -> bool:
 
 
 def _never_read(f: ModuleFacts, node: ast.AST) -> bool:
-    """`node` is in the value of `self.device = torch.device(...)` (or `device = torch.device(...)`) and nothing in
-    this file reads that name: a device built but never used picks no GPU (held-out lint corpus 14: CosyVoice's
-    Executor, whose real device comes from LOCAL_RANK elsewhere)."""
+    """`node` is in the value of `self.device = torch.device(...)` and no method of this file reads
+    `self.device`: a device kept but never used picks no GPU (held-out lint corpus 14: CosyVoice's Executor,
+    whose real device comes from LOCAL_RANK elsewhere). Another file reading `executor.device` is not followed:
+    `.device` is read off every tensor."""
     stmt = next((st for st in ast.walk(f.tree) if isinstance(st, ast.Assign) and len(st.targets) == 1
                  and isinstance(st.value, ast.Call) and final_identifier(st.value.func) == "device"
                  and any(n is node for n in ast.walk(st.value))), None)
-    if stmt is None:
+    target = stmt.targets[0] if stmt is not None else None
+    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
         return False
-    target = stmt.targets[0]
-    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
-        name, attribute = target.attr, True
-    elif isinstance(target, ast.Name):
-        name, attribute = target.id, False
-    else:
-        return False
-    # (`self.device` read by the class's own methods; another file reading `executor.device` is not followed:
-    # `.device` is read off every tensor.)
-    for n in ast.walk(f.tree):
-        if attribute and isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.ctx, ast.Load) and (
-                isinstance(n.value, ast.Name) and n.value.id == "self"):
-            return False
-        if not attribute and isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load):
-            return False
-    return True
+    return not any(
+        isinstance(n, ast.Attribute) and n.attr == target.attr and isinstance(n.ctx, ast.Load)
+        and isinstance(n.value, ast.Name) and n.value.id == "self"
+        for n in ast.walk(f.tree)
+    )
 
 
 @rule(
