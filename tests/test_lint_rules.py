@@ -4020,6 +4020,66 @@ POSITIVES += [
     ),
 ]
 
+POSITIVES += [
+    (
+        "DDP055",
+        """
+        # Held-out lint corpus 13 (svc-develop-team/so-vits-svc train.py): the spawned ranks build their
+        # training loader without a sampler and train a DDP model on it.
+        def run(rank, n_gpus, hps):
+            dist.init_process_group(backend="nccl", init_method="env://", world_size=n_gpus, rank=rank)
+            train_dataset = TextAudioSpeakerLoader(hps.data.training_files, hps)
+            train_loader = DataLoader(train_dataset, num_workers=4, shuffle=False, batch_size=16)  # <-
+            net_g = DDP(SynthesizerTrn(hps).cuda(rank), device_ids=[rank])
+            for epoch in range(100):
+                for batch_idx, items in enumerate(train_loader):
+                    loss = net_g(*items)
+                    loss.backward()
+        """,
+    ),
+]
+NEAR_MISSES += [
+    (
+        "DDP055",
+        """
+        # A loader without a sampler used only for evaluation, beside a sampled training loader.
+        def run(rank, world_size, train_set, val_set, model):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            model = DDP(model.cuda(rank), device_ids=[rank])
+            train_loader = DataLoader(train_set, sampler=DistributedSampler(train_set))
+            val_loader = DataLoader(val_set, batch_size=64)
+            for epoch in range(10):
+                for batch in train_loader:
+                    model(batch).backward()
+                for batch in val_loader:
+                    model(batch)
+        """,
+    ),
+    (
+        "DDP055",
+        """
+        # The dataset is sharded by rank when it is built (an iterable shard of its own).
+        def run(rank, world_size, files, model):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            model = DDP(model.cuda(rank), device_ids=[rank])
+            dataset = ShardedTokens(files, rank=rank, world_size=world_size)
+            loader = DataLoader(dataset, batch_size=8)
+            for batch in loader:
+                model(batch).backward()
+        """,
+    ),
+    (
+        "DDP055",
+        """
+        # No process group and no DDP wrapper: a single-process script.
+        def main(model, dataset):
+            loader = DataLoader(dataset, batch_size=8, shuffle=True)
+            for batch in loader:
+                model(batch).backward()
+        """,
+    ),
+]
+
 
 def _case_id(case: tuple[str, str]) -> str:
     return case[0]
@@ -4060,7 +4120,7 @@ def test_every_rule_has_positives_and_near_misses() -> None:
 
 
 def test_rule_ids_are_stable_and_complete() -> None:
-    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 55)]
+    assert sorted(RULES) == [f"DDP{i:03d}" for i in range(1, 56)]
     for r in RULES.values():
         assert r.message and r.fix and r.why and re.fullmatch(r"[a-z0-9-]+", r.name)
 

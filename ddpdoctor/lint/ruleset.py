@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ddpdoctor.lint import (  # noqa: F401 - registers them
     checkpoint_rules,
+    data_rules,
     device_rules,
     early_exit_rules,
     every_rank_rules,
