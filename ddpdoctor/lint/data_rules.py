@@ -16,7 +16,7 @@ import re
 from typing import Iterator
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, final_identifier, mentions_rank
-from ddpdoctor.lint.flow import names_in
+from ddpdoctor.lint.flow import assigned_from, names_in
 from ddpdoctor.lint.helpers import is_test_file, near_files
 from ddpdoctor.lint.process_paths import single_process_branch
 from ddpdoctor.lint.registry import Hit, rule
@@ -47,14 +47,7 @@ def _training_loop_reads(f: ModuleFacts, names: set[str]) -> bool:
 
 
 def _loader_targets(f: ModuleFacts, cs: CallSite) -> set[str]:
-    names = {n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(cs.node), ())}
-    # One assignment on: `epoch_iterator = tqdm(train_loader)`.
-    for node in ast.walk(f.tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and set(names_in(node.value)) & names:
-            target = final_identifier(node.targets[0])
-            if target:
-                names.add(target)
-    return names
+    return assigned_from(f.tree, {n.rsplit(".", 1)[-1] for n in f.call_targets.get(id(cs.node), ())})
 
 
 @rule(

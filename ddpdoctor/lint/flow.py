@@ -193,6 +193,18 @@ def names_in(node: ast.AST) -> Iterator[str]:
             yield n.attr
 
 
+def assigned_from(node: ast.AST, names: set[str]) -> set[str]:
+    """`names` and the names that assignments in `node` bind to a value reading one of them, in walk order
+    (`epoch_iterator = tqdm(train_loader)`): where a loader is read under another name."""
+    out = set(names)
+    for n in ast.walk(node):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and set(names_in(n.value)) & out:
+            target = final_identifier(n.targets[0])
+            if target:
+                out.add(target)
+    return out
+
+
 def in_memory(f: ModuleFacts, target: ast.AST) -> bool:
     """`buf = io.BytesIO(); torch.save(obj, buf)`: no file is written."""
     if isinstance(target, ast.Call):

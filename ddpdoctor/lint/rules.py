@@ -24,6 +24,7 @@ from ddpdoctor.lint.facts import (
     mentions_rank,
 )
 from ddpdoctor.lint.flow import (
+    assigned_from,
     callees_of,
     callers_of,
     enclosing_scope,
@@ -437,9 +438,7 @@ def _caller_epoch_loop(g: ModuleFacts, call: CallSite, positions: set[Optional[i
     names.discard("")
     if not names:
         return None
-    for node in ast.walk(call.scope.node):
-        if isinstance(node, ast.Assign) and _mentions(node.value, names) and len(node.targets) == 1:
-            names.add(final_identifier(node.targets[0]) or "")
+    names = assigned_from(call.scope.node, names)
     for outer in ast.walk(call.scope.node):
         if isinstance(outer, (ast.For, ast.While)) and any(
                 isinstance(inner, ast.For) and inner is not outer and _mentions(inner.iter, names)
