@@ -26,9 +26,9 @@ EXPECTED = {
     "c04": ("nccl.bootstrap_error_trail", None, 1),
     "c05": ("message.stated_cause", None, 1),
     "c06": ("deepspeed.empty_master_addr", None, 1),
-    "d01": (None, "watchdog.unconfirmed", 1),  # rank 0's label caching outlasts the timeout: not in the log
+    "d01": ("watchdog.rank0_work", None, 1),  # rank 0's label scan: its bar cut off by the others' timeouts
     "d06": (None, "nccl.system_error", 1),
-    "d07": (None, "watchdog.unconfirmed", 1),
+    "d07": ("watchdog.rank0_work", None, 1),  # rank 1 alone timed out in a barrier at SeqNum 5
     "e01": (None, None, 1),  # a cut traceback through vLLM's symmetric-memory rendezvous
     "e02": ("watchdog.desync", None, 1),
     "f01": (None, "store.barrier_waiting", 1),

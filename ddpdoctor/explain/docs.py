@@ -354,6 +354,14 @@ with its error code), `deepspeed.empty_master_addr` (runner.py's `hostname -I` m
 is in the log), and `nccl.graph_file_env` also reads `Loading topology file <path>` (the cloud images' default
 virtualTopology.xml excepted).
 
+Session 17 (before set 15 was graded) added `watchdog.rank0_work`, from the class of set 13's d05 and set 14's
+d01 and d07: the other ranks timed out in one of the job's first collectives (SeqNum 10 or less), rank 0 reported
+no timeout, and the log says rank 0 was busy — an unfinished progress bar cut off mid-draw by the others'
+reports (YOLOv5's label scan), or a one-element all-reduce (`dist.barrier()` under NCCL) entered after earlier
+collectives of the group had completed (ColBERT's rank-0 k-means). Rank 0's own step is named as the root cause,
+the timeout as its consequence. SeqNum 1 without a bar stays unconfirmed: it is where NCCL connects the ranks, and
+a transport hang there reads the same (set 13's e02, a driver breaking P2P). Set 14 after it: 24 of 41 (tuning).
+
 ## Held-out set 13 (2026-11-28, session 15)
 
 41 new logs from 41 public threads, collected by six reviewers who had not read the knowledge base or the

@@ -571,6 +571,33 @@ def _busy_reports(first_by_rank: dict[int, Event]) -> list[Event]:
     return sorted(out, key=_event_key)
 
 
+_EARLY_SEQ = 10  # a default group's first collectives: DDP's constructor, the first barriers
+
+
+def _rank0_work(events: list[Event], ranks: list[int], seq: int, numel: dict[int, Any]) -> str | None:
+    """What says that rank 0, which reported no watchdog timeout while the others did at one of the job's
+    first collectives, was busy with work of its own: an unfinished progress bar the timeout reports cut off
+    (YOLOv5's label scan on rank 0), or a one-element all-reduce (`dist.barrier()` under NCCL) that the others
+    entered after earlier collectives had completed, while rank 0 had not (ColBERT's rank-0 k-means). Spent
+    explain sets 13 and 14 (d05, d01, d07): the timeout is the consequence, rank 0's own step the cause. None
+    when any of it is missing."""
+    if 0 in ranks or seq > _EARLY_SEQ:
+        return None
+    last = max(_event_key(e) for e in events if e.rank in ranks and e.sig in _WATCHDOG_SIGS)
+    # Only a bar cut off mid-draw: a finished line of a bar (tqdm writing to a file) may be minutes old.
+    bars = [e for e in events if e.fields.get("open_bar") and _event_key(e) <= last]
+    if bars:
+        bar = bars[-1].fields["open_bar"].strip()
+        return f"an unfinished progress bar (`{bar[:120]}`) was cut off by the timeout reports ({bars[-1].file}:{bars[-1].line})"
+    # Without a bar, only after the group's first collective: SeqNum 1 is where NCCL connects the ranks, and a
+    # transport that hangs there (a driver breaking P2P: spent set 13's e02) looks the same from one rank.
+    sizes = {v for v in numel.values() if v is not None}
+    if seq >= 2 and sizes and all(parse_int(v, 2) <= 1 for v in sizes):
+        return (f"the collective is a one-element all-reduce (NumelIn=1: how dist.barrier() runs under NCCL), after "
+                f"{seq - 1} collective(s) of the same group had completed, so the ranks could reach each other")
+    return None
+
+
 def _watchdog_diagnosis(
     kb: KnowledgeBase, events: list[Event], known_ranks: set[int], world_size: int | None
 ) -> Diagnosis | None:
@@ -647,6 +674,16 @@ def _watchdog_diagnosis(
             f"({ev.fields['busy_bar'].strip()}): the process printing it (usually rank 0) was still busy outside "
             "the collective (data preparation, tokenisation) while the others waited. Not a network hang: do "
             "that work before init_process_group, or raise the timeout."
+        )
+    elif (work := _rank0_work(events, ranks, seq[ranks[0]], numel)) is not None:
+        spec = kb.diagnoses["watchdog.rank0_work"]
+        suspects = [0]
+        data["rank0_evidence"] = work
+        reasoning = (
+            f"Rank(s) {fmt(ranks)} timed out in one of the job's first collectives "
+            f"({_seq_op(seq[ranks[0]], op[ranks[0]], ', ')}) and rank 0 reported no timeout: it was not in that "
+            f"collective. {work[0].upper() + work[1:]}: rank 0 was still busy with work of its own while the others "
+            "waited for it longer than the timeout. Not a network hang."
         )
     else:
         missing = sorted(known_ranks - set(ranks))

@@ -89,6 +89,9 @@ _SUMMARY_SHAPE = re.compile(
 # A tqdm-style progress bar (` 99%|#########9| 9990/10000 [29:55<00:01, 5.57it/s]`) glued in front of a
 # matched line: its elapsed time says how long the process printing it had been busy.
 _PROGRESS = re.compile(rb"(\d{1,3})%\|[^|\n]{0,120}\| *\d+/\d+ *\[(?:(\d{1,3}):)?(\d{1,2}):(\d\d)<")
+# The same bar cut off mid-draw by the matched line (`...corrupt:   6%|▋ [E ProcessGroupNCCL.cpp:414] ...`):
+# no elapsed time, but the step it draws had not finished when another process of the job printed the hit.
+_OPEN_BAR = re.compile(rb"(\d{1,3})%\|[^|\n\r]{0,160}$")
 _SUMMARY_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
 _SUMMARY_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
 _SUMMARY_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
@@ -252,6 +255,7 @@ class StreamScanner:
         self._shapes: dict[bytes, list[Any]] = {}
         self._recorded: list[str] | None = None  # signature ids recorded by the current full match
         self._busy: tuple[int, str] | None = None  # progress bar glued before the current line's match
+        self._open_bar: str | None = None  # an unfinished bar (no elapsed time) the current line cut off
         self._here: tuple[bytes, int, int] | None = None  # (buffer, start, line number) of an ordinary line
         self._end = 0  # end of the complete lines of the buffer being scanned (continuations stop there)
         # The prefilter in use: the knowledge base's, until a quota signature (Signature.quota) has been seen
@@ -525,6 +529,14 @@ class StreamScanner:
     ) -> None:
         raw = raw.rstrip(b"\r")
         self._busy = None
+        self._open_bar = None
+        if 0 < hit and b"%|" in raw[:hit]:
+            cut = _OPEN_BAR.search(raw, max(0, hit - 170), hit)
+            if cut is not None and int(cut.group(1)) < 100 and not re.search(rb"\d+/\d+", raw[cut.end(1) : hit]):
+                lead = raw[max(0, cut.start() - 100) : cut.start()]
+                lead = lead[max(lead.rfind(b"\r"), lead.rfind(b"]"), lead.rfind(b"\n")) + 1 :].strip()
+                self._open_bar = (lead + b" " + cut.group(1) + b"%").decode("utf-8", "replace").strip()
+                before = b""  # the bar the hit cut off is the one it interrupted, not one printed lines earlier
         # A progress bar glued in front of the hit (same stream, no newline) or on the lines just before it.
         for text, end in ((raw, hit), (before, len(before))):
             if end <= 0 or b"%|" not in text[:end]:
@@ -693,6 +705,8 @@ class StreamScanner:
             # The line shares its text with a progress bar printed just before it (same stream, no newline).
             fields["busy_elapsed_s"] = str(self._busy[0])
             fields["busy_bar"] = self._busy[1][:MAX_TEXT]
+        elif self._open_bar is not None:
+            fields["open_bar"] = self._open_bar[:MAX_TEXT]
         if "exception" in fields and self._here is not None and self._here[2] == lineno:
             # Where the exception was raised (the traceback's last frame): in a library or in the user's code.
             frame = _raising_frame(*self._here[:2])
