@@ -44,3 +44,14 @@ def test_a_finished_bar_is_no_evidence() -> None:
     bar = "Map: 100%|██████████| 5000/5000 [00:03<00:00, 1400.1 examples/s]"
     ex = run({"job.log": [bar, WATCHDOG.format(r=1, seq=1, op="ALLREDUCE", n=1)]})
     assert ex.root is None or ex.root.id != "watchdog.rank0_work"
+
+
+def test_every_rank_but_rank0_reporting_a_late_collective_blames_rank0() -> None:
+    # The shape of spent set 15's g01 (torchtune): ranks 1-3 time out at SeqNum 15037, rank 0 is silent.
+    lines = [WATCHDOG.format(r=r, seq=15037, op="_ALLGATHER_BASE", n=131072512) for r in (3, 1, 2)]
+    ex = run({"job.log": lines})
+    assert ex.root is not None and ex.root.id == "watchdog.rank0_work"
+    assert "Every rank but rank 0 (ranks 1-3)" in ex.root.reasoning
+    # Twin: ranks 2 and 3 only (rank 1 left no line either): the paste may be partial.
+    partial = run({"job.log": lines[::2]})
+    assert partial.root is None or partial.root.id != "watchdog.rank0_work"

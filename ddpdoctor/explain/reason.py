@@ -574,21 +574,32 @@ def _busy_reports(first_by_rank: dict[int, Event]) -> list[Event]:
 _EARLY_SEQ = 10  # a default group's first collectives: DDP's constructor, the first barriers
 
 
-def _rank0_work(events: list[Event], ranks: list[int], seq: int, numel: dict[int, Any]) -> str | None:
+def _rank0_work(
+    events: list[Event], ranks: list[int], seq: int, numel: dict[int, Any], world_size: int | None = None
+) -> str | None:
     """What says that rank 0, which reported no watchdog timeout while the others did at one of the job's
     first collectives, was busy with work of its own: an unfinished progress bar the timeout reports cut off
     (YOLOv5's label scan on rank 0), or a one-element all-reduce (`dist.barrier()` under NCCL) that the others
     entered after earlier collectives had completed, while rank 0 had not (ColBERT's rank-0 k-means). Spent
-    explain sets 13 and 14 (d05, d01, d07): the timeout is the consequence, rank 0's own step the cause. None
-    when any of it is missing."""
-    if 0 in ranks or seq > _EARLY_SEQ:
+    explain sets 13 and 14 (d05, d01, d07): the timeout is the consequence, rank 0's own step the cause. Also, at
+    any SeqNum, when every rank but rank 0 reported it (1..N-1 of N): rank 0 alone was elsewhere (set 15's g01,
+    a checkpoint after the last step). None when any of it is missing."""
+    if 0 in ranks:
         return None
     last = max(_event_key(e) for e in events if e.rank in ranks and e.sig in _WATCHDOG_SIGS)
     # Only a bar cut off mid-draw: a finished line of a bar (tqdm writing to a file) may be minutes old.
     bars = [e for e in events if e.fields.get("open_bar") and _event_key(e) <= last]
-    if bars:
+    if bars and seq <= _EARLY_SEQ:
         bar = bars[-1].fields["open_bar"].strip()
         return f"an unfinished progress bar (`{bar[:120]}`) was cut off by the timeout reports ({bars[-1].file}:{bars[-1].line})"
+    if len(ranks) >= 2 and ranks == list(range(1, ranks[-1] + 1)) and (world_size in (None, ranks[-1] + 1)):
+        # Every rank but rank 0 reported the same collective (torchtune's end-of-epoch checkpoint on rank 0,
+        # spent set 15's g01): rank 0 alone was elsewhere, whatever the SeqNum.
+        when = "early in the job" if seq <= _EARLY_SEQ else f"after {seq - 1} collectives had completed"
+        return (f"every rank but rank 0 (ranks 1-{ranks[-1]}) reported it, {when}: rank 0 alone was elsewhere — "
+                "in work only rank 0 does at that point (saving a checkpoint, evaluating, writing logs or samples)")
+    if seq > _EARLY_SEQ:
+        return None
     # Without a bar, only after the group's first collective: SeqNum 1 is where NCCL connects the ranks, and a
     # transport that hangs there (a driver breaking P2P: spent set 13's e02) looks the same from one rank.
     sizes = {v for v in numel.values() if v is not None}
@@ -675,15 +686,15 @@ def _watchdog_diagnosis(
             "the collective (data preparation, tokenisation) while the others waited. Not a network hang: do "
             "that work before init_process_group, or raise the timeout."
         )
-    elif (work := _rank0_work(events, ranks, seq[ranks[0]], numel)) is not None:
+    elif (work := _rank0_work(events, ranks, seq[ranks[0]], numel, world_size)) is not None:
         spec = kb.diagnoses["watchdog.rank0_work"]
         suspects = [0]
         data["rank0_evidence"] = work
         reasoning = (
-            f"Rank(s) {fmt(ranks)} timed out in one of the job's first collectives "
-            f"({_seq_op(seq[ranks[0]], op[ranks[0]], ', ')}) and rank 0 reported no timeout: it was not in that "
-            f"collective. {work[0].upper() + work[1:]}: rank 0 was still busy with work of its own while the others "
-            "waited for it longer than the timeout. Not a network hang."
+            f"Rank(s) {fmt(ranks)} timed out in the same collective ({_seq_op(seq[ranks[0]], op[ranks[0]], ', ')}) "
+            f"and rank 0 reported no timeout: it was not in that collective. {work[0].upper() + work[1:]}: rank 0 "
+            "was still busy with work of its own while the others waited for it longer than the timeout. Not a "
+            "network hang."
         )
     else:
         missing = sorted(known_ranks - set(ranks))
