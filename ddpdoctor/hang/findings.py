@@ -36,7 +36,7 @@ VERDICT = define(
     "(--pid names a process with no sign of torch.distributed) or `none` (no sign of a hang). When the "
     "culprit waits in no collective, `data.mechanism` says why, read from all its threads: a stable dotted "
     "id (`lock.order_deadlock`, `lock.self_deadlock`, `queue.join_without_task_done`, "
-    "`queue.get_no_producer`, `loop.poll_retry`, `event.never_set`, `process.join_child`, "
+    "`queue.get_no_producer`, `loop.poll_retry`, `event.never_set`, `semaphore.count_zero`, `process.join_child`, "
     "`subprocess.wait_child`, ...; all in docs/hang.md) and the phrase the summary gives after `why it waits:`.",
     "Fix the code path of the named rank: make every rank issue the same collectives in the same order.",
 )

@@ -29,6 +29,7 @@ from ddpdoctor.hang.source import (
 )
 from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
+from ddpdoctor.hang.wakers import waker_phrase, wakers
 from ddpdoctor.parsers.pytraceback import PyTraceback, TracebackFrame
 
 # (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
@@ -143,7 +144,9 @@ def blocked_in(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Opt
             if suffix == "queue.py" and "multiprocessing" in frame.filename:
                 continue
             if _matches(frame, suffix, method):
-                return Blocked(thread.thread_name, kind, user)
+                named = (_WITH_LOCK.match(_code(sources, user)) or _ACQUIRE.search(_code(sources, user))
+                         if kind == "lock" else None)
+                return Blocked(thread.thread_name, kind, user, named.group(1) if named else "")
     if user_index and frames[0].name.rsplit(".", 1)[-1] in _SIGNAL_FUNCS:
         return Blocked(thread.thread_name, "signal", user)  # py-spy shows signal.sigwait as its own frame
     if user_index:
@@ -318,6 +321,42 @@ def _set_after_join(
     return None
 
 
+def _who_wakes(stack: RankStack, mine: Blocked, sources: Mapping[str, Sequence[str]], receiver: str,
+               verbs: tuple[str, ...], what: str) -> str:
+    """The lines that would end `mine`'s wait on the object its line waits on (wakers.py), as a phrase."""
+    found = re.search(receiver, _code(sources, mine.frame))
+    if found is None:
+        return ""
+    return waker_phrase(sources, stack.threads, wakers(sources, found.group(1), verbs), what,
+                        mine.frame.filename, mine.frame.line)
+
+
+def _store_setters(stack: RankStack, mine: Blocked, sources: Mapping[str, Sequence[str]]) -> str:
+    """The lines that set the key a c10d store get()/wait() waits for (a literal key or a name), as a phrase."""
+    key = re.match(r"\s*\[?\s*([^,\])]+)", mine.lock or "")
+    if key is None:
+        return ""
+    text = key.group(1).strip()
+    return waker_phrase(sources, stack.threads, wakers(sources, "", ("set", "add", "compare_set"), key=text),
+                        "sets the key", mine.frame.filename, mine.frame.line)
+
+
+_SEMAPHORE = re.compile(r"^\s*([\w.]+)\s*=\s*(?:threading\.)?(?:Bounded)?Semaphore\(")
+
+
+def _semaphore_made(sources: Mapping[str, Sequence[str]], lock: str) -> Optional[tuple[str, int, str]]:
+    """(file, line, code) where the lock a thread waits for is made as a threading (Bounded)Semaphore."""
+    last = lock.rsplit(".", 1)[-1]
+    if not last.isidentifier():
+        return None
+    for file, lines in sources.items():
+        for number, text in enumerate(lines, 1):
+            found = _SEMAPHORE.match(text)
+            if found and found.group(1).rsplit(".", 1)[-1] == last:
+                return file, number, text.strip()[:120]
+    return None
+
+
 def _runs_user_code(thread: ThreadStack) -> bool:
     return any(f.is_user for f in thread.frames)
 
@@ -395,6 +434,21 @@ def _lock_mechanism(
             "for a generator that only its own consumer can resume",
             "Do not yield while holding a lock: take what the item needs under the lock, release it, then yield "
             "(or close the generator, `gen.close()`, before taking the lock again).",
+            [_record(mine, sources, waits_for=mine.lock)],
+        )
+    made = _semaphore_made(sources, mine.lock)
+    if made is not None and not self_held:
+        file, line, code = made
+        return Mechanism(
+            "semaphore.count_zero",
+            f"thread {mine.thread} waits in acquire() of `{mine.lock}` at {_at(mine.frame, sources)}, a semaphore "
+            f"made at {file.rsplit('/', 1)[-1]}:{line} `{code}`: acquire() blocks while its count is 0 — every "
+            "permit taken and none released, or a count computed as 0 when it was made"
+            + waker_phrase(sources, stack.threads, wakers(sources, mine.lock, ("release",)), "releases it",
+                           mine.frame.filename, mine.frame.line),
+            "Check the count the semaphore is made with (a length taken from an exhausted iterator or an empty "
+            "list is 0) and that every acquire() has its release() in a `finally:`; acquire(timeout=...) turns "
+            "the wait into an error.",
             [_record(mine, sources, waits_for=mine.lock)],
         )
     return Mechanism(
@@ -1065,7 +1119,8 @@ def explain_wait(
             "event.never_set",
             f"it waits in threading.Event.wait() at {at} for an event that nothing sets"
             + (f" (threads {', '.join(live[:4])} run user code: one of them should set it)" if live else
-               " (no other thread of this process runs user code that could set it)"),
+               " (no other thread of this process runs user code that could set it)")
+            + _who_wakes(stack, mine, sources, r"([A-Za-z_][\w.]*)\.wait\(", ("set",), "sets it"),
             "Make sure the thread that should call event.set() is alive and reaches it; wait(timeout=...) "
             "turns a missing set() into an error.",
             [_record(mine, sources)],
@@ -1107,7 +1162,9 @@ def explain_wait(
             )
         return Mechanism(
             "condition.never_notified",
-            f"it waits in threading.Condition.wait() at {at} for a notify() that never comes",
+            f"it waits in threading.Condition.wait() at {at} for a notify() that never comes"
+            + _who_wakes(stack, mine, sources, r"([A-Za-z_][\w.]*)\.wait(?:_for)?\(", ("notify", "notify_all"),
+                         "notifies it"),
             "Make sure the thread that should notify() is alive; use wait_for(predicate, timeout=...).",
             [_record(mine, sources)],
         )
@@ -1140,7 +1197,7 @@ def explain_wait(
             "store.key_never_set",
             f"it waits in the c10d store's {'wait' if '.wait(' in _code(sources, mine.frame) else 'get'}() at {at}"
             f"{key} that no rank sets: get() blocks until some process calls set() on that key (up to the "
-            "store's timeout)",
+            "store's timeout)" + _store_setters(stack, mine, sources),
             "Make sure the rank that should `store.set()` that key reaches it, with the same key string on "
             "every rank; pass a short timeout (`store.wait([key], timedelta(...))`) so a missing key is an error.",
             [_record(mine, sources, key=mine.lock)],
