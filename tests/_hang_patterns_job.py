@@ -12,6 +12,9 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
   which takes it again;
 - `object_vs_plain`: the last rank calls broadcast_object_list, the others a plain broadcast (held-out
   hang set 12, j01): their broadcast pairs with the first of its two and they go on to an all_reduce;
+- `fork_thread`: the last rank starts a codec with a worker thread, then forks a multiprocessing child that
+  uses the codec: the child waits for a reply only the worker thread gives, and fork() did not copy that thread
+  (held-out hang set 12, j06); the rank waits in join();
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -68,6 +71,29 @@ def flush() -> None:
 def log_metrics() -> None:
     with LOCK:
         flush()
+
+
+class Codec:
+    """Encodes on a worker thread of its own: encode() hands the item over and waits for the reply."""
+
+    def __init__(self) -> None:
+        self.requests: queue.Queue = queue.Queue()
+        self.done = threading.Event()
+        self._worker = threading.Thread(target=self._serve, name="codec-worker", daemon=True)
+        self._worker.start()
+
+    def _serve(self) -> None:
+        while True:
+            self.requests.get()
+            self.done.set()
+
+    def encode(self, item: int) -> None:
+        self.requests.put(item)
+        self.done.wait()  # HANG-LINE codec-wait
+
+
+def export_shard(codec: Codec) -> None:
+    codec.encode(1)
 
 
 def main() -> None:
@@ -137,6 +163,19 @@ def main() -> None:
             dist.broadcast(start, src=world - 1)
         for _step in range(1000):
             dist.all_reduce(grad)  # HANG-LINE object-others
+    elif scenario == "fork_thread":
+        import multiprocessing
+
+        for step in range(1000):
+            dist.all_reduce(grad)  # HANG-LINE fork-others
+            if step == 2 and culprit:
+                codec = Codec()
+                child = multiprocessing.get_context("fork").Process(target=export_shard, args=(codec,))
+                child.start()
+                ready(rank)
+                child.join()  # HANG-LINE fork-join
+            elif step == 2:
+                ready(rank)
     elif scenario == "left_loop":
         for step in range(1000):
             if culprit and step == 3:

@@ -35,7 +35,7 @@ def run_hang(*args: str) -> tuple[dict, str]:
 
 
 @pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop",
-                                               "object_vs_plain"])
+                                               "object_vs_plain", "fork_thread"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -82,6 +82,14 @@ def test_pattern_named_with_its_fix(hung):
         assert "runs two broadcasts (the sizes of the pickled objects, then their bytes)" in verdict["summary"]
         assert f"line {marker_line('object', SCRIPT) + 2} of the same function" in verdict["summary"]
         assert verdict["fix"].startswith("Call the same function on every rank: broadcast_object_list()")
+    elif scenario == "fork_thread":
+        # Held-out hang set 12 (j06): the forked child waits for a reply only the parent's worker thread gives.
+        assert culprit["line"] == marker_line("fork-join", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "process.join_child", verdict
+        summary = verdict["summary"]
+        assert f"_hang_patterns_job.py:{marker_line('codec-wait', SCRIPT)}" in summary, summary
+        assert "runs thread(s) `codec-worker`, but fork() copies only the thread that calls it" in summary, summary
+        assert verdict["fix"].startswith("Fork before starting threads"), verdict["fix"]
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]

