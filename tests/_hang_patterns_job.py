@@ -15,6 +15,8 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
 - `fork_thread`: the last rank starts a codec with a worker thread, then forks a multiprocessing child that
   uses the codec: the child waits for a reply only the worker thread gives, and fork() did not copy that thread
   (held-out hang set 12, j06); the rank waits in join();
+- `sched_heartbeat`: the last rank drains a sched.scheduler with run() at a checkpoint, but its heartbeat
+  event schedules itself again, so run() never returns (held-out hang set 12, j07);
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -90,6 +92,24 @@ class Codec:
     def encode(self, item: int) -> None:
         self.requests.put(item)
         self.done.wait()  # HANG-LINE codec-wait
+
+
+class Beats:
+    """Heartbeats and deferred uploads on one sched.scheduler, driven from the training loop."""
+
+    def __init__(self) -> None:
+        import sched
+
+        self.queue = sched.scheduler(time.monotonic, time.sleep)
+        self.queue.enter(0, 5, self.beat)
+        self.sent = 0
+
+    def beat(self) -> None:
+        self.sent += 1
+        self.queue.enter(0.5, 5, self.beat)
+
+    def flush(self) -> None:
+        self.queue.run()  # HANG-LINE sched-run
 
 
 def export_shard(codec: Codec) -> None:
@@ -176,6 +196,15 @@ def main() -> None:
                 child.join()  # HANG-LINE fork-join
             elif step == 2:
                 ready(rank)
+    elif scenario == "sched_heartbeat":
+        beats = Beats()
+        for step in range(1000):
+            dist.all_reduce(grad)
+            beats.queue.run(blocking=False)
+            if step == 2:
+                ready(rank)
+                if culprit:
+                    beats.flush()
     elif scenario == "left_loop":
         for step in range(1000):
             if culprit and step == 3:

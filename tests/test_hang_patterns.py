@@ -35,7 +35,7 @@ def run_hang(*args: str) -> tuple[dict, str]:
 
 
 @pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop",
-                                               "object_vs_plain", "fork_thread"])
+                                               "object_vs_plain", "fork_thread", "sched_heartbeat"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -90,6 +90,12 @@ def test_pattern_named_with_its_fix(hung):
         assert f"_hang_patterns_job.py:{marker_line('codec-wait', SCRIPT)}" in summary, summary
         assert "runs thread(s) `codec-worker`, but fork() copies only the thread that calls it" in summary, summary
         assert verdict["fix"].startswith("Fork before starting threads"), verdict["fix"]
+    elif scenario == "sched_heartbeat":
+        # Held-out hang set 12 (j07): run() drains a queue that a heartbeat refills.
+        assert culprit["line"] == marker_line("sched-run", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "sched.never_empty", verdict
+        assert "beat() (_hang_patterns_job.py:" in verdict["summary"], verdict["summary"]
+        assert "schedules itself again" in verdict["summary"] and "run(blocking=False)" in verdict["fix"]
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]

@@ -29,7 +29,7 @@ from ddpdoctor.hang.source import (
 )
 from ddpdoctor.hang.spin import loop_exits
 from ddpdoctor.hang.stacks import RankStack, ThreadStack, threads_in_collective
-from ddpdoctor.hang.wakers import waker_phrase, wakers
+from ddpdoctor.hang.wakers import self_rescheduling, waker_phrase, wakers
 from ddpdoctor.parsers.pytraceback import PyTraceback, TracebackFrame
 
 # (file suffix, method) of library frames -> the blocking call the user made. py-spy names methods
@@ -64,6 +64,7 @@ _LIBRARY_WAITS: tuple[tuple[str, str, str], ...] = (
     ("subprocess.py", "check_output", "popen_wait"),
     ("asyncio/base_events.py", "BaseEventLoop.run_until_complete", "asyncio_idle"),
     ("asyncio/base_events.py", "BaseEventLoop.run_forever", "asyncio_idle"),
+    ("sched.py", "scheduler.run", "sched_run"),
 )
 
 # A user line that blocks without a Python frame below it (C locks, C SimpleQueue, time.sleep).
@@ -319,6 +320,12 @@ def _set_after_join(
             if re.search(rf"(?:^|[\s.(]){re.escape(name)}\.set\(\)", text):
                 return waiter, found.group(1), number
     return None
+
+
+def _receiver(sources: Mapping[str, Sequence[str]], frame: Frame, method: str) -> str:
+    """`self._sched` in `self._sched.run()` on the frame's line (the object a method is called on), or ""."""
+    found = re.search(rf"([A-Za-z_][\w.]*)\.{method}\(", _code(sources, frame))
+    return found.group(1) if found else ""
 
 
 def _who_wakes(stack: RankStack, mine: Blocked, sources: Mapping[str, Sequence[str]], receiver: str,
@@ -1123,6 +1130,19 @@ def explain_wait(
             + _who_wakes(stack, mine, sources, r"([A-Za-z_][\w.]*)\.wait\(", ("set",), "sets it"),
             "Make sure the thread that should call event.set() is alive and reaches it; wait(timeout=...) "
             "turns a missing set() into an error.",
+            [_record(mine, sources)],
+        )
+    if mine.kind == "sched_run":
+        again = self_rescheduling(sources, _receiver(sources, mine.frame, "run"))
+        return Mechanism(
+            "sched.never_empty",
+            f"it waits in sched.scheduler.run() at {at}, which returns only when the scheduler's queue is empty"
+            + (f"; {again[3]}() ({again[0].rsplit('/', 1)[-1]}:{again[1]}) schedules itself again at line {again[2]} "
+               f"(`{again[4]}`), so the queue is never empty and run() never returns" if again else
+               "; an event still queued (or one that reschedules itself) keeps it running"),
+            "Drain the scheduler without blocking from the training loop (`run(blocking=False)`), or keep a "
+            "self-rescheduling event (a heartbeat) out of a scheduler you run to completion: a threading.Timer or "
+            "a thread of its own.",
             [_record(mine, sources)],
         )
     if mine.kind == "barrier":

