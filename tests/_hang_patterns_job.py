@@ -17,6 +17,9 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
   (held-out hang set 12, j06); the rank waits in join();
 - `sched_heartbeat`: the last rank drains a sched.scheduler with run() at a checkpoint, but its heartbeat
   event schedules itself again, so run() never returns (held-out hang set 12, j07);
+- `two_listeners`: the last rank's logging set-up runs twice, so two QueueListeners read one queue; stopping
+  the second puts one sentinel, which the first (waiting longer) takes, and stop() joins forever (held-out hang
+  set 12, j10);
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -112,6 +115,18 @@ class Beats:
         self.queue.run()  # HANG-LINE sched-run
 
 
+RECORDS: queue.Queue = queue.Queue()
+
+
+def setup_logging():
+    import logging
+    import logging.handlers
+
+    listener = logging.handlers.QueueListener(RECORDS, logging.NullHandler())
+    listener.start()
+    return listener
+
+
 def export_shard(codec: Codec) -> None:
     codec.encode(1)
 
@@ -205,6 +220,16 @@ def main() -> None:
                 ready(rank)
                 if culprit:
                     beats.flush()
+    elif scenario == "two_listeners":
+        setup_logging()
+        listener = setup_logging()  # a trainer that sets logging up again
+        time.sleep(0.2)
+        for step in range(1000):
+            dist.all_reduce(grad)
+            if step == 2:
+                ready(rank)
+                if culprit:
+                    listener.stop()  # HANG-LINE listener-stop
     elif scenario == "left_loop":
         for step in range(1000):
             if culprit and step == 3:

@@ -35,7 +35,8 @@ def run_hang(*args: str) -> tuple[dict, str]:
 
 
 @pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop",
-                                               "object_vs_plain", "fork_thread", "sched_heartbeat"])
+                                               "object_vs_plain", "fork_thread", "sched_heartbeat",
+                                               "two_listeners"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -96,6 +97,12 @@ def test_pattern_named_with_its_fix(hung):
         assert verdict["mechanism"]["id"] == "sched.never_empty", verdict
         assert "beat() (_hang_patterns_job.py:" in verdict["summary"], verdict["summary"]
         assert "schedules itself again" in verdict["summary"] and "run(blocking=False)" in verdict["fix"]
+    elif scenario == "two_listeners":
+        # Held-out hang set 12 (j10): stop()'s one sentinel went to the other listener of the same queue.
+        assert culprit["line"] == marker_line("listener-stop", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "logging.listener_sentinel_taken", verdict
+        assert "the sentinel was taken by another consumer of the same queue" in verdict["summary"], verdict
+        assert verdict["fix"].startswith("Start one QueueListener per queue"), verdict["fix"]
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]

@@ -1192,6 +1192,22 @@ def explain_wait(
         importing = _import_lock_wait(main, stack, mine, sources)
         if importing is not None:
             return importing
+        if main is not None and any(f.filename.endswith("logging/handlers.py") and f.name.endswith("stop")
+                                    for f in main.frames):
+            listening = [t.thread_name for t in stack.threads if t is not main and any(
+                f.filename.endswith("logging/handlers.py") and f.name.endswith("_monitor") for f in t.frames)]
+            return Mechanism(
+                "logging.listener_sentinel_taken",
+                f"it waits in logging.handlers.QueueListener.stop() at {at}, which puts one stop sentinel on the "
+                "queue and joins the listener's thread"
+                + (f"; that thread ({', '.join(listening[:2])}) still waits for records, so the sentinel was taken "
+                   "by another consumer of the same queue — a second QueueListener started on it (a logging set-up "
+                   "run twice) or a handler reading it — and this listener never sees one" if listening else
+                   "; the thread does not end"),
+                "Start one QueueListener per queue (make the logging set-up idempotent, or stop the old listener "
+                "before starting another), and let nothing else get() from a listener's queue.",
+                [_record(mine, sources)],
+            )
         live = [t.thread_name for t in stack.threads if t.thread_name != mine.thread and _runs_user_code(t)]
         later = _set_after_join(mine, blocked, sources)
         if later is not None:
