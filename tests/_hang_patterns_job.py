@@ -20,6 +20,8 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
 - `two_listeners`: the last rank's logging set-up runs twice, so two QueueListeners read one queue; stopping
   the second puts one sentinel, which the first (waiting longer) takes, and stop() joins forever (held-out hang
   set 12, j10);
+- `reseeded_port`: the last rank picks a metrics port with a generator re-seeded on every try, so each retry
+  draws the port that is already taken (held-out hang set 12, j12);
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -113,6 +115,23 @@ class Beats:
 
     def flush(self) -> None:
         self.queue.run()  # HANG-LINE sched-run
+
+
+def bind_metrics_port(run_seed: int):
+    import random
+    import socket
+
+    backoff = 0.0
+    while True:
+        time.sleep(backoff)  # HANG-LINE reseeded-sleep
+        port = random.Random(run_seed).randrange(40000, 40100)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", port))
+            return sock
+        except OSError:
+            sock.close()
+            backoff = 0.2
 
 
 RECORDS: queue.Queue = queue.Queue()
@@ -230,6 +249,15 @@ def main() -> None:
                 ready(rank)
                 if culprit:
                     listener.stop()  # HANG-LINE listener-stop
+    elif scenario == "reseeded_port":
+        for step in range(1000):
+            dist.all_reduce(grad)
+            if step == 2:
+                ready(rank)
+                if culprit:
+                    first = bind_metrics_port(1234)  # the exporter of an earlier run in this process
+                    bind_metrics_port(1234)
+                    first.close()
     elif scenario == "left_loop":
         for step in range(1000):
             if culprit and step == 3:

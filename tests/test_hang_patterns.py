@@ -36,7 +36,7 @@ def run_hang(*args: str) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop",
                                                "object_vs_plain", "fork_thread", "sched_heartbeat",
-                                               "two_listeners"])
+                                               "two_listeners", "reseeded_port"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -103,6 +103,11 @@ def test_pattern_named_with_its_fix(hung):
         assert verdict["mechanism"]["id"] == "logging.listener_sentinel_taken", verdict
         assert "the sentinel was taken by another consumer of the same queue" in verdict["summary"], verdict
         assert verdict["fix"].startswith("Start one QueueListener per queue"), verdict["fix"]
+    elif scenario == "reseeded_port":
+        # Held-out hang set 12 (j12): a retry that re-seeds its generator draws the taken port every time.
+        assert verdict["mechanism"]["id"] == "loop.retry_reseeded", verdict
+        assert culprit["line"] in (marker_line("reseeded-sleep", SCRIPT), marker_line("reseeded-sleep", SCRIPT) + 1)
+        assert "seeded with `run_seed`" in verdict["summary"] and "every try draws the same value" in verdict["summary"]
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]

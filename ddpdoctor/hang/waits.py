@@ -1390,6 +1390,19 @@ def _poll(
     stale = _stale_lock_file(lines or [], header, mine)
     if stale is not None:
         return stale
+    reseeded = _reseeded_each_try(lines or [], header, mine)
+    if reseeded is not None:
+        number, code, seed = reseeded
+        return Mechanism(
+            "loop.retry_reseeded",
+            f"it retries in a loop at line {header} (`{_code(sources, head)}` in {mine.frame.filename}), sleeping "
+            f"between tries at line {mine.frame.line}, and each try makes a new random generator seeded with "
+            f"`{seed}` (line {number}: `{code}`), which does not change between tries: every try draws the same "
+            "value and repeats the attempt that failed (and every process given the same seed draws it too)",
+            "Seed the generator once, outside the loop (or not at all for a port or a jitter), or derive the "
+            "choice from the attempt number and the rank; give the loop a deadline that raises.",
+            [_record(mine, sources, loop_line=header)],
+        )
     return Mechanism(
         "loop.poll_retry",
         f"it polls/retries in a loop at line {header} (`{_code(sources, head)}` in {mine.frame.filename}), "
@@ -1401,6 +1414,32 @@ def _poll(
         "why it never comes; give the loop a deadline that raises, so a missing producer is an error.",
         [_record(mine, sources, loop_line=header)],
     )
+
+
+_SEEDED = re.compile(r"(?:\bRandom|default_rng|RandomState|\.seed|manual_seed)\(\s*([^()]{1,80}?)\s*\)")
+
+
+def _reseeded_each_try(lines: Sequence[str], header: int, mine: Blocked) -> Optional[tuple[int, str, str]]:
+    """(line, code, seed) of a random generator made or re-seeded inside the retry loop from a value the loop
+    does not change (`random.Random(run_seed).randrange(...)` on every try: the same port each time; held-out
+    hang set 12's j12)."""
+    loop = loop_around(lines, mine.frame.line) if lines else None
+    if loop is None or loop.header != header:
+        return None
+    body = lines[header - 1:loop.end]
+    assigned = set(re.findall(r"^\s*([A-Za-z_]\w*)\s*(?:[-+*/]?=)(?!=)", "\n".join(body), re.MULTILINE))
+    head = re.match(r"\s*for\s+([\w, ]+)\s+in\b", lines[header - 1])
+    if head:
+        assigned |= {n.strip() for n in head.group(1).split(",")}
+    for number in range(header, loop.end + 1):
+        found = _SEEDED.search(lines[number - 1].split("#", 1)[0])
+        if found is None:
+            continue
+        seed = found.group(1)
+        if not seed or set(re.findall(r"[A-Za-z_]\w*", seed)) & assigned:
+            continue
+        return number, lines[number - 1].strip()[:120], seed
+    return None
 
 
 _EXCL_CREATE = re.compile(r"O_EXCL|open\([^)]{0,200}['\"]x['\"]|FileExistsError|\.touch\([^)]{0,80}exist_ok\s*=\s*False")
