@@ -22,6 +22,8 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
   set 12, j10);
 - `reseeded_port`: the last rank picks a metrics port with a generator re-seeded on every try, so each retry
   draws the port that is already taken (held-out hang set 12, j12);
+- `eventfd_merged`: the last rank counts finished shards on an eventfd made without EFD_SEMAPHORE and reads
+  once per shard: the first read takes all three (held-out hang set 12, j02);
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -132,6 +134,20 @@ def bind_metrics_port(run_seed: int):
         except OSError:
             sock.close()
             backoff = 0.2
+
+
+def wait_for_shards(count: int) -> None:
+    finished = os.eventfd(0)
+
+    def write_shards() -> None:
+        for _ in range(count):
+            os.eventfd_write(finished, 1)
+
+    writer = threading.Thread(target=write_shards, name="shard-writer")
+    writer.start()
+    writer.join()
+    for _ in range(count):
+        os.eventfd_read(finished)  # HANG-LINE eventfd-read
 
 
 RECORDS: queue.Queue = queue.Queue()
@@ -258,6 +274,13 @@ def main() -> None:
                     first = bind_metrics_port(1234)  # the exporter of an earlier run in this process
                     bind_metrics_port(1234)
                     first.close()
+    elif scenario == "eventfd_merged":
+        for step in range(1000):
+            dist.all_reduce(grad)
+            if step == 2:
+                ready(rank)
+                if culprit:
+                    wait_for_shards(3)
     elif scenario == "left_loop":
         for step in range(1000):
             if culprit and step == 3:

@@ -36,7 +36,7 @@ def run_hang(*args: str) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop",
                                                "object_vs_plain", "fork_thread", "sched_heartbeat",
-                                               "two_listeners", "reseeded_port"])
+                                               "two_listeners", "reseeded_port", "eventfd_merged"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -108,6 +108,11 @@ def test_pattern_named_with_its_fix(hung):
         assert verdict["mechanism"]["id"] == "loop.retry_reseeded", verdict
         assert culprit["line"] in (marker_line("reseeded-sleep", SCRIPT), marker_line("reseeded-sleep", SCRIPT) + 1)
         assert "seeded with `run_seed`" in verdict["summary"] and "every try draws the same value" in verdict["summary"]
+    elif scenario == "eventfd_merged":
+        # Held-out hang set 12 (j02): a non-semaphore eventfd read takes every pending write at once.
+        assert culprit["line"] == marker_line("eventfd-read", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "eventfd.counts_merged", verdict
+        assert "without EFD_SEMAPHORE" in verdict["summary"] and "EFD_SEMAPHORE" in verdict["fix"]
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]

@@ -75,6 +75,8 @@ _SLEEP = re.compile(r"\bsleep\(")
 # Calls into C that block with no Python frame below the user's line (their names read from the line).
 _STORE_GET = re.compile(r"([A-Za-z_][\w.]{0,200})\.(get|wait)\(\s*([^)]{0,120})\)")
 _FLOCK = re.compile(r"\b(?:flock|lockf)\(")
+_EVENTFD_READ = re.compile(r"\beventfd_read\(")
+_EVENTFD_MADE = re.compile(r"\beventfd\(([^)]{0,200})\)")
 _OS_READ = re.compile(r"\bos\.read\(|\.recv(?:_into)?\(|\bsys\.stdin\.read")
 _INPUT = re.compile(r"(?<![\w.])input\(")
 # Waiting for a signal: signal.sigwait / sigwaitinfo / sigtimedwait / pause (C calls: the user's line is innermost).
@@ -161,7 +163,8 @@ def blocked_in(thread: ThreadStack, sources: Mapping[str, Sequence[str]]) -> Opt
         return Blocked(thread.thread_name, "store_get", user, store.group(3).strip())
     if _BARE_GET.search(code):
         return Blocked(thread.thread_name, "simple_queue_get", user)
-    for pattern, kind in ((_FLOCK, "flock"), (_ACCEPT, "accept"), (_OS_READ, "read"), (_INPUT, "input"), (_OPEN, "open"),
+    for pattern, kind in ((_EVENTFD_READ, "eventfd"), (_FLOCK, "flock"), (_ACCEPT, "accept"), (_OS_READ, "read"),
+                          (_INPUT, "input"), (_OPEN, "open"),
                           (_SIGNAL_WAIT, "signal"), (_CHILD_READ, "child_read")):
         if pattern.search(code):
             return Blocked(thread.thread_name, kind, user)
@@ -1237,6 +1240,20 @@ def explain_wait(
             "Make sure the rank that should `store.set()` that key reaches it, with the same key string on "
             "every rank; pass a short timeout (`store.wait([key], timedelta(...))`) so a missing key is an error.",
             [_record(mine, sources, key=mine.lock)],
+        )
+    if mine.kind == "eventfd":
+        made = next(((f, n, t.strip()[:120]) for f, lines in sources.items() for n, t in enumerate(lines, 1)
+                     if (m := _EVENTFD_MADE.search(t.split("#", 1)[0])) and "SEMAPHORE" not in m.group(1)), None)
+        return Mechanism(
+            "eventfd.counts_merged" if made else "eventfd.never_written",
+            f"it waits in os.eventfd_read() at {at} for a write to the eventfd"
+            + (f"; the eventfd is made at {made[0].rsplit('/', 1)[-1]}:{made[1]} (`{made[2]}`) without "
+               "EFD_SEMAPHORE, so one read returns the counter's whole value and resets it to 0: several writes "
+               "before a read count as one, and a reader that reads once per item waits for items already "
+               "delivered" if made else ": nothing writes to it any more"),
+            "Make the eventfd with os.EFD_SEMAPHORE (each read takes one), or use the value a read returns as the "
+            "number of items; a threading/multiprocessing queue carries items without this pitfall.",
+            [_record(mine, sources)],
         )
     if mine.kind == "flock":
         return Mechanism(
