@@ -24,6 +24,14 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
   draws the port that is already taken (held-out hang set 12, j12);
 - `eventfd_merged`: the last rank counts finished shards on an eventfd made without EFD_SEMAPHORE and reads
   once per shard: the first read takes all three (held-out hang set 12, j02);
+- `join_under_lock`: the last rank joins its writer thread inside `with lock:`, and the writer's last flush
+  takes that lock (held-out hang set 13, j12);
+- `sigmask_pause`: the last rank blocks SIGALRM with pthread_sigmask, then waits in signal.pause() for it
+  (held-out hang set 13, j05);
+- `generator_target`: the last rank waits for an Event set by a thread whose target holds a `yield`
+  (held-out hang set 13, j08);
+- `join_unshadowed`: the last rank runs out of inputs inside `Join`, the others wait in an all_gather of
+  their own (held-out hang set 13, j13);
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -148,6 +156,48 @@ def wait_for_shards(count: int) -> None:
     writer.join()
     for _ in range(count):
         os.eventfd_read(finished)  # HANG-LINE eventfd-read
+
+
+class SampleLog:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.writer = threading.Thread(target=self.run, name="sample-writer", daemon=True)
+        self.writer.start()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            pass
+        with self.lock:  # HANG-LINE writer-flush
+            pass
+
+    def rotate(self) -> None:
+        with self.lock:
+            self.stop.set()
+            self.writer.join()  # HANG-LINE join-under-lock
+
+
+def wait_for_alarm() -> None:
+    import signal
+
+    signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    signal.pause()  # HANG-LINE sigmask-pause
+
+
+class Synced:
+    def __init__(self) -> None:
+        self.synced = threading.Event()
+        threading.Thread(target=self.sync, name="syncer", daemon=True).start()
+
+    def sync(self):
+        for _ in range(3):
+            yield
+        self.synced.set()
+
+    def wait(self) -> None:
+        self.synced.wait()  # HANG-LINE generator-wait
 
 
 RECORDS: queue.Queue = queue.Queue()
@@ -281,6 +331,33 @@ def main() -> None:
                 ready(rank)
                 if culprit:
                     wait_for_shards(3)
+    elif scenario in ("join_under_lock", "sigmask_pause", "generator_target"):
+        log = SampleLog() if scenario == "join_under_lock" and culprit else None
+        synced = Synced() if scenario == "generator_target" and culprit else None
+        for step in range(1000):
+            dist.all_reduce(grad)
+            if step == 2:
+                ready(rank)
+                if culprit and log is not None:
+                    log.rotate()
+                elif culprit and synced is not None:
+                    synced.wait()
+                elif culprit:
+                    wait_for_alarm()
+    elif scenario == "join_unshadowed":
+        from torch.distributed.algorithms.join import Join
+
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        batches = 3 if culprit else 1000
+        seen = torch.zeros(1)
+        with Join([model]):  # HANG-LINE join-enter
+            for step in range(batches):
+                model(torch.ones(2, 4)).sum().backward()
+                seen += 1
+                counts = [torch.zeros(1) for _ in range(world)]
+                dist.all_gather(counts, seen)  # HANG-LINE join-gather
+                if step == 1:
+                    ready(rank)
     elif scenario == "left_loop":
         for step in range(1000):
             if culprit and step == 3:

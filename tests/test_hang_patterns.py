@@ -36,7 +36,8 @@ def run_hang(*args: str) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop",
                                                "object_vs_plain", "fork_thread", "sched_heartbeat",
-                                               "two_listeners", "reseeded_port", "eventfd_merged"])
+                                               "two_listeners", "reseeded_port", "eventfd_merged", "join_under_lock",
+                                               "sigmask_pause", "generator_target", "join_unshadowed"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -113,6 +114,27 @@ def test_pattern_named_with_its_fix(hung):
         assert culprit["line"] == marker_line("eventfd-read", SCRIPT), culprit
         assert verdict["mechanism"]["id"] == "eventfd.counts_merged", verdict
         assert "without EFD_SEMAPHORE" in verdict["summary"] and "EFD_SEMAPHORE" in verdict["fix"]
+    elif scenario == "join_under_lock":
+        # Held-out hang set 13 (j12): the joined writer waits for the lock its joiner holds.
+        assert culprit["line"] == marker_line("join-under-lock", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "thread.join_holding_lock", verdict
+        assert "`sample-writer`" in verdict["summary"] and "each waits for the other" in verdict["summary"]
+    elif scenario == "sigmask_pause":
+        # Held-out hang set 13 (j05): pause() waits for a signal the thread itself blocked.
+        assert culprit["line"] == marker_line("sigmask-pause", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "signal.blocked_before_pause", verdict
+        assert "sigwait" in verdict["fix"]
+    elif scenario == "generator_target":
+        # Held-out hang set 13 (j08): the setter is a generator function, so its thread ran nothing.
+        assert culprit["line"] == marker_line("generator-wait", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "event.never_set", verdict
+        assert "sync() holds `yield`" in verdict["summary"], verdict["summary"]
+    elif scenario == "join_unshadowed":
+        # Held-out hang set 13 (j13): Join shadows DDP's all-reduce, not the loop's own all_gather.
+        assert verdict["mechanism"]["id"] == "collective.join_unshadowed", verdict
+        assert culprit["line"] == marker_line("join-enter", SCRIPT), culprit
+        assert f"_hang_patterns_job.py:{marker_line('join-gather', SCRIPT)}" in verdict["summary"]
+        assert "shadows only the collectives of Joinable objects" in verdict["summary"]
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]

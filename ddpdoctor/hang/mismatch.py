@@ -9,6 +9,8 @@ import re
 from typing import Any, Optional
 
 from ddpdoctor.hang.findings import plural_ranks
+from ddpdoctor.hang.join_split import join_unshadowed
+from ddpdoctor.hang.sides import _at, _mechanism, _side, _user_line
 from ddpdoctor.hang.source import (
     cached_function,
     enclosing_if,
@@ -19,11 +21,6 @@ from ddpdoctor.hang.source import (
     rank_guard,
 )
 from ddpdoctor.hang.stacks import RankStack
-
-
-def _key(stack: RankStack) -> int:
-    return stack.rank if stack.rank is not None else -stack.pid
-
 
 _DDP_FORWARD_FRAMES = frozenset({
     "_pre_forward", "_sync_buffers", "_sync_module_buffers", "_check_and_sync_module_buffers",
@@ -44,25 +41,6 @@ def _in_ddp_forward(stack: RankStack) -> bool:
                 frame.name.rsplit(".", 1)[-1] in _DDP_FORWARD_FRAMES:
             return True
     return False
-
-
-def _side(groups: list[Any], stack: RankStack) -> list[int]:
-    sig = stack.signature()
-    return sorted(r for g in groups if g.signature == sig for r in g.ranks) or [_key(stack)]
-
-
-def _at(ctx: Any, filename: str, line: int, role: str) -> dict[str, Any]:
-    """The main thread's record of the line a mechanism points at."""
-    return {"thread": "MainThread", "file": filename, "line": line, "code": ctx.code(filename, line), "role": role}
-
-
-def _mechanism(kind: str, summary: str, fix: str, culprits: list[int], threads: list[Any]) -> dict[str, Any]:
-    return {"id": kind, "summary": summary, "threads": threads, "pids": [], "culprits": culprits, "fix": fix}
-
-
-def _user_line(ctx: Any, stack: RankStack) -> str:
-    frame = stack.user_frame()
-    return f"line {frame.line} of {frame.name}()" if frame is not None else "?"
 
 
 def ddp_forward_backward(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Optional[dict[str, Any]]:
@@ -112,6 +90,9 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
     `if` on the rank runs on some ranks only; a backward all-reduce in a function that uses `no_sync()`
     means this rank reached its accumulation boundary when the other did not. None when neither or both
     sides show the same sign (then it is a mismatch between both)."""
+    reading = join_unshadowed(ctx, a, b, groups)
+    if reading is not None:
+        return reading
     cached = {id(s): _first_hit(ctx, s, cached_function) for s in (a, b)}
     if bool(cached[id(a)]) != bool(cached[id(b)]):
         # Held-out hang set 11, j02: `@functools.lru_cache def steps_per_epoch(n_local, ...)` all-reduces; a rank

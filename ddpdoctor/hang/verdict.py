@@ -27,6 +27,7 @@ from ddpdoctor.hang.findings import (
     ras_finding,
     stacks_finding,
 )
+from ddpdoctor.hang.join_split import join_unshadowed
 from ddpdoctor.hang.live import (
     all_blocked,
     left_sequence,
@@ -397,8 +398,10 @@ def _verdict_from_stacks(ctx: _Context, stacks: list[RankStack]) -> Optional[dic
                 "(or on data that differs between ranks) around those lines. `--fr` with Flight Recorder "
                 "dumps tells a collective only some ranks call from ranks taking different branches."
             )
-            mechanism = object_collective_against_plain(ctx, ctx.stack_by_rank[lead], main.example, groups) or \
-                ddp_forward_backward(ctx, ctx.stack_by_rank[lead], main.example, groups)
+            odd_stack = ctx.stack_by_rank[lead]
+            mechanism = object_collective_against_plain(ctx, odd_stack, main.example, groups) or \
+                ddp_forward_backward(ctx, odd_stack, main.example, groups) or \
+                join_unshadowed(ctx, odd_stack, main.example, groups)
             split = loop_split(ctx, ctx.stack_by_rank[lead], main.example) if mechanism is None else None
             if split is not None:
                 mechanism = loop_split_mechanism(ctx, split, *split_sides(split, groups))

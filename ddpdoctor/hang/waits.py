@@ -478,6 +478,24 @@ def _lock_mechanism(
 _ALARM_TRUNCATED = re.compile(r"\balarm\(\s*(?:int|round|math\.floor)\(")
 
 
+_SIGMASK_BLOCK = re.compile(r"pthread_sigmask\(\s*(?:signal\.)?SIG_BLOCK\b")
+
+
+def _signal_blocked(sources: Mapping[str, Sequence[str]], mine: Blocked) -> Optional[tuple[int, str, str]]:
+    """(line, code, file) of a `signal.pthread_sigmask(signal.SIG_BLOCK, ...)` in the files the rank runs, when the
+    waiting line is a `signal.pause()` (sigwait and its kin take blocked signals; pause does not) and no
+    SIG_UNBLOCK / SIG_SETMASK follows it (held-out hang set 13's j05: SIGALRM blocked, then pause())."""
+    if "pause(" not in _code(sources, mine.frame):
+        return None
+    for file, lines in sources.items():
+        for number, text in enumerate(lines, 1):
+            if _SIGMASK_BLOCK.search(text.split("#", 1)[0]):
+                if any(re.search(r"SIG_UNBLOCK|SIG_SETMASK", t) for t in lines[number:]):
+                    continue
+                return number, text.strip()[:120], file
+    return None
+
+
 def _zero_alarm(mine: Blocked, sources: Mapping[str, Sequence[str]]) -> Optional[tuple[int, str]]:
     """(line, code) of a `signal.alarm(int(...))` just before the signal.pause() this thread waits in (the same
     function, up to 8 lines above): an alarm of less than a second rounds to alarm(0), which sets none."""
@@ -1038,6 +1056,18 @@ def explain_wait(
                 "pace with signals at all: time.sleep(seconds) or a threading.Event().wait(seconds).",
                 [_record(mine, sources)],
             )
+        blocked_by = _signal_blocked(sources, mine)
+        if blocked_by is not None:
+            number, code, file = blocked_by
+            return Mechanism(
+                "signal.blocked_before_pause",
+                f"it waits in signal.pause() at {at}, and {file.rsplit('/', 1)[-1]}:{number} (`{code}`) blocks the "
+                "signal it waits for: signal.pause() returns only when a signal is delivered to a handler, and a "
+                "blocked signal is held pending instead, so the pause never ends however often the signal is sent",
+                "Wait for a blocked signal with signal.sigwait / sigtimedwait (they take pending signals), or unblock "
+                "it (SIG_UNBLOCK / SIG_SETMASK) before signal.pause(); better, pace with time.sleep or an Event.",
+                [_record(mine, sources)],
+            )
         names = sorted(set(_SIGNAL_NAMES.findall(_code(sources, mine.frame)))) or ["the signal it names"]
         return Mechanism(
             "signal.never_sent",
@@ -1195,6 +1225,21 @@ def explain_wait(
         importing = _import_lock_wait(main, stack, mine, sources)
         if importing is not None:
             return importing
+        holds = held_locks(main, sources) if main is not None else {}
+        taker = next((b for b in blocked if b.kind == "lock" and b.thread != mine.thread and b.lock
+                      and any(h.rsplit(".", 1)[-1] == b.lock.rsplit(".", 1)[-1] for h in holds)), None)
+        if taker is not None:
+            name = next(h for h in holds if h.rsplit(".", 1)[-1] == taker.lock.rsplit(".", 1)[-1])
+            return Mechanism(
+                "thread.join_holding_lock",
+                f"it waits in Thread.join() at {at} while it holds `{name}` (taken at line {holds[name].line}), and "
+                f"the thread it joins, `{taker.thread}`, waits to take that lock at {_at(taker.frame, sources)}: the "
+                "thread cannot finish without the lock, and the lock is released only after the join — each waits "
+                "for the other",
+                f"Release `{name}` before joining (set the stop flag under the lock, leave the `with` block, then "
+                "join), or let the thread's last step run without the lock; join(timeout=...) bounds the wait.",
+                [_record(mine, sources, holds=sorted(holds)), _record(taker, sources, waits_for=taker.lock)],
+            )
         if main is not None and any(f.filename.endswith("logging/handlers.py") and f.name.endswith("stop")
                                     for f in main.frames):
             listening = [t.thread_name for t in stack.threads if t is not main and any(

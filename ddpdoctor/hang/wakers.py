@@ -159,6 +159,10 @@ def waker_phrase(
                 text += (f", and `{mixed[0]}` compares the bytes a c10d store returns (read at line {mixed[1]}: "
                          "compare_set() and get() return bytes) with a str: never equal, so that line never runs")
         where = _thread_in(threads, w.function, w.file)
+        generator = _yields(sources.get(w.file, ()), w.function) if w.function else None
+        if generator is not None:
+            text += (f"; {w.function}() holds `yield` (line {generator}), so calling it — as a Thread's target "
+                     "too — only makes a generator and runs none of its lines")
         if w.function:
             text += (f"; thread `{where[0]}` is in {w.function}() at line {where[1]}" if where
                      else f"; no thread is in {w.function}() now")
@@ -184,4 +188,29 @@ def self_rescheduling(
                 start = next((n for n in range(number, 0, -1)
                               if re.match(rf"\s*(?:async\s+)?def\s+{re.escape(function)}\b", lines[n - 1])), number)
                 return file, start, number, function, text.strip()[:120]
+    return None
+
+
+def _yields(lines: Sequence[str], function: str) -> Optional[int]:
+    """1-based line of a `yield` in the body of `def function` (not in a function nested in it): a generator
+    function, whose call runs nothing (held-out hang set 13's j08: a Thread whose target held a `yield`)."""
+    for number, text in enumerate(lines, 1):
+        found = re.match(rf"(\s*)(?:async\s+)?def\s+{re.escape(function)}\s*\(", text)
+        if not found:
+            continue
+        indent = len(found.group(1))
+        body: Optional[int] = None
+        for inner in range(number + 1, len(lines) + 1):
+            line = lines[inner - 1]
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            depth = len(line) - len(line.lstrip())
+            if depth <= indent:
+                break
+            body = depth if body is None else body
+            if re.match(r"\s*(?:async\s+)?def\s", line) and depth >= body:
+                break  # (a nested function's yield is its own)
+            if re.search(r"(?:^|[=(\s])yield\b", line.split("#", 1)[0]):
+                return inner
+        return None
     return None
