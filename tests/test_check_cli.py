@@ -382,3 +382,33 @@ def test_snapshot_without_env_skips_the_env_checks(tmp_path) -> None:
     (tmp_path / "env.json").write_text(json.dumps({"RANK": "5", "WORLD_SIZE": "4"}))
     res = CliRunner().invoke(app, ["check", "--replay", str(tmp_path), "--only", "launch", "--json"])
     assert res.exit_code == 1
+
+
+def test_a_stop_signal_inside_the_import_machinery_is_delivered_again() -> None:
+    # CI at 25dcbe3: SIGINT landed in importlib's module-lock callback, whose exceptions Python drops, and
+    # `ddpdoctor check` ran on. Inside importlib the handler re-sends the signal instead of raising there.
+    import os
+    import signal
+    import time
+
+    from ddpdoctor.cli import _on_stop_signal, _stopped_by
+
+    frames: list = []
+    exec(compile("import sys\nframes.append(sys._getframe())", "<frozen importlib._bootstrap>", "exec"),
+         {"frames": frames})
+    got: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, _frame: got.append(signum))
+    try:
+        before = len(_stopped_by)
+        _on_stop_signal(signal.SIGUSR1, frames[0])  # no KeyboardInterrupt here
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [signal.SIGUSR1] and len(_stopped_by) == before
+        assert os.getpid() > 0
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    # Anywhere else it stops at once.
+    with pytest.raises(KeyboardInterrupt):
+        _on_stop_signal(signal.SIGINT, None)
+    _stopped_by.clear()

@@ -98,6 +98,16 @@ _stopped_by: list[int] = []
 def _on_stop_signal(signum: int, frame: object) -> None:
     import signal
 
+    code = getattr(frame, "f_code", None)
+    if code is not None and code.co_filename.startswith("<frozen importlib"):
+        # Inside the import machinery, where an exception raised in a weakref callback (a module lock's
+        # clean-up, `_get_module_lock.<locals>.cb`) is printed and dropped: the stop would be lost and the
+        # command would run on. Deliver the signal again a moment later, outside it.
+        import os
+        import threading
+
+        threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+        return
     _stopped_by.append(130 if signum == signal.SIGINT else 143)
     # As Ctrl-C: context managers and finally blocks run, so probes and ranks are killed, never orphaned.
     raise KeyboardInterrupt
