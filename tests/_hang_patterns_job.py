@@ -200,6 +200,12 @@ class Synced:
         self.synced.wait()  # HANG-LINE generator-wait
 
 
+def bind_twice() -> None:
+    first = bind_metrics_port(1234)  # the exporter of an earlier run in this process
+    bind_metrics_port(1234)
+    first.close()
+
+
 RECORDS: queue.Queue = queue.Queue()
 
 
@@ -214,6 +220,16 @@ def setup_logging():
 
 def export_shard(codec: Codec) -> None:
     codec.encode(1)
+
+
+def train_then(rank: int, grad: torch.Tensor, culprit: bool, hang) -> None:
+    """The training loop's all_reduce every step; at step 2 the culprit calls `hang()` and the others go on."""
+    for step in range(1000):
+        dist.all_reduce(grad)
+        if step == 2:
+            ready(rank)
+            if culprit:
+                hang()
 
 
 def main() -> None:
@@ -266,12 +282,7 @@ def main() -> None:
                     time.sleep(3600)  # HANG-LINE zero-sleep
             optimizer.step()  # HANG-LINE zero-step
     elif scenario == "lock":
-        for step in range(1000):
-            dist.all_reduce(grad)
-            if step == 2:
-                ready(rank)
-                if culprit:
-                    log_metrics()
+        train_then(rank, grad, culprit, log_metrics)
     elif scenario == "object_vs_plain":
         # The last rank sends its resume state with broadcast_object_list (two broadcasts: sizes, bytes),
         # the others receive it with one plain broadcast and go on to the training loop's all_reduce.
@@ -309,41 +320,19 @@ def main() -> None:
         setup_logging()
         listener = setup_logging()  # a trainer that sets logging up again
         time.sleep(0.2)
-        for step in range(1000):
-            dist.all_reduce(grad)
-            if step == 2:
-                ready(rank)
-                if culprit:
-                    listener.stop()  # HANG-LINE listener-stop
+        train_then(rank, grad, culprit, lambda: listener.stop())  # HANG-LINE listener-stop
     elif scenario == "reseeded_port":
-        for step in range(1000):
-            dist.all_reduce(grad)
-            if step == 2:
-                ready(rank)
-                if culprit:
-                    first = bind_metrics_port(1234)  # the exporter of an earlier run in this process
-                    bind_metrics_port(1234)
-                    first.close()
+        train_then(rank, grad, culprit, bind_twice)
     elif scenario == "eventfd_merged":
-        for step in range(1000):
-            dist.all_reduce(grad)
-            if step == 2:
-                ready(rank)
-                if culprit:
-                    wait_for_shards(3)
-    elif scenario in ("join_under_lock", "sigmask_pause", "generator_target"):
-        log = SampleLog() if scenario == "join_under_lock" and culprit else None
-        synced = Synced() if scenario == "generator_target" and culprit else None
-        for step in range(1000):
-            dist.all_reduce(grad)
-            if step == 2:
-                ready(rank)
-                if culprit and log is not None:
-                    log.rotate()
-                elif culprit and synced is not None:
-                    synced.wait()
-                elif culprit:
-                    wait_for_alarm()
+        train_then(rank, grad, culprit, lambda: wait_for_shards(3))
+    elif scenario == "join_under_lock":
+        log = SampleLog() if culprit else None
+        train_then(rank, grad, culprit, lambda: log.rotate())
+    elif scenario == "sigmask_pause":
+        train_then(rank, grad, culprit, wait_for_alarm)
+    elif scenario == "generator_target":
+        synced = Synced() if culprit else None
+        train_then(rank, grad, culprit, lambda: synced.wait())
     elif scenario == "join_unshadowed":
         from torch.distributed.algorithms.join import Join
 

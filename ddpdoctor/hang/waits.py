@@ -331,14 +331,14 @@ def _receiver(sources: Mapping[str, Sequence[str]], frame: Frame, method: str) -
     return found.group(1) if found else ""
 
 
-def _who_wakes(stack: RankStack, mine: Blocked, sources: Mapping[str, Sequence[str]], receiver: str,
+def _who_wakes(stack: RankStack, mine: Blocked, sources: Mapping[str, Sequence[str]], method: str,
                verbs: tuple[str, ...], what: str) -> str:
     """The lines that would end `mine`'s wait on the object its line waits on (wakers.py), as a phrase."""
-    found = re.search(receiver, _code(sources, mine.frame))
-    if found is None:
+    name = _receiver(sources, mine.frame, method)
+    if not name:
         return ""
-    return waker_phrase(sources, stack.threads, wakers(sources, found.group(1), verbs), what,
-                        mine.frame.filename, mine.frame.line)
+    return waker_phrase(sources, stack.threads, wakers(sources, name, verbs), what, mine.frame.filename,
+                        mine.frame.line)
 
 
 def _store_setters(stack: RankStack, mine: Blocked, sources: Mapping[str, Sequence[str]]) -> str:
@@ -1160,7 +1160,7 @@ def explain_wait(
             f"it waits in threading.Event.wait() at {at} for an event that nothing sets"
             + (f" (threads {', '.join(live[:4])} run user code: one of them should set it)" if live else
                " (no other thread of this process runs user code that could set it)")
-            + _who_wakes(stack, mine, sources, r"([A-Za-z_][\w.]*)\.wait\(", ("set",), "sets it"),
+            + _who_wakes(stack, mine, sources, "wait", ("set",), "sets it"),
             "Make sure the thread that should call event.set() is alive and reaches it; wait(timeout=...) "
             "turns a missing set() into an error.",
             [_record(mine, sources)],
@@ -1216,7 +1216,7 @@ def explain_wait(
         return Mechanism(
             "condition.never_notified",
             f"it waits in threading.Condition.wait() at {at} for a notify() that never comes"
-            + _who_wakes(stack, mine, sources, r"([A-Za-z_][\w.]*)\.wait(?:_for)?\(", ("notify", "notify_all"),
+            + _who_wakes(stack, mine, sources, "wait(?:_for)?", ("notify", "notify_all"),
                          "notifies it"),
             "Make sure the thread that should notify() is alive; use wait_for(predicate, timeout=...).",
             [_record(mine, sources)],
