@@ -32,6 +32,14 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
   (held-out hang set 13, j08);
 - `join_unshadowed`: the last rank runs out of inputs inside `Join`, the others wait in an all_gather of
   their own (held-out hang set 13, j13);
+- `seeded_probe` (2 ranks): every rank seeds torch's generator with its rank and runs a probe all_gather on
+  steps where its draw is under 0.3; at step 4 only rank 1 draws it (held-out hang set 13, j07);
+- `stream_end` (2 ranks): the loop is `zip(stream, range(steps))` with `steps` the smallest shard; zip pulls
+  the last rank's stream past its end, which runs the all_gather after the generator's loop (held-out hang
+  set 13, j04);
+- `pool_callback`: the last rank encodes documents with a fork Pool whose apply_async callback calls
+  `pool.apply` for long ones: the callback runs on the pool's result-handler thread and waits for itself
+  (held-out hang set 13, j02);
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -222,6 +230,42 @@ def export_shard(codec: Codec) -> None:
     codec.encode(1)
 
 
+def shard_stream(count: int, world: int):
+    """The rank's shard, one batch at a time; at the end every rank says how many batches it had."""
+    for _ in range(count):
+        yield torch.ones(4)
+    seen = torch.tensor([float(count)])
+    counts = [torch.zeros(1) for _ in range(world)]
+    dist.all_gather(counts, seen)  # HANG-LINE stream-gather
+
+
+def encode_doc(doc: str) -> list[int]:
+    return [ord(c) % 40 for c in doc]
+
+
+def split_ids(ids: list[int]) -> list[list[int]]:
+    return [ids[i:i + 4] for i in range(0, len(ids), 4)]
+
+
+def encode_shard(docs: list[str]) -> list[list[int]]:
+    """Encode in worker processes; long documents are split by the pool too."""
+    import multiprocessing
+
+    pool = multiprocessing.get_context("fork").Pool(2)
+    encoded: list[list[int]] = []
+
+    def collect(ids: list[int]) -> None:
+        if len(ids) > 4:
+            encoded.extend(pool.apply(split_ids, (ids,)))  # HANG-LINE pool-callback
+        else:
+            encoded.append(ids)
+
+    pending = [pool.apply_async(encode_doc, (doc,), callback=collect) for doc in docs]
+    for result in pending:
+        result.wait()  # HANG-LINE pool-wait
+    return encoded
+
+
 def train_then(rank: int, grad: torch.Tensor, culprit: bool, hang) -> None:
     """The training loop's all_reduce every step; at step 2 the culprit calls `hang()` and the others go on."""
     for step in range(1000):
@@ -347,6 +391,24 @@ def main() -> None:
                 dist.all_gather(counts, seen)  # HANG-LINE join-gather
                 if step == 1:
                     ready(rank)
+    elif scenario == "pool_callback":
+        train_then(rank, grad, culprit, lambda: encode_shard(["abc", "a long document", "xy"]))
+    elif scenario == "seeded_probe":
+        torch.manual_seed(100 + rank)  # HANG-LINE probe-seed
+        ready(rank)
+        for _ in range(1000):
+            if torch.rand(()) < 0.3:  # HANG-LINE probe-if
+                parts = [torch.zeros(1) for _ in range(world)]
+                dist.all_gather(parts, grad[:1].clone())  # HANG-LINE probe-gather
+            dist.all_reduce(grad)  # HANG-LINE probe-reduce
+    elif scenario == "stream_end":
+        count = 5 if culprit else 8
+        steps = torch.tensor([float(count)])
+        dist.all_reduce(steps, op=dist.ReduceOp.MIN)
+        ready(rank)
+        for batch, _ in zip(shard_stream(count, world), range(int(steps))):  # HANG-LINE stream-zip
+            dist.all_reduce(grad.copy_(batch))
+        dist.all_reduce(grad)  # HANG-LINE stream-after
     elif scenario == "left_loop":
         for step in range(1000):
             if culprit and step == 3:

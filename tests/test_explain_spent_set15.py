@@ -1,6 +1,6 @@
 """Held-out set 15 is spent and now tunes the knowledge base: the 28 logs it did not get right when graded at
 584a807 (15 of 43 right; tests/fixtures/explain/spent-set15, copied unchanged; threads and causes in its README)
-are a check on whole real logs. Figures on this set are tuning figures. Logs that hold no failure line (a01, d04,
+are a check on whole real logs. Figures on this set are tuning figures. Logs that hold no failure line (a01,
 d06, d07, e07, f03, g06, h02) keep exit 0; the expectation pins every answer so a change is seen."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ EXPECTED = {
     "b04": (None, 'distributed.exception', 1),
     "c01": ('deepspeed.visible_devices_ignored', None, 1),  # broken PCIe P2P; the launcher warning is all the log names (graded wrong)
     "c02": (None, None, 1),
-    "d04": (None, None, 0),
+    "d04": ("launch.sigkill", None, 1),  # torchrun's `exitcode: -9` summary lines, the PID redacted to xxx
     "d06": (None, None, 0),
     "d07": (None, None, 0),
     "d08": ('catalogue.c10d.usage', None, 1),
@@ -47,6 +47,15 @@ EXPECTED = {
     "h01": (None, 'distributed.exception', 1),
     "h02": (None, None, 0),
 }
+
+
+def test_a_sigkill_summary_with_its_pid_redacted() -> None:
+    """d04 (graded nothing, exit 0): torch elastic's failure summary `exitcode  : -9 (SIGKILL)` and `traceback :
+    Signal 9 (SIGKILL) received by PID xxx`, the pid replaced by the reporter. The summary's `exitcode  : N` field
+    (torch/distributed/elastic/multiprocessing/errors/__init__.py) and any pid token are matched."""
+    report = explain_file(SPENT / "d04.log")
+    assert report["root_cause"]["id"] == "launch.sigkill", report["root_cause"]
+    assert "OOM killer" in report["root_cause"]["cause"]
 
 
 def test_a_list_given_to_all_reduce_is_named_from_the_binding_error() -> None:

@@ -37,7 +37,8 @@ def run_hang(*args: str) -> tuple[dict, str]:
 @pytest.fixture(scope="module", params=["ddp_unused", "dataloader", "prefetch", "lock", "zero", "left_loop",
                                                "object_vs_plain", "fork_thread", "sched_heartbeat",
                                                "two_listeners", "reseeded_port", "eventfd_merged", "join_under_lock",
-                                               "sigmask_pause", "generator_target", "join_unshadowed"])
+                                               "sigmask_pause", "generator_target", "join_unshadowed",
+                                               "pool_callback"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -135,6 +136,13 @@ def test_pattern_named_with_its_fix(hung):
         assert culprit["line"] == marker_line("join-enter", SCRIPT), culprit
         assert f"_hang_patterns_job.py:{marker_line('join-gather', SCRIPT)}" in verdict["summary"]
         assert "shadows only the collectives of Joinable objects" in verdict["summary"]
+    elif scenario == "pool_callback":
+        # Held-out hang set 13 (j02): the callback runs on the result-handler thread and waits on its pool.
+        assert verdict["mechanism"]["id"] == "pool.callback_blocks", verdict
+        assert culprit["line"] == marker_line("pool-callback", SCRIPT), culprit
+        assert "runs the callback collect()" in verdict["summary"], verdict["summary"]
+        assert f"_hang_patterns_job.py:{marker_line('pool-callback', SCRIPT)}" in verdict["summary"]
+        assert verdict["fix"].startswith("Keep Pool callbacks short and non-blocking")
     elif scenario == "zero":
         assert culprit["line"] == marker_line("zero-sleep", SCRIPT)
         assert "ranks 0-1 wait in ZeroRedundancyOptimizer.step" in verdict["summary"], verdict["summary"]

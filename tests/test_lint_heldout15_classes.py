@@ -1,7 +1,8 @@
 """Classes of false findings on held-out lint corpus 15 (graded at 584a807, now spent), each with its twin that
 stays a finding: a rank-0 predicate named `is_first_worker()`, a save helper reached only from the
 single-process side of `if is_distributed:`, `self.distributed_training` as a distributed switch, an early-return
-barrier the other ranks meet further down, and a project helper no file calls while `torch.save` is called."""
+barrier the other ranks meet further down, a project helper no file calls while `torch.save` is called, and the
+`--local_rank` flag of a script that starts its own processes and sets `args.local_rank` itself."""
 
 from __future__ import annotations
 
@@ -183,3 +184,32 @@ def test_evaluation_sampler_of_a_loader_nothing_reads() -> None:
     """
     assert lines(src.format(use="pass"), "DDP053") == []
     assert lines(src.format(use="print(validation_loop(model, test_loader))"), "DDP053") == [15]
+
+
+def test_local_rank_flag_of_a_script_that_starts_its_own_processes() -> None:
+    # NVlabs/NVAE train.py: `for rank in range(size): args.local_rank = rank; p = Process(target=init_processes,
+    # ...)`. No launcher ever passes the flag: a dead legacy option, not a crash (DDP029, opinionated, says it).
+    src = """
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from torch.multiprocessing import Process
+
+    def init_processes(rank, size, args):
+        dist.init_process_group("nccl", rank=rank, world_size=size)
+        torch.cuda.set_device(args.local_rank)
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+        args = parser.parse_args()
+        processes = []
+        for rank in range(4):
+            {assign}
+            p = Process(target=init_processes, args=(rank, 4, args))
+            p.start()
+            processes.append(p)
+    """
+    assert lines(src.format(assign="args.local_rank = rank"), "DDP013") == []
+    # Without the assignment each child keeps the parsed value: the flag decides the GPU, as under a launcher.
+    assert lines(src.format(assign="pass"), "DDP013") == [13]

@@ -37,9 +37,11 @@ def add_pattern_notes(ctx: Any, verdict: dict[str, Any]) -> None:
         # The reason's own fix leads: the generic one ("look at that line") is what it makes specific.
         verdict["fix"] = " ".join([mechanism.fix, verdict["fix"]]).strip()
         first = next((r for r in verdict["culprits"] if r.get("line") is None), None)
-        if mechanism.threads and mechanism.threads[0].get("role") in ("raised", "hands a call") and verdict["culprits"]:
+        if mechanism.threads and mechanism.threads[0].get("role") in (
+                "raised", "hands a call", "callback waits on its own pool") and verdict["culprits"]:
             # The script ended: the line that raised is the one to fix; a call meant for a thread runs in
-            # the main thread: the line that made it (`Thread(target=f(...))`) is.
+            # the main thread: the line that made it (`Thread(target=f(...))`) is; a Pool callback that waits
+            # on its pool: the callback's call, not the main thread's wait.
             first = verdict["culprits"][0]
         if first is not None and mechanism.threads and mechanism.threads[0].get("line"):
             # No line of the user's on its main thread (it waits in the interpreter's shutdown): the line the

