@@ -40,6 +40,9 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
 - `pool_callback`: the last rank encodes documents with a fork Pool whose apply_async callback calls
   `pool.apply` for long ones: the callback runs on the pool's result-handler thread and waits for itself
   (held-out hang set 13, j02);
+- `checkpoint_recompute` (2 ranks): a block whose forward all_gathers batch statistics is wrapped in
+  torch.utils.checkpoint on the last rank only (its batches are long); in backward the recompute issues an
+  extra all_gather while the other rank waits in DDP's gradient all-reduce (held-out hang set 13, j10);
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -239,6 +242,35 @@ def shard_stream(count: int, world: int):
     dist.all_gather(counts, seen)  # HANG-LINE stream-gather
 
 
+class PooledNorm(torch.nn.Module):
+    """Normalises with statistics pooled over every rank's batch."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stats = torch.stack([x.mean(0), x.pow(2).mean(0)]).detach()
+        parts = [torch.empty_like(stats) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, stats)  # HANG-LINE pooled-gather
+        mean, sq = torch.stack(parts).mean(0)
+        return (x - mean) / torch.sqrt((sq - mean * mean).clamp_min(0) + 1e-5) * self.weight
+
+
+class Tagger(torch.nn.Module):
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.norm = PooledNorm(dim)
+        self.fc = torch.nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        long_batch = self.training and x.numel() > 256
+        h = checkpoint(self.norm, x, use_reentrant=False) if long_batch else self.norm(x)  # HANG-LINE ckpt-call
+        return self.fc(h)
+
+
 def encode_doc(doc: str) -> list[int]:
     return [ord(c) % 40 for c in doc]
 
@@ -391,6 +423,14 @@ def main() -> None:
                 dist.all_gather(counts, seen)  # HANG-LINE join-gather
                 if step == 1:
                     ready(rank)
+    elif scenario == "checkpoint_recompute":
+        model = torch.nn.parallel.DistributedDataParallel(Tagger())
+        for step in range(1000):
+            rows = 32 if culprit and step == 3 else 8
+            loss = model(torch.randn(rows, 16, requires_grad=True)).pow(2).mean()
+            if step == 3:
+                ready(rank)
+            loss.backward()  # HANG-LINE ckpt-backward
     elif scenario == "pool_callback":
         train_then(rank, grad, culprit, lambda: encode_shard(["abc", "a long document", "xy"]))
     elif scenario == "seeded_probe":

