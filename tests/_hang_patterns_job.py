@@ -43,6 +43,8 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
 - `checkpoint_recompute` (2 ranks): a block whose forward all_gathers batch statistics is wrapped in
   torch.utils.checkpoint on the last rank only (its batches are long); in backward the recompute issues an
   extra all_gather while the other rank waits in DDP's gradient all-reduce (held-out hang set 13, j10);
+- `imported_setter`: like `generator_target`, but the Event's setter lives in the job's own module
+  tests/_hang_mirror.py, which no live stack passes through (held-out hang set 13, j08);
 - `left_loop`: the last rank leaves the training loop early (`break` on a condition of its own) and
   idles after it, while the others wait in the loop's all_reduce.
 
@@ -431,6 +433,11 @@ def main() -> None:
             if step == 3:
                 ready(rank)
             loss.backward()  # HANG-LINE ckpt-backward
+    elif scenario == "imported_setter":
+        from _hang_mirror import Mirror
+
+        mirror = Mirror() if culprit else None
+        train_then(rank, grad, culprit, lambda: mirror.synced.wait())  # HANG-LINE mirror-wait
     elif scenario == "pool_callback":
         train_then(rank, grad, culprit, lambda: encode_shard(["abc", "a long document", "xy"]))
     elif scenario == "seeded_probe":

@@ -18,6 +18,7 @@ import test_explain_spent_set12
 import test_explain_spent_set13
 import test_explain_spent_set14
 import test_explain_spent_set15
+import test_explain_spent_set16
 from test_explain_spent_set3 import assert_explained
 
 SETS: dict[str, ModuleType] = {
@@ -25,7 +26,7 @@ SETS: dict[str, ModuleType] = {
     for m in (test_explain_spent_set5, test_explain_spent_set6, test_explain_spent_set7, test_explain_spent_set8,
               test_explain_spent_set9, test_explain_spent_set10, test_explain_spent_set11, test_explain_spent_set12,
               test_explain_spent_set13, test_explain_spent_set14,
-              test_explain_spent_set15)
+              test_explain_spent_set15, test_explain_spent_set16)
 }
 
 

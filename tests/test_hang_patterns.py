@@ -19,6 +19,7 @@ from _hang_harness import HungJob, marker_line, started
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "docs" / "schemas" / "hang.schema.json").read_text())
 SCRIPT = Path(__file__).with_name("_hang_patterns_job.py")
+MIRROR = Path(__file__).with_name("_hang_mirror.py")
 CULPRIT = 2
 
 
@@ -38,7 +39,7 @@ def run_hang(*args: str) -> tuple[dict, str]:
                                                "object_vs_plain", "fork_thread", "sched_heartbeat",
                                                "two_listeners", "reseeded_port", "eventfd_merged", "join_under_lock",
                                                "sigmask_pause", "generator_target", "join_unshadowed",
-                                               "pool_callback"])
+                                               "pool_callback", "imported_setter"])
 def hung(request, tmp_path_factory):
     with started(HungJob(request.param, tmp_path_factory.mktemp(request.param), script=SCRIPT)) as job:
         yield request.param, job
@@ -136,6 +137,13 @@ def test_pattern_named_with_its_fix(hung):
         assert culprit["line"] == marker_line("join-enter", SCRIPT), culprit
         assert f"_hang_patterns_job.py:{marker_line('join-gather', SCRIPT)}" in verdict["summary"]
         assert "shadows only the collectives of Joinable objects" in verdict["summary"]
+    elif scenario == "imported_setter":
+        # Held-out hang set 13 (j08): the setter is in the job's own module beside the script, read because the
+        # script imports it (no live stack passes through it).
+        assert culprit["line"] == marker_line("mirror-wait", SCRIPT), culprit
+        assert verdict["mechanism"]["id"] == "event.never_set", verdict
+        assert f"_hang_mirror.py:{marker_line('mirror-set', MIRROR)} in sync()" in verdict["summary"], verdict["summary"]
+        assert "sync() holds `yield`" in verdict["summary"], verdict["summary"]
     elif scenario == "pool_callback":
         # Held-out hang set 13 (j02): the callback runs on the result-handler thread and waits on its pool.
         assert verdict["mechanism"]["id"] == "pool.callback_blocks", verdict

@@ -114,3 +114,19 @@ def test_semaphore_wait_names_where_it_was_made_and_what_releases_it() -> None:
     assert "made at uploader.py:7 `self._slots = threading.BoundedSemaphore(sum(1 for _ in targets))`" in found.summary
     assert "uploader.py:14 in done() `self._slots.release()`" in found.summary
     assert "no thread is in done() now" in found.summary
+
+
+def test_the_jobs_own_imported_modules_are_found_beside_the_importer(tmp_path):
+    """hang reads the modules a stack file imports when they sit beside it (held-out hang set 13, j08: the Event's
+    set() was in mirror.py, which no live thread was in); installed packages and missing names are not files."""
+    from ddpdoctor.hang.probe_io import local_imports
+
+    (tmp_path / "mirror.py").write_text("x = 1\n")
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("")
+    (tmp_path / "utils" / "io.py").write_text("y = 2\n")
+    lines = ["import os, mirror", "from utils.io import y", "from . import utils", "import torch.distributed as dist",
+             "    from mirror import x  # inside a function", "print('import nothing')"]
+    found = local_imports(str(tmp_path / "train.py"), lines)
+    assert found == [str(tmp_path / "mirror.py"), str(tmp_path / "utils" / "io.py"),
+                     str(tmp_path / "utils" / "__init__.py")], found

