@@ -120,3 +120,56 @@ def test_a_rank_zero_helper_called_only_on_rank_zero(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(train.format(call="tb = create_tensorboard('runs')"))
     found = [d for d in lint_paths([str(tmp_path)], default_rules()).diagnostics if d.code == "DDP026"]
     assert [(Path(d.path).name, d.line) for d in found] == [("utils.py", 8)]
+
+
+def test_local_master_save_when_another_file_says_the_program_spans_nodes(tmp_path: Path) -> None:
+    # keyu-tian/SparK (issue #24, class 9): pretrain/dist.py reads RANK and derives the local rank from it;
+    # utils/misc.py saves the checkpoint under `dist.is_local_master()`: one writer per node, one shared path.
+    (tmp_path / "dist.py").write_text(textwrap.dedent("""
+    import os
+    import torch
+    import torch.distributed as tdist
+
+    def initialize():
+        global_rank = int(os.environ{key})
+        tdist.init_process_group("nccl")
+        torch.cuda.set_device(global_rank % torch.cuda.device_count())
+
+    def is_local_master():
+        return int(os.environ.get("LOCAL_RANK", 0)) == 0
+    """).replace("{key}", '["RANK"]'))
+    (tmp_path / "misc.py").write_text(textwrap.dedent("""
+    import torch
+    import dist
+
+    def save_checkpoint(path, state):
+        if dist.is_local_master():
+            torch.save(state, path)
+    """))
+    (tmp_path / "main.py").write_text(textwrap.dedent("""
+    import dist
+    import misc
+
+    if __name__ == "__main__":
+        dist.initialize()
+        misc.save_checkpoint("ckpt.pth", {})
+    """))
+    found = [(Path(d.path).name, d.line) for d in lint_paths([str(tmp_path)], default_rules()).diagnostics
+             if d.code == "DDP007"]
+    assert found == [("misc.py", 7)], found
+    # No file says it spans nodes (LOCAL_RANK only): one node, one writer.
+    (tmp_path / "dist.py").write_text(textwrap.dedent("""
+    import os
+    import torch
+    import torch.distributed as tdist
+
+    def initialize():
+        local = int(os.environ["LOCAL_RANK"])
+        tdist.init_process_group("nccl")
+        torch.cuda.set_device(local)
+
+    def is_local_master():
+        return int(os.environ.get("LOCAL_RANK", 0)) == 0
+    """))
+    found = [d for d in lint_paths([str(tmp_path)], default_rules()).diagnostics if d.code == "DDP007"]
+    assert found == [], [(d.line, d.message) for d in found]
