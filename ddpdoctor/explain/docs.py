@@ -332,7 +332,7 @@ trackers the others did not cover), none in an exclusion list of 8,844 URLs (ses
 threads and claims) nor claimed twice; manifest sha256 `1f6b0da8…cdedd5`, `37517e5f…85b570`, `fa373151…122911`, `d8845bfa…f91f65`, `44100981…2746b1`, `4fd70664…54a654`, `fdadd7c3…485993`, `cd07f721…3ac6f6`; the collectors'
 final messages named no case. They saw threads only as search excerpts, so several logs are one line or stop
 before the failure line, and 10 hold none. Run once at main b82b09f (which held session 18's `launch.sigkill`
-reading of elastic's `exitcode: -9` summary, written from set 15 before this set was collected), graded by a
+reading of elastic's `exitcode: -9` summary, written from set 15 while this set was being collected, before anyone looked at it), graded by a
 separate grader who only ran the tool: **14 of 40 right as root cause (35%)**, 9 partial, 1 wrong, 16 nothing;
 **1 consequence named as root cause** (Horovod's stalled-ops report where one rank's checkpoint callback broadcast
 on its own); 10 failed runs exited 0 (their logs hold no failure line). No crash, timeout or stderr. Misses: the
