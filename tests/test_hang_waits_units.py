@@ -192,3 +192,22 @@ def test_a_retry_loop_caught_between_its_sleeps():
     found = explain_wait(checking, sources, [slept, checking], 3)
     assert found is not None and found.id == "loop.poll_retry"
     assert f"sleeping between tries at line {marker('poll-sleep')}" in found.summary
+
+
+def test_poll_loop_probing_a_pid_with_kill_zero():
+    """Held-out hang set 14 (j12): `while self.busy(): time.sleep(...)` where busy() is `os.kill(self.pid, 0)`:
+    a child that exited stays a zombie until reaped, and kill(pid, 0) goes on succeeding. The captured poll stack,
+    with its loop's condition rewritten (line numbers kept) to call such a helper appended to the file."""
+    stack, sources = load("poll")
+    name = next(iter(sources))
+    lines = list(LINES)
+    loop = marker("poll-loop")
+    lines[loop - 1] = "    while exporter_busy(flag):  # HANG-LINE poll-loop"
+    lines += ["", "", "def exporter_busy(pid):", "    try:", "        os.kill(pid, 0)", "    except OSError:",
+              "        return False", "    return True"]
+    found = explain_wait(stack, {name: lines}, [stack], 5)
+    assert found is not None and found.id == "loop.kill_zero_zombie", found
+    assert f"tested with `os.kill(pid, 0)` (line {len(LINES) + 5})" in found.summary, found.summary
+    assert "stays a zombie" in found.summary and "os.waitpid(pid, os.WNOHANG)" in found.fix
+    # The same loop on a file test keeps the generic poll reading.
+    assert explain_wait(stack, sources, [stack], 5).id == "loop.poll_retry"

