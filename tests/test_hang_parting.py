@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _hang_harness import HungJob, marker_line, started
 
-from ddpdoctor.hang.diverge import _generator_tail, _only_under, condition_origin
+from ddpdoctor.hang.diverge import _generator_tail, _in_else, _only_under, condition_origin
 from ddpdoctor.hang.source import enclosing_if
 
 REPO = Path(__file__).resolve().parent.parent
@@ -120,6 +120,13 @@ def test_a_random_draw_without_a_rank_seed_is_said_as_such():
     lines, branch = _branch(text, 8)
     origin, kind = condition_origin(lines, branch)
     assert kind == "random" and "not seeded alike" in origin
+
+
+def test_an_elif_arm_is_told_from_the_if_arm():
+    lines = LOOP.splitlines()
+    # probe.record (8) is in the `if` arm itself; log(loss) (10) in the `elif` arm, where the first test failed.
+    assert not _in_else(lines, enclosing_if(lines, 8), 8)
+    assert _in_else(lines, enclosing_if(lines, 10), 10)
 
 
 def test_which_side_an_if_leaves_out():

@@ -289,7 +289,7 @@ def conditional_call(ctx: Any, a: RankStack, b: RankStack, groups: list[Any]) ->
 
 def _in_else(lines: Sequence[str], branch: Branch, line: int) -> bool:
     """Whether `line` is in an elif/else arm of `branch`'s chain rather than the `if` arm itself."""
-    head = lines[branch.body[0] - 2].lstrip() if branch.body[0] >= 2 else ""
+    head = lines[branch.body[0] - 1].lstrip() if 0 < branch.body[0] <= len(lines) else ""
     return head.startswith(("elif ", "else"))
 
 
