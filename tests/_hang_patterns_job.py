@@ -37,7 +37,7 @@ tests/test_hang_patterns.py (never imported). argv[1] is the scenario; the culpr
 - `stream_end` (2 ranks): the loop is `zip(stream, range(steps))` with `steps` the smallest shard; zip pulls
   the last rank's stream past its end, which runs the all_gather after the generator's loop (held-out hang
   set 13, j04);
-- `pool_callback`: the last rank encodes documents with a fork Pool whose apply_async callback calls
+- `pool_callback`: the last rank encodes documents with a ThreadPool whose apply_async callback calls
   `pool.apply` for long ones: the callback runs on the pool's result-handler thread and waits for itself
   (held-out hang set 13, j02);
 - `checkpoint_recompute` (2 ranks): a block whose forward all_gathers batch statistics is wrapped in
@@ -282,10 +282,12 @@ def split_ids(ids: list[int]) -> list[list[int]]:
 
 
 def encode_shard(docs: list[str]) -> list[list[int]]:
-    """Encode in worker processes; long documents are split by the pool too."""
-    import multiprocessing
+    """Encode on a pool; long documents are split by the pool too. A ThreadPool: the same Pool machinery (its
+    result-handler thread runs the callbacks) without forking a process that runs gloo's threads, whose locks a
+    forked worker can inherit held (the held-out job used a fork Pool; the deadlock is the same)."""
+    from multiprocessing.pool import ThreadPool
 
-    pool = multiprocessing.get_context("fork").Pool(2)
+    pool = ThreadPool(2)
     encoded: list[list[int]] = []
 
     def collect(ids: list[int]) -> None:
