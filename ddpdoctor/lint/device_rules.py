@@ -11,7 +11,14 @@ import re
 from typing import Iterator, Optional
 
 from ddpdoctor.lint.facts import CallSite, ModuleFacts, Scope, dotted, final_identifier, is_rank_identifier
-from ddpdoctor.lint.flow import callers_of, enclosing_scope, find_call_in, happens_before, is_entry
+from ddpdoctor.lint.flow import (
+    callers_of,
+    enclosing_scope,
+    find_call_in,
+    happens_before,
+    is_entry,
+    program_files,
+)
 from ddpdoctor.lint.helpers import (
     _CUDA_NO_INIT,
     _GLOBAL_RANK_ENV,
@@ -501,7 +508,7 @@ def _first_use(f: ModuleFacts, cs: CallSite) -> str:
 def visible_devices_per_rank(f: ModuleFacts) -> Optional[int]:
     """The line where the program sets CUDA_VISIBLE_DEVICES from something that varies per process
     (`str(local_rank)`, `args.gpu`): each rank then sees one GPU, and GPU 0 is the right one."""
-    for g in _program_files(f):
+    for g in program_files(f):
         for _base, key, value, stmt in g.env_assigns:
             if key == "CUDA_VISIBLE_DEVICES" and not isinstance(value, ast.Constant):
                 return stmt.lineno
@@ -634,10 +641,6 @@ def nccl_init_order(f: ModuleFacts) -> list[tuple[CallSite, str, str]]:
     return out
 
 
-def _program_files(f: ModuleFacts) -> list[ModuleFacts]:
-    return [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
-
-
 def _gpu0_touch(f: ModuleFacts) -> str:
     """What opens a context on the current device (GPU 0 when none is set) in a program with no
     set_device anywhere: "pin_memory=True", "barrier()", "a bare .cuda()"; "" when nothing does, or
@@ -645,7 +648,7 @@ def _gpu0_touch(f: ModuleFacts) -> str:
     if "gpu0_touch" in f.memo:
         return f.memo["gpu0_touch"]  # type: ignore[return-value]
     found = ""
-    files = _program_files(f)
+    files = program_files(f)
     sets = any(
         _is_set_device(cs)
         or cs.kwarg("device_id") is not None

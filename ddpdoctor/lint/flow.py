@@ -268,11 +268,15 @@ _NODE_MATH = rb"|rank\s*\*\s*\w*(?:gpus|per_node)|(?:gpus|per_node)\w*\s*\*\s*(?
 _MULTI_NODE_RE = re.compile(rb"global_rank|node_rank|nnodes|num_nodes|['\"]RANK['\"]|" + _SLURM_NODES + _NODE_MATH)
 
 
+def program_files(f: ModuleFacts) -> list[ModuleFacts]:
+    """The files of `f`'s program: its project's in project mode, else `f` alone."""
+    return [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
+
+
 def _spans_nodes(f: ModuleFacts) -> bool:
     """This file, or another file of its project, says the program runs on several nodes (keyu-tian/SparK reads
     RANK in dist.py and saves under `dist.is_local_master()` in utils/misc.py; held-out lint corpus 16)."""
-    files = [g for _, g in f.project.files] if f.project is not None else [f]  # type: ignore[attr-defined]
-    return any(_MULTI_NODE_RE.search(g.source) for g in files)
+    return any(_MULTI_NODE_RE.search(g.source) for g in program_files(f))
 
 
 # "Main process of this node" helpers: is_local_master(), is_local_main_process, local_main.

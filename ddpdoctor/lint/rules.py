@@ -35,6 +35,7 @@ from ddpdoctor.lint.flow import (
     names_in,
     parameter_values,
     per_rank_path,
+    program_files,
     rank_zero_only,
     runs_at_import,
 )
@@ -1089,16 +1090,14 @@ def _gpu_count_one_when_distributed(f: ModuleFacts, cs: CallSite) -> bool:
     counts: set[str] = set()
     for node in ast.walk(cs.scope.node):
         if isinstance(node, ast.If) and any(n is cs.node for st in node.body for n in ast.walk(st)):
-            test = node.test
-            for cmp in ast.walk(test):
+            for cmp in ast.walk(node.test):
                 if (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Gt)
                         and isinstance(cmp.comparators[0], ast.Constant) and cmp.comparators[0].value == 1):
                     counts.add(final_identifier(cmp.left) or "")
     counts.discard("")
     if not counts:
         return False
-    for g in (f.project.files if f.project is not None else [("", f)]):  # type: ignore[attr-defined]
-        module = g[1]
+    for module in program_files(f):
         for node in ast.walk(module.tree):
             for body in (getattr(node, "body", None), getattr(node, "orelse", None)):
                 if not isinstance(body, list) or not any(
@@ -1205,7 +1204,7 @@ def local_rank_options(f: ModuleFacts) -> list[tuple[CallSite, str]]:
     # The deepspeed launcher passes --local_rank (underscore): the option is right there.
     if hits and not f.imports_prefix("deepspeed"):
         works = ""
-        program = [f] if f.project is None else [g for _, g in f.project.files]  # type: ignore[attr-defined]
+        program = program_files(f)
         if any(cs.qual in _SPAWN_FUNCS for cs in f.calls):
             works = "the script starts its own processes with mp.spawn, which passes no flag"
         elif _starts_own_ranks(f):
